@@ -1,0 +1,12 @@
+# Third-party libraries, all from Debian packages (tools/install-deps.sh installs them).
+find_package(PkgConfig REQUIRED)
+find_package(nlohmann_json 3.10 REQUIRED)
+find_package(Threads REQUIRED)
+pkg_check_modules(LIBUV REQUIRED IMPORTED_TARGET libuv)
+pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
+pkg_check_modules(UTF8PROC REQUIRED IMPORTED_TARGET libutf8proc)
+pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
+find_package(CLI11 REQUIRED)
+if(BUILD_TESTING OR NOT DEFINED BUILD_TESTING)
+  find_package(GTest REQUIRED)
+endif()

@@ -1,0 +1,59 @@
+// The architecture of a Llama-family model, read from a Hugging Face config.json. Everything
+// the engine needs to know about shapes and numerics lives here; anything hearth does not
+// implement is refused at parse time with a message that names it.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+namespace hearth {
+
+enum class Architecture { Llama, Mistral, Qwen2, Qwen3 };
+
+struct RopeScaling {
+  enum class Kind { None, Linear, Llama3 } kind = Kind::None;
+  double factor = 1.0;
+  double low_freq_factor = 1.0;   // llama3 only
+  double high_freq_factor = 4.0;  // llama3 only
+  int original_max_position = 8192;  // llama3 only
+};
+
+struct ModelConfig {
+  Architecture arch = Architecture::Llama;
+  std::string architecture_name;  // as written in config.json, e.g. "LlamaForCausalLM"
+  int hidden = 0;
+  int intermediate = 0;
+  int n_layers = 0;
+  int n_heads = 0;
+  int n_kv_heads = 0;
+  int head_dim = 0;
+  int vocab = 0;
+  int max_position = 0;
+  int sliding_window = 0;  // 0: none. Contexts are capped at it rather than windowed.
+  double rms_eps = 1e-6;
+  double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
+  bool tie_embeddings = false;
+  bool qkv_bias = false;  // Qwen2, or Llama with attention_bias
+  bool qk_norm = false;   // Qwen3: RMSNorm over each head of q and k before RoPE
+  std::vector<int> bos_ids;
+  std::vector<int> eos_ids;
+
+  int q_dim() const { return n_heads * head_dim; }
+  int kv_dim() const { return n_kv_heads * head_dim; }
+  uint64_t parameter_count() const;
+};
+
+// Parses config.json content. `label` names the file in errors.
+ModelConfig parse_model_config(const nlohmann::json& config, const std::string& label);
+
+// The inverse frequencies RoPE rotates head dimension pairs (i, i + head_dim/2) by, including
+// any scaling. One table shared by the CPU engine and the CUDA kernels.
+std::vector<float> rope_inverse_frequencies(const ModelConfig& config);
+
+const char* architecture_name(Architecture arch);
+
+}  // namespace hearth

@@ -1,0 +1,147 @@
+#include "weight-server/hf_model.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "tests/support/safetensors_builder.h"
+#include "tools/synth_model.h"
+#include "weight-server/host_store.h"
+
+namespace hearth {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path fresh_dir(const std::string& name) {
+  fs::path dir = fs::path(testing::TempDir()) / ("hf_model_" + name);
+  fs::remove_all(dir);
+  return dir;
+}
+
+fs::path synth(const std::string& name, SynthOptions opt = {}) {
+  fs::path dir = fresh_dir(name);
+  write_synthetic_model(dir, opt);
+  return dir;
+}
+
+void expect_open_error(const fs::path& dir, std::initializer_list<std::string> fragments) {
+  try {
+    HfModel::open(dir);
+    FAIL() << "opened, expected an error";
+  } catch (const std::runtime_error& e) {
+    for (const auto& f : fragments) EXPECT_NE(std::string(e.what()).find(f), std::string::npos) << e.what();
+  }
+}
+
+// Rewrites model.safetensors with `mutate` applied to the list of (name, dtype, shape).
+void rewrite_weights(const fs::path& dir, const std::function<void(std::vector<test::TensorSpec>&)>& mutate) {
+  HfModel m = HfModel::open(dir);
+  std::vector<test::TensorSpec> specs;
+  for (const HfTensor& t : m.tensors())
+    specs.push_back({t.info.name, std::string(dtype_name(t.info.dtype)), t.info.shape});
+  mutate(specs);
+  auto image = test::valid_safetensors(specs);
+  std::ofstream(dir / "model.safetensors", std::ios::binary | std::ios::trunc)
+      .write(reinterpret_cast<const char*>(image.data()), image.size());
+}
+
+TEST(HfModel, OpensEveryPresetArchitecture) {
+  for (const char* preset : {"tiny-llama", "tiny-llama3", "tiny-mistral", "tiny-qwen2", "tiny-qwen3"}) {
+    SynthOptions opt;
+    opt.preset = preset;
+    HfModel m = HfModel::open(synth(preset, opt));
+    EXPECT_EQ(m.tensors().size(), expected_tensors(m.config()).size()) << preset;
+    EXPECT_FALSE(m.tokenizer_json().empty());
+    HostStore store(std::make_shared<HfModel>(std::move(m)));
+    EXPECT_NE(store.find("model.norm.weight"), nullptr);
+    EXPECT_EQ(store.at("model.embed_tokens.weight").info.dtype, DType::BF16);
+  }
+}
+
+TEST(HfModel, OpensShardedModelsThroughTheIndex) {
+  SynthOptions opt;
+  opt.shard_gb = 0.0001;  // 100 kB shards
+  fs::path dir = synth("sharded", opt);
+  ASSERT_TRUE(fs::exists(dir / "model.safetensors.index.json"));
+  ASSERT_FALSE(fs::exists(dir / "model.safetensors"));
+  HfModel sharded = HfModel::open(dir);
+  HfModel single = HfModel::open(synth("unsharded"));
+  ASSERT_EQ(sharded.tensors().size(), single.tensors().size());
+  for (size_t i = 0; i < single.tensors().size(); ++i) {
+    const auto& a = single.tensors()[i];
+    const HfTensor* b = sharded.find(a.info.name);
+    ASSERT_NE(b, nullptr);
+    ASSERT_EQ(a.data.size(), b->data.size());
+    EXPECT_EQ(std::memcmp(a.data.data(), b->data.data(), a.data.size()), 0) << a.info.name;
+  }
+}
+
+TEST(HfModel, SeedsChangeValuesAndAreReproducible) {
+  SynthOptions a, b;
+  b.seed = 1;
+  HfModel m0 = HfModel::open(synth("seed0", a));
+  HfModel m0again = HfModel::open(synth("seed0again", a));
+  HfModel m1 = HfModel::open(synth("seed1", b));
+  const auto& t0 = m0.tensors()[1].data;
+  EXPECT_EQ(std::memcmp(t0.data(), m0again.tensors()[1].data.data(), t0.size()), 0);
+  EXPECT_NE(std::memcmp(t0.data(), m1.tensors()[1].data.data(), t0.size()), 0);
+}
+
+TEST(HfModel, RefusesMissingPieces) {
+  expect_open_error(fresh_dir("nothing"), {"not a model directory"});
+  fs::path dir = synth("no_config");
+  fs::remove(dir / "config.json");
+  expect_open_error(dir, {"no config.json"});
+  dir = synth("no_weights");
+  fs::remove(dir / "model.safetensors");
+  expect_open_error(dir, {"no model.safetensors"});
+  dir = synth("bad_config");
+  std::ofstream(dir / "config.json") << "{not json";
+  expect_open_error(dir, {"config.json", "invalid JSON"});
+}
+
+TEST(HfModel, RefusesMissingUnexpectedAndMisshapenTensors) {
+  fs::path dir = synth("missing_tensor");
+  rewrite_weights(dir, [](auto& specs) {
+    std::erase_if(specs, [](const auto& s) { return s.name == "model.layers.1.mlp.up_proj.weight"; });
+  });
+  expect_open_error(dir, {"missing tensor 'model.layers.1.mlp.up_proj.weight'"});
+
+  dir = synth("unexpected_tensor");
+  rewrite_weights(dir, [](auto& specs) { specs.push_back({"model.extra.weight", "F32", {2}}); });
+  expect_open_error(dir, {"model.safetensors", "unexpected tensor 'model.extra.weight'"});
+
+  dir = synth("bad_shape");
+  rewrite_weights(dir, [](auto& specs) {
+    for (auto& s : specs)
+      if (s.name == "model.layers.0.self_attn.k_proj.weight") s.shape = {64, 64};
+  });
+  expect_open_error(dir, {"'model.layers.0.self_attn.k_proj.weight'", "[64, 64]", "[32, 64]"});
+
+  dir = synth("rope_table");
+  rewrite_weights(dir, [](auto& specs) {
+    specs.push_back({"model.layers.0.self_attn.rotary_emb.inv_freq", "F32", {8}});
+  });
+  EXPECT_NO_THROW(HfModel::open(dir));  // derivable, ignored
+}
+
+TEST(HfModel, RefusesIndexEntriesOutsideTheDirectory) {
+  SynthOptions opt;
+  opt.shard_gb = 0.0001;
+  fs::path dir = synth("evil_index", opt);
+  std::ofstream(dir / "model.safetensors.index.json")
+      << R"({"weight_map":{"model.norm.weight":"../../etc/passwd"}})";
+  expect_open_error(dir, {"outside the model directory"});
+}
+
+TEST(HfModel, EosIdsPreferGenerationConfig) {
+  ModelConfig c;
+  c.eos_ids = {2};
+  EXPECT_EQ(eos_token_ids(c, ""), std::vector<int>{2});
+  EXPECT_EQ(eos_token_ids(c, R"({"eos_token_id":[7,9]})"), (std::vector<int>{7, 9}));
+  EXPECT_EQ(eos_token_ids(c, R"({"eos_token_id":5})"), std::vector<int>{5});
+}
+
+}  // namespace
+}  // namespace hearth

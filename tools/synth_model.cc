@@ -1,0 +1,316 @@
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <stdexcept>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "tools/synth_model.h"
+#include "tools/synth_tokenizer.h"
+#include "weight-server/dtype.h"
+#include "weight-server/hf_model.h"
+#include "weight-server/model_config.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+using hearth::DType;
+
+// Config fields as transformers writes them; parsed back through hearth's own parser so a
+// preset can never describe something the engine would refuse.
+const std::map<std::string, json>& presets() {
+  static const std::map<std::string, json> table = {
+      {"tiny-llama", {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"},
+                      {"hidden_size", 64}, {"intermediate_size", 176}, {"num_hidden_layers", 2},
+                      {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"vocab_size", 512},
+                      {"max_position_embeddings", 1024}, {"rope_theta", 10000.0},
+                      {"tie_word_embeddings", false}}},
+      {"tiny-llama3", {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"},
+                       {"hidden_size", 64}, {"intermediate_size", 192}, {"num_hidden_layers", 2},
+                       {"num_attention_heads", 4}, {"num_key_value_heads", 1}, {"vocab_size", 512},
+                       {"max_position_embeddings", 2048}, {"rope_theta", 500000.0},
+                       {"rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0},
+                                         {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
+                                         {"original_max_position_embeddings", 256}}},
+                       {"tie_word_embeddings", true}}},
+      {"tiny-mistral", {{"architectures", {"MistralForCausalLM"}}, {"model_type", "mistral"},
+                        {"hidden_size", 64}, {"intermediate_size", 160}, {"num_hidden_layers", 2},
+                        {"num_attention_heads", 8}, {"num_key_value_heads", 2}, {"vocab_size", 512},
+                        {"max_position_embeddings", 2048}, {"sliding_window", 1024},
+                        {"rope_theta", 1000000.0}, {"tie_word_embeddings", false}}},
+      {"tiny-qwen2", {{"architectures", {"Qwen2ForCausalLM"}}, {"model_type", "qwen2"},
+                      {"hidden_size", 64}, {"intermediate_size", 128}, {"num_hidden_layers", 2},
+                      {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"vocab_size", 512},
+                      {"max_position_embeddings", 1024}, {"rope_theta", 1000000.0},
+                      {"tie_word_embeddings", true}, {"use_sliding_window", false}}},
+      {"tiny-qwen3", {{"architectures", {"Qwen3ForCausalLM"}}, {"model_type", "qwen3"},
+                      {"hidden_size", 64}, {"intermediate_size", 128}, {"num_hidden_layers", 2},
+                      {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"head_dim", 32},
+                      {"vocab_size", 512}, {"max_position_embeddings", 1024},
+                      {"rope_theta", 1000000.0}, {"tie_word_embeddings", true}}},
+      {"llama-3.2-1b", {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"},
+                        {"hidden_size", 2048}, {"intermediate_size", 8192}, {"num_hidden_layers", 16},
+                        {"num_attention_heads", 32}, {"num_key_value_heads", 8}, {"head_dim", 64},
+                        {"vocab_size", 128256}, {"max_position_embeddings", 131072},
+                        {"rope_theta", 500000.0},
+                        {"rope_scaling", {{"rope_type", "llama3"}, {"factor", 32.0},
+                                          {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
+                                          {"original_max_position_embeddings", 8192}}},
+                        {"tie_word_embeddings", true}}},
+      {"llama-3.1-8b", {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"},
+                        {"hidden_size", 4096}, {"intermediate_size", 14336}, {"num_hidden_layers", 32},
+                        {"num_attention_heads", 32}, {"num_key_value_heads", 8}, {"head_dim", 128},
+                        {"vocab_size", 128256}, {"max_position_embeddings", 131072},
+                        {"rope_theta", 500000.0},
+                        {"rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0},
+                                          {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
+                                          {"original_max_position_embeddings", 8192}}},
+                        {"tie_word_embeddings", false}}},
+      {"mistral-7b", {{"architectures", {"MistralForCausalLM"}}, {"model_type", "mistral"},
+                      {"hidden_size", 4096}, {"intermediate_size", 14336}, {"num_hidden_layers", 32},
+                      {"num_attention_heads", 32}, {"num_key_value_heads", 8}, {"head_dim", 128},
+                      {"vocab_size", 32768}, {"max_position_embeddings", 32768},
+                      {"rope_theta", 1000000.0}, {"sliding_window", nullptr},
+                      {"tie_word_embeddings", false}}},
+      {"qwen2.5-0.5b", {{"architectures", {"Qwen2ForCausalLM"}}, {"model_type", "qwen2"},
+                        {"hidden_size", 896}, {"intermediate_size", 4864}, {"num_hidden_layers", 24},
+                        {"num_attention_heads", 14}, {"num_key_value_heads", 2}, {"vocab_size", 151936},
+                        {"max_position_embeddings", 32768}, {"rope_theta", 1000000.0},
+                        {"tie_word_embeddings", true}, {"use_sliding_window", false}}},
+      {"qwen3-0.6b", {{"architectures", {"Qwen3ForCausalLM"}}, {"model_type", "qwen3"},
+                      {"hidden_size", 1024}, {"intermediate_size", 3072}, {"num_hidden_layers", 28},
+                      {"num_attention_heads", 16}, {"num_key_value_heads", 8}, {"head_dim", 128},
+                      {"vocab_size", 151936}, {"max_position_embeddings", 40960},
+                      {"rope_theta", 1000000.0}, {"tie_word_embeddings", true}}},
+  };
+  return table;
+}
+
+// splitmix64: a cheap, well-mixed hash of a 64-bit counter.
+uint64_t mix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// Uniform in [-1, 1) from element i of tensor `stream`.
+float uniform(uint64_t seed, uint64_t stream, uint64_t i) {
+  const uint64_t h = mix(mix(seed ^ (stream * 0xD1B54A32D192ED03ull)) + i);
+  return float(int64_t(h >> 40) - (1ll << 23)) / float(1 << 23);
+}
+
+struct TensorPlan {
+  hearth::ExpectedTensor spec;
+  uint64_t offset = 0;  // within its shard's data section
+  uint64_t bytes = 0;
+  int shard = 0;
+  // Values are centre + spread * uniform: unit-variance rows for matrices, ~1 for norms.
+  float centre = 0.0f, spread = 0.0f;
+};
+
+void plan_values(TensorPlan& t) {
+  const auto& name = t.spec.name;
+  if (t.spec.shape.size() == 1) {
+    const bool norm = name.find("norm") != std::string::npos;
+    t.centre = norm ? 1.0f : 0.0f;
+    t.spread = norm ? 0.1f : 0.2f;
+  } else if (name == "model.embed_tokens.weight") {
+    t.spread = 1.0f;
+  } else {
+    t.spread = std::sqrt(3.0f / float(t.spec.shape[1]));  // unit output variance
+  }
+}
+
+void store(std::byte* out, DType dtype, uint64_t i, float v) {
+  switch (dtype) {
+    case DType::F32: std::memcpy(out + 4 * i, &v, 4); break;
+    case DType::F16: {
+      const uint16_t h = hearth::f32_to_f16(v);
+      std::memcpy(out + 2 * i, &h, 2);
+      break;
+    }
+    case DType::BF16: {
+      const uint16_t h = hearth::f32_to_bf16(v);
+      std::memcpy(out + 2 * i, &h, 2);
+      break;
+    }
+  }
+}
+
+std::string header_bytes(const std::vector<TensorPlan>& tensors, int shard, DType dtype) {
+  json h = json::object();
+  h["__metadata__"] = {{"format", "pt"}, {"generator", "hearth-synth"}};
+  for (const TensorPlan& t : tensors) {
+    if (t.shard != shard) continue;
+    h[t.spec.name] = {{"dtype", std::string(hearth::dtype_name(dtype))},
+                      {"shape", t.spec.shape},
+                      {"data_offsets", {t.offset, t.offset + t.bytes}}};
+  }
+  std::string text = h.dump();
+  text.append((8 - (8 + text.size()) % 8) % 8, ' ');  // keep data 8-byte aligned
+  std::string out(8, '\0');
+  for (int i = 0; i < 8; ++i) out[i] = char((uint64_t(text.size()) >> (8 * i)) & 0xff);
+  return out + text;
+}
+
+void write_file(const fs::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  if (!out) throw std::runtime_error(path.string() + ": write failed");
+}
+
+}  // namespace
+
+namespace hearth {
+
+std::vector<std::string> synth_presets() {
+  std::vector<std::string> names;
+  for (const auto& [name, _] : presets()) names.push_back(name);
+  return names;
+}
+
+SynthResult write_synthetic_model(const fs::path& out_dir, const SynthOptions& opt) {
+  auto preset_it = presets().find(opt.preset);
+  if (preset_it == presets().end()) throw std::runtime_error("unknown preset '" + opt.preset + "'");
+  const DType dtype = opt.dtype;
+  const char* torch_dtype = dtype == DType::BF16 ? "bfloat16" : dtype == DType::F16 ? "float16" : "float32";
+
+  json config = preset_it->second;
+  config["hidden_act"] = "silu";
+  config["rms_norm_eps"] = 1e-5;
+  config["torch_dtype"] = torch_dtype;
+  if (opt.config_overrides.is_object())
+    for (const auto& [k, v] : opt.config_overrides.items()) config[k] = v;
+  const SynthTokenizer tok = make_synth_tokenizer(int(config["vocab_size"]));
+  config["bos_token_id"] = tok.bos_id;
+  config["eos_token_id"] = tok.eos_id;
+  const ModelConfig cfg = parse_model_config(config, opt.preset);
+
+  std::vector<TensorPlan> tensors;
+  for (auto& spec : expected_tensors(cfg)) {
+    TensorPlan t{spec};
+    t.bytes = dtype_size(dtype);
+    for (int64_t d : spec.shape) t.bytes *= uint64_t(d);
+    plan_values(t);
+    tensors.push_back(std::move(t));
+  }
+  // Assign shards greedily in order, then offsets within each shard.
+  const uint64_t shard_limit = opt.shard_gb > 0 ? uint64_t(opt.shard_gb * 1e9) : UINT64_MAX;
+  int shards = 1;
+  uint64_t used = 0;
+  for (TensorPlan& t : tensors) {
+    if (used > 0 && used + t.bytes > shard_limit) {
+      ++shards;
+      used = 0;
+    }
+    t.shard = shards - 1;
+    t.offset = used;
+    used += t.bytes;
+  }
+
+  fs::create_directories(out_dir);
+  auto shard_name = [&](int s) {
+    if (shards == 1) return std::string("model.safetensors");
+    char buf[64];
+    std::snprintf(buf, sizeof buf, "model-%05d-of-%05d.safetensors", s + 1, shards);
+    return std::string(buf);
+  };
+  std::vector<int> fds(shards, -1);
+  std::vector<uint64_t> data_start(shards);
+  auto close_all = [&] {
+    bool ok = true;
+    for (int& fd : fds)
+      if (fd >= 0 && ::close(std::exchange(fd, -1)) != 0) ok = false;
+    return ok;
+  };
+  try {
+    for (int s = 0; s < shards; ++s) {
+      const fs::path path = out_dir / shard_name(s);
+      fds[s] = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+      if (fds[s] < 0) throw std::runtime_error(path.string() + ": cannot create");
+      const std::string header = header_bytes(tensors, s, dtype);
+      if (::write(fds[s], header.data(), header.size()) != ssize_t(header.size()))
+        throw std::runtime_error(path.string() + ": write failed");
+      data_start[s] = header.size();
+    }
+  } catch (...) {
+    close_all();
+    throw;
+  }
+
+  // Work items of at most 16 MiB; threads take them in turn.
+  struct Chunk {
+    size_t tensor;
+    uint64_t first, count;
+  };
+  std::vector<Chunk> chunks;
+  const uint64_t per_chunk = (16ull << 20) / dtype_size(dtype);
+  uint64_t total_bytes = 0;
+  for (size_t ti = 0; ti < tensors.size(); ++ti) {
+    const uint64_t n = tensors[ti].bytes / dtype_size(dtype);
+    for (uint64_t first = 0; first < n; first += per_chunk)
+      chunks.push_back({ti, first, std::min(per_chunk, n - first)});
+    total_bytes += tensors[ti].bytes;
+  }
+
+  std::atomic<size_t> next{0};
+  std::atomic<uint64_t> written{0};
+  std::atomic<bool> failed{false};
+  const auto start = std::chrono::steady_clock::now();
+  auto worker = [&] {
+    std::vector<std::byte> buf(std::min<uint64_t>(16ull << 20, total_bytes));
+    for (size_t c; !failed && (c = next++) < chunks.size();) {
+      const Chunk& ch = chunks[c];
+      const TensorPlan& t = tensors[ch.tensor];
+      for (uint64_t i = 0; i < ch.count; ++i)
+        store(buf.data(), dtype, i, t.centre + t.spread * uniform(opt.seed, ch.tensor, ch.first + i));
+      const uint64_t bytes = ch.count * dtype_size(dtype);
+      const uint64_t at = data_start[t.shard] + t.offset + ch.first * dtype_size(dtype);
+      if (::pwrite(fds[t.shard], buf.data(), bytes, off_t(at)) != ssize_t(bytes)) failed = true;
+      const uint64_t done = written += bytes;
+      if (opt.progress && done * 20 / total_bytes != (done - bytes) * 20 / total_bytes)
+        std::fprintf(stderr, "hearth-synth: %3.0f%% of %.2f GB\n", 100.0 * done / total_bytes,
+                     total_bytes / 1e9);
+    }
+  };
+  const int threads = opt.threads > 0 ? opt.threads : int(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> pool;
+  for (int i = 0; i < threads; ++i) pool.emplace_back(worker);
+  for (auto& th : pool) th.join();
+  if (!close_all() || failed)
+    throw std::runtime_error(out_dir.string() + ": writing the weights failed (disk full?)");
+
+  if (shards > 1) {
+    json index = {{"metadata", {{"total_size", total_bytes}}}, {"weight_map", json::object()}};
+    for (const TensorPlan& t : tensors) index["weight_map"][t.spec.name] = shard_name(t.shard);
+    write_file(out_dir / "model.safetensors.index.json", index.dump(2));
+  }
+  write_file(out_dir / "config.json", config.dump(2));
+  write_file(out_dir / "generation_config.json",
+             json{{"bos_token_id", tok.bos_id}, {"eos_token_id", tok.eos_id}}.dump(2));
+  if (opt.tokenizer_path.empty()) {
+    write_file(out_dir / "tokenizer.json", tok.tokenizer_json);
+    write_file(out_dir / "tokenizer_config.json", tok.tokenizer_config_json);
+  } else {
+    fs::copy_file(opt.tokenizer_path, out_dir / "tokenizer.json", fs::copy_options::overwrite_existing);
+    const fs::path cfg_path = fs::path(opt.tokenizer_path).parent_path() / "tokenizer_config.json";
+    if (fs::exists(cfg_path))
+      fs::copy_file(cfg_path, out_dir / "tokenizer_config.json", fs::copy_options::overwrite_existing);
+  }
+  return {cfg, total_bytes,
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
+}
+
+}  // namespace hearth

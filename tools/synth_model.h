@@ -1,0 +1,40 @@
+// Seeded synthetic models written as Hugging Face directories (config.json, safetensors,
+// tokenizer files) for every supported architecture, from tiny test sizes to the shapes of
+// Llama-3.1-8B. Values come from a counter-based hash of (seed, tensor, element): the same seed
+// gives the same bytes whatever the thread count, and large models are written in parallel.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "weight-server/dtype.h"
+#include "weight-server/model_config.h"
+
+namespace hearth {
+
+struct SynthOptions {
+  std::string preset = "tiny-llama";
+  DType dtype = DType::BF16;
+  uint64_t seed = 0;
+  double shard_gb = 0;            // > 0: shards of about this size plus an index
+  std::string tokenizer_path;     // copy this tokenizer.json instead of the generated one
+  int threads = 0;                // 0: one per core
+  bool progress = false;          // progress lines on stderr
+  nlohmann::json config_overrides;  // config.json keys to replace (tests use it)
+};
+
+struct SynthResult {
+  ModelConfig config;
+  uint64_t bytes = 0;
+  double seconds = 0;
+};
+
+std::vector<std::string> synth_presets();
+
+SynthResult write_synthetic_model(const std::filesystem::path& dir, const SynthOptions& options);
+
+}  // namespace hearth

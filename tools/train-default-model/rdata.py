@@ -45,7 +45,8 @@ class Unserializer:
         self._int()  # writer's R version
         self._int()  # minimal reader version
         if version == 3:
-            self.pos += self._int()  # native encoding name
+            n = self._int()  # native encoding name
+            self.pos += n
         return self._item()
 
     def _with_attributes(self, flags: int, value):

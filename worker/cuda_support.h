@@ -1,0 +1,21 @@
+// The seam between the worker and the optional CUDA engine. Built without CUDA, these say so;
+// built with it, they never require a GPU or driver just to start.
+#pragma once
+
+#include <memory>
+
+#include "worker/backend.h"
+#include "worker/profile.h"
+#include "worker/worker_model.h"
+
+namespace hearth {
+
+// True when a usable CUDA device and driver are present.
+bool cuda_device_available();
+
+// Throws std::runtime_error ("no CUDA device was found", "built without CUDA", ...) when the
+// CUDA engine cannot run here.
+std::unique_ptr<Backend> make_cuda_backend(const Profile& profile, const WorkerModel& model,
+                                           int context_length);
+
+}  // namespace hearth

@@ -1,0 +1,15 @@
+// Used when hearth is built without nvcc: the CUDA engine does not exist in this binary.
+#include <stdexcept>
+
+#include "worker/cuda_support.h"
+
+namespace hearth {
+
+bool cuda_device_available() { return false; }
+
+std::unique_ptr<Backend> make_cuda_backend(const Profile&, const WorkerModel&, int) {
+  throw std::runtime_error("this hearth was built without CUDA (no nvcc found at build time); "
+                           "use --backend cpu");
+}
+
+}  // namespace hearth

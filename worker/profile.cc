@@ -1,0 +1,182 @@
+#include "worker/profile.h"
+
+#include <functional>
+#include <map>
+#include <stdexcept>
+
+#include "weight-server/hf_model.h"
+
+namespace hearth {
+
+using json = nlohmann::json;
+
+namespace {
+
+[[noreturn]] void bad(const std::string& label, const std::string& key, const std::string& why) {
+  throw std::runtime_error(label + ": profile key '" + key + "': " + why);
+}
+
+double number(const json& v, const std::string& label, const std::string& key, double lo,
+              double hi) {
+  if (!v.is_number()) bad(label, key, "must be a number, got " + v.dump());
+  const double d = v.get<double>();
+  if (!(d >= lo && d <= hi))
+    bad(label, key, "must be in [" + json(lo).dump() + ", " + json(hi).dump() + "], got " + v.dump());
+  return d;
+}
+
+int64_t integer(const json& v, const std::string& label, const std::string& key, int64_t lo,
+                int64_t hi) {
+  if (!v.is_number_integer()) bad(label, key, "must be an integer, got " + v.dump());
+  const int64_t i = v.get<int64_t>();
+  if (i < lo || i > hi)
+    bad(label, key, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " +
+                        v.dump());
+  return i;
+}
+
+bool boolean(const json& v, const std::string& label, const std::string& key) {
+  if (!v.is_boolean()) bad(label, key, "must be true or false, got " + v.dump());
+  return v.get<bool>();
+}
+
+std::string one_of(const json& v, const std::string& label, const std::string& key,
+                   std::initializer_list<const char*> allowed) {
+  std::string list;
+  for (const char* a : allowed) list += std::string(list.empty() ? "" : ", ") + a;
+  if (v.is_string())
+    for (const char* a : allowed)
+      if (v.get<std::string>() == a) return a;
+  bad(label, key, "must be one of " + list + ", got " + v.dump());
+}
+
+using Setter = std::function<void(Profile&, const json&, const std::string&)>;
+
+const std::map<std::string, Setter>& setters() {
+  static const std::map<std::string, Setter> table = {
+      {"name",
+       [](Profile& p, const json& v, const std::string& l) {
+         if (!v.is_string()) bad(l, "name", "must be a string");
+         p.name = v.get<std::string>();
+       }},
+      {"temperature",
+       [](Profile& p, const json& v, const std::string& l) {
+         p.sampling.temperature = float(number(v, l, "temperature", 0.0, 100.0));
+       }},
+      {"top_k",
+       [](Profile& p, const json& v, const std::string& l) {
+         p.sampling.top_k = int(integer(v, l, "top_k", 0, 1 << 30));
+       }},
+      {"top_p",
+       [](Profile& p, const json& v, const std::string& l) {
+         p.sampling.top_p = float(number(v, l, "top_p", 0.0, 1.0));
+         if (p.sampling.top_p <= 0.0f) bad(l, "top_p", "must be greater than 0");
+       }},
+      {"min_p",
+       [](Profile& p, const json& v, const std::string& l) {
+         p.sampling.min_p = float(number(v, l, "min_p", 0.0, 1.0));
+       }},
+      {"repetition_penalty",
+       [](Profile& p, const json& v, const std::string& l) {
+         p.sampling.repetition_penalty = float(number(v, l, "repetition_penalty", 1e-3, 100.0));
+       }},
+      {"seed",
+       [](Profile& p, const json& v, const std::string& l) {
+         if (!v.is_number_unsigned()) bad(l, "seed", "must be an integer >= 0, got " + v.dump());
+         p.sampling.seed = v.get<uint64_t>();
+       }},
+      {"max_tokens",
+       [](Profile& p, const json& v, const std::string& l) {
+         p.max_tokens = int(integer(v, l, "max_tokens", 0, 1 << 24));
+       }},
+      {"stop",
+       [](Profile& p, const json& value, const std::string& l) {
+         p.stop.clear();
+         const json v = value.is_string() ? json::array({value}) : value;
+         if (!v.is_array()) bad(l, "stop", "must be a string or an array of strings");
+         for (const json& s : v) {
+           if (!s.is_string() || s.get<std::string>().empty())
+             bad(l, "stop", "stop strings must be non-empty strings");
+           p.stop.push_back(s.get<std::string>());
+         }
+       }},
+      {"ignore_eos",
+       [](Profile& p, const json& v, const std::string& l) {
+         p.ignore_eos = boolean(v, l, "ignore_eos");
+       }},
+      {"backend",
+       [](Profile& p, const json& v, const std::string& l) {
+         p.backend = one_of(v, l, "backend", {"auto", "cpu", "cuda"});
+       }},
+      {"context_length",
+       [](Profile& p, const json& v, const std::string& l) {
+         p.context_length = int(integer(v, l, "context_length", 0, 1 << 20));
+       }},
+      {"cuda_graphs",
+       [](Profile& p, const json& v, const std::string& l) {
+         p.cuda_graphs = boolean(v, l, "cuda_graphs");
+       }},
+      {"kv_cache_dtype",
+       [](Profile& p, const json& v, const std::string& l) {
+         p.kv_cache_dtype = one_of(v, l, "kv_cache_dtype", {"bf16", "f16"});
+       }},
+      {"weights_layout",
+       [](Profile& p, const json& v, const std::string& l) {
+         p.weights_layout = one_of(v, l, "weights_layout", {"per-tensor", "packed"});
+       }},
+      {"decode_gemv",
+       [](Profile& p, const json& v, const std::string& l) {
+         p.decode_gemv = one_of(v, l, "decode_gemv", {"hearth", "cublas"});
+       }},
+  };
+  return table;
+}
+
+}  // namespace
+
+void apply_profile_json(Profile& profile, const json& obj, const std::string& label) {
+  if (!obj.is_object()) throw std::runtime_error(label + ": a profile must be a JSON object");
+  for (const auto& [key, value] : obj.items()) {
+    auto it = setters().find(key);
+    if (it == setters().end()) {
+      std::string known;
+      for (const auto& [k, _] : setters()) known += (known.empty() ? "" : ", ") + k;
+      throw std::runtime_error(label + ": unknown profile key '" + key + "' (known: " + known + ")");
+    }
+    it->second(profile, value, label);
+  }
+}
+
+Profile load_profile_file(const std::string& path) {
+  const std::string text = read_text_file(path);
+  json obj;
+  try {
+    obj = json::parse(text);
+  } catch (const json::exception& e) {
+    throw std::runtime_error(path + ": invalid JSON: " + e.what());
+  }
+  Profile p;
+  apply_profile_json(p, obj, path);
+  return p;
+}
+
+json profile_to_json(const Profile& p) {
+  return json{{"name", p.name},
+              {"temperature", p.sampling.temperature},
+              {"top_k", p.sampling.top_k},
+              {"top_p", p.sampling.top_p},
+              {"min_p", p.sampling.min_p},
+              {"repetition_penalty", p.sampling.repetition_penalty},
+              {"seed", p.sampling.seed},
+              {"max_tokens", p.max_tokens},
+              {"stop", p.stop},
+              {"ignore_eos", p.ignore_eos},
+              {"backend", p.backend},
+              {"context_length", p.context_length},
+              {"cuda_graphs", p.cuda_graphs},
+              {"kv_cache_dtype", p.kv_cache_dtype},
+              {"weights_layout", p.weights_layout},
+              {"decode_gemv", p.decode_gemv}};
+}
+
+}  // namespace hearth

@@ -1,0 +1,155 @@
+// hearth-worker: runs one prompt through a model and streams the generated tokens, either on a
+// model directory of its own (single-process mode) or on weights a hearth-server shares.
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "worker/backend_factory.h"
+#include "worker/generator.h"
+#include "worker/output_sink.h"
+#include "worker/profile.h"
+#include "worker/tokenizer/tokenizer.h"
+#include "worker/worker_model.h"
+
+namespace {
+
+using json = nlohmann::json;
+using hearth::Profile;
+
+std::vector<int32_t> parse_token_list(const std::string& text) {
+  std::vector<int32_t> ids;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != item.size() || v < 0 || v > INT32_MAX)
+      throw std::runtime_error("--prompt-tokens: '" + item + "' is not a token id");
+    ids.push_back(int32_t(v));
+  }
+  if (ids.empty()) throw std::runtime_error("--prompt-tokens: no token ids given");
+  return ids;
+}
+
+// `--set key=value`: the value is JSON when it parses as JSON, else a string.
+void apply_setting(Profile& profile, const std::string& setting) {
+  const size_t eq = setting.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw std::runtime_error("--set expects key=value, got '" + setting + "'");
+  const std::string key = setting.substr(0, eq), raw = setting.substr(eq + 1);
+  json value = json::parse(raw, nullptr, false);
+  if (value.is_discarded()) value = raw;
+  hearth::apply_profile_json(profile, json{{key, value}}, "--set");
+}
+
+void write_logits(const std::string& path, std::span<const float> logits, int prompt_tokens) {
+  std::ofstream out(path);
+  if (!out) throw std::runtime_error(path + ": cannot open for writing");
+  out << json{{"prompt_tokens", prompt_tokens},
+              {"logits", std::vector<float>(logits.begin(), logits.end())}}
+             .dump()
+      << "\n";
+  if (!out) throw std::runtime_error(path + ": write failed");
+}
+
+// Runs the prompt alone to capture the logits at its last position, for reference checks.
+void dump_prompt_logits(hearth::Backend& backend, const std::vector<int32_t>& prompt,
+                        const std::string& path) {
+  backend.forward(prompt, 0);
+  write_logits(path, backend.logits(), int(prompt.size()));
+}
+
+int run(int argc, char** argv) {
+  const auto process_start = std::chrono::steady_clock::now();
+  CLI::App app{"hearth-worker: generate from a model, alone or on a hearth-server's shared weights"};
+  app.set_version_flag("--version", "hearth-worker 0.1.0");
+  std::string model_arg, prompt, prompt_tokens, profile_path, format = "text", dump_logits;
+  std::vector<std::string> settings, stops;
+  Profile flags;  // values given on the command line
+  app.add_option("--model", model_arg, "model directory (single-process mode)")->required();
+  auto* prompt_opt = app.add_option("--prompt", prompt, "prompt text (special tokens added as the tokenizer's post-processor says)");
+  auto* tokens_opt = app.add_option("--prompt-tokens", prompt_tokens, "prompt as comma-separated token ids, used exactly");
+  prompt_opt->excludes(tokens_opt);
+  app.add_option("--profile", profile_path, "profile JSON file (flags override it)");
+  auto* max_opt = app.add_option("--max-tokens", flags.max_tokens, "tokens to generate at most");
+  auto* temp_opt = app.add_option("--temperature", flags.sampling.temperature, "0 = greedy");
+  auto* topk_opt = app.add_option("--top-k", flags.sampling.top_k, "0 = off");
+  auto* topp_opt = app.add_option("--top-p", flags.sampling.top_p, "1 = off");
+  auto* minp_opt = app.add_option("--min-p", flags.sampling.min_p, "0 = off");
+  auto* rep_opt = app.add_option("--repetition-penalty", flags.sampling.repetition_penalty, "1 = off");
+  auto* seed_opt = app.add_option("--seed", flags.sampling.seed, "sampling seed");
+  auto* ctx_opt = app.add_option("--context-length", flags.context_length, "KV cache length");
+  auto* backend_opt = app.add_option("--backend", flags.backend, "auto | cpu | cuda");
+  app.add_option("--stop", stops, "stop string (repeatable)");
+  app.add_option("--set", settings, "any profile key, as key=value (repeatable)");
+  app.add_option("--format", format, "text | jsonl")->check(CLI::IsMember({"text", "jsonl"}));
+  app.add_option("--dump-logits", dump_logits, "write the prompt's last-position logits as JSON");
+  CLI11_PARSE(app, argc, argv);
+
+  if (!*prompt_opt && !*tokens_opt) throw std::runtime_error("give --prompt or --prompt-tokens");
+
+  Profile profile = profile_path.empty() ? Profile{} : hearth::load_profile_file(profile_path);
+  for (const std::string& s : settings) apply_setting(profile, s);
+  // Flags go through the same validation as profile keys.
+  json overrides = json::object();
+  if (*max_opt) overrides["max_tokens"] = flags.max_tokens;
+  if (*temp_opt) overrides["temperature"] = flags.sampling.temperature;
+  if (*topk_opt) overrides["top_k"] = flags.sampling.top_k;
+  if (*topp_opt) overrides["top_p"] = flags.sampling.top_p;
+  if (*minp_opt) overrides["min_p"] = flags.sampling.min_p;
+  if (*rep_opt) overrides["repetition_penalty"] = flags.sampling.repetition_penalty;
+  if (*seed_opt) overrides["seed"] = flags.sampling.seed;
+  if (*ctx_opt) overrides["context_length"] = flags.context_length;
+  if (*backend_opt) overrides["backend"] = flags.backend;
+  if (!stops.empty()) overrides["stop"] = stops;
+  hearth::apply_profile_json(profile, overrides, "command line");
+
+  hearth::WorkerModel model = hearth::open_model_dir(model_arg);
+  std::optional<hearth::Tokenizer> tokenizer;
+  if (!model.tokenizer_json.empty()) tokenizer = hearth::Tokenizer::from_json(model.tokenizer_json);
+
+  hearth::GenerationRequest request;
+  request.profile = profile;
+  if (*tokens_opt) {
+    request.prompt = parse_token_list(prompt_tokens);
+  } else {
+    if (!tokenizer) throw std::runtime_error(model_arg + ": no tokenizer.json; use --prompt-tokens");
+    request.prompt = tokenizer->encode(prompt, /*add_special_tokens=*/true);
+  }
+  request.eos_ids = hearth::end_of_sequence_ids(model, tokenizer ? &*tokenizer : nullptr);
+
+  std::unique_ptr<hearth::Backend> backend = hearth::make_backend(profile, model);
+  const double load_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - process_start).count();
+  if (!dump_logits.empty()) dump_prompt_logits(*backend, request.prompt, dump_logits);
+
+  std::unique_ptr<hearth::TokenSink> sink;
+  if (format == "jsonl")
+    sink = std::make_unique<hearth::JsonlSink>(stdout, json{{"load_ms", load_ms}});
+  else
+    sink = std::make_unique<hearth::TextSink>(stdout);
+  hearth::generate(*backend, tokenizer ? &*tokenizer : nullptr, request, *sink);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "hearth-worker: error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,29 @@
+// A model as a worker runs it: weights in a store plus the text files that describe them,
+// whether opened from a directory (single-process mode) or received from a weight server.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "weight-server/weight_store.h"
+
+namespace hearth {
+
+class Tokenizer;
+
+struct WorkerModel {
+  std::string name;
+  std::shared_ptr<const WeightStore> store;
+  std::string tokenizer_json, tokenizer_config_json, generation_config_json;
+};
+
+// Single-process mode: maps the directory's safetensors and uses them in place.
+WorkerModel open_model_dir(const std::filesystem::path& dir);
+
+// End-of-sequence ids: generation_config.json's, else config.json's, plus the tokenizer
+// config's eos_token when the tokenizer knows it.
+std::vector<int32_t> end_of_sequence_ids(const WorkerModel& model, const Tokenizer* tokenizer);
+
+}  // namespace hearth

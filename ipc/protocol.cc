@@ -1,0 +1,170 @@
+#include "ipc/protocol.h"
+
+#include <algorithm>
+#include <array>
+
+#include "ipc/fd_passing.h"
+
+namespace hearth::ipc {
+namespace {
+
+constexpr std::array<std::string_view, 9> kKnownOps = {
+    op::kHello, op::kList, op::kManifest, op::kImport,   op::kRelease,
+    op::kStats, op::kLoad, op::kUnload,   op::kShutdown,
+};
+constexpr std::array<std::string_view, 3> kAdminOps = {op::kLoad, op::kUnload, op::kShutdown};
+
+const nlohmann::json* find(const nlohmann::json& object, std::string_view key) {
+  if (!object.is_object()) return nullptr;
+  const auto it = object.find(key);
+  return it == object.end() ? nullptr : &*it;
+}
+
+[[noreturn]] void bad_field(std::string_view key, std::string_view expected) {
+  throw ProtocolError(ErrorCode::kBadRequest,
+                      "field '" + std::string(key) + "' must be " + std::string(expected));
+}
+
+}  // namespace
+
+bool is_known_op(std::string_view name) {
+  return std::find(kKnownOps.begin(), kKnownOps.end(), name) != kKnownOps.end();
+}
+
+bool is_admin_op(std::string_view name) {
+  return std::find(kAdminOps.begin(), kAdminOps.end(), name) != kAdminOps.end();
+}
+
+Request parse_request(nlohmann::json body) {
+  if (!body.is_object()) throw ProtocolError(ErrorCode::kBadRequest, "a request must be an object");
+  Request request;
+  request.op = string_field(body, "op");
+  request.id = uint_field(body, "id");
+  request.body = std::move(body);
+  return request;
+}
+
+std::optional<RequestId> request_id_of(const nlohmann::json& body) {
+  const nlohmann::json* id = find(body, "id");
+  if (id == nullptr || !id->is_number_unsigned()) return std::nullopt;
+  return id->get<RequestId>();
+}
+
+nlohmann::json make_request(std::string_view op, RequestId id, nlohmann::json args) {
+  if (!args.is_object()) throw IpcError("request arguments must be a JSON object");
+  args["op"] = op;
+  args["id"] = id;
+  return args;
+}
+
+nlohmann::json make_ok_reply(RequestId id, nlohmann::json fields) {
+  if (!fields.is_object()) throw IpcError("reply fields must be a JSON object");
+  fields["id"] = id;
+  fields["ok"] = true;
+  return fields;
+}
+
+nlohmann::json make_error_reply(std::optional<RequestId> id, ErrorCode code,
+                                std::string_view message) {
+  nlohmann::json reply = nlohmann::json::object();
+  reply["id"] = id ? nlohmann::json(*id) : nlohmann::json(nullptr);
+  reply["ok"] = false;
+  reply["error"] = {{"code", to_string(code)}, {"message", message}};
+  return reply;
+}
+
+ReplyStatus parse_reply_status(const nlohmann::json& body) {
+  ReplyStatus status;
+  const nlohmann::json* id = find(body, "id");
+  const nlohmann::json* ok = find(body, "ok");
+  if (id == nullptr || !(id->is_null() || id->is_number_unsigned()) || ok == nullptr ||
+      !ok->is_boolean()) {
+    throw IpcError("malformed reply (needs an integer or null 'id' and a boolean 'ok'): " +
+                   body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  }
+  if (!id->is_null()) status.id = id->get<RequestId>();
+  status.ok = ok->get<bool>();
+  if (status.ok) return status;
+  const nlohmann::json* error = find(body, "error");
+  const nlohmann::json* code = error ? find(*error, "code") : nullptr;
+  const nlohmann::json* message = error ? find(*error, "message") : nullptr;
+  if (code == nullptr || !code->is_string() || message == nullptr || !message->is_string()) {
+    throw IpcError("malformed error reply (needs error.code and error.message)");
+  }
+  status.message = message->get<std::string>();
+  if (auto known = parse_error_code(code->get<std::string>())) {
+    status.code = *known;
+  } else {
+    status.code = ErrorCode::kInternal;
+    status.message = "[" + code->get<std::string>() + "] " + status.message;
+  }
+  return status;
+}
+
+const std::string& string_field(const nlohmann::json& object, std::string_view key) {
+  const nlohmann::json* value = find(object, key);
+  if (value == nullptr || !value->is_string()) bad_field(key, "a string");
+  return value->get_ref<const std::string&>();
+}
+
+std::uint64_t uint_field(const nlohmann::json& object, std::string_view key) {
+  const nlohmann::json* value = find(object, key);
+  if (value == nullptr || !value->is_number_unsigned()) bad_field(key, "an unsigned integer");
+  return value->get<std::uint64_t>();
+}
+
+std::optional<std::string> optional_string_field(const nlohmann::json& object,
+                                                 std::string_view key) {
+  const nlohmann::json* value = find(object, key);
+  if (value == nullptr || value->is_null()) return std::nullopt;
+  if (!value->is_string()) bad_field(key, "a string");
+  return value->get<std::string>();
+}
+
+nlohmann::json make_hello_args(std::string_view client_name) {
+  return {{"version", kProtocolVersion}, {"client", client_name}};
+}
+
+void check_protocol_version(const nlohmann::json& message, std::string_view peer) {
+  const nlohmann::json* version = find(message, "version");
+  if (version == nullptr || !version->is_number_integer()) {
+    throw ProtocolError(ErrorCode::kVersionMismatch,
+                        "the " + std::string(peer) + " did not state a protocol version");
+  }
+  if (version->get<std::int64_t>() != kProtocolVersion) {
+    throw ProtocolError(ErrorCode::kVersionMismatch,
+                        "the " + std::string(peer) + " speaks protocol version " + version->dump() +
+                            ", this build speaks version " + std::to_string(kProtocolVersion));
+  }
+}
+
+nlohmann::json make_import_args(std::string_view model,
+                                std::span<const std::uint64_t> allocations) {
+  return {{"model", model},
+          {"allocations", std::vector<std::uint64_t>(allocations.begin(), allocations.end())}};
+}
+
+ImportRequest parse_import_request(const Request& request) {
+  ImportRequest parsed;
+  parsed.model = string_field(request.body, "model");
+  const nlohmann::json* ids = find(request.body, "allocations");
+  if (ids == nullptr || !ids->is_array()) bad_field("allocations", "an array of allocation ids");
+  if (ids->size() > kMaxFdsPerFrame) {
+    throw ProtocolError(ErrorCode::kTooLarge, "import of " + std::to_string(ids->size()) +
+                                                  " allocations in one request (at most " +
+                                                  std::to_string(kMaxFdsPerFrame) +
+                                                  "; send batches)");
+  }
+  parsed.allocations.reserve(ids->size());
+  for (const nlohmann::json& id : *ids) {
+    if (!id.is_number_unsigned()) bad_field("allocations", "an array of unsigned integers");
+    parsed.allocations.push_back(id.get<std::uint64_t>());
+  }
+  return parsed;
+}
+
+nlohmann::json make_import_result(std::span<const std::uint64_t> allocations) {
+  return {{"allocations", std::vector<std::uint64_t>(allocations.begin(), allocations.end())}};
+}
+
+}  // namespace hearth::ipc

@@ -1,0 +1,105 @@
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ipc/errors.h"
+
+// The messages of the hearth protocol. A request is {"op": NAME, "id": N, ...arguments}; its
+// reply is {"id": N, "ok": true, ...results} or {"id": N, "ok": false, "error": {"code": CODE,
+// "message": TEXT}}. A reply that does not answer a particular request (a refused connection,
+// an unparsable frame) has "id": null. The first request on a connection must be hello.
+namespace hearth::ipc {
+
+// Bumped on any incompatible change; hello refuses a peer that speaks another version.
+inline constexpr int kProtocolVersion = 1;
+
+using RequestId = std::uint64_t;
+
+namespace op {
+inline constexpr std::string_view kHello =
+    "hello";  // {version, client} -> {version, server, client_id, admin}
+inline constexpr std::string_view kList = "list";          // models being served
+inline constexpr std::string_view kManifest = "manifest";  // {model} -> the model's manifest
+inline constexpr std::string_view kImport = "import";      // see ImportRequest
+inline constexpr std::string_view kRelease = "release";    // {model}: end this client's lease
+inline constexpr std::string_view kStats = "stats";
+// Admin operations: only the server's own uid may call them.
+inline constexpr std::string_view kLoad = "load";
+inline constexpr std::string_view kUnload = "unload";
+inline constexpr std::string_view kShutdown = "shutdown";
+}  // namespace op
+
+bool is_known_op(std::string_view name);
+bool is_admin_op(std::string_view name);
+
+// A request whose envelope has been checked. `body` is the whole object: handlers read their
+// own arguments from it (see string_field and friends).
+struct Request {
+  std::string op;
+  RequestId id = 0;
+  nlohmann::json body;
+};
+
+// Checks the envelope (an object with a string "op" and an unsigned integer "id"). Does not
+// check that the op is known. Throws ProtocolError(kBadRequest).
+Request parse_request(nlohmann::json body);
+// The request's id if it has a usable one: lets an error reply to a malformed request still
+// name the request it answers.
+std::optional<RequestId> request_id_of(const nlohmann::json& body);
+
+// {"op": op, "id": id, ...args}. `args` must be an object; its "op"/"id" are overwritten.
+nlohmann::json make_request(std::string_view op, RequestId id,
+                            nlohmann::json args = nlohmann::json::object());
+// {"id": id, "ok": true, ...fields}
+nlohmann::json make_ok_reply(RequestId id, nlohmann::json fields = nlohmann::json::object());
+// {"id": id or null, "ok": false, "error": {"code": ..., "message": ...}}
+nlohmann::json make_error_reply(std::optional<RequestId> id, ErrorCode code,
+                                std::string_view message);
+
+// The envelope of a reply: its id (null for connection-level errors) and, if not ok, the error.
+struct ReplyStatus {
+  std::optional<RequestId> id;
+  bool ok = false;
+  ErrorCode code = ErrorCode::kInternal;
+  std::string message;
+};
+// Throws IpcError if `body` is not a well-formed reply. An error code this build does not know
+// (a newer server) reads as kInternal with the code named in the message.
+ReplyStatus parse_reply_status(const nlohmann::json& body);
+
+// Field accessors that turn a missing or mistyped field into ProtocolError(kBadRequest) naming
+// the field, so handlers can read arguments without checking every type by hand.
+const std::string& string_field(const nlohmann::json& object, std::string_view key);
+std::uint64_t uint_field(const nlohmann::json& object, std::string_view key);
+std::optional<std::string> optional_string_field(const nlohmann::json& object,
+                                                 std::string_view key);
+
+// hello: the client states its version and name. The server refuses another version with
+// kVersionMismatch; the client checks the server's version in the reply the same way.
+nlohmann::json make_hello_args(std::string_view client_name);
+// Throws ProtocolError(kVersionMismatch) unless message["version"] == kProtocolVersion.
+// `peer` names the other side in the message ("client" or "server").
+void check_protocol_version(const nlohmann::json& message, std::string_view peer);
+
+// import: {"model": NAME, "allocations": [ID, ...]} asks for one FD per allocation id (ids are
+// the unsigned integers of the model's manifest); the reply {"allocations": [ID, ...]} carries
+// the FDs in that order. At most kMaxFdsPerFrame ids per request: Client::import_allocations
+// splits larger sets. The FDs are the client's to keep; the server counts a lease on the model
+// until the client sends release or disconnects.
+struct ImportRequest {
+  std::string model;
+  std::vector<std::uint64_t> allocations;
+};
+nlohmann::json make_import_args(std::string_view model, std::span<const std::uint64_t> allocations);
+// Throws ProtocolError: kBadRequest for a malformed request, kTooLarge for too many ids.
+ImportRequest parse_import_request(const Request& request);
+nlohmann::json make_import_result(std::span<const std::uint64_t> allocations);
+
+}  // namespace hearth::ipc

@@ -650,6 +650,14 @@ def cmd_train(args):
     # use the tokenizers library directly)
     from transformers import AutoModelForCausalLM, AutoTokenizer
     checks = {}
+    # transformers 5 names its own class; the generic name also loads in transformers 4.
+    tc_path = os.path.join(out, "tokenizer_config.json")
+    tc_original = json.load(open(tc_path))
+    tc = dict(tc_original, tokenizer_class="PreTrainedTokenizerFast")
+    tc.pop("backend", None)
+    with open(tc_path, "w") as f:
+        json.dump(tc, f, indent=2)
+        f.write("\n")
     probe = "It is a truth universally acknowledged -- said the fortune cookie."
     raw_ids = Tokenizer.from_file(os.path.join(out, "tokenizer.json")).encode(probe).ids
     checks["tokenizers_prepends_bos"] = raw_ids[0] == bos_id
@@ -662,6 +670,11 @@ def cmd_train(args):
         checks["autotokenizer_roundtrip"] = rt.decode(probe_ids, skip_special_tokens=True) == probe
     except Exception as e:  # noqa: BLE001
         checks["autotokenizer_error"] = repr(e)
+    if not (checks.get("autotokenizer_matches_tokenizers") and checks.get("autotokenizer_roundtrip")):
+        with open(tc_path, "w") as f:  # keep what transformers wrote
+            json.dump(tc_original, f, indent=2)
+            f.write("\n")
+        checks["tokenizer_config"] = "restored transformers' own"
     print("checks:", json.dumps(checks))
     shipped = AutoModelForCausalLM.from_pretrained(out, dtype=torch.bfloat16).to(device)
     final_bf16 = {s: evaluate(shipped, s, autocast=False) for s in ("valid", "test")}
@@ -744,7 +757,7 @@ SAMPLE_SPECS = [
     {"mode": "greedy", "prompt": "A computer", "max_new_tokens": 64},
     {"mode": "sample", "prompt": "The meaning of life is", "max_new_tokens": 96,
      "temperature": 0.8, "top_p": 0.95, "seed": 1},
-    {"mode": "sample", "prompt": "Q: Why did the programmer quit his job?\nA:", "max_new_tokens": 96,
+    {"mode": "sample", "prompt": "Once upon a time", "max_new_tokens": 96,
      "temperature": 0.8, "top_p": 0.95, "seed": 2},
     {"mode": "sample", "prompt": "Never trust a man who", "max_new_tokens": 96,
      "temperature": 0.8, "top_p": 0.95, "seed": 3},
@@ -813,8 +826,8 @@ def write_card(out, m):
     w("")
     w("| token | id | use |")
     w("| --- | --- | --- |")
-    w("| `<|bos|>` | %d | added by the post-processor at the start of every encoded text |" % t["bos_id"])
-    w("| `<|eos|>` | %d | ends every training document; generation stops on it (`generation_config.json`) |" % t["eos_id"])
+    w("| `<\\|bos\\|>` | %d | added by the post-processor at the start of every encoded text |" % t["bos_id"])
+    w("| `<\\|eos\\|>` | %d | ends every training document; generation stops on it (`generation_config.json`) |" % t["eos_id"])
     w("")
     w("Training text is the sequence `<|bos|> document <|eos|>` repeated, packed into "
       "windows of %d tokens, so the model learns to end a text with `<|eos|>`."
@@ -888,10 +901,25 @@ def write_card(out, m):
     w("")
     w("```sh")
     w("python3 tools/train-default-model/train_default_model.py gather --corpus .traindata/corpus.jsonl")
-    w("python3 " + m["command"].split(" ", 1)[0].replace(os.getcwd() + "/", "") +
-      " " + m["command"].split(" ", 1)[1])
+    argv = m["command"].split(" ")
+    if "--out" in argv:  # the output does not depend on where it was written
+        argv[argv.index("--out") + 1] = "models/" + m["name"]
+    w("python3 " + " ".join(argv))
     w("```")
     w("")
+    sweep = m.get("sweep")
+    if sweep:
+        w("This configuration was chosen from %d runs started together in the same call on the "
+          "same GPU, all from the same corpus, tokenizer and seed, by the lowest valid loss "
+          "(the test split played no part):" % len(sweep))
+        w("")
+        w("| run | hidden | layers | parameters | steps | epochs | best valid nats/token (step) | chosen |")
+        w("| --- | --- | --- | --- | --- | --- | --- | --- |")
+        for r in sweep:
+            w("| %s | %d | %d | %s | %d | %.1f | %.4f (%d) | %s |" % (
+                r["tag"], r["hidden"], r["layers"], "{:,}".format(r["parameters"]), r["steps"],
+                r["epochs"], r["valid"], r["selected_step"], "yes" if r["chosen"] else ""))
+        w("")
     w("## Held-out loss")
     w("")
     w("| weights / compute | valid nats/token | test nats/token | test bits/byte |")
@@ -969,6 +997,42 @@ def write_card(out, m):
         f.write("\n".join(lines))
 
 
+def cmd_select(args):
+    """Picks, among finished runs (each a directory with training_metrics.json), the one
+    with the lowest valid loss, records the comparison in its metrics and re-renders its card."""
+    runs = []
+    for tag in sorted(os.listdir(args.runs)):
+        path = os.path.join(args.runs, tag, "training_metrics.json")
+        if os.path.exists(path):
+            runs.append((tag, json.load(open(path))))
+    if not runs:
+        raise SystemExit("no finished runs under " + args.runs)
+    key = lambda r: r[1]["eval"]["fp32_master_bf16_autocast"]["valid"]["nats_per_token"]  # noqa: E731
+    best_tag = min(runs, key=key)[0]
+    sweep = []
+    for tag, m in runs:
+        steps = m["curve"][-1]["step"]
+        sweep.append({"tag": tag, "layers": m["config"]["num_hidden_layers"],
+                      "hidden": m["config"]["hidden_size"], "parameters": m["parameters"],
+                      "steps": steps, "stopped_early": m["stopped_early"],
+                      "epochs": steps * m["args"]["batch"] * m["args"]["context"] / m["tokens"]["train"],
+                      "valid": key((tag, m)), "selected_step": m["selected_step"],
+                      "test": m["eval"]["shipped_fp32_compute"]["test"]["nats_per_token"],
+                      "chosen": tag == best_tag})
+    for r in sweep:
+        print("%-14s hidden %d layers %2d params %9d steps %5d epochs %5.1f valid %.4f (step %d)%s"
+              % (r["tag"], r["hidden"], r["layers"], r["parameters"], r["steps"], r["epochs"],
+                 r["valid"], r["selected_step"], "  <- chosen" if r["chosen"] else ""))
+    out = os.path.join(args.runs, best_tag)
+    m = dict(runs[[t for t, _ in runs].index(best_tag)][1])
+    # Test losses of the runs not chosen stay out of the card: only the chosen one's counts.
+    m["sweep"] = [{k: v for k, v in r.items() if k != "test"} for r in sweep]
+    with open(os.path.join(out, "training_metrics.json"), "w") as f:
+        json.dump(m, f, indent=1)
+    write_card(out, m)
+    print("chosen:", out)
+
+
 def cmd_card(args):
     m = json.load(open(os.path.join(args.out, "training_metrics.json")))
     write_card(args.out, m)
@@ -1007,6 +1071,9 @@ def main():
     t.add_argument("--eval-every", type=int, default=100)
     t.add_argument("--time-limit", type=float, default=0, help="seconds; 0 = none")
     t.set_defaults(func=cmd_train)
+    s = sub.add_parser("select", help="pick the run with the lowest valid loss")
+    s.add_argument("--runs", required=True)
+    s.set_defaults(func=cmd_select)
     c = sub.add_parser("card", help="re-render README.md from training_metrics.json")
     c.add_argument("--out", required=True)
     c.set_defaults(func=cmd_card)

@@ -98,7 +98,7 @@ std::vector<UniqueFd> Client::import_allocations(std::string_view model,
         it != reply.body.end() && it->is_array() && it->size() == batch.size() &&
         std::equal(batch.begin(), batch.end(), it->begin(),
                    [](std::uint64_t want, const nlohmann::json& got) {
-                     return got.is_number_unsigned() && got.get<std::uint64_t>() == want;
+                     return is_unsigned_integer(got) && got.get<std::uint64_t>() == want;
                    });
     if (!ids_match || reply.fds.size() != batch.size()) {
       throw IpcError("import of " + std::to_string(batch.size()) + " allocations of '" +

@@ -27,6 +27,12 @@ const nlohmann::json* find(const nlohmann::json& object, std::string_view key) {
 
 }  // namespace
 
+bool is_unsigned_integer(const nlohmann::json& value) {
+  // Parsed non-negative numbers are unsigned, but a json built in C++ from an int is signed.
+  return value.is_number_unsigned() ||
+         (value.is_number_integer() && value.get<std::int64_t>() >= 0);
+}
+
 bool is_known_op(std::string_view name) {
   return std::find(kKnownOps.begin(), kKnownOps.end(), name) != kKnownOps.end();
 }
@@ -46,7 +52,7 @@ Request parse_request(nlohmann::json body) {
 
 std::optional<RequestId> request_id_of(const nlohmann::json& body) {
   const nlohmann::json* id = find(body, "id");
-  if (id == nullptr || !id->is_number_unsigned()) return std::nullopt;
+  if (id == nullptr || !is_unsigned_integer(*id)) return std::nullopt;
   return id->get<RequestId>();
 }
 
@@ -77,7 +83,7 @@ ReplyStatus parse_reply_status(const nlohmann::json& body) {
   ReplyStatus status;
   const nlohmann::json* id = find(body, "id");
   const nlohmann::json* ok = find(body, "ok");
-  if (id == nullptr || !(id->is_null() || id->is_number_unsigned()) || ok == nullptr ||
+  if (id == nullptr || !(id->is_null() || is_unsigned_integer(*id)) || ok == nullptr ||
       !ok->is_boolean()) {
     throw IpcError("malformed reply (needs an integer or null 'id' and a boolean 'ok'): " +
                    body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
@@ -109,7 +115,7 @@ const std::string& string_field(const nlohmann::json& object, std::string_view k
 
 std::uint64_t uint_field(const nlohmann::json& object, std::string_view key) {
   const nlohmann::json* value = find(object, key);
-  if (value == nullptr || !value->is_number_unsigned()) bad_field(key, "an unsigned integer");
+  if (value == nullptr || !is_unsigned_integer(*value)) bad_field(key, "an unsigned integer");
   return value->get<std::uint64_t>();
 }
 
@@ -157,7 +163,7 @@ ImportRequest parse_import_request(const Request& request) {
   }
   parsed.allocations.reserve(ids->size());
   for (const nlohmann::json& id : *ids) {
-    if (!id.is_number_unsigned()) bad_field("allocations", "an array of unsigned integers");
+    if (!is_unsigned_integer(id)) bad_field("allocations", "an array of unsigned integers");
     parsed.allocations.push_back(id.get<std::uint64_t>());
   }
   return parsed;

@@ -80,6 +80,8 @@ const std::string& string_field(const nlohmann::json& object, std::string_view k
 std::uint64_t uint_field(const nlohmann::json& object, std::string_view key);
 std::optional<std::string> optional_string_field(const nlohmann::json& object,
                                                  std::string_view key);
+// A JSON integer >= 0, whether it was parsed (unsigned) or built in C++ from an int (signed).
+bool is_unsigned_integer(const nlohmann::json& value);
 
 // hello: the client states its version and name. The server refuses another version with
 // kVersionMismatch; the client checks the server's version in the reply the same way.

@@ -1,0 +1,108 @@
+#pragma once
+
+// Helpers shared by the ipc and broker tests: temporary directories, descriptor counting, and
+// small files whose identity and contents a test can check after they crossed a socket.
+
+#include <dirent.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "ipc/unique_fd.h"
+
+namespace hearth::test {
+
+// A fresh directory under /tmp (mode 0700, from mkdtemp), removed with its contents.
+class TempDir {
+ public:
+  TempDir() {
+    char pattern[] = "/tmp/hearth-test-XXXXXX";
+    if (::mkdtemp(pattern) == nullptr) throw std::runtime_error("mkdtemp failed");
+    path_ = pattern;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+
+  const std::string& path() const { return path_; }
+  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+// Open descriptors of a process (this one by default), as listed in /proc.
+inline int count_open_fds(pid_t pid = 0) {
+  const std::string dir = pid == 0 ? "/proc/self/fd" : "/proc/" + std::to_string(pid) + "/fd";
+  DIR* d = ::opendir(dir.c_str());
+  if (d == nullptr) return -1;
+  int n = 0;
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] != '.') ++n;
+  }
+  ::closedir(d);
+  return pid == 0 ? n - 1 : n;  // not counting the directory stream itself
+}
+
+// Polls `done` until it holds or `limit` passes; the limit only keeps a broken test from hanging.
+inline bool eventually(const std::function<bool()>& done,
+                       std::chrono::milliseconds limit = std::chrono::seconds(20)) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return true;
+}
+
+inline std::pair<UniqueFd, UniqueFd> socket_pair() {
+  int fds[2];
+  if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) != 0) {
+    throw std::runtime_error("socketpair failed");
+  }
+  return {UniqueFd(fds[0]), UniqueFd(fds[1])};
+}
+
+// An anonymous in-memory file holding `content`.
+inline UniqueFd make_memfd(const std::string& content) {
+  UniqueFd fd(::memfd_create("hearth-test", MFD_CLOEXEC));
+  if (!fd ||
+      ::write(fd.get(), content.data(), content.size()) != static_cast<ssize_t>(content.size())) {
+    throw std::runtime_error("memfd_create/write failed");
+  }
+  return fd;
+}
+
+inline std::string read_all(int fd) {
+  std::string out;
+  char buffer[4096];
+  for (off_t offset = 0;;) {
+    const ssize_t n = ::pread(fd, buffer, sizeof(buffer), offset);
+    if (n <= 0) break;
+    out.append(buffer, static_cast<std::size_t>(n));
+    offset += n;
+  }
+  return out;
+}
+
+// (device, inode): two descriptors with the same identity refer to the same file.
+inline std::pair<dev_t, ino_t> identity(int fd) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) return {0, 0};
+  return {st.st_dev, st.st_ino};
+}
+
+}  // namespace hearth::test

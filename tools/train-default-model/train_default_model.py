@@ -461,6 +461,25 @@ def plot_curve(path, curve, title):
         return "fallback"
 
 
+def add_residual_dropout(model, p):
+    """Dropout on the embeddings and on each attention and MLP output before it joins the
+    residual stream, in training mode only. Done with forward hooks, so the saved model is a
+    plain LlamaForCausalLM with nothing to switch off (LlamaConfig has no such option)."""
+    import torch.nn.functional as F
+
+    def hook(module, inputs, output):
+        if not module.training:
+            return output
+        if isinstance(output, tuple):
+            return (F.dropout(output[0], p, True),) + tuple(output[1:])
+        return F.dropout(output, p, True)
+
+    model.model.embed_tokens.register_forward_hook(hook)
+    for layer in model.model.layers:
+        layer.self_attn.register_forward_hook(hook)
+        layer.mlp.register_forward_hook(hook)
+
+
 def cmd_train(args):
     import numpy as np
     import torch
@@ -516,6 +535,8 @@ def cmd_train(args):
     torch.manual_seed(args.seed)
     model = LlamaForCausalLM(config).to(device)
     n_params = sum(p.numel() for p in model.parameters())
+    if args.dropout > 0:
+        add_residual_dropout(model, args.dropout)
     print("model: %d parameters (%.2f M), %.1f MB in bf16" % (n_params, n_params / 1e6, 2 * n_params / 1e6))
 
     train = torch.tensor(streams["train"], dtype=torch.long, device=device)
@@ -885,8 +906,11 @@ def write_card(out, m):
          steps * tps / m["tokens"]["train"]))
     w("- AdamW (betas 0.9/0.95, eps 1e-8, weight decay %.2f on matrices only), peak learning "
       "rate %.1e, %d warm-up steps, cosine decay to %.0f%% of peak, gradient clipping %.1f; "
-      "bf16 autocast with fp32 master weights; no dropout."
-      % (a["weight_decay"], a["lr"], a["warmup"], 100 * a["min_lr_ratio"], a["grad_clip"]))
+      "bf16 autocast with fp32 master weights; %s."
+      % (a["weight_decay"], a["lr"], a["warmup"], 100 * a["min_lr_ratio"], a["grad_clip"],
+         "dropout %.2f on the embeddings and on every attention and MLP output (training "
+         "only, through forward hooks; the saved model has none)" % a["dropout"]
+         if a.get("dropout") else "no dropout"))
     w("- Held-out loss every %d steps on the valid split; the checkpoint with the lowest "
       "valid loss (step %d) is the one saved, then cast to bf16. The test split was scored "
       "only once, after that choice." % (a["eval_every"], m["selected_step"]))
@@ -913,12 +937,16 @@ def write_card(out, m):
           "same GPU, all from the same corpus, tokenizer and seed, by the lowest valid loss "
           "(the test split played no part):" % len(sweep))
         w("")
-        w("| run | hidden | layers | parameters | steps | epochs | best valid nats/token (step) | chosen |")
-        w("| --- | --- | --- | --- | --- | --- | --- | --- |")
+        w("| run | hidden | layers | parameters | dropout | steps | epochs | best valid nats/token (step) | chosen |")
+        w("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
         for r in sweep:
-            w("| %s | %d | %d | %s | %d | %.1f | %.4f (%d) | %s |" % (
-                r["tag"], r["hidden"], r["layers"], "{:,}".format(r["parameters"]), r["steps"],
-                r["epochs"], r["valid"], r["selected_step"], "yes" if r["chosen"] else ""))
+            w("| %s | %d | %d | %s | %.2f | %d | %.1f | %.4f (%d) | %s |" % (
+                r["tag"], r["hidden"], r["layers"], "{:,}".format(r["parameters"]),
+                r.get("dropout", 0.0), r["steps"], r["epochs"], r["valid"], r["selected_step"],
+                "yes" if r["chosen"] else ""))
+        w("")
+        w("Earlier trials (no dropout, up to 3,000 steps) overfit after about 8 epochs: "
+          "see `tools/train-default-model/README.md`.")
         w("")
     w("## Held-out loss")
     w("")
@@ -1014,14 +1042,15 @@ def cmd_select(args):
         steps = m["curve"][-1]["step"]
         sweep.append({"tag": tag, "layers": m["config"]["num_hidden_layers"],
                       "hidden": m["config"]["hidden_size"], "parameters": m["parameters"],
+                      "dropout": m["args"].get("dropout", 0.0),
                       "steps": steps, "stopped_early": m["stopped_early"],
                       "epochs": steps * m["args"]["batch"] * m["args"]["context"] / m["tokens"]["train"],
                       "valid": key((tag, m)), "selected_step": m["selected_step"],
                       "test": m["eval"]["shipped_fp32_compute"]["test"]["nats_per_token"],
                       "chosen": tag == best_tag})
     for r in sweep:
-        print("%-14s hidden %d layers %2d params %9d steps %5d epochs %5.1f valid %.4f (step %d)%s"
-              % (r["tag"], r["hidden"], r["layers"], r["parameters"], r["steps"], r["epochs"],
+        print("%-18s hidden %d layers %2d params %9d dropout %.2f steps %5d epochs %5.1f valid %.4f (step %d)%s"
+              % (r["tag"], r["hidden"], r["layers"], r["parameters"], r["dropout"], r["steps"], r["epochs"],
                  r["valid"], r["selected_step"], "  <- chosen" if r["chosen"] else ""))
     out = os.path.join(args.runs, best_tag)
     m = dict(runs[[t for t, _ in runs].index(best_tag)][1])
@@ -1069,6 +1098,7 @@ def main():
     t.add_argument("--weight-decay", type=float, default=0.1)
     t.add_argument("--grad-clip", type=float, default=1.0)
     t.add_argument("--eval-every", type=int, default=100)
+    t.add_argument("--dropout", type=float, default=0.0, help="residual dropout while training")
     t.add_argument("--time-limit", type=float, default=0, help="seconds; 0 = none")
     t.set_defaults(func=cmd_train)
     s = sub.add_parser("select", help="pick the run with the lowest valid loss")

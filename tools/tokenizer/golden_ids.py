@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Golden token ids and decodes from Hugging Face `tokenizers`, the reference hearth must equal.
 
-usage: golden_ids.py CACHE_DIR OUT_DIR
+usage: golden_ids.py CACHE_DIR OUT_DIR [--variants-only]
 
 CACHE_DIR holds llama2/, llama3/, qwen3/ with tokenizer.json (tools/tokenizer/fetch-tokenizers.sh).
 Writes OUT_DIR/{llama2,llama3,qwen3,variants}.jsonl and OUT_DIR/meta.json. Needs only the
@@ -14,7 +14,8 @@ Record fields (absent fields mean "same as" so the files stay small, yet every a
   pre/suf  encode(text, add_special_tokens=True) == pre + ids + suf; ids_sp when not of that form
   dec      decode(ids, skip_special_tokens=False); absent: equals the text
   dec_sp   decode(ids with special tokens, False); absent: no special tokens were added
-  dec_skip decode(ids with special tokens, True); absent: equals dec (or dec_sp for rd records)
+  dec_skip decode(ids with special tokens, True); absent: equals dec
+  *_panic  HF panicked instead of decoding (the message); hearth must merely not crash there
 Variant records also carry v: the variant name (tools/tokenizer/variants.json).
 """
 
@@ -54,6 +55,16 @@ def apply_variant(config, variant):
     return config
 
 
+def guarded(fn):
+    """HF panics on a few inputs (PanicException derives from BaseException): keep the message."""
+    try:
+        return True, fn()
+    except BaseException as e:  # noqa: B036 -- a panic is what we want to record
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        return False, "%s: %s" % (type(e).__name__, e)
+
+
 def record(tok, text):
     ids = tok.encode(text, add_special_tokens=False).ids
     ids_sp = tok.encode(text, add_special_tokens=True).ids
@@ -68,13 +79,18 @@ def record(tok, text):
                 break
         if not placed:
             rec["ids_sp"] = ids_sp
-    dec = tok.decode(ids, skip_special_tokens=False)
-    if dec != text:
+    ok, dec = guarded(lambda: tok.decode(ids, skip_special_tokens=False))
+    if not ok:
+        rec["dec_panic"] = dec
+    elif dec != text:
         rec["dec"] = dec
     if ids_sp != ids:
-        rec["dec_sp"] = tok.decode(ids_sp, skip_special_tokens=False)
-    skip = tok.decode(ids_sp, skip_special_tokens=True)
-    if skip != dec:
+        ok, dec_sp = guarded(lambda: tok.decode(ids_sp, skip_special_tokens=False))
+        rec["dec_sp" if ok else "dec_sp_panic"] = dec_sp
+    ok, skip = guarded(lambda: tok.decode(ids_sp, skip_special_tokens=True))
+    if not ok:
+        rec["dec_skip_panic"] = skip
+    elif skip != dec:
         rec["dec_skip"] = skip
     for k in ("pre", "suf"):
         if k in rec and not rec[k]:
@@ -103,9 +119,15 @@ def random_decodes(tok, config, rng, count):
                 ids.append(size + len(added) + rng.randrange(1000))  # outside every vocabulary
             else:
                 ids.append(rng.randrange(min(size, 400)))
-        rec = {"rd": ids, "dec": tok.decode(ids, skip_special_tokens=False)}
-        skip = tok.decode(ids, skip_special_tokens=True)
-        if skip != rec["dec"]:
+        rec = {"rd": ids}
+        ok, dec = guarded(lambda: tok.decode(ids, skip_special_tokens=False))
+        rec["dec" if ok else "dec_panic"] = dec
+        if not ok:
+            dec = None
+        ok, skip = guarded(lambda: tok.decode(ids, skip_special_tokens=True))
+        if not ok:
+            rec["dec_skip_panic"] = skip
+        elif skip != dec:
             rec["dec_skip"] = skip
         out.append(rec)
     return out
@@ -113,6 +135,7 @@ def random_decodes(tok, config, rng, count):
 
 def main():
     cache, out_dir = sys.argv[1], sys.argv[2]
+    variants_only = "--variants-only" in sys.argv[3:]
     os.makedirs(out_dir, exist_ok=True)
     corpus = read_lines(os.path.join(HERE, "corpus.jsonl"))
     invalid = read_lines(os.path.join(HERE, "invalid_utf8.jsonl"))
@@ -126,7 +149,7 @@ def main():
         with open(os.path.join(cache, base, "tokenizer.json"), encoding="utf-8") as f:
             configs[base] = json.load(f)
 
-    for base in BASES:
+    for base in [] if variants_only else BASES:
         t0 = time.time()
         path = os.path.join(out_dir, base + ".jsonl")
         try:
@@ -142,7 +165,7 @@ def main():
                     f.write(json.dumps(rec, ensure_ascii=False) + "\n")
                 for rec in random_decodes(tok, configs[base], random.Random(base), 300):
                     f.write(json.dumps(rec, ensure_ascii=False) + "\n")
-        except Exception as e:  # keep going: one broken base must not waste the device call
+        except BaseException as e:  # keep going: one broken base must not waste the device call
             meta["errors"][base] = repr(e)
         print("%s: %.1fs" % (base, time.time() - t0), flush=True)
 
@@ -162,9 +185,15 @@ def main():
                 for rec in random_decodes(tok, config, random.Random(name), 60):
                     rec = dict(v=name, **rec)
                     f.write(json.dumps(rec, ensure_ascii=False) + "\n")
-            except Exception as e:
+            except BaseException as e:
                 meta["errors"][name] = repr(e)
             print("%s: %.1fs" % (name, time.time() - t0), flush=True)
+
+    meta["vocab_sizes"] = {}
+    for base in BASES:
+        ok, sizes = guarded(lambda: [Tokenizer.from_str(json.dumps(configs[base])).get_vocab_size(w)
+                                     for w in (False, True)])
+        meta["vocab_sizes"][base] = sizes
 
     # Reference speed of HF's single-call encode on this corpus (informational only).
     try:
@@ -175,7 +204,7 @@ def main():
             tok.encode(s, add_special_tokens=False)
         secs = time.time() - t0
         meta["hf_llama3_encode_corpus_mb_s"] = sum(len(s.encode()) for s in lines) / secs / 1e6
-    except Exception as e:
+    except BaseException as e:
         meta["errors"]["timing"] = repr(e)
 
     with open(os.path.join(out_dir, "meta.json"), "w", encoding="utf-8") as f:

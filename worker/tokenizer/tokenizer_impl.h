@@ -1,0 +1,49 @@
+// The loaded pipeline behind hearth::Tokenizer: added tokens, normalizer, pre-tokenizer, BPE
+// model, post-processor and decoder, wired as in HF `tokenizers`. Internal to the library.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <unordered_set>
+#include <vector>
+
+#include "added_tokens.h"
+#include "bpe_model.h"
+#include "config.h"
+#include "decoder.h"
+#include "normalizer.h"
+#include "post_processor.h"
+#include "pre_tokenizer.h"
+
+namespace hearth::tok {
+
+class TokenizerImpl {
+ public:
+  explicit TokenizerImpl(const Json& root);
+
+  void encode(std::string_view text, bool add_special_tokens, std::vector<int32_t>& out) const;
+
+  // The spelling that decoding uses for an id (added tokens first), or nullptr.
+  const std::string* token_of(int32_t id) const;
+  // Whether decode with skip_special_tokens drops this spelling.
+  bool is_special_content(std::string_view token) const;
+
+  const BpeModel& model() const { return *model_; }
+  const AddedVocabulary& added() const { return added_; }
+  const Decoder* decoder() const { return decoder_.get(); }
+
+ private:
+  void encode_normalized(std::string normalized, bool at_origin, size_t inserted_prefix,
+                         std::vector<int32_t>& out) const;
+
+  std::unique_ptr<BpeModel> model_;
+  std::unique_ptr<Normalizer> normalizer_;
+  std::unique_ptr<PreTokenizer> pre_tokenizer_;
+  std::unique_ptr<PostProcessor> post_processor_;
+  std::unique_ptr<Decoder> decoder_;
+  AddedVocabulary added_;
+  std::unordered_set<std::string> special_contents_;
+};
+
+}  // namespace hearth::tok

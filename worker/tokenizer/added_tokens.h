@@ -19,6 +19,9 @@ class Normalizer;
 
 struct AddedToken {
   std::string content;
+  // What decoding emits for the token: the content, or for a normalized token the content
+  // after the normalizer (the reference decodes normalized added tokens that way).
+  std::string decoded;
   int32_t id = -1;
   bool single_word = false;
   bool lstrip = false;

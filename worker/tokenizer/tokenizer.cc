@@ -76,7 +76,7 @@ std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {
 }
 
 std::string Tokenizer::id_to_token(int32_t id) const {
-  const std::string* t = impl_->token_of(id);
+  const std::string* t = impl_->content_of(id);
   return t == nullptr ? std::string() : *t;
 }
 
@@ -85,8 +85,8 @@ size_t Tokenizer::vocab_size() const {
 }
 
 bool Tokenizer::is_special(int32_t id) const {
-  const std::string* t = impl_->token_of(id);
-  return t != nullptr && impl_->is_special_content(*t);
+  const tok::AddedToken* t = impl_->added().find(id);
+  return t != nullptr && t->special;
 }
 
 }  // namespace hearth

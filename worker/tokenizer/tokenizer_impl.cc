@@ -53,10 +53,15 @@ TokenizerImpl::TokenizerImpl(const Json& root) {
     }
   }
   post_processor_ = make_post_processor(optional_member(root, "post_processor"), "post_processor",
-                                        [this](int32_t id) { return token_of(id) != nullptr; });
+                                        [this](int32_t id) { return content_of(id) != nullptr; });
 }
 
 const std::string* TokenizerImpl::token_of(int32_t id) const {
+  if (const AddedToken* t = added_.find(id)) return &t->decoded;
+  return model_->id_to_token(id);
+}
+
+const std::string* TokenizerImpl::content_of(int32_t id) const {
   if (const AddedToken* t = added_.find(id)) return &t->content;
   return model_->id_to_token(id);
 }

@@ -24,8 +24,11 @@ class TokenizerImpl {
 
   void encode(std::string_view text, bool add_special_tokens, std::vector<int32_t>& out) const;
 
-  // The spelling that decoding uses for an id (added tokens first), or nullptr.
+  // The spelling that decoding uses for an id (added tokens first, in normalized form when
+  // they are normalized), or nullptr.
   const std::string* token_of(int32_t id) const;
+  // The spelling in the file (added tokens first), or nullptr.
+  const std::string* content_of(int32_t id) const;
   // Whether decode with skip_special_tokens drops this spelling.
   bool is_special_content(std::string_view token) const;
 

@@ -146,7 +146,7 @@ class Garbage : public ::testing::Test {
   }
   static broker::BrokerOptions options() {
     broker::BrokerOptions o;
-    o.idle_timeout = 300ms;  // a stalled garbage client is dropped quickly
+    o.idle_timeout = 1s;  // a stalled garbage client is dropped soon
     return o;
   }
   void expect_error_and_close(int socket, ErrorCode code) {

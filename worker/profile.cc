@@ -118,7 +118,7 @@ const std::map<std::string, Setter>& setters() {
        }},
       {"kv_cache_dtype",
        [](Profile& p, const json& v, const std::string& l) {
-         p.kv_cache_dtype = one_of(v, l, "kv_cache_dtype", {"bf16", "f16"});
+         p.kv_cache_dtype = one_of(v, l, "kv_cache_dtype", {"auto", "bf16", "f16"});
        }},
       {"weights_layout",
        [](Profile& p, const json& v, const std::string& l) {

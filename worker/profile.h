@@ -24,7 +24,7 @@ struct Profile {
 
   // CUDA engine options. Those that change numerics are here so a proof run can show them.
   bool cuda_graphs = true;
-  std::string kv_cache_dtype = "bf16";         // bf16 | f16
+  std::string kv_cache_dtype = "auto";         // auto (the weights' type) | bf16 | f16
   std::string weights_layout = "per-tensor";   // per-tensor | packed
   std::string decode_gemv = "hearth";          // hearth | cublas
 };

@@ -19,6 +19,7 @@ WorkerModel open_model_dir(const std::filesystem::path& dir) {
   m.tokenizer_config_json = hf->tokenizer_config_json();
   m.generation_config_json = hf->generation_config_json();
   m.store = std::make_shared<HostStore>(hf);
+  m.source = hf;
   return m;
 }
 

@@ -13,9 +13,12 @@ namespace hearth {
 
 class Tokenizer;
 
+class HfModel;
+
 struct WorkerModel {
   std::string name;
   std::shared_ptr<const WeightStore> store;
+  std::shared_ptr<const HfModel> source;  // single-process mode: the directory, for uploads
   std::string tokenizer_json, tokenizer_config_json, generation_config_json;
 };
 

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/support/paths.h"
 #include "weight-server/hf_model.h"
 #include "weight-server/host_store.h"
 #include "worker/cpu_backend.h"
@@ -19,7 +20,7 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-const fs::path kGoldenDir = fs::path(HEARTH_SOURCE_DIR) / "tests/golden/hf";
+const fs::path kGoldenDir = test::source_dir() / "tests/golden/hf";
 
 std::vector<std::string> variants() {
   std::vector<std::string> names;

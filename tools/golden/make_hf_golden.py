@@ -54,7 +54,7 @@ VARIANTS = {
                                "rope_scaling": {"rope_type": "linear", "factor": 4.0},
                                "tie_word_embeddings": False}, torch.float16),
     "mistral-gqa-f16": ({"architectures": ["MistralForCausalLM"], "model_type": "mistral",
-                         "num_attention_heads": 8, "num_key_value_heads": 2,
+                         "num_attention_heads": 4, "num_key_value_heads": 2,
                          "sliding_window": 256, "rope_theta": 1000000.0,
                          "tie_word_embeddings": False}, torch.float16),
     "qwen2-bias-tied-bf16": ({"architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2",

@@ -1,0 +1,32 @@
+#include "kernels/cuda_check.h"
+#include "kernels/half_utils.cuh"
+
+namespace hearth::kernels {
+
+namespace {
+
+template <typename T>
+__global__ void rmsnorm_kernel(const float* x, const float* weight, int hidden, float eps, T* out) {
+  __shared__ float scratch[32];
+  const float* row = x + int64_t(blockIdx.x) * hidden;
+  float ss = 0.0f;
+  for (int i = threadIdx.x; i < hidden; i += blockDim.x) ss += row[i] * row[i];
+  ss = block_sum(ss, scratch);
+  const float scale = rsqrtf(ss / float(hidden) + eps);
+  T* o = out + int64_t(blockIdx.x) * hidden;
+  for (int i = threadIdx.x; i < hidden; i += blockDim.x)
+    o[i] = HalfTraits<T>::from_float(weight[i] * (row[i] * scale));
+}
+
+}  // namespace
+
+void rmsnorm(Half type, const float* x, const float* weight, int n, int hidden, float eps,
+             void* out, cudaStream_t stream) {
+  const int threads = hidden >= 4096 ? 1024 : hidden >= 1024 ? 512 : 128;
+  HEARTH_DISPATCH_HALF(type, T,
+                       rmsnorm_kernel<T><<<n, threads, 0, stream>>>(x, weight, hidden, eps,
+                                                                    static_cast<T*>(out)));
+  HEARTH_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace hearth::kernels

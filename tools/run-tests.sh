@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Builds hearth and runs the whole test suite: the release build (with the CUDA backend when
+# nvcc exists; GPU tests skip without a device), then an ASan+UBSan build of everything that
+# runs on the CPU. Usage: tools/run-tests.sh [ctest args...]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+tools/install-deps.sh
+jobs=$(nproc)
+
+echo "== release build =="
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build -j"$jobs"
+ctest --test-dir build --output-on-failure -j"$jobs" "$@"
+
+echo "== sanitizer build (ASan + UBSan, CPU paths) =="
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DHEARTH_SANITIZE=ON -DHEARTH_CUDA=OFF >/dev/null
+cmake --build build-asan -j"$jobs"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+  ctest --test-dir build-asan --output-on-failure -j"$jobs" -LE "gpu|slow" "$@"
+echo "== all tests passed =="

@@ -1,0 +1,350 @@
+#include "worker/cuda/cuda_backend.h"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cuda_check.h"
+
+namespace hearth {
+
+namespace {
+
+using kernels::GemvArgs;
+using kernels::GemvEpilogue;
+
+kernels::Half half_type(DType t, const std::string& name) {
+  if (t == DType::BF16) return kernels::Half::BF16;
+  if (t == DType::F16) return kernels::Half::F16;
+  throw std::runtime_error("the cuda backend needs bf16 or f16 matrices; '" + name + "' is f32");
+}
+
+}  // namespace
+
+CudaBackend::CudaBackend(std::shared_ptr<const WeightStore> store, const Profile& profile, int context)
+    : store_(std::move(store)), c_(store_->config()), profile_(profile), context_(context) {
+  if (store_->residence() != Residence::Device)
+    throw std::runtime_error("the cuda backend needs GPU-resident weights");
+  if (!kernels::attention_prefill_supports(c_.head_dim))
+    throw std::runtime_error("the cuda backend supports head_dim 16, 32, 64 or 128, not " +
+                             std::to_string(c_.head_dim));
+  if (c_.n_heads / c_.n_kv_heads > 16)
+    throw std::runtime_error("the cuda backend supports GQA groups of at most 16 heads");
+  chunk_ = std::min(context_, 2048);
+  const StoredTensor& embed = store_->at("model.embed_tokens.weight");
+  type_ = half_type(embed.info.dtype, embed.info.name);
+  const std::string expect = profile_.kv_cache_dtype;
+  if (expect != "auto" && (expect == "bf16") != (type_ == kernels::Half::BF16))
+    throw std::runtime_error("kv_cache_dtype " + expect + " differs from the weights' type; the cuda "
+                             "backend keeps the cache in the weights' 16-bit type");
+
+  auto matrix = [&](const std::string& name) {
+    const StoredTensor& t = store_->at(name);
+    if (half_type(t.info.dtype, name) != type_)
+      throw std::runtime_error("the cuda backend needs every matrix in one type; '" + name + "' differs");
+    return t.data;
+  };
+  HEARTH_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  embed_ = embed.data;
+  lm_head_ = c_.tie_embeddings ? embed_ : matrix("lm_head.weight");
+  final_norm_ = upload_vector("model.norm.weight");
+  for (int l = 0; l < c_.n_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    LayerRefs L{};
+    L.wq = matrix(p + "self_attn.q_proj.weight");
+    L.wk = matrix(p + "self_attn.k_proj.weight");
+    L.wv = matrix(p + "self_attn.v_proj.weight");
+    L.wo = matrix(p + "self_attn.o_proj.weight");
+    L.w_gate = matrix(p + "mlp.gate_proj.weight");
+    L.w_up = matrix(p + "mlp.up_proj.weight");
+    L.w_down = matrix(p + "mlp.down_proj.weight");
+    L.attn_norm = upload_vector(p + "input_layernorm.weight");
+    L.mlp_norm = upload_vector(p + "post_attention_layernorm.weight");
+    if (c_.qkv_bias) {
+      L.bq = upload_vector(p + "self_attn.q_proj.bias");
+      L.bk = upload_vector(p + "self_attn.k_proj.bias");
+      L.bv = upload_vector(p + "self_attn.v_proj.bias");
+    }
+    if (c_.qk_norm) {
+      L.q_norm = upload_vector(p + "self_attn.q_norm.weight");
+      L.k_norm = upload_vector(p + "self_attn.k_norm.weight");
+    }
+    layers_.push_back(L);
+  }
+  const std::vector<float> inv = rope_inverse_frequencies(c_);
+  inv_freq_ = alloc(inv.size() * sizeof(float));
+  HEARTH_CUDA_CHECK(cudaMemcpy(inv_freq_.get(), inv.data(), inv.size() * sizeof(float), cudaMemcpyHostToDevice));
+
+  const size_t h = c_.hidden, qd = c_.q_dim(), kvd = c_.kv_dim(), inter = c_.intermediate;
+  const size_t P = chunk_, e = 2;  // 16-bit element size
+  x_ = alloc(P * h * 4);
+  xn_ = alloc(P * h * e);
+  q32_ = alloc(P * qd * 4);
+  k32_ = alloc(P * kvd * 4);
+  v32_ = alloc(P * kvd * 4);
+  q16_ = alloc(P * qd * e);
+  att_ = alloc(P * qd * e);
+  gate_ = alloc(P * inter * e);
+  up_ = alloc(P * inter * e);
+  act_ = alloc(P * inter * e);
+  logits_ = alloc(size_t(c_.vocab) * 4);
+  const size_t cache = size_t(c_.n_layers) * c_.n_kv_heads * context_ * c_.head_dim * e;
+  k_cache_ = alloc(cache);
+  v_cache_ = alloc(cache);
+  attn_scratch_ = alloc(kernels::decode_attention_scratch_floats(c_.n_heads, c_.head_dim, context_) * 4);
+  argmax_scratch_ = alloc(kernels::argmax_scratch_floats(c_.vocab) * 4 + 16);
+  seen_ = alloc(size_t(c_.vocab));
+  HEARTH_CUDA_CHECK(cudaMemset(seen_.get(), 0, c_.vocab));
+  tokens_ = alloc(P * sizeof(int32_t));
+  params_ = alloc(sizeof(Params));
+  result_ = alloc(sizeof(Result));
+  HEARTH_CUDA_CHECK(cudaMallocHost(&host_params_, sizeof(Params)));
+  HEARTH_CUDA_CHECK(cudaMallocHost(&host_result_, sizeof(Result)));
+  if (profile_.decode_gemv == "cublas" || chunk_ > 1) gemm_ = std::make_unique<kernels::Gemm>(type_);
+  host_logits_.resize(c_.vocab);
+}
+
+CudaBackend::~CudaBackend() {
+  if (stream_) cudaStreamSynchronize(stream_);
+  if (decode_graph_) cudaGraphExecDestroy(decode_graph_);
+  if (host_params_) cudaFreeHost(host_params_);
+  if (host_result_) cudaFreeHost(host_result_);
+  gemm_.reset();
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+DeviceBuffer CudaBackend::alloc(size_t bytes) {
+  workspace_bytes_ += bytes;
+  return DeviceBuffer(bytes);
+}
+
+const float* CudaBackend::upload_vector(const std::string& name) {
+  const StoredTensor& t = store_->at(name);
+  const size_t n = t.info.numel();
+  std::vector<uint8_t> raw(t.info.bytes);
+  HEARTH_CUDA_CHECK(cudaMemcpy(raw.data(), t.data, raw.size(), cudaMemcpyDeviceToHost));
+  std::vector<float> f(n);
+  for (size_t i = 0; i < n; ++i) f[i] = load_as_f32(raw.data(), t.info.dtype, i);
+  vectors_.push_back(alloc(n * 4));
+  HEARTH_CUDA_CHECK(cudaMemcpy(vectors_.back().get(), f.data(), n * 4, cudaMemcpyHostToDevice));
+  return vectors_.back().get<float>();
+}
+
+void* CudaBackend::k_cache(int l) const {
+  return k_cache_.get<std::byte>() + size_t(l) * c_.n_kv_heads * context_ * c_.head_dim * 2;
+}
+void* CudaBackend::v_cache(int l) const {
+  return v_cache_.get<std::byte>() + size_t(l) * c_.n_kv_heads * context_ * c_.head_dim * 2;
+}
+
+void CudaBackend::gemv(GemvEpilogue epilogue, const GemvArgs& a) {
+  if (profile_.decode_gemv != "cublas") return kernels::gemv(type_, epilogue, a, stream_);
+  // cuBLAS path, for comparison: one matmul per matrix.
+  using Out = kernels::Gemm::Out;
+  switch (epilogue) {
+    case GemvEpilogue::Store:
+      for (int m = 0; m < 3 && a.rows[m]; ++m) gemm_->run(a.w[m], a.x, a.out[m], 1, a.rows[m], a.k, Out::F32, stream_);
+      break;
+    case GemvEpilogue::Accumulate:
+      gemm_->run(a.w[0], a.x, a.out[0], 1, a.rows[0], a.k, Out::F32Accumulate, stream_);
+      break;
+    case GemvEpilogue::SwiGLU:
+      gemm_->run(a.w[0], a.x, gate_.get(), 1, a.rows[0], a.k, Out::Half, stream_);
+      gemm_->run(a.w[1], a.x, up_.get(), 1, a.rows[0], a.k, Out::Half, stream_);
+      kernels::swiglu(type_, gate_.get(), up_.get(), a.act, a.rows[0], stream_);
+      break;
+  }
+}
+
+void CudaBackend::layer_decode(int l) {
+  const LayerRefs& L = layers_[l];
+  const int h = c_.hidden;
+  auto* pos = &params_.get<Params>()->pos;
+  kernels::rmsnorm(type_, x_.get<float>(), L.attn_norm, 1, h, float(c_.rms_eps), xn_.get(), stream_);
+  GemvArgs qkv;
+  qkv.w[0] = L.wq, qkv.w[1] = L.wk, qkv.w[2] = L.wv;
+  qkv.rows[0] = c_.q_dim(), qkv.rows[1] = c_.kv_dim(), qkv.rows[2] = c_.kv_dim();
+  qkv.out[0] = q32_.get<float>(), qkv.out[1] = k32_.get<float>(), qkv.out[2] = v32_.get<float>();
+  qkv.x = xn_.get();
+  qkv.k = h;
+  gemv(GemvEpilogue::Store, qkv);
+
+  kernels::QkvRopeArgs r;
+  r.q = q32_.get<float>(), r.k = k32_.get<float>(), r.v = v32_.get<float>();
+  r.bq = L.bq, r.bk = L.bk, r.bv = L.bv, r.q_norm = L.q_norm, r.k_norm = L.k_norm;
+  r.inv_freq = inv_freq_.get<float>();
+  r.start_pos = pos;
+  r.n = 1, r.n_heads = c_.n_heads, r.n_kv_heads = c_.n_kv_heads, r.head_dim = c_.head_dim;
+  r.context = context_, r.eps = float(c_.rms_eps);
+  r.q_out = q16_.get(), r.k_cache = k_cache(l), r.v_cache = v_cache(l);
+  kernels::qkv_rope(type_, r, stream_);
+
+  kernels::DecodeAttentionArgs at;
+  at.q = q16_.get(), at.k_cache = k_cache(l), at.v_cache = v_cache(l), at.pos = pos;
+  at.n_heads = c_.n_heads, at.n_kv_heads = c_.n_kv_heads, at.head_dim = c_.head_dim;
+  at.context = context_, at.scale = 1.0f / std::sqrt(float(c_.head_dim));
+  at.partial = attn_scratch_.get<float>(), at.out = att_.get();
+  kernels::attention_decode(type_, at, stream_);
+
+  GemvArgs o;
+  o.w[0] = L.wo, o.rows[0] = h, o.out[0] = x_.get<float>(), o.x = att_.get(), o.k = c_.q_dim();
+  gemv(GemvEpilogue::Accumulate, o);
+
+  kernels::rmsnorm(type_, x_.get<float>(), L.mlp_norm, 1, h, float(c_.rms_eps), xn_.get(), stream_);
+  GemvArgs gu;
+  gu.w[0] = L.w_gate, gu.w[1] = L.w_up, gu.rows[0] = c_.intermediate, gu.act = act_.get();
+  gu.x = xn_.get(), gu.k = h;
+  gemv(GemvEpilogue::SwiGLU, gu);
+  GemvArgs d;
+  d.w[0] = L.w_down, d.rows[0] = h, d.out[0] = x_.get<float>(), d.x = act_.get(), d.k = c_.intermediate;
+  gemv(GemvEpilogue::Accumulate, d);
+}
+
+void CudaBackend::lm_head(int row) {
+  kernels::rmsnorm(type_, x_.get<float>() + size_t(row) * c_.hidden, final_norm_, 1, c_.hidden,
+                   float(c_.rms_eps), xn_.get(), stream_);
+  GemvArgs a;
+  a.w[0] = lm_head_, a.rows[0] = c_.vocab, a.out[0] = logits_.get<float>(), a.x = xn_.get(), a.k = c_.hidden;
+  gemv(GemvEpilogue::Store, a);
+}
+
+void CudaBackend::decode_step() {
+  kernels::embedding(type_, embed_, &params_.get<Params>()->token, 1, c_.hidden, x_.get<float>(), stream_);
+  for (int l = 0; l < c_.n_layers; ++l) layer_decode(l);
+  lm_head(0);
+}
+
+void CudaBackend::layer_prefill(int l, int n, int start_pos) {
+  using Out = kernels::Gemm::Out;
+  const LayerRefs& L = layers_[l];
+  const int h = c_.hidden, qd = c_.q_dim(), kvd = c_.kv_dim(), inter = c_.intermediate;
+  kernels::rmsnorm(type_, x_.get<float>(), L.attn_norm, n, h, float(c_.rms_eps), xn_.get(), stream_);
+  gemm_->run(L.wq, xn_.get(), q32_.get(), n, qd, h, Out::F32, stream_);
+  gemm_->run(L.wk, xn_.get(), k32_.get(), n, kvd, h, Out::F32, stream_);
+  gemm_->run(L.wv, xn_.get(), v32_.get(), n, kvd, h, Out::F32, stream_);
+
+  kernels::QkvRopeArgs r;
+  r.q = q32_.get<float>(), r.k = k32_.get<float>(), r.v = v32_.get<float>();
+  r.bq = L.bq, r.bk = L.bk, r.bv = L.bv, r.q_norm = L.q_norm, r.k_norm = L.k_norm;
+  r.inv_freq = inv_freq_.get<float>();
+  r.start_pos = &params_.get<Params>()->pos;
+  r.n = n, r.n_heads = c_.n_heads, r.n_kv_heads = c_.n_kv_heads, r.head_dim = c_.head_dim;
+  r.context = context_, r.eps = float(c_.rms_eps);
+  r.q_out = q16_.get(), r.k_cache = k_cache(l), r.v_cache = v_cache(l);
+  kernels::qkv_rope(type_, r, stream_);
+
+  kernels::PrefillAttentionArgs at;
+  at.q = q16_.get(), at.k_cache = k_cache(l), at.v_cache = v_cache(l);
+  at.start_pos = start_pos, at.n = n, at.n_heads = c_.n_heads, at.n_kv_heads = c_.n_kv_heads;
+  at.head_dim = c_.head_dim, at.context = context_, at.scale = 1.0f / std::sqrt(float(c_.head_dim));
+  at.out = att_.get();
+  kernels::attention_prefill(type_, at, stream_);
+  gemm_->run(L.wo, att_.get(), x_.get(), n, h, qd, Out::F32Accumulate, stream_);
+
+  kernels::rmsnorm(type_, x_.get<float>(), L.mlp_norm, n, h, float(c_.rms_eps), xn_.get(), stream_);
+  gemm_->run(L.w_gate, xn_.get(), gate_.get(), n, inter, h, Out::Half, stream_);
+  gemm_->run(L.w_up, xn_.get(), up_.get(), n, inter, h, Out::Half, stream_);
+  kernels::swiglu(type_, gate_.get(), up_.get(), act_.get(), int64_t(n) * inter, stream_);
+  gemm_->run(L.w_down, act_.get(), x_.get(), n, h, inter, Out::F32Accumulate, stream_);
+}
+
+void CudaBackend::prefill_chunk(int n, int start_pos) {
+  kernels::embedding(type_, embed_, tokens_.get<int32_t>(), n, c_.hidden, x_.get<float>(), stream_);
+  for (int l = 0; l < c_.n_layers; ++l) layer_prefill(l, n, start_pos);
+  lm_head(n - 1);
+}
+
+void CudaBackend::forward(std::span<const int32_t> tokens, int start_pos) {
+  const int n = int(tokens.size());
+  if (n == 0) throw std::runtime_error("forward needs at least one token");
+  if (start_pos < 0 || start_pos + n > context_)
+    throw std::runtime_error("context length " + std::to_string(context_) + " exceeded: " +
+                             std::to_string(start_pos + n) + " positions requested");
+  for (int32_t t : tokens)
+    if (t < 0 || t >= c_.vocab)
+      throw std::runtime_error("token id " + std::to_string(t) + " is outside the vocabulary (" +
+                               std::to_string(c_.vocab) + ")");
+  host_logits_valid_ = false;
+
+  if (n == 1) {
+    // The pinned parameter block may still be read by a copy the last call queued.
+    HEARTH_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    host_params_->token = tokens[0];
+    host_params_->pos = start_pos;
+    HEARTH_CUDA_CHECK(cudaMemcpyAsync(params_.get(), host_params_, sizeof(Params), cudaMemcpyHostToDevice, stream_));
+    // The first decode runs eagerly (kernel attributes are set, plans made); the next is
+    // captured, and every later one replays the graph.
+    if (!profile_.cuda_graphs || eager_decodes_ < 1) {
+      decode_step();
+      ++eager_decodes_;
+    } else {
+      if (!decode_graph_) {
+        cudaGraph_t graph;
+        HEARTH_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+        decode_step();
+        HEARTH_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+        const cudaError_t err = cudaGraphInstantiate(&decode_graph_, graph, 0);
+        cudaGraphDestroy(graph);
+        HEARTH_CUDA_CHECK(err);
+      }
+      HEARTH_CUDA_CHECK(cudaGraphLaunch(decode_graph_, stream_));
+    }
+    return;
+  }
+  for (int done = 0; done < n; done += chunk_) {
+    const int m = std::min(chunk_, n - done);
+    host_params_->token = 0;
+    host_params_->pos = start_pos + done;
+    HEARTH_CUDA_CHECK(cudaMemcpyAsync(params_.get(), host_params_, sizeof(Params), cudaMemcpyHostToDevice, stream_));
+    HEARTH_CUDA_CHECK(cudaMemcpyAsync(tokens_.get(), tokens.data() + done, m * sizeof(int32_t),
+                                      cudaMemcpyHostToDevice, stream_));
+    if (m == 1)
+      decode_step();  // a lone trailing token: same path as decode
+    else
+      prefill_chunk(m, start_pos + done);
+    // The host params buffer is reused by the next chunk.
+    HEARTH_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
+}
+
+std::span<const float> CudaBackend::logits() {
+  if (!host_logits_valid_) {
+    HEARTH_CUDA_CHECK(cudaMemcpyAsync(host_logits_.data(), logits_.get(), host_logits_.size() * 4,
+                                      cudaMemcpyDeviceToHost, stream_));
+    HEARTH_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    host_logits_valid_ = true;
+  }
+  return host_logits_;
+}
+
+SampledToken CudaBackend::sample(const SamplingParams& params, std::span<const int32_t> seen, uint64_t step) {
+  if (!params.greedy()) return Backend::sample(params, seen, step);
+  const bool penalise = params.repetition_penalty != 1.0f;
+  if (penalise) {
+    // The seen list grows by one token per step; upload only what is new.
+    const bool extends = seen.size() >= uploaded_seen_.size() &&
+                         std::equal(uploaded_seen_.begin(), uploaded_seen_.end(), seen.begin());
+    if (!extends) {
+      std::vector<uint8_t> flags(c_.vocab, 0);
+      for (int32_t t : seen)
+        if (t >= 0 && t < c_.vocab) flags[t] = 1;
+      HEARTH_CUDA_CHECK(cudaMemcpy(seen_.get(), flags.data(), flags.size(), cudaMemcpyHostToDevice));
+    } else {
+      static const uint8_t one = 1;
+      for (size_t i = uploaded_seen_.size(); i < seen.size(); ++i)
+        if (seen[i] >= 0 && seen[i] < c_.vocab)
+          HEARTH_CUDA_CHECK(cudaMemcpy(seen_.get<uint8_t>() + seen[i], &one, 1, cudaMemcpyHostToDevice));
+    }
+    uploaded_seen_.assign(seen.begin(), seen.end());
+  }
+  Result* r = result_.get<Result>();
+  kernels::argmax_logprob(logits_.get<float>(), c_.vocab, penalise ? seen_.get<uint8_t>() : nullptr,
+                          params.repetition_penalty, argmax_scratch_.get<float>(), &r->token, &r->logprob,
+                          stream_);
+  HEARTH_CUDA_CHECK(cudaMemcpyAsync(host_result_, r, sizeof(Result), cudaMemcpyDeviceToHost, stream_));
+  HEARTH_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  return {host_result_->token, host_result_->logprob};
+}
+
+}  // namespace hearth

@@ -1,0 +1,89 @@
+// The CUDA engine: the same Llama-family graph as the CPU engine, on GPU-resident weights.
+// Prefill runs cuBLASLt GEMMs and the flash-style attention kernel over chunks of the prompt;
+// decode runs hearth's GEMV kernels and split-context attention, captured once as a CUDA graph
+// and replayed per token. Greedy sampling happens on the device; other sampling copies the
+// logits back and uses the host sampler, so its rules are the reference's exactly.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <vector>
+
+#include "kernels/device_buffer.h"
+#include "kernels/gemm.h"
+#include "kernels/ops.h"
+#include "worker/backend.h"
+#include "worker/profile.h"
+#include "weight-server/weight_store.h"
+
+namespace hearth {
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(std::shared_ptr<const WeightStore> store, const Profile& profile, int context_length);
+  ~CudaBackend() override;
+
+  std::string name() const override { return "cuda"; }
+  int context_length() const override { return context_; }
+  void forward(std::span<const int32_t> tokens, int start_pos) override;
+  std::span<const float> logits() override;
+  SampledToken sample(const SamplingParams& params, std::span<const int32_t> seen, uint64_t step) override;
+
+  // Device memory this backend allocated (activations, KV cache), excluding weights.
+  size_t workspace_bytes() const { return workspace_bytes_; }
+  const WeightStore& store() const { return *store_; }
+
+ private:
+  struct LayerRefs {
+    const void *wq, *wk, *wv, *wo, *w_gate, *w_up, *w_down;
+    const float *attn_norm, *mlp_norm, *bq, *bk, *bv, *q_norm, *k_norm;
+  };
+  DeviceBuffer alloc(size_t bytes);
+  const float* upload_vector(const std::string& name);
+  void decode_step();                      // token and position from d_params_
+  void prefill_chunk(int n, int start_pos);  // tokens already in d_tokens_
+  void layer_decode(int l);
+  void layer_prefill(int l, int n, int start_pos);
+  void lm_head(int row);
+  void gemv(kernels::GemvEpilogue epilogue, const kernels::GemvArgs& args);
+  void* k_cache(int l) const;
+  void* v_cache(int l) const;
+
+  std::shared_ptr<const WeightStore> store_;
+  const ModelConfig& c_;
+  Profile profile_;
+  int context_, chunk_;
+  kernels::Half type_;
+  cudaStream_t stream_ = nullptr;
+  std::unique_ptr<kernels::Gemm> gemm_;
+
+  std::vector<LayerRefs> layers_;
+  const void* embed_ = nullptr;
+  const void* lm_head_ = nullptr;
+  const float* final_norm_ = nullptr;
+  std::vector<DeviceBuffer> vectors_;  // norms and biases as fp32
+  DeviceBuffer inv_freq_;
+
+  size_t workspace_bytes_ = 0;
+  DeviceBuffer x_, xn_, q32_, k32_, v32_, q16_, att_, gate_, up_, act_, logits_;
+  DeviceBuffer k_cache_, v_cache_, attn_scratch_, argmax_scratch_, seen_, tokens_, params_, result_;
+  struct Params {
+    int32_t token;
+    int32_t pos;
+  };
+  struct Result {
+    int32_t token;
+    float logprob;
+  };
+  Params* host_params_ = nullptr;  // pinned
+  Result* host_result_ = nullptr;  // pinned
+
+  cudaGraphExec_t decode_graph_ = nullptr;
+  int eager_decodes_ = 0;
+  std::vector<float> host_logits_;
+  bool host_logits_valid_ = false;
+  std::vector<int32_t> uploaded_seen_;
+};
+
+}  // namespace hearth

@@ -1,0 +1,39 @@
+// The CUDA side of the worker/engine seam (see cuda_support.h).
+#include "worker/cuda_support.h"
+
+#include <cuda_runtime.h>
+
+#include <stdexcept>
+
+#include "weight-server/device_store.h"
+#include "worker/cuda/cuda_backend.h"
+
+namespace hearth {
+
+bool cuda_device_available() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
+}
+
+std::unique_ptr<Backend> make_cuda_backend(const Profile& profile, const WorkerModel& model,
+                                           int context_length) {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err != cudaSuccess || count == 0)
+    throw std::runtime_error(std::string("no CUDA device was found (") +
+                             (err != cudaSuccess ? cudaGetErrorString(err) : "0 devices") +
+                             "); use --backend cpu");
+  std::shared_ptr<const WeightStore> store = model.store;
+  if (store->residence() == Residence::Host) {
+    if (!model.source)
+      throw std::runtime_error("the cuda backend cannot run on host-resident (" +
+                               std::string(store->backend_name()) + ") weights");
+    UploadOptions opt;
+    opt.layout = profile.weights_layout == "packed" ? DeviceLayout::Packed : DeviceLayout::PerTensor;
+    opt.progress = model.source->total_bytes() > (2ull << 30);
+    store = DeviceStore::upload(*model.source, opt);
+  }
+  return std::make_unique<CudaBackend>(std::move(store), profile, context_length);
+}
+
+}  // namespace hearth

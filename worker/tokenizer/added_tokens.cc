@@ -129,10 +129,9 @@ AddedVocabulary AddedVocabulary::from_json(const Json& list, const std::string& 
   // from the model's vocabulary size up. For well-formed files this equals the declared id.
   std::vector<std::string> special_order;
   std::vector<std::string> plain_order;
-  std::unordered_map<std::string, bool> special_set;
+  auto& special_set = vocab.special_contents_;
   for (const AddedToken& t : declared) {
-    if (t.special && !t.content.empty() && !special_set.count(t.content)) {
-      special_set[t.content] = true;
+    if (t.special && !t.content.empty() && special_set.insert(t.content).second) {
       special_order.push_back(t.content);
     }
   }
@@ -155,7 +154,7 @@ AddedVocabulary AddedVocabulary::from_json(const Json& list, const std::string& 
       vocab.tokens_.push_back(t);
     }
     vocab.by_content_[t.content] = vocab.by_id_[t.id];
-    if (!special_set.count(t.content)) plain_order.push_back(t.content);
+    if (!special_set.contains(t.content)) plain_order.push_back(t.content);
   }
 
   // Special tokens are registered first, so they win a tie with a plain token's spelling.

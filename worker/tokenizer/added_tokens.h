@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "config.h"
@@ -59,6 +60,11 @@ class AddedVocabulary {
     const AddedToken* t = find(id);
     return t != nullptr && t->special;
   }
+  // Whether decode with skip_special_tokens drops a token spelled this way. The reference
+  // compares spellings, not ids, against the contents declared special.
+  bool is_special_content(std::string_view token) const {
+    return !special_contents_.empty() && special_contents_.find(token) != special_contents_.end();
+  }
   // Distinct added contents that the model vocabulary does not already hold.
   size_t count_outside(const BpeModel& model) const;
   const std::vector<AddedToken>& tokens() const { return tokens_; }
@@ -82,7 +88,13 @@ class AddedVocabulary {
     std::array<bool, 256> first_byte_{};
   };
 
+  struct Hash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  };
+
   std::vector<AddedToken> tokens_;
+  std::unordered_set<std::string, Hash, std::equal_to<>> special_contents_;
   std::unordered_map<std::string, uint32_t> by_content_;
   std::unordered_map<int32_t, uint32_t> by_id_;
   Matcher raw_;

@@ -1,5 +1,7 @@
 #include "pattern.h"
 
+#include <algorithm>
+
 #include "config.h"
 #include "utf8.h"
 

@@ -18,7 +18,6 @@ namespace hearth {
 
 namespace tok {
 class TokenizerImpl;
-class DecodeSink;
 }  // namespace tok
 
 // Immutable once loaded. Copies are cheap (they share the loaded tables) and every method is

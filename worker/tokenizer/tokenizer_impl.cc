@@ -47,11 +47,6 @@ TokenizerImpl::TokenizerImpl(const Json& root) {
   decoder_ = make_decoder(optional_member(root, "decoder"), "decoder");
   added_ = AddedVocabulary::from_json(optional_member(root, "added_tokens"), "added_tokens",
                                       *model_, normalizer_.get());
-  for (const Json& t : optional_member(root, "added_tokens")) {
-    if (get_bool(t, "special", "added_tokens", false)) {
-      special_contents_.insert(get_string(t, "content", "added_tokens"));
-    }
-  }
   post_processor_ = make_post_processor(optional_member(root, "post_processor"), "post_processor",
                                         [this](int32_t id) { return content_of(id) != nullptr; });
 }
@@ -64,10 +59,6 @@ const std::string* TokenizerImpl::token_of(int32_t id) const {
 const std::string* TokenizerImpl::content_of(int32_t id) const {
   if (const AddedToken* t = added_.find(id)) return &t->content;
   return model_->id_to_token(id);
-}
-
-bool TokenizerImpl::is_special_content(std::string_view token) const {
-  return !special_contents_.empty() && special_contents_.count(std::string(token)) > 0;
 }
 
 void TokenizerImpl::encode(std::string_view text, bool add_special_tokens,

@@ -5,7 +5,6 @@
 #include <memory>
 #include <string>
 #include <string_view>
-#include <unordered_set>
 #include <vector>
 
 #include "added_tokens.h"
@@ -30,7 +29,7 @@ class TokenizerImpl {
   // The spelling in the file (added tokens first), or nullptr.
   const std::string* content_of(int32_t id) const;
   // Whether decode with skip_special_tokens drops this spelling.
-  bool is_special_content(std::string_view token) const;
+  bool is_special_content(std::string_view token) const { return added_.is_special_content(token); }
 
   const BpeModel& model() const { return *model_; }
   const AddedVocabulary& added() const { return added_; }
@@ -46,7 +45,6 @@ class TokenizerImpl {
   std::unique_ptr<PostProcessor> post_processor_;
   std::unique_ptr<Decoder> decoder_;
   AddedVocabulary added_;
-  std::unordered_set<std::string> special_contents_;
 };
 
 }  // namespace hearth::tok

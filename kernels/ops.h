@@ -49,20 +49,39 @@ void swiglu(Half type, const void* gate, const void* up, void* act, int64_t coun
 //   Store:      out[m][r] = W_m[r, :] . x                 (up to 3 stacked matrices, e.g. q/k/v)
 //   Accumulate: out[0][r] += W_0[r, :] . x                (o_proj / down_proj into the residual)
 //   SwiGLU:     act[r] = silu(W_0[r, :] . x) * (W_1[r, :] . x)   (gate and up in one pass)
-enum class GemvEpilogue { Store, Accumulate, SwiGLU };
+//   QkvRope:    q/k/v projections with bias and RoPE applied, q to q_out, k and v into the cache
+//               at position pos[0]: the whole attention input in one kernel.
+// x is either 16-bit (`x`), or fp32 with an RMSNorm applied on the fly (`x_norm`, `norm_weight`).
+// Kernels launch with programmatic dependent launch: each starts streaming its weights while
+// the kernel before it finishes, and waits for that kernel only before reading x.
+enum class GemvEpilogue { Store, Accumulate, SwiGLU, QkvRope };
 struct GemvArgs {
   const void* w[3] = {nullptr, nullptr, nullptr};  // row-major [rows[m], k]
   int rows[3] = {0, 0, 0};
   float* out[3] = {nullptr, nullptr, nullptr};
   void* act = nullptr;      // SwiGLU output, 16-bit [rows[0]]
   const void* x = nullptr;  // 16-bit [k]
+  const float* x_norm = nullptr;       // or fp32 [k], normalised with...
+  const float* norm_weight = nullptr;  // ...this weight
+  float eps = 1e-6f;
   int k = 0;
+  // QkvRope only: w/rows are q, k, v; heads of head_dim; optional fp32 biases.
+  const float* bias[3] = {nullptr, nullptr, nullptr};
+  const float* inv_freq = nullptr;
+  const int* pos = nullptr;
+  int head_dim = 0, context = 0;
+  void* q_out = nullptr;
+  void* k_cache = nullptr;  // this layer: [kv_heads][context][head_dim]
+  void* v_cache = nullptr;
 };
 void gemv(Half type, GemvEpilogue epilogue, const GemvArgs& args, cudaStream_t stream);
 
 // Attention of one new token (at position pos[0], attending to 0..pos[0]) over the cache.
-// Long contexts are split across blocks in fixed chunks and merged in a fixed order; each
-// key/value row is read once per GQA group.
+// The context is split across blocks (more splits for longer contexts), each reading its
+// keys and values once per GQA group; the last block of a group merges the splits in split
+// order, so the result does not depend on scheduling. Launched with programmatic dependent
+// launch: a block loads the cache rows written by earlier steps before waiting for the
+// kernel that wrote this step's row.
 struct DecodeAttentionArgs {
   const void* q = nullptr;  // [n_heads * head_dim]
   const void* k_cache = nullptr;
@@ -70,8 +89,9 @@ struct DecodeAttentionArgs {
   const int* pos = nullptr;  // device pointer
   int n_heads = 0, n_kv_heads = 0, head_dim = 0, context = 0;
   float scale = 1.0f;
-  float* partial = nullptr;  // scratch: decode_attention_scratch_floats(...) floats
-  void* out = nullptr;       // [n_heads * head_dim]
+  float* partial = nullptr;     // scratch: decode_attention_scratch_floats(...) floats
+  unsigned* counters = nullptr;  // scratch: n_kv_heads zeroed counters, left zeroed
+  void* out = nullptr;          // [n_heads * head_dim]
 };
 size_t decode_attention_scratch_floats(int n_heads, int head_dim, int context);
 void attention_decode(Half type, const DecodeAttentionArgs& args, cudaStream_t stream);

@@ -116,6 +116,65 @@ TEST(Kernels, GemvStoreAccumulateAndSwiglu) {
     }
 }
 
+TEST(Kernels, GemvWithFusedNormMatchesReference) {
+  HEARTH_REQUIRE_GPU();
+  for (Half t : kTypes)
+    for (auto [rows, k] : {std::pair{4096, 4096}, {100, 896}, {3, 64}}) {
+      auto x = random_floats(k, 4.0f), nw = random_floats(k);
+      auto w = rounded(random_floats(size_t(rows) * k, 1.0f / std::sqrt(float(k))), t);
+      auto dx = upload(x), dnw = upload(nw), dw = upload_half(w, t);
+      auto out = poisoned(size_t(rows) * 4);
+      kernels::GemvArgs a;
+      a.w[0] = dw.get(), a.rows[0] = rows, a.out[0] = out.get<float>(), a.k = k;
+      a.x_norm = dx.get<float>(), a.norm_weight = dnw.get<float>(), a.eps = 1e-5f;
+      kernels::gemv(t, kernels::GemvEpilogue::Store, a, nullptr);
+      auto ref = reference::gemv(w, reference::rmsnorm(x, nw, 1, k, 1e-5f), rows, k);
+      EXPECT_LT(relative_error(download_f32(out, rows), ref), 1e-5) << name(t) << " rows=" << rows << " k=" << k;
+    }
+}
+
+TEST(Kernels, GemvQkvRopeMatchesProjectionThenRope) {
+  HEARTH_REQUIRE_GPU();
+  struct Case {
+    int n_heads, n_kv_heads, head_dim, hidden, pos;
+    bool bias;
+  };
+  for (Half t : kTypes)
+    for (const Case& c : {Case{32, 8, 128, 4096, 4000, false}, Case{14, 2, 64, 896, 17, true}, Case{4, 2, 16, 64, 0, true}}) {
+      const int qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim, context = 4100;
+      auto x = random_floats(c.hidden, 2.0f), nw = random_floats(c.hidden);
+      const float sc = 1.0f / std::sqrt(float(c.hidden));
+      auto wq = rounded(random_floats(size_t(qd) * c.hidden, sc), t);
+      auto wk = rounded(random_floats(size_t(kvd) * c.hidden, sc), t);
+      auto wv = rounded(random_floats(size_t(kvd) * c.hidden, sc), t);
+      std::vector<float> bq, bk, bv, inv(c.head_dim / 2);
+      if (c.bias) bq = random_floats(qd), bk = random_floats(kvd), bv = random_floats(kvd);
+      for (int i = 0; i < c.head_dim / 2; ++i) inv[i] = std::pow(500000.0f, -2.0f * i / c.head_dim);
+      auto xn = reference::rmsnorm(x, nw, 1, c.hidden, 1e-5f);
+      std::vector<float> kc(size_t(c.n_kv_heads) * context * c.head_dim, 0), vc = kc;
+      auto ref = reference::qkv_rope(reference::gemv(wq, xn, qd, c.hidden), reference::gemv(wk, xn, kvd, c.hidden),
+                                     reference::gemv(wv, xn, kvd, c.hidden), bq, bk, bv, {}, {}, inv, c.pos, 1,
+                                     c.n_heads, c.n_kv_heads, c.head_dim, context, 1e-5f, kc, vc);
+      auto dx = upload(x), dnw = upload(nw), dwq = upload_half(wq, t), dwk = upload_half(wk, t),
+           dwv = upload_half(wv, t), dinv = upload(inv), dpos = upload(std::vector<int>{c.pos});
+      DeviceBuffer dbq, dbk, dbv;
+      kernels::GemvArgs a;
+      if (c.bias) dbq = upload(bq), dbk = upload(bk), dbv = upload(bv), a.bias[0] = dbq.get<float>(),
+                  a.bias[1] = dbk.get<float>(), a.bias[2] = dbv.get<float>();
+      std::vector<uint16_t> zeros(kc.size(), 0);
+      auto dkc = upload(zeros), dvc = upload(zeros), qout = poisoned(size_t(qd) * 2);
+      a.w[0] = dwq.get(), a.w[1] = dwk.get(), a.w[2] = dwv.get();
+      a.rows[0] = qd, a.rows[1] = kvd, a.rows[2] = kvd, a.k = c.hidden;
+      a.x_norm = dx.get<float>(), a.norm_weight = dnw.get<float>(), a.eps = 1e-5f;
+      a.inv_freq = dinv.get<float>(), a.pos = dpos.get<int>(), a.head_dim = c.head_dim, a.context = context;
+      a.q_out = qout.get(), a.k_cache = dkc.get(), a.v_cache = dvc.get();
+      kernels::gemv(t, kernels::GemvEpilogue::QkvRope, a, nullptr);
+      EXPECT_LT(relative_error(download_half(qout, qd, t), ref.q_out), half_tolerance(t)) << name(t);
+      EXPECT_LT(relative_error(download_half(dkc, kc.size(), t), kc), half_tolerance(t)) << name(t);
+      EXPECT_LT(relative_error(download_half(dvc, vc.size(), t), vc), half_tolerance(t)) << name(t);
+    }
+}
+
 TEST(Kernels, GemvIsBitReproducible) {
   HEARTH_REQUIRE_GPU();
   const int rows = 4096, k = 4096;
@@ -155,26 +214,48 @@ AttnCase make_attention_case(Half t, const AttnShape& s, int n, int context) {
   return c;
 }
 
+void check_decode_attention(Half t, const AttnShape& s, int context, int pos) {
+  AttnCase c = make_attention_case(t, s, 1, context);
+  const float scale = 1.0f / std::sqrt(float(s.head_dim));
+  DeviceBuffer dpos = upload(std::vector<int>{pos});
+  DeviceBuffer scratch(kernels::decode_attention_scratch_floats(s.n_heads, s.head_dim, context) * 4);
+  DeviceBuffer counters = upload(std::vector<unsigned>(s.n_kv_heads, 0));
+  std::vector<float> first;
+  for (int run = 0; run < 2; ++run) {
+    auto out = poisoned(size_t(s.n_heads) * s.head_dim * 2);
+    kernels::DecodeAttentionArgs a;
+    a.q = c.dq.get(), a.k_cache = c.dk.get(), a.v_cache = c.dv.get(), a.pos = dpos.get<int>();
+    a.n_heads = s.n_heads, a.n_kv_heads = s.n_kv_heads, a.head_dim = s.head_dim, a.context = context;
+    a.scale = scale, a.partial = scratch.get<float>(), a.counters = counters.get<unsigned>(), a.out = out.get();
+    kernels::attention_decode(t, a, nullptr);
+    auto got = download_half(out, size_t(s.n_heads) * s.head_dim, t);
+    if (run == 0) {
+      auto ref = reference::attention(c.q, c.k_cache, c.v_cache, pos, 1, s.n_heads, s.n_kv_heads, s.head_dim,
+                                      context, scale);
+      EXPECT_LT(relative_error(got, ref), half_tolerance(t))
+          << name(t) << " heads " << s.n_heads << "/" << s.n_kv_heads << " d=" << s.head_dim << " pos=" << pos
+          << " context=" << context;
+      first = got;
+    } else {
+      EXPECT_EQ(first, got) << "a second run (counters reset?) differs";
+    }
+  }
+}
+
+TEST(Kernels, DecodeAttentionLongContextsSplitIntoManyTiles) {
+  HEARTH_REQUIRE_GPU();
+  for (Half t : kTypes)
+    for (int pos : {8999, 5000, 300})
+      for (const AttnShape& s : {AttnShape{32, 8, 128}, AttnShape{8, 1, 32}}) check_decode_attention(t, s, 9000, pos);
+}
+
 TEST(Kernels, DecodeAttentionMatchesReference) {
   HEARTH_REQUIRE_GPU();
   const int context = 1100;
   for (Half t : kTypes)
     for (const AttnShape& s : kAttnShapes)
       for (int pos : {0, 1, 63, 64, 65, 1099}) {
-        AttnCase c = make_attention_case(t, s, 1, context);
-        const float scale = 1.0f / std::sqrt(float(s.head_dim));
-        DeviceBuffer dpos = upload(std::vector<int>{pos});
-        DeviceBuffer scratch(kernels::decode_attention_scratch_floats(s.n_heads, s.head_dim, context) * 4);
-        auto out = poisoned(size_t(s.n_heads) * s.head_dim * 2);
-        kernels::DecodeAttentionArgs a;
-        a.q = c.dq.get(), a.k_cache = c.dk.get(), a.v_cache = c.dv.get(), a.pos = dpos.get<int>();
-        a.n_heads = s.n_heads, a.n_kv_heads = s.n_kv_heads, a.head_dim = s.head_dim, a.context = context;
-        a.scale = scale, a.partial = scratch.get<float>(), a.out = out.get();
-        kernels::attention_decode(t, a, nullptr);
-        auto ref = reference::attention(c.q, c.k_cache, c.v_cache, pos, 1, s.n_heads, s.n_kv_heads,
-                                        s.head_dim, context, scale);
-        EXPECT_LT(relative_error(download_half(out, ref.size(), t), ref), half_tolerance(t))
-            << name(t) << " heads " << s.n_heads << "/" << s.n_kv_heads << " d=" << s.head_dim << " pos=" << pos;
+        check_decode_attention(t, s, context, pos);
       }
 }
 

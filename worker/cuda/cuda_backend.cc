@@ -93,6 +93,8 @@ CudaBackend::CudaBackend(std::shared_ptr<const WeightStore> store, const Profile
   k_cache_ = alloc(cache);
   v_cache_ = alloc(cache);
   attn_scratch_ = alloc(kernels::decode_attention_scratch_floats(c_.n_heads, c_.head_dim, context_) * 4);
+  attn_counters_ = alloc(size_t(c_.n_kv_heads) * sizeof(unsigned));
+  HEARTH_CUDA_CHECK(cudaMemset(attn_counters_.get(), 0, attn_counters_.bytes()));
   argmax_scratch_ = alloc(kernels::argmax_scratch_floats(c_.vocab) * 4 + 16);
   seen_ = alloc(size_t(c_.vocab));
   HEARTH_CUDA_CHECK(cudaMemset(seen_.get(), 0, c_.vocab));
@@ -140,61 +142,83 @@ void* CudaBackend::v_cache(int l) const {
 
 void CudaBackend::gemv(GemvEpilogue epilogue, const GemvArgs& a) {
   if (profile_.decode_gemv != "cublas") return kernels::gemv(type_, epilogue, a, stream_);
-  // cuBLAS path, for comparison: one matmul per matrix.
+  // cuBLAS path, for comparison: a separate norm, one matmul per matrix, separate epilogues.
   using Out = kernels::Gemm::Out;
+  const void* x = a.x;
+  if (a.x_norm) {
+    kernels::rmsnorm(type_, a.x_norm, a.norm_weight, 1, a.k, a.eps, xn_.get(), stream_);
+    x = xn_.get();
+  }
   switch (epilogue) {
     case GemvEpilogue::Store:
-      for (int m = 0; m < 3 && a.rows[m]; ++m) gemm_->run(a.w[m], a.x, a.out[m], 1, a.rows[m], a.k, Out::F32, stream_);
+      for (int m = 0; m < 3 && a.rows[m]; ++m) gemm_->run(a.w[m], x, a.out[m], 1, a.rows[m], a.k, Out::F32, stream_);
       break;
     case GemvEpilogue::Accumulate:
-      gemm_->run(a.w[0], a.x, a.out[0], 1, a.rows[0], a.k, Out::F32Accumulate, stream_);
+      gemm_->run(a.w[0], x, a.out[0], 1, a.rows[0], a.k, Out::F32Accumulate, stream_);
       break;
     case GemvEpilogue::SwiGLU:
-      gemm_->run(a.w[0], a.x, gate_.get(), 1, a.rows[0], a.k, Out::Half, stream_);
-      gemm_->run(a.w[1], a.x, up_.get(), 1, a.rows[0], a.k, Out::Half, stream_);
+      gemm_->run(a.w[0], x, gate_.get(), 1, a.rows[0], a.k, Out::Half, stream_);
+      gemm_->run(a.w[1], x, up_.get(), 1, a.rows[0], a.k, Out::Half, stream_);
       kernels::swiglu(type_, gate_.get(), up_.get(), a.act, a.rows[0], stream_);
       break;
+    case GemvEpilogue::QkvRope: {
+      float* outs[3] = {q32_.get<float>(), k32_.get<float>(), v32_.get<float>()};
+      for (int m = 0; m < 3; ++m) gemm_->run(a.w[m], x, outs[m], 1, a.rows[m], a.k, Out::F32, stream_);
+      kernels::QkvRopeArgs r;
+      r.q = outs[0], r.k = outs[1], r.v = outs[2], r.bq = a.bias[0], r.bk = a.bias[1], r.bv = a.bias[2];
+      r.inv_freq = a.inv_freq, r.start_pos = a.pos, r.n = 1, r.n_heads = c_.n_heads;
+      r.n_kv_heads = c_.n_kv_heads, r.head_dim = c_.head_dim, r.context = context_, r.eps = float(c_.rms_eps);
+      r.q_out = a.q_out, r.k_cache = a.k_cache, r.v_cache = a.v_cache;
+      kernels::qkv_rope(type_, r, stream_);
+      break;
+    }
   }
 }
 
 void CudaBackend::layer_decode(int l) {
   const LayerRefs& L = layers_[l];
   const int h = c_.hidden;
-  auto* pos = &params_.get<Params>()->pos;
-  kernels::rmsnorm(type_, x_.get<float>(), L.attn_norm, 1, h, float(c_.rms_eps), xn_.get(), stream_);
+  const float eps = float(c_.rms_eps);
+  const int* pos = &params_.get<Params>()->pos;
+
+  // Norm, q/k/v projections, bias and RoPE in one pass; k and v land in the cache.
   GemvArgs qkv;
   qkv.w[0] = L.wq, qkv.w[1] = L.wk, qkv.w[2] = L.wv;
   qkv.rows[0] = c_.q_dim(), qkv.rows[1] = c_.kv_dim(), qkv.rows[2] = c_.kv_dim();
-  qkv.out[0] = q32_.get<float>(), qkv.out[1] = k32_.get<float>(), qkv.out[2] = v32_.get<float>();
-  qkv.x = xn_.get();
-  qkv.k = h;
-  gemv(GemvEpilogue::Store, qkv);
-
-  kernels::QkvRopeArgs r;
-  r.q = q32_.get<float>(), r.k = k32_.get<float>(), r.v = v32_.get<float>();
-  r.bq = L.bq, r.bk = L.bk, r.bv = L.bv, r.q_norm = L.q_norm, r.k_norm = L.k_norm;
-  r.inv_freq = inv_freq_.get<float>();
-  r.start_pos = pos;
-  r.n = 1, r.n_heads = c_.n_heads, r.n_kv_heads = c_.n_kv_heads, r.head_dim = c_.head_dim;
-  r.context = context_, r.eps = float(c_.rms_eps);
-  r.q_out = q16_.get(), r.k_cache = k_cache(l), r.v_cache = v_cache(l);
-  kernels::qkv_rope(type_, r, stream_);
+  qkv.x_norm = x_.get<float>(), qkv.norm_weight = L.attn_norm, qkv.eps = eps, qkv.k = h;
+  if (!c_.qk_norm) {
+    qkv.bias[0] = L.bq, qkv.bias[1] = L.bk, qkv.bias[2] = L.bv;
+    qkv.inv_freq = inv_freq_.get<float>(), qkv.pos = pos, qkv.head_dim = c_.head_dim, qkv.context = context_;
+    qkv.q_out = q16_.get(), qkv.k_cache = k_cache(l), qkv.v_cache = v_cache(l);
+    gemv(GemvEpilogue::QkvRope, qkv);
+  } else {
+    // Qwen3 normalises each whole head before RoPE: projections first, then a separate pass.
+    qkv.out[0] = q32_.get<float>(), qkv.out[1] = k32_.get<float>(), qkv.out[2] = v32_.get<float>();
+    gemv(GemvEpilogue::Store, qkv);
+    kernels::QkvRopeArgs r;
+    r.q = q32_.get<float>(), r.k = k32_.get<float>(), r.v = v32_.get<float>();
+    r.bq = L.bq, r.bk = L.bk, r.bv = L.bv, r.q_norm = L.q_norm, r.k_norm = L.k_norm;
+    r.inv_freq = inv_freq_.get<float>(), r.start_pos = pos;
+    r.n = 1, r.n_heads = c_.n_heads, r.n_kv_heads = c_.n_kv_heads, r.head_dim = c_.head_dim;
+    r.context = context_, r.eps = eps;
+    r.q_out = q16_.get(), r.k_cache = k_cache(l), r.v_cache = v_cache(l);
+    kernels::qkv_rope(type_, r, stream_);
+  }
 
   kernels::DecodeAttentionArgs at;
   at.q = q16_.get(), at.k_cache = k_cache(l), at.v_cache = v_cache(l), at.pos = pos;
   at.n_heads = c_.n_heads, at.n_kv_heads = c_.n_kv_heads, at.head_dim = c_.head_dim;
   at.context = context_, at.scale = 1.0f / std::sqrt(float(c_.head_dim));
-  at.partial = attn_scratch_.get<float>(), at.out = att_.get();
+  at.partial = attn_scratch_.get<float>(), at.counters = attn_counters_.get<unsigned>(), at.out = att_.get();
   kernels::attention_decode(type_, at, stream_);
 
   GemvArgs o;
   o.w[0] = L.wo, o.rows[0] = h, o.out[0] = x_.get<float>(), o.x = att_.get(), o.k = c_.q_dim();
   gemv(GemvEpilogue::Accumulate, o);
 
-  kernels::rmsnorm(type_, x_.get<float>(), L.mlp_norm, 1, h, float(c_.rms_eps), xn_.get(), stream_);
   GemvArgs gu;
   gu.w[0] = L.w_gate, gu.w[1] = L.w_up, gu.rows[0] = c_.intermediate, gu.act = act_.get();
-  gu.x = xn_.get(), gu.k = h;
+  gu.x_norm = x_.get<float>(), gu.norm_weight = L.mlp_norm, gu.eps = eps, gu.k = h;
   gemv(GemvEpilogue::SwiGLU, gu);
   GemvArgs d;
   d.w[0] = L.w_down, d.rows[0] = h, d.out[0] = x_.get<float>(), d.x = act_.get(), d.k = c_.intermediate;
@@ -202,10 +226,9 @@ void CudaBackend::layer_decode(int l) {
 }
 
 void CudaBackend::lm_head(int row) {
-  kernels::rmsnorm(type_, x_.get<float>() + size_t(row) * c_.hidden, final_norm_, 1, c_.hidden,
-                   float(c_.rms_eps), xn_.get(), stream_);
   GemvArgs a;
-  a.w[0] = lm_head_, a.rows[0] = c_.vocab, a.out[0] = logits_.get<float>(), a.x = xn_.get(), a.k = c_.hidden;
+  a.w[0] = lm_head_, a.rows[0] = c_.vocab, a.out[0] = logits_.get<float>(), a.k = c_.hidden;
+  a.x_norm = x_.get<float>() + size_t(row) * c_.hidden, a.norm_weight = final_norm_, a.eps = float(c_.rms_eps);
   gemv(GemvEpilogue::Store, a);
 }
 

@@ -67,7 +67,7 @@ class CudaBackend final : public Backend {
 
   size_t workspace_bytes_ = 0;
   DeviceBuffer x_, xn_, q32_, k32_, v32_, q16_, att_, gate_, up_, act_, logits_;
-  DeviceBuffer k_cache_, v_cache_, attn_scratch_, argmax_scratch_, seen_, tokens_, params_, result_;
+  DeviceBuffer k_cache_, v_cache_, attn_scratch_, attn_counters_, argmax_scratch_, seen_, tokens_, params_, result_;
   struct Params {
     int32_t token;
     int32_t pos;

@@ -4,8 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include "pattern.h"
 #include "tokenizer_test_util.h"
+#include "utf8.h"
 
 namespace hearth::tok::testing {
 namespace {
@@ -313,6 +316,71 @@ TEST(AddedTokens, IdsAreAssignedAsTheReferenceDoes) {
   EXPECT_EQ(tok.token_to_id("b"), 1);
   EXPECT_EQ(tok.token_to_id("<y>"), 3);
   EXPECT_EQ(tok.vocab_size(), 4u);
+}
+
+// Awkward configurations on random text: whitespace-only added tokens with strip flags, a split
+// pattern that matches the empty string, normalizers that grow the text. Nothing may crash
+// (the sanitizer build runs this), results are deterministic and decodes are valid UTF-8.
+TEST(Encode, RandomInputsOnAwkwardConfigurations) {
+  const std::string m = "\xE2\x96\x81";
+  std::vector<std::string> vocab = letters();
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof(name), "<0x%02X>", b);
+    vocab.emplace_back(name);
+  }
+  json config = toy_config(vocab, {"a b", "ab c"});
+  config["model"]["vocab"]["ab"] = 400;
+  config["model"]["vocab"]["abc"] = 401;
+  config["model"]["byte_fallback"] = true;
+  config["normalizer"] = {
+      {"type", "Sequence"},
+      {"normalizers",
+       {{{"type", "NFC"}},
+        {{"type", "Replace"}, {"pattern", {{"Regex", "b+"}}}, {"content", "bb"}},
+        {{"type", "Prepend"}, {"prepend", m}}}}};
+  config["pre_tokenizer"] = {
+      {"type", "Sequence"},
+      {"pretokenizers",
+       {{{"type", "Split"}, {"pattern", {{"Regex", "x*"}}}, {"behavior", "MergedWithNext"}},
+        {{"type", "Digits"}, {"individual_digits", true}},
+        {{"type", "Metaspace"}, {"replacement", m}, {"prepend_scheme", "first"}}}}};
+  config["decoder"] = {{"type", "Sequence"},
+                       {"decoders",
+                        {{{"type", "ByteFallback"}},
+                         {{"type", "Metaspace"}, {"replacement", m}},
+                         {{"type", "Fuse"}},
+                         {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 1}}}}};
+  config["added_tokens"] = {
+      {{"id", 0}, {"content", " "}, {"lstrip", true}, {"rstrip", true}, {"normalized", false}},
+      {{"id", 0},
+       {"content", "<t>"},
+       {"rstrip", true},
+       {"single_word", true},
+       {"normalized", false}},
+      {{"id", 0}, {"content", " <u> "}, {"lstrip", true}, {"normalized", false}, {"special", true}},
+      {{"id", 0}, {"content", "bb"}, {"normalized", true}},
+  };
+  const Tokenizer tok = load(config);
+  const std::vector<std::string> alphabet = {
+      "a",    "b",   "c",           "x",   "1",        " ",         "  ",
+      "\t",   "<t>", " <u> ",       "<u>", "\xC3\xA9", "e\xCC\x81", "\xE4\xB8\xAD",
+      "\xFF", m,     "\xE3\x80\x80"};
+  std::mt19937 rng(7);
+  for (int trial = 0; trial < 3000; ++trial) {
+    std::string text;
+    for (int k = rng() % 16; k > 0; --k) text += alphabet[rng() % alphabet.size()];
+    const std::vector<int32_t> ids = tok.encode(text, true);
+    ASSERT_EQ(ids, tok.encode(text, true));
+    for (const bool skip : {false, true}) {
+      const std::string decoded = tok.decode(ids, skip);
+      ASSERT_TRUE(is_valid_utf8(decoded)) << ::testing::PrintToString(text);
+      StreamDecoder stream(tok, skip);
+      std::string streamed;
+      for (const int32_t id : ids) streamed += stream.push(id);
+      ASSERT_EQ(streamed + stream.finish(), decoded) << ::testing::PrintToString(text);
+    }
+  }
 }
 
 TEST(Encode, VocabularyQueries) {

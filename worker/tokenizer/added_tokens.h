@@ -50,7 +50,6 @@ class AddedVocabulary {
   void split(std::string_view text, bool normalized_tokens, std::vector<Piece>& out) const;
 
   bool has_normalized_tokens() const { return !normalized_.empty(); }
-  bool has_raw_tokens() const { return !raw_.empty(); }
 
   // -1 when no added token has this content.
   int32_t token_to_id(std::string_view content) const;
@@ -67,7 +66,6 @@ class AddedVocabulary {
   }
   // Distinct added contents that the model vocabulary does not already hold.
   size_t count_outside(const BpeModel& model) const;
-  const std::vector<AddedToken>& tokens() const { return tokens_; }
 
  private:
   // Leftmost-longest multi-pattern matcher over bytes (a trie; the token lists are short).

@@ -34,12 +34,6 @@ Pattern Pattern::from_json(const Json& j, const std::string& where) {
                "expected {\"String\": ...} or {\"Regex\": ...}, got key '" + j.begin().key() + "'");
 }
 
-Pattern Pattern::literal(std::string text) {
-  Pattern p;
-  p.literal_ = std::move(text);
-  return p;
-}
-
 std::string Pattern::replace_all(std::string_view subject, std::string_view content) const {
   std::string out;
   out.reserve(subject.size());

@@ -19,7 +19,6 @@ class Pattern {
  public:
   // `where` names the JSON location for error messages.
   static Pattern from_json(const nlohmann::json& j, const std::string& where);
-  static Pattern literal(std::string text);
 
   // Matches left to right without overlap. Empty text has no matches at all, even for a
   // pattern that matches the empty string (the reference returns early there too).

@@ -78,12 +78,6 @@ void utf8_append(std::string& out, uint32_t cp) {
   }
 }
 
-size_t utf8_count(std::string_view s) {
-  size_t count = 0;
-  for (const char c : s) count += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
-  return count;
-}
-
 bool is_valid_utf8(std::string_view s) {
   const auto* p = reinterpret_cast<const unsigned char*>(s.data());
   const size_t n = s.size();

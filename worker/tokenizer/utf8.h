@@ -9,7 +9,6 @@
 
 namespace hearth::tok {
 
-inline constexpr uint32_t kReplacementChar = 0xFFFD;
 inline constexpr std::string_view kReplacementUtf8 = "\xEF\xBF\xBD";
 
 // Length of the character starting with `lead`, for text already known to be valid UTF-8.
@@ -41,9 +40,6 @@ inline uint32_t utf8_decode(std::string_view s, size_t i, size_t* len) {
 }
 
 void utf8_append(std::string& out, uint32_t cp);
-
-// Code point count of valid UTF-8 text.
-size_t utf8_count(std::string_view s);
 
 bool is_valid_utf8(std::string_view s);
 

@@ -157,12 +157,12 @@ AddedVocabulary AddedVocabulary::from_json(const Json& list, const std::string& 
     if (!special_set.contains(t.content)) plain_order.push_back(t.content);
   }
 
-  // Special tokens are registered first, so they win a tie with a plain token's spelling.
   for (AddedToken& t : vocab.tokens_) {
     t.decoded = t.content;
     size_t inserted = 0;
     if (t.normalized && normalizer != nullptr) normalizer->normalize(t.decoded, inserted);
   }
+  // Special tokens are registered first, so they win a tie with a plain token's spelling.
   auto register_token = [&](const std::string& content) {
     const uint32_t index = vocab.by_content_.at(content);
     const AddedToken& t = vocab.tokens_[index];

@@ -176,6 +176,20 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(DecodeAttentionArgs
     __syncthreads();  // buffers and scores are reused by the next tile
   }
 
+  T* out = static_cast<T*>(a.out) + size_t(kv_head) * group * kHeadDim;
+  if (active == 1) {  // the whole context in one block: no merge needed
+#pragma unroll
+    for (int it = 0; it < kMaxItems; ++it) {
+      const int item = threadIdx.x + it * kThreads;
+      if (item >= items) continue;
+      const int g = item / kPairs, d = 2 * (item % kPairs);
+      const float inv = 1.0f / s.l[g];
+      out[g * kHeadDim + d] = HalfTraits<T>::from_float(acc[it][0] * inv);
+      out[g * kHeadDim + d + 1] = HalfTraits<T>::from_float(acc[it][1] * inv);
+    }
+    return;
+  }
+
   // This split's result, then the last split of the group to finish merges all of them.
   float* part = a.partial;
   auto slot = [&](int g, int sp) {
@@ -199,7 +213,6 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(DecodeAttentionArgs
   __syncthreads();
   if (!s.last) return;
   __threadfence();
-  T* out = static_cast<T*>(a.out) + size_t(kv_head) * group * kHeadDim;
   for (int i = threadIdx.x; i < group * kHeadDim; i += kThreads) {
     const int g = i / kHeadDim, d = i % kHeadDim;
     float m = -INFINITY;

@@ -17,6 +17,7 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kLoadsInFlight = 8;
+constexpr uint32_t kPrefetchBytes = 8192;  // per warp, ahead of the dependency wait
 
 template <typename T>
 __device__ __forceinline__ float dot8(uint4 w, const float (&x)[8]) {
@@ -114,17 +115,21 @@ __device__ __forceinline__ void epilogue(const GemvArgs& a, const Item& it, cons
 }
 
 template <typename T, GemvEpilogue E, bool kNorm>
-__global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a) {
+__global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a, int split) {
   constexpr int kN = (E == GemvEpilogue::SwiGLU || E == GemvEpilogue::QkvRope) ? 2 : 1;
   constexpr int kU = kLoadsInFlight / kN;  // chunks per lane per step
   extern __shared__ float4 smem_x[];
+  __shared__ float partial[kWarps][kN];
   float* xs = reinterpret_cast<float*>(smem_x);
   allow_dependents_early();
 
-  const int lane = threadIdx.x & 31;
+  // `split` warps share one item, each taking every split-th 32-chunk stripe of its rows;
+  // their sums are added in warp order.
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int part = warp % split, stride = 32 * split;
   const int chunks = a.k / 8;
   Item it;
-  const bool active = item_for<E, kN>(a, blockIdx.x * kWarps + (threadIdx.x >> 5), it);
+  const bool active = item_for<E, kN>(a, blockIdx.x * (kWarps / split) + warp / split, it);
 
   // First loads go out before waiting for the producer of x: weights do not depend on it.
   uint4 cur[kN][kU], next[kN][kU];
@@ -133,10 +138,18 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a) {
     for (int u = 0; u < kU; ++u)
 #pragma unroll
       for (int n = 0; n < kN; ++n)
-        if (active && base + 32 * u < chunks)
-          w[n][u] = load_stream(static_cast<const uint4*>(it.rows[n]) + base + 32 * u);
+        if (active && base + stride * u < chunks)
+          w[n][u] = load_stream(static_cast<const uint4*>(it.rows[n]) + base + stride * u);
   };
-  load(cur, lane);
+  const int first = part * 32 + lane;
+  load(cur, first);
+  // And the start of this warp's stripes into L2, so the whole weight stream keeps going while
+  // the previous kernel (often a short, latency-bound one) finishes.
+  if (a.prefetch && active && lane < kN) {
+    // The group consumes its rows front to back; part p fetches the p-th piece of the front.
+    const uint32_t piece = min(uint32_t(a.k) * 2 / split, kPrefetchBytes / kN) / 16 * 16;
+    if (piece >= 16) prefetch_l2(static_cast<const char*>(it.rows[lane]) + size_t(part) * piece, piece);
+  }
 
   wait_for_producer();
   if constexpr (kNorm) {
@@ -148,35 +161,72 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a) {
     for (int i = threadIdx.x; i < a.k; i += kThreads) xs[i] = a.norm_weight[i] * (a.x_norm[i] * scale);
     __syncthreads();
   }
-  if (!active) return;
 
   float acc[kN] = {};
-  for (int base = lane; base < chunks; base += 32 * kU) {
-    load(next, base + 32 * kU);
+  if (active) {
+    for (int base = first; base < chunks; base += stride * kU) {
+      load(next, base + stride * kU);
 #pragma unroll
-    for (int u = 0; u < kU; ++u) {
-      if (base + 32 * u >= chunks) break;
-      float xv[8];
-      load_x<T, kNorm>(xs, static_cast<const T*>(a.x), base + 32 * u, xv);
+      for (int u = 0; u < kU; ++u) {
+        if (base + stride * u >= chunks) break;
+        float xv[8];
+        load_x<T, kNorm>(xs, static_cast<const T*>(a.x), base + stride * u, xv);
 #pragma unroll
-      for (int n = 0; n < kN; ++n) acc[n] += dot8<T>(cur[n][u], xv);
+        for (int n = 0; n < kN; ++n) acc[n] += dot8<T>(cur[n][u], xv);
+      }
+#pragma unroll
+      for (int u = 0; u < kU; ++u)
+#pragma unroll
+        for (int n = 0; n < kN; ++n) cur[n][u] = next[n][u];
     }
-#pragma unroll
-    for (int u = 0; u < kU; ++u)
-#pragma unroll
-      for (int n = 0; n < kN; ++n) cur[n][u] = next[n][u];
   }
 #pragma unroll
   for (int n = 0; n < kN; ++n) acc[n] = warp_sum(acc[n]);
-  if (lane == 0) epilogue<T, E>(a, it, acc);
+  if (split > 1) {
+    if (lane == 0)
+#pragma unroll
+      for (int n = 0; n < kN; ++n) partial[warp][n] = acc[n];
+    __syncthreads();
+    if (part != 0) return;
+#pragma unroll
+    for (int n = 0; n < kN; ++n) {
+      acc[n] = partial[warp][n];
+      for (int p = 1; p < split; ++p) acc[n] += partial[warp + p][n];
+    }
+  }
+  if (active && lane == 0) epilogue<T, E>(a, it, acc);
+}
+
+template <GemvEpilogue E>
+int items_of(const GemvArgs& a) {
+  if (E == GemvEpilogue::QkvRope) return (a.rows[0] + a.rows[1] + a.rows[2]) / 2;
+  if (E == GemvEpilogue::SwiGLU) return a.rows[0];
+  return a.rows[0] + a.rows[1] + a.rows[2];
+}
+
+// Warps per item. A row split over more warps makes a deeper grid (a short last wave leaves
+// bandwidth unused), but each lane must keep 8 loads in flight (K >= 2048 per warp), and a
+// normalised input costs each block a prologue, so those stay at one warp per row.
+// (Measured on an H100, 8B shapes: o_proj best at 2, down_proj at 4, the rest at 1.)
+int auto_split(int items, int k, bool norm) {
+  static const int sms = [] {
+    int device = 0, n = 132;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device);
+    return n;
+  }();
+  if (norm) return 1;
+  const int want = sms * 16 * 4;  // about four waves of 16 resident warps per SM
+  int split = 1;
+  while (split < kWarps && items * split < want && k >= 2048 * 2 * split) split *= 2;
+  return split;
 }
 
 template <typename T, GemvEpilogue E, bool kNorm>
 void launch(const GemvArgs& a, cudaStream_t stream) {
-  int items = 0;
-  if (E == GemvEpilogue::QkvRope) items = (a.rows[0] + a.rows[1] + a.rows[2]) / 2;
-  else if (E == GemvEpilogue::SwiGLU) items = a.rows[0];
-  else items = a.rows[0] + a.rows[1] + a.rows[2];
+  const int items = items_of<E>(a);
+  const int split = a.split > 0 ? a.split : auto_split(items, a.k, kNorm);
+  const int per_block = kWarps / split;
   const size_t smem = kNorm ? size_t(a.k) * sizeof(float) : 0;
   static bool configured = false;
   if (kNorm && !configured) {
@@ -184,13 +234,16 @@ void launch(const GemvArgs& a, cudaStream_t stream) {
                                            64 * 1024));
     configured = true;
   }
-  launch_pdl(gemv_kernel<T, E, kNorm>, dim3((items + kWarps - 1) / kWarps), dim3(kThreads), smem, stream, a);
+  launch_pdl(gemv_kernel<T, E, kNorm>, dim3((items + per_block - 1) / per_block), dim3(kThreads), smem, stream, a,
+             split);
 }
 
 }  // namespace
 
 void gemv(Half type, GemvEpilogue epilogue, const GemvArgs& a, cudaStream_t stream) {
   if (a.k % 8 != 0) throw std::runtime_error("gemv: the reduction size must be a multiple of 8");
+  if (a.split != 0 && a.split != 1 && a.split != 2 && a.split != 4 && a.split != 8)
+    throw std::runtime_error("gemv: split must be 0 (auto), 1, 2, 4 or 8");
   const bool norm = a.x_norm != nullptr;
   if (norm && a.k > 16384) throw std::runtime_error("gemv: a normalised input is limited to 16384 values");
   if (epilogue == GemvEpilogue::QkvRope && (a.head_dim % 2 || a.rows[0] % a.head_dim || a.rows[1] % a.head_dim))

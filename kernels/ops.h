@@ -65,6 +65,11 @@ struct GemvArgs {
   const float* norm_weight = nullptr;  // ...this weight
   float eps = 1e-6f;
   int k = 0;
+  int split = 0;  // warps sharing one row (1, 2, 4, 8); 0 chooses by shape
+  // Start streaming the first weights into L2 before waiting for the previous kernel: pays
+  // after short, latency-bound kernels (attention, the previous layer's last GEMV), costs a
+  // little L2 traffic elsewhere.
+  bool prefetch = false;
   // QkvRope only: w/rows are q, k, v; heads of head_dim; optional fp32 biases.
   const float* bias[3] = {nullptr, nullptr, nullptr};
   const float* inv_freq = nullptr;

@@ -22,6 +22,14 @@ __device__ __forceinline__ void allow_dependents_early() {
 #endif
 }
 
+// Asks the copy engine to bring `bytes` (a multiple of 16) at `p` into L2 without waiting.
+// Used on weights before wait_for_producer(): HBM keeps streaming while the producer finishes.
+__device__ __forceinline__ void prefetch_l2(const void* p, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+#endif
+}
+
 // Launches `kernel` with the programmatic stream serialization attribute.
 template <typename... KernelArgs, typename... Args>
 void launch_pdl(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,

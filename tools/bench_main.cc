@@ -14,6 +14,8 @@
 
 #include "weight-server/device_store.h"
 #include "weight-server/hf_model.h"
+#include "kernels/device_buffer.h"
+#include "kernels/ops.h"
 #include "worker/cuda/cuda_backend.h"
 
 namespace {
@@ -45,6 +47,135 @@ std::vector<int32_t> tokens(int n, int vocab, int salt) {
   return t;
 }
 
+// Each decode kernel class alone, over every layer's weights in turn (so nothing is served from
+// L2), in the order and with the launch mode the engine uses: achieved GB/s per class and GEMV
+// split, and decode attention per context. Tells where a decode step's time goes.
+json kernel_bench(const hearth::WeightStore& store, int max_context) {
+  using hearth::kernels::GemvArgs;
+  using hearth::kernels::GemvEpilogue;
+  const hearth::ModelConfig& c = store.config();
+  const auto type = store.at("model.embed_tokens.weight").info.dtype == hearth::DType::BF16 ? hearth::kernels::Half::BF16
+                                                                                          : hearth::kernels::Half::F16;
+  const int h = c.hidden, L = c.n_layers;
+  const size_t big = std::max<size_t>({size_t(c.vocab), size_t(c.intermediate), size_t(c.q_dim())});
+  hearth::DeviceBuffer x(h * 4), norm(h * 4), x16(big * 2), out(big * 4), out2(big * 4), out3(big * 4), act(big * 2),
+      q16(c.q_dim() * 2), pos(4);
+  std::vector<float> ones(h, 1.0f), xv(h);
+  for (int i = 0; i < h; ++i) xv[i] = float((i * 37) % 17) / 17.0f - 0.5f;
+  cudaMemcpy(x.get(), xv.data(), h * 4, cudaMemcpyHostToDevice);
+  cudaMemcpy(norm.get(), ones.data(), h * 4, cudaMemcpyHostToDevice);
+  cudaMemset(x16.get(), 0x3c, big * 2);
+  cudaMemset(pos.get(), 0, 4);
+  const size_t layer_cache = size_t(c.n_kv_heads) * max_context * c.head_dim * 2;
+  hearth::DeviceBuffer kc(layer_cache * L), vc(layer_cache * L);
+  cudaMemset(kc.get(), 0x3c, kc.bytes());
+  cudaMemset(vc.get(), 0x3c, vc.bytes());
+  const std::vector<float> inv = hearth::rope_inverse_frequencies(c);
+  hearth::DeviceBuffer inv_freq(inv.size() * 4);
+  cudaMemcpy(inv_freq.get(), inv.data(), inv.size() * 4, cudaMemcpyHostToDevice);
+  cudaStream_t stream;
+  cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+  cudaEvent_t e0, e1;
+  cudaEventCreate(&e0);
+  cudaEventCreate(&e1);
+  auto w = [&](int l, const char* name) {
+    return store.at("model.layers." + std::to_string(l) + "." + name).data;
+  };
+  auto time_ms = [&](auto&& body) {
+    body();  // warm up
+    std::vector<float> ms;
+    for (int r = 0; r < 5; ++r) {
+      cudaEventRecord(e0, stream);
+      body();
+      cudaEventRecord(e1, stream);
+      cudaEventSynchronize(e1);
+      float t = 0;
+      cudaEventElapsedTime(&t, e0, e1);
+      ms.push_back(t);
+    }
+    std::sort(ms.begin(), ms.end());
+    return double(ms[2]);
+  };
+  json result = json::array();
+  struct Class {
+    const char* name;
+    GemvEpilogue epilogue;
+    bool norm;
+  };
+  const Class classes[] = {{"qkv_rope", GemvEpilogue::QkvRope, true}, {"o_proj", GemvEpilogue::Accumulate, false},
+                           {"gate_up", GemvEpilogue::SwiGLU, true}, {"down_proj", GemvEpilogue::Accumulate, false},
+                           {"lm_head", GemvEpilogue::Store, true}};
+  for (const Class& k : classes) {
+    for (int split : {0, 1, 2, 4, 8}) {
+      double bytes = 0;
+      auto args = [&](int l) {
+        GemvArgs a;
+        a.split = split;
+        if (k.norm) a.x_norm = x.get<float>(), a.norm_weight = norm.get<float>(), a.eps = 1e-5f;
+        else a.x = x16.get();
+        const std::string name = k.name;
+        a.prefetch = name == "qkv_rope" || name == "o_proj";  // as the engine launches them
+        if (name == "qkv_rope") {
+          a.w[0] = w(l, "self_attn.q_proj.weight"), a.w[1] = w(l, "self_attn.k_proj.weight"),
+          a.w[2] = w(l, "self_attn.v_proj.weight");
+          a.rows[0] = c.q_dim(), a.rows[1] = c.kv_dim(), a.rows[2] = c.kv_dim(), a.k = h;
+          a.inv_freq = inv_freq.get<float>(), a.pos = pos.get<int>(), a.head_dim = c.head_dim, a.context = max_context;
+          a.q_out = q16.get(), a.k_cache = kc.get<char>() + l * layer_cache, a.v_cache = vc.get<char>() + l * layer_cache;
+        } else if (name == "o_proj") {
+          a.w[0] = w(l, "self_attn.o_proj.weight"), a.rows[0] = h, a.out[0] = out.get<float>(), a.k = c.q_dim();
+        } else if (name == "gate_up") {
+          a.w[0] = w(l, "mlp.gate_proj.weight"), a.w[1] = w(l, "mlp.up_proj.weight"), a.rows[0] = c.intermediate;
+          a.act = act.get(), a.k = h;
+        } else if (name == "down_proj") {
+          a.w[0] = w(l, "mlp.down_proj.weight"), a.rows[0] = h, a.out[0] = out.get<float>(), a.k = c.intermediate;
+        } else {
+          a.w[0] = c.tie_embeddings ? store.at("model.embed_tokens.weight").data : store.at("lm_head.weight").data;
+          a.rows[0] = c.vocab, a.out[0] = out.get<float>(), a.k = h;
+        }
+        return a;
+      };
+      const int layers = std::string(k.name) == "lm_head" ? 1 : L;
+      for (int l = 0; l < layers; ++l) {
+        const GemvArgs a = args(l);
+        const int n = k.epilogue == GemvEpilogue::SwiGLU ? 2 : 1;
+        bytes += double(a.rows[0] * n + a.rows[1] + a.rows[2]) * a.k * 2;
+      }
+      const double ms = time_ms([&] {
+        for (int l = 0; l < layers; ++l) hearth::kernels::gemv(type, k.epilogue, args(l), stream);
+      });
+      result.push_back({{"kernel", k.name}, {"split", split}, {"launches", layers}, {"us_per_launch", 1e3 * ms / layers},
+                        {"gbps", bytes / ms / 1e6}});
+      std::fprintf(stderr, "kernels: %-9s split %d: %7.1f us/launch %7.1f GB/s\n", k.name, split, 1e3 * ms / layers,
+                   bytes / ms / 1e6);
+    }
+  }
+  hearth::DeviceBuffer scratch(hearth::kernels::decode_attention_scratch_floats(c.n_heads, c.head_dim, max_context) * 4);
+  hearth::DeviceBuffer counters(c.n_kv_heads * 4);
+  cudaMemset(counters.get(), 0, counters.bytes());
+  for (int ctx : {128, 2048, 8192}) {
+    if (ctx >= max_context) continue;
+    cudaMemcpy(pos.get(), &ctx, 4, cudaMemcpyHostToDevice);
+    const double ms = time_ms([&] {
+      for (int l = 0; l < L; ++l) {
+        hearth::kernels::DecodeAttentionArgs a;
+        a.q = q16.get(), a.k_cache = kc.get<char>() + l * layer_cache, a.v_cache = vc.get<char>() + l * layer_cache;
+        a.pos = pos.get<int>(), a.n_heads = c.n_heads, a.n_kv_heads = c.n_kv_heads, a.head_dim = c.head_dim;
+        a.context = max_context, a.scale = 0.1f, a.partial = scratch.get<float>(), a.counters = counters.get<unsigned>();
+        a.out = act.get();
+        hearth::kernels::attention_decode(type, a, stream);
+      }
+    });
+    const double bytes = double(L) * (ctx + 1) * c.kv_dim() * 2 * 2;
+    result.push_back({{"kernel", "attention_decode"}, {"context", ctx}, {"us_per_launch", 1e3 * ms / L},
+                      {"gbps", bytes / ms / 1e6}});
+    std::fprintf(stderr, "kernels: attention ctx %5d: %7.1f us/launch %7.1f GB/s\n", ctx, 1e3 * ms / L, bytes / ms / 1e6);
+  }
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  cudaStreamDestroy(stream);
+  return result;
+}
+
 int run(int argc, char** argv) {
   CLI::App app{"hearth-bench: CUDA engine decode/prefill speed against the hardware ceilings"};
   std::string model_dir, decode_list = "128,2048,8192", prefill_list = "512,2048,8192", json_path, layout = "per-tensor";
@@ -63,6 +194,8 @@ int run(int argc, char** argv) {
   app.add_option("--copy-gbps", copy_gbps, "decode ceiling: device-to-device copy bandwidth, GB/s");
   app.add_option("--matmul-tflops", matmul_tflops, "prefill ceiling: dense bf16 matmul rate, TFLOP/s");
   app.add_option("--json", json_path, "also write the JSON report here");
+  bool kernels = false;
+  app.add_flag("--kernels", kernels, "also time each decode kernel class alone (GB/s per GEMV split)");
   CLI11_PARSE(app, argc, argv);
   if (label.empty()) label = fs::path(model_dir).filename().string();
 
@@ -122,6 +255,8 @@ int run(int argc, char** argv) {
                                  {"used_gb", (free0 - free1) / 1e9}, {"context", context}}},
                  {"decode", json::array()},
                  {"prefill", json::array()}};
+
+  if (kernels) report["kernels"] = kernel_bench(*store, std::max(context, 8448));
 
   hearth::SamplingParams greedy;
   greedy.temperature = 0;

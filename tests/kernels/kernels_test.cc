@@ -123,13 +123,16 @@ TEST(Kernels, GemvWithFusedNormMatchesReference) {
       auto x = random_floats(k, 4.0f), nw = random_floats(k);
       auto w = rounded(random_floats(size_t(rows) * k, 1.0f / std::sqrt(float(k))), t);
       auto dx = upload(x), dnw = upload(nw), dw = upload_half(w, t);
-      auto out = poisoned(size_t(rows) * 4);
-      kernels::GemvArgs a;
-      a.w[0] = dw.get(), a.rows[0] = rows, a.out[0] = out.get<float>(), a.k = k;
-      a.x_norm = dx.get<float>(), a.norm_weight = dnw.get<float>(), a.eps = 1e-5f;
-      kernels::gemv(t, kernels::GemvEpilogue::Store, a, nullptr);
       auto ref = reference::gemv(w, reference::rmsnorm(x, nw, 1, k, 1e-5f), rows, k);
-      EXPECT_LT(relative_error(download_f32(out, rows), ref), 1e-5) << name(t) << " rows=" << rows << " k=" << k;
+      for (int split : {0, 1, 2, 4, 8}) {
+        auto out = poisoned(size_t(rows) * 4);
+        kernels::GemvArgs a;
+        a.w[0] = dw.get(), a.rows[0] = rows, a.out[0] = out.get<float>(), a.k = k, a.split = split;
+        a.x_norm = dx.get<float>(), a.norm_weight = dnw.get<float>(), a.eps = 1e-5f;
+        kernels::gemv(t, kernels::GemvEpilogue::Store, a, nullptr);
+        EXPECT_LT(relative_error(download_f32(out, rows), ref), 1e-5)
+            << name(t) << " rows=" << rows << " k=" << k << " split=" << split;
+      }
     }
 }
 

@@ -185,7 +185,7 @@ void CudaBackend::layer_decode(int l) {
   GemvArgs qkv;
   qkv.w[0] = L.wq, qkv.w[1] = L.wk, qkv.w[2] = L.wv;
   qkv.rows[0] = c_.q_dim(), qkv.rows[1] = c_.kv_dim(), qkv.rows[2] = c_.kv_dim();
-  qkv.x_norm = x_.get<float>(), qkv.norm_weight = L.attn_norm, qkv.eps = eps, qkv.k = h;
+  qkv.x_norm = x_.get<float>(), qkv.norm_weight = L.attn_norm, qkv.eps = eps, qkv.k = h, qkv.prefetch = true;
   if (!c_.qk_norm) {
     qkv.bias[0] = L.bq, qkv.bias[1] = L.bk, qkv.bias[2] = L.bv;
     qkv.inv_freq = inv_freq_.get<float>(), qkv.pos = pos, qkv.head_dim = c_.head_dim, qkv.context = context_;
@@ -213,7 +213,7 @@ void CudaBackend::layer_decode(int l) {
   kernels::attention_decode(type_, at, stream_);
 
   GemvArgs o;
-  o.w[0] = L.wo, o.rows[0] = h, o.out[0] = x_.get<float>(), o.x = att_.get(), o.k = c_.q_dim();
+  o.w[0] = L.wo, o.rows[0] = h, o.out[0] = x_.get<float>(), o.x = att_.get(), o.k = c_.q_dim(), o.prefetch = true;
   gemv(GemvEpilogue::Accumulate, o);
 
   GemvArgs gu;

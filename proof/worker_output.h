@@ -1,0 +1,34 @@
+// What one hearth-worker run produced, read back from its `--format jsonl` stream: the tokens
+// with their logprobs and text pieces, and the closing summary (stop reason, counts, timings).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace hearth::proof {
+
+struct Generation {
+  std::vector<int32_t> tokens;
+  // Per-token logprob; NaN where the worker wrote null (JSON has no NaN or infinity).
+  std::vector<double> logprobs;
+  std::vector<std::string> pieces;  // each token's share of the streamed text
+  std::string stop;                 // eos | length | stop
+  int prompt_tokens = 0;
+  nlohmann::json timings = nlohmann::json::object();
+
+  // The streamed text: the pieces joined. Text a stream decoder still held at the end (an
+  // incomplete character) is not in it; the contract decodes the ids instead where it can.
+  std::string streamed_text() const;
+};
+
+// Parses a complete jsonl stream. Throws std::runtime_error naming the line on anything that is
+// not the worker's format: a non-JSON line, a token event with missing fields, a missing or
+// early summary, or a summary whose counts disagree with the events.
+Generation parse_worker_output(std::string_view jsonl);
+
+}  // namespace hearth::proof

@@ -76,7 +76,16 @@ int run(int argc, char** argv) {
   std::string model_arg, prompt, prompt_tokens, profile_path, format = "text", dump_logits;
   std::vector<std::string> settings, stops;
   Profile flags;  // values given on the command line
-  app.add_option("--model", model_arg, "model directory (single-process mode)")->required();
+  std::string server_socket;
+  bool verify_weights = false;
+  app.add_option("--model", model_arg,
+                 "model directory (single-process mode), or with --server the served model's name")
+      ->required();
+  auto* server_opt = app.add_option("--server", server_socket,
+                                    "hearth-server socket: run on the weights it shares (served mode)");
+  app.add_flag("--verify-weights", verify_weights,
+               "served mode: check the xxh3 of every imported tensor against the manifest")
+      ->needs(server_opt);
   auto* prompt_opt = app.add_option("--prompt", prompt, "prompt text (special tokens added as the tokenizer's post-processor says)");
   auto* tokens_opt = app.add_option("--prompt-tokens", prompt_tokens, "prompt as comma-separated token ids, used exactly");
   prompt_opt->excludes(tokens_opt);
@@ -114,7 +123,14 @@ int run(int argc, char** argv) {
   if (!stops.empty()) overrides["stop"] = stops;
   hearth::apply_profile_json(profile, overrides, "command line");
 
-  hearth::WorkerModel model = hearth::open_model_dir(model_arg);
+  hearth::WorkerModel model =
+      *server_opt ? hearth::attach_served_model(server_socket, model_arg, {verify_weights})
+                  : hearth::open_model_dir(model_arg);
+  // Served weights run where they live: memfd mappings on the CPU engine, VMM allocations on
+  // the CUDA one. `auto` would otherwise pick cuda on a GPU machine for memfd weights it has no
+  // directory to upload from.
+  if (model.server && profile.backend == "auto")
+    profile.backend = model.store->residence() == hearth::Residence::Device ? "cuda" : "cpu";
   std::optional<hearth::Tokenizer> tokenizer;
   if (!model.tokenizer_json.empty()) tokenizer = hearth::Tokenizer::from_json(model.tokenizer_json);
 
@@ -123,7 +139,8 @@ int run(int argc, char** argv) {
   if (*tokens_opt) {
     request.prompt = parse_token_list(prompt_tokens);
   } else {
-    if (!tokenizer) throw std::runtime_error(model_arg + ": no tokenizer.json; use --prompt-tokens");
+    if (!tokenizer)
+      throw std::runtime_error(model_arg + ": the model has no tokenizer.json; use --prompt-tokens");
     request.prompt = tokenizer->encode(prompt, /*add_special_tokens=*/true);
   }
   request.eos_ids = hearth::end_of_sequence_ids(model, tokenizer ? &*tokenizer : nullptr);
@@ -134,8 +151,16 @@ int run(int argc, char** argv) {
   if (!dump_logits.empty()) dump_prompt_logits(*backend, request.prompt, dump_logits);
 
   std::unique_ptr<hearth::TokenSink> sink;
+  json timings = {{"load_ms", load_ms}};
+  if (model.server) {
+    const hearth::ImportTimings& t = model.import_timings;
+    timings["attach_ms"] = model.connect_ms + t.manifest_ms + t.gpu_ms + t.import_ms + t.map_ms;
+    timings["attach"] = {{"connect_ms", model.connect_ms}, {"manifest_ms", t.manifest_ms},
+                         {"gpu_ms", t.gpu_ms},            {"import_ms", t.import_ms},
+                         {"map_ms", t.map_ms},            {"verify_ms", t.verify_ms}};
+  }
   if (format == "jsonl")
-    sink = std::make_unique<hearth::JsonlSink>(stdout, json{{"load_ms", load_ms}});
+    sink = std::make_unique<hearth::JsonlSink>(stdout, std::move(timings));
   else
     sink = std::make_unique<hearth::TextSink>(stdout);
   hearth::generate(*backend, tokenizer ? &*tokenizer : nullptr, request, *sink);

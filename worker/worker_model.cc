@@ -1,6 +1,7 @@
 #include "worker/worker_model.h"
 
 #include <algorithm>
+#include <chrono>
 
 #include <nlohmann/json.hpp>
 
@@ -20,6 +21,27 @@ WorkerModel open_model_dir(const std::filesystem::path& dir) {
   m.generation_config_json = hf->generation_config_json();
   m.store = std::make_shared<HostStore>(hf);
   m.source = hf;
+  return m;
+}
+
+WorkerModel attach_served_model(const std::string& socket, const std::string& name,
+                                const ServedModelOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  ipc::ClientOptions client_options;
+  client_options.name = "hearth-worker";
+  auto client = std::make_shared<ipc::Client>(ipc::Client::connect(socket, client_options));
+  WorkerModel m;
+  m.connect_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  ImportOptions import;
+  import.verify = options.verify_weights;
+  ImportedModel imported = import_served_model(*client, name, import);
+  m.name = imported.manifest.model;
+  m.tokenizer_json = std::move(imported.manifest.tokenizer_json);
+  m.tokenizer_config_json = std::move(imported.manifest.tokenizer_config_json);
+  m.generation_config_json = std::move(imported.manifest.generation_config_json);
+  m.store = std::move(imported.store);
+  m.import_timings = imported.timings;
+  m.server = std::move(client);
   return m;
 }
 

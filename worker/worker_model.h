@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "weight-server/model_import.h"
 #include "weight-server/weight_store.h"
 
 namespace hearth {
@@ -20,10 +21,25 @@ struct WorkerModel {
   std::shared_ptr<const WeightStore> store;
   std::shared_ptr<const HfModel> source;  // single-process mode: the directory, for uploads
   std::string tokenizer_json, tokenizer_config_json, generation_config_json;
+  // Served mode: the connection to the server, held open as this worker's lease on the weights
+  // until the model is dropped. Nothing reads it while generating, so a server that exits
+  // meanwhile goes unnoticed: the mappings outlive it.
+  std::shared_ptr<ipc::Client> server;
+  double connect_ms = 0;  // served mode: connecting and hello
+  ImportTimings import_timings;
 };
 
 // Single-process mode: maps the directory's safetensors and uses them in place.
 WorkerModel open_model_dir(const std::filesystem::path& dir);
+
+struct ServedModelOptions {
+  bool verify_weights = false;  // xxh3 of every imported tensor against the manifest
+};
+
+// Served mode: connects to the hearth-server at `socket` ("hearth server not running at PATH"
+// when nobody listens), fetches `name`'s manifest, imports and maps every tensor.
+WorkerModel attach_served_model(const std::string& socket, const std::string& name,
+                                const ServedModelOptions& options = {});
 
 // End-of-sequence ids: generation_config.json's, else config.json's, plus the tokenizer
 // config's eos_token when the tokenizer knows it.

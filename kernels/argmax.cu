@@ -88,6 +88,11 @@ __global__ void argmax_final_kernel(const float* logits, const Partial* partials
 
 int blocks_for(int vocab) { return (vocab + kPerBlock - 1) / kPerBlock; }
 
+__global__ void set_decode_params_kernel(const int32_t* sampled, int32_t* token_out, int32_t* pos_out, int pos) {
+  *token_out = *sampled;
+  *pos_out = pos;
+}
+
 }  // namespace
 
 size_t argmax_scratch_floats(int vocab) { return size_t(blocks_for(vocab)) * sizeof(Partial) / sizeof(float); }
@@ -99,6 +104,12 @@ void argmax_logprob(const float* logits, int vocab, const uint8_t* seen, float p
   argmax_partial_kernel<<<blocks, kThreads, 0, stream>>>(logits, vocab, seen, penalty, partials);
   HEARTH_CUDA_CHECK_LAUNCH();
   argmax_final_kernel<<<1, 1, 0, stream>>>(logits, partials, blocks, token, logprob);
+  HEARTH_CUDA_CHECK_LAUNCH();
+}
+
+void set_decode_params(const int32_t* sampled, int32_t* token_out, int32_t* pos_out, int pos,
+                       cudaStream_t stream) {
+  set_decode_params_kernel<<<1, 1, 0, stream>>>(sampled, token_out, pos_out, pos);
   HEARTH_CUDA_CHECK_LAUNCH();
 }
 

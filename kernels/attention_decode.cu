@@ -118,9 +118,9 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(DecodeAttentionArgs
       const int g = i / kTile, j = i % kTile;
       float sc = -INFINITY;
       if (j < rows) {
-        sc = 0.0f;
         const T* k = s.k[buf] + j * S::kPitch;
         const float* q = s.q + g * kHeadDim;
+        float part[4] = {};  // four independent chains instead of one long one
 #pragma unroll
         for (int d = 0; d < kHeadDim; d += 8) {
           const uint4 w = *reinterpret_cast<const uint4*>(k + d);
@@ -128,10 +128,10 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(DecodeAttentionArgs
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
             const float2 kv = HalfTraits<T>::unpack(parts[e]);
-            sc += q[d + 2 * e] * kv.x;
-            sc += q[d + 2 * e + 1] * kv.y;
+            part[e] += q[d + 2 * e] * kv.x + q[d + 2 * e + 1] * kv.y;
           }
         }
+        sc = (part[0] + part[1]) + (part[2] + part[3]);
       }
       s.p[g * kTile + j] = sc;
     }
@@ -162,16 +162,27 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(DecodeAttentionArgs
       if (item >= items) continue;  // (not break: keeps acc indices compile-time constants)
       const int g = item / kPairs, d = 2 * (item % kPairs);
       const float alpha = s.alpha[g];
-      float o0 = acc[it][0] * alpha, o1 = acc[it][1] * alpha;
       const float* p = s.p + g * kTile;
       const T* v = s.v[buf] + d;
-      for (int j = 0; j < rows; ++j) {
-        const float2 vv = HalfTraits<T>::unpack(*reinterpret_cast<const uint32_t*>(v + j * S::kPitch));
-        o0 += p[j] * vv.x;
-        o1 += p[j] * vv.y;
+      // Even and odd rows in separate sums: two dependency chains, loads pipelined.
+      float o0 = 0.0f, o1 = 0.0f, e0 = 0.0f, e1 = 0.0f;
+      int j = 0;
+#pragma unroll 4
+      for (; j + 1 < rows; j += 2) {
+        const float2 va = HalfTraits<T>::unpack(*reinterpret_cast<const uint32_t*>(v + j * S::kPitch));
+        const float2 vb = HalfTraits<T>::unpack(*reinterpret_cast<const uint32_t*>(v + (j + 1) * S::kPitch));
+        o0 += p[j] * va.x;
+        o1 += p[j] * va.y;
+        e0 += p[j + 1] * vb.x;
+        e1 += p[j + 1] * vb.y;
       }
-      acc[it][0] = o0;
-      acc[it][1] = o1;
+      if (j < rows) {
+        const float2 va = HalfTraits<T>::unpack(*reinterpret_cast<const uint32_t*>(v + j * S::kPitch));
+        o0 += p[j] * va.x;
+        o1 += p[j] * va.y;
+      }
+      acc[it][0] = acc[it][0] * alpha + (o0 + e0);
+      acc[it][1] = acc[it][1] * alpha + (o1 + e1);
     }
     __syncthreads();  // buffers and scores are reused by the next tile
   }

@@ -120,4 +120,26 @@ size_t argmax_scratch_floats(int vocab);
 void argmax_logprob(const float* logits, int vocab, const uint8_t* seen, float penalty,
                     float* scratch, int32_t* token, float* logprob, cudaStream_t stream);
 
+// Feeds a sampled token back as the next decode step's input without a trip through the host:
+// *token_out = *sampled, *pos_out = pos.
+void set_decode_params(const int32_t* sampled, int32_t* token_out, int32_t* pos_out, int pos,
+                       cudaStream_t stream);
+
+// Sampling with the host sampler's rules (worker/sampler.h), on the GPU: penalised logits
+// sorted by (logit desc, id asc), temperature, top-k, top-p, min-p, and the Philox uniform of
+// (seed, step) picking within the kept prefix. Writes the token and its raw log-softmax.
+struct SampleArgs {
+  const float* logits = nullptr;
+  int vocab = 0;
+  const uint8_t* seen = nullptr;  // optional: tokens the repetition penalty applies to
+  float penalty = 1.0f, temperature = 1.0f, top_p = 1.0f, min_p = 0.0f;
+  int top_k = 0;
+  uint64_t seed = 0, step = 0;
+  int32_t* token = nullptr;
+  float* logprob = nullptr;
+  void* scratch = nullptr;  // sample_scratch_bytes(vocab)
+};
+size_t sample_scratch_bytes(int vocab);
+void sample(const SampleArgs& args, cudaStream_t stream);
+
 }  // namespace hearth::kernels

@@ -271,6 +271,7 @@ int run(int argc, char** argv) {
     }
     // Rewind to ctx so every measurement decodes positions ctx .. ctx + n.
     pos = ctx;
+    gpu.synchronize();  // the step sample() started ahead is not this measurement's
     const auto t = Clock::now();
     for (int i = 0; i < decode_tokens; ++i) {
       gpu.forward(std::span(&s.token, 1), pos++);
@@ -292,6 +293,7 @@ int run(int argc, char** argv) {
     auto prompt = tokens(n, c.vocab, 91);
     std::vector<double> times, ttfts;
     for (int r = 0; r < repeats + 1; ++r) {
+      gpu.synchronize();
       const auto t = Clock::now();
       gpu.forward(prompt, 0);
       gpu.sample(greedy, {}, 0);  // synchronises: the first token exists

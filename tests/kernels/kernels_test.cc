@@ -6,6 +6,7 @@
 
 #include "kernels/gemm.h"
 #include "kernels/reference.h"
+#include "worker/sampler.h"
 #include "tests/kernels/gpu_test_util.h"
 
 namespace hearth {
@@ -348,6 +349,56 @@ TEST(Kernels, ArgmaxPicksLowestIdOfTheMaximumAndItsLogprob) {
       for (float v : logits) z += std::exp(double(v) - m);
       EXPECT_NEAR(logprob, logits[token] - m - std::log(z), 1e-4) << vocab;
     }
+  }
+}
+
+// The GPU sampler against the host sampler (the reference) on the same logits: same token
+// for every (seed, step, settings), same logprob.
+TEST(Kernels, SamplingMatchesTheHostSampler) {
+  HEARTH_REQUIRE_GPU();
+  struct Settings {
+    float temperature;
+    int top_k;
+    float top_p, min_p, penalty;
+  };
+  const Settings settings[] = {{0.8f, 0, 0.9f, 0.0f, 1.0f}, {1.0f, 40, 1.0f, 0.0f, 1.0f}, {0.7f, 0, 1.0f, 0.05f, 1.0f},
+                               {1.2f, 100, 0.8f, 0.02f, 1.0f}, {1.0f, 0, 1.0f, 0.0f, 1.0f}, {0.9f, 0, 0.95f, 0.0f, 1.3f}};
+  for (int vocab : {1000, 128256}) {
+    auto logits = random_floats(vocab, 2.5f);
+    std::vector<uint8_t> flags(vocab, 0);
+    std::vector<int32_t> seen;
+    for (int i = 0; i < 50; ++i) {
+      const int32_t t = int32_t((i * 7919) % vocab);
+      seen.push_back(t);
+      flags[t] = 1;
+    }
+    auto dl = upload(logits), ds = upload(flags);
+    DeviceBuffer scratch(kernels::sample_scratch_bytes(vocab)), tok(4), lp(4);
+    Sampler host;
+    int checked = 0;
+    for (const Settings& st : settings)
+      for (uint64_t step = 0; step < 12; ++step) {
+        SamplingParams p;
+        p.temperature = st.temperature, p.top_k = st.top_k, p.top_p = st.top_p, p.min_p = st.min_p;
+        p.repetition_penalty = st.penalty, p.seed = 1234 + step * 17;
+        const bool penalise = st.penalty != 1.0f;
+        const SampledToken want = host.sample(logits, p, penalise ? std::span<const int32_t>(seen) : std::span<const int32_t>(), step);
+        kernels::SampleArgs a;
+        a.logits = dl.get<float>(), a.vocab = vocab, a.seen = penalise ? ds.get<uint8_t>() : nullptr;
+        a.penalty = st.penalty, a.temperature = st.temperature, a.top_k = st.top_k, a.top_p = st.top_p;
+        a.min_p = st.min_p, a.seed = p.seed, a.step = step, a.token = tok.get<int32_t>(), a.logprob = lp.get<float>();
+        a.scratch = scratch.get();
+        kernels::sample(a, nullptr);
+        int32_t token;
+        float logprob;
+        HEARTH_CUDA_CHECK(cudaMemcpy(&token, tok.get(), 4, cudaMemcpyDeviceToHost));
+        HEARTH_CUDA_CHECK(cudaMemcpy(&logprob, lp.get(), 4, cudaMemcpyDeviceToHost));
+        EXPECT_EQ(token, want.token) << "vocab " << vocab << " T=" << st.temperature << " k=" << st.top_k
+                                     << " p=" << st.top_p << " min_p=" << st.min_p << " step " << step;
+        EXPECT_NEAR(logprob, want.logprob, 1e-4);
+        ++checked;
+      }
+    EXPECT_EQ(checked, 72);
   }
 }
 

@@ -88,7 +88,8 @@ CudaBackend::CudaBackend(std::shared_ptr<const WeightStore> store, const Profile
   gate_ = alloc(P * inter * e);
   up_ = alloc(P * inter * e);
   act_ = alloc(P * inter * e);
-  logits_ = alloc(size_t(c_.vocab) * 4);
+  logits_[0] = alloc(size_t(c_.vocab) * 4);
+  logits_[1] = alloc(size_t(c_.vocab) * 4);
   const size_t cache = size_t(c_.n_layers) * c_.n_kv_heads * context_ * c_.head_dim * e;
   k_cache_ = alloc(cache);
   v_cache_ = alloc(cache);
@@ -96,6 +97,7 @@ CudaBackend::CudaBackend(std::shared_ptr<const WeightStore> store, const Profile
   attn_counters_ = alloc(size_t(c_.n_kv_heads) * sizeof(unsigned));
   HEARTH_CUDA_CHECK(cudaMemset(attn_counters_.get(), 0, attn_counters_.bytes()));
   argmax_scratch_ = alloc(kernels::argmax_scratch_floats(c_.vocab) * 4 + 16);
+  sample_scratch_ = alloc(kernels::sample_scratch_bytes(c_.vocab));
   seen_ = alloc(size_t(c_.vocab));
   HEARTH_CUDA_CHECK(cudaMemset(seen_.get(), 0, c_.vocab));
   tokens_ = alloc(P * sizeof(int32_t));
@@ -103,13 +105,16 @@ CudaBackend::CudaBackend(std::shared_ptr<const WeightStore> store, const Profile
   result_ = alloc(sizeof(Result));
   HEARTH_CUDA_CHECK(cudaMallocHost(&host_params_, sizeof(Params)));
   HEARTH_CUDA_CHECK(cudaMallocHost(&host_result_, sizeof(Result)));
+  HEARTH_CUDA_CHECK(cudaEventCreateWithFlags(&result_ready_, cudaEventDisableTiming));
   if (profile_.decode_gemv == "cublas" || chunk_ > 1) gemm_ = std::make_unique<kernels::Gemm>(type_);
   host_logits_.resize(c_.vocab);
 }
 
 CudaBackend::~CudaBackend() {
   if (stream_) cudaStreamSynchronize(stream_);
-  if (decode_graph_) cudaGraphExecDestroy(decode_graph_);
+  for (cudaGraphExec_t g : decode_graph_)
+    if (g) cudaGraphExecDestroy(g);
+  if (result_ready_) cudaEventDestroy(result_ready_);
   if (host_params_) cudaFreeHost(host_params_);
   if (host_result_) cudaFreeHost(host_result_);
   gemm_.reset();
@@ -225,17 +230,37 @@ void CudaBackend::layer_decode(int l) {
   gemv(GemvEpilogue::Accumulate, d);
 }
 
-void CudaBackend::lm_head(int row) {
+void CudaBackend::lm_head(int row, int parity) {
   GemvArgs a;
-  a.w[0] = lm_head_, a.rows[0] = c_.vocab, a.out[0] = logits_.get<float>(), a.k = c_.hidden;
+  a.w[0] = lm_head_, a.rows[0] = c_.vocab, a.out[0] = logits_[parity].get<float>(), a.k = c_.hidden;
   a.x_norm = x_.get<float>() + size_t(row) * c_.hidden, a.norm_weight = final_norm_, a.eps = float(c_.rms_eps);
   gemv(GemvEpilogue::Store, a);
 }
 
-void CudaBackend::decode_step() {
+void CudaBackend::decode_step(int parity) {
   kernels::embedding(type_, embed_, &params_.get<Params>()->token, 1, c_.hidden, x_.get<float>(), stream_);
   for (int l = 0; l < c_.n_layers; ++l) layer_decode(l);
-  lm_head(0);
+  lm_head(0, parity);
+}
+
+void CudaBackend::launch_decode(int parity) {
+  // The first decode runs eagerly (kernel attributes are set, plans made); after that each
+  // parity is captured once and replayed.
+  if (!profile_.cuda_graphs || eager_decodes_ < 1) {
+    decode_step(parity);
+    ++eager_decodes_;
+    return;
+  }
+  if (!decode_graph_[parity]) {
+    cudaGraph_t graph;
+    HEARTH_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    decode_step(parity);
+    HEARTH_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+    const cudaError_t err = cudaGraphInstantiate(&decode_graph_[parity], graph, 0);
+    cudaGraphDestroy(graph);
+    HEARTH_CUDA_CHECK(err);
+  }
+  HEARTH_CUDA_CHECK(cudaGraphLaunch(decode_graph_[parity], stream_));
 }
 
 void CudaBackend::layer_prefill(int l, int n, int start_pos) {
@@ -275,7 +300,7 @@ void CudaBackend::layer_prefill(int l, int n, int start_pos) {
 void CudaBackend::prefill_chunk(int n, int start_pos) {
   kernels::embedding(type_, embed_, tokens_.get<int32_t>(), n, c_.hidden, x_.get<float>(), stream_);
   for (int l = 0; l < c_.n_layers; ++l) layer_prefill(l, n, start_pos);
-  lm_head(n - 1);
+  lm_head(n - 1, current_);
 }
 
 void CudaBackend::forward(std::span<const int32_t> tokens, int start_pos) {
@@ -290,50 +315,48 @@ void CudaBackend::forward(std::span<const int32_t> tokens, int start_pos) {
                                std::to_string(c_.vocab) + ")");
   host_logits_valid_ = false;
 
+  if (n == 1 && ahead_) {
+    const Ahead ahead = *ahead_;
+    ahead_.reset();
+    if (ahead.token == tokens[0] && ahead.pos == start_pos) {  // already running: adopt it
+      current_ ^= 1;
+      last_pos_ = start_pos;
+      return;
+    }
+  }
+  ahead_.reset();  // a different step was asked for; the stream orders it after the guess
+  // The pinned parameter block may still be read by a copy the last call queued.
+  HEARTH_CUDA_CHECK(cudaStreamSynchronize(stream_));
   if (n == 1) {
-    // The pinned parameter block may still be read by a copy the last call queued.
-    HEARTH_CUDA_CHECK(cudaStreamSynchronize(stream_));
     host_params_->token = tokens[0];
     host_params_->pos = start_pos;
     HEARTH_CUDA_CHECK(cudaMemcpyAsync(params_.get(), host_params_, sizeof(Params), cudaMemcpyHostToDevice, stream_));
-    // The first decode runs eagerly (kernel attributes are set, plans made); the next is
-    // captured, and every later one replays the graph.
-    if (!profile_.cuda_graphs || eager_decodes_ < 1) {
-      decode_step();
-      ++eager_decodes_;
-    } else {
-      if (!decode_graph_) {
-        cudaGraph_t graph;
-        HEARTH_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-        decode_step();
-        HEARTH_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-        const cudaError_t err = cudaGraphInstantiate(&decode_graph_, graph, 0);
-        cudaGraphDestroy(graph);
-        HEARTH_CUDA_CHECK(err);
-      }
-      HEARTH_CUDA_CHECK(cudaGraphLaunch(decode_graph_, stream_));
-    }
+    current_ ^= 1;
+    launch_decode(current_);
+    last_pos_ = start_pos;
     return;
   }
+  current_ ^= 1;
   for (int done = 0; done < n; done += chunk_) {
     const int m = std::min(chunk_, n - done);
-    host_params_->token = 0;
+    host_params_->token = tokens[done];
     host_params_->pos = start_pos + done;
     HEARTH_CUDA_CHECK(cudaMemcpyAsync(params_.get(), host_params_, sizeof(Params), cudaMemcpyHostToDevice, stream_));
     HEARTH_CUDA_CHECK(cudaMemcpyAsync(tokens_.get(), tokens.data() + done, m * sizeof(int32_t),
                                       cudaMemcpyHostToDevice, stream_));
     if (m == 1)
-      decode_step();  // a lone trailing token: same path as decode
+      decode_step(current_);  // a lone trailing token: same path as decode
     else
       prefill_chunk(m, start_pos + done);
     // The host params buffer is reused by the next chunk.
     HEARTH_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
+  last_pos_ = start_pos + n - 1;
 }
 
 std::span<const float> CudaBackend::logits() {
   if (!host_logits_valid_) {
-    HEARTH_CUDA_CHECK(cudaMemcpyAsync(host_logits_.data(), logits_.get(), host_logits_.size() * 4,
+    HEARTH_CUDA_CHECK(cudaMemcpyAsync(host_logits_.data(), logits_[current_].get(), host_logits_.size() * 4,
                                       cudaMemcpyDeviceToHost, stream_));
     HEARTH_CUDA_CHECK(cudaStreamSynchronize(stream_));
     host_logits_valid_ = true;
@@ -341,32 +364,57 @@ std::span<const float> CudaBackend::logits() {
   return host_logits_;
 }
 
-SampledToken CudaBackend::sample(const SamplingParams& params, std::span<const int32_t> seen, uint64_t step) {
-  if (!params.greedy()) return Backend::sample(params, seen, step);
-  const bool penalise = params.repetition_penalty != 1.0f;
-  if (penalise) {
-    // The seen list grows by one token per step; upload only what is new.
-    const bool extends = seen.size() >= uploaded_seen_.size() &&
-                         std::equal(uploaded_seen_.begin(), uploaded_seen_.end(), seen.begin());
-    if (!extends) {
-      std::vector<uint8_t> flags(c_.vocab, 0);
-      for (int32_t t : seen)
-        if (t >= 0 && t < c_.vocab) flags[t] = 1;
-      HEARTH_CUDA_CHECK(cudaMemcpy(seen_.get(), flags.data(), flags.size(), cudaMemcpyHostToDevice));
-    } else {
-      static const uint8_t one = 1;
-      for (size_t i = uploaded_seen_.size(); i < seen.size(); ++i)
-        if (seen[i] >= 0 && seen[i] < c_.vocab)
-          HEARTH_CUDA_CHECK(cudaMemcpy(seen_.get<uint8_t>() + seen[i], &one, 1, cudaMemcpyHostToDevice));
-    }
-    uploaded_seen_.assign(seen.begin(), seen.end());
+void CudaBackend::synchronize() { HEARTH_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+
+void CudaBackend::upload_seen(std::span<const int32_t> seen) {
+  // The seen list grows by one token per step; upload only what is new.
+  const bool extends = seen.size() >= uploaded_seen_.size() &&
+                       std::equal(uploaded_seen_.begin(), uploaded_seen_.end(), seen.begin());
+  if (!extends) {
+    std::vector<uint8_t> flags(c_.vocab, 0);
+    for (int32_t t : seen)
+      if (t >= 0 && t < c_.vocab) flags[t] = 1;
+    HEARTH_CUDA_CHECK(cudaMemcpyAsync(seen_.get(), flags.data(), flags.size(), cudaMemcpyHostToDevice, stream_));
+    HEARTH_CUDA_CHECK(cudaStreamSynchronize(stream_));  // `flags` dies here
+  } else {
+    static const uint8_t one = 1;
+    for (size_t i = uploaded_seen_.size(); i < seen.size(); ++i)
+      if (seen[i] >= 0 && seen[i] < c_.vocab)
+        HEARTH_CUDA_CHECK(cudaMemcpyAsync(seen_.get<uint8_t>() + seen[i], &one, 1, cudaMemcpyHostToDevice, stream_));
   }
+  uploaded_seen_.assign(seen.begin(), seen.end());
+}
+
+SampledToken CudaBackend::sample(const SamplingParams& params, std::span<const int32_t> seen, uint64_t step) {
+  const bool penalise = params.repetition_penalty != 1.0f;
+  if (penalise) upload_seen(seen);
+  const uint8_t* flags = penalise ? seen_.get<uint8_t>() : nullptr;
   Result* r = result_.get<Result>();
-  kernels::argmax_logprob(logits_.get<float>(), c_.vocab, penalise ? seen_.get<uint8_t>() : nullptr,
-                          params.repetition_penalty, argmax_scratch_.get<float>(), &r->token, &r->logprob,
-                          stream_);
+  const float* logits = logits_[current_].get<float>();
+  if (params.greedy()) {
+    kernels::argmax_logprob(logits, c_.vocab, flags, params.repetition_penalty, argmax_scratch_.get<float>(),
+                            &r->token, &r->logprob, stream_);
+  } else {
+    kernels::SampleArgs a;
+    a.logits = logits, a.vocab = c_.vocab, a.seen = flags, a.penalty = params.repetition_penalty;
+    a.temperature = params.temperature, a.top_k = params.top_k, a.top_p = params.top_p, a.min_p = params.min_p;
+    a.seed = params.seed, a.step = step, a.token = &r->token, a.logprob = &r->logprob;
+    a.scratch = sample_scratch_.get();
+    kernels::sample(a, stream_);
+  }
   HEARTH_CUDA_CHECK(cudaMemcpyAsync(host_result_, r, sizeof(Result), cudaMemcpyDeviceToHost, stream_));
-  HEARTH_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  HEARTH_CUDA_CHECK(cudaEventRecord(result_ready_, stream_));
+  // Most callers forward the sampled token next: start that step now, on the device, so the
+  // GPU keeps working while the host streams this token out. forward() adopts it, or the
+  // stream simply orders whatever is asked for instead after it.
+  const int next = last_pos_ + 1;
+  const bool decode_ahead = profile_.cuda_graphs && eager_decodes_ >= 1 && last_pos_ >= 0 && next < context_;
+  if (decode_ahead) {
+    kernels::set_decode_params(&r->token, &params_.get<Params>()->token, &params_.get<Params>()->pos, next, stream_);
+    launch_decode(current_ ^ 1);
+  }
+  HEARTH_CUDA_CHECK(cudaEventSynchronize(result_ready_));
+  if (decode_ahead) ahead_ = Ahead{host_result_->token, next};
   return {host_result_->token, host_result_->logprob};
 }
 

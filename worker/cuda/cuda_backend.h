@@ -1,13 +1,14 @@
 // The CUDA engine: the same Llama-family graph as the CPU engine, on GPU-resident weights.
 // Prefill runs cuBLASLt GEMMs and the flash-style attention kernel over chunks of the prompt;
 // decode runs hearth's GEMV kernels and split-context attention, captured once as a CUDA graph
-// and replayed per token. Greedy sampling happens on the device; other sampling copies the
-// logits back and uses the host sampler, so its rules are the reference's exactly.
+// and replayed per token. Sampling happens on the device with the host sampler's rules; only
+// the chosen token and its logprob come back.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "kernels/device_buffer.h"
@@ -30,6 +31,9 @@ class CudaBackend final : public Backend {
   std::span<const float> logits() override;
   SampledToken sample(const SamplingParams& params, std::span<const int32_t> seen, uint64_t step) override;
 
+  // Waits for everything queued, including a decode step sample() started ahead.
+  void synchronize();
+
   // Device memory this backend allocated (activations, KV cache), excluding weights.
   size_t workspace_bytes() const { return workspace_bytes_; }
   const WeightStore& store() const { return *store_; }
@@ -41,12 +45,14 @@ class CudaBackend final : public Backend {
   };
   DeviceBuffer alloc(size_t bytes);
   const float* upload_vector(const std::string& name);
-  void decode_step();                      // token and position from d_params_
+  void decode_step(int parity);              // token and position from params_
+  void launch_decode(int parity);           // eagerly, or by replaying the captured graph
   void prefill_chunk(int n, int start_pos);  // tokens already in d_tokens_
   void layer_decode(int l);
   void layer_prefill(int l, int n, int start_pos);
-  void lm_head(int row);
+  void lm_head(int row, int parity);
   void gemv(kernels::GemvEpilogue epilogue, const kernels::GemvArgs& args);
+  void upload_seen(std::span<const int32_t> seen);
   void* k_cache(int l) const;
   void* v_cache(int l) const;
 
@@ -66,8 +72,9 @@ class CudaBackend final : public Backend {
   DeviceBuffer inv_freq_;
 
   size_t workspace_bytes_ = 0;
-  DeviceBuffer x_, xn_, q32_, k32_, v32_, q16_, att_, gate_, up_, act_, logits_;
-  DeviceBuffer k_cache_, v_cache_, attn_scratch_, attn_counters_, argmax_scratch_, seen_, tokens_, params_, result_;
+  DeviceBuffer x_, xn_, q32_, k32_, v32_, q16_, att_, gate_, up_, act_;
+  DeviceBuffer logits_[2];  // alternate steps write alternate buffers (see sample())
+  DeviceBuffer k_cache_, v_cache_, attn_scratch_, attn_counters_, argmax_scratch_, sample_scratch_, seen_, tokens_, params_, result_;
   struct Params {
     int32_t token;
     int32_t pos;
@@ -79,8 +86,18 @@ class CudaBackend final : public Backend {
   Params* host_params_ = nullptr;  // pinned
   Result* host_result_ = nullptr;  // pinned
 
-  cudaGraphExec_t decode_graph_ = nullptr;
+  cudaGraphExec_t decode_graph_[2] = {nullptr, nullptr};
   int eager_decodes_ = 0;
+  int current_ = 0;   // logits_[current_] holds the last forward's logits
+  int last_pos_ = -1; // position of the last token forwarded
+  // A decode step already running for the sampled token at the next position, launched by
+  // sample() so the GPU need not wait for the host between tokens.
+  struct Ahead {
+    int32_t token;
+    int pos;
+  };
+  std::optional<Ahead> ahead_;
+  cudaEvent_t result_ready_ = nullptr;
   std::vector<float> host_logits_;
   bool host_logits_valid_ = false;
   std::vector<int32_t> uploaded_seen_;

@@ -1,0 +1,64 @@
+// The embedded default model (models/hearth-tiny-fortunes) keeps writing what it wrote when it
+// was trained: greedy continuations of the card's prompts, as transformers produced them and
+// stored in training_metrics.json, must come out of hearth's tokenizer + CPU engine unchanged.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/support/paths.h"
+#include "weight-server/hf_model.h"
+#include "worker/backend_factory.h"
+#include "worker/generator.h"
+#include "worker/tokenizer/tokenizer.h"
+#include "worker/worker_model.h"
+
+namespace hearth {
+namespace {
+
+using json = nlohmann::json;
+
+class Collect : public TokenSink {
+ public:
+  std::vector<int32_t> tokens;
+  std::string text;
+  StopReason stop = StopReason::Length;
+  void on_token(const TokenEvent& e) override {
+    tokens.push_back(e.token);
+    text += e.visible;
+  }
+  void on_done(const GenerationStats& s) override {
+    text += s.final_visible;
+    stop = s.stop;
+  }
+};
+
+TEST(DefaultModel, GreedyContinuationsAreStable) {
+  const auto dir = test::source_dir() / "models/hearth-tiny-fortunes";
+  const json metrics = json::parse(read_text_file(dir / "training_metrics.json"));
+  WorkerModel model = open_model_dir(dir);
+  const Tokenizer tokenizer = Tokenizer::from_json(model.tokenizer_json);
+  int checked = 0;
+  for (const json& sample : metrics["samples"]) {
+    if (sample["mode"] != "greedy") continue;
+    Profile profile;
+    profile.backend = "cpu";
+    profile.sampling.temperature = 0;
+    profile.max_tokens = sample["max_new_tokens"].get<int>();
+    GenerationRequest request;
+    request.profile = profile;
+    request.prompt = tokenizer.encode(sample["prompt"].get<std::string>(), /*add_special_tokens=*/true);
+    EXPECT_EQ(request.prompt, sample["prompt_ids"].get<std::vector<int32_t>>()) << sample["prompt"];
+    request.eos_ids = end_of_sequence_ids(model, &tokenizer);
+    auto backend = make_backend(profile, model);
+    Collect out;
+    generate(*backend, &tokenizer, request, out);
+    EXPECT_EQ(out.tokens, sample["output_ids"].get<std::vector<int32_t>>()) << sample["prompt"];
+    EXPECT_EQ(out.text, sample["completion"].get<std::string>()) << sample["prompt"];
+    EXPECT_EQ(stop_reason_name(out.stop), sample["stop"].get<std::string>()) << sample["prompt"];
+    ++checked;
+  }
+  EXPECT_GE(checked, 3);
+}
+
+}  // namespace
+}  // namespace hearth

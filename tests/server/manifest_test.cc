@@ -1,0 +1,164 @@
+// The manifest as workers receive it: what the server builds must parse back unchanged, and
+// every way of tampering with it (version, backend, tensor list, shapes, sizes, ids, checksums)
+// must be refused with a message that names what is wrong.
+#include <gtest/gtest.h>
+
+#include <functional>
+
+#include "tests/ipc/test_util.h"
+#include "tools/synth_model.h"
+#include "weight-server/checksum.h"
+#include "weight-server/manifest.h"
+#include "weight-server/model_spec.h"
+#include "weight-server/served_model.h"
+
+namespace hearth {
+namespace {
+
+using json = nlohmann::json;
+
+class ManifestTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new test::TempDir;
+    write_synthetic_model(dir_->path(), SynthOptions{});
+    ServeOptions options;
+    options.backend = "memfd";
+    served_ = load_served_model({dir_->path(), "tiny"}, options).release();
+  }
+  static void TearDownTestSuite() {
+    delete served_;
+    delete dir_;
+  }
+  static json manifest() { return served_->manifest; }
+
+  static inline test::TempDir* dir_ = nullptr;
+  static inline ServedModel* served_ = nullptr;
+};
+
+TEST_F(ManifestTest, RoundTripsWhatTheServerBuilds) {
+  const Manifest m = parse_manifest(manifest());
+  EXPECT_EQ(m.model, "tiny");
+  EXPECT_EQ(m.backend, "memfd");
+  EXPECT_EQ(m.gpu_uuid, "");
+  EXPECT_EQ(m.config.hidden, served_->store->config().hidden);
+  EXPECT_EQ(m.tokenizer_json, read_text_file(std::string(dir_->path()) + "/tokenizer.json"));
+  ASSERT_EQ(m.tensors.size(), served_->store->tensors().size());
+  for (size_t i = 0; i < m.tensors.size(); ++i) {
+    const StoredTensor& t = served_->store->tensors()[i];
+    EXPECT_EQ(m.tensors[i].info.name, t.info.name);
+    EXPECT_EQ(m.tensors[i].info.shape, t.info.shape);
+    EXPECT_EQ(m.tensors[i].allocation, t.alloc_id);
+    EXPECT_EQ(m.tensors[i].xxh3, xxh3_checksum({static_cast<const std::byte*>(t.data), t.info.bytes}));
+  }
+  EXPECT_EQ(manifest_to_json(m), manifest());
+  EXPECT_EQ(manifest()["version"], kManifestVersion);
+}
+
+struct Tamper {
+  const char* what;
+  std::function<void(json&)> edit;
+  const char* expect;  // in the error message
+};
+
+TEST_F(ManifestTest, RefusesTamperedManifests) {
+  const std::vector<Tamper> cases = {
+      {"newer version", [](json& j) { j["version"] = 2; }, "version 2 is not supported"},
+      {"other format", [](json& j) { j["format"] = "gguf"; }, "'format'"},
+      {"unknown backend", [](json& j) { j["backend"] = "rdma"; }, "unknown backend 'rdma'"},
+      {"vmm without a GPU", [](json& j) { j["backend"] = "vmm"; }, "needs the GPU's 'gpu_uuid'"},
+      {"memfd with a GPU", [](json& j) { j["gpu_uuid"] = "GPU-1"; }, "must be null"},
+      {"architecture not an object", [](json& j) { j["architecture"] = "llama"; }, "'architecture' is not an object"},
+      {"no tensors field", [](json& j) { j.erase("tensors"); }, "has no 'tensors'"},
+      {"missing tensor", [](json& j) { j["tensors"].erase(j["tensors"].begin() + 1); }, "missing tensor"},
+      {"extra tensor",
+       [](json& j) {
+         json t = j["tensors"][1];
+         t["name"] = "model.layers.0.extra.weight";
+         t["allocation"] = 100000;
+         j["tensors"].push_back(t);
+       },
+       "unexpected tensor 'model.layers.0.extra.weight'"},
+      {"duplicate tensor",
+       [](json& j) {
+         json t = j["tensors"][1];
+         t["allocation"] = 100000;
+         j["tensors"].push_back(t);
+       },
+       "appears twice"},
+      {"reshaped tensor",
+       [](json& j) {
+         json& t = j["tensors"][0];  // the embedding: [vocab, hidden] -> [vocab / 2, hidden * 2]
+         t["shape"] = {t["shape"][0].get<int64_t>() / 2, t["shape"][1].get<int64_t>() * 2};
+       },
+       "the architecture implies"},
+      {"architecture edited", [](json& j) { j["architecture"]["hidden_size"] = 128; }, "the architecture implies"},
+      {"bytes disagree with the shape", [](json& j) { j["tensors"][0]["bytes"] = 12; }, "'bytes' is 12"},
+      {"allocation too small",
+       [](json& j) { j["tensors"][0]["allocation_bytes"] = j["tensors"][0]["bytes"].get<uint64_t>() - 1; },
+       "cannot hold"},
+      {"shared allocation", [](json& j) { j["tensors"][2]["allocation"] = j["tensors"][1]["allocation"]; },
+       "used by two tensors"},
+      {"bad checksum", [](json& j) { j["tensors"][0]["xxh3"] = "xyz"; }, "not 16 lower-case hex digits"},
+      {"bad dtype", [](json& j) { j["tensors"][0]["dtype"] = "I8"; }, "unsupported dtype 'I8'"},
+      {"negative size", [](json& j) { j["tensors"][0]["shape"] = {-4, 64}; }, "not a positive size"},
+      {"overflowing shape",
+       [](json& j) { j["tensors"][0]["shape"] = {int64_t{1} << 40, int64_t{1} << 40}; }, "overflows"},
+      {"allocation id not a number", [](json& j) { j["tensors"][0]["allocation"] = "0"; }, "'allocation'"},
+      {"tensor not an object", [](json& j) { j["tensors"][0] = 7; }, "tensors[0]: not an object"},
+      {"tokenizer not text", [](json& j) { j["files"]["tokenizer.json"] = 1; }, "files['tokenizer.json']"},
+  };
+  for (const Tamper& c : cases) {
+    json j = manifest();
+    c.edit(j);
+    try {
+      parse_manifest(j);
+      ADD_FAILURE() << c.what << ": accepted";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(c.expect), std::string::npos) << c.what << ": " << e.what();
+      EXPECT_NE(std::string(e.what()).find("manifest of model 'tiny'"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(parse_manifest(json::array()), std::runtime_error);
+}
+
+TEST(Checksum, HexRoundTripAndStrictness) {
+  for (uint64_t v : {uint64_t{0}, uint64_t{1}, ~uint64_t{0}, uint64_t{0x0123456789abcdef}}) {
+    EXPECT_EQ(checksum_to_hex(v).size(), 16u);
+    EXPECT_EQ(checksum_from_hex(checksum_to_hex(v)), v);
+  }
+  EXPECT_FALSE(checksum_from_hex("0123456789ABCDEF"));  // one spelling only
+  EXPECT_FALSE(checksum_from_hex("0123456789abcde"));
+  EXPECT_FALSE(checksum_from_hex("0123456789abcdeg"));
+}
+
+TEST(Checksum, AsStoredMatchesTheGpuRounding) {
+  std::vector<float> f(100'003);
+  for (size_t i = 0; i < f.size(); ++i) f[i] = float(i) * 0.37f - 1234.5f + 1.0f / float(i + 1);
+  std::vector<uint16_t> bf(f.size());
+  for (size_t i = 0; i < f.size(); ++i) bf[i] = f32_to_bf16(f[i]);
+  const auto src = std::as_bytes(std::span(f));
+  EXPECT_EQ(xxh3_checksum_as_stored(src, DType::F32, DType::BF16), xxh3_checksum(std::as_bytes(std::span(bf))));
+  EXPECT_EQ(xxh3_checksum_as_stored(src, DType::F32, DType::F32), xxh3_checksum(src));
+  EXPECT_THROW(xxh3_checksum_as_stored(src, DType::BF16, DType::F32), std::runtime_error);
+}
+
+TEST(ModelSpec, ParsesDirAndName) {
+  EXPECT_EQ(parse_model_spec("/models/llama").name, "llama");
+  EXPECT_EQ(parse_model_spec("/models/llama/").name, "llama");
+  const ModelSpec named = parse_model_spec("/models/llama:fast");
+  EXPECT_EQ(named.dir, "/models/llama");
+  EXPECT_EQ(named.name, "fast");
+  const ModelSpec colon_in_dir = parse_model_spec("/data/a:b/llama");
+  EXPECT_EQ(colon_in_dir.dir, "/data/a:b/llama");
+  EXPECT_EQ(colon_in_dir.name, "llama");
+  EXPECT_THROW(parse_model_spec("/models/llama:"), std::runtime_error);
+  EXPECT_THROW(parse_model_spec("/models/llama:has space"), std::runtime_error);
+  EXPECT_THROW(parse_model_spec(":name"), std::runtime_error);
+  EXPECT_THROW(parse_model_spec("/models/llama:.hidden"), std::runtime_error);
+  EXPECT_FALSE(valid_model_name(std::string(129, 'a')));
+  EXPECT_TRUE(valid_model_name("Llama-3.1-8B_instruct"));
+}
+
+}  // namespace
+}  // namespace hearth

@@ -45,6 +45,12 @@ void check(int rc, const char* what) {
   if (rc != 0) throw std::runtime_error(std::string(what) + ": " + std::strerror(rc));
 }
 
+UniqueFd open_file(const std::filesystem::path& path, int flags) {
+  const int fd = ::open(path.c_str(), flags | O_CLOEXEC, 0644);
+  if (fd < 0) throw std::runtime_error(path.string() + ": cannot open: " + std::strerror(errno));
+  return UniqueFd(fd);
+}
+
 int remaining_ms(std::chrono::steady_clock::time_point deadline) {
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
       deadline - std::chrono::steady_clock::now());
@@ -64,14 +70,14 @@ ChildProcess ChildProcess::spawn(const Options& options) {
   if (options.argv.empty()) throw std::runtime_error("spawn: no program given");
   SpawnSetup setup;
   const std::string program = options.argv[0];
-  check(posix_spawn_file_actions_addopen(setup.actions(), STDIN_FILENO, "/dev/null", O_RDONLY, 0),
-        "posix_spawn_file_actions_addopen");
-  check(posix_spawn_file_actions_addopen(setup.actions(), STDOUT_FILENO, options.stdout_path.c_str(),
-                                         O_WRONLY | O_CREAT | O_TRUNC, 0644),
-        "posix_spawn_file_actions_addopen");
-  check(posix_spawn_file_actions_addopen(setup.actions(), STDERR_FILENO, options.stderr_path.c_str(),
-                                         O_WRONLY | O_CREAT | O_TRUNC, 0644),
-        "posix_spawn_file_actions_addopen");
+  // Opened here rather than in the child, so a bad path is reported as such and not as a
+  // failure to start the program.
+  const UniqueFd in = open_file("/dev/null", O_RDONLY);
+  const UniqueFd out = open_file(options.stdout_path, O_WRONLY | O_CREAT | O_TRUNC);
+  const UniqueFd err = open_file(options.stderr_path, O_WRONLY | O_CREAT | O_TRUNC);
+  check(posix_spawn_file_actions_adddup2(setup.actions(), in.get(), STDIN_FILENO), "posix_spawn_file_actions_adddup2");
+  check(posix_spawn_file_actions_adddup2(setup.actions(), out.get(), STDOUT_FILENO), "posix_spawn_file_actions_adddup2");
+  check(posix_spawn_file_actions_adddup2(setup.actions(), err.get(), STDERR_FILENO), "posix_spawn_file_actions_adddup2");
   // Other threads open files without O_CLOEXEC (std::ofstream); none of them belongs in a worker.
   check(posix_spawn_file_actions_addclosefrom_np(setup.actions(), 3),
         "posix_spawn_file_actions_addclosefrom_np");

@@ -5,6 +5,9 @@
 
 #include "ipc/client.h"
 #include "proof/checksum.h"
+#include "weight-server/checksum.h"
+#include "weight-server/hf_model.h"
+#include "weight-server/manifest.h"
 
 namespace hearth::proof {
 
@@ -20,60 +23,19 @@ bool shapes_output(const std::string& name) {
   return name.ends_with(".safetensors") || name.ends_with(".safetensors.index.json");
 }
 
-// Inline file contents (a tokenizer.json is megabytes) would swamp the report: a long string
-// is replaced by its size and checksum, everything else is kept as the server sent it.
-json summarize(const json& v) {
-  constexpr size_t kKeepBytes = 1024;
-  if (v.is_string() && v.get_ref<const std::string&>().size() > kKeepBytes) {
-    const std::string& s = v.get_ref<const std::string&>();
-    return {{"bytes", s.size()}, {"xxh3", xxh3_bytes(s)}};
-  }
-  if (v.is_object()) {
-    json out = json::object();
-    for (const auto& [k, item] : v.items()) out[k] = summarize(item);
-    return out;
-  }
-  if (v.is_array()) {
-    json out = json::array();
-    for (const json& item : v) out.push_back(summarize(item));
-    return out;
-  }
-  return v;
-}
-
-// The manifest carries the tokenizer files inline; their exact key is the server's business,
-// so any string under a key naming a tokenizer file that loads as one is taken.
-std::optional<Tokenizer> find_tokenizer(const json& v, int depth) {
-  if (depth > 3 || !v.is_object()) return std::nullopt;
-  for (const auto& [key, item] : v.items()) {
-    const bool named = key.find("tokenizer") != std::string::npos && key.find("config") == std::string::npos;
-    if (named && item.is_string()) {
-      try {
-        return Tokenizer::from_json(item.get_ref<const std::string&>());
-      } catch (const std::exception&) {
-        // not a tokenizer.json after all
-      }
-    }
-    if (auto t = find_tokenizer(item, depth + 1)) return t;
-  }
-  return std::nullopt;
-}
-
-// Over the tensors' names and checksums when the manifest lists them, so two servers of the
-// same weights agree whatever their sockets, devices or allocation ids; else over all of it.
-std::string manifest_digest(const json& manifest) {
-  const json* tensors = manifest.contains("tensors") ? &manifest["tensors"] : nullptr;
-  if (!tensors && manifest.contains("manifest") && manifest["manifest"].contains("tensors"))
-    tensors = &manifest["manifest"]["tensors"];
+// One digest of the weights that both modes compute alike: the tensors' xxh3 (the manifest's
+// checksum, the 64-bit xxh3 of the bytes as stored) listed by name. Equal digests in a
+// single-process and a served report mean the workers ran on the same bytes.
+std::string weights_digest(std::vector<std::pair<std::string, std::string>> name_and_xxh3) {
+  std::sort(name_and_xxh3.begin(), name_and_xxh3.end());
   std::string listing;
-  if (tensors && tensors->is_array()) {
-    for (const json& t : *tensors) {
-      if (!t.is_object() || !t.contains("name") || !t.contains("checksum")) return xxh3_bytes(manifest.dump());
-      listing += t["name"].dump() + " " + t["checksum"].dump() + "\n";
-    }
-    if (!listing.empty()) return xxh3_bytes(listing);
-  }
-  return xxh3_bytes(manifest.dump());
+  for (const auto& [name, sum] : name_and_xxh3) listing += name + " " + sum + "\n";
+  return xxh3_bytes(listing);
+}
+
+json file_entry(const std::string& content) {
+  if (content.empty()) return nullptr;
+  return {{"bytes", content.size()}, {"xxh3", xxh3_bytes(content)}};
 }
 
 }  // namespace
@@ -89,8 +51,6 @@ ModelIdentity identify_model_dir(const std::filesystem::path& dir) {
     if (entry.is_regular_file() && shapes_output(name)) names.push_back(name);
   }
   std::sort(names.begin(), names.end());
-  if (std::none_of(names.begin(), names.end(), [](const std::string& n) { return n.ends_with(".safetensors"); }))
-    throw std::runtime_error(dir.string() + ": no .safetensors weights");
 
   ModelIdentity id;
   json files = json::array();
@@ -101,13 +61,20 @@ ModelIdentity identify_model_dir(const std::filesystem::path& dir) {
     files.push_back({{"name", name}, {"bytes", std::filesystem::file_size(p)}, {"xxh3", sum}});
     listing += name + " " + sum + "\n";
   }
+  // Opening it as the worker does checks the weights too (names, shapes, dtypes).
+  const HfModel model = HfModel::open(dir);
+  std::vector<std::pair<std::string, std::string>> tensors;
+  for (const HfTensor& t : model.tensors()) tensors.emplace_back(t.info.name, checksum_to_hex(xxh3_checksum(t.data)));
   id.json = {{"mode", "single-process"},
              {"path", std::filesystem::absolute(dir).lexically_normal().string()},
              {"files", files},
-             {"digest", xxh3_bytes(listing)}};
-  if (std::filesystem::is_regular_file(dir / "tokenizer.json")) {
+             {"files_digest", xxh3_bytes(listing)},
+             {"tensors", tensors.size()},
+             {"weights_digest", weights_digest(tensors)},
+             {"tokenizer", file_entry(model.tokenizer_json())}};
+  if (!model.tokenizer_json().empty()) {
     try {
-      id.tokenizer = Tokenizer::from_file(dir);
+      id.tokenizer = Tokenizer::from_json(model.tokenizer_json());
     } catch (const std::exception& e) {
       throw std::runtime_error((dir / "tokenizer.json").string() + ": " + e.what());
     }
@@ -116,25 +83,46 @@ ModelIdentity identify_model_dir(const std::filesystem::path& dir) {
 }
 
 ModelIdentity identify_served_model(const std::string& socket, const std::string& name) {
-  json manifest;
+  Manifest manifest;
   try {
     ipc::ClientOptions options;
     options.name = "hearth-proof";
     ipc::Client client = ipc::Client::connect(socket, options);
-    manifest = client.call(ipc::op::kManifest, {{"model", name}}).body;
+    const json reply = client.call(ipc::op::kManifest, {{"model", name}}).body;
+    if (!reply.contains("manifest")) throw std::runtime_error("the reply holds no manifest");
+    manifest = parse_manifest(reply["manifest"]);
   } catch (const std::exception& e) {
     throw std::runtime_error("cannot read the manifest of model '" + name + "' from the server at " +
                              socket + ": " + e.what());
   }
-  manifest.erase("id");
-  manifest.erase("ok");
   ModelIdentity id;
-  id.tokenizer = find_tokenizer(manifest, 0);
+  std::vector<std::pair<std::string, std::string>> tensors;
+  json checksums = json::array();
+  for (const ManifestTensor& t : manifest.tensors) {
+    tensors.emplace_back(t.info.name, checksum_to_hex(t.xxh3));
+    checksums.push_back({{"name", t.info.name}, {"xxh3", checksum_to_hex(t.xxh3)}});
+  }
   id.json = {{"mode", "served"},
              {"socket", socket},
-             {"name", name},
-             {"manifest", summarize(manifest)},
-             {"digest", manifest_digest(manifest)}};
+             {"name", manifest.model},
+             {"backend", manifest.backend},
+             {"gpu_uuid", manifest.gpu_uuid.empty() ? json() : json(manifest.gpu_uuid)},
+             {"architecture", manifest.architecture},
+             {"files", {{"tokenizer.json", file_entry(manifest.tokenizer_json)},
+                        {"tokenizer_config.json", file_entry(manifest.tokenizer_config_json)},
+                        {"generation_config.json", file_entry(manifest.generation_config_json)}}},
+             {"tensors", tensors.size()},
+             {"tensor_bytes", manifest.tensor_bytes()},
+             {"tensor_checksums", checksums},
+             {"weights_digest", weights_digest(tensors)},
+             {"tokenizer", file_entry(manifest.tokenizer_json)}};
+  if (!manifest.tokenizer_json.empty()) {
+    try {
+      id.tokenizer = Tokenizer::from_json(manifest.tokenizer_json);
+    } catch (const std::exception& e) {
+      throw std::runtime_error("the tokenizer.json of served model '" + name + "': " + e.what());
+    }
+  }
   return id;
 }
 

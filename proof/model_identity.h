@@ -1,8 +1,9 @@
 // Which weights a proof run used, for the report, and the tokenizer that goes with them.
 // Single-process mode: the xxh3 of every file of the model directory that shapes the output
 // (config, generation config, tokenizer files, safetensors and their index). Served mode: the
-// server's manifest, as it reports it (per-tensor checksums included), fetched over the socket.
-// Each identity carries one `digest` so two reports of the same mode can be matched at a glance.
+// server's manifest (backend, GPU, per-tensor checksums), fetched over the socket. Both carry
+// `weights_digest`, computed alike from per-tensor checksums, so a served and a single-process
+// report show at a glance whether their workers ran on the same bytes.
 #pragma once
 
 #include <filesystem>
@@ -20,8 +21,8 @@ struct ModelIdentity {
   std::optional<Tokenizer> tokenizer;  // for the text contract, when the model has one
 };
 
-// Throws std::runtime_error when the directory is missing, has no config.json or weights, or
-// has a tokenizer.json that does not load.
+// Throws std::runtime_error when the directory is missing, is not a model the engine can open,
+// or has a tokenizer.json that does not load.
 ModelIdentity identify_model_dir(const std::filesystem::path& dir);
 
 // Throws std::runtime_error when the server cannot be reached or does not serve `name`.

@@ -42,7 +42,8 @@ std::string show(const json& v) { return v.is_string() ? v.get<std::string>() : 
 // about (served vs single-process, 1 vs 8 workers), sometimes a sign of comparing the wrong pair.
 json context_differences(const json& a, const json& b) {
   static const std::vector<json::json_pointer> keys = {
-      json::json_pointer("/model/mode"),           json::json_pointer("/model/digest"),
+      json::json_pointer("/model/mode"),           json::json_pointer("/model/weights_digest"),
+      json::json_pointer("/model/tokenizer/xxh3"), json::json_pointer("/model/backend"),
       json::json_pointer("/hearth/git_commit"),    json::json_pointer("/hearth/worker/xxh3"),
       json::json_pointer("/settings/budget"),      json::json_pointer("/settings/concurrency"),
       json::json_pointer("/settings/contract"),    json::json_pointer("/settings/repeat"),
@@ -127,7 +128,10 @@ DiffOutcome diff_reports(const json& a, const json& b, const Contract& contract,
           const json* rb = runs_b.count(label) ? runs_b.at(label) : nullptr;
           const auto ga = ra ? generation_of(*ra) : std::nullopt, gb = rb ? generation_of(*rb) : std::nullopt;
           if (!ga || !gb) {
-            item["error"] = !ga ? "the run failed in " + a_name : "the run failed in " + b_name;
+            item["error"] = !ra   ? "no run of this profile in " + a_name
+                            : !rb ? "no run of this profile in " + b_name
+                            : !ga ? "the run failed in " + a_name
+                                  : "the run failed in " + b_name;
             any_error = true;
             if (first_error.empty()) first_error = "'" + id + "', " + label + ": " + item["error"].get<std::string>();
           } else {
@@ -186,14 +190,17 @@ DiffOutcome diff_reports(const json& a, const json& b, const Contract& contract,
         md << "| " << c["key"].get<std::string>() << " | " << cell(show(c["a"])) << " | " << cell(show(c["b"])) << " |\n";
       md << "\n";
     }
-    md << "| prompt | verdict | profile | detail |\n| --- | --- | --- | --- |\n";
+    if (changed + errors == 0) md << "Every prompt gave the same output for every profile.\n";
+    else md << "| prompt | verdict | profile | detail |\n| --- | --- | --- | --- |\n";
     for (const json& p : prompts) {
       const std::string v = p["verdict"].get<std::string>();
+      if (v == "same") continue;
       if (p.contains("error")) {
         md << "| " << cell(p["id"].get<std::string>()) << " | **" << v << "** | | " << cell(p["error"].get<std::string>()) << " |\n";
         continue;
       }
       for (const json& item : p["profiles"]) {
+        if (item.contains("comparison") && item["comparison"]["holds"].get<bool>()) continue;
         std::string detail = item.contains("error") ? item["error"].get<std::string>()
                              : item["comparison"]["holds"].get<bool>()
                                  ? std::string("same")

@@ -78,10 +78,12 @@ void header(std::ostringstream& md, const json& r) {
   md << "| budget | " << str(set.at("budget")) << " tokens per prompt |\n";
   md << "| concurrency / repeat | " << str(set.at("concurrency")) << " / " << str(set.at("repeat")) << " |\n";
   if (m.value("mode", "") == "served")
-    md << "| model | served: " << cell(str(m.at("name"))) << " at " << cell(str(m.at("socket")));
+    md << "| model | served: " << cell(str(m.at("name"))) << " at " << cell(str(m.at("socket"))) << " ("
+       << str(m.value("backend", json())) << " backend)";
   else
-    md << "| model | " << cell(str(m.value("path", json())));
-  md << " (digest `" << str(m.value("digest", json())) << "`) |\n";
+    md << "| model | " << cell(str(m.value("path", json()))) << " (single-process)";
+  md << ", " << str(m.value("tensors", json())) << " tensors, weights digest `" << str(m.value("weights_digest", json()))
+     << "` |\n";
   const json& h = r.at("hearth");
   md << "| hearth | " << str(h.value("version", json())) << ", commit `" << str(h.value("git_commit", json()))
      << "` |\n";

@@ -1,0 +1,56 @@
+// Reading a worker's jsonl stream back, and refusing anything that is not a complete one.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "proof/worker_output.h"
+
+namespace hearth::proof {
+namespace {
+
+const char* kDone = R"({"done":true,"stop":"length","prompt_tokens":4,"generated_tokens":2,"timings":{"ttft_ms":1.5}})";
+
+TEST(WorkerOutput, ReadsTokensAndTheSummary) {
+  const std::string stream = std::string(R"({"token":5,"text":"he","logprob":-0.25})") + "\n" +
+                             R"({"token":6,"text":"llo","logprob":null})" + "\n" + kDone + "\n";
+  const Generation g = parse_worker_output(stream);
+  EXPECT_EQ(g.tokens, (std::vector<int32_t>{5, 6}));
+  EXPECT_EQ(g.logprobs[0], -0.25);
+  EXPECT_TRUE(std::isnan(g.logprobs[1]));
+  EXPECT_EQ(g.streamed_text(), "hello");
+  EXPECT_EQ(g.stop, "length");
+  EXPECT_EQ(g.prompt_tokens, 4);
+  EXPECT_EQ(g.timings["ttft_ms"], 1.5);
+}
+
+TEST(WorkerOutput, AcceptsAnEmptyGeneration) {
+  const Generation g = parse_worker_output(
+      R"({"done":true,"stop":"eos","prompt_tokens":3,"generated_tokens":0,"timings":{}})" "\n");
+  EXPECT_TRUE(g.tokens.empty());
+  EXPECT_EQ(g.stop, "eos");
+}
+
+void expect_refused(const std::string& stream, const std::string& message) {
+  try {
+    parse_worker_output(stream);
+    ADD_FAILURE() << "accepted: " << stream;
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+  }
+}
+
+TEST(WorkerOutput, RefusesIncompleteOrMalformedStreams) {
+  const std::string token = R"({"token":5,"text":"a","logprob":-1})";
+  expect_refused("", "no final summary after 0 tokens");
+  expect_refused(token + "\n", "no final summary after 1 tokens");
+  expect_refused(token + "\n" + R"({"token":6,"te)", "ends in the middle of line 2");
+  expect_refused("not json\n", "line 1: not a JSON object");
+  expect_refused(R"({"text":"a"})" "\n", "line 1: token event without an integer \"token\"");
+  expect_refused(R"({"token":1,"logprob":"x"})" "\n", "\"logprob\" must be a number");
+  expect_refused(token + "\n" + kDone + "\n", "summary says 2 tokens, the stream has 1");
+  expect_refused(token + "\n" + token + "\n" + kDone + "\n" + token + "\n", "line 4: output after the final summary");
+  expect_refused(R"({"done":true,"generated_tokens":0})" "\n", "summary without \"stop\"");
+}
+
+}  // namespace
+}  // namespace hearth::proof

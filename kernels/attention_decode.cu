@@ -1,9 +1,12 @@
 // Decode attention: one new query token per head over the KV cache. The context is split
-// across up to `splits` blocks per KV head (more for longer contexts: each split is a whole
-// number of 64-row tiles). A block streams its tiles through shared memory (double-buffered
-// cp.async) and serves every query head of the GQA group from there, so each key/value row is
-// read once per group, with an online softmax across tiles. The last block of a group to
-// finish merges the splits in split order, so the result does not depend on scheduling.
+// across up to `splits` blocks per KV head (one wave: more splits for longer contexts), each
+// split a whole number of 128-row tiles. A block streams its tiles through shared memory
+// (double-buffered cp.async) and serves every query head of the GQA group from there, so each
+// key/value row is read once per group; an online softmax carries across tiles. Within a
+// tile, 512 threads share the work: a score per (head, row), then each (head, dimension pair)
+// output split over row partitions and added up at the end in a fixed order. When a context
+// needs several splits, the last block of a group to finish merges them in split order, so
+// the result does not depend on scheduling.
 #include <cuda_pipeline.h>
 
 #include <algorithm>
@@ -16,20 +19,23 @@ namespace hearth::kernels {
 
 namespace {
 
-constexpr int kTile = 64;
-constexpr int kThreads = 256;
+constexpr int kTile = 128;
+constexpr int kThreads = 512;
 constexpr int kMaxGroup = 16;
-constexpr int kMaxItems = 4;  // (head, dimension pair) accumulators per thread
+
+int sm_count() {
+  static const int n = [] {
+    int device = 0, v = 132;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, device);
+    return v;
+  }();
+  return n;
+}
 
 int max_splits(int context, int n_kv_heads) {
-  static int sms = [] {
-    int device = 0, n = 132;
-    cudaGetDevice(&device);
-    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device);
-    return n;
-  }();
   const int tiles = (context + kTile - 1) / kTile;
-  return std::max(1, std::min(tiles, 2 * sms / std::max(1, n_kv_heads)));
+  return std::max(1, std::min(tiles, sm_count() / std::max(1, n_kv_heads)));
 }
 
 template <int kHeadDim>
@@ -45,10 +51,11 @@ struct Smem {
   float alpha[kMaxGroup];
   float m[kMaxGroup];
   float l[kMaxGroup];
+  float2 sums[kThreads];  // row-partition sums, added up at the end
   int last;
 };
 
-// Copies rows [first, end) of one tile (cache rows begin + ...) into a buffer.
+// Copies rows [first, end) of one tile into a buffer.
 template <typename T, int kHeadDim>
 __device__ __forceinline__ void stage_rows(T* dst, const T* src, int first, int end) {
   constexpr int kChunks = kHeadDim / 8, kPitch = Smem<T, kHeadDim>::kPitch;
@@ -68,7 +75,7 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(DecodeAttentionArgs
 
   const int kv_head = blockIdx.x, split = blockIdx.y, splits = gridDim.y;
   const int group = a.n_heads / a.n_kv_heads;
-  // The host wrote pos before this step began, so it may be read before the wait.
+  // The host (or the previous step) wrote pos before this step began: readable before the wait.
   const int pos = a.pos[0], len = pos + 1;
   const int chunk = ((len + splits - 1) / splits + kTile - 1) / kTile * kTile;
   const int active = (len + chunk - 1) / chunk;
@@ -96,8 +103,14 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(DecodeAttentionArgs
     s.l[g] = 0.0f;
   }
 
+  // Output work: (head, dimension pair) items, each split over `parts` row partitions.
   const int items = group * kPairs;
-  float acc[kMaxItems][2] = {};
+  const int parts = max(1, kThreads / items);
+  const int item = threadIdx.x % items, part = threadIdx.x / items;
+  const bool owns = threadIdx.x < items * parts;
+  const int og = item / kPairs, od = 2 * (item % kPairs);
+  float acc0 = 0.0f, acc1 = 0.0f;
+
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   int buf = 0;
   for (int t0 = begin; t0 < end; t0 += kTile, buf ^= 1) {
@@ -120,32 +133,39 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(DecodeAttentionArgs
       if (j < rows) {
         const T* k = s.k[buf] + j * S::kPitch;
         const float* q = s.q + g * kHeadDim;
-        float part[4] = {};  // four independent chains instead of one long one
+        float part4[4] = {};  // four independent chains instead of one long one
 #pragma unroll
         for (int d = 0; d < kHeadDim; d += 8) {
           const uint4 w = *reinterpret_cast<const uint4*>(k + d);
-          const uint32_t parts[4] = {w.x, w.y, w.z, w.w};
+          const uint32_t words[4] = {w.x, w.y, w.z, w.w};
 #pragma unroll
           for (int e = 0; e < 4; ++e) {
-            const float2 kv = HalfTraits<T>::unpack(parts[e]);
-            part[e] += q[d + 2 * e] * kv.x + q[d + 2 * e + 1] * kv.y;
+            const float2 kv = HalfTraits<T>::unpack(words[e]);
+            part4[e] += q[d + 2 * e] * kv.x + q[d + 2 * e + 1] * kv.y;
           }
         }
-        sc = (part[0] + part[1]) + (part[2] + part[3]);
+        sc = (part4[0] + part4[1]) + (part4[2] + part4[3]);
       }
       s.p[g * kTile + j] = sc;
     }
     __syncthreads();
 
-    // Online softmax per head: a warp per head.
+    // Online softmax per head: a warp per head, four rows per lane.
     for (int g = warp; g < group; g += kThreads / 32) {
       float* p = s.p + g * kTile;
+      float v[4];
+#pragma unroll
+      for (int r = 0; r < 4; ++r) v[r] = p[lane + 32 * r];
       const float m_old = s.m[g];
-      const float m_new = fmaxf(m_old, warp_max(fmaxf(p[lane], p[lane + 32])));
-      const float e0 = __expf(p[lane] - m_new), e1 = __expf(p[lane + 32] - m_new);
-      p[lane] = e0;
-      p[lane + 32] = e1;
-      const float sum = warp_sum(e0 + e1);
+      const float m_new = fmaxf(m_old, warp_max(fmaxf(fmaxf(v[0], v[1]), fmaxf(v[2], v[3]))));
+      float sum = 0.0f;
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const float e = __expf(v[r] - m_new);
+        p[lane + 32 * r] = e;
+        sum += e;
+      }
+      sum = warp_sum(sum);
       if (lane == 0) {
         const float alpha = m_old == -INFINITY ? 0.0f : __expf(m_old - m_new);
         s.alpha[g] = alpha;
@@ -155,64 +175,61 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(DecodeAttentionArgs
     }
     __syncthreads();
 
-    // Accumulate P V for this thread's (head, dimension pair) items.
-#pragma unroll
-    for (int it = 0; it < kMaxItems; ++it) {
-      const int item = threadIdx.x + it * kThreads;
-      if (item >= items) continue;  // (not break: keeps acc indices compile-time constants)
-      const int g = item / kPairs, d = 2 * (item % kPairs);
-      const float alpha = s.alpha[g];
-      const float* p = s.p + g * kTile;
-      const T* v = s.v[buf] + d;
-      // Even and odd rows in separate sums: two dependency chains, loads pipelined.
-      float o0 = 0.0f, o1 = 0.0f, e0 = 0.0f, e1 = 0.0f;
-      int j = 0;
+    // P V for this thread's item over its partition of the tile's rows.
+    if (owns) {
+      const float* p = s.p + og * kTile;
+      const T* v = s.v[buf] + od;
+      float o0 = 0.0f, o1 = 0.0f, e0 = 0.0f, e1 = 0.0f;  // even and odd rows: two chains
+      int j = part;
 #pragma unroll 4
-      for (; j + 1 < rows; j += 2) {
+      for (; j + parts < rows; j += 2 * parts) {
         const float2 va = HalfTraits<T>::unpack(*reinterpret_cast<const uint32_t*>(v + j * S::kPitch));
-        const float2 vb = HalfTraits<T>::unpack(*reinterpret_cast<const uint32_t*>(v + (j + 1) * S::kPitch));
+        const float2 vb = HalfTraits<T>::unpack(*reinterpret_cast<const uint32_t*>(v + (j + parts) * S::kPitch));
         o0 += p[j] * va.x;
         o1 += p[j] * va.y;
-        e0 += p[j + 1] * vb.x;
-        e1 += p[j + 1] * vb.y;
+        e0 += p[j + parts] * vb.x;
+        e1 += p[j + parts] * vb.y;
       }
       if (j < rows) {
         const float2 va = HalfTraits<T>::unpack(*reinterpret_cast<const uint32_t*>(v + j * S::kPitch));
         o0 += p[j] * va.x;
         o1 += p[j] * va.y;
       }
-      acc[it][0] = acc[it][0] * alpha + (o0 + e0);
-      acc[it][1] = acc[it][1] * alpha + (o1 + e1);
+      const float alpha = s.alpha[og];
+      acc0 = acc0 * alpha + (o0 + e0);
+      acc1 = acc1 * alpha + (o1 + e1);
     }
     __syncthreads();  // buffers and scores are reused by the next tile
   }
 
+  // Add up the row partitions, in partition order.
+  s.sums[threadIdx.x] = make_float2(acc0, acc1);
+  __syncthreads();
+  if (owns && part == 0) {
+    for (int r = 1; r < parts; ++r) {
+      const float2 o = s.sums[r * items + item];
+      acc0 += o.x;
+      acc1 += o.y;
+    }
+  }
+
   T* out = static_cast<T*>(a.out) + size_t(kv_head) * group * kHeadDim;
   if (active == 1) {  // the whole context in one block: no merge needed
-#pragma unroll
-    for (int it = 0; it < kMaxItems; ++it) {
-      const int item = threadIdx.x + it * kThreads;
-      if (item >= items) continue;
-      const int g = item / kPairs, d = 2 * (item % kPairs);
-      const float inv = 1.0f / s.l[g];
-      out[g * kHeadDim + d] = HalfTraits<T>::from_float(acc[it][0] * inv);
-      out[g * kHeadDim + d + 1] = HalfTraits<T>::from_float(acc[it][1] * inv);
+    if (owns && part == 0) {
+      const float inv = 1.0f / s.l[og];
+      out[og * kHeadDim + od] = HalfTraits<T>::from_float(acc0 * inv);
+      out[og * kHeadDim + od + 1] = HalfTraits<T>::from_float(acc1 * inv);
     }
     return;
   }
 
   // This split's result, then the last split of the group to finish merges all of them.
-  float* part = a.partial;
   auto slot = [&](int g, int sp) {
-    return part + (size_t(kv_head * group + g) * splits + sp) * partial_stride<kHeadDim>();
+    return a.partial + (size_t(kv_head * group + g) * splits + sp) * partial_stride<kHeadDim>();
   };
-#pragma unroll
-  for (int it = 0; it < kMaxItems; ++it) {
-    const int item = threadIdx.x + it * kThreads;
-    if (item >= items) continue;
-    const int g = item / kPairs, d = 2 * (item % kPairs);
-    slot(g, split)[2 + d] = acc[it][0];
-    slot(g, split)[3 + d] = acc[it][1];
+  if (owns && part == 0) {
+    slot(og, split)[2 + od] = acc0;
+    slot(og, split)[3 + od] = acc1;
   }
   for (int g = threadIdx.x; g < group; g += kThreads) {
     slot(g, split)[0] = s.m[g];
@@ -259,8 +276,9 @@ size_t decode_attention_scratch_floats(int n_heads, int head_dim, int context) {
 }
 
 void attention_decode(Half type, const DecodeAttentionArgs& a, cudaStream_t stream) {
-  if (a.n_heads / a.n_kv_heads > kMaxGroup || (a.n_heads / a.n_kv_heads) * a.head_dim / 2 > kMaxItems * kThreads)
-    throw std::runtime_error("attention_decode: GQA groups larger than 16 are not supported");
+  const int group = a.n_heads / a.n_kv_heads;
+  if (group > kMaxGroup || group * a.head_dim / 2 > kThreads)
+    throw std::runtime_error("attention_decode: GQA groups larger than 16 (8 at head_dim 128) are not supported");
   HEARTH_DISPATCH_HALF(type, T, {
     switch (a.head_dim) {
       case 16: launch<T, 16>(a, stream); break;

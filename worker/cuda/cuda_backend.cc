@@ -29,8 +29,8 @@ CudaBackend::CudaBackend(std::shared_ptr<const WeightStore> store, const Profile
   if (!kernels::attention_prefill_supports(c_.head_dim))
     throw std::runtime_error("the cuda backend supports head_dim 16, 32, 64 or 128, not " +
                              std::to_string(c_.head_dim));
-  if (c_.n_heads / c_.n_kv_heads > 16)
-    throw std::runtime_error("the cuda backend supports GQA groups of at most 16 heads");
+  if (c_.n_heads / c_.n_kv_heads > 16 || (c_.n_heads / c_.n_kv_heads) * c_.head_dim > 1024)
+    throw std::runtime_error("the cuda backend supports GQA groups of at most 16 heads (8 at head_dim 128)");
   chunk_ = std::min(context_, 2048);
   const StoredTensor& embed = store_->at("model.embed_tokens.weight");
   type_ = half_type(embed.info.dtype, embed.info.name);

@@ -7,7 +7,7 @@ namespace hearth {
 namespace {
 
 WeightRef ref(const StoredTensor& t) {
-  WeightRef r{t.data, t.info.dtype, 1, 1};
+  WeightRef r{t.data, t.info.dtype, 1, 1, t.info.name};
   if (t.info.shape.size() == 2) {
     r.rows = t.info.shape[0];
     r.cols = t.info.shape[1];

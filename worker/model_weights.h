@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string_view>
 #include <vector>
 
 #include "weight-server/dtype.h"
@@ -15,6 +16,7 @@ struct WeightRef {
   const void* data = nullptr;
   DType dtype = DType::F32;
   int64_t rows = 0, cols = 0;
+  std::string_view name;  // the tensor's name in the store (for messages)
   explicit operator bool() const { return data != nullptr; }
 };
 

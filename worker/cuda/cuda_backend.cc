@@ -32,44 +32,31 @@ CudaBackend::CudaBackend(std::shared_ptr<const WeightStore> store, const Profile
   if (c_.n_heads / c_.n_kv_heads > 16 || (c_.n_heads / c_.n_kv_heads) * c_.head_dim > 1024)
     throw std::runtime_error("the cuda backend supports GQA groups of at most 16 heads (8 at head_dim 128)");
   chunk_ = std::min(context_, 2048);
-  const StoredTensor& embed = store_->at("model.embed_tokens.weight");
-  type_ = half_type(embed.info.dtype, embed.info.name);
+  const ModelWeights w = bind_weights(*store_);
+  type_ = half_type(w.embed.dtype, std::string(w.embed.name));
   const std::string expect = profile_.kv_cache_dtype;
   if (expect != "auto" && (expect == "bf16") != (type_ == kernels::Half::BF16))
     throw std::runtime_error("kv_cache_dtype " + expect + " differs from the weights' type; the cuda "
                              "backend keeps the cache in the weights' 16-bit type");
 
-  auto matrix = [&](const std::string& name) {
-    const StoredTensor& t = store_->at(name);
-    if (half_type(t.info.dtype, name) != type_)
-      throw std::runtime_error("the cuda backend needs every matrix in one type; '" + name + "' differs");
-    return t.data;
+  auto matrix = [&](const WeightRef& m) {
+    if (half_type(m.dtype, std::string(m.name)) != type_)
+      throw std::runtime_error("the cuda backend needs every matrix in one 16-bit type; '" + std::string(m.name) +
+                               "' differs from the embedding");
+    return m.data;
   };
+  auto vector = [&](const WeightRef& v) { return v ? upload_vector(v) : nullptr; };
   HEARTH_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
-  embed_ = embed.data;
-  lm_head_ = c_.tie_embeddings ? embed_ : matrix("lm_head.weight");
-  final_norm_ = upload_vector("model.norm.weight");
-  for (int l = 0; l < c_.n_layers; ++l) {
-    const std::string p = "model.layers." + std::to_string(l) + ".";
+  embed_ = w.embed.data;
+  lm_head_ = matrix(w.lm_head);
+  final_norm_ = vector(w.final_norm);
+  for (const LayerWeights& lw : w.layers) {
     LayerRefs L{};
-    L.wq = matrix(p + "self_attn.q_proj.weight");
-    L.wk = matrix(p + "self_attn.k_proj.weight");
-    L.wv = matrix(p + "self_attn.v_proj.weight");
-    L.wo = matrix(p + "self_attn.o_proj.weight");
-    L.w_gate = matrix(p + "mlp.gate_proj.weight");
-    L.w_up = matrix(p + "mlp.up_proj.weight");
-    L.w_down = matrix(p + "mlp.down_proj.weight");
-    L.attn_norm = upload_vector(p + "input_layernorm.weight");
-    L.mlp_norm = upload_vector(p + "post_attention_layernorm.weight");
-    if (c_.qkv_bias) {
-      L.bq = upload_vector(p + "self_attn.q_proj.bias");
-      L.bk = upload_vector(p + "self_attn.k_proj.bias");
-      L.bv = upload_vector(p + "self_attn.v_proj.bias");
-    }
-    if (c_.qk_norm) {
-      L.q_norm = upload_vector(p + "self_attn.q_norm.weight");
-      L.k_norm = upload_vector(p + "self_attn.k_norm.weight");
-    }
+    L.wq = matrix(lw.wq), L.wk = matrix(lw.wk), L.wv = matrix(lw.wv), L.wo = matrix(lw.wo);
+    L.w_gate = matrix(lw.w_gate), L.w_up = matrix(lw.w_up), L.w_down = matrix(lw.w_down);
+    L.attn_norm = vector(lw.attn_norm), L.mlp_norm = vector(lw.mlp_norm);
+    L.bq = vector(lw.bq), L.bk = vector(lw.bk), L.bv = vector(lw.bv);
+    L.q_norm = vector(lw.q_norm), L.k_norm = vector(lw.k_norm);
     layers_.push_back(L);
   }
   const std::vector<float> inv = rope_inverse_frequencies(c_);
@@ -126,13 +113,13 @@ DeviceBuffer CudaBackend::alloc(size_t bytes) {
   return DeviceBuffer(bytes);
 }
 
-const float* CudaBackend::upload_vector(const std::string& name) {
-  const StoredTensor& t = store_->at(name);
-  const size_t n = t.info.numel();
-  std::vector<uint8_t> raw(t.info.bytes);
-  HEARTH_CUDA_CHECK(cudaMemcpy(raw.data(), t.data, raw.size(), cudaMemcpyDeviceToHost));
+const float* CudaBackend::upload_vector(const WeightRef& v) {
+  // Norm weights and biases are tiny: kept as fp32 copies whatever their stored type.
+  const size_t n = size_t(v.rows) * v.cols;
+  std::vector<uint8_t> raw(n * dtype_size(v.dtype));
+  HEARTH_CUDA_CHECK(cudaMemcpy(raw.data(), v.data, raw.size(), cudaMemcpyDeviceToHost));
   std::vector<float> f(n);
-  for (size_t i = 0; i < n; ++i) f[i] = load_as_f32(raw.data(), t.info.dtype, i);
+  for (size_t i = 0; i < n; ++i) f[i] = load_as_f32(raw.data(), v.dtype, i);
   vectors_.push_back(alloc(n * 4));
   HEARTH_CUDA_CHECK(cudaMemcpy(vectors_.back().get(), f.data(), n * 4, cudaMemcpyHostToDevice));
   return vectors_.back().get<float>();

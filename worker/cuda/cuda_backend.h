@@ -15,6 +15,7 @@
 #include "kernels/gemm.h"
 #include "kernels/ops.h"
 #include "worker/backend.h"
+#include "worker/model_weights.h"
 #include "worker/profile.h"
 #include "weight-server/weight_store.h"
 
@@ -44,7 +45,7 @@ class CudaBackend final : public Backend {
     const float *attn_norm, *mlp_norm, *bq, *bk, *bv, *q_norm, *k_norm;
   };
   DeviceBuffer alloc(size_t bytes);
-  const float* upload_vector(const std::string& name);
+  const float* upload_vector(const WeightRef& v);
   void decode_step(int parity);              // token and position from params_
   void launch_decode(int parity);           // eagerly, or by replaying the captured graph
   void prefill_chunk(int n, int start_pos);  // tokens already in d_tokens_

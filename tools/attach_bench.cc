@@ -239,12 +239,12 @@ json measure_first_token(const Settings& s) {
 }
 
 // Starts `n` holders of one kind and waits until all of them hold.
-std::vector<std::unique_ptr<Child>> start_holders(const Settings& s, int n, bool context_only) {
+std::vector<std::unique_ptr<Child>> start_holders(const Settings& s, int n, bool context_only, bool touch) {
   std::vector<std::unique_ptr<Child>> holders;
   for (int i = 0; i < n; ++i) {
     std::vector<std::string> args = {self_path(), "--hold", "--socket", s.socket, "--model", s.model};
     if (context_only) args.push_back("--context-only");
-    if (!context_only && s.verify) args.push_back("--touch");
+    if (touch) args.push_back("--touch");
     holders.push_back(std::make_unique<Child>(args));
   }
   for (auto& h : holders) {
@@ -271,11 +271,13 @@ json measure_memory(const Settings& s, const json& attach) {
   out["baseline_bytes"] = used();
   if (vmm) {
     // Holders that only create a CUDA context: what any process on the GPU costs.
-    auto contexts = start_holders(s, s.holders, /*context_only=*/true);
+    auto contexts = start_holders(s, s.holders, /*context_only=*/true, /*touch=*/false);
     out["with_contexts_only_bytes"] = used();
     for (auto& h : contexts) h->finish();
   }
-  auto attached = start_holders(s, s.holders, /*context_only=*/false);
+  // memfd holders read every page, so that shared pages would show if they were copies; on
+  // the GPU, mapping is all it takes to use the server's memory.
+  auto attached = start_holders(s, s.holders, /*context_only=*/false, /*touch=*/!vmm && s.verify);
   out["with_attached_workers_bytes"] = used();
   for (auto& h : attached) h->finish();
   if (out["baseline_bytes"].is_number() && out["with_attached_workers_bytes"].is_number()) {

@@ -13,22 +13,15 @@
 #include "broker/broker.h"
 #include "tests/ipc/test_util.h"
 #include "tools/synth_model.h"
+#include "weight-server/served_model.h"
 #include "weight-server/server_handler.h"
 
 namespace hearth::test {
 
-// Writes the tiny synthetic model into `dir` and loads it with the memfd backend.
-inline std::unique_ptr<ServedModel> load_tiny(const std::string& dir, const std::string& name) {
-  write_synthetic_model(dir, SynthOptions{});
-  ServeOptions options;
-  options.backend = "memfd";
-  return load_served_model({dir, name}, options);
-}
-
 class InProcessServer {
  public:
-  // Serves `model_dir` (a model directory) as "tiny" through `wrap(handler)`, or the handler
-  // itself when no wrapper is given.
+  // Serves `model_dir` (a model directory) as "tiny" with the memfd backend, through `wrapper`
+  // (which forwards to handler()) when one is given.
   InProcessServer(broker::BrokerOptions options, const std::string& model_dir,
                   broker::Handler* wrapper = nullptr)
       : handler_(serve_options()) {

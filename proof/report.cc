@@ -194,8 +194,9 @@ std::string verdict_line(const json& report, const std::filesystem::path& out_di
         }
   }
   const std::string where = " [" + (out_dir / "report.md").string() + "]";
-  const std::string runs = std::to_string(n) + " prompts x " + std::to_string(report.at("profiles").size()) +
-                           " profiles" +
+  const size_t profiles = report.at("profiles").size();
+  const std::string runs = std::to_string(n) + " prompts x " + std::to_string(profiles) +
+                           (profiles == 1 ? " profile" : " profiles") +
                            (settings.at("repeat").get<int>() > 1 ? " x " + std::to_string(settings.at("repeat").get<int>()) + " repeats" : "");
   size_t violated = 0;
   for (const json& p : report.at("prompts")) violated += p.at("violated").get<bool>();

@@ -56,12 +56,15 @@ class ProofRun : public ::testing::Test {
   json report() const { return read_json(dir_ / "out" / "report.json"); }
 
   // A --worker wrapper: runs the real worker, except on the "volcano" prompt where it runs
-  // `misbehaviour` instead.
-  std::string wrapper(const std::string& name, const std::string& misbehaviour) {
+  // `misbehaviour` instead. With `fake_others` the other prompts get a canned one-token stream
+  // at once: tests of deadlines must not depend on how fast a (sanitized, debug) worker is.
+  std::string wrapper(const std::string& name, const std::string& misbehaviour, bool fake_others = false) {
     const fs::path p = dir_ / name;
-    const std::string real = (bin_dir() / "hearth-worker").string();
-    write_file(p, "#!/bin/sh\ncase \"$*\" in\n  *volcano*) " + misbehaviour + " ;;\n  *) exec \"" + real +
-                      "\" \"$@\" ;;\nesac\n");
+    const std::string others =
+        fake_others ? "printf '%s\\n' '{\"token\":1,\"text\":\"a\",\"logprob\":-1}' "
+                      "'{\"done\":true,\"stop\":\"length\",\"prompt_tokens\":3,\"generated_tokens\":1,\"timings\":{}}'"
+                    : "exec \"" + (bin_dir() / "hearth-worker").string() + "\" \"$@\"";
+    write_file(p, "#!/bin/sh\ncase \"$*\" in\n  *volcano*) " + misbehaviour + " ;;\n  *) " + others + " ;;\nesac\n");
     ::chmod(p.c_str(), 0755);
     return p.string();
   }
@@ -222,7 +225,7 @@ TEST_F(ProofRun, AWorkerThatFailsIsAnErrorWithItsMessage) {
 }
 
 TEST_F(ProofRun, AHungWorkerIsKilledAtTheTimeout) {
-  const std::string worker = wrapper("hang.sh", "sleep 1000; :");
+  const std::string worker = wrapper("hang.sh", "sleep 1000; :", /*fake_others=*/true);
   const auto start = std::chrono::steady_clock::now();
   const CommandResult r = run({"greedy.json", "greedy.json"}, {"--worker", worker, "--timeout", "1", "--concurrency", "2"});
   EXPECT_LT(std::chrono::steady_clock::now() - start, 120s);
@@ -238,7 +241,7 @@ TEST_F(ProofRun, AHungWorkerIsKilledAtTheTimeout) {
 }
 
 TEST_F(ProofRun, InterruptKillsTheWorkersAndStillWritesTheReport) {
-  const std::string worker = wrapper("hang.sh", "sleep 1000; :");
+  const std::string worker = wrapper("hang.sh", "sleep 1000; :", /*fake_others=*/true);
   ChildProcess proof_process = ChildProcess::spawn(
       {{(bin_dir() / "hearth-proof").string(), "run", "--suite", path("suite.jsonl"), "--model",
         default_model().string(), "--out", path("out"), "--profile", path("greedy.json"), "--profile",

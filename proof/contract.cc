@@ -120,10 +120,10 @@ std::string Contract::name() const {
     case Kind::Exact: return "exact";
     case Kind::Text: return "text";
     case Kind::Logprob: {
-      std::ostringstream s;
-      s.precision(17);
-      s << "logprob:" << epsilon;
-      return s.str();
+      // The shortest text that reads back as the same double ("logprob:1e-04", "logprob:0.1").
+      char buf[64];
+      const auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), epsilon);
+      return "logprob:" + (ec == std::errc() ? std::string(buf, end) : std::to_string(epsilon));
     }
   }
   return "?";

@@ -38,12 +38,15 @@ struct DiffArgs {
   std::string a, b, contract = "exact", out;
 };
 
-// A usage or input error: message on stderr, exit 2.
-struct InputError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
 void on_signal(int) { request_stop(); }
+
+Contract parse_contract(const std::string& text) {
+  try {
+    return Contract::parse(text);
+  } catch (const std::exception& e) {
+    throw std::runtime_error(std::string("--contract: ") + e.what());
+  }
+}
 
 fs::path self_dir() {
   std::error_code ec;
@@ -58,7 +61,7 @@ fs::path resolve_suite(const std::string& arg) {
     const fs::path builtin = fs::path(HEARTH_PROOF_SUITES_DIR) / (arg.ends_with(".jsonl") ? arg : arg + ".jsonl");
     if (fs::exists(builtin)) return builtin;
   }
-  throw InputError("--suite " + arg + ": no such file (nor a built-in suite of that name in " +
+  throw std::runtime_error("--suite " + arg + ": no such file (nor a built-in suite of that name in " +
                    std::string(HEARTH_PROOF_SUITES_DIR) + ")");
 }
 
@@ -82,16 +85,16 @@ json worker_identity(const fs::path& worker, const fs::path& scratch) {
   return w;
 }
 
-// --out: created if missing; an earlier report there is replaced, anything else is refused so
-// a typo cannot make the harness write (or clear runs/) inside an unrelated folder.
+// --out: created if missing; an earlier report there is replaced (its runs/ cleared), anything
+// else is refused so a typo cannot make the harness write into an unrelated folder.
 void prepare_out_dir(const fs::path& out) {
   std::error_code ec;
-  if (fs::exists(out) && !fs::is_directory(out)) throw InputError("--out " + out.string() + ": not a directory");
+  if (fs::exists(out) && !fs::is_directory(out)) throw std::runtime_error("--out " + out.string() + ": not a directory");
   if (fs::exists(out) && !fs::is_empty(out) && !fs::exists(out / "report.json") && !fs::exists(out / "runs"))
-    throw InputError("--out " + out.string() + ": not empty and holds no hearth-proof report; choose another folder");
+    throw std::runtime_error("--out " + out.string() + ": not empty and holds no hearth-proof report; choose another folder");
   fs::remove_all(out / "runs", ec);
   fs::create_directories(out / "runs", ec);
-  if (ec) throw InputError("--out " + out.string() + ": cannot create: " + ec.message());
+  if (ec) throw std::runtime_error("--out " + out.string() + ": cannot create: " + ec.message());
 }
 
 std::string joined_command(int argc, char** argv) {
@@ -111,43 +114,25 @@ std::string joined_command(int argc, char** argv) {
 
 int run_command(const RunArgs& args, const std::string& command) {
   // Everything is validated before the first worker starts.
-  const Contract contract = [&] {
-    try {
-      return Contract::parse(args.contract);
-    } catch (const std::exception& e) {
-      throw InputError(std::string("--contract: ") + e.what());
-    }
-  }();
+  const Contract contract = parse_contract(args.contract);
   if (args.profiles.size() < 2 && args.repeat < 2)
-    throw InputError("nothing to compare: give two or more --profile, or --repeat 2 or more");
+    throw std::runtime_error("nothing to compare: give two or more --profile, or --repeat 2 or more");
   std::vector<fs::path> profile_paths(args.profiles.begin(), args.profiles.end());
-  std::vector<ProofProfile> profiles;
-  Suite suite;
-  try {
-    profiles = load_profiles(profile_paths);
-    suite = load_suite(resolve_suite(args.suite));
-  } catch (const InputError&) {
-    throw;
-  } catch (const std::exception& e) {
-    throw InputError(e.what());
-  }
+  const std::vector<ProofProfile> profiles = load_profiles(profile_paths);
+  const Suite suite = load_suite(resolve_suite(args.suite));
 
   const fs::path worker = args.worker.empty() ? self_dir() / "hearth-worker" : fs::path(args.worker);
   if (!fs::is_regular_file(worker) || ::access(worker.c_str(), X_OK) != 0)
-    throw InputError("worker " + worker.string() + ": not an executable file" +
+    throw std::runtime_error("worker " + worker.string() + ": not an executable file" +
                      (args.worker.empty() ? " (build hearth-worker, or give --worker PATH)" : ""));
 
-  ModelIdentity model;
-  try {
-    model = args.server.empty() ? identify_model_dir(args.model) : identify_served_model(args.server, args.model);
-  } catch (const std::exception& e) {
-    throw InputError(e.what());
-  }
+  ModelIdentity model =
+      args.server.empty() ? identify_model_dir(args.model) : identify_served_model(args.server, args.model);
   if (!args.tokenizer.empty()) {
     try {
       model.tokenizer = hearth::Tokenizer::from_file(args.tokenizer);
     } catch (const std::exception& e) {
-      throw InputError("--tokenizer " + args.tokenizer + ": " + e.what());
+      throw std::runtime_error("--tokenizer " + args.tokenizer + ": " + e.what());
     }
   }
   const Detokenizer detokenizer = model.tokenizer ? Detokenizer(*model.tokenizer) : Detokenizer();
@@ -201,19 +186,8 @@ int run_command(const RunArgs& args, const std::string& command) {
 }
 
 int diff_command(const DiffArgs& args) {
-  Contract contract;
-  json a, b;
-  try {
-    contract = Contract::parse(args.contract);
-  } catch (const std::exception& e) {
-    throw InputError(std::string("--contract: ") + e.what());
-  }
-  try {
-    a = load_report(args.a);
-    b = load_report(args.b);
-  } catch (const std::exception& e) {
-    throw InputError(e.what());
-  }
+  const Contract contract = parse_contract(args.contract);
+  const json a = load_report(args.a), b = load_report(args.b);
   const DiffOutcome d = diff_reports(a, b, contract, args.a, args.b);
   if (!args.out.empty()) {
     std::error_code ec;
@@ -244,7 +218,7 @@ int run(int argc, char** argv) {
   run_cmd->add_option("--repeat", r.repeat, "runs per profile, each checked against the first (default 1)")
       ->check(CLI::Range(1, 1000));
   run_cmd->add_option("--timeout", r.timeout_s, "seconds one worker run may take before it is killed (default 600)")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(0.001, 7 * 24 * 3600.0));
   run_cmd->add_option("--out", r.out, "report folder: report.json, report.md, runs/")->required();
   run_cmd->add_option("--worker", r.worker, "hearth-worker binary (default: the one next to hearth-proof)");
   run_cmd->add_option("--tokenizer", r.tokenizer, "tokenizer.json (or its folder) for the text contract (default: the model's)");

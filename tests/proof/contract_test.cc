@@ -31,7 +31,9 @@ TEST(Contract, ParsesTheThreeKinds) {
   const Contract c = Contract::parse("logprob:1e-4");
   EXPECT_EQ(c.kind, Contract::Kind::Logprob);
   EXPECT_DOUBLE_EQ(c.epsilon, 1e-4);
+  EXPECT_EQ(c.name(), "logprob:1e-04");
   EXPECT_EQ(Contract::parse(c.name()).epsilon, c.epsilon);
+  EXPECT_EQ(Contract::parse("logprob:0.1").name(), "logprob:0.1");
   EXPECT_EQ(Contract::parse("logprob:0").epsilon, 0.0);
 }
 

@@ -270,6 +270,8 @@ struct BadInput {
   std::string message;
 };
 
+void PrintTo(const BadInput& input, std::ostream* os) { *os << input.name; }
+
 class ProofBadInput : public ProofRun, public ::testing::WithParamInterface<BadInput> {};
 
 TEST_P(ProofBadInput, IsRefusedBeforeAnyWorkerStarts) {

@@ -2,8 +2,8 @@
 # Served == single-process and 1 == N concurrent workers, byte for byte, over the built-in
 # suites. For each suite and profile, hearth-proof runs four times — single-process and served,
 # with 1 and with N workers at a time; every profile twice, so each run is also checked against
-# its own repeat — and the reports are diffed: single vs served (at 1 and at N workers) and
-# 1 vs N workers (in both modes). The short, code and multilingual suites run on the default
+# its own repeat — and the reports are diffed, by tokens and by bit-identical logprobs: single
+# vs served (at 1 and at N workers) and 1 vs N workers (in both modes). The short, code and multilingual suites run on the default
 # model; the long suite (prompts of 2-4k tokens) on a seeded synthetic Llama written with the
 # default model's tokenizer, since the default model's context is only 512.
 #
@@ -12,7 +12,8 @@
 #   vmm on a GPU) SUITES="short code multilingual long" PROFILES="greedy sampled"
 #   LONG_PRESET=llama-3.2-1b MODELS=/tmp/hearth-proof-models TIMEOUT=600
 # Writes OUT/<suite>/<profile>/{single,served}-c{1,N}/ (reports), OUT/<suite>/<profile>/diff-*/
-# and OUT/SUMMARY.md; exits 0 only if every run passes and every diff finds nothing changed.
+# and OUT/SUMMARY-<suites>.md; exits 0 only if every run passes and every diff finds nothing
+# changed. SUITES=short, SUITES=long, ... split the work into shorter invocations.
 set -uo pipefail
 out=${1:?usage: proof/run-mode-proofs.sh OUT}
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -27,7 +28,7 @@ models=${MODELS:-/tmp/hearth-proof-models}
 timeout=${TIMEOUT:-600}
 mkdir -p "$out"
 out=$(realpath "$out")
-summary=$out/SUMMARY.md
+summary=$out/SUMMARY-${suites// /-}.md  # one per suite selection, so runs split by suite keep theirs
 default_model=$root/models/hearth-tiny-fortunes
 
 for tool in hearth-proof hearth-worker hearth-server hearth-synth; do
@@ -83,10 +84,14 @@ for suite in $suites; do
         record $? "$mode-c$c: $line"
       done
     done
+    # exact: the tokens (the guarantee); logprob:0: bit-identical logprobs too, which also
+    # catches numeric drift that a degenerate (synthetic-model) token stream would hide.
     for pair in "single-c1 served-c1" "single-c$conc served-c$conc" "single-c1 single-c$conc" "served-c1 served-c$conc"; do
       set -- $pair
-      line=$("$bin/hearth-proof" diff "$base/$1" "$base/$2" --out "$base/diff-$1-vs-$2")
-      record $? "diff $1 vs $2: $line"
+      for contract in exact logprob:0; do
+        line=$("$bin/hearth-proof" diff "$base/$1" "$base/$2" --contract "$contract" --out "$base/diff-$1-vs-$2-${contract%%:*}")
+        record $? "diff $1 vs $2: $line"
+      done
     done
   done
 done

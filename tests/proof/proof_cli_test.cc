@@ -224,6 +224,17 @@ TEST_F(ProofRun, AWorkerThatFailsIsAnErrorWithItsMessage) {
   }
 }
 
+TEST_F(ProofRun, AWorkerThatWritesGarbageIsAnError) {
+  // Exit status 0 is not enough: the stream must be the worker's format, summary included.
+  const std::string worker = wrapper("garbage.sh", "echo 'Segmentation fault? no, just text'", /*fake_others=*/true);
+  const CommandResult r = run({"greedy.json", "greedy.json"}, {"--worker", worker});
+  EXPECT_EQ(r.exit_code(), 2) << r.out << r.err;
+  const json rep = report();
+  EXPECT_EQ(rep["summary"]["error"], 1);
+  EXPECT_EQ(rep["prompts"][2]["runs"][0]["error"], "worker output line 1: not a JSON object");
+  EXPECT_EQ(rep["prompts"][2]["runs"][0]["exit"], "exit status 0");
+}
+
 TEST_F(ProofRun, AHungWorkerIsKilledAtTheTimeout) {
   const std::string worker = wrapper("hang.sh", "sleep 1000; :", /*fake_others=*/true);
   const auto start = std::chrono::steady_clock::now();

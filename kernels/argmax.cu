@@ -55,9 +55,9 @@ __device__ Partial block_merge(Partial p) {
   return p;  // valid in thread 0
 }
 
-__global__ void __launch_bounds__(kThreads) argmax_partial_kernel(const float* logits, int vocab,
-                                                                  const uint8_t* seen, float penalty,
-                                                                  Partial* partials) {
+__global__ void __launch_bounds__(kThreads)
+    argmax_partial_kernel(const float* logits, int vocab, const uint8_t* seen, float penalty,
+                          Partial* partials) {
   const int begin = blockIdx.x * kPerBlock, end = min(vocab, begin + kPerBlock);
   Partial p{-INFINITY, INT_MAX, -INFINITY, 0.0f};
   for (int i = begin + threadIdx.x; i < end; i += kThreads) {
@@ -86,16 +86,21 @@ __global__ void argmax_final_kernel(const float* logits, const Partial* partials
   *logprob = logits[p.id] - p.raw_max - logf(p.raw_sum);
 }
 
-int blocks_for(int vocab) { return (vocab + kPerBlock - 1) / kPerBlock; }
+int blocks_for(int vocab) {
+  return (vocab + kPerBlock - 1) / kPerBlock;
+}
 
-__global__ void set_decode_params_kernel(const int32_t* sampled, int32_t* token_out, int32_t* pos_out, int pos) {
+__global__ void set_decode_params_kernel(const int32_t* sampled, int32_t* token_out,
+                                         int32_t* pos_out, int pos) {
   *token_out = *sampled;
   *pos_out = pos;
 }
 
 }  // namespace
 
-size_t argmax_scratch_floats(int vocab) { return size_t(blocks_for(vocab)) * sizeof(Partial) / sizeof(float); }
+size_t argmax_scratch_floats(int vocab) {
+  return size_t(blocks_for(vocab)) * sizeof(Partial) / sizeof(float);
+}
 
 void argmax_logprob(const float* logits, int vocab, const uint8_t* seen, float penalty,
                     float* scratch, int32_t* token, float* logprob, cudaStream_t stream) {

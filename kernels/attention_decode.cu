@@ -39,7 +39,9 @@ int max_splits(int context, int n_kv_heads) {
 }
 
 template <int kHeadDim>
-constexpr int partial_stride() { return kHeadDim + 2; }  // max, sum, unnormalised output
+constexpr int partial_stride() {
+  return kHeadDim + 2;
+}  // max, sum, unnormalised output
 
 template <typename T, int kHeadDim>
 struct Smem {
@@ -97,7 +99,8 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(DecodeAttentionArgs
   }
   __pipeline_commit();
   const T* qg = static_cast<const T*>(a.q) + size_t(kv_head) * group * kHeadDim;
-  for (int i = threadIdx.x; i < group * kHeadDim; i += kThreads) s.q[i] = HalfTraits<T>::to_float(qg[i]) * a.scale;
+  for (int i = threadIdx.x; i < group * kHeadDim; i += kThreads)
+    s.q[i] = HalfTraits<T>::to_float(qg[i]) * a.scale;
   for (int g = threadIdx.x; g < group; g += kThreads) {
     s.m[g] = -INFINITY;
     s.l[g] = 0.0f;
@@ -183,15 +186,18 @@ __global__ void __launch_bounds__(kThreads, 1) decode_kernel(DecodeAttentionArgs
       int j = part;
 #pragma unroll 4
       for (; j + parts < rows; j += 2 * parts) {
-        const float2 va = HalfTraits<T>::unpack(*reinterpret_cast<const uint32_t*>(v + j * S::kPitch));
-        const float2 vb = HalfTraits<T>::unpack(*reinterpret_cast<const uint32_t*>(v + (j + parts) * S::kPitch));
+        const float2 va =
+            HalfTraits<T>::unpack(*reinterpret_cast<const uint32_t*>(v + j * S::kPitch));
+        const float2 vb =
+            HalfTraits<T>::unpack(*reinterpret_cast<const uint32_t*>(v + (j + parts) * S::kPitch));
         o0 += p[j] * va.x;
         o1 += p[j] * va.y;
         e0 += p[j + parts] * vb.x;
         e1 += p[j + parts] * vb.y;
       }
       if (j < rows) {
-        const float2 va = HalfTraits<T>::unpack(*reinterpret_cast<const uint32_t*>(v + j * S::kPitch));
+        const float2 va =
+            HalfTraits<T>::unpack(*reinterpret_cast<const uint32_t*>(v + j * S::kPitch));
         o0 += p[j] * va.x;
         o1 += p[j] * va.y;
       }
@@ -278,14 +284,24 @@ size_t decode_attention_scratch_floats(int n_heads, int head_dim, int context) {
 void attention_decode(Half type, const DecodeAttentionArgs& a, cudaStream_t stream) {
   const int group = a.n_heads / a.n_kv_heads;
   if (group > kMaxGroup || group * a.head_dim / 2 > kThreads)
-    throw std::runtime_error("attention_decode: GQA groups larger than 16 (8 at head_dim 128) are not supported");
+    throw std::runtime_error(
+        "attention_decode: GQA groups larger than 16 (8 at head_dim 128) are not supported");
   HEARTH_DISPATCH_HALF(type, T, {
     switch (a.head_dim) {
-      case 16: launch<T, 16>(a, stream); break;
-      case 32: launch<T, 32>(a, stream); break;
-      case 64: launch<T, 64>(a, stream); break;
-      case 128: launch<T, 128>(a, stream); break;
-      default: throw std::runtime_error("attention_decode: head_dim must be 16, 32, 64 or 128");
+      case 16:
+        launch<T, 16>(a, stream);
+        break;
+      case 32:
+        launch<T, 32>(a, stream);
+        break;
+      case 64:
+        launch<T, 64>(a, stream);
+        break;
+      case 128:
+        launch<T, 128>(a, stream);
+        break;
+      default:
+        throw std::runtime_error("attention_decode: head_dim must be 16, 32, 64 or 128");
     }
   });
 }

@@ -43,11 +43,12 @@ __device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* 
 }
 
 template <typename T>
-__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
+__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
+                                    uint32_t b1);
 
 template <>
-__device__ __forceinline__ void mma<__nv_bfloat16>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                                   uint32_t b1) {
+__device__ __forceinline__ void mma<__nv_bfloat16>(float (&d)[4], const uint32_t (&a)[4],
+                                                   uint32_t b0, uint32_t b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
       "{%8, %9}, {%0, %1, %2, %3};"
@@ -166,8 +167,10 @@ __global__ void __launch_bounds__(kWarps * 32) prefill_kernel(PrefillAttentionAr
         const int pos = e < 2 ? pos_a : pos_b;
         const float v = (key <= pos && key < kv_len) ? s[j][e] * scale_log2 : -INFINITY;
         s[j][e] = v;
-        if (e < 2) tile_max_a = fmaxf(tile_max_a, v);
-        else tile_max_b = fmaxf(tile_max_b, v);
+        if (e < 2)
+          tile_max_a = fmaxf(tile_max_a, v);
+        else
+          tile_max_b = fmaxf(tile_max_b, v);
       }
     }
     for (int off = 1; off <= 2; off <<= 1) {
@@ -203,9 +206,9 @@ __global__ void __launch_bounds__(kWarps * 32) prefill_kernel(PrefillAttentionAr
     // O += P V: P's accumulators are already laid out as A fragments (16 keys per k-step).
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
-      const uint32_t p[4] = {pack<T>(s[2 * kk][0], s[2 * kk][1]), pack<T>(s[2 * kk][2], s[2 * kk][3]),
-                             pack<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                             pack<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      const uint32_t p[4] = {
+          pack<T>(s[2 * kk][0], s[2 * kk][1]), pack<T>(s[2 * kk][2], s[2 * kk][3]),
+          pack<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]), pack<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
 #pragma unroll
       for (int dp = 0; dp < kDTiles / 2; ++dp) {
         uint32_t b[4];
@@ -259,11 +262,20 @@ bool attention_prefill_supports(int head_dim) {
 void attention_prefill(Half type, const PrefillAttentionArgs& a, cudaStream_t stream) {
   HEARTH_DISPATCH_HALF(type, T, {
     switch (a.head_dim) {
-      case 16: launch<T, 16>(a, stream); break;
-      case 32: launch<T, 32>(a, stream); break;
-      case 64: launch<T, 64>(a, stream); break;
-      case 128: launch<T, 128>(a, stream); break;
-      default: throw std::runtime_error("attention_prefill: head_dim must be 16, 32, 64 or 128");
+      case 16:
+        launch<T, 16>(a, stream);
+        break;
+      case 32:
+        launch<T, 32>(a, stream);
+        break;
+      case 64:
+        launch<T, 64>(a, stream);
+        break;
+      case 128:
+        launch<T, 128>(a, stream);
+        break;
+      default:
+        throw std::runtime_error("attention_prefill: head_dim must be 16, 32, 64 or 128");
     }
   });
 }

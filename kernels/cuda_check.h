@@ -9,18 +9,19 @@
 
 namespace hearth {
 
-[[noreturn]] inline void throw_cuda_error(cudaError_t err, const char* what, const char* file, int line) {
+[[noreturn]] inline void throw_cuda_error(cudaError_t err, const char* what, const char* file,
+                                          int line) {
   throw std::runtime_error(std::string("CUDA error in ") + what + " (" + file + ":" +
                            std::to_string(line) + "): " + cudaGetErrorString(err));
 }
 
 }  // namespace hearth
 
-#define HEARTH_CUDA_CHECK(expr)                                              \
-  do {                                                                       \
-    cudaError_t hearth_err_ = (expr);                                        \
-    if (hearth_err_ != cudaSuccess)                                          \
-      ::hearth::throw_cuda_error(hearth_err_, #expr, __FILE__, __LINE__);    \
+#define HEARTH_CUDA_CHECK(expr)                                           \
+  do {                                                                    \
+    cudaError_t hearth_err_ = (expr);                                     \
+    if (hearth_err_ != cudaSuccess)                                       \
+      ::hearth::throw_cuda_error(hearth_err_, #expr, __FILE__, __LINE__); \
   } while (0)
 
 // After a kernel launch: launch-configuration errors surface here, not at the next sync.

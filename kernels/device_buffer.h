@@ -31,7 +31,9 @@ class DeviceBuffer {
   ~DeviceBuffer() { release(); }
 
   template <typename T = void>
-  T* get() const { return static_cast<T*>(ptr_); }
+  T* get() const {
+    return static_cast<T*>(ptr_);
+  }
   size_t bytes() const { return bytes_; }
 
  private:

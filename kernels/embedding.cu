@@ -18,8 +18,8 @@ __global__ void embedding_kernel(const T* table, const int32_t* tokens, int hidd
 void embedding(Half type, const void* table, const int32_t* tokens, int n, int hidden, float* x,
                cudaStream_t stream) {
   HEARTH_DISPATCH_HALF(type, T,
-                       embedding_kernel<T><<<n, 256, 0, stream>>>(static_cast<const T*>(table),
-                                                                  tokens, hidden, x));
+                       embedding_kernel<T>
+                       <<<n, 256, 0, stream>>>(static_cast<const T*>(table), tokens, hidden, x));
   HEARTH_CUDA_CHECK_LAUNCH();
 }
 

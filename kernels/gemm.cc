@@ -17,7 +17,9 @@ void check(cublasStatus_t status, const char* what) {
                              cublasLtGetStatusString(status));
 }
 
-cudaDataType_t data_type(Half t) { return t == Half::BF16 ? CUDA_R_16BF : CUDA_R_16F; }
+cudaDataType_t data_type(Half t) {
+  return t == Half::BF16 ? CUDA_R_16BF : CUDA_R_16F;
+}
 
 }  // namespace
 
@@ -56,8 +58,12 @@ Gemm::Plan& Gemm::plan_for(int m, int n, int k, Out out_type) {
   const cudaDataType_t out = out_type == Out::Half ? in : CUDA_R_32F;
   check(cublasLtMatmulDescCreate(&plan->op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "MatmulDescCreate");
   const cublasOperation_t transa = CUBLAS_OP_T, transb = CUBLAS_OP_N;
-  check(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSA, &transa, sizeof transa), "TRANSA");
-  check(cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSB, &transb, sizeof transb), "TRANSB");
+  check(
+      cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSA, &transa, sizeof transa),
+      "TRANSA");
+  check(
+      cublasLtMatmulDescSetAttribute(plan->op, CUBLASLT_MATMUL_DESC_TRANSB, &transb, sizeof transb),
+      "TRANSB");
   check(cublasLtMatrixLayoutCreate(&plan->a, in, k, n, k), "layout A");
   check(cublasLtMatrixLayoutCreate(&plan->b, in, k, m, k), "layout B");
   check(cublasLtMatrixLayoutCreate(&plan->c, out, n, m, n), "layout C");
@@ -66,19 +72,20 @@ Gemm::Plan& Gemm::plan_for(int m, int n, int k, Out out_type) {
   cublasLtMatmulPreference_t pref;
   check(cublasLtMatmulPreferenceCreate(&pref), "PreferenceCreate");
   const uint64_t ws = kWorkspaceBytes;
-  check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
+  check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                             sizeof ws),
         "MAX_WORKSPACE");
   // In-place split-K reductions accumulate with atomics in an unspecified order: excluded.
   const uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_NONE | CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE |
                            CUBLASLT_REDUCTION_SCHEME_OUTPUT_TYPE;
-  check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
-                                             sizeof schemes),
+  check(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK,
+                                             &schemes, sizeof schemes),
         "REDUCTION_SCHEME_MASK");
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(
-      static_cast<cublasLtHandle_t>(handle_), plan->op, plan->a, plan->b, plan->c, plan->c, pref, 1,
-      &result, &found);
+  const cublasStatus_t st =
+      cublasLtMatmulAlgoGetHeuristic(static_cast<cublasLtHandle_t>(handle_), plan->op, plan->a,
+                                     plan->b, plan->c, plan->c, pref, 1, &result, &found);
   cublasLtMatmulPreferenceDestroy(pref);
   check(st, "AlgoGetHeuristic");
   if (found == 0)
@@ -92,9 +99,10 @@ void Gemm::run(const void* w, const void* x, void* out, int m, int n, int k, Out
                cudaStream_t stream) {
   Plan& p = plan_for(m, n, k, out_type);
   const float alpha = 1.0f;
-  check(cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), p.op, &alpha, w, p.a, x, p.b, &p.beta,
-                       out, p.c, out, p.c, &p.algo, workspace_.get(), workspace_.bytes(), stream),
-        "cublasLtMatmul");
+  check(
+      cublasLtMatmul(static_cast<cublasLtHandle_t>(handle_), p.op, &alpha, w, p.a, x, p.b, &p.beta,
+                     out, p.c, out, p.c, &p.algo, workspace_.get(), workspace_.bytes(), stream),
+      "cublasLtMatmul");
 }
 
 }  // namespace hearth::kernels

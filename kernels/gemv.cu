@@ -61,7 +61,9 @@ struct Item {
 template <GemvEpilogue E, int kN>
 __device__ __forceinline__ bool item_for(const GemvArgs& a, int index, Item& it) {
   const size_t elem = 2;
-  auto row = [&](int m, int r) { return static_cast<const char*>(a.w[m]) + size_t(r) * a.k * elem; };
+  auto row = [&](int m, int r) {
+    return static_cast<const char*>(a.w[m]) + size_t(r) * a.k * elem;
+  };
   if constexpr (E == GemvEpilogue::QkvRope) {
     // RoPE pairs (i, i + head_dim/2): q heads, then k heads, then v heads.
     const int half = a.head_dim / 2;
@@ -133,7 +135,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a, int split) {
 
   // First loads go out before waiting for the producer of x: weights do not depend on it.
   uint4 cur[kN][kU], next[kN][kU];
-  auto load = [&](uint4 (&w)[kN][kU], int base) {
+  auto load = [&](uint4(&w)[kN][kU], int base) {
 #pragma unroll
     for (int u = 0; u < kU; ++u)
 #pragma unroll
@@ -148,7 +150,8 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a, int split) {
   if (a.prefetch && active && lane < kN) {
     // The group consumes its rows front to back; part p fetches the p-th piece of the front.
     const uint32_t piece = min(uint32_t(a.k) * 2 / split, kPrefetchBytes / kN) / 16 * 16;
-    if (piece >= 16) prefetch_l2(static_cast<const char*>(it.rows[lane]) + size_t(part) * piece, piece);
+    if (piece >= 16)
+      prefetch_l2(static_cast<const char*>(it.rows[lane]) + size_t(part) * piece, piece);
   }
 
   wait_for_producer();
@@ -158,7 +161,8 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a, int split) {
     for (int i = threadIdx.x; i < a.k; i += kThreads) ss += a.x_norm[i] * a.x_norm[i];
     ss = block_sum(ss, scratch);
     const float scale = rsqrtf(ss / float(a.k) + a.eps);
-    for (int i = threadIdx.x; i < a.k; i += kThreads) xs[i] = a.norm_weight[i] * (a.x_norm[i] * scale);
+    for (int i = threadIdx.x; i < a.k; i += kThreads)
+      xs[i] = a.norm_weight[i] * (a.x_norm[i] * scale);
     __syncthreads();
   }
 
@@ -230,12 +234,12 @@ void launch(const GemvArgs& a, cudaStream_t stream) {
   const size_t smem = kNorm ? size_t(a.k) * sizeof(float) : 0;
   static bool configured = false;
   if (kNorm && !configured) {
-    HEARTH_CUDA_CHECK(cudaFuncSetAttribute(gemv_kernel<T, E, kNorm>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           64 * 1024));
+    HEARTH_CUDA_CHECK(cudaFuncSetAttribute(gemv_kernel<T, E, kNorm>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024));
     configured = true;
   }
-  launch_pdl(gemv_kernel<T, E, kNorm>, dim3((items + per_block - 1) / per_block), dim3(kThreads), smem, stream, a,
-             split);
+  launch_pdl(gemv_kernel<T, E, kNorm>, dim3((items + per_block - 1) / per_block), dim3(kThreads),
+             smem, stream, a, split);
 }
 
 }  // namespace
@@ -245,20 +249,24 @@ void gemv(Half type, GemvEpilogue epilogue, const GemvArgs& a, cudaStream_t stre
   if (a.split != 0 && a.split != 1 && a.split != 2 && a.split != 4 && a.split != 8)
     throw std::runtime_error("gemv: split must be 0 (auto), 1, 2, 4 or 8");
   const bool norm = a.x_norm != nullptr;
-  if (norm && a.k > 16384) throw std::runtime_error("gemv: a normalised input is limited to 16384 values");
-  if (epilogue == GemvEpilogue::QkvRope && (a.head_dim % 2 || a.rows[0] % a.head_dim || a.rows[1] % a.head_dim))
+  if (norm && a.k > 16384)
+    throw std::runtime_error("gemv: a normalised input is limited to 16384 values");
+  if (epilogue == GemvEpilogue::QkvRope &&
+      (a.head_dim % 2 || a.rows[0] % a.head_dim || a.rows[1] % a.head_dim))
     throw std::runtime_error("gemv: QkvRope needs whole heads");
   HEARTH_DISPATCH_HALF(type, T, {
     switch (epilogue) {
       case GemvEpilogue::Store:
-        norm ? launch<T, GemvEpilogue::Store, true>(a, stream) : launch<T, GemvEpilogue::Store, false>(a, stream);
+        norm ? launch<T, GemvEpilogue::Store, true>(a, stream)
+             : launch<T, GemvEpilogue::Store, false>(a, stream);
         break;
       case GemvEpilogue::Accumulate:
         norm ? launch<T, GemvEpilogue::Accumulate, true>(a, stream)
              : launch<T, GemvEpilogue::Accumulate, false>(a, stream);
         break;
       case GemvEpilogue::SwiGLU:
-        norm ? launch<T, GemvEpilogue::SwiGLU, true>(a, stream) : launch<T, GemvEpilogue::SwiGLU, false>(a, stream);
+        norm ? launch<T, GemvEpilogue::SwiGLU, true>(a, stream)
+             : launch<T, GemvEpilogue::SwiGLU, false>(a, stream);
         break;
       case GemvEpilogue::QkvRope:
         norm ? launch<T, GemvEpilogue::QkvRope, true>(a, stream)

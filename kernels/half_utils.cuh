@@ -63,15 +63,15 @@ __device__ inline float block_sum(float v, float* scratch32) {
 }
 
 // Dispatches a templated launcher on the 16-bit type.
-#define HEARTH_DISPATCH_HALF(type, T, ...)          \
-  do {                                              \
-    if ((type) == ::hearth::kernels::Half::BF16) {  \
-      using T = __nv_bfloat16;                      \
-      __VA_ARGS__;                                  \
-    } else {                                        \
-      using T = __half;                             \
-      __VA_ARGS__;                                  \
-    }                                               \
+#define HEARTH_DISPATCH_HALF(type, T, ...)         \
+  do {                                             \
+    if ((type) == ::hearth::kernels::Half::BF16) { \
+      using T = __nv_bfloat16;                     \
+      __VA_ARGS__;                                 \
+    } else {                                       \
+      using T = __half;                            \
+      __VA_ARGS__;                                 \
+    }                                              \
   } while (0)
 
 }  // namespace hearth::kernels

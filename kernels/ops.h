@@ -59,8 +59,8 @@ struct GemvArgs {
   const void* w[3] = {nullptr, nullptr, nullptr};  // row-major [rows[m], k]
   int rows[3] = {0, 0, 0};
   float* out[3] = {nullptr, nullptr, nullptr};
-  void* act = nullptr;      // SwiGLU output, 16-bit [rows[0]]
-  const void* x = nullptr;  // 16-bit [k]
+  void* act = nullptr;                 // SwiGLU output, 16-bit [rows[0]]
+  const void* x = nullptr;             // 16-bit [k]
   const float* x_norm = nullptr;       // or fp32 [k], normalised with...
   const float* norm_weight = nullptr;  // ...this weight
   float eps = 1e-6f;
@@ -94,9 +94,9 @@ struct DecodeAttentionArgs {
   const int* pos = nullptr;  // device pointer
   int n_heads = 0, n_kv_heads = 0, head_dim = 0, context = 0;
   float scale = 1.0f;
-  float* partial = nullptr;     // scratch: decode_attention_scratch_floats(...) floats
+  float* partial = nullptr;      // scratch: decode_attention_scratch_floats(...) floats
   unsigned* counters = nullptr;  // scratch: n_kv_heads zeroed counters, left zeroed
-  void* out = nullptr;          // [n_heads * head_dim]
+  void* out = nullptr;           // [n_heads * head_dim]
 };
 size_t decode_attention_scratch_floats(int n_heads, int head_dim, int context);
 void attention_decode(Half type, const DecodeAttentionArgs& args, cudaStream_t stream);

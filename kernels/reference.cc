@@ -5,8 +5,8 @@
 
 namespace hearth::reference {
 
-std::vector<float> rmsnorm(const std::vector<float>& x, const std::vector<float>& w, int n, int hidden,
-                           float eps) {
+std::vector<float> rmsnorm(const std::vector<float>& x, const std::vector<float>& w, int n,
+                           int hidden, float eps) {
   std::vector<float> out(x.size());
   for (int t = 0; t < n; ++t) {
     double ss = 0;
@@ -18,13 +18,14 @@ std::vector<float> rmsnorm(const std::vector<float>& x, const std::vector<float>
 }
 
 QkvRope qkv_rope(std::vector<float> q, std::vector<float> k, std::vector<float> v,
-                 const std::vector<float>& bq, const std::vector<float>& bk, const std::vector<float>& bv,
-                 const std::vector<float>& q_norm, const std::vector<float>& k_norm,
-                 const std::vector<float>& inv_freq, int start_pos, int n, int n_heads, int n_kv_heads,
-                 int head_dim, int context, float eps, std::vector<float>& k_cache,
-                 std::vector<float>& v_cache) {
+                 const std::vector<float>& bq, const std::vector<float>& bk,
+                 const std::vector<float>& bv, const std::vector<float>& q_norm,
+                 const std::vector<float>& k_norm, const std::vector<float>& inv_freq,
+                 int start_pos, int n, int n_heads, int n_kv_heads, int head_dim, int context,
+                 float eps, std::vector<float>& k_cache, std::vector<float>& v_cache) {
   const int half = head_dim / 2;
-  auto process = [&](float* head, const float* bias, const std::vector<float>& norm, int pos, bool rotate) {
+  auto process = [&](float* head, const float* bias, const std::vector<float>& norm, int pos,
+                     bool rotate) {
     if (bias)
       for (int i = 0; i < head_dim; ++i) head[i] += bias[i];
     if (!norm.empty()) {
@@ -45,7 +46,8 @@ QkvRope qkv_rope(std::vector<float> q, std::vector<float> k, std::vector<float> 
   for (int t = 0; t < n; ++t) {
     const int pos = start_pos + t;
     for (int h = 0; h < n_heads; ++h)
-      process(&q[(t * n_heads + h) * head_dim], bq.empty() ? nullptr : &bq[h * head_dim], q_norm, pos, true);
+      process(&q[(t * n_heads + h) * head_dim], bq.empty() ? nullptr : &bq[h * head_dim], q_norm,
+              pos, true);
     for (int h = 0; h < n_kv_heads; ++h) {
       float* kh = &k[(t * n_kv_heads + h) * head_dim];
       float* vh = &v[(t * n_kv_heads + h) * head_dim];
@@ -82,7 +84,8 @@ std::vector<float> attention(const std::vector<float>& q, const std::vector<floa
       double m = -INFINITY;
       for (int j = 0; j <= last; ++j) {
         double d = 0;
-        for (int i = 0; i < head_dim; ++i) d += double(qh[i]) * k_cache[base + size_t(j) * head_dim + i];
+        for (int i = 0; i < head_dim; ++i)
+          d += double(qh[i]) * k_cache[base + size_t(j) * head_dim + i];
         s[j] = d * scale;
         m = std::max(m, s[j]);
       }
@@ -98,6 +101,8 @@ std::vector<float> attention(const std::vector<float>& q, const std::vector<floa
   return out;
 }
 
-float silu(float x) { return x / (1.0f + std::exp(-x)); }
+float silu(float x) {
+  return x / (1.0f + std::exp(-x));
+}
 
 }  // namespace hearth::reference

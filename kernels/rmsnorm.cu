@@ -24,8 +24,8 @@ void rmsnorm(Half type, const float* x, const float* weight, int n, int hidden, 
              void* out, cudaStream_t stream) {
   const int threads = hidden >= 4096 ? 1024 : hidden >= 1024 ? 512 : 128;
   HEARTH_DISPATCH_HALF(type, T,
-                       rmsnorm_kernel<T><<<n, threads, 0, stream>>>(x, weight, hidden, eps,
-                                                                    static_cast<T*>(out)));
+                       rmsnorm_kernel<T>
+                       <<<n, threads, 0, stream>>>(x, weight, hidden, eps, static_cast<T*>(out)));
   HEARTH_CUDA_CHECK_LAUNCH();
 }
 

@@ -24,7 +24,8 @@ __device__ __forceinline__ float from_orderable(uint32_t b) {
   return __uint_as_float((b & 0x80000000u) ? (b & 0x7fffffffu) : ~b);
 }
 
-__global__ void keys_kernel(const float* logits, int vocab, const uint8_t* seen, float penalty, uint64_t* keys) {
+__global__ void keys_kernel(const float* logits, int vocab, const uint8_t* seen, float penalty,
+                            uint64_t* keys) {
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < vocab; i += gridDim.x * blockDim.x) {
     float v = logits[i];
     if (seen && seen[i]) v = v > 0.0f ? v / penalty : v * penalty;
@@ -72,7 +73,9 @@ __global__ void __launch_bounds__(kThreads) choose_kernel(SampleArgs a, const ui
   const int n = a.top_k > 0 ? min(a.top_k, a.vocab) : a.vocab;
   const double inv_t = 1.0 / a.temperature;
   const float top = from_orderable(uint32_t(sorted[0] >> 32));
-  auto weight = [&](int i) { return exp((double(from_orderable(uint32_t(sorted[i] >> 32))) - top) * inv_t); };
+  auto weight = [&](int i) {
+    return exp((double(from_orderable(uint32_t(sorted[i] >> 32))) - top) * inv_t);
+  };
 
   // Each thread owns one contiguous segment of the first n sorted tokens.
   const int per = (n + kThreads - 1) / kThreads;
@@ -165,18 +168,24 @@ size_t sort_temp_bytes(int vocab) {
 
 }  // namespace
 
-size_t sample_scratch_bytes(int vocab) { return 2 * size_t(vocab) * sizeof(uint64_t) + sort_temp_bytes(vocab) + 256; }
+size_t sample_scratch_bytes(int vocab) {
+  return 2 * size_t(vocab) * sizeof(uint64_t) + sort_temp_bytes(vocab) + 256;
+}
 
 void sample(const SampleArgs& a, cudaStream_t stream) {
-  if (!(a.temperature > 0.0f)) throw std::runtime_error("sample: greedy choices go through argmax_logprob");
+  if (!(a.temperature > 0.0f))
+    throw std::runtime_error("sample: greedy choices go through argmax_logprob");
   uint64_t* keys = static_cast<uint64_t*>(a.scratch);
   uint64_t* sorted = keys + a.vocab;
   // cub wants its temporary storage 256-byte aligned; the scratch size leaves room for that.
-  void* temp = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(sorted + a.vocab) + 255) & ~uintptr_t(255));
+  void* temp = reinterpret_cast<void*>((reinterpret_cast<uintptr_t>(sorted + a.vocab) + 255) &
+                                       ~uintptr_t(255));
   size_t temp_bytes = sort_temp_bytes(a.vocab);
-  keys_kernel<<<(a.vocab + 255) / 256, 256, 0, stream>>>(a.logits, a.vocab, a.seen, a.penalty, keys);
+  keys_kernel<<<(a.vocab + 255) / 256, 256, 0, stream>>>(a.logits, a.vocab, a.seen, a.penalty,
+                                                         keys);
   HEARTH_CUDA_CHECK_LAUNCH();
-  HEARTH_CUDA_CHECK(cub::DeviceRadixSort::SortKeysDescending(temp, temp_bytes, keys, sorted, a.vocab, 0, 64, stream));
+  HEARTH_CUDA_CHECK(cub::DeviceRadixSort::SortKeysDescending(temp, temp_bytes, keys, sorted,
+                                                             a.vocab, 0, 64, stream));
   choose_kernel<<<1, kThreads, 0, stream>>>(a, sorted);
   HEARTH_CUDA_CHECK_LAUNCH();
 }

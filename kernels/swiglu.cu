@@ -21,10 +21,10 @@ __global__ void swiglu_kernel(const T* gate, const T* up, T* act, int64_t count)
 void swiglu(Half type, const void* gate, const void* up, void* act, int64_t count,
             cudaStream_t stream) {
   const int blocks = int(std::min<int64_t>((count + 255) / 256, 132 * 16));
-  HEARTH_DISPATCH_HALF(type, T,
-                       swiglu_kernel<T><<<blocks, 256, 0, stream>>>(
-                           static_cast<const T*>(gate), static_cast<const T*>(up),
-                           static_cast<T*>(act), count));
+  HEARTH_DISPATCH_HALF(
+      type, T,
+      swiglu_kernel<T><<<blocks, 256, 0, stream>>>(
+          static_cast<const T*>(gate), static_cast<const T*>(up), static_cast<T*>(act), count));
   HEARTH_CUDA_CHECK_LAUNCH();
 }
 

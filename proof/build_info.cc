@@ -4,7 +4,11 @@
 
 namespace hearth::proof {
 
-std::string hearth_version() { return HEARTH_PROOF_VERSION; }
-std::string build_git_commit() { return HEARTH_PROOF_GIT_COMMIT; }
+std::string hearth_version() {
+  return HEARTH_PROOF_VERSION;
+}
+std::string build_git_commit() {
+  return HEARTH_PROOF_GIT_COMMIT;
+}
 
 }  // namespace hearth::proof

@@ -63,7 +63,8 @@ std::string ExitStatus::describe() const {
   if (!signaled && code < 0) return "unknown exit status (the process was reaped elsewhere)";
   if (!signaled) return "exit status " + std::to_string(code);
   const char* name = sigabbrev_np(code);
-  return "killed by signal " + std::to_string(code) + (name ? " (SIG" + std::string(name) + ")" : "");
+  return "killed by signal " + std::to_string(code) +
+         (name ? " (SIG" + std::string(name) + ")" : "");
 }
 
 ChildProcess ChildProcess::spawn(const Options& options) {
@@ -75,9 +76,12 @@ ChildProcess ChildProcess::spawn(const Options& options) {
   const UniqueFd in = open_file("/dev/null", O_RDONLY);
   const UniqueFd out = open_file(options.stdout_path, O_WRONLY | O_CREAT | O_TRUNC);
   const UniqueFd err = open_file(options.stderr_path, O_WRONLY | O_CREAT | O_TRUNC);
-  check(posix_spawn_file_actions_adddup2(setup.actions(), in.get(), STDIN_FILENO), "posix_spawn_file_actions_adddup2");
-  check(posix_spawn_file_actions_adddup2(setup.actions(), out.get(), STDOUT_FILENO), "posix_spawn_file_actions_adddup2");
-  check(posix_spawn_file_actions_adddup2(setup.actions(), err.get(), STDERR_FILENO), "posix_spawn_file_actions_adddup2");
+  check(posix_spawn_file_actions_adddup2(setup.actions(), in.get(), STDIN_FILENO),
+        "posix_spawn_file_actions_adddup2");
+  check(posix_spawn_file_actions_adddup2(setup.actions(), out.get(), STDOUT_FILENO),
+        "posix_spawn_file_actions_adddup2");
+  check(posix_spawn_file_actions_adddup2(setup.actions(), err.get(), STDERR_FILENO),
+        "posix_spawn_file_actions_adddup2");
   // Other threads open files without O_CLOEXEC (std::ofstream); none of them belongs in a worker.
   check(posix_spawn_file_actions_addclosefrom_np(setup.actions(), 3),
         "posix_spawn_file_actions_addclosefrom_np");
@@ -91,15 +95,16 @@ ChildProcess ChildProcess::spawn(const Options& options) {
   for (int sig : {SIGINT, SIGTERM, SIGPIPE, SIGHUP, SIGQUIT}) sigaddset(&defaults, sig);
   check(posix_spawnattr_setsigmask(setup.attr(), &none), "posix_spawnattr_setsigmask");
   check(posix_spawnattr_setsigdefault(setup.attr(), &defaults), "posix_spawnattr_setsigdefault");
-  check(posix_spawnattr_setflags(setup.attr(), POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK |
-                                                   POSIX_SPAWN_SETSIGDEF),
+  check(posix_spawnattr_setflags(
+            setup.attr(), POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF),
         "posix_spawnattr_setflags");
 
   std::vector<char*> argv;
   for (const std::string& a : options.argv) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   pid_t pid = -1;
-  const int rc = posix_spawnp(&pid, program.c_str(), setup.actions(), setup.attr(), argv.data(), environ);
+  const int rc =
+      posix_spawnp(&pid, program.c_str(), setup.actions(), setup.attr(), argv.data(), environ);
   if (rc != 0) throw std::runtime_error("cannot start " + program + ": " + std::strerror(rc));
   return ChildProcess(pid);
 }
@@ -111,7 +116,9 @@ ChildProcess::ChildProcess(pid_t pid) : pid_(pid) {
 }
 
 ChildProcess::ChildProcess(ChildProcess&& other) noexcept
-    : pid_(std::exchange(other.pid_, -1)), pidfd_(std::move(other.pidfd_)), status_(other.status_) {}
+    : pid_(std::exchange(other.pid_, -1)),
+      pidfd_(std::move(other.pidfd_)),
+      status_(other.status_) {}
 
 ChildProcess::~ChildProcess() {
   if (pid_ < 0 || status_) return;
@@ -130,12 +137,14 @@ std::optional<ExitStatus> ChildProcess::wait_until(std::chrono::steady_clock::ti
     if (pidfd_) {
       pollfd p{pidfd_.get(), POLLIN, 0};
       const int rc = ::poll(&p, 1, remaining_ms(deadline));
-      if (rc < 0 && errno != EINTR) throw std::runtime_error(std::string("poll: ") + std::strerror(errno));
+      if (rc < 0 && errno != EINTR)
+        throw std::runtime_error(std::string("poll: ") + std::strerror(errno));
       if (rc > 0) return reap();
     } else {
       siginfo_t info{};
       // WNOWAIT: look without reaping, so the group can still be cleaned up first.
-      if (::waitid(P_PID, id_t(pid_), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == pid_)
+      if (::waitid(P_PID, id_t(pid_), &info, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+          info.si_pid == pid_)
         return reap();
       std::this_thread::sleep_for(std::chrono::milliseconds(std::min(5, remaining_ms(deadline))));
     }

@@ -12,10 +12,12 @@ using json = nlohmann::json;
 
 namespace {
 
-constexpr size_t kContextTokens = 8;   // tokens shown after a divergence
-constexpr size_t kContextBytes = 64;   // bytes of text shown around one
+constexpr size_t kContextTokens = 8;  // tokens shown after a divergence
+constexpr size_t kContextBytes = 64;  // bytes of text shown around one
 
-bool is_continuation(char c) { return (static_cast<unsigned char>(c) & 0xC0) == 0x80; }
+bool is_continuation(char c) {
+  return (static_cast<unsigned char>(c) & 0xC0) == 0x80;
+}
 
 // Moves a byte offset back to the start of the UTF-8 character it falls in.
 size_t char_start(const std::string& s, size_t at) {
@@ -117,8 +119,10 @@ Contract Contract::parse(std::string_view text) {
 
 std::string Contract::name() const {
   switch (kind) {
-    case Kind::Exact: return "exact";
-    case Kind::Text: return "text";
+    case Kind::Exact:
+      return "exact";
+    case Kind::Text:
+      return "text";
     case Kind::Logprob: {
       // The shortest text that reads back as the same double ("logprob:1e-04", "logprob:0.1").
       char buf[64];
@@ -151,8 +155,9 @@ Comparison compare(const Contract& contract, const Generation& a, const Generati
     case Contract::Kind::Logprob:
       if (c.logprob_index) {
         const size_t i = *c.logprob_index;
-        c.reason = "logprob differs by " + format_double(logprob_delta(a.logprobs[i], b.logprobs[i])) +
-                   " > " + format_double(contract.epsilon) + " at index " + std::to_string(i);
+        c.reason = "logprob differs by " +
+                   format_double(logprob_delta(a.logprobs[i], b.logprobs[i])) + " > " +
+                   format_double(contract.epsilon) + " at index " + std::to_string(i);
       } else if (c.tokens) {
         c.reason = describe_tokens(*c.tokens);
       }

@@ -27,11 +27,11 @@ struct Contract {
 
 // Where two token streams first differ, with enough around it to see why.
 struct TokenDivergence {
-  size_t index = 0;                      // first position where the two differ
+  size_t index = 0;                         // first position where the two differ
   std::optional<int32_t> a_token, b_token;  // nullopt: that side had already ended
-  std::string before;                    // the shared streamed text just before it (its tail)
-  std::vector<int32_t> a_next, b_next;   // each side's tokens from `index` (a few)
-  std::string a_text, b_text;            // their streamed text
+  std::string before;                       // the shared streamed text just before it (its tail)
+  std::vector<int32_t> a_next, b_next;      // each side's tokens from `index` (a few)
+  std::string a_text, b_text;               // their streamed text
 };
 
 // Where two detokenised texts first differ (at a UTF-8 character boundary).

@@ -17,7 +17,8 @@ class Detokenizer {
   explicit Detokenizer(Tokenizer tokenizer) : tokenizer_(std::move(tokenizer)) {}
 
   std::string text(const Generation& g) const {
-    return tokenizer_ ? tokenizer_->decode(g.tokens, /*skip_special_tokens=*/true) : g.streamed_text();
+    return tokenizer_ ? tokenizer_->decode(g.tokens, /*skip_special_tokens=*/true)
+                      : g.streamed_text();
   }
   // "tokenizer" or "stream": where the text came from, for the report.
   const char* source() const { return tokenizer_ ? "tokenizer" : "stream"; }

@@ -48,13 +48,16 @@ std::vector<std::string> split(const std::string& s, char sep) {
 json gpus(const std::filesystem::path& scratch_dir) {
   const std::filesystem::path smi = find_in_path("nvidia-smi");
   if (smi.empty()) return json::array();
-  const std::filesystem::path out = scratch_dir / "nvidia-smi.csv", err = scratch_dir / "nvidia-smi.stderr";
+  const std::filesystem::path out = scratch_dir / "nvidia-smi.csv",
+                              err = scratch_dir / "nvidia-smi.stderr";
   try {
     ChildProcess child = ChildProcess::spawn(
         {{smi.string(), "--query-gpu=index,name,uuid,driver_version,memory.total,pci.bus_id",
           "--format=csv,noheader"},
-         out, err});
-    const auto status = child.wait_until(std::chrono::steady_clock::now() + std::chrono::seconds(30));
+         out,
+         err});
+    const auto status =
+        child.wait_until(std::chrono::steady_clock::now() + std::chrono::seconds(30));
     if (!status) {
       child.kill_group();
       return json{{{"error", "nvidia-smi did not answer within 30 s"}}};
@@ -69,8 +72,12 @@ json gpus(const std::filesystem::path& scratch_dir) {
   while (std::getline(in, line)) {
     const std::vector<std::string> f = split(line, ',');
     if (f.size() < 6) continue;
-    list.push_back({{"index", f[0]}, {"name", f[1]}, {"uuid", f[2]}, {"driver", f[3]},
-                    {"memory", f[4]}, {"pci_bus_id", f[5]}});
+    list.push_back({{"index", f[0]},
+                    {"name", f[1]},
+                    {"uuid", f[2]},
+                    {"driver", f[3]},
+                    {"memory", f[4]},
+                    {"pci_bus_id", f[5]}});
   }
   std::error_code ignored;
   std::filesystem::remove(out, ignored);

@@ -64,7 +64,8 @@ ModelIdentity identify_model_dir(const std::filesystem::path& dir) {
   // Opening it as the worker does checks the weights too (names, shapes, dtypes).
   const HfModel model = HfModel::open(dir);
   std::vector<std::pair<std::string, std::string>> tensors;
-  for (const HfTensor& t : model.tensors()) tensors.emplace_back(t.info.name, checksum_to_hex(xxh3_checksum(t.data)));
+  for (const HfTensor& t : model.tensors())
+    tensors.emplace_back(t.info.name, checksum_to_hex(xxh3_checksum(t.data)));
   id.json = {{"mode", "single-process"},
              {"path", std::filesystem::absolute(dir).lexically_normal().string()},
              {"files", files},
@@ -92,8 +93,8 @@ ModelIdentity identify_served_model(const std::string& socket, const std::string
     if (!reply.contains("manifest")) throw std::runtime_error("the reply holds no manifest");
     manifest = parse_manifest(reply["manifest"]);
   } catch (const std::exception& e) {
-    throw std::runtime_error("cannot read the manifest of model '" + name + "' from the server at " +
-                             socket + ": " + e.what());
+    throw std::runtime_error("cannot read the manifest of model '" + name +
+                             "' from the server at " + socket + ": " + e.what());
   }
   ModelIdentity id;
   std::vector<std::pair<std::string, std::string>> tensors;
@@ -108,9 +109,10 @@ ModelIdentity identify_served_model(const std::string& socket, const std::string
              {"backend", manifest.backend},
              {"gpu_uuid", manifest.gpu_uuid.empty() ? json() : json(manifest.gpu_uuid)},
              {"architecture", manifest.architecture},
-             {"files", {{"tokenizer.json", file_entry(manifest.tokenizer_json)},
-                        {"tokenizer_config.json", file_entry(manifest.tokenizer_config_json)},
-                        {"generation_config.json", file_entry(manifest.generation_config_json)}}},
+             {"files",
+              {{"tokenizer.json", file_entry(manifest.tokenizer_json)},
+               {"tokenizer_config.json", file_entry(manifest.tokenizer_config_json)},
+               {"generation_config.json", file_entry(manifest.generation_config_json)}}},
              {"tensors", tensors.size()},
              {"tensor_bytes", manifest.tensor_bytes()},
              {"tensor_checksums", checksums},

@@ -38,7 +38,9 @@ struct DiffArgs {
   std::string a, b, contract = "exact", out;
 };
 
-void on_signal(int) { request_stop(); }
+void on_signal(int) {
+  request_stop();
+}
 
 Contract parse_contract(const std::string& text) {
   try {
@@ -58,20 +60,24 @@ fs::path self_dir() {
 fs::path resolve_suite(const std::string& arg) {
   if (fs::exists(arg)) return arg;
   if (arg.find('/') == std::string::npos) {
-    const fs::path builtin = fs::path(HEARTH_PROOF_SUITES_DIR) / (arg.ends_with(".jsonl") ? arg : arg + ".jsonl");
+    const fs::path builtin =
+        fs::path(HEARTH_PROOF_SUITES_DIR) / (arg.ends_with(".jsonl") ? arg : arg + ".jsonl");
     if (fs::exists(builtin)) return builtin;
   }
-  throw std::runtime_error("--suite " + arg + ": no such file (nor a built-in suite of that name in " +
-                   std::string(HEARTH_PROOF_SUITES_DIR) + ")");
+  throw std::runtime_error("--suite " + arg +
+                           ": no such file (nor a built-in suite of that name in " +
+                           std::string(HEARTH_PROOF_SUITES_DIR) + ")");
 }
 
 // The worker binary's identity: its path, what --version says and its checksum.
 json worker_identity(const fs::path& worker, const fs::path& scratch) {
   json w{{"path", worker.string()}, {"xxh3", xxh3_file(worker)}};
   try {
-    ChildProcess child = ChildProcess::spawn({{worker.string(), "--version"}, scratch / "worker-version.txt",
+    ChildProcess child = ChildProcess::spawn({{worker.string(), "--version"},
+                                              scratch / "worker-version.txt",
                                               scratch / "worker-version.stderr"});
-    const auto status = child.wait_until(std::chrono::steady_clock::now() + std::chrono::seconds(30));
+    const auto status =
+        child.wait_until(std::chrono::steady_clock::now() + std::chrono::seconds(30));
     std::ifstream in(scratch / "worker-version.txt");
     std::string line;
     std::getline(in, line);
@@ -89,9 +95,12 @@ json worker_identity(const fs::path& worker, const fs::path& scratch) {
 // else is refused so a typo cannot make the harness write into an unrelated folder.
 void prepare_out_dir(const fs::path& out) {
   std::error_code ec;
-  if (fs::exists(out) && !fs::is_directory(out)) throw std::runtime_error("--out " + out.string() + ": not a directory");
-  if (fs::exists(out) && !fs::is_empty(out) && !fs::exists(out / "report.json") && !fs::exists(out / "runs"))
-    throw std::runtime_error("--out " + out.string() + ": not empty and holds no hearth-proof report; choose another folder");
+  if (fs::exists(out) && !fs::is_directory(out))
+    throw std::runtime_error("--out " + out.string() + ": not a directory");
+  if (fs::exists(out) && !fs::is_empty(out) && !fs::exists(out / "report.json") &&
+      !fs::exists(out / "runs"))
+    throw std::runtime_error("--out " + out.string() +
+                             ": not empty and holds no hearth-proof report; choose another folder");
   fs::remove_all(out / "runs", ec);
   fs::create_directories(out / "runs", ec);
   if (ec) throw std::runtime_error("--out " + out.string() + ": cannot create: " + ec.message());
@@ -101,7 +110,8 @@ std::string joined_command(int argc, char** argv) {
   std::string s;
   for (int i = 0; i < argc; ++i) {
     std::string a = argv[i];
-    const bool plain = !a.empty() && a.find_first_of(" \t\n'\"\\$`*?[]{}()<>|;&!#~") == std::string::npos;
+    const bool plain =
+        !a.empty() && a.find_first_of(" \t\n'\"\\$`*?[]{}()<>|;&!#~") == std::string::npos;
     if (!plain) {
       std::string q = "'";
       for (char c : a) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
@@ -116,18 +126,21 @@ int run_command(const RunArgs& args, const std::string& command) {
   // Everything is validated before the first worker starts.
   const Contract contract = parse_contract(args.contract);
   if (args.profiles.size() < 2 && args.repeat < 2)
-    throw std::runtime_error("nothing to compare: give two or more --profile, or --repeat 2 or more");
+    throw std::runtime_error(
+        "nothing to compare: give two or more --profile, or --repeat 2 or more");
   std::vector<fs::path> profile_paths(args.profiles.begin(), args.profiles.end());
   const std::vector<ProofProfile> profiles = load_profiles(profile_paths);
   const Suite suite = load_suite(resolve_suite(args.suite));
 
-  const fs::path worker = args.worker.empty() ? self_dir() / "hearth-worker" : fs::path(args.worker);
+  const fs::path worker =
+      args.worker.empty() ? self_dir() / "hearth-worker" : fs::path(args.worker);
   if (!fs::is_regular_file(worker) || ::access(worker.c_str(), X_OK) != 0)
-    throw std::runtime_error("worker " + worker.string() + ": not an executable file" +
-                     (args.worker.empty() ? " (build hearth-worker, or give --worker PATH)" : ""));
+    throw std::runtime_error(
+        "worker " + worker.string() + ": not an executable file" +
+        (args.worker.empty() ? " (build hearth-worker, or give --worker PATH)" : ""));
 
-  ModelIdentity model =
-      args.server.empty() ? identify_model_dir(args.model) : identify_served_model(args.server, args.model);
+  ModelIdentity model = args.server.empty() ? identify_model_dir(args.model)
+                                            : identify_served_model(args.server, args.model);
   if (!args.tokenizer.empty()) {
     try {
       model.tokenizer = hearth::Tokenizer::from_file(args.tokenizer);
@@ -137,8 +150,10 @@ int run_command(const RunArgs& args, const std::string& command) {
   }
   const Detokenizer detokenizer = model.tokenizer ? Detokenizer(*model.tokenizer) : Detokenizer();
   if (contract.kind == Contract::Kind::Text && !model.tokenizer)
-    std::fprintf(stderr, "hearth-proof: warning: no tokenizer for the model; the text contract compares the "
-                         "text the workers streamed (give --tokenizer to decode the ids instead)\n");
+    std::fprintf(
+        stderr,
+        "hearth-proof: warning: no tokenizer for the model; the text contract compares the "
+        "text the workers streamed (give --tokenizer to decode the ids instead)\n");
 
   const fs::path out = args.out;
   prepare_out_dir(out);
@@ -154,9 +169,12 @@ int run_command(const RunArgs& args, const std::string& command) {
   options.runs_dir = out / "runs";
   if (!args.quiet)
     options.on_result = [&](const RunResult& r, size_t done, size_t total) {
-      const std::string what = r.ok() ? "ok, " + std::to_string(r.generation->tokens.size()) + " tokens" : "ERROR: " + r.error;
-      std::fprintf(stderr, "[%zu/%zu] %s %s r%d: %s (%.0f ms)\n", done, total, suite.prompts[r.spec.prompt].id.c_str(),
-                   profiles[r.spec.profile].label.c_str(), r.spec.repeat, what.c_str(), r.wall_ms);
+      const std::string what =
+          r.ok() ? "ok, " + std::to_string(r.generation->tokens.size()) + " tokens"
+                 : "ERROR: " + r.error;
+      std::fprintf(stderr, "[%zu/%zu] %s %s r%d: %s (%.0f ms)\n", done, total,
+                   suite.prompts[r.spec.prompt].id.c_str(), profiles[r.spec.profile].label.c_str(),
+                   r.spec.repeat, what.c_str(), r.wall_ms);
     };
 
   ReportContext ctx;
@@ -164,7 +182,8 @@ int run_command(const RunArgs& args, const std::string& command) {
   ctx.cwd = fs::current_path().string();
   ctx.started = utc_now_iso8601();
   ctx.machine = machine_info(out);
-  ctx.hearth = {{"version", hearth_version()}, {"git_commit", build_git_commit()},
+  ctx.hearth = {{"version", hearth_version()},
+                {"git_commit", build_git_commit()},
                 {"worker", worker_identity(options.worker, out)}};
   ctx.model = model.json;
   ctx.suite = &suite;
@@ -192,7 +211,8 @@ int diff_command(const DiffArgs& args) {
   if (!args.out.empty()) {
     std::error_code ec;
     fs::create_directories(args.out, ec);
-    write_file_atomically(fs::path(args.out) / "diff.json", d.json.dump(1, ' ', false, json::error_handler_t::replace) + "\n");
+    write_file_atomically(fs::path(args.out) / "diff.json",
+                          d.json.dump(1, ' ', false, json::error_handler_t::replace) + "\n");
     write_file_atomically(fs::path(args.out) / "diff.md", d.markdown);
   }
   std::printf("%s\n", d.verdict_line.c_str());
@@ -200,32 +220,57 @@ int diff_command(const DiffArgs& args) {
 }
 
 int run(int argc, char** argv) {
-  CLI::App app{"hearth-proof: run profiles side by side over a suite of prompts and check that their tokens agree.\n"
-               "Exit status: 0 every contract holds, 1 a contract is violated (diff: output changed), 2 errors."};
-  app.set_version_flag("--version", "hearth-proof " + hearth_version() + " (" + build_git_commit() + ")");
+  CLI::App app{
+      "hearth-proof: run profiles side by side over a suite of prompts and check that their tokens "
+      "agree.\n"
+      "Exit status: 0 every contract holds, 1 a contract is violated (diff: output changed), 2 "
+      "errors."};
+  app.set_version_flag("--version",
+                       "hearth-proof " + hearth_version() + " (" + build_git_commit() + ")");
   app.require_subcommand(1);
 
   RunArgs r;
-  CLI::App* run_cmd = app.add_subcommand("run", "run every profile over every prompt and compare them against the first");
-  run_cmd->add_option("--profile", r.profiles, "worker profile JSON (repeatable; the first is the reference)")->required();
-  run_cmd->add_option("--suite", r.suite, "suite JSONL file, or a built-in suite name: short, long, code, multilingual")->required();
-  run_cmd->add_option("--budget", r.budget, "generated tokens per prompt at most (overrides profiles' max_tokens)")
+  CLI::App* run_cmd = app.add_subcommand(
+      "run", "run every profile over every prompt and compare them against the first");
+  run_cmd
+      ->add_option("--profile", r.profiles,
+                   "worker profile JSON (repeatable; the first is the reference)")
+      ->required();
+  run_cmd
+      ->add_option("--suite", r.suite,
+                   "suite JSONL file, or a built-in suite name: short, long, code, multilingual")
+      ->required();
+  run_cmd
+      ->add_option("--budget", r.budget,
+                   "generated tokens per prompt at most (overrides profiles' max_tokens)")
       ->check(CLI::Range(1, 1 << 24));
   run_cmd->add_option("--contract", r.contract, "exact | text | logprob:EPS (default exact)");
-  run_cmd->add_option("--model", r.model, "model directory, or with --server the served model's name")->required();
-  run_cmd->add_option("--server", r.server, "hearth-server socket: run served workers on its weights");
-  run_cmd->add_option("--concurrency", r.concurrency, "workers running at once (default 1)")->check(CLI::Range(1, 1024));
-  run_cmd->add_option("--repeat", r.repeat, "runs per profile, each checked against the first (default 1)")
+  run_cmd
+      ->add_option("--model", r.model, "model directory, or with --server the served model's name")
+      ->required();
+  run_cmd->add_option("--server", r.server,
+                      "hearth-server socket: run served workers on its weights");
+  run_cmd->add_option("--concurrency", r.concurrency, "workers running at once (default 1)")
+      ->check(CLI::Range(1, 1024));
+  run_cmd
+      ->add_option("--repeat", r.repeat,
+                   "runs per profile, each checked against the first (default 1)")
       ->check(CLI::Range(1, 1000));
-  run_cmd->add_option("--timeout", r.timeout_s, "seconds one worker run may take before it is killed (default 600)")
+  run_cmd
+      ->add_option("--timeout", r.timeout_s,
+                   "seconds one worker run may take before it is killed (default 600)")
       ->check(CLI::Range(0.001, 7 * 24 * 3600.0));
   run_cmd->add_option("--out", r.out, "report folder: report.json, report.md, runs/")->required();
-  run_cmd->add_option("--worker", r.worker, "hearth-worker binary (default: the one next to hearth-proof)");
-  run_cmd->add_option("--tokenizer", r.tokenizer, "tokenizer.json (or its folder) for the text contract (default: the model's)");
+  run_cmd->add_option("--worker", r.worker,
+                      "hearth-worker binary (default: the one next to hearth-proof)");
+  run_cmd->add_option(
+      "--tokenizer", r.tokenizer,
+      "tokenizer.json (or its folder) for the text contract (default: the model's)");
   run_cmd->add_flag("--quiet", r.quiet, "no progress lines on stderr");
 
   DiffArgs d;
-  CLI::App* diff_cmd = app.add_subcommand("diff", "compare two saved reports of the same suite (e.g. before/after a change)");
+  CLI::App* diff_cmd = app.add_subcommand(
+      "diff", "compare two saved reports of the same suite (e.g. before/after a change)");
   diff_cmd->add_option("REPORT_A", d.a, "report.json or its folder (the reference)")->required();
   diff_cmd->add_option("REPORT_B", d.b, "report.json or its folder")->required();
   diff_cmd->add_option("--contract", d.contract, "exact | text | logprob:EPS (default exact)");

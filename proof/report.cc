@@ -53,11 +53,15 @@ json side(const ReportContext& ctx, const RunSpec& s) {
   return {{"profile", (*ctx.profiles)[s.profile].label}, {"repeat", s.repeat}};
 }
 
-std::string quoted(const std::string& s) { return "'" + s + "'"; }
+std::string quoted(const std::string& s) {
+  return "'" + s + "'";
+}
 
 }  // namespace
 
-Contract repeat_contract() { return {Contract::Kind::Logprob, 0.0}; }
+Contract repeat_contract() {
+  return {Contract::Kind::Logprob, 0.0};
+}
 
 json build_report(const ReportContext& ctx, const std::vector<RunResult>& results) {
   const Suite& suite = *ctx.suite;
@@ -90,11 +94,13 @@ json build_report(const ReportContext& ctx, const std::vector<RunResult>& result
     // first run. A pair with a failed run is listed as not compared, never silently skipped.
     json comparisons = json::array();
     bool violated = false;
-    auto add = [&](const char* kind, const Contract& contract, size_t fa, size_t ka, size_t fb, size_t kb) {
+    auto add = [&](const char* kind, const Contract& contract, size_t fa, size_t ka, size_t fb,
+                   size_t kb) {
       const RunResult &a = at(i, fa, ka), &b = at(i, fb, kb);
       json c;
       if (a.ok() && b.ok()) {
-        c = to_json(compare(contract, *a.generation, *b.generation, texts[fa * R + ka], texts[fb * R + kb]));
+        c = to_json(compare(contract, *a.generation, *b.generation, texts[fa * R + ka],
+                            texts[fb * R + kb]));
         violated |= !c["holds"].get<bool>();
       } else {
         c = {{"holds", nullptr}, {"reason", "not compared: a run failed"}};
@@ -129,7 +135,9 @@ json build_report(const ReportContext& ctx, const std::vector<RunResult>& result
 
   json profile_list = json::array();
   for (const ProofProfile& p : profiles)
-    profile_list.push_back({{"label", p.label}, {"path", p.path.string()}, {"xxh3", p.checksum},
+    profile_list.push_back({{"label", p.label},
+                            {"path", p.path.string()},
+                            {"xxh3", p.checksum},
                             {"settings", p.settings}});
   const char* verdict = error ? "error" : fail ? "fail" : "pass";
   return {{"format", kReportFormat},
@@ -141,23 +149,28 @@ json build_report(const ReportContext& ctx, const std::vector<RunResult>& result
           {"machine", ctx.machine},
           {"hearth", ctx.hearth},
           {"model", ctx.model},
-          {"suite", {{"name", suite.name}, {"path", std::filesystem::absolute(suite.path).lexically_normal().string()}, {"xxh3", suite.checksum},
-                     {"prompts", suite.prompts.size()}}},
-          {"settings", {{"contract", ctx.contract.name()},
-                        {"repeat_contract", repeat_contract().name()},
-                        {"budget", opt.budget ? json(*opt.budget) : json()},
-                        {"concurrency", opt.concurrency},
-                        {"repeat", opt.repeat},
-                        {"timeout_s", opt.timeout.count() / 1000.0},
-                        {"text_source", ctx.detokenizer->source()}}},
+          {"suite",
+           {{"name", suite.name},
+            {"path", std::filesystem::absolute(suite.path).lexically_normal().string()},
+            {"xxh3", suite.checksum},
+            {"prompts", suite.prompts.size()}}},
+          {"settings",
+           {{"contract", ctx.contract.name()},
+            {"repeat_contract", repeat_contract().name()},
+            {"budget", opt.budget ? json(*opt.budget) : json()},
+            {"concurrency", opt.concurrency},
+            {"repeat", opt.repeat},
+            {"timeout_s", opt.timeout.count() / 1000.0},
+            {"text_source", ctx.detokenizer->source()}}},
           {"profiles", profile_list},
-          {"summary", {{"verdict", verdict},
-                       {"prompts", suite.prompts.size()},
-                       {"pass", pass},
-                       {"fail", fail},
-                       {"error", error},
-                       {"runs", results.size()},
-                       {"failed_runs", failed_runs}}},
+          {"summary",
+           {{"verdict", verdict},
+            {"prompts", suite.prompts.size()},
+            {"pass", pass},
+            {"fail", fail},
+            {"error", error},
+            {"runs", results.size()},
+            {"failed_runs", failed_runs}}},
           {"prompts", prompts}};
 }
 
@@ -177,36 +190,44 @@ std::string verdict_line(const json& report, const std::filesystem::path& out_di
     if (first_error.empty() && p.at("verdict") == "error")
       for (const json& r : p.at("runs"))
         if (r.at("status") == "error") {
-          first_error = quoted(p.at("id").get<std::string>()) + ", " + r.at("profile").get<std::string>() +
-                        " run " + std::to_string(r.at("repeat").get<int>()) + ": " +
+          first_error = quoted(p.at("id").get<std::string>()) + ", " +
+                        r.at("profile").get<std::string>() + " run " +
+                        std::to_string(r.at("repeat").get<int>()) + ": " +
                         r.at("error").get<std::string>();
           break;
         }
     if (first_violation.empty() && p.at("violated").get<bool>())
       for (const json& c : p.at("comparisons"))
         if (c.at("holds") == false) {
-          first_violation = quoted(p.at("id").get<std::string>()) + ", " +
-                            c.at("a").at("profile").get<std::string>() + " vs " +
-                            c.at("b").at("profile").get<std::string>() +
-                            (c.at("kind") == "repeat" ? " (repeat " + std::to_string(c.at("b").at("repeat").get<int>()) + ")" : "") +
-                            ": " + c.at("reason").get<std::string>();
+          first_violation =
+              quoted(p.at("id").get<std::string>()) + ", " +
+              c.at("a").at("profile").get<std::string>() + " vs " +
+              c.at("b").at("profile").get<std::string>() +
+              (c.at("kind") == "repeat"
+                   ? " (repeat " + std::to_string(c.at("b").at("repeat").get<int>()) + ")"
+                   : "") +
+              ": " + c.at("reason").get<std::string>();
           break;
         }
   }
   const std::string where = " [" + (out_dir / "report.md").string() + "]";
   const size_t profiles = report.at("profiles").size();
-  const std::string runs = std::to_string(n) + " prompts x " + std::to_string(profiles) +
-                           (profiles == 1 ? " profile" : " profiles") +
-                           (settings.at("repeat").get<int>() > 1 ? " x " + std::to_string(settings.at("repeat").get<int>()) + " repeats" : "");
+  const std::string runs =
+      std::to_string(n) + " prompts x " + std::to_string(profiles) +
+      (profiles == 1 ? " profile" : " profiles") +
+      (settings.at("repeat").get<int>() > 1
+           ? " x " + std::to_string(settings.at("repeat").get<int>()) + " repeats"
+           : "");
   size_t violated = 0;
   for (const json& p : report.at("prompts")) violated += p.at("violated").get<bool>();
   if (error > 0)
-    return "hearth-proof: ERROR (" + contract + "): " + std::to_string(error) + " of " + std::to_string(n) +
-           " prompts have failed runs (first: " + first_error + ")" +
+    return "hearth-proof: ERROR (" + contract + "): " + std::to_string(error) + " of " +
+           std::to_string(n) + " prompts have failed runs (first: " + first_error + ")" +
            (violated ? "; " + std::to_string(violated) + " violate the contract" : "") + where;
   if (fail > 0)
-    return "hearth-proof: FAIL (" + contract + "): " + std::to_string(fail) + " of " + std::to_string(n) +
-           " prompts violate the contract (first: " + first_violation + ")" + where;
+    return "hearth-proof: FAIL (" + contract + "): " + std::to_string(fail) + " of " +
+           std::to_string(n) + " prompts violate the contract (first: " + first_violation + ")" +
+           where;
   return "hearth-proof: PASS (" + contract + "): " + runs + ", every contract holds" + where;
 }
 
@@ -227,12 +248,16 @@ std::string report_json_text(const json& report) {
   // Indented, except that each prompt (with its token arrays) is one line: readable, and a
   // line diff of two reports lines up prompt by prompt. Invalid UTF-8 (there should be none)
   // is replaced rather than losing the whole report.
-  auto dump = [](const json& v, int indent) { return v.dump(indent, ' ', false, json::error_handler_t::replace); };
+  auto dump = [](const json& v, int indent) {
+    return v.dump(indent, ' ', false, json::error_handler_t::replace);
+  };
   // The verdict and settings first; then identities; the bulky per-prompt data last.
-  std::vector<std::string> order = {"format", "version", "summary", "settings", "suite", "model", "profiles",
-                                    "hearth", "machine", "command", "cwd", "started", "finished"};
+  std::vector<std::string> order = {"format", "version",  "summary", "settings", "suite",
+                                    "model",  "profiles", "hearth",  "machine",  "command",
+                                    "cwd",    "started",  "finished"};
   for (const auto& [key, value] : report.items())
-    if (key != "prompts" && std::find(order.begin(), order.end(), key) == order.end()) order.push_back(key);
+    if (key != "prompts" && std::find(order.begin(), order.end(), key) == order.end())
+      order.push_back(key);
   order.push_back("prompts");
   std::string out = "{\n";
   bool first = true;
@@ -243,11 +268,13 @@ std::string report_json_text(const json& report) {
     first = false;
     if (key == "prompts" && value.is_array()) {
       out += "[";
-      for (size_t i = 0; i < value.size(); ++i) out += std::string(i ? ",\n  " : "\n  ") + dump(value[i], -1);
+      for (size_t i = 0; i < value.size(); ++i)
+        out += std::string(i ? ",\n  " : "\n  ") + dump(value[i], -1);
       out += value.empty() ? "]" : "\n ]";
     } else {
       std::string v = dump(value, 1);
-      for (size_t at = 0; (at = v.find('\n', at)) != std::string::npos; at += 2) v.insert(at + 1, " ");
+      for (size_t at = 0; (at = v.find('\n', at)) != std::string::npos; at += 2)
+        v.insert(at + 1, " ");
       out += v;
     }
   }

@@ -29,8 +29,8 @@ inline constexpr int kExitError = 2;
 
 // What the run was, besides its results.
 struct ReportContext {
-  std::string command;          // the command line, for reproduction
-  std::string cwd;              // where it ran (the command may name relative paths)
+  std::string command;            // the command line, for reproduction
+  std::string cwd;                // where it ran (the command may name relative paths)
   std::string started, finished;  // UTC, ISO 8601
   nlohmann::json machine, hearth, model;
   const Suite* suite = nullptr;

@@ -19,7 +19,8 @@ std::optional<Generation> generation_of(const json& run) {
   if (run.value("status", "") != "ok") return std::nullopt;
   Generation g;
   g.tokens = run.at("tokens").get<std::vector<int32_t>>();
-  for (const json& lp : run.at("logprobs")) g.logprobs.push_back(lp.is_number() ? lp.get<double>() : std::nan(""));
+  for (const json& lp : run.at("logprobs"))
+    g.logprobs.push_back(lp.is_number() ? lp.get<double>() : std::nan(""));
   g.pieces = run.value("pieces", std::vector<std::string>(g.tokens.size()));
   g.pieces.resize(g.tokens.size());
   g.logprobs.resize(g.tokens.size(), std::nan(""));
@@ -36,7 +37,9 @@ std::map<std::string, const json*> first_runs(const json& prompt) {
   return runs;
 }
 
-std::string show(const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); }
+std::string show(const json& v) {
+  return v.is_string() ? v.get<std::string>() : v.dump();
+}
 
 // Settings and identities that differ between the two reports: often exactly what the diff is
 // about (served vs single-process, 1 vs 8 workers), sometimes a sign of comparing the wrong pair.
@@ -58,7 +61,8 @@ json context_differences(const json& a, const json& b) {
 
 std::string cell(const std::string& s) {
   std::string out;
-  for (char c : s) out += c == '|' ? std::string("\\|") : c == '\n' ? std::string(" ") : std::string(1, c);
+  for (char c : s)
+    out += c == '|' ? std::string("\\|") : c == '\n' ? std::string(" ") : std::string(1, c);
   return out;
 }
 
@@ -74,7 +78,8 @@ DiffOutcome error_outcome(const std::string& why) {
 }  // namespace
 
 json load_report(const std::filesystem::path& given) {
-  const std::filesystem::path path = std::filesystem::is_directory(given) ? given / "report.json" : given;
+  const std::filesystem::path path =
+      std::filesystem::is_directory(given) ? given / "report.json" : given;
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error(path.string() + ": cannot open the report");
   json r = json::parse(in, nullptr, false);
@@ -82,20 +87,24 @@ json load_report(const std::filesystem::path& given) {
   if (!r.is_object() || r.value("format", "") != kReportFormat)
     throw std::runtime_error(path.string() + ": not a hearth-proof report");
   if (r.value("version", 0) != kReportVersion)
-    throw std::runtime_error(path.string() + ": report version " + r.value("version", json()).dump() +
+    throw std::runtime_error(path.string() + ": report version " +
+                             r.value("version", json()).dump() +
                              ", this hearth-proof reads version " + std::to_string(kReportVersion));
   for (const char* key : {"suite", "profiles", "prompts", "settings"})
-    if (!r.contains(key)) throw std::runtime_error(path.string() + ": report without \"" + key + "\"");
+    if (!r.contains(key))
+      throw std::runtime_error(path.string() + ": report without \"" + key + "\"");
   return r;
 }
 
-DiffOutcome diff_reports(const json& a, const json& b, const Contract& contract, const std::string& a_name,
-                         const std::string& b_name) {
+DiffOutcome diff_reports(const json& a, const json& b, const Contract& contract,
+                         const std::string& a_name, const std::string& b_name) {
   try {
-    const std::string sa = a.at("suite").at("xxh3").get<std::string>(), sb = b.at("suite").at("xxh3").get<std::string>();
+    const std::string sa = a.at("suite").at("xxh3").get<std::string>(),
+                      sb = b.at("suite").at("xxh3").get<std::string>();
     if (sa != sb)
-      return error_outcome("the reports are of different suites (" + show(a.at("suite").at("name")) + " " + sa +
-                           " vs " + show(b.at("suite").at("name")) + " " + sb + ")");
+      return error_outcome("the reports are of different suites (" +
+                           show(a.at("suite").at("name")) + " " + sa + " vs " +
+                           show(b.at("suite").at("name")) + " " + sb + ")");
     std::set<std::string> profiles_a, profiles_b;
     for (const json& p : a.at("profiles")) profiles_a.insert(p.at("label").get<std::string>());
     for (const json& p : b.at("profiles")) profiles_b.insert(p.at("label").get<std::string>());
@@ -126,14 +135,16 @@ DiffOutcome diff_reports(const json& a, const json& b, const Contract& contract,
           json item{{"profile", label}};
           const json* ra = runs_a.count(label) ? runs_a.at(label) : nullptr;
           const json* rb = runs_b.count(label) ? runs_b.at(label) : nullptr;
-          const auto ga = ra ? generation_of(*ra) : std::nullopt, gb = rb ? generation_of(*rb) : std::nullopt;
+          const auto ga = ra ? generation_of(*ra) : std::nullopt,
+                     gb = rb ? generation_of(*rb) : std::nullopt;
           if (!ga || !gb) {
             item["error"] = !ra   ? "no run of this profile in " + a_name
                             : !rb ? "no run of this profile in " + b_name
                             : !ga ? "the run failed in " + a_name
                                   : "the run failed in " + b_name;
             any_error = true;
-            if (first_error.empty()) first_error = "'" + id + "', " + label + ": " + item["error"].get<std::string>();
+            if (first_error.empty())
+              first_error = "'" + id + "', " + label + ": " + item["error"].get<std::string>();
           } else {
             const Comparison c =
                 compare(contract, *ga, *gb, ra->value("text", ""), rb->value("text", ""));
@@ -162,41 +173,54 @@ DiffOutcome diff_reports(const json& a, const json& b, const Contract& contract,
     DiffOutcome d;
     d.exit_code = errors ? kExitError : changed ? kExitViolated : kExitHolds;
     const char* verdict = errors ? "error" : changed ? "changed" : "same";
-    d.json = {{"verdict", verdict},
-              {"contract", contract.name()},
-              {"a", a_name},
-              {"b", b_name},
-              {"suite", a.at("suite")},
-              {"context_differences", context_differences(a, b)},
-              {"summary", {{"prompts", prompts.size()}, {"same", same}, {"changed", changed}, {"error", errors}}},
-              {"prompts", prompts}};
+    d.json = {
+        {"verdict", verdict},
+        {"contract", contract.name()},
+        {"a", a_name},
+        {"b", b_name},
+        {"suite", a.at("suite")},
+        {"context_differences", context_differences(a, b)},
+        {"summary",
+         {{"prompts", prompts.size()}, {"same", same}, {"changed", changed}, {"error", errors}}},
+        {"prompts", prompts}};
 
-    const std::string counts = std::to_string(prompts.size()) + " prompts: " + std::to_string(same) + " same, " +
-                               std::to_string(changed) + " changed, " + std::to_string(errors) + " error";
+    const std::string counts =
+        std::to_string(prompts.size()) + " prompts: " + std::to_string(same) + " same, " +
+        std::to_string(changed) + " changed, " + std::to_string(errors) + " error";
     if (errors)
-      d.verdict_line = "hearth-proof diff: ERROR (" + contract.name() + "): " + counts + " (first: " + first_error + ")";
+      d.verdict_line = "hearth-proof diff: ERROR (" + contract.name() + "): " + counts +
+                       " (first: " + first_error + ")";
     else if (changed)
-      d.verdict_line = "hearth-proof diff: CHANGED (" + contract.name() + "): " + counts + " (first: " + first_change + ")";
+      d.verdict_line = "hearth-proof diff: CHANGED (" + contract.name() + "): " + counts +
+                       " (first: " + first_change + ")";
     else
       d.verdict_line = "hearth-proof diff: SAME (" + contract.name() + "): " + counts;
 
     std::ostringstream md;
-    md << "# hearth-proof diff: " << (errors ? "ERROR" : changed ? "CHANGED" : "SAME") << "\n\n"
-       << "`" << a_name << "` vs `" << b_name << "`, suite " << show(a.at("suite").at("name")) << ", contract "
-       << contract.name() << ": " << counts << ".\n\n";
+    md << "# hearth-proof diff: "
+       << (errors    ? "ERROR"
+           : changed ? "CHANGED"
+                     : "SAME")
+       << "\n\n"
+       << "`" << a_name << "` vs `" << b_name << "`, suite " << show(a.at("suite").at("name"))
+       << ", contract " << contract.name() << ": " << counts << ".\n\n";
     if (!d.json["context_differences"].empty()) {
       md << "| differs | " << cell(a_name) << " | " << cell(b_name) << " |\n| --- | --- | --- |\n";
       for (const json& c : d.json["context_differences"])
-        md << "| " << c["key"].get<std::string>() << " | " << cell(show(c["a"])) << " | " << cell(show(c["b"])) << " |\n";
+        md << "| " << c["key"].get<std::string>() << " | " << cell(show(c["a"])) << " | "
+           << cell(show(c["b"])) << " |\n";
       md << "\n";
     }
-    if (changed + errors == 0) md << "Every prompt gave the same output for every profile.\n";
-    else md << "| prompt | verdict | profile | detail |\n| --- | --- | --- | --- |\n";
+    if (changed + errors == 0)
+      md << "Every prompt gave the same output for every profile.\n";
+    else
+      md << "| prompt | verdict | profile | detail |\n| --- | --- | --- | --- |\n";
     for (const json& p : prompts) {
       const std::string v = p["verdict"].get<std::string>();
       if (v == "same") continue;
       if (p.contains("error")) {
-        md << "| " << cell(p["id"].get<std::string>()) << " | **" << v << "** | | " << cell(p["error"].get<std::string>()) << " |\n";
+        md << "| " << cell(p["id"].get<std::string>()) << " | **" << v << "** | | "
+           << cell(p["error"].get<std::string>()) << " |\n";
         continue;
       }
       for (const json& item : p["profiles"]) {
@@ -207,9 +231,11 @@ DiffOutcome diff_reports(const json& a, const json& b, const Contract& contract,
                                  : item["comparison"]["reason"].get<std::string>();
         if (item.contains("comparison") && item["comparison"]["first_divergence"].is_object()) {
           const json& fd = item["comparison"]["first_divergence"];
-          detail += "; after " + fd["text_before"].dump() + ": " + fd["a_text"].dump() + " vs " + fd["b_text"].dump();
+          detail += "; after " + fd["text_before"].dump() + ": " + fd["a_text"].dump() + " vs " +
+                    fd["b_text"].dump();
         }
-        md << "| " << cell(p["id"].get<std::string>()) << " | " << (v == "same" ? v : "**" + v + "**") << " | "
+        md << "| " << cell(p["id"].get<std::string>()) << " | "
+           << (v == "same" ? v : "**" + v + "**") << " | "
            << cell(item["profile"].get<std::string>()) << " | " << cell(detail) << " |\n";
       }
     }

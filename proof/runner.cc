@@ -26,21 +26,25 @@ std::string read_file(const std::filesystem::path& path) {
   return s.str();
 }
 
-std::string tail(const std::string& s, size_t n) { return s.size() <= n ? s : s.substr(s.size() - n); }
+std::string tail(const std::string& s, size_t n) {
+  return s.size() <= n ? s : s.substr(s.size() - n);
+}
 
 // The last non-empty line of a worker's stderr: usually "hearth-worker: error: ...".
 std::string last_line(const std::string& text) {
   size_t end = text.find_last_not_of("\r\n \t");
   if (end == std::string::npos) return {};
   const size_t start = text.rfind('\n', end);
-  return text.substr(start == std::string::npos ? 0 : start + 1, end - (start == std::string::npos ? 0 : start + 1) + 1);
+  return text.substr(start == std::string::npos ? 0 : start + 1,
+                     end - (start == std::string::npos ? 0 : start + 1) + 1);
 }
 
 // A file-name-safe version of a prompt id or profile label.
 std::string safe_name(const std::string& s) {
   std::string out;
   for (char c : s.substr(0, 64))
-    out += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.') ? c : '_';
+    out +=
+        (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.') ? c : '_';
   return out;
 }
 
@@ -49,16 +53,16 @@ std::string zero_pad(size_t n, size_t width) {
   return std::string(width > s.size() ? width - s.size() : 0, '0') + s;
 }
 
-RunResult run_one(const RunSpec& spec, const Suite& suite, const std::vector<ProofProfile>& profiles,
-                  const RunnerOptions& options) {
+RunResult run_one(const RunSpec& spec, const Suite& suite,
+                  const std::vector<ProofProfile>& profiles, const RunnerOptions& options) {
   RunResult r;
   r.spec = spec;
   const SuitePrompt& prompt = suite.prompts[spec.prompt];
   const ProofProfile& profile = profiles[spec.profile];
   const std::filesystem::path dir =
       options.runs_dir / (zero_pad(spec.prompt, 3) + "-" + safe_name(prompt.id));
-  const std::string stem =
-      zero_pad(spec.profile, 2) + "-" + safe_name(profile.label) + ".r" + std::to_string(spec.repeat);
+  const std::string stem = zero_pad(spec.profile, 2) + "-" + safe_name(profile.label) + ".r" +
+                           std::to_string(spec.repeat);
   r.stdout_path = dir / (stem + ".jsonl");
   r.stderr_path = dir / (stem + ".stderr");
   if (stop_requested()) {
@@ -69,9 +73,10 @@ RunResult run_one(const RunSpec& spec, const Suite& suite, const std::vector<Pro
   const auto start = std::chrono::steady_clock::now();
   try {
     std::filesystem::create_directories(dir);
-    ChildProcess child = ChildProcess::spawn(
-        {worker_command(options.worker, options.model, profile, prompt, token_limit(prompt, options.budget)),
-         r.stdout_path, r.stderr_path});
+    ChildProcess child =
+        ChildProcess::spawn({worker_command(options.worker, options.model, profile, prompt,
+                                            token_limit(prompt, options.budget)),
+                             r.stdout_path, r.stderr_path});
     const auto deadline = start + options.timeout;
     while (!r.exit) {
       if (stop_requested()) {
@@ -85,7 +90,8 @@ RunResult run_one(const RunSpec& spec, const Suite& suite, const std::vector<Pro
         child.kill_group();
         r.exit = child.wait_until(std::chrono::steady_clock::time_point::max());
         const auto ms = options.timeout.count();
-        r.error = "timed out after " + (ms % 1000 == 0 ? std::to_string(ms / 1000) + " s" : std::to_string(ms) + " ms") +
+        r.error = "timed out after " +
+                  (ms % 1000 == 0 ? std::to_string(ms / 1000) + " s" : std::to_string(ms) + " ms") +
                   "; the worker was killed";
         break;
       }
@@ -94,7 +100,8 @@ RunResult run_one(const RunSpec& spec, const Suite& suite, const std::vector<Pro
   } catch (const std::exception& e) {
     r.error = e.what();  // could not start it: bad --worker path, out of processes, ...
   }
-  r.wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  r.wall_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   if (!r.exit) return r;
 
   const std::string err = read_file(r.stderr_path);
@@ -115,8 +122,12 @@ RunResult run_one(const RunSpec& spec, const Suite& suite, const std::vector<Pro
 
 }  // namespace
 
-void request_stop() noexcept { g_stop.store(true); }
-bool stop_requested() noexcept { return g_stop.load(); }
+void request_stop() noexcept {
+  g_stop.store(true);
+}
+bool stop_requested() noexcept {
+  return g_stop.load();
+}
 
 std::vector<RunResult> run_all(const Suite& suite, const std::vector<ProofProfile>& profiles,
                                const RunnerOptions& options) {

@@ -43,7 +43,8 @@ struct RunnerOptions {
   std::chrono::milliseconds timeout{std::chrono::minutes(10)};  // per run
   std::optional<int> budget;
   std::filesystem::path runs_dir;  // each run's stdout and stderr are kept here
-  std::function<void(const RunResult&, size_t done, size_t total)> on_result;  // progress; serialized
+  std::function<void(const RunResult&, size_t done, size_t total)>
+      on_result;  // progress; serialized
 };
 
 // Results in RunSpec order (prompt, then profile, then repeat), whatever order the runs took.

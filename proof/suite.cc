@@ -51,7 +51,8 @@ std::vector<int32_t> parse_tokens(const json& v, const LineError& fail) {
     arg_bytes += std::to_string(ids.back()).size() + 1;
   }
   if (arg_bytes > kMaxPromptArgBytes)
-    fail("\"prompt_tokens\" is too long to pass to a worker (" + std::to_string(ids.size()) + " ids)");
+    fail("\"prompt_tokens\" is too long to pass to a worker (" + std::to_string(ids.size()) +
+         " ids)");
   return ids;
 }
 
@@ -101,7 +102,8 @@ Suite load_suite(const std::filesystem::path& path) {
       } else if (key == "prompt_tokens") {
         p.tokens = parse_tokens(value, fail);
       } else if (key == "max_tokens") {
-        if (!value.is_number_integer() || value.get<int64_t>() < 1 || value.get<int64_t>() > (1 << 24))
+        if (!value.is_number_integer() || value.get<int64_t>() < 1 ||
+            value.get<int64_t>() > (1 << 24))
           fail("\"max_tokens\" must be an integer in [1, 16777216], got " + value.dump());
         p.max_tokens = value.get<int>();
       } else if (key == "meta") {

@@ -14,12 +14,12 @@
 namespace hearth::proof {
 
 struct SuitePrompt {
-  std::string id;                       // unique within the suite
-  std::optional<std::string> text;      // the prompt as text (the worker tokenizes it)...
-  std::vector<int32_t> tokens;          // ...or as token ids, used exactly
-  std::optional<int> max_tokens;        // this prompt's own cap, if any
-  nlohmann::json meta;                  // free-form notes (source, language), copied to reports
-  size_t line = 0;                      // where it is in the file, for messages
+  std::string id;                   // unique within the suite
+  std::optional<std::string> text;  // the prompt as text (the worker tokenizes it)...
+  std::vector<int32_t> tokens;      // ...or as token ids, used exactly
+  std::optional<int> max_tokens;    // this prompt's own cap, if any
+  nlohmann::json meta;              // free-form notes (source, language), copied to reports
+  size_t line = 0;                  // where it is in the file, for messages
 };
 
 struct Suite {

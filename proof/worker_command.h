@@ -18,8 +18,8 @@ struct ModelSource {
   std::optional<std::string> server;  // the server's socket: served mode
 };
 
-std::vector<std::string> worker_command(const std::filesystem::path& worker, const ModelSource& source,
-                                        const ProofProfile& profile, const SuitePrompt& prompt,
-                                        std::optional<int> token_limit);
+std::vector<std::string> worker_command(const std::filesystem::path& worker,
+                                        const ModelSource& source, const ProofProfile& profile,
+                                        const SuitePrompt& prompt, std::optional<int> token_limit);
 
 }  // namespace hearth::proof

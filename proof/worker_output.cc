@@ -40,7 +40,8 @@ Generation parse_worker_output(std::string_view jsonl) {
 
     if (event.contains("done")) {
       if (event["done"] != true) bad(line_no, "\"done\" must be true");
-      if (!event.contains("stop") || !event["stop"].is_string()) bad(line_no, "summary without \"stop\"");
+      if (!event.contains("stop") || !event["stop"].is_string())
+        bad(line_no, "summary without \"stop\"");
       if (!event.contains("generated_tokens") || !event["generated_tokens"].is_number_integer())
         bad(line_no, "summary without \"generated_tokens\"");
       g.stop = event["stop"].get<std::string>();

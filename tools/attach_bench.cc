@@ -39,7 +39,9 @@ using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 using hearth::UniqueFd;
 
-double ms_since(Clock::time_point t) { return std::chrono::duration<double, std::milli>(Clock::now() - t).count(); }
+double ms_since(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
 
 json summarize(std::vector<double> v) {
   if (v.empty()) return nullptr;
@@ -59,7 +61,8 @@ class Child {
  public:
   explicit Child(const std::vector<std::string>& args) {
     int in[2], out[2];
-    if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
+    if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0)
+      throw std::runtime_error("pipe2 failed");
     UniqueFd in_read(in[0]), out_write(out[1]);
     stdin_.reset(in[1]);
     stdout_.reset(out[0]);
@@ -115,13 +118,16 @@ class Child {
   std::string buffer_;
 };
 
-std::string self_path() { return std::filesystem::read_symlink("/proc/self/exe").string(); }
+std::string self_path() {
+  return std::filesystem::read_symlink("/proc/self/exe").string();
+}
 
 // Device memory in use on `device`, all processes together (bytes), or nullopt without CUDA.
 std::optional<uint64_t> device_used_bytes([[maybe_unused]] int device) {
 #if HEARTH_HAVE_CUDA
   size_t free = 0, total = 0;
-  if (cudaSetDevice(device) != cudaSuccess || cudaMemGetInfo(&free, &total) != cudaSuccess) return std::nullopt;
+  if (cudaSetDevice(device) != cudaSuccess || cudaMemGetInfo(&free, &total) != cudaSuccess)
+    return std::nullopt;
   return uint64_t(total - free);
 #else
   return std::nullopt;
@@ -208,8 +214,9 @@ json measure_first_token(const Settings& s) {
   std::vector<double> first, exit_ms, reported_attach, reported_load, reported_ttft;
   json last;
   for (int r = 0; r < s.worker_runs; ++r) {
-    std::vector<std::string> args = {s.worker, "--server", s.socket, "--model", s.model, "--prompt", s.prompt,
-                                     "--max-tokens", "2", "--format", "jsonl"};
+    std::vector<std::string> args = {s.worker, "--server", s.socket, "--model",
+                                     s.model,  "--prompt", s.prompt, "--max-tokens",
+                                     "2",      "--format", "jsonl"};
     if (!s.backend.empty()) args.insert(args.end(), {"--backend", s.backend});
     const Clock::time_point t = Clock::now();
     Child worker(args);
@@ -220,7 +227,8 @@ json measure_first_token(const Settings& s) {
     while (auto l = worker.read_line()) final_line = *l;
     const int status = worker.finish();
     exit_ms.push_back(ms_since(t));
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) throw std::runtime_error("the worker failed");
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+      throw std::runtime_error("the worker failed");
     const json done = json::parse(final_line, nullptr, false);
     if (done.is_object() && done.contains("timings")) {
       last = done["timings"];
@@ -239,17 +247,20 @@ json measure_first_token(const Settings& s) {
 }
 
 // Starts `n` holders of one kind and waits until all of them hold.
-std::vector<std::unique_ptr<Child>> start_holders(const Settings& s, int n, bool context_only, bool touch) {
+std::vector<std::unique_ptr<Child>> start_holders(const Settings& s, int n, bool context_only,
+                                                  bool touch) {
   std::vector<std::unique_ptr<Child>> holders;
   for (int i = 0; i < n; ++i) {
-    std::vector<std::string> args = {self_path(), "--hold", "--socket", s.socket, "--model", s.model};
+    std::vector<std::string> args = {self_path(), "--hold",  "--socket",
+                                     s.socket,    "--model", s.model};
     if (context_only) args.push_back("--context-only");
     if (touch) args.push_back("--touch");
     holders.push_back(std::make_unique<Child>(args));
   }
   for (auto& h : holders) {
     const auto line = h->read_line();
-    if (!line || line->rfind("READY", 0) != 0) throw std::runtime_error("a holder process failed to attach");
+    if (!line || line->rfind("READY", 0) != 0)
+      throw std::runtime_error("a holder process failed to attach");
   }
   return holders;
 }
@@ -265,7 +276,8 @@ json measure_memory(const Settings& s, const json& attach) {
     }
     return shmem_bytes();
   };
-  json out = {{"measure", vmm ? "device memory used (cudaMemGetInfo, all processes)" : "Shmem (/proc/meminfo)"},
+  json out = {{"measure", vmm ? "device memory used (cudaMemGetInfo, all processes)"
+                              : "Shmem (/proc/meminfo)"},
               {"holders", s.holders},
               {"weights_bytes", attach["allocation_bytes"]}};
   out["baseline_bytes"] = used();
@@ -285,40 +297,49 @@ json measure_memory(const Settings& s, const json& attach) {
     const double with = out["with_attached_workers_bytes"].get<double>();
     out["per_worker_bytes"] = (with - base) / std::max(1, s.holders);
     if (vmm && out["with_contexts_only_bytes"].is_number())
-      out["per_worker_beyond_context_bytes"] = (with - out["with_contexts_only_bytes"].get<double>()) / std::max(1, s.holders);
-    out["copies_of_weights"] = 1.0 + (with - base) / std::max(1.0, attach["allocation_bytes"].get<double>());
+      out["per_worker_beyond_context_bytes"] =
+          (with - out["with_contexts_only_bytes"].get<double>()) / std::max(1, s.holders);
+    out["copies_of_weights"] =
+        1.0 + (with - base) / std::max(1.0, attach["allocation_bytes"].get<double>());
   }
   return out;
 }
 
 void print_table(const json& r) {
   auto ms = [](const json& stat) { return stat.is_object() ? stat["median"].get<double>() : 0.0; };
-  std::fprintf(stderr, "hearth-attach-bench: model %s, %s backend, %zu tensors, %.2f GB\n",
-               r["model"].get<std::string>().c_str(), r["attach"]["backend"].get<std::string>().c_str(),
-               r["attach"]["tensors"].get<size_t>(), r["attach"]["tensor_bytes"].get<double>() / 1e9);
-  std::fprintf(stderr, "  %-38s %10.2f ms (median of %d; min %.2f)\n", "attach (connect+manifest+import+map)",
-               ms(r["attach"]["attach_ms"]), r["settings"]["runs"].get<int>(), r["attach"]["attach_ms"]["min"].get<double>());
+  std::fprintf(
+      stderr, "hearth-attach-bench: model %s, %s backend, %zu tensors, %.2f GB\n",
+      r["model"].get<std::string>().c_str(), r["attach"]["backend"].get<std::string>().c_str(),
+      r["attach"]["tensors"].get<size_t>(), r["attach"]["tensor_bytes"].get<double>() / 1e9);
+  std::fprintf(stderr, "  %-38s %10.2f ms (median of %d; min %.2f)\n",
+               "attach (connect+manifest+import+map)", ms(r["attach"]["attach_ms"]),
+               r["settings"]["runs"].get<int>(), r["attach"]["attach_ms"]["min"].get<double>());
   for (const char* step : {"connect", "manifest", "import", "map"})
     std::fprintf(stderr, "    %-36s %10.2f ms\n", step, ms(r["attach"]["steps_ms"][step]));
-  std::fprintf(stderr, "  %-38s %10.2f ms\n", "first attach (incl. CUDA set-up)", r["attach"]["first_attach_ms"].get<double>());
+  std::fprintf(stderr, "  %-38s %10.2f ms\n", "first attach (incl. CUDA set-up)",
+               r["attach"]["first_attach_ms"].get<double>());
   if (r["attach"]["verified"].get<bool>())
-    std::fprintf(stderr, "  %-38s %10.2f ms\n", "verify every checksum", r["attach"]["verify_ms"].get<double>());
+    std::fprintf(stderr, "  %-38s %10.2f ms\n", "verify every checksum",
+                 r["attach"]["verify_ms"].get<double>());
   if (r.contains("worker"))
     std::fprintf(stderr, "  %-38s %10.2f ms (median of %d)\n", "worker start to first token",
-                 ms(r["worker"]["start_to_first_token_ms"]), r["settings"]["worker_runs"].get<int>());
+                 ms(r["worker"]["start_to_first_token_ms"]),
+                 r["settings"]["worker_runs"].get<int>());
   const json& load = r["server_load"];
   if (load.is_object())
     std::fprintf(stderr, "  %-38s %10.2f GB/s (%.2f s whole load)\n", "server upload (copy)",
                  load["copy_gb_per_s"].get<double>(), load["seconds"].get<double>());
   if (r.contains("memory") && r["memory"].contains("per_worker_bytes"))
     std::fprintf(stderr, "  %-38s %10.1f MB per worker (%d workers; %.3f copies of the weights)\n",
-                 "memory with attached workers", r["memory"]["per_worker_bytes"].get<double>() / 1e6,
+                 "memory with attached workers",
+                 r["memory"]["per_worker_bytes"].get<double>() / 1e6,
                  r["memory"]["holders"].get<int>(), r["memory"]["copies_of_weights"].get<double>());
 }
 
 int run(int argc, char** argv) {
-  CLI::App app{"hearth-attach-bench: attach time, worker start to first token, upload throughput and "
-               "memory per worker for a model served by a running hearth-server"};
+  CLI::App app{
+      "hearth-attach-bench: attach time, worker start to first token, upload throughput and "
+      "memory per worker for a model served by a running hearth-server"};
   Settings s;
   bool holder = false, context_only = false, touch = false, no_worker = false;
   std::string json_path;
@@ -327,22 +348,28 @@ int run(int argc, char** argv) {
   app.add_option("--runs", s.runs, "attach measurements");
   app.add_option("--worker-runs", s.worker_runs, "worker start-to-first-token measurements");
   app.add_option("--workers", s.holders, "processes attached at once for the memory measurement");
-  app.add_option("--worker", s.worker, "hearth-worker to start (default: the one beside this tool)");
-  app.add_option("--backend", s.backend, "engine for the worker runs (default: where the weights live)");
+  app.add_option("--worker", s.worker,
+                 "hearth-worker to start (default: the one beside this tool)");
+  app.add_option("--backend", s.backend,
+                 "engine for the worker runs (default: where the weights live)");
   app.add_option("--prompt", s.prompt, "prompt for the worker runs");
   app.add_flag("!--no-verify", s.verify, "skip recomputing every tensor's checksum once");
-  app.add_flag("--no-worker", no_worker, "skip the worker process runs (no engine for this model here)");
+  app.add_flag("--no-worker", no_worker,
+               "skip the worker process runs (no engine for this model here)");
   app.add_option("--json", json_path, "also write the JSON result here");
   app.add_flag("--hold", holder, "(internal) attach and hold until stdin closes")->group("");
-  app.add_flag("--context-only", context_only, "(internal) with --hold: only create a CUDA context")->group("");
+  app.add_flag("--context-only", context_only, "(internal) with --hold: only create a CUDA context")
+      ->group("");
   app.add_flag("--touch", touch, "(internal) with --hold: read every weight once")->group("");
   CLI11_PARSE(app, argc, argv);
   if (holder) return hold(s.socket, s.model, context_only, touch);
-  if (s.worker.empty()) s.worker = (std::filesystem::path(self_path()).parent_path() / "hearth-worker").string();
+  if (s.worker.empty())
+    s.worker = (std::filesystem::path(self_path()).parent_path() / "hearth-worker").string();
 
-  json result = {{"model", s.model},
-                 {"socket", s.socket},
-                 {"settings", {{"runs", s.runs}, {"worker_runs", s.worker_runs}, {"workers", s.holders}}}};
+  json result = {
+      {"model", s.model},
+      {"socket", s.socket},
+      {"settings", {{"runs", s.runs}, {"worker_runs", s.worker_runs}, {"workers", s.holders}}}};
   result["attach"] = measure_attach(s);
   {
     hearth::ipc::Client client = connect(s.socket);

@@ -24,7 +24,9 @@ using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 namespace fs = std::filesystem;
 
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
 
 std::vector<int> parse_list(const std::string& s) {
   std::vector<int> v;
@@ -37,13 +39,15 @@ std::vector<int> parse_list(const std::string& s) {
 // Matrix parameters a token's forward pass multiplies with (everything but the embedding).
 uint64_t matmul_params(const hearth::ModelConfig& c) {
   const uint64_t h = c.hidden;
-  const uint64_t per_layer = h * c.q_dim() + 2 * h * c.kv_dim() + uint64_t(c.q_dim()) * h + 3 * h * c.intermediate;
+  const uint64_t per_layer =
+      h * c.q_dim() + 2 * h * c.kv_dim() + uint64_t(c.q_dim()) * h + 3 * h * c.intermediate;
   return per_layer * c.n_layers + h * c.vocab;  // + LM head
 }
 
 std::vector<int32_t> tokens(int n, int vocab, int salt) {
   std::vector<int32_t> t(n);
-  for (int i = 0; i < n; ++i) t[i] = int32_t((uint64_t(i) * 2654435761u + salt) % uint64_t(vocab - 1)) + 1;
+  for (int i = 0; i < n; ++i)
+    t[i] = int32_t((uint64_t(i) * 2654435761u + salt) % uint64_t(vocab - 1)) + 1;
   return t;
 }
 
@@ -54,12 +58,13 @@ json kernel_bench(const hearth::WeightStore& store, int max_context) {
   using hearth::kernels::GemvArgs;
   using hearth::kernels::GemvEpilogue;
   const hearth::ModelConfig& c = store.config();
-  const auto type = store.at("model.embed_tokens.weight").info.dtype == hearth::DType::BF16 ? hearth::kernels::Half::BF16
-                                                                                          : hearth::kernels::Half::F16;
+  const auto type = store.at("model.embed_tokens.weight").info.dtype == hearth::DType::BF16
+                        ? hearth::kernels::Half::BF16
+                        : hearth::kernels::Half::F16;
   const int h = c.hidden, L = c.n_layers;
   const size_t big = std::max<size_t>({size_t(c.vocab), size_t(c.intermediate), size_t(c.q_dim())});
-  hearth::DeviceBuffer x(h * 4), norm(h * 4), x16(big * 2), out(big * 4), out2(big * 4), out3(big * 4), act(big * 2),
-      q16(c.q_dim() * 2), pos(4);
+  hearth::DeviceBuffer x(h * 4), norm(h * 4), x16(big * 2), out(big * 4), out2(big * 4),
+      out3(big * 4), act(big * 2), q16(c.q_dim() * 2), pos(4);
   std::vector<float> ones(h, 1.0f), xv(h);
   for (int i = 0; i < h; ++i) xv[i] = float((i * 37) % 17) / 17.0f - 0.5f;
   cudaMemcpy(x.get(), xv.data(), h * 4, cudaMemcpyHostToDevice);
@@ -102,8 +107,10 @@ json kernel_bench(const hearth::WeightStore& store, int max_context) {
     GemvEpilogue epilogue;
     bool norm;
   };
-  const Class classes[] = {{"qkv_rope", GemvEpilogue::QkvRope, true}, {"o_proj", GemvEpilogue::Accumulate, false},
-                           {"gate_up", GemvEpilogue::SwiGLU, true}, {"down_proj", GemvEpilogue::Accumulate, false},
+  const Class classes[] = {{"qkv_rope", GemvEpilogue::QkvRope, true},
+                           {"o_proj", GemvEpilogue::Accumulate, false},
+                           {"gate_up", GemvEpilogue::SwiGLU, true},
+                           {"down_proj", GemvEpilogue::Accumulate, false},
                            {"lm_head", GemvEpilogue::Store, true}};
   for (const Class& k : classes) {
     for (int split : {0, 1, 2, 4, 8}) {
@@ -111,25 +118,33 @@ json kernel_bench(const hearth::WeightStore& store, int max_context) {
       auto args = [&](int l) {
         GemvArgs a;
         a.split = split;
-        if (k.norm) a.x_norm = x.get<float>(), a.norm_weight = norm.get<float>(), a.eps = 1e-5f;
-        else a.x = x16.get();
+        if (k.norm)
+          a.x_norm = x.get<float>(), a.norm_weight = norm.get<float>(), a.eps = 1e-5f;
+        else
+          a.x = x16.get();
         const std::string name = k.name;
         a.prefetch = name == "qkv_rope" || name == "o_proj";  // as the engine launches them
         if (name == "qkv_rope") {
           a.w[0] = w(l, "self_attn.q_proj.weight"), a.w[1] = w(l, "self_attn.k_proj.weight"),
           a.w[2] = w(l, "self_attn.v_proj.weight");
           a.rows[0] = c.q_dim(), a.rows[1] = c.kv_dim(), a.rows[2] = c.kv_dim(), a.k = h;
-          a.inv_freq = inv_freq.get<float>(), a.pos = pos.get<int>(), a.head_dim = c.head_dim, a.context = max_context;
-          a.q_out = q16.get(), a.k_cache = kc.get<char>() + l * layer_cache, a.v_cache = vc.get<char>() + l * layer_cache;
+          a.inv_freq = inv_freq.get<float>(), a.pos = pos.get<int>(), a.head_dim = c.head_dim,
+          a.context = max_context;
+          a.q_out = q16.get(), a.k_cache = kc.get<char>() + l * layer_cache,
+          a.v_cache = vc.get<char>() + l * layer_cache;
         } else if (name == "o_proj") {
-          a.w[0] = w(l, "self_attn.o_proj.weight"), a.rows[0] = h, a.out[0] = out.get<float>(), a.k = c.q_dim();
+          a.w[0] = w(l, "self_attn.o_proj.weight"), a.rows[0] = h, a.out[0] = out.get<float>(),
+          a.k = c.q_dim();
         } else if (name == "gate_up") {
-          a.w[0] = w(l, "mlp.gate_proj.weight"), a.w[1] = w(l, "mlp.up_proj.weight"), a.rows[0] = c.intermediate;
+          a.w[0] = w(l, "mlp.gate_proj.weight"), a.w[1] = w(l, "mlp.up_proj.weight"),
+          a.rows[0] = c.intermediate;
           a.act = act.get(), a.k = h;
         } else if (name == "down_proj") {
-          a.w[0] = w(l, "mlp.down_proj.weight"), a.rows[0] = h, a.out[0] = out.get<float>(), a.k = c.intermediate;
+          a.w[0] = w(l, "mlp.down_proj.weight"), a.rows[0] = h, a.out[0] = out.get<float>(),
+          a.k = c.intermediate;
         } else {
-          a.w[0] = c.tie_embeddings ? store.at("model.embed_tokens.weight").data : store.at("lm_head.weight").data;
+          a.w[0] = c.tie_embeddings ? store.at("model.embed_tokens.weight").data
+                                    : store.at("lm_head.weight").data;
           a.rows[0] = c.vocab, a.out[0] = out.get<float>(), a.k = h;
         }
         return a;
@@ -143,13 +158,17 @@ json kernel_bench(const hearth::WeightStore& store, int max_context) {
       const double ms = time_ms([&] {
         for (int l = 0; l < layers; ++l) hearth::kernels::gemv(type, k.epilogue, args(l), stream);
       });
-      result.push_back({{"kernel", k.name}, {"split", split}, {"launches", layers}, {"us_per_launch", 1e3 * ms / layers},
+      result.push_back({{"kernel", k.name},
+                        {"split", split},
+                        {"launches", layers},
+                        {"us_per_launch", 1e3 * ms / layers},
                         {"gbps", bytes / ms / 1e6}});
-      std::fprintf(stderr, "kernels: %-9s split %d: %7.1f us/launch %7.1f GB/s\n", k.name, split, 1e3 * ms / layers,
-                   bytes / ms / 1e6);
+      std::fprintf(stderr, "kernels: %-9s split %d: %7.1f us/launch %7.1f GB/s\n", k.name, split,
+                   1e3 * ms / layers, bytes / ms / 1e6);
     }
   }
-  hearth::DeviceBuffer scratch(hearth::kernels::decode_attention_scratch_floats(c.n_heads, c.head_dim, max_context) * 4);
+  hearth::DeviceBuffer scratch(
+      hearth::kernels::decode_attention_scratch_floats(c.n_heads, c.head_dim, max_context) * 4);
   hearth::DeviceBuffer counters(c.n_kv_heads * 4);
   cudaMemset(counters.get(), 0, counters.bytes());
   for (int ctx : {128, 2048, 8192}) {
@@ -158,17 +177,23 @@ json kernel_bench(const hearth::WeightStore& store, int max_context) {
     const double ms = time_ms([&] {
       for (int l = 0; l < L; ++l) {
         hearth::kernels::DecodeAttentionArgs a;
-        a.q = q16.get(), a.k_cache = kc.get<char>() + l * layer_cache, a.v_cache = vc.get<char>() + l * layer_cache;
-        a.pos = pos.get<int>(), a.n_heads = c.n_heads, a.n_kv_heads = c.n_kv_heads, a.head_dim = c.head_dim;
-        a.context = max_context, a.scale = 0.1f, a.partial = scratch.get<float>(), a.counters = counters.get<unsigned>();
+        a.q = q16.get(), a.k_cache = kc.get<char>() + l * layer_cache,
+        a.v_cache = vc.get<char>() + l * layer_cache;
+        a.pos = pos.get<int>(), a.n_heads = c.n_heads, a.n_kv_heads = c.n_kv_heads,
+        a.head_dim = c.head_dim;
+        a.context = max_context, a.scale = 0.1f, a.partial = scratch.get<float>(),
+        a.counters = counters.get<unsigned>();
         a.out = act.get();
         hearth::kernels::attention_decode(type, a, stream);
       }
     });
     const double bytes = double(L) * (ctx + 1) * c.kv_dim() * 2 * 2;
-    result.push_back({{"kernel", "attention_decode"}, {"context", ctx}, {"us_per_launch", 1e3 * ms / L},
+    result.push_back({{"kernel", "attention_decode"},
+                      {"context", ctx},
+                      {"us_per_launch", 1e3 * ms / L},
                       {"gbps", bytes / ms / 1e6}});
-    std::fprintf(stderr, "kernels: attention ctx %5d: %7.1f us/launch %7.1f GB/s\n", ctx, 1e3 * ms / L, bytes / ms / 1e6);
+    std::fprintf(stderr, "kernels: attention ctx %5d: %7.1f us/launch %7.1f GB/s\n", ctx,
+                 1e3 * ms / L, bytes / ms / 1e6);
   }
   cudaEventDestroy(e0);
   cudaEventDestroy(e1);
@@ -178,24 +203,29 @@ json kernel_bench(const hearth::WeightStore& store, int max_context) {
 
 int run(int argc, char** argv) {
   CLI::App app{"hearth-bench: CUDA engine decode/prefill speed against the hardware ceilings"};
-  std::string model_dir, decode_list = "128,2048,8192", prefill_list = "512,2048,8192", json_path, layout = "per-tensor";
+  std::string model_dir, decode_list = "128,2048,8192", prefill_list = "512,2048,8192", json_path,
+                         layout = "per-tensor";
   std::string label;
   int decode_tokens = 128, repeats = 3;
   double copy_gbps = 3020, matmul_tflops = 796;
   std::vector<std::string> settings;
   app.add_option("--model", model_dir, "model directory")->required();
   app.add_option("--label", label, "model label in the report (default: directory name)");
-  app.add_option("--decode-contexts", decode_list, "contexts to decode at (tokens already in the cache)");
+  app.add_option("--decode-contexts", decode_list,
+                 "contexts to decode at (tokens already in the cache)");
   app.add_option("--decode-tokens", decode_tokens, "tokens decoded per measurement");
   app.add_option("--prefill", prefill_list, "prompt lengths to prefill");
   app.add_option("--repeats", repeats, "prefill repetitions (median reported)");
-  app.add_option("--weights-layout", layout, "per-tensor | packed")->check(CLI::IsMember({"per-tensor", "packed"}));
+  app.add_option("--weights-layout", layout, "per-tensor | packed")
+      ->check(CLI::IsMember({"per-tensor", "packed"}));
   app.add_option("--set", settings, "profile key=value (repeatable)");
   app.add_option("--copy-gbps", copy_gbps, "decode ceiling: device-to-device copy bandwidth, GB/s");
-  app.add_option("--matmul-tflops", matmul_tflops, "prefill ceiling: dense bf16 matmul rate, TFLOP/s");
+  app.add_option("--matmul-tflops", matmul_tflops,
+                 "prefill ceiling: dense bf16 matmul rate, TFLOP/s");
   app.add_option("--json", json_path, "also write the JSON report here");
   bool kernels = false;
-  app.add_flag("--kernels", kernels, "also time each decode kernel class alone (GB/s per GEMV split)");
+  app.add_flag("--kernels", kernels,
+               "also time each decode kernel class alone (GB/s per GEMV split)");
   CLI11_PARSE(app, argc, argv);
   if (label.empty()) label = fs::path(model_dir).filename().string();
 
@@ -206,13 +236,15 @@ int run(int argc, char** argv) {
     if (v.is_discarded()) v = s.substr(eq + 1);
     hearth::apply_profile_json(profile, json{{s.substr(0, eq), v}}, "--set");
   }
-  const std::vector<int> decode_ctx = parse_list(decode_list), prefill_lens = parse_list(prefill_list);
+  const std::vector<int> decode_ctx = parse_list(decode_list),
+                         prefill_lens = parse_list(prefill_list);
   int context = 1;
   for (int c : decode_ctx) context = std::max(context, c + decode_tokens + 1);
   for (int n : prefill_lens) context = std::max(context, n + 1);
 
   cudaDeviceProp prop{};
-  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess) throw std::runtime_error("no CUDA device was found");
+  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess)
+    throw std::runtime_error("no CUDA device was found");
   int driver = 0;
   cudaDriverGetVersion(&driver);
   char host[256] = {};
@@ -236,25 +268,39 @@ int run(int argc, char** argv) {
   cudaMemGetInfo(&free1, &total_mem);
 
   const uint64_t weight_bytes_per_token = matmul_params(c) * 2;
-  const uint64_t kv_bytes_per_position = uint64_t(c.n_layers) * c.kv_dim() * 2 * 2;  // K and V, 16-bit
+  const uint64_t kv_bytes_per_position =
+      uint64_t(c.n_layers) * c.kv_dim() * 2 * 2;  // K and V, 16-bit
   const uint64_t matmul_flops_per_token = 2 * matmul_params(c);
 
-  json report = {{"machine", {{"gpu", prop.name}, {"sms", prop.multiProcessorCount},
-                              {"memory_gb", total_mem / 1e9}, {"driver", driver}, {"host", host}}},
-                 {"model", {{"label", label}, {"architecture", c.architecture_name},
-                            {"parameters", c.parameter_count()}, {"layers", c.n_layers},
-                            {"hidden", c.hidden}, {"vocab", c.vocab}}},
-                 {"settings", hearth::profile_to_json(profile)},
-                 {"ceilings", {{"copy_gbps", copy_gbps}, {"matmul_tflops", matmul_tflops}}},
-                 {"weights", {{"layout", layout}, {"bytes", store->device_bytes()},
-                              {"upload_s", store->upload_stats().seconds},
-                              {"upload_gbps", store->upload_stats().bytes / 1e9 / store->upload_stats().seconds},
-                              {"load_s", load_s}}},
-                 {"gpu_memory", {{"weights_gb", store->device_bytes() / 1e9},
-                                 {"workspace_gb", gpu.workspace_bytes() / 1e9},
-                                 {"used_gb", (free0 - free1) / 1e9}, {"context", context}}},
-                 {"decode", json::array()},
-                 {"prefill", json::array()}};
+  json report = {
+      {"machine",
+       {{"gpu", prop.name},
+        {"sms", prop.multiProcessorCount},
+        {"memory_gb", total_mem / 1e9},
+        {"driver", driver},
+        {"host", host}}},
+      {"model",
+       {{"label", label},
+        {"architecture", c.architecture_name},
+        {"parameters", c.parameter_count()},
+        {"layers", c.n_layers},
+        {"hidden", c.hidden},
+        {"vocab", c.vocab}}},
+      {"settings", hearth::profile_to_json(profile)},
+      {"ceilings", {{"copy_gbps", copy_gbps}, {"matmul_tflops", matmul_tflops}}},
+      {"weights",
+       {{"layout", layout},
+        {"bytes", store->device_bytes()},
+        {"upload_s", store->upload_stats().seconds},
+        {"upload_gbps", store->upload_stats().bytes / 1e9 / store->upload_stats().seconds},
+        {"load_s", load_s}}},
+      {"gpu_memory",
+       {{"weights_gb", store->device_bytes() / 1e9},
+        {"workspace_gb", gpu.workspace_bytes() / 1e9},
+        {"used_gb", (free0 - free1) / 1e9},
+        {"context", context}}},
+      {"decode", json::array()},
+      {"prefill", json::array()}};
 
   if (kernels) report["kernels"] = kernel_bench(*store, std::max(context, 8448));
 
@@ -282,11 +328,15 @@ int run(int argc, char** argv) {
     const double avg_ctx = ctx + decode_tokens / 2.0;
     const double bytes = weight_bytes_per_token + kv_bytes_per_position * avg_ctx;
     const double gbps = bytes * tps / 1e9;
-    report["decode"].push_back({{"context", ctx}, {"tokens", decode_tokens}, {"tokens_per_s", tps},
-                                {"ms_per_token", 1e3 / tps}, {"bytes_per_token", bytes}, {"gbps", gbps},
+    report["decode"].push_back({{"context", ctx},
+                                {"tokens", decode_tokens},
+                                {"tokens_per_s", tps},
+                                {"ms_per_token", 1e3 / tps},
+                                {"bytes_per_token", bytes},
+                                {"gbps", gbps},
                                 {"fraction_of_copy_bandwidth", gbps / copy_gbps}});
-    std::fprintf(stderr, "bench: decode ctx %5d: %8.1f tok/s  %7.1f GB/s  %5.1f%% of %.0f GB/s\n", ctx, tps,
-                 gbps, 100 * gbps / copy_gbps, copy_gbps);
+    std::fprintf(stderr, "bench: decode ctx %5d: %8.1f tok/s  %7.1f GB/s  %5.1f%% of %.0f GB/s\n",
+                 ctx, tps, gbps, 100 * gbps / copy_gbps, copy_gbps);
   }
 
   for (int n : prefill_lens) {
@@ -305,23 +355,31 @@ int run(int argc, char** argv) {
     const double attn_flops = 4.0 * c.n_layers * c.n_heads * c.head_dim * (double(n) * (n + 1) / 2);
     const double flops = double(matmul_flops_per_token) * n + attn_flops;
     const double tflops = flops / secs / 1e12;
-    report["prefill"].push_back({{"tokens", n}, {"seconds", secs}, {"tokens_per_s", n / secs},
-                                 {"time_to_first_token_ms", secs * 1e3}, {"tflops", tflops},
+    report["prefill"].push_back({{"tokens", n},
+                                 {"seconds", secs},
+                                 {"tokens_per_s", n / secs},
+                                 {"time_to_first_token_ms", secs * 1e3},
+                                 {"tflops", tflops},
                                  {"fraction_of_matmul_rate", tflops / matmul_tflops}});
-    std::fprintf(stderr, "bench: prefill %5d: %9.0f tok/s  TTFT %7.2f ms  %6.1f TFLOP/s  %5.1f%% of %.0f\n", n,
-                 n / secs, secs * 1e3, tflops, 100 * tflops / matmul_tflops, matmul_tflops);
+    std::fprintf(stderr,
+                 "bench: prefill %5d: %9.0f tok/s  TTFT %7.2f ms  %6.1f TFLOP/s  %5.1f%% of %.0f\n",
+                 n, n / secs, secs * 1e3, tflops, 100 * tflops / matmul_tflops, matmul_tflops);
   }
 
   // The table, then the JSON.
-  std::printf("| model | phase | size | tok/s | ms | achieved | of ceiling |\n|---|---|---|---|---|---|---|\n");
+  std::printf(
+      "| model | phase | size | tok/s | ms | achieved | of ceiling "
+      "|\n|---|---|---|---|---|---|---|\n");
   for (const json& d : report["decode"])
-    std::printf("| %s | decode | ctx %d | %.1f | %.2f/token | %.0f GB/s | %.1f%% |\n", label.c_str(),
-                d["context"].get<int>(), d["tokens_per_s"].get<double>(), d["ms_per_token"].get<double>(),
-                d["gbps"].get<double>(), 100 * d["fraction_of_copy_bandwidth"].get<double>());
+    std::printf("| %s | decode | ctx %d | %.1f | %.2f/token | %.0f GB/s | %.1f%% |\n",
+                label.c_str(), d["context"].get<int>(), d["tokens_per_s"].get<double>(),
+                d["ms_per_token"].get<double>(), d["gbps"].get<double>(),
+                100 * d["fraction_of_copy_bandwidth"].get<double>());
   for (const json& p : report["prefill"])
-    std::printf("| %s | prefill | %d tokens | %.0f | %.2f TTFT | %.0f TFLOP/s | %.1f%% |\n", label.c_str(),
-                p["tokens"].get<int>(), p["tokens_per_s"].get<double>(), p["time_to_first_token_ms"].get<double>(),
-                p["tflops"].get<double>(), 100 * p["fraction_of_matmul_rate"].get<double>());
+    std::printf("| %s | prefill | %d tokens | %.0f | %.2f TTFT | %.0f TFLOP/s | %.1f%% |\n",
+                label.c_str(), p["tokens"].get<int>(), p["tokens_per_s"].get<double>(),
+                p["time_to_first_token_ms"].get<double>(), p["tflops"].get<double>(),
+                100 * p["fraction_of_matmul_rate"].get<double>());
   std::printf("%s\n", report.dump().c_str());
   if (!json_path.empty()) {
     FILE* f = std::fopen(json_path.c_str(), "w");

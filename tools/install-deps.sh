@@ -2,7 +2,7 @@
 # Installs the Debian/Ubuntu packages hearth builds against, only where missing.
 # CUDA is optional: with nvcc at /usr/local/cuda the CUDA backend is compiled too.
 set -euo pipefail
-packages=(build-essential cmake ninja-build pkg-config git
+packages=(build-essential cmake ninja-build pkg-config git clang-format
           libuv1-dev nlohmann-json3-dev libgtest-dev libgmock-dev
           libpcre2-dev libutf8proc-dev libxxhash-dev libcli11-dev)
 missing=()

@@ -7,6 +7,13 @@ cd "$(dirname "$0")/.."
 tools/install-deps.sh
 jobs=$(nproc)
 
+echo "== format check (.clang-format) =="
+unformatted=$(git ls-files '*.cc' '*.h' '*.cu' '*.cuh' | while read -r f; do
+  clang-format --dry-run -Werror "$f" >/dev/null 2>&1 || echo "$f"; done)
+if [ -n "$unformatted" ]; then
+  echo "not formatted (run clang-format -i on them):"; echo "$unformatted"; exit 1
+fi
+
 echo "== release build =="
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build -j"$jobs"

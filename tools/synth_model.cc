@@ -31,68 +31,153 @@ using hearth::DType;
 // preset can never describe something the engine would refuse.
 const std::map<std::string, json>& presets() {
   static const std::map<std::string, json> table = {
-      {"tiny-llama", {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"},
-                      {"hidden_size", 64}, {"intermediate_size", 176}, {"num_hidden_layers", 2},
-                      {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"vocab_size", 512},
-                      {"max_position_embeddings", 1024}, {"rope_theta", 10000.0},
-                      {"tie_word_embeddings", false}}},
-      {"tiny-llama3", {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"},
-                       {"hidden_size", 64}, {"intermediate_size", 192}, {"num_hidden_layers", 2},
-                       {"num_attention_heads", 4}, {"num_key_value_heads", 1}, {"vocab_size", 512},
-                       {"max_position_embeddings", 2048}, {"rope_theta", 500000.0},
-                       {"rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0},
-                                         {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
-                                         {"original_max_position_embeddings", 256}}},
-                       {"tie_word_embeddings", true}}},
-      {"tiny-mistral", {{"architectures", {"MistralForCausalLM"}}, {"model_type", "mistral"},
-                        {"hidden_size", 64}, {"intermediate_size", 160}, {"num_hidden_layers", 2},
-                        {"num_attention_heads", 8}, {"num_key_value_heads", 2}, {"vocab_size", 512},
-                        {"max_position_embeddings", 2048}, {"sliding_window", 1024},
-                        {"rope_theta", 1000000.0}, {"tie_word_embeddings", false}}},
-      {"tiny-qwen2", {{"architectures", {"Qwen2ForCausalLM"}}, {"model_type", "qwen2"},
-                      {"hidden_size", 64}, {"intermediate_size", 128}, {"num_hidden_layers", 2},
-                      {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"vocab_size", 512},
-                      {"max_position_embeddings", 1024}, {"rope_theta", 1000000.0},
-                      {"tie_word_embeddings", true}, {"use_sliding_window", false}}},
-      {"tiny-qwen3", {{"architectures", {"Qwen3ForCausalLM"}}, {"model_type", "qwen3"},
-                      {"hidden_size", 64}, {"intermediate_size", 128}, {"num_hidden_layers", 2},
-                      {"num_attention_heads", 4}, {"num_key_value_heads", 2}, {"head_dim", 32},
-                      {"vocab_size", 512}, {"max_position_embeddings", 1024},
-                      {"rope_theta", 1000000.0}, {"tie_word_embeddings", true}}},
-      {"llama-3.2-1b", {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"},
-                        {"hidden_size", 2048}, {"intermediate_size", 8192}, {"num_hidden_layers", 16},
-                        {"num_attention_heads", 32}, {"num_key_value_heads", 8}, {"head_dim", 64},
-                        {"vocab_size", 128256}, {"max_position_embeddings", 131072},
-                        {"rope_theta", 500000.0},
-                        {"rope_scaling", {{"rope_type", "llama3"}, {"factor", 32.0},
-                                          {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
-                                          {"original_max_position_embeddings", 8192}}},
-                        {"tie_word_embeddings", true}}},
-      {"llama-3.1-8b", {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"},
-                        {"hidden_size", 4096}, {"intermediate_size", 14336}, {"num_hidden_layers", 32},
-                        {"num_attention_heads", 32}, {"num_key_value_heads", 8}, {"head_dim", 128},
-                        {"vocab_size", 128256}, {"max_position_embeddings", 131072},
-                        {"rope_theta", 500000.0},
-                        {"rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0},
-                                          {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
-                                          {"original_max_position_embeddings", 8192}}},
-                        {"tie_word_embeddings", false}}},
-      {"mistral-7b", {{"architectures", {"MistralForCausalLM"}}, {"model_type", "mistral"},
-                      {"hidden_size", 4096}, {"intermediate_size", 14336}, {"num_hidden_layers", 32},
-                      {"num_attention_heads", 32}, {"num_key_value_heads", 8}, {"head_dim", 128},
-                      {"vocab_size", 32768}, {"max_position_embeddings", 32768},
-                      {"rope_theta", 1000000.0}, {"sliding_window", nullptr},
-                      {"tie_word_embeddings", false}}},
-      {"qwen2.5-0.5b", {{"architectures", {"Qwen2ForCausalLM"}}, {"model_type", "qwen2"},
-                        {"hidden_size", 896}, {"intermediate_size", 4864}, {"num_hidden_layers", 24},
-                        {"num_attention_heads", 14}, {"num_key_value_heads", 2}, {"vocab_size", 151936},
-                        {"max_position_embeddings", 32768}, {"rope_theta", 1000000.0},
-                        {"tie_word_embeddings", true}, {"use_sliding_window", false}}},
-      {"qwen3-0.6b", {{"architectures", {"Qwen3ForCausalLM"}}, {"model_type", "qwen3"},
-                      {"hidden_size", 1024}, {"intermediate_size", 3072}, {"num_hidden_layers", 28},
-                      {"num_attention_heads", 16}, {"num_key_value_heads", 8}, {"head_dim", 128},
-                      {"vocab_size", 151936}, {"max_position_embeddings", 40960},
-                      {"rope_theta", 1000000.0}, {"tie_word_embeddings", true}}},
+      {"tiny-llama",
+       {{"architectures", {"LlamaForCausalLM"}},
+        {"model_type", "llama"},
+        {"hidden_size", 64},
+        {"intermediate_size", 176},
+        {"num_hidden_layers", 2},
+        {"num_attention_heads", 4},
+        {"num_key_value_heads", 2},
+        {"vocab_size", 512},
+        {"max_position_embeddings", 1024},
+        {"rope_theta", 10000.0},
+        {"tie_word_embeddings", false}}},
+      {"tiny-llama3",
+       {{"architectures", {"LlamaForCausalLM"}},
+        {"model_type", "llama"},
+        {"hidden_size", 64},
+        {"intermediate_size", 192},
+        {"num_hidden_layers", 2},
+        {"num_attention_heads", 4},
+        {"num_key_value_heads", 1},
+        {"vocab_size", 512},
+        {"max_position_embeddings", 2048},
+        {"rope_theta", 500000.0},
+        {"rope_scaling",
+         {{"rope_type", "llama3"},
+          {"factor", 8.0},
+          {"low_freq_factor", 1.0},
+          {"high_freq_factor", 4.0},
+          {"original_max_position_embeddings", 256}}},
+        {"tie_word_embeddings", true}}},
+      {"tiny-mistral",
+       {{"architectures", {"MistralForCausalLM"}},
+        {"model_type", "mistral"},
+        {"hidden_size", 64},
+        {"intermediate_size", 160},
+        {"num_hidden_layers", 2},
+        {"num_attention_heads", 8},
+        {"num_key_value_heads", 2},
+        {"vocab_size", 512},
+        {"max_position_embeddings", 2048},
+        {"sliding_window", 1024},
+        {"rope_theta", 1000000.0},
+        {"tie_word_embeddings", false}}},
+      {"tiny-qwen2",
+       {{"architectures", {"Qwen2ForCausalLM"}},
+        {"model_type", "qwen2"},
+        {"hidden_size", 64},
+        {"intermediate_size", 128},
+        {"num_hidden_layers", 2},
+        {"num_attention_heads", 4},
+        {"num_key_value_heads", 2},
+        {"vocab_size", 512},
+        {"max_position_embeddings", 1024},
+        {"rope_theta", 1000000.0},
+        {"tie_word_embeddings", true},
+        {"use_sliding_window", false}}},
+      {"tiny-qwen3",
+       {{"architectures", {"Qwen3ForCausalLM"}},
+        {"model_type", "qwen3"},
+        {"hidden_size", 64},
+        {"intermediate_size", 128},
+        {"num_hidden_layers", 2},
+        {"num_attention_heads", 4},
+        {"num_key_value_heads", 2},
+        {"head_dim", 32},
+        {"vocab_size", 512},
+        {"max_position_embeddings", 1024},
+        {"rope_theta", 1000000.0},
+        {"tie_word_embeddings", true}}},
+      {"llama-3.2-1b",
+       {{"architectures", {"LlamaForCausalLM"}},
+        {"model_type", "llama"},
+        {"hidden_size", 2048},
+        {"intermediate_size", 8192},
+        {"num_hidden_layers", 16},
+        {"num_attention_heads", 32},
+        {"num_key_value_heads", 8},
+        {"head_dim", 64},
+        {"vocab_size", 128256},
+        {"max_position_embeddings", 131072},
+        {"rope_theta", 500000.0},
+        {"rope_scaling",
+         {{"rope_type", "llama3"},
+          {"factor", 32.0},
+          {"low_freq_factor", 1.0},
+          {"high_freq_factor", 4.0},
+          {"original_max_position_embeddings", 8192}}},
+        {"tie_word_embeddings", true}}},
+      {"llama-3.1-8b",
+       {{"architectures", {"LlamaForCausalLM"}},
+        {"model_type", "llama"},
+        {"hidden_size", 4096},
+        {"intermediate_size", 14336},
+        {"num_hidden_layers", 32},
+        {"num_attention_heads", 32},
+        {"num_key_value_heads", 8},
+        {"head_dim", 128},
+        {"vocab_size", 128256},
+        {"max_position_embeddings", 131072},
+        {"rope_theta", 500000.0},
+        {"rope_scaling",
+         {{"rope_type", "llama3"},
+          {"factor", 8.0},
+          {"low_freq_factor", 1.0},
+          {"high_freq_factor", 4.0},
+          {"original_max_position_embeddings", 8192}}},
+        {"tie_word_embeddings", false}}},
+      {"mistral-7b",
+       {{"architectures", {"MistralForCausalLM"}},
+        {"model_type", "mistral"},
+        {"hidden_size", 4096},
+        {"intermediate_size", 14336},
+        {"num_hidden_layers", 32},
+        {"num_attention_heads", 32},
+        {"num_key_value_heads", 8},
+        {"head_dim", 128},
+        {"vocab_size", 32768},
+        {"max_position_embeddings", 32768},
+        {"rope_theta", 1000000.0},
+        {"sliding_window", nullptr},
+        {"tie_word_embeddings", false}}},
+      {"qwen2.5-0.5b",
+       {{"architectures", {"Qwen2ForCausalLM"}},
+        {"model_type", "qwen2"},
+        {"hidden_size", 896},
+        {"intermediate_size", 4864},
+        {"num_hidden_layers", 24},
+        {"num_attention_heads", 14},
+        {"num_key_value_heads", 2},
+        {"vocab_size", 151936},
+        {"max_position_embeddings", 32768},
+        {"rope_theta", 1000000.0},
+        {"tie_word_embeddings", true},
+        {"use_sliding_window", false}}},
+      {"qwen3-0.6b",
+       {{"architectures", {"Qwen3ForCausalLM"}},
+        {"model_type", "qwen3"},
+        {"hidden_size", 1024},
+        {"intermediate_size", 3072},
+        {"num_hidden_layers", 28},
+        {"num_attention_heads", 16},
+        {"num_key_value_heads", 8},
+        {"head_dim", 128},
+        {"vocab_size", 151936},
+        {"max_position_embeddings", 40960},
+        {"rope_theta", 1000000.0},
+        {"tie_word_embeddings", true}}},
   };
   return table;
 }
@@ -135,7 +220,9 @@ void plan_values(TensorPlan& t) {
 
 void store(std::byte* out, DType dtype, uint64_t i, float v) {
   switch (dtype) {
-    case DType::F32: std::memcpy(out + 4 * i, &v, 4); break;
+    case DType::F32:
+      std::memcpy(out + 4 * i, &v, 4);
+      break;
     case DType::F16: {
       const uint16_t h = hearth::f32_to_f16(v);
       std::memcpy(out + 2 * i, &h, 2);
@@ -185,7 +272,9 @@ SynthResult write_synthetic_model(const fs::path& out_dir, const SynthOptions& o
   auto preset_it = presets().find(opt.preset);
   if (preset_it == presets().end()) throw std::runtime_error("unknown preset '" + opt.preset + "'");
   const DType dtype = opt.dtype;
-  const char* torch_dtype = dtype == DType::BF16 ? "bfloat16" : dtype == DType::F16 ? "float16" : "float32";
+  const char* torch_dtype = dtype == DType::BF16  ? "bfloat16"
+                            : dtype == DType::F16 ? "float16"
+                                                  : "float32";
 
   json config = preset_it->second;
   config["hidden_act"] = "silu";
@@ -275,7 +364,8 @@ SynthResult write_synthetic_model(const fs::path& out_dir, const SynthOptions& o
       const Chunk& ch = chunks[c];
       const TensorPlan& t = tensors[ch.tensor];
       for (uint64_t i = 0; i < ch.count; ++i)
-        store(buf.data(), dtype, i, t.centre + t.spread * uniform(opt.seed, ch.tensor, ch.first + i));
+        store(buf.data(), dtype, i,
+              t.centre + t.spread * uniform(opt.seed, ch.tensor, ch.first + i));
       const uint64_t bytes = ch.count * dtype_size(dtype);
       const uint64_t at = data_start[t.shard] + t.offset + ch.first * dtype_size(dtype);
       if (::pwrite(fds[t.shard], buf.data(), bytes, off_t(at)) != ssize_t(bytes)) failed = true;
@@ -285,7 +375,8 @@ SynthResult write_synthetic_model(const fs::path& out_dir, const SynthOptions& o
                      total_bytes / 1e9);
     }
   };
-  const int threads = opt.threads > 0 ? opt.threads : int(std::max(1u, std::thread::hardware_concurrency()));
+  const int threads =
+      opt.threads > 0 ? opt.threads : int(std::max(1u, std::thread::hardware_concurrency()));
   std::vector<std::thread> pool;
   for (int i = 0; i < threads; ++i) pool.emplace_back(worker);
   for (auto& th : pool) th.join();
@@ -304,10 +395,12 @@ SynthResult write_synthetic_model(const fs::path& out_dir, const SynthOptions& o
     write_file(out_dir / "tokenizer.json", tok.tokenizer_json);
     write_file(out_dir / "tokenizer_config.json", tok.tokenizer_config_json);
   } else {
-    fs::copy_file(opt.tokenizer_path, out_dir / "tokenizer.json", fs::copy_options::overwrite_existing);
+    fs::copy_file(opt.tokenizer_path, out_dir / "tokenizer.json",
+                  fs::copy_options::overwrite_existing);
     const fs::path cfg_path = fs::path(opt.tokenizer_path).parent_path() / "tokenizer_config.json";
     if (fs::exists(cfg_path))
-      fs::copy_file(cfg_path, out_dir / "tokenizer_config.json", fs::copy_options::overwrite_existing);
+      fs::copy_file(cfg_path, out_dir / "tokenizer_config.json",
+                    fs::copy_options::overwrite_existing);
   }
   return {cfg, total_bytes,
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};

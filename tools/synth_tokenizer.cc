@@ -37,21 +37,24 @@ std::vector<std::string> byte_symbols() {
 // Frequent English pieces, each formed by merging two pieces listed before it (or bytes).
 // "_" stands for a leading space.
 const char* const kMerges[][2] = {
-    {"t", "h"}, {"_", "t"}, {"i", "n"}, {"e", "r"}, {"a", "n"}, {"_", "a"}, {"o", "n"},
-    {"r", "e"}, {"_t", "h"}, {"e", "n"}, {"_", "s"}, {"_", "w"}, {"_", "o"}, {"_", "c"},
-    {"a", "t"}, {"o", "r"}, {"e", "s"}, {"i", "s"}, {"i", "t"}, {"a", "l"}, {"a", "r"},
-    {"s", "t"}, {"_th", "e"}, {"n", "d"}, {"_", "b"}, {"_", "f"}, {"_", "p"}, {"o", "u"},
-    {"e", "d"}, {"i", "ng"}, {"n", "g"}, {"_", "m"}, {"_", "h"}, {"_", "d"}, {"_a", "nd"},
-    {"_", "i"}, {"_t", "o"}, {"_o", "f"}, {"l", "e"}, {"_", "l"}, {"_", "in"}, {"l", "l"},
-    {"v", "e"}, {"_", "n"}, {"_", "re"}, {"i", "on"}, {"_", "e"}, {"o", "w"}, {"_w", "h"},
-    {"_i", "s"}, {"_", "g"}, {"c", "e"}, {"l", "y"}, {"_", "y"}, {"_b", "e"}, {"_", "u"},
-    {"_", "I"}, {"_", "T"}, {"_", "A"}, {"_", "S"}, {"_th", "at"}, {"_w", "it"}, {"_wit", "h"},
-    {"_", "it"}, {"_f", "or"}, {"_y", "ou"}, {"_c", "on"}, {"_", "he"}, {"_", "st"},
-    {"_", "an"}, {"_", "on"}, {"_", "as"}, {"_", "at"}, {"_", "we"}, {"_", "ha"}, {"_ha", "ve"},
-    {"_n", "ot"}, {"_", "no"}, {"_", "wh"}, {"_o", "r"}, {"_", "en"}, {"_", "al"}, {"_", "ar"},
-    {"_", "se"}, {"_", "ma"}, {"_", "mo"}, {"_", "li"}, {"_", "lo"}, {"_", "do"}, {"_", "so"},
-    {"_", "go"}, {"_", "me"}, {"_", "pro"}, {"p", "r"}, {"_p", "r"}, {"_pr", "o"}, {"m", "e"},
-    {"_", "."}, {".", "\n"}, {"\n", "\n"}, {",", "_"}, {"_", "1"}, {"_", "2"}, {"0", "0"},
+    {"t", "h"},    {"_", "t"},   {"i", "n"},    {"e", "r"},    {"a", "n"},   {"_", "a"},
+    {"o", "n"},    {"r", "e"},   {"_t", "h"},   {"e", "n"},    {"_", "s"},   {"_", "w"},
+    {"_", "o"},    {"_", "c"},   {"a", "t"},    {"o", "r"},    {"e", "s"},   {"i", "s"},
+    {"i", "t"},    {"a", "l"},   {"a", "r"},    {"s", "t"},    {"_th", "e"}, {"n", "d"},
+    {"_", "b"},    {"_", "f"},   {"_", "p"},    {"o", "u"},    {"e", "d"},   {"i", "ng"},
+    {"n", "g"},    {"_", "m"},   {"_", "h"},    {"_", "d"},    {"_a", "nd"}, {"_", "i"},
+    {"_t", "o"},   {"_o", "f"},  {"l", "e"},    {"_", "l"},    {"_", "in"},  {"l", "l"},
+    {"v", "e"},    {"_", "n"},   {"_", "re"},   {"i", "on"},   {"_", "e"},   {"o", "w"},
+    {"_w", "h"},   {"_i", "s"},  {"_", "g"},    {"c", "e"},    {"l", "y"},   {"_", "y"},
+    {"_b", "e"},   {"_", "u"},   {"_", "I"},    {"_", "T"},    {"_", "A"},   {"_", "S"},
+    {"_th", "at"}, {"_w", "it"}, {"_wit", "h"}, {"_", "it"},   {"_f", "or"}, {"_y", "ou"},
+    {"_c", "on"},  {"_", "he"},  {"_", "st"},   {"_", "an"},   {"_", "on"},  {"_", "as"},
+    {"_", "at"},   {"_", "we"},  {"_", "ha"},   {"_ha", "ve"}, {"_n", "ot"}, {"_", "no"},
+    {"_", "wh"},   {"_o", "r"},  {"_", "en"},   {"_", "al"},   {"_", "ar"},  {"_", "se"},
+    {"_", "ma"},   {"_", "mo"},  {"_", "li"},   {"_", "lo"},   {"_", "do"},  {"_", "so"},
+    {"_", "go"},   {"_", "me"},  {"_", "pro"},  {"p", "r"},    {"_p", "r"},  {"_pr", "o"},
+    {"m", "e"},    {"_", "."},   {".", "\n"},   {"\n", "\n"},  {",", "_"},   {"_", "1"},
+    {"_", "2"},    {"0", "0"},
 };
 
 }  // namespace
@@ -81,11 +84,13 @@ SynthTokenizer make_synth_tokenizer(int model_vocab) {
   if (t.size > model_vocab) throw std::runtime_error("model vocabulary too small for a tokenizer");
 
   auto added = [](int id, const char* content) {
-    return json{{"id", id}, {"content", content}, {"single_word", false}, {"lstrip", false},
+    return json{{"id", id},        {"content", content},  {"single_word", false}, {"lstrip", false},
                 {"rstrip", false}, {"normalized", false}, {"special", true}};
   };
   auto byte_level = [] {
-    return json{{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
+    return json{{"type", "ByteLevel"},
+                {"add_prefix_space", false},
+                {"trim_offsets", true},
                 {"use_regex", true}};
   };
   json bos_piece = {{"SpecialToken", {{"id", "<|bos|>"}, {"type_id", 0}}}};
@@ -100,22 +105,32 @@ SynthTokenizer make_synth_tokenizer(int model_vocab) {
        {{"type", "TemplateProcessing"},
         {"single", {bos_piece, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}},
         {"pair",
-         {bos_piece, {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}, bos_piece,
+         {bos_piece,
+          {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
+          bos_piece,
           {{"Sequence", {{"id", "B"}, {"type_id", 1}}}}}},
         {"special_tokens",
          {{"<|bos|>", {{"id", "<|bos|>"}, {"ids", {t.bos_id}}, {"tokens", {"<|bos|>"}}}}}}}},
       {"decoder", byte_level()},
       {"model",
-       {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr},
-        {"continuing_subword_prefix", nullptr}, {"end_of_word_suffix", nullptr},
-        {"fuse_unk", false}, {"byte_fallback", false}, {"ignore_merges", false},
-        {"vocab", vocab}, {"merges", merges}}},
+       {{"type", "BPE"},
+        {"dropout", nullptr},
+        {"unk_token", nullptr},
+        {"continuing_subword_prefix", nullptr},
+        {"end_of_word_suffix", nullptr},
+        {"fuse_unk", false},
+        {"byte_fallback", false},
+        {"ignore_merges", false},
+        {"vocab", vocab},
+        {"merges", merges}}},
   };
   t.tokenizer_json = tok.dump(2);
-  t.tokenizer_config_json = json{{"bos_token", "<|bos|>"}, {"eos_token", "<|eos|>"},
-                                 {"tokenizer_class", "PreTrainedTokenizerFast"},
-                                 {"model_max_length", 1 << 20}}
-                                .dump(2);
+  t.tokenizer_config_json = json{
+      {"bos_token", "<|bos|>"},
+      {"eos_token", "<|eos|>"},
+      {"tokenizer_class", "PreTrainedTokenizerFast"},
+      {"model_max_length",
+       1 << 20}}.dump(2);
   return t;
 }
 

@@ -43,7 +43,9 @@ Xxh3Stream::Xxh3Stream() : state_(XXH3_createState()) {
   XXH3_64bits_reset(static_cast<XXH3_state_t*>(state_));
 }
 
-Xxh3Stream::~Xxh3Stream() { XXH3_freeState(static_cast<XXH3_state_t*>(state_)); }
+Xxh3Stream::~Xxh3Stream() {
+  XXH3_freeState(static_cast<XXH3_state_t*>(state_));
+}
 
 void Xxh3Stream::update(std::span<const std::byte> bytes) {
   XXH3_64bits_update(static_cast<XXH3_state_t*>(state_), bytes.data(), bytes.size());
@@ -64,9 +66,12 @@ std::optional<uint64_t> checksum_from_hex(std::string_view text) {
   uint64_t value = 0;
   for (char c : text) {
     int digit;
-    if (c >= '0' && c <= '9') digit = c - '0';
-    else if (c >= 'a' && c <= 'f') digit = c - 'a' + 10;
-    else return std::nullopt;
+    if (c >= '0' && c <= '9')
+      digit = c - '0';
+    else if (c >= 'a' && c <= 'f')
+      digit = c - 'a' + 10;
+    else
+      return std::nullopt;
     value = value << 4 | uint64_t(digit);
   }
   return value;

@@ -14,7 +14,8 @@ template <typename Fn>
 void resolve(Fn& fn, const char* symbol) {
   void* p = nullptr;
   cudaDriverEntryPointQueryResult status{};
-  const cudaError_t err = cudaGetDriverEntryPointByVersion(symbol, &p, 12000, cudaEnableDefault, &status);
+  const cudaError_t err =
+      cudaGetDriverEntryPointByVersion(symbol, &p, 12000, cudaEnableDefault, &status);
   if (err != cudaSuccess || status != cudaDriverEntryPointSuccess || !p)
     throw std::runtime_error(std::string("CUDA driver entry point ") + symbol +
                              " is unavailable (no driver? " + cudaGetErrorString(err) + ")");

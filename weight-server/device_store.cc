@@ -31,8 +31,8 @@ DType device_dtype(const TensorInfo& t) {
 struct Piece {
   const std::byte* src;
   std::byte* dst;
-  uint64_t bytes;   // destination bytes
-  bool to_bf16;     // src is f32, 2x the bytes
+  uint64_t bytes;  // destination bytes
+  bool to_bf16;    // src is f32, 2x the bytes
 };
 
 // Copies host pieces to the device: each thread owns a stream and two pinned buffers, so its
@@ -69,9 +69,10 @@ void transfer(const std::vector<Piece>& pieces, int threads, uint64_t total, boo
         check(cudaEventRecord(ready[slot], stream), "cudaEventRecord");
         const uint64_t now = done += p.bytes;
         if (progress && now * 10 / total != (now - p.bytes) * 10 / total) {
-          const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-          std::fprintf(stderr, "upload: %5.1f%% of %.2f GB (%.1f GB/s)\n", 100.0 * now / total, total / 1e9,
-                       now / 1e9 / s);
+          const double s =
+              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+          std::fprintf(stderr, "upload: %5.1f%% of %.2f GB (%.1f GB/s)\n", 100.0 * now / total,
+                       total / 1e9, now / 1e9 / s);
         }
       }
       check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
@@ -109,8 +110,8 @@ std::unique_ptr<DeviceStore> DeviceStore::upload(const HfModel& model, const Upl
     for (size_t i = 0; i < model.tensors().size(); ++i) {
       const TensorInfo& t = model.tensors()[i].info;
       offsets[i] = cursor;
-      cursor += (t.numel() * dtype_size(device_dtype(t)) + kPackedAlignment - 1) / kPackedAlignment *
-                kPackedAlignment;
+      cursor += (t.numel() * dtype_size(device_dtype(t)) + kPackedAlignment - 1) /
+                kPackedAlignment * kPackedAlignment;
     }
     store->arena_bytes_ = cursor;
     check(cudaMalloc(&store->arena_, cursor), "cudaMalloc (packed weights)");
@@ -148,12 +149,15 @@ std::unique_ptr<DeviceStore> DeviceStore::upload(const HfModel& model, const Upl
   const auto start = std::chrono::steady_clock::now();
   transfer(pieces, std::max(1, opt.threads), std::max<uint64_t>(total, 1), opt.progress);
   check(cudaDeviceSynchronize(), "cudaDeviceSynchronize (upload)");
-  store->stats_ = {total, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
+  store->stats_ = {total,
+                   std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};
   return store;
 }
 
-std::unique_ptr<DeviceStore> DeviceStore::adopt(const ModelConfig& config, std::vector<StoredTensor> tensors,
-                                                std::vector<VmmAllocation> allocations, std::string gpu_uuid) {
+std::unique_ptr<DeviceStore> DeviceStore::adopt(const ModelConfig& config,
+                                                std::vector<StoredTensor> tensors,
+                                                std::vector<VmmAllocation> allocations,
+                                                std::string gpu_uuid) {
   std::unique_ptr<DeviceStore> store(new DeviceStore);
   store->config_ = config;
   store->gpu_uuid_ = std::move(gpu_uuid);

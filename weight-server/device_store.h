@@ -34,12 +34,16 @@ class DeviceStore final : public WeightStore {
   static std::unique_ptr<DeviceStore> upload(const HfModel& model, const UploadOptions& options);
   // Adopts allocations imported from another process; tensors[i] lives at the start of
   // allocations[tensors[i].alloc_id].
-  static std::unique_ptr<DeviceStore> adopt(const ModelConfig& config, std::vector<StoredTensor> tensors,
-                                            std::vector<VmmAllocation> allocations, std::string gpu_uuid);
+  static std::unique_ptr<DeviceStore> adopt(const ModelConfig& config,
+                                            std::vector<StoredTensor> tensors,
+                                            std::vector<VmmAllocation> allocations,
+                                            std::string gpu_uuid);
   ~DeviceStore() override;
 
   Residence residence() const override { return Residence::Device; }
-  const char* backend_name() const override { return layout_ == DeviceLayout::Packed ? "packed" : "vmm"; }
+  const char* backend_name() const override {
+    return layout_ == DeviceLayout::Packed ? "packed" : "vmm";
+  }
 
   DeviceLayout layout() const { return layout_; }
   const std::vector<VmmAllocation>& allocations() const { return allocations_; }

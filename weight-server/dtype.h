@@ -13,14 +13,19 @@ namespace hearth {
 
 enum class DType : uint8_t { F32, F16, BF16 };
 
-constexpr size_t dtype_size(DType t) { return t == DType::F32 ? 4 : 2; }
+constexpr size_t dtype_size(DType t) {
+  return t == DType::F32 ? 4 : 2;
+}
 
 // Safetensors spelling: "F32", "F16", "BF16".
 constexpr std::string_view dtype_name(DType t) {
   switch (t) {
-    case DType::F32: return "F32";
-    case DType::F16: return "F16";
-    case DType::BF16: return "BF16";
+    case DType::F32:
+      return "F32";
+    case DType::F16:
+      return "F16";
+    case DType::BF16:
+      return "BF16";
   }
   return "?";
 }
@@ -32,7 +37,9 @@ constexpr std::optional<DType> parse_dtype(std::string_view s) {
   return std::nullopt;
 }
 
-inline float bf16_to_f32(uint16_t h) { return std::bit_cast<float>(uint32_t(h) << 16); }
+inline float bf16_to_f32(uint16_t h) {
+  return std::bit_cast<float>(uint32_t(h) << 16);
+}
 
 // Round to nearest even, as torch does; NaN stays NaN.
 inline uint16_t f32_to_bf16(float f) {
@@ -42,8 +49,12 @@ inline uint16_t f32_to_bf16(float f) {
   return uint16_t(u >> 16);
 }
 
-inline float f16_to_f32(uint16_t h) { return static_cast<float>(std::bit_cast<_Float16>(h)); }
-inline uint16_t f32_to_f16(float f) { return std::bit_cast<uint16_t>(static_cast<_Float16>(f)); }
+inline float f16_to_f32(uint16_t h) {
+  return static_cast<float>(std::bit_cast<_Float16>(h));
+}
+inline uint16_t f32_to_f16(float f) {
+  return std::bit_cast<uint16_t>(static_cast<_Float16>(f));
+}
 
 // Reads element i of a weight stored as `t` into fp32.
 inline float load_as_f32(const void* base, DType t, size_t i) {
@@ -53,8 +64,10 @@ inline float load_as_f32(const void* base, DType t, size_t i) {
       std::memcpy(&v, static_cast<const std::byte*>(base) + 4 * i, 4);
       return v;
     }
-    case DType::F16: return f16_to_f32(static_cast<const uint16_t*>(base)[i]);
-    case DType::BF16: return bf16_to_f32(static_cast<const uint16_t*>(base)[i]);
+    case DType::F16:
+      return f16_to_f32(static_cast<const uint16_t*>(base)[i]);
+    case DType::BF16:
+      return bf16_to_f32(static_cast<const uint16_t*>(base)[i]);
   }
   return 0.0f;
 }

@@ -13,9 +13,9 @@ namespace hearth {
 
 // How long putting a model's weights into their allocations took.
 struct LoadTimings {
-  uint64_t bytes = 0;         // bytes written into allocations
-  double seconds = 0;         // allocating and writing, the whole load
-  double copy_seconds = 0;    // the copy itself (for vmm: the host-to-device transfer)
+  uint64_t bytes = 0;       // bytes written into allocations
+  double seconds = 0;       // allocating and writing, the whole load
+  double copy_seconds = 0;  // the copy itself (for vmm: the host-to-device transfer)
 };
 
 class ExportableStore : public WeightStore {

@@ -112,9 +112,11 @@ HfModel HfModel::open(const fs::path& dir) {
   m.dir_ = dir;
   const fs::path config_path = dir / "config.json";
   if (!fs::exists(config_path))
-    throw std::runtime_error(dir.string() + ": no config.json (not a Hugging Face model directory)");
+    throw std::runtime_error(dir.string() +
+                             ": no config.json (not a Hugging Face model directory)");
   m.config_json_ = read_text_file(config_path);
-  m.config_ = parse_model_config(parse_json_file(m.config_json_, config_path), config_path.string());
+  m.config_ =
+      parse_model_config(parse_json_file(m.config_json_, config_path), config_path.string());
   m.tokenizer_json_ = read_optional(dir / "tokenizer.json");
   m.tokenizer_config_json_ = read_optional(dir / "tokenizer_config.json");
   m.generation_config_json_ = read_optional(dir / "generation_config.json");
@@ -150,8 +152,8 @@ HfModel HfModel::open(const fs::path& dir) {
     HfTensor& t = it->second;
     if (t.info.shape != want.shape) {
       TensorInfo expected{want.name, t.info.dtype, want.shape, 0};
-      throw std::runtime_error((dir / t.shard).string() + ": tensor '" + want.name + "' has shape " +
-                               t.info.shape_string() + ", the config implies " +
+      throw std::runtime_error((dir / t.shard).string() + ": tensor '" + want.name +
+                               "' has shape " + t.info.shape_string() + ", the config implies " +
                                expected.shape_string());
     }
     m.by_name_[want.name] = m.tensors_.size();

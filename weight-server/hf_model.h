@@ -59,7 +59,8 @@ struct ExpectedTensor {
 std::vector<ExpectedTensor> expected_tensors(const ModelConfig& config);
 
 // End-of-sequence ids from generation_config.json, falling back to config.json's.
-std::vector<int> eos_token_ids(const ModelConfig& config, const std::string& generation_config_json);
+std::vector<int> eos_token_ids(const ModelConfig& config,
+                               const std::string& generation_config_json);
 
 std::string read_text_file(const std::filesystem::path& path);
 

@@ -9,8 +9,9 @@ namespace hearth {
 
 ImportedMemfdStore::ImportedMemfdStore(const Manifest& manifest, std::vector<UniqueFd> fds) {
   if (fds.size() != manifest.tensors.size())
-    throw std::runtime_error("model '" + manifest.model + "': received " + std::to_string(fds.size()) +
-                             " descriptors for " + std::to_string(manifest.tensors.size()) + " tensors");
+    throw std::runtime_error("model '" + manifest.model + "': received " +
+                             std::to_string(fds.size()) + " descriptors for " +
+                             std::to_string(manifest.tensors.size()) + " tensors");
   config_ = manifest.config;
   mappings_.reserve(fds.size());
   for (size_t i = 0; i < fds.size(); ++i) {

@@ -99,7 +99,8 @@ void check_against_architecture(const Reader& r, const Manifest& m) {
   std::map<std::string, const ManifestTensor*> by_name;
   std::set<uint64_t> allocations;
   for (const ManifestTensor& t : m.tensors) {
-    if (!by_name.emplace(t.info.name, &t).second) r.fail("tensor '" + t.info.name + "' appears twice");
+    if (!by_name.emplace(t.info.name, &t).second)
+      r.fail("tensor '" + t.info.name + "' appears twice");
     if (!allocations.insert(t.allocation).second)
       r.fail("allocation " + std::to_string(t.allocation) + " is used by two tensors (one is '" +
              t.info.name + "')");
@@ -170,7 +171,8 @@ json manifest_to_json(const Manifest& m) {
 Manifest parse_manifest(const json& j) {
   Reader r;
   if (!j.is_object()) r.fail("not a JSON object");
-  if (const auto it = j.find("model"); it != j.end() && it->is_string()) r.model = it->get<std::string>();
+  if (const auto it = j.find("model"); it != j.end() && it->is_string())
+    r.model = it->get<std::string>();
   if (r.string(j, "format") != kManifestFormat)
     r.fail("'format' is not '" + std::string(kManifestFormat) + "'");
   const json& version = r.field(j, "version", "");
@@ -194,7 +196,8 @@ Manifest parse_manifest(const json& j) {
 
   m.architecture = r.field(j, "architecture", "");
   if (!m.architecture.is_object()) r.fail("'architecture' is not an object (a config.json)");
-  m.config = parse_model_config(m.architecture, "manifest of model '" + m.model + "': architecture");
+  m.config =
+      parse_model_config(m.architecture, "manifest of model '" + m.model + "': architecture");
 
   const json& files = r.field(j, "files", "");
   if (!files.is_object()) r.fail("'files' is not an object");
@@ -204,7 +207,8 @@ Manifest parse_manifest(const json& j) {
 
   const json& tensors = r.field(j, "tensors", "");
   if (!tensors.is_array()) r.fail("'tensors' is not an array");
-  if (tensors.size() > kMaxTensors) r.fail("too many tensors (" + std::to_string(tensors.size()) + ")");
+  if (tensors.size() > kMaxTensors)
+    r.fail("too many tensors (" + std::to_string(tensors.size()) + ")");
   m.tensors.reserve(tensors.size());
   for (size_t i = 0; i < tensors.size(); ++i) m.tensors.push_back(parse_tensor(r, tensors[i], i));
   check_against_architecture(r, m);

@@ -33,7 +33,7 @@ struct Manifest {
   std::string backend;   // "memfd" | "vmm"
   std::string gpu_uuid;  // vmm: the device holding the allocations; memfd: empty
   nlohmann::json architecture = nlohmann::json::object();  // config.json
-  ModelConfig config;                                       // parsed from `architecture`
+  ModelConfig config;                                      // parsed from `architecture`
   std::string tokenizer_json, tokenizer_config_json, generation_config_json;  // "" when absent
   std::vector<ManifestTensor> tensors;  // in the architecture's order
 

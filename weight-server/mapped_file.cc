@@ -14,7 +14,9 @@
 namespace hearth {
 
 namespace {
-std::string errno_text() { return std::strerror(errno); }
+std::string errno_text() {
+  return std::strerror(errno);
+}
 }  // namespace
 
 MappedFile MappedFile::open(const std::filesystem::path& path) {

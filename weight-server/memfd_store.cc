@@ -10,7 +10,8 @@
 
 namespace hearth {
 
-std::unique_ptr<MemfdStore> MemfdStore::create(const HfModel& model, const MemfdLoadOptions& options) {
+std::unique_ptr<MemfdStore> MemfdStore::create(const HfModel& model,
+                                               const MemfdLoadOptions& options) {
   const auto start = std::chrono::steady_clock::now();
   const std::vector<HfTensor>& tensors = model.tensors();
   std::unique_ptr<MemfdStore> store(new MemfdStore);
@@ -25,20 +26,23 @@ std::unique_ptr<MemfdStore> MemfdStore::create(const HfModel& model, const Memfd
   parallel_for(tensors.size(), options.threads, [&](size_t i) {
     const HfTensor& t = tensors[i];
     store->memfds_[i] = SealedMemfd::create("hearth:" + t.info.name, t.data);
-    store->views_[i] = MappedFile::map_fd(store->memfds_[i].fd(), t.data.size(), "memfd of '" + t.info.name + "'");
+    store->views_[i] =
+        MappedFile::map_fd(store->memfds_[i].fd(), t.data.size(), "memfd of '" + t.info.name + "'");
     const uint64_t now = done += t.data.size();
     if (progress && now * 10 / total != (now - t.data.size()) * 10 / total) {
-      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      const double s =
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       std::fprintf(stderr, "hearth-server: %s: %5.1f%% of %.2f GB written to memfds (%.2f GB/s)\n",
                    options.label.c_str(), 100.0 * double(now) / double(total), double(total) / 1e9,
                    double(now) / 1e9 / std::max(s, 1e-9));
     }
   });
   for (size_t i = 0; i < tensors.size(); ++i) {
-    store->add_tensor(StoredTensor{tensors[i].info, store->views_[i].data(), store->memfds_[i].size(),
-                                   uint32_t(i)});
+    store->add_tensor(StoredTensor{tensors[i].info, store->views_[i].data(),
+                                   store->memfds_[i].size(), uint32_t(i)});
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   store->timings_ = {done.load(), seconds, seconds};
   return store;
 }

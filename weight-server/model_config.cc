@@ -57,7 +57,8 @@ void parse_rope(const json& cfg, ModelConfig& c, const std::string& label) {
   if (auto it = cfg.find("rope_scaling"); it != cfg.end() && it->is_object())
     for (const auto& [k, v] : it->items()) params[k] = v;
 
-  c.rope_theta = number_or(params, "rope_theta", number_or(cfg, "rope_theta", 10000.0, label), label);
+  c.rope_theta =
+      number_or(params, "rope_theta", number_or(cfg, "rope_theta", 10000.0, label), label);
   if (c.rope_theta <= 0) refuse(label, "rope_theta must be positive");
 
   std::string type = "default";
@@ -79,11 +80,12 @@ void parse_rope(const json& cfg, ModelConfig& c, const std::string& label) {
     s.original_max_position =
         static_cast<int>(number_or(params, "original_max_position_embeddings", 8192, label));
     if (s.high_freq_factor <= s.low_freq_factor || s.original_max_position <= 0)
-      refuse(label, "llama3 rope scaling needs high_freq_factor > low_freq_factor and a positive "
-                    "original_max_position_embeddings");
+      refuse(label,
+             "llama3 rope scaling needs high_freq_factor > low_freq_factor and a positive "
+             "original_max_position_embeddings");
   } else {
-    refuse(label, "unsupported rope scaling type '" + type +
-                      "' (supported: default, linear, llama3)");
+    refuse(label,
+           "unsupported rope scaling type '" + type + "' (supported: default, linear, llama3)");
   }
 }
 
@@ -91,10 +93,14 @@ void parse_rope(const json& cfg, ModelConfig& c, const std::string& label) {
 
 const char* architecture_name(Architecture arch) {
   switch (arch) {
-    case Architecture::Llama: return "LlamaForCausalLM";
-    case Architecture::Mistral: return "MistralForCausalLM";
-    case Architecture::Qwen2: return "Qwen2ForCausalLM";
-    case Architecture::Qwen3: return "Qwen3ForCausalLM";
+    case Architecture::Llama:
+      return "LlamaForCausalLM";
+    case Architecture::Mistral:
+      return "MistralForCausalLM";
+    case Architecture::Qwen2:
+      return "Qwen2ForCausalLM";
+    case Architecture::Qwen3:
+      return "Qwen3ForCausalLM";
   }
   return "?";
 }
@@ -107,10 +113,14 @@ ModelConfig parse_model_config(const json& cfg, const std::string& label) {
       !(*arch_it)[0].is_string())
     refuse(label, "architectures must list exactly one architecture");
   c.architecture_name = (*arch_it)[0].get<std::string>();
-  if (c.architecture_name == "LlamaForCausalLM") c.arch = Architecture::Llama;
-  else if (c.architecture_name == "MistralForCausalLM") c.arch = Architecture::Mistral;
-  else if (c.architecture_name == "Qwen2ForCausalLM") c.arch = Architecture::Qwen2;
-  else if (c.architecture_name == "Qwen3ForCausalLM") c.arch = Architecture::Qwen3;
+  if (c.architecture_name == "LlamaForCausalLM")
+    c.arch = Architecture::Llama;
+  else if (c.architecture_name == "MistralForCausalLM")
+    c.arch = Architecture::Mistral;
+  else if (c.architecture_name == "Qwen2ForCausalLM")
+    c.arch = Architecture::Qwen2;
+  else if (c.architecture_name == "Qwen3ForCausalLM")
+    c.arch = Architecture::Qwen3;
   else
     refuse(label, "unsupported architecture " + c.architecture_name +
                       " (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
@@ -169,8 +179,8 @@ ModelConfig parse_model_config(const json& cfg, const std::string& label) {
 uint64_t ModelConfig::parameter_count() const {
   uint64_t h = hidden, per_layer = 0;
   per_layer += h * q_dim() + 2 * h * kv_dim() + uint64_t(q_dim()) * h;  // attention
-  per_layer += 3 * h * intermediate;                                      // SwiGLU MLP
-  per_layer += 2 * h;                                                     // norms
+  per_layer += 3 * h * intermediate;                                    // SwiGLU MLP
+  per_layer += 2 * h;                                                   // norms
   if (qkv_bias) per_layer += q_dim() + 2 * kv_dim();
   if (qk_norm) per_layer += 2 * head_dim;
   uint64_t total = per_layer * n_layers + h * vocab + h;

@@ -16,8 +16,8 @@ enum class Architecture { Llama, Mistral, Qwen2, Qwen3 };
 struct RopeScaling {
   enum class Kind { None, Linear, Llama3 } kind = Kind::None;
   double factor = 1.0;
-  double low_freq_factor = 1.0;   // llama3 only
-  double high_freq_factor = 4.0;  // llama3 only
+  double low_freq_factor = 1.0;      // llama3 only
+  double high_freq_factor = 4.0;     // llama3 only
   int original_max_position = 8192;  // llama3 only
 };
 

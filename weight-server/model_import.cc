@@ -31,11 +31,12 @@ ImportedModel import_served_model(ipc::Client& client, const std::string& model,
   ipc::Frame reply = client.call(ipc::op::kManifest, {{"model", model}});
   const auto it = reply.body.find("manifest");
   if (it == reply.body.end())
-    throw std::runtime_error("the server's reply to 'manifest' for model '" + model + "' carries no manifest");
+    throw std::runtime_error("the server's reply to 'manifest' for model '" + model +
+                             "' carries no manifest");
   out.manifest = parse_manifest(*it);
   if (out.manifest.model != model)
-    throw std::runtime_error("asked the server for model '" + model + "' and got the manifest of '" +
-                             out.manifest.model + "'");
+    throw std::runtime_error("asked the server for model '" + model +
+                             "' and got the manifest of '" + out.manifest.model + "'");
   out.timings.manifest_ms = ms_since(mark);
 
   // The GPU is checked before importing anything: a worker on the wrong device should fail
@@ -74,8 +75,8 @@ void verify_weights(const WeightStore& store, const Manifest& manifest, int thre
         device ? device_checksum(got.data, want.info.bytes)
                : xxh3_checksum({static_cast<const std::byte*>(got.data), size_t(want.info.bytes)});
     if (sum != want.xxh3)
-      throw std::runtime_error("model '" + manifest.model + "', tensor '" + want.info.name + "': xxh3 " +
-                               checksum_to_hex(sum) + " differs from the manifest's " +
+      throw std::runtime_error("model '" + manifest.model + "', tensor '" + want.info.name +
+                               "': xxh3 " + checksum_to_hex(sum) + " differs from the manifest's " +
                                checksum_to_hex(want.xxh3) +
                                ": the imported weights are not what the server loaded");
   });

@@ -35,7 +35,8 @@ ModelSpec parse_model_spec(std::string_view text) {
   if (colon != std::string_view::npos && text.find('/', colon) == std::string_view::npos) {
     spec.dir = std::string(text.substr(0, colon));
     spec.name = std::string(text.substr(colon + 1));
-    if (spec.dir.empty()) throw std::runtime_error("'" + std::string(text) + "': no directory before ':'");
+    if (spec.dir.empty())
+      throw std::runtime_error("'" + std::string(text) + "': no directory before ':'");
   } else {
     spec.dir = std::string(text);
     spec.name = default_model_name(spec.dir);

@@ -30,7 +30,8 @@ void parallel_for(size_t n, int threads, Fn&& fn) {
       }
     }
   };
-  const size_t count = std::clamp<size_t>(threads > 0 ? size_t(threads) : 1, 1, std::max<size_t>(n, 1));
+  const size_t count =
+      std::clamp<size_t>(threads > 0 ? size_t(threads) : 1, 1, std::max<size_t>(n, 1));
   std::vector<std::thread> pool;
   for (size_t t = 1; t < count; ++t) pool.emplace_back(work);
   work();

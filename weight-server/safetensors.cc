@@ -77,8 +77,9 @@ TensorInfo parse_tensor_info(const std::string& name, const json& desc, const st
   if (dtype_it == desc.end() || !dtype_it->is_string()) fail_tensor(label, name, "missing dtype");
   auto dtype = parse_dtype(dtype_it->get<std::string>());
   if (!dtype)
-    fail_tensor(label, name,
-                "unsupported dtype " + dtype_it->get<std::string>() + " (supported: F32, F16, BF16)");
+    fail_tensor(
+        label, name,
+        "unsupported dtype " + dtype_it->get<std::string>() + " (supported: F32, F16, BF16)");
   info.dtype = *dtype;
 
   auto shape_it = desc.find("shape");
@@ -115,8 +116,8 @@ TensorInfo parse_tensor_info(const std::string& name, const json& desc, const st
 }  // namespace
 
 SafetensorsHeader parse_safetensors(std::span<const std::byte> file, const std::string& label) {
-  if (file.size() < 8) fail(label, "too short for a safetensors file (" +
-                                       std::to_string(file.size()) + " bytes)");
+  if (file.size() < 8)
+    fail(label, "too short for a safetensors file (" + std::to_string(file.size()) + " bytes)");
   uint64_t header_len = read_u64_le(file.data());
   if (header_len < 2) fail(label, "header length " + std::to_string(header_len) + " is too small");
   if (header_len > kMaxSafetensorsHeaderBytes)
@@ -168,8 +169,9 @@ SafetensorsHeader parse_safetensors(std::span<const std::byte> file, const std::
     const std::string& name = result.tensors[r.index].info.name;
     if (r.begin < cursor) fail_tensor(label, name, "data overlaps another tensor");
     if (r.begin > cursor)
-      fail_tensor(label, name, "gap of " + std::to_string(r.begin - cursor) +
-                                   " unaccounted bytes before this tensor");
+      fail_tensor(
+          label, name,
+          "gap of " + std::to_string(r.begin - cursor) + " unaccounted bytes before this tensor");
     cursor = r.end;
   }
   if (cursor != data_size)

@@ -39,7 +39,8 @@ std::string seal_names(int seals) {
 SealedMemfd SealedMemfd::create(const std::string& name, std::span<const std::byte> bytes) {
   const std::string label = "memfd '" + name + "'";
   SealedMemfd m;
-  m.fd_.reset(::memfd_create(name.substr(0, kMaxMemfdName).c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  m.fd_.reset(
+      ::memfd_create(name.substr(0, kMaxMemfdName).c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING));
   if (!m.fd_) fail("cannot create " + label, errno);
   if (::ftruncate(m.fd_.get(), static_cast<off_t>(bytes.size())) != 0)
     fail("cannot size " + label + " to " + std::to_string(bytes.size()) + " bytes", errno);
@@ -52,7 +53,8 @@ SealedMemfd SealedMemfd::create(const std::string& name, std::span<const std::by
     if (n <= 0) fail("cannot write " + label, n < 0 ? errno : EIO);
     done += size_t(n);
   }
-  if (::fcntl(m.fd_.get(), F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL) != 0)
+  if (::fcntl(m.fd_.get(), F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW | F_SEAL_SHRINK | F_SEAL_SEAL) !=
+      0)
     fail("cannot seal " + label, errno);
   m.size_ = bytes.size();
   return m;
@@ -68,14 +70,17 @@ void check_sealed_memfd(int fd, uint64_t size, const std::string& label) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) fail(label + ": cannot stat the received descriptor", errno);
   if (!S_ISREG(st.st_mode))
-    throw std::runtime_error(label + ": the received descriptor is not a memfd (not a regular file)");
+    throw std::runtime_error(label +
+                             ": the received descriptor is not a memfd (not a regular file)");
   const int seals = ::fcntl(fd, F_GET_SEALS);
   if (seals < 0)
     throw std::runtime_error(label + ": the received descriptor is not a sealable memfd (" +
                              std::strerror(errno) + ")");
   if ((seals & kRequiredWeightSeals) != kRequiredWeightSeals)
-    throw std::runtime_error(label + ": the received memfd is not sealed against writing, growing "
-                             "and shrinking (seals: " + seal_names(seals) +
+    throw std::runtime_error(label +
+                             ": the received memfd is not sealed against writing, growing "
+                             "and shrinking (seals: " +
+                             seal_names(seals) +
                              "); refusing to map weights the sender could still change");
   if (uint64_t(st.st_size) != size)
     throw std::runtime_error(label + ": the received memfd holds " + std::to_string(st.st_size) +

@@ -30,8 +30,8 @@ class SealedMemfd {
 };
 
 // The seals a shared weight file must carry before a worker maps it.
-inline constexpr int kRequiredWeightSeals = 0x0008 /*F_SEAL_WRITE*/ | 0x0004 /*F_SEAL_GROW*/ |
-                                            0x0002 /*F_SEAL_SHRINK*/;
+inline constexpr int kRequiredWeightSeals =
+    0x0008 /*F_SEAL_WRITE*/ | 0x0004 /*F_SEAL_GROW*/ | 0x0002 /*F_SEAL_SHRINK*/;
 
 // Checks that `fd`, received from a server, is a sealed memfd of exactly `size` bytes: one the
 // sender can no longer write, grow or shrink. Mapping anything else could let the sender change

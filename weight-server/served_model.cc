@@ -74,7 +74,8 @@ std::unique_ptr<ServedModel> load_served_model(const ModelSpec& spec, const Serv
   auto served = std::make_unique<ServedModel>();
   served->name = spec.name;
   served->dir = spec.dir;
-  log("loading '" + spec.name + "' from " + spec.dir.string() + " (" + options.backend + " backend)");
+  log("loading '" + spec.name + "' from " + spec.dir.string() + " (" + options.backend +
+      " backend)");
   const HfModel model = HfModel::open(spec.dir);
   served->open_seconds = seconds_since(start);
 

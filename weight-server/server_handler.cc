@@ -17,13 +17,17 @@ using broker::Reply;
 using ipc::ErrorCode;
 using ipc::ProtocolError;
 
-std::string named(const std::string& s) { return "'" + s + "'"; }
+std::string named(const std::string& s) {
+  return "'" + s + "'";
+}
 
 }  // namespace
 
 ServerHandler::ServerHandler(ServeOptions defaults) : defaults_(std::move(defaults)) {}
 
-ServerHandler::~ServerHandler() { finish_loads(); }
+ServerHandler::~ServerHandler() {
+  finish_loads();
+}
 
 void ServerHandler::add_model(std::unique_ptr<ServedModel> model) {
   const std::string name = model->name;
@@ -65,8 +69,8 @@ void ServerHandler::on_disconnect(broker::Session& session) {
   const auto it = clients_.find(session.id());
   if (it == clients_.end()) return;
   for (const std::string& model : it->second.leases)
-    log("lease of client " + std::to_string(session.id()) + " (pid " + std::to_string(it->second.pid) +
-        ") on " + named(model) + " ended: disconnected");
+    log("lease of client " + std::to_string(session.id()) + " (pid " +
+        std::to_string(it->second.pid) + ") on " + named(model) + " ended: disconnected");
   clients_.erase(it);
 }
 
@@ -74,11 +78,13 @@ const ServedModel& ServerHandler::find(const std::string& name) const {
   const auto it = models_.find(name);
   if (it != models_.end()) return *it->second;
   if (loading_.contains(name))
-    throw ProtocolError(ErrorCode::kBusy, "model " + named(name) + " is still loading; try again shortly");
+    throw ProtocolError(ErrorCode::kBusy,
+                        "model " + named(name) + " is still loading; try again shortly");
   std::string names;
   for (const auto& [n, _] : models_) names += (names.empty() ? "" : ", ") + n;
-  throw ProtocolError(ErrorCode::kNotFound, "no model named " + named(name) + " is served here (serving: " +
-                                                (names.empty() ? "none" : names) + ")");
+  throw ProtocolError(ErrorCode::kNotFound,
+                      "no model named " + named(name) +
+                          " is served here (serving: " + (names.empty() ? "none" : names) + ")");
 }
 
 size_t ServerHandler::lease_count(const std::string& model) const {
@@ -109,14 +115,14 @@ broker::Reply ServerHandler::import(broker::Session& session, const ipc::Request
   fds.reserve(req.allocations.size());
   for (uint64_t id : req.allocations) {
     if (id >= count)
-      throw ProtocolError(ErrorCode::kNotFound, "model " + named(req.model) + " has no allocation " +
-                                                    std::to_string(id) + " (its ids are 0-" +
-                                                    std::to_string(count - 1) + ")");
+      throw ProtocolError(ErrorCode::kNotFound,
+                          "model " + named(req.model) + " has no allocation " + std::to_string(id) +
+                              " (its ids are 0-" + std::to_string(count - 1) + ")");
     try {
       fds.push_back(model.store->export_allocation(uint32_t(id)));
     } catch (const std::exception& e) {
-      throw ProtocolError(ErrorCode::kInternal, "cannot export allocation " + std::to_string(id) + " of " +
-                                                    named(req.model) + ": " + e.what());
+      throw ProtocolError(ErrorCode::kInternal, "cannot export allocation " + std::to_string(id) +
+                                                    " of " + named(req.model) + ": " + e.what());
     }
   }
   Client& client = clients_[session.id()];
@@ -148,21 +154,24 @@ broker::Reply ServerHandler::stats(broker::Session& session) const {
   json workers = json::array();
   for (const auto& [id, client] : clients_) {
     if (client.leases.empty()) continue;
-    workers.push_back({{"client_id", id}, {"pid", client.pid}, {"uid", client.uid}, {"models", client.leases}});
+    workers.push_back(
+        {{"client_id", id}, {"pid", client.pid}, {"uid", client.uid}, {"models", client.leases}});
   }
-  return Reply::ok({{"pid", ::getpid()},
-                    {"uptime_s", std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count()},
-                    {"models", std::move(models)},
-                    {"loading", json(loading_)},
-                    {"bytes", bytes},
-                    {"allocation_bytes", allocation_bytes},
-                    {"clients", clients_.size()},
-                    {"leases", leases},
-                    {"workers", std::move(workers)},
-                    {"imports_total", imports_total_},
-                    {"descriptors_total", descriptors_total_},
-                    {"leases_total", leases_total_},
-                    {"broker", session.broker().stats().to_json()}});
+  return Reply::ok(
+      {{"pid", ::getpid()},
+       {"uptime_s",
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count()},
+       {"models", std::move(models)},
+       {"loading", json(loading_)},
+       {"bytes", bytes},
+       {"allocation_bytes", allocation_bytes},
+       {"clients", clients_.size()},
+       {"leases", leases},
+       {"workers", std::move(workers)},
+       {"imports_total", imports_total_},
+       {"descriptors_total", descriptors_total_},
+       {"leases_total", leases_total_},
+       {"broker", session.broker().stats().to_json()}});
 }
 
 broker::Reply ServerHandler::load(broker::Session& session, const ipc::Request& request) {
@@ -173,12 +182,14 @@ broker::Reply ServerHandler::load(broker::Session& session, const ipc::Request& 
   if (!valid_model_name(spec.name))
     throw ProtocolError(ErrorCode::kBadRequest, named(spec.name) + " is not a valid model name");
   if (models_.contains(spec.name) || loading_.contains(spec.name))
-    throw ProtocolError(ErrorCode::kBusy, "a model named " + named(spec.name) + " is already " +
-                                              (loading_.contains(spec.name) ? "loading" : "served"));
+    throw ProtocolError(ErrorCode::kBusy,
+                        "a model named " + named(spec.name) + " is already " +
+                            (loading_.contains(spec.name) ? "loading" : "served"));
   ServeOptions options = defaults_;
   options.backend = ipc::optional_string_field(request.body, "backend").value_or(defaults_.backend);
   if (options.backend != "memfd" && options.backend != "vmm")
-    throw ProtocolError(ErrorCode::kBadRequest, "unknown backend " + named(options.backend) + " (memfd or vmm)");
+    throw ProtocolError(ErrorCode::kBadRequest,
+                        "unknown backend " + named(options.backend) + " (memfd or vmm)");
 
   loading_.insert(spec.name);
   const broker::ClientId client = session.id();
@@ -222,9 +233,11 @@ broker::Reply ServerHandler::unload(const ipc::Request& request) {
   if (leases > 0) {
     std::string pids;
     for (const auto& [id, client] : clients_)
-      if (client.leases.contains(name)) pids += (pids.empty() ? "" : ", ") + std::to_string(client.pid);
-    throw ProtocolError(ErrorCode::kBusy, "model " + named(name) + " has " + std::to_string(leases) +
-                                              " lease" + (leases == 1 ? "" : "s") + " (worker pids " + pids +
+      if (client.leases.contains(name))
+        pids += (pids.empty() ? "" : ", ") + std::to_string(client.pid);
+    throw ProtocolError(ErrorCode::kBusy, "model " + named(name) + " has " +
+                                              std::to_string(leases) + " lease" +
+                                              (leases == 1 ? "" : "s") + " (worker pids " + pids +
                                               "); unload it once they release it or disconnect");
   }
   models_.erase(name);

@@ -47,7 +47,8 @@ std::string resolve_backend(const std::string& requested) {
 }
 
 int run(int argc, char** argv) {
-  CLI::App app{"hearth-server: load models once and share their weights with hearth-worker processes"};
+  CLI::App app{
+      "hearth-server: load models once and share their weights with hearth-worker processes"};
   app.set_version_flag("--version", "hearth-server 0.1.0");
   std::vector<std::string> model_args;
   std::string socket, backend = "auto";
@@ -61,18 +62,23 @@ int run(int argc, char** argv) {
                  "model directory to serve, as DIR or DIR:NAME (default name: the directory's "
                  "basename); repeatable")
       ->type_name("DIR[:NAME]");
-  app.add_option("--socket", socket, "Unix socket to listen on; its directory is created 0700")->required();
-  app.add_option("--backend", backend, "where the weights live: auto (vmm when a GPU is present), vmm, memfd")
+  app.add_option("--socket", socket, "Unix socket to listen on; its directory is created 0700")
+      ->required();
+  app.add_option("--backend", backend,
+                 "where the weights live: auto (vmm when a GPU is present), vmm, memfd")
       ->check(CLI::IsMember({"auto", "vmm", "memfd"}));
   app.add_option("--allow-uid", allow_uids,
                  "also let this uid connect (repeatable; widens the socket to 0666 and a new "
                  "directory to 0711; every peer's uid is still checked)");
-  app.add_option("--admin-uid", admin_uid, "uid allowed to load, unload and shut down (default: the server's)");
+  app.add_option("--admin-uid", admin_uid,
+                 "uid allowed to load, unload and shut down (default: the server's)");
   app.add_option("--device", device, "CUDA device for the vmm backend");
-  app.add_option("--threads", threads, "threads that copy and checksum weights")->check(CLI::Range(1, 64));
+  app.add_option("--threads", threads, "threads that copy and checksum weights")
+      ->check(CLI::Range(1, 64));
   app.add_option("--max-clients", max_clients, "connections served at once");
-  app.add_option("--idle-timeout-ms", idle_timeout_ms,
-                 "drop a client that stalls mid-request this long (a quiet client holding a lease is kept)");
+  app.add_option(
+      "--idle-timeout-ms", idle_timeout_ms,
+      "drop a client that stalls mid-request this long (a quiet client holding a lease is kept)");
   app.add_flag("--quiet", quiet, "no progress lines");
   CLI11_PARSE(app, argc, argv);
 
@@ -94,7 +100,8 @@ int run(int argc, char** argv) {
   check_not_running(socket);
 
   hearth::ServerHandler handler(serve);
-  for (const hearth::ModelSpec& spec : specs) handler.add_model(hearth::load_served_model(spec, serve));
+  for (const hearth::ModelSpec& spec : specs)
+    handler.add_model(hearth::load_served_model(spec, serve));
 
   hearth::broker::BrokerOptions options;
   options.socket_path = socket;

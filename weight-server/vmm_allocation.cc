@@ -25,7 +25,8 @@ size_t VmmAllocation::granularity(int device) {
   const CudaDriver& d = CudaDriver::get();
   CUmemAllocationProp prop = allocation_properties(device);
   size_t g = 0;
-  check_cu(d.granularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED), "cuMemGetAllocationGranularity");
+  check_cu(d.granularity(&g, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED),
+           "cuMemGetAllocationGranularity");
   return g;
 }
 
@@ -67,8 +68,9 @@ void VmmAllocation::map(int device) {
 
 int VmmAllocation::export_fd() const {
   int fd = -1;
-  check_cu(CudaDriver::get().export_handle(&fd, handle_, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
-           "cuMemExportToShareableHandle");
+  check_cu(
+      CudaDriver::get().export_handle(&fd, handle_, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+      "cuMemExportToShareableHandle");
   return fd;
 }
 
@@ -104,8 +106,9 @@ std::string cuda_device_uuid(int device) {
   check_cu(d.device_uuid(&uuid, dev), "cuDeviceGetUuid");
   const auto* b = reinterpret_cast<const unsigned char*>(uuid.bytes);
   char s[64];
-  std::snprintf(s, sizeof s, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
-                b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
+  std::snprintf(s, sizeof s,
+                "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x", b[0],
+                b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12], b[13],
                 b[14], b[15]);
   return s;
 }

@@ -23,7 +23,8 @@ void check(cudaError_t err, const char* what) {
 // A DeviceStore uploaded for sharing: the same tensors, plus export by allocation id.
 class ExportedDeviceStore final : public ExportableStore {
  public:
-  ExportedDeviceStore(std::unique_ptr<DeviceStore> device, double seconds) : device_(std::move(device)) {
+  ExportedDeviceStore(std::unique_ptr<DeviceStore> device, double seconds)
+      : device_(std::move(device)) {
     config_ = device_->config();
     for (const StoredTensor& t : device_->tensors()) add_tensor(t);
     timings_ = {device_->upload_stats().bytes, seconds, device_->upload_stats().seconds};
@@ -34,7 +35,8 @@ class ExportedDeviceStore final : public ExportableStore {
   std::string gpu_uuid() const override { return device_->gpu_uuid(); }
   UniqueFd export_allocation(uint32_t id) const override {
     if (id >= device_->allocations().size())
-      throw std::out_of_range("allocation " + std::to_string(id) + " does not exist (the model has " +
+      throw std::out_of_range("allocation " + std::to_string(id) +
+                              " does not exist (the model has " +
                               std::to_string(device_->allocations().size()) + ")");
     // A fresh descriptor per request: the receiving process owns it, and it ends with it.
     return UniqueFd(device_->allocations()[id].export_fd());
@@ -47,7 +49,9 @@ class ExportedDeviceStore final : public ExportableStore {
 // A pinned host buffer, freed on destruction.
 class PinnedBuffer {
  public:
-  explicit PinnedBuffer(size_t bytes) : bytes_(bytes) { check(cudaMallocHost(&data_, bytes), "cudaMallocHost"); }
+  explicit PinnedBuffer(size_t bytes) : bytes_(bytes) {
+    check(cudaMallocHost(&data_, bytes), "cudaMallocHost");
+  }
   ~PinnedBuffer() { cudaFreeHost(data_); }
   PinnedBuffer(const PinnedBuffer&) = delete;
   PinnedBuffer& operator=(const PinnedBuffer&) = delete;
@@ -71,9 +75,11 @@ bool vmm_gpu_available(std::string* why) {
   return false;
 }
 
-std::unique_ptr<ExportableStore> upload_vmm_store(const HfModel& model, const VmmLoadOptions& options) {
+std::unique_ptr<ExportableStore> upload_vmm_store(const HfModel& model,
+                                                  const VmmLoadOptions& options) {
   std::string why;
-  if (!vmm_gpu_available(&why)) throw std::runtime_error("the vmm backend needs a CUDA GPU: " + why);
+  if (!vmm_gpu_available(&why))
+    throw std::runtime_error("the vmm backend needs a CUDA GPU: " + why);
   const auto start = std::chrono::steady_clock::now();
   UploadOptions upload;
   upload.device = options.device;
@@ -81,7 +87,8 @@ std::unique_ptr<ExportableStore> upload_vmm_store(const HfModel& model, const Vm
   upload.progress = options.progress;
   upload.threads = options.threads;
   std::unique_ptr<DeviceStore> device = DeviceStore::upload(model, upload);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return std::make_unique<ExportedDeviceStore>(std::move(device), seconds);
 }
 
@@ -103,11 +110,12 @@ int vmm_device_for(const std::string& gpu_uuid) {
                            "); run it on the server's GPU (check CUDA_VISIBLE_DEVICES)");
 }
 
-std::shared_ptr<const WeightStore> import_vmm_store(const Manifest& manifest, std::vector<UniqueFd> fds,
-                                                   int device) {
+std::shared_ptr<const WeightStore> import_vmm_store(const Manifest& manifest,
+                                                    std::vector<UniqueFd> fds, int device) {
   if (fds.size() != manifest.tensors.size())
-    throw std::runtime_error("model '" + manifest.model + "': received " + std::to_string(fds.size()) +
-                             " descriptors for " + std::to_string(manifest.tensors.size()) + " tensors");
+    throw std::runtime_error("model '" + manifest.model + "': received " +
+                             std::to_string(fds.size()) + " descriptors for " +
+                             std::to_string(manifest.tensors.size()) + " tensors");
   check(cudaSetDevice(device), "cudaSetDevice");
   check(cudaFree(nullptr), "creating the CUDA context");
   std::vector<VmmAllocation> allocations;
@@ -120,13 +128,14 @@ std::shared_ptr<const WeightStore> import_vmm_store(const Manifest& manifest, st
       allocations.push_back(VmmAllocation::import(fds[i].get(), t.allocation_bytes, device));
     } catch (const std::exception& e) {
       throw std::runtime_error("model '" + manifest.model + "', tensor '" + t.info.name +
-                               "': cannot import its allocation (" + std::to_string(t.allocation_bytes) +
-                               " bytes): " + e.what());
+                               "': cannot import its allocation (" +
+                               std::to_string(t.allocation_bytes) + " bytes): " + e.what());
     }
     fds[i].reset();  // the driver holds its own reference once imported
     tensors.push_back(StoredTensor{t.info, nullptr, t.allocation_bytes, uint32_t(i)});
   }
-  return DeviceStore::adopt(manifest.config, std::move(tensors), std::move(allocations), manifest.gpu_uuid);
+  return DeviceStore::adopt(manifest.config, std::move(tensors), std::move(allocations),
+                            manifest.gpu_uuid);
 }
 
 uint64_t device_checksum(const void* device_address, uint64_t bytes) {

@@ -28,7 +28,8 @@ struct VmmLoadOptions {
 
 // Uploads every tensor into its own exportable VMM allocation (DeviceStore::upload, per-tensor
 // layout). 2-D f32 tensors are stored as bf16, as the CUDA engine expects.
-std::unique_ptr<ExportableStore> upload_vmm_store(const HfModel& model, const VmmLoadOptions& options);
+std::unique_ptr<ExportableStore> upload_vmm_store(const HfModel& model,
+                                                  const VmmLoadOptions& options);
 
 // The local device whose UUID is `gpu_uuid`. Throws std::runtime_error naming the server's GPU
 // and this process's devices when none matches (another machine, or CUDA_VISIBLE_DEVICES
@@ -37,8 +38,8 @@ int vmm_device_for(const std::string& gpu_uuid);
 
 // Imports and maps `fds[i]` as the allocation of manifest.tensors[i] on `device` (from
 // vmm_device_for). The descriptors are closed; the driver keeps the memory alive while mapped.
-std::shared_ptr<const WeightStore> import_vmm_store(const Manifest& manifest, std::vector<UniqueFd> fds,
-                                                   int device);
+std::shared_ptr<const WeightStore> import_vmm_store(const Manifest& manifest,
+                                                    std::vector<UniqueFd> fds, int device);
 
 // xxh3 of `bytes` of device memory, copied back through a pinned buffer.
 uint64_t device_checksum(const void* device_address, uint64_t bytes);

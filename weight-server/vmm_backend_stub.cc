@@ -7,8 +7,9 @@ namespace hearth {
 
 namespace {
 [[noreturn]] void no_cuda() {
-  throw std::runtime_error("this hearth was built without CUDA (no nvcc at build time), so the vmm "
-                           "backend is unavailable; use the memfd backend");
+  throw std::runtime_error(
+      "this hearth was built without CUDA (no nvcc at build time), so the vmm "
+      "backend is unavailable; use the memfd backend");
 }
 }  // namespace
 
@@ -17,11 +18,17 @@ bool vmm_gpu_available(std::string* why) {
   return false;
 }
 
-std::unique_ptr<ExportableStore> upload_vmm_store(const HfModel&, const VmmLoadOptions&) { no_cuda(); }
-int vmm_device_for(const std::string&) { no_cuda(); }
+std::unique_ptr<ExportableStore> upload_vmm_store(const HfModel&, const VmmLoadOptions&) {
+  no_cuda();
+}
+int vmm_device_for(const std::string&) {
+  no_cuda();
+}
 std::shared_ptr<const WeightStore> import_vmm_store(const Manifest&, std::vector<UniqueFd>, int) {
   no_cuda();
 }
-uint64_t device_checksum(const void*, uint64_t) { no_cuda(); }
+uint64_t device_checksum(const void*, uint64_t) {
+  no_cuda();
+}
 
 }  // namespace hearth

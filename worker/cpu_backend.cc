@@ -91,7 +91,8 @@ void rope(float* v, int n_heads, int head_dim, int pos, const std::vector<float>
 CpuBackend::CpuBackend(std::shared_ptr<const WeightStore> store, int context_length)
     : store_(std::move(store)), c_(store_->config()), context_(context_length) {
   if (store_->residence() != Residence::Host)
-    throw std::runtime_error("the cpu backend needs host-resident weights, this store is on the GPU");
+    throw std::runtime_error(
+        "the cpu backend needs host-resident weights, this store is on the GPU");
   if (context_ <= 0) throw std::runtime_error("context length must be positive");
   w_ = bind_weights(*store_);
   inv_freq_ = rope_inverse_frequencies(c_);
@@ -146,8 +147,10 @@ void CpuBackend::attention(const LayerWeights& L, int layer, int n, int start_po
     float* q = &q_[t * qd];
     float* k = &k_[t * kvd];
     if (c_.qk_norm) {
-      for (int hh = 0; hh < c_.n_heads; ++hh) rmsnorm(q + hh * hd, q + hh * hd, L.q_norm, hd, c_.rms_eps);
-      for (int hh = 0; hh < c_.n_kv_heads; ++hh) rmsnorm(k + hh * hd, k + hh * hd, L.k_norm, hd, c_.rms_eps);
+      for (int hh = 0; hh < c_.n_heads; ++hh)
+        rmsnorm(q + hh * hd, q + hh * hd, L.q_norm, hd, c_.rms_eps);
+      for (int hh = 0; hh < c_.n_kv_heads; ++hh)
+        rmsnorm(k + hh * hd, k + hh * hd, L.k_norm, hd, c_.rms_eps);
     }
     rope(q, c_.n_heads, int(hd), start_pos + t, inv_freq_);
     rope(k, c_.n_kv_heads, int(hd), start_pos + t, inv_freq_);

@@ -5,11 +5,14 @@
 
 namespace hearth {
 
-bool cuda_device_available() { return false; }
+bool cuda_device_available() {
+  return false;
+}
 
 std::unique_ptr<Backend> make_cuda_backend(const Profile&, const WorkerModel&, int) {
-  throw std::runtime_error("this hearth was built without CUDA (no nvcc found at build time); "
-                           "use --backend cpu");
+  throw std::runtime_error(
+      "this hearth was built without CUDA (no nvcc found at build time); "
+      "use --backend cpu");
 }
 
 }  // namespace hearth

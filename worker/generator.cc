@@ -13,7 +13,8 @@ namespace hearth {
 namespace {
 
 double ms_since(std::chrono::steady_clock::time_point start) {
-  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+      .count();
 }
 
 // Tracks the decoded text against the stop strings: what may be shown, and where a stop
@@ -71,9 +72,12 @@ class StopMatcher {
 
 const char* stop_reason_name(StopReason reason) {
   switch (reason) {
-    case StopReason::Eos: return "eos";
-    case StopReason::Length: return "length";
-    case StopReason::StopString: return "stop";
+    case StopReason::Eos:
+      return "eos";
+    case StopReason::Length:
+      return "length";
+    case StopReason::StopString:
+      return "stop";
   }
   return "?";
 }
@@ -109,8 +113,9 @@ GenerationStats generate(Backend& backend, const Tokenizer* tokenizer,
     TokenEvent event{s.token, s.logprob, {}, {}};
     if (decoder) event.text = decoder->push(s.token);
     event.visible = matcher.append(event.text);
-    const bool eos = !profile.ignore_eos && std::find(request.eos_ids.begin(), request.eos_ids.end(),
-                                                      s.token) != request.eos_ids.end();
+    const bool eos =
+        !profile.ignore_eos &&
+        std::find(request.eos_ids.begin(), request.eos_ids.end(), s.token) != request.eos_ids.end();
     sink.on_token(event);
 
     if (eos) {

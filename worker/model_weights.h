@@ -23,8 +23,8 @@ struct WeightRef {
 struct LayerWeights {
   WeightRef attn_norm;
   WeightRef wq, wk, wv;
-  WeightRef bq, bk, bv;        // Qwen2 only
-  WeightRef q_norm, k_norm;    // Qwen3 only
+  WeightRef bq, bk, bv;      // Qwen2 only
+  WeightRef q_norm, k_norm;  // Qwen3 only
   WeightRef wo;
   WeightRef mlp_norm;
   WeightRef w_gate, w_up, w_down;

@@ -14,9 +14,13 @@ void put(std::FILE* out, const std::string& s) {
 }
 }  // namespace
 
-void TextSink::on_token(const TokenEvent& event) { put(out_, event.visible); }
+void TextSink::on_token(const TokenEvent& event) {
+  put(out_, event.visible);
+}
 
-void TextSink::on_done(const GenerationStats& stats) { put(out_, stats.final_visible + "\n"); }
+void TextSink::on_done(const GenerationStats& stats) {
+  put(out_, stats.final_visible + "\n");
+}
 
 void JsonlSink::write(const json& line) {
   // Invalid UTF-8 cannot reach here (the stream decoder only emits whole characters), but

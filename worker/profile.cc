@@ -21,7 +21,8 @@ double number(const json& v, const std::string& label, const std::string& key, d
   if (!v.is_number()) bad(label, key, "must be a number, got " + v.dump());
   const double d = v.get<double>();
   if (!(d >= lo && d <= hi))
-    bad(label, key, "must be in [" + json(lo).dump() + ", " + json(hi).dump() + "], got " + v.dump());
+    bad(label, key,
+        "must be in [" + json(lo).dump() + ", " + json(hi).dump() + "], got " + v.dump());
   return d;
 }
 
@@ -30,8 +31,8 @@ int64_t integer(const json& v, const std::string& label, const std::string& key,
   if (!v.is_number_integer()) bad(label, key, "must be an integer, got " + v.dump());
   const int64_t i = v.get<int64_t>();
   if (i < lo || i > hi)
-    bad(label, key, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " +
-                        v.dump());
+    bad(label, key,
+        "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + v.dump());
   return i;
 }
 
@@ -100,10 +101,8 @@ const std::map<std::string, Setter>& setters() {
            p.stop.push_back(s.get<std::string>());
          }
        }},
-      {"ignore_eos",
-       [](Profile& p, const json& v, const std::string& l) {
-         p.ignore_eos = boolean(v, l, "ignore_eos");
-       }},
+      {"ignore_eos", [](Profile& p, const json& v,
+                        const std::string& l) { p.ignore_eos = boolean(v, l, "ignore_eos"); }},
       {"backend",
        [](Profile& p, const json& v, const std::string& l) {
          p.backend = one_of(v, l, "backend", {"auto", "cpu", "cuda"});
@@ -112,10 +111,8 @@ const std::map<std::string, Setter>& setters() {
        [](Profile& p, const json& v, const std::string& l) {
          p.context_length = int(integer(v, l, "context_length", 0, 1 << 20));
        }},
-      {"cuda_graphs",
-       [](Profile& p, const json& v, const std::string& l) {
-         p.cuda_graphs = boolean(v, l, "cuda_graphs");
-       }},
+      {"cuda_graphs", [](Profile& p, const json& v,
+                         const std::string& l) { p.cuda_graphs = boolean(v, l, "cuda_graphs"); }},
       {"kv_cache_dtype",
        [](Profile& p, const json& v, const std::string& l) {
          p.kv_cache_dtype = one_of(v, l, "kv_cache_dtype", {"auto", "bf16", "f16"});
@@ -141,7 +138,8 @@ void apply_profile_json(Profile& profile, const json& obj, const std::string& la
     if (it == setters().end()) {
       std::string known;
       for (const auto& [k, _] : setters()) known += (known.empty() ? "" : ", ") + k;
-      throw std::runtime_error(label + ": unknown profile key '" + key + "' (known: " + known + ")");
+      throw std::runtime_error(label + ": unknown profile key '" + key + "' (known: " + known +
+                               ")");
     }
     it->second(profile, value, label);
   }

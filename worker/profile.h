@@ -24,9 +24,9 @@ struct Profile {
 
   // CUDA engine options. Those that change numerics are here so a proof run can show them.
   bool cuda_graphs = true;
-  std::string kv_cache_dtype = "auto";         // auto (the weights' type) | bf16 | f16
-  std::string weights_layout = "per-tensor";   // per-tensor | packed
-  std::string decode_gemv = "hearth";          // hearth | cublas
+  std::string kv_cache_dtype = "auto";        // auto (the weights' type) | bf16 | f16
+  std::string weights_layout = "per-tensor";  // per-tensor | packed
+  std::string decode_gemv = "hearth";         // hearth | cublas
 };
 
 // Applies the keys of `obj` to `profile` (starting from whatever it holds). Throws

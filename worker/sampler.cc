@@ -67,7 +67,8 @@ SampledToken Sampler::sample(std::span<const float> logits, const SamplingParams
     if (p.top_p < 1.0f) cutoff = (1.0 - p.top_p) / double(l.size());
     cutoff = std::max(cutoff, double(p.min_p));
     for (size_t i = 0; i < l.size(); ++i)
-      if (std::exp((double(l[i]) - max) * inv_t) >= cutoff) candidates_.emplace_back(l[i], int32_t(i));
+      if (std::exp((double(l[i]) - max) * inv_t) >= cutoff)
+        candidates_.emplace_back(l[i], int32_t(i));
     std::sort(candidates_.begin(), candidates_.end(), before);
   }
 

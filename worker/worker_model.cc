@@ -31,7 +31,8 @@ WorkerModel attach_served_model(const std::string& socket, const std::string& na
   client_options.name = "hearth-worker";
   auto client = std::make_shared<ipc::Client>(ipc::Client::connect(socket, client_options));
   WorkerModel m;
-  m.connect_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  m.connect_ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   ImportOptions import;
   import.verify = options.verify_weights;
   ImportedModel imported = import_served_model(*client, name, import);
@@ -47,7 +48,8 @@ WorkerModel attach_served_model(const std::string& socket, const std::string& na
 
 std::vector<int32_t> end_of_sequence_ids(const WorkerModel& model, const Tokenizer* tokenizer) {
   std::vector<int32_t> ids;
-  for (int id : eos_token_ids(model.store->config(), model.generation_config_json)) ids.push_back(id);
+  for (int id : eos_token_ids(model.store->config(), model.generation_config_json))
+    ids.push_back(id);
   if (tokenizer && !model.tokenizer_config_json.empty()) {
     auto cfg = nlohmann::json::parse(model.tokenizer_config_json, nullptr, false);
     if (cfg.is_object() && cfg.contains("eos_token")) {

@@ -40,7 +40,9 @@ Engines open_engines(const fs::path& dir, int context, Profile profile = {}) {
   return e;
 }
 
-std::vector<float> copy(std::span<const float> s) { return {s.begin(), s.end()}; }
+std::vector<float> copy(std::span<const float> s) {
+  return {s.begin(), s.end()};
+}
 
 struct Comparison {
   double max_err = 0, range = 0;
@@ -49,7 +51,8 @@ Comparison compare(const std::vector<float>& gpu, const std::vector<float>& cpu)
   Comparison c;
   const auto [lo, hi] = std::minmax_element(cpu.begin(), cpu.end());
   c.range = *hi - *lo;
-  for (size_t i = 0; i < cpu.size(); ++i) c.max_err = std::max(c.max_err, double(std::abs(gpu[i] - cpu[i])));
+  for (size_t i = 0; i < cpu.size(); ++i)
+    c.max_err = std::max(c.max_err, double(std::abs(gpu[i] - cpu[i])));
   return c;
 }
 
@@ -68,7 +71,8 @@ int check_teacher_forced(Engines& e, std::vector<int32_t> prompt, int steps, dou
                                 << ", logit range " << cmp.range;
     std::vector<size_t> order(c.size());
     for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::partial_sort(order.begin(), order.begin() + 2, order.end(), [&](size_t a, size_t b) { return c[a] > c[b]; });
+    std::partial_sort(order.begin(), order.begin() + 2, order.end(),
+                      [&](size_t a, size_t b) { return c[a] > c[b]; });
     const int32_t cpu_top = int32_t(order[0]);
     if (c[order[0]] - c[order[1]] > 2 * tol) {
       const int32_t gpu_top = int32_t(std::max_element(g.begin(), g.end()) - g.begin());
@@ -102,12 +106,14 @@ TEST(CudaEngine, MatchesCpuOnEveryGoldenVariant) {
     const std::string name = entry.path().filename().string();
     const json golden = json::parse(read_text_file(entry.path() / "golden.json"));
     Engines e = open_engines(entry.path(), 128);
-    const int decisive = check_teacher_forced(e, golden["prompt"].get<std::vector<int32_t>>(), 40, 2e-2, name);
+    const int decisive =
+        check_teacher_forced(e, golden["prompt"].get<std::vector<int32_t>>(), 40, 2e-2, name);
     EXPECT_GE(decisive, 10) << name;
   }
 }
 
-fs::path synth(const std::string& name, const json& overrides, const std::string& preset = "tiny-llama3") {
+fs::path synth(const std::string& name, const json& overrides,
+               const std::string& preset = "tiny-llama3") {
   const fs::path dir = fs::path(testing::TempDir()) / ("cuda_engine_" + name);
   fs::remove_all(dir);
   SynthOptions opt;
@@ -120,11 +126,15 @@ fs::path synth(const std::string& name, const json& overrides, const std::string
 // Production-like head sizes: head_dim 128 with GQA 4, and head_dim 64 with GQA 7 and biases.
 TEST(CudaEngine, MatchesCpuOnProductionHeadShapes) {
   HEARTH_REQUIRE_GPU();
-  const json hd128 = {{"hidden_size", 512}, {"num_attention_heads", 4}, {"num_key_value_heads", 1},
-                      {"head_dim", 128}, {"intermediate_size", 1024}, {"vocab_size", 3000}};
-  const json hd64 = {{"hidden_size", 448}, {"num_attention_heads", 7}, {"num_key_value_heads", 1},
-                     {"intermediate_size", 896}, {"vocab_size", 2000}};
-  for (auto [name, cfg, preset] : {std::tuple{"hd128", hd128, "tiny-llama3"}, {"hd64", hd64, "tiny-qwen2"},
+  const json hd128 = {{"hidden_size", 512}, {"num_attention_heads", 4},  {"num_key_value_heads", 1},
+                      {"head_dim", 128},    {"intermediate_size", 1024}, {"vocab_size", 3000}};
+  const json hd64 = {{"hidden_size", 448},
+                     {"num_attention_heads", 7},
+                     {"num_key_value_heads", 1},
+                     {"intermediate_size", 896},
+                     {"vocab_size", 2000}};
+  for (auto [name, cfg, preset] : {std::tuple{"hd128", hd128, "tiny-llama3"},
+                                   {"hd64", hd64, "tiny-qwen2"},
                                    {"qwen3", hd128, "tiny-qwen3"}}) {
     Engines e = open_engines(synth(name, cfg, preset), 512);
     std::vector<int32_t> prompt(150);
@@ -136,8 +146,12 @@ TEST(CudaEngine, MatchesCpuOnProductionHeadShapes) {
 // A prompt longer than one prefill chunk (2048) goes through two chunks.
 TEST(CudaEngine, ChunkedPrefillMatchesCpu) {
   HEARTH_REQUIRE_GPU();
-  const json cfg = {{"hidden_size", 256}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
-                    {"head_dim", 64}, {"intermediate_size", 512}, {"vocab_size", 1000},
+  const json cfg = {{"hidden_size", 256},
+                    {"num_attention_heads", 4},
+                    {"num_key_value_heads", 2},
+                    {"head_dim", 64},
+                    {"intermediate_size", 512},
+                    {"vocab_size", 1000},
                     {"max_position_embeddings", 4096}};
   Engines e = open_engines(synth("chunked", cfg), 4096);
   std::vector<int32_t> prompt(2100);
@@ -148,8 +162,8 @@ TEST(CudaEngine, ChunkedPrefillMatchesCpu) {
 // Same profile, prompt and seed: byte-identical tokens and logprobs, graphs on or off.
 TEST(CudaEngine, RepeatedRunsAreByteIdentical) {
   HEARTH_REQUIRE_GPU();
-  const json cfg = {{"hidden_size", 512}, {"num_attention_heads", 4}, {"num_key_value_heads", 1},
-                    {"head_dim", 128}, {"intermediate_size", 1024}, {"vocab_size", 3000}};
+  const json cfg = {{"hidden_size", 512}, {"num_attention_heads", 4},  {"num_key_value_heads", 1},
+                    {"head_dim", 128},    {"intermediate_size", 1024}, {"vocab_size", 3000}};
   const fs::path dir = synth("repeat", cfg);
   auto hf = std::make_shared<HfModel>(HfModel::open(dir));
   std::shared_ptr<const WeightStore> dev = DeviceStore::upload(*hf, {});
@@ -174,7 +188,8 @@ TEST(CudaEngine, RepeatedRunsAreByteIdentical) {
         first_logprobs = sink.logprobs;
       } else {
         EXPECT_EQ(sink.tokens, first_tokens) << "temperature " << temperature << " run " << run;
-        EXPECT_EQ(0, std::memcmp(sink.logprobs.data(), first_logprobs.data(), first_logprobs.size() * 4));
+        EXPECT_EQ(
+            0, std::memcmp(sink.logprobs.data(), first_logprobs.data(), first_logprobs.size() * 4));
       }
     }
   }

@@ -46,7 +46,8 @@ TEST(DefaultModel, GreedyContinuationsAreStable) {
     profile.max_tokens = sample["max_new_tokens"].get<int>();
     GenerationRequest request;
     request.profile = profile;
-    request.prompt = tokenizer.encode(sample["prompt"].get<std::string>(), /*add_special_tokens=*/true);
+    request.prompt =
+        tokenizer.encode(sample["prompt"].get<std::string>(), /*add_special_tokens=*/true);
     EXPECT_EQ(request.prompt, sample["prompt_ids"].get<std::vector<int32_t>>()) << sample["prompt"];
     request.eos_ids = end_of_sequence_ids(model, &tokenizer);
     auto backend = make_backend(profile, model);

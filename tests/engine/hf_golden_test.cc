@@ -46,7 +46,8 @@ TEST_P(HfGolden, LogitsAndGreedyTokensMatchTransformers) {
   const auto [lo, hi] = std::minmax_element(ref.begin(), ref.end());
   const double tolerance = 1e-3 * (*hi - *lo);
   double max_err = 0;
-  for (size_t i = 0; i < ref.size(); ++i) max_err = std::max(max_err, double(std::abs(logits[i] - ref[i])));
+  for (size_t i = 0; i < ref.size(); ++i)
+    max_err = std::max(max_err, double(std::abs(logits[i] - ref[i])));
   EXPECT_LE(max_err, tolerance) << GetParam() << ": max abs error " << max_err;
   RecordProperty("max_abs_error", std::to_string(max_err));
 
@@ -69,12 +70,12 @@ TEST_P(HfGolden, LogitsAndGreedyTokensMatchTransformers) {
   EXPECT_GE(checked, int(greedy.size()) * 3 / 4) << "too few decisive steps to mean anything";
 }
 
-INSTANTIATE_TEST_SUITE_P(Variants, HfGolden, testing::ValuesIn(variants()),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           std::replace_if(n.begin(), n.end(), [](char c) { return !std::isalnum(c); }, '_');
-                           return n;
-                         });
+INSTANTIATE_TEST_SUITE_P(Variants, HfGolden, testing::ValuesIn(variants()), [](const auto& info) {
+  std::string n = info.param;
+  std::replace_if(
+      n.begin(), n.end(), [](char c) { return !std::isalnum(c); }, '_');
+  return n;
+});
 
 }  // namespace
 }  // namespace hearth

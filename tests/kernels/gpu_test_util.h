@@ -105,9 +105,13 @@ inline double relative_error(const std::vector<float>& out, const std::vector<fl
   return std::sqrt(num / std::max(den, 1e-30));
 }
 
-inline const char* name(kernels::Half t) { return t == kernels::Half::BF16 ? "bf16" : "f16"; }
+inline const char* name(kernels::Half t) {
+  return t == kernels::Half::BF16 ? "bf16" : "f16";
+}
 
 // Relative error expected from rounding a result to the 16-bit type (plus fp32 slack).
-inline double half_tolerance(kernels::Half t) { return t == kernels::Half::BF16 ? 8e-3 : 2e-3; }
+inline double half_tolerance(kernels::Half t) {
+  return t == kernels::Half::BF16 ? 8e-3 : 2e-3;
+}
 
 }  // namespace hearth::test

@@ -22,7 +22,9 @@ class ChildProcessTest : public ::testing::Test {
   ChildProcess sh(const std::string& script) {
     return ChildProcess::spawn({{"sh", "-c", script}, dir_ / "out", dir_ / "err"});
   }
-  static ExitStatus wait(ChildProcess& c) { return *c.wait_until(std::chrono::steady_clock::now() + 60s); }
+  static ExitStatus wait(ChildProcess& c) {
+    return *c.wait_until(std::chrono::steady_clock::now() + 60s);
+  }
   static bool alive(pid_t pid) { return ::kill(pid, 0) == 0; }
   // A process that is not our child is reaped by someone else; give it a moment.
   static bool gone_soon(pid_t pid) {
@@ -65,7 +67,8 @@ TEST_F(ChildProcessTest, DeadlinePassesThenKillEndsIt) {
 
 TEST_F(ChildProcessTest, KillingTheGroupTakesTheWrappersChildrenToo) {
   ChildProcess c = sh("sleep 1000 & echo $! > " + (dir_ / "pid").string() + "; wait");
-  for (int i = 0; i < 500 && read_file(dir_ / "pid").empty(); ++i) std::this_thread::sleep_for(10ms);
+  for (int i = 0; i < 500 && read_file(dir_ / "pid").empty(); ++i)
+    std::this_thread::sleep_for(10ms);
   const pid_t grandchild = pid_t(std::stoi(read_file(dir_ / "pid")));
   ASSERT_TRUE(alive(grandchild));
   c.kill_group();
@@ -94,7 +97,8 @@ TEST_F(ChildProcessTest, DestructorKillsAndReaps) {
 TEST_F(ChildProcessTest, OurDescriptorsDoNotLeakIntoIt) {
   const int fd = ::open("/dev/null", O_RDONLY);  // deliberately without O_CLOEXEC
   ASSERT_GE(fd, 3);
-  ChildProcess c = sh("test -e /proc/$$/fd/" + std::to_string(fd) + " && echo leaked || echo closed");
+  ChildProcess c =
+      sh("test -e /proc/$$/fd/" + std::to_string(fd) + " && echo leaked || echo closed");
   wait(c);
   ::close(fd);
   EXPECT_EQ(read_file(dir_ / "out"), "closed\n");
@@ -105,14 +109,16 @@ TEST_F(ChildProcessTest, AMissingProgramIsAClearError) {
     ChildProcess::spawn({{"/nonexistent/hearth-worker"}, dir_ / "out", dir_ / "err"});
     ADD_FAILURE();
   } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find("cannot start /nonexistent/hearth-worker: No such file"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("cannot start /nonexistent/hearth-worker: No such file"),
+              std::string::npos)
         << e.what();
   }
   try {
     ChildProcess::spawn({{"true"}, dir_ / "no-such-dir" / "out", dir_ / "err"});
     ADD_FAILURE() << "an unwritable stdout path was accepted";
   } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find("no-such-dir/out: cannot open"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("no-such-dir/out: cannot open"), std::string::npos)
+        << e.what();
   }
 }
 

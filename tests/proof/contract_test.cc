@@ -9,7 +9,8 @@
 namespace hearth::proof {
 namespace {
 
-Generation gen(std::vector<int32_t> tokens, std::vector<double> logprobs = {}, std::vector<std::string> pieces = {}) {
+Generation gen(std::vector<int32_t> tokens, std::vector<double> logprobs = {},
+               std::vector<std::string> pieces = {}) {
   Generation g;
   g.tokens = tokens;
   g.logprobs = logprobs.empty() ? std::vector<double>(tokens.size(), -1.0) : logprobs;
@@ -121,7 +122,7 @@ TEST(Compare, TextDivergenceStartsOnACharacterBoundary) {
 TEST(Compare, LogprobContractChecksEveryPositionAgainstEpsilon) {
   const Generation a = gen({1, 2, 3}, {-1.0, -2.0, -3.0});
   const Generation b = gen({1, 2, 3}, {-1.0, -2.00005, -3.001});
-  EXPECT_TRUE(cmp("exact", a, b).holds);  // exact ignores logprobs...
+  EXPECT_TRUE(cmp("exact", a, b).holds);                           // exact ignores logprobs...
   EXPECT_NEAR(cmp("exact", a, b).max_logprob_delta, 0.001, 1e-9);  // ...but reports them
   EXPECT_TRUE(cmp("logprob:0.01", a, b).holds);
   const Comparison r = cmp("logprob:1e-4", a, b);
@@ -136,7 +137,8 @@ TEST(Compare, LogprobContractChecksEveryPositionAgainstEpsilon) {
 
 TEST(Compare, MissingLogprobsOnOneSideOnlyAreADifference) {
   const double nan = std::nan("");
-  const Generation a = gen({1, 2}, {-1.0, nan}), both = gen({1, 2}, {-1.0, nan}), b = gen({1, 2}, {-1.0, -2.0});
+  const Generation a = gen({1, 2}, {-1.0, nan}), both = gen({1, 2}, {-1.0, nan}),
+                   b = gen({1, 2}, {-1.0, -2.0});
   EXPECT_TRUE(cmp("logprob:0", a, both).holds);
   EXPECT_FALSE(cmp("logprob:1000", a, b).holds);
 }

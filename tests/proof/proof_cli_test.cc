@@ -34,7 +34,8 @@ class ProofRun : public ::testing::Test {
     write_file(dir_ / "hot.json", R"({"temperature": 1.0, "seed": 7, "backend": "cpu"})");
     write_file(dir_ / "seed1.json", R"({"temperature": 1.0, "seed": 1, "backend": "cpu"})");
     write_file(dir_ / "seed2.json", R"({"temperature": 1.0, "seed": 2, "backend": "cpu"})");
-    write_file(dir_ / "tiny-context.json", R"({"temperature": 0, "backend": "cpu", "context_length": 2})");
+    write_file(dir_ / "tiny-context.json",
+               R"({"temperature": 0, "backend": "cpu", "context_length": 2})");
   }
 
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
@@ -46,8 +47,16 @@ class ProofRun : public ::testing::Test {
 
   // `run` over the test suite with the given profiles and extra arguments.
   CommandResult run(const std::vector<std::string>& profiles, std::vector<std::string> extra = {}) {
-    std::vector<std::string> args = {"run", "--suite", path("suite.jsonl"), "--budget", std::to_string(kBudget),
-                                     "--model", default_model().string(), "--out", path("out"), "--quiet"};
+    std::vector<std::string> args = {"run",
+                                     "--suite",
+                                     path("suite.jsonl"),
+                                     "--budget",
+                                     std::to_string(kBudget),
+                                     "--model",
+                                     default_model().string(),
+                                     "--out",
+                                     path("out"),
+                                     "--quiet"};
     for (const std::string& p : profiles) args.insert(args.end(), {"--profile", path(p)});
     args.insert(args.end(), extra.begin(), extra.end());
     return proof(args);
@@ -58,27 +67,33 @@ class ProofRun : public ::testing::Test {
   // A --worker wrapper: runs the real worker, except on the "volcano" prompt where it runs
   // `misbehaviour` instead. With `fake_others` the other prompts get a canned one-token stream
   // at once: tests of deadlines must not depend on how fast a (sanitized, debug) worker is.
-  std::string wrapper(const std::string& name, const std::string& misbehaviour, bool fake_others = false) {
+  std::string wrapper(const std::string& name, const std::string& misbehaviour,
+                      bool fake_others = false) {
     const fs::path p = dir_ / name;
     const std::string others =
         fake_others ? "printf '%s\\n' '{\"token\":1,\"text\":\"a\",\"logprob\":-1}' "
-                      "'{\"done\":true,\"stop\":\"length\",\"prompt_tokens\":3,\"generated_tokens\":1,\"timings\":{}}'"
+                      "'{\"done\":true,\"stop\":\"length\",\"prompt_tokens\":3,\"generated_"
+                      "tokens\":1,\"timings\":{}}'"
                     : "exec \"" + (bin_dir() / "hearth-worker").string() + "\" \"$@\"";
-    write_file(p, "#!/bin/sh\ncase \"$*\" in\n  *volcano*) " + misbehaviour + " ;;\n  *) " + others + " ;;\nesac\n");
+    write_file(p, "#!/bin/sh\ncase \"$*\" in\n  *volcano*) " + misbehaviour + " ;;\n  *) " +
+                      others + " ;;\nesac\n");
     ::chmod(p.c_str(), 0755);
     return p.string();
   }
 
   // The same prompt run through hearth-worker directly for both profiles: where do they differ?
-  void expect_divergences_as_the_workers_show(const json& r, const std::string& a, const std::string& b) {
+  void expect_divergences_as_the_workers_show(const json& r, const std::string& a,
+                                              const std::string& b) {
     size_t diverged = 0;
     for (const json& p : r["prompts"]) {
-      const std::string arg = p["prompt"].is_string() ? "--prompt=" + p["prompt"].get<std::string>()
-                                                      : "--prompt-tokens=" + [&] {
-                                                          std::string ids;
-                                                          for (const json& t : p["prompt"]) ids += (ids.empty() ? "" : ",") + t.dump();
-                                                          return ids;
-                                                        }();
+      const std::string arg = p["prompt"].is_string()
+                                  ? "--prompt=" + p["prompt"].get<std::string>()
+                                  : "--prompt-tokens=" + [&] {
+                                      std::string ids;
+                                      for (const json& t : p["prompt"])
+                                        ids += (ids.empty() ? "" : ",") + t.dump();
+                                      return ids;
+                                    }();
       const int limit = p["max_tokens"].get<int>();
       const DirectRun ra = run_worker_directly(dir_.path(), dir_ / a, arg, limit);
       const DirectRun rb = run_worker_directly(dir_.path(), dir_ / b, arg, limit);
@@ -98,8 +113,10 @@ class ProofRun : public ::testing::Test {
       ++diverged;
       ASSERT_TRUE(c["first_divergence"].is_object());
       EXPECT_EQ(c["first_divergence"]["index"], i);
-      EXPECT_EQ(c["first_divergence"]["a_token"], i < ra.tokens.size() ? json(ra.tokens[i]) : json());
-      EXPECT_EQ(c["first_divergence"]["b_token"], i < rb.tokens.size() ? json(rb.tokens[i]) : json());
+      EXPECT_EQ(c["first_divergence"]["a_token"],
+                i < ra.tokens.size() ? json(ra.tokens[i]) : json());
+      EXPECT_EQ(c["first_divergence"]["b_token"],
+                i < rb.tokens.size() ? json(rb.tokens[i]) : json());
       EXPECT_EQ(c["first_divergence"]["a_tokens"][0], c["first_divergence"]["a_token"]);
     }
     EXPECT_GT(diverged, 0u) << "the two profiles never diverged: the test proves nothing";
@@ -109,10 +126,13 @@ class ProofRun : public ::testing::Test {
 };
 
 TEST_F(ProofRun, IdenticalProfilesPass) {
-  const CommandResult r =
-      run({"greedy.json", "greedy.json"}, {"--repeat", "2", "--concurrency", "3", "--contract", "logprob:0"});
+  const CommandResult r = run({"greedy.json", "greedy.json"},
+                              {"--repeat", "2", "--concurrency", "3", "--contract", "logprob:0"});
   EXPECT_EQ(r.exit_code(), 0) << r.out << r.err;
-  EXPECT_EQ(r.out.rfind("hearth-proof: PASS (logprob:0): 4 prompts x 2 profiles x 2 repeats, every contract holds", 0), 0u)
+  EXPECT_EQ(r.out.rfind("hearth-proof: PASS (logprob:0): 4 prompts x 2 profiles x 2 repeats, every "
+                        "contract holds",
+                        0),
+            0u)
       << r.out;
   EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 1) << "one line on stdout";
   const json rep = report();
@@ -176,13 +196,16 @@ TEST_F(ProofRun, TextContractComparesTheDecodedText) {
 
 TEST_F(ProofRun, AWorkerKilledMidRunIsAnErrorForItsPrompt) {
   // On "volcano" the wrapper passes on the worker's first line, then SIGKILLs itself.
-  const std::string worker = wrapper(
-      "killer.sh", "\"" + (bin_dir() / "hearth-worker").string() +
-                       "\" \"$@\" | { IFS= read -r first; printf '%s\\n' \"$first\"; kill -KILL $$; }");
-  const CommandResult r = run({"greedy.json", "greedy.json"}, {"--worker", worker, "--concurrency", "2"});
+  const std::string worker =
+      wrapper("killer.sh",
+              "\"" + (bin_dir() / "hearth-worker").string() +
+                  "\" \"$@\" | { IFS= read -r first; printf '%s\\n' \"$first\"; kill -KILL $$; }");
+  const CommandResult r =
+      run({"greedy.json", "greedy.json"}, {"--worker", worker, "--concurrency", "2"});
   EXPECT_EQ(r.exit_code(), 2) << r.out << r.err;
-  EXPECT_NE(r.out.find("hearth-proof: ERROR (exact): 1 of 4 prompts have failed runs (first: 'volcano'"),
-            std::string::npos)
+  EXPECT_NE(
+      r.out.find("hearth-proof: ERROR (exact): 1 of 4 prompts have failed runs (first: 'volcano'"),
+      std::string::npos)
       << r.out;
   const json rep = report();
   EXPECT_EQ(rep["summary"]["error"], 1);
@@ -198,7 +221,8 @@ TEST_F(ProofRun, AWorkerKilledMidRunIsAnErrorForItsPrompt) {
       EXPECT_EQ(run["status"], "error");
       EXPECT_EQ(run["error"], "worker killed by signal 9 (SIGKILL)");
       // What it wrote before it died is kept for the post-mortem.
-      EXPECT_NE(read_file(dir_ / "out" / run["stdout"].get<std::string>()).find("\"token\""), std::string::npos);
+      EXPECT_NE(read_file(dir_ / "out" / run["stdout"].get<std::string>()).find("\"token\""),
+                std::string::npos);
     }
   }
   EXPECT_NE(read_file(dir_ / "out" / "report.md").find("## Errors"), std::string::npos);
@@ -216,17 +240,21 @@ TEST_F(ProofRun, AWorkerThatFailsIsAnErrorWithItsMessage) {
     EXPECT_EQ(p["runs"][0]["status"], "ok");
     const json& bad = p["runs"][1];
     EXPECT_EQ(bad["status"], "error");
-    EXPECT_NE(bad["error"].get<std::string>().find("worker exit status 1: hearth-worker: error: the prompt has"),
+    EXPECT_NE(bad["error"].get<std::string>().find(
+                  "worker exit status 1: hearth-worker: error: the prompt has"),
               std::string::npos)
         << bad["error"];
-    EXPECT_NE(bad["error"].get<std::string>().find("more than the context length 2"), std::string::npos);
-    EXPECT_NE(bad["stderr_tail"].get<std::string>().find("hearth-worker: error"), std::string::npos);
+    EXPECT_NE(bad["error"].get<std::string>().find("more than the context length 2"),
+              std::string::npos);
+    EXPECT_NE(bad["stderr_tail"].get<std::string>().find("hearth-worker: error"),
+              std::string::npos);
   }
 }
 
 TEST_F(ProofRun, AWorkerThatWritesGarbageIsAnError) {
   // Exit status 0 is not enough: the stream must be the worker's format, summary included.
-  const std::string worker = wrapper("garbage.sh", "echo 'Segmentation fault? no, just text'", /*fake_others=*/true);
+  const std::string worker =
+      wrapper("garbage.sh", "echo 'Segmentation fault? no, just text'", /*fake_others=*/true);
   const CommandResult r = run({"greedy.json", "greedy.json"}, {"--worker", worker});
   EXPECT_EQ(r.exit_code(), 2) << r.out << r.err;
   const json rep = report();
@@ -238,7 +266,8 @@ TEST_F(ProofRun, AWorkerThatWritesGarbageIsAnError) {
 TEST_F(ProofRun, AHungWorkerIsKilledAtTheTimeout) {
   const std::string worker = wrapper("hang.sh", "sleep 1000; :", /*fake_others=*/true);
   const auto start = std::chrono::steady_clock::now();
-  const CommandResult r = run({"greedy.json", "greedy.json"}, {"--worker", worker, "--timeout", "1", "--concurrency", "2"});
+  const CommandResult r = run({"greedy.json", "greedy.json"},
+                              {"--worker", worker, "--timeout", "1", "--concurrency", "2"});
   EXPECT_LT(std::chrono::steady_clock::now() - start, 120s);
   EXPECT_EQ(r.exit_code(), 2) << r.out << r.err;
   const json rep = report();
@@ -248,16 +277,18 @@ TEST_F(ProofRun, AHungWorkerIsKilledAtTheTimeout) {
       EXPECT_EQ(p["runs"][0]["error"], "timed out after 1 s; the worker was killed");
     }
   }
-  EXPECT_TRUE(processes_mentioning(dir_.path().string()).empty()) << "a hung worker outlived the run";
+  EXPECT_TRUE(processes_mentioning(dir_.path().string()).empty())
+      << "a hung worker outlived the run";
 }
 
 TEST_F(ProofRun, InterruptKillsTheWorkersAndStillWritesTheReport) {
   const std::string worker = wrapper("hang.sh", "sleep 1000; :", /*fake_others=*/true);
   ChildProcess proof_process = ChildProcess::spawn(
       {{(bin_dir() / "hearth-proof").string(), "run", "--suite", path("suite.jsonl"), "--model",
-        default_model().string(), "--out", path("out"), "--profile", path("greedy.json"), "--profile",
-        path("greedy.json"), "--worker", worker, "--quiet"},
-       dir_ / "proof.out", dir_ / "proof.err"});
+        default_model().string(), "--out", path("out"), "--profile", path("greedy.json"),
+        "--profile", path("greedy.json"), "--worker", worker, "--quiet"},
+       dir_ / "proof.out",
+       dir_ / "proof.err"});
   // Wait until the hanging worker has started (its stderr file appears), then interrupt.
   const fs::path volcano_stderr = dir_ / "out" / "runs" / "002-volcano" / "00-greedy.r0.stderr";
   for (int i = 0; i < 6000 && !fs::exists(volcano_stderr); ++i) std::this_thread::sleep_for(10ms);
@@ -271,7 +302,8 @@ TEST_F(ProofRun, InterruptKillsTheWorkersAndStillWritesTheReport) {
   EXPECT_EQ(rep["summary"]["verdict"], "error");
   EXPECT_EQ(rep["prompts"][2]["runs"][0]["error"], "interrupted: the worker was killed");
   EXPECT_EQ(rep["prompts"][3]["runs"][0]["error"], "not run: the proof run was interrupted");
-  EXPECT_TRUE(processes_mentioning(dir_.path().string()).empty()) << "a worker outlived the interrupted run";
+  EXPECT_TRUE(processes_mentioning(dir_.path().string()).empty())
+      << "a worker outlived the interrupted run";
 }
 
 // Bad input: exit 2, a message naming the problem, and no worker started.
@@ -281,12 +313,15 @@ struct BadInput {
   std::string message;
 };
 
-void PrintTo(const BadInput& input, std::ostream* os) { *os << input.name; }
+void PrintTo(const BadInput& input, std::ostream* os) {
+  *os << input.name;
+}
 
 class ProofBadInput : public ProofRun, public ::testing::WithParamInterface<BadInput> {};
 
 TEST_P(ProofBadInput, IsRefusedBeforeAnyWorkerStarts) {
-  write_file(dir_ / "broken-suite.jsonl", "{\"id\":\"a\",\"prompt\":\"x\"}\n{\"id\":\"a\",\"prompt\":\"y\"}\n");
+  write_file(dir_ / "broken-suite.jsonl",
+             "{\"id\":\"a\",\"prompt\":\"x\"}\n{\"id\":\"a\",\"prompt\":\"y\"}\n");
   write_file(dir_ / "typo.json", R"({"temprature": 0})");
   write_file(dir_ / "range.json", R"({"top_p": 7})");
   fs::create_directories(dir_ / "someone-elses");
@@ -301,8 +336,8 @@ TEST_P(ProofBadInput, IsRefusedBeforeAnyWorkerStarts) {
   const auto& given = GetParam().args;
   for (size_t i = 0; i < given.size(); i += 2) {
     std::string value = given[i + 1];
-    for (const char* name : {"broken-suite.jsonl", "typo.json", "range.json", "someone-elses", "not-executable",
-                             "missing.json", "greedy.json"})
+    for (const char* name : {"broken-suite.jsonl", "typo.json", "range.json", "someone-elses",
+                             "not-executable", "missing.json", "greedy.json"})
       if (value == name) value = path(name);
     if (given[i] == "--profile") {
       profiles = {path("greedy.json"), value};
@@ -322,26 +357,43 @@ TEST_P(ProofBadInput, IsRefusedBeforeAnyWorkerStarts) {
   const CommandResult r = proof(args);
   EXPECT_EQ(r.exit_code(), 2) << r.out << r.err;
   EXPECT_NE(r.err.find(GetParam().message), std::string::npos) << r.err;
-  EXPECT_FALSE(fs::exists(dir_ / "out" / "runs" / "000-fox")) << "a worker ran despite the bad input";
+  EXPECT_FALSE(fs::exists(dir_ / "out" / "runs" / "000-fox"))
+      << "a worker ran despite the bad input";
   EXPECT_EQ(read_file(dir_ / "someone-elses" / "notes.txt"), "keep me");
 }
 
 INSTANTIATE_TEST_SUITE_P(
     Inputs, ProofBadInput,
     ::testing::Values(
-        BadInput{"SuiteMissing", {"--suite", "/nonexistent/suite.jsonl"}, "--suite /nonexistent/suite.jsonl: no such file"},
-        BadInput{"SuiteDuplicateId", {"--suite", "broken-suite.jsonl"}, "broken-suite.jsonl:2: duplicate id \"a\""},
-        BadInput{"ProfileUnknownKey", {"--profile", "typo.json"}, "unknown profile key 'temprature'"},
-        BadInput{"ProfileOutOfRange", {"--profile", "range.json"}, "range.json: profile key 'top_p': must be in ["},
-        BadInput{"ProfileMissing", {"--profile", "missing.json"}, "missing.json: no such profile file"},
+        BadInput{"SuiteMissing",
+                 {"--suite", "/nonexistent/suite.jsonl"},
+                 "--suite /nonexistent/suite.jsonl: no such file"},
+        BadInput{"SuiteDuplicateId",
+                 {"--suite", "broken-suite.jsonl"},
+                 "broken-suite.jsonl:2: duplicate id \"a\""},
+        BadInput{
+            "ProfileUnknownKey", {"--profile", "typo.json"}, "unknown profile key 'temprature'"},
+        BadInput{"ProfileOutOfRange",
+                 {"--profile", "range.json"},
+                 "range.json: profile key 'top_p': must be in ["},
+        BadInput{
+            "ProfileMissing", {"--profile", "missing.json"}, "missing.json: no such profile file"},
         BadInput{"NothingToCompare", {"--only-profile", "greedy.json"}, "nothing to compare"},
-        BadInput{"UnknownContract", {"--contract", "bitwise"}, "--contract: unknown contract 'bitwise'"},
+        BadInput{
+            "UnknownContract", {"--contract", "bitwise"}, "--contract: unknown contract 'bitwise'"},
         BadInput{"BadEpsilon", {"--contract", "logprob:-1"}, "EPS must be a finite number >= 0"},
-        BadInput{"ModelMissing", {"--model", "/nonexistent/model"}, "/nonexistent/model: no such model directory"},
-        BadInput{"ServerMissing", {"--server", "/nonexistent/hearth.sock"}, "cannot read the manifest of model"},
-        BadInput{"WorkerMissing", {"--worker", "/nonexistent/hearth-worker"}, "not an executable file"},
+        BadInput{"ModelMissing",
+                 {"--model", "/nonexistent/model"},
+                 "/nonexistent/model: no such model directory"},
+        BadInput{"ServerMissing",
+                 {"--server", "/nonexistent/hearth.sock"},
+                 "cannot read the manifest of model"},
+        BadInput{
+            "WorkerMissing", {"--worker", "/nonexistent/hearth-worker"}, "not an executable file"},
         BadInput{"WorkerNotExecutable", {"--worker", "not-executable"}, "not an executable file"},
-        BadInput{"OutHoldsSomethingElse", {"--out", "someone-elses"}, "not empty and holds no hearth-proof report"},
+        BadInput{"OutHoldsSomethingElse",
+                 {"--out", "someone-elses"},
+                 "not empty and holds no hearth-proof report"},
         BadInput{"BudgetZero", {"--budget", "0"}, "--budget"},
         BadInput{"ConcurrencyZero", {"--concurrency", "0"}, "--concurrency"},
         BadInput{"TimeoutNegative", {"--timeout", "-1"}, "--timeout"},
@@ -355,8 +407,8 @@ TEST_F(ProofRun, HelpIsThereForEveryCommand) {
   EXPECT_NE(top.out.find("diff"), std::string::npos);
   const CommandResult run_help = proof({"run", "--help"});
   EXPECT_EQ(run_help.exit_code(), 0);
-  for (const char* flag : {"--profile", "--suite", "--budget", "--contract", "--server", "--model", "--concurrency",
-                           "--repeat", "--timeout", "--out", "--worker"})
+  for (const char* flag : {"--profile", "--suite", "--budget", "--contract", "--server", "--model",
+                           "--concurrency", "--repeat", "--timeout", "--out", "--worker"})
     EXPECT_NE(run_help.out.find(flag), std::string::npos) << flag;
   const CommandResult diff_help = proof({"diff", "--help"});
   EXPECT_EQ(diff_help.exit_code(), 0);

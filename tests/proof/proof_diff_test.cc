@@ -22,8 +22,10 @@ class ProofDiff : public ::testing::Test {
     fs::create_directories(dir_ / "before");
     fs::create_directories(dir_ / "after");
     write_file(dir_ / "greedy.json", R"({"temperature": 0, "backend": "cpu"})");
-    write_file(dir_ / "before" / "sampled.json", R"({"temperature": 1.0, "seed": 1, "backend": "cpu"})");
-    write_file(dir_ / "after" / "sampled.json", R"({"temperature": 1.0, "seed": 2, "backend": "cpu"})");
+    write_file(dir_ / "before" / "sampled.json",
+               R"({"temperature": 1.0, "seed": 1, "backend": "cpu"})");
+    write_file(dir_ / "after" / "sampled.json",
+               R"({"temperature": 1.0, "seed": 2, "backend": "cpu"})");
   }
 
   CommandResult proof(std::vector<std::string> args) {
@@ -32,16 +34,18 @@ class ProofDiff : public ::testing::Test {
   }
 
   // A run of greedy and `sampled` (from `which` folder) into `out`.
-  void run(const std::string& which, const std::string& out, const std::string& suite = "suite.jsonl",
-           const std::string& concurrency = "1") {
+  void run(const std::string& which, const std::string& out,
+           const std::string& suite = "suite.jsonl", const std::string& concurrency = "1") {
     const CommandResult r =
-        proof({"run", "--suite", (dir_ / suite).string(), "--budget", "10", "--model", default_model().string(),
-               "--profile", (dir_ / "greedy.json").string(), "--profile", (dir_ / which / "sampled.json").string(),
-               "--concurrency", concurrency, "--out", (dir_ / out).string(), "--quiet"});
+        proof({"run", "--suite", (dir_ / suite).string(), "--budget", "10", "--model",
+               default_model().string(), "--profile", (dir_ / "greedy.json").string(), "--profile",
+               (dir_ / which / "sampled.json").string(), "--concurrency", concurrency, "--out",
+               (dir_ / out).string(), "--quiet"});
     ASSERT_TRUE(r.exit_code() == 0 || r.exit_code() == 1) << r.out << r.err;
   }
 
-  CommandResult diff(const std::string& a, const std::string& b, std::vector<std::string> extra = {}) {
+  CommandResult diff(const std::string& a, const std::string& b,
+                     std::vector<std::string> extra = {}) {
     std::vector<std::string> args = {"diff", (dir_ / a).string(), (dir_ / b).string()};
     args.insert(args.end(), extra.begin(), extra.end());
     return proof(args);
@@ -73,7 +77,8 @@ TEST_F(ProofDiff, AChangedProfileIsFoundWhereTheTokensDiverge) {
   EXPECT_EQ(r.out.rfind("hearth-proof diff: CHANGED (exact): ", 0), 0u) << r.out;
 
   // What changed, worked out from the two reports' own tokens.
-  const json a = read_json(dir_ / "before-run" / "report.json"), b = read_json(dir_ / "after-run" / "report.json");
+  const json a = read_json(dir_ / "before-run" / "report.json"),
+             b = read_json(dir_ / "after-run" / "report.json");
   diff("before-run", "after-run", {"--out", (dir_ / "d").string()});
   const json d = read_json(dir_ / "d" / "diff.json");
   size_t changed = 0;
@@ -127,7 +132,8 @@ TEST_F(ProofDiff, ReportsThatCannotBeComparedAreErrors) {
   EXPECT_NE(r.out.find("the reports ran different profiles"), std::string::npos) << r.out;
 
   json failed = read_json(dir_ / "a" / "report.json");
-  failed["prompts"][0]["runs"][0] = {{"profile", "greedy"}, {"repeat", 0}, {"status", "error"}, {"error", "boom"}};
+  failed["prompts"][0]["runs"][0] = {
+      {"profile", "greedy"}, {"repeat", 0}, {"status", "error"}, {"error", "boom"}};
   fs::create_directories(dir_ / "failed");
   write_file(dir_ / "failed" / "report.json", failed.dump());
   r = diff("a", "failed");

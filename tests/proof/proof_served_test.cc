@@ -18,9 +18,10 @@ class Server {
  public:
   explicit Server(const fs::path& dir) : socket_((dir / "sock" / "hearth.sock").string()) {
     process_.emplace(ChildProcess::spawn(
-        {{(bin_dir() / "hearth-server").string(), "--model", default_model().string() + ":fortunes", "--socket",
-          socket_, "--backend", "memfd", "--quiet"},
-         dir / "server.out", dir / "server.err"}));
+        {{(bin_dir() / "hearth-server").string(), "--model", default_model().string() + ":fortunes",
+          "--socket", socket_, "--backend", "memfd", "--quiet"},
+         dir / "server.out",
+         dir / "server.err"}));
     for (int i = 0; i < 3000; ++i) {
       if (process_->wait_until(std::chrono::steady_clock::now()))
         throw std::runtime_error("hearth-server exited: " + read_file(dir / "server.err"));
@@ -45,18 +46,31 @@ TEST(ProofServed, ServedWorkersMatchSingleProcessWorkers) {
   TempDir dir;
   Server server(dir.path());
   write_file(dir / "greedy.json", R"({"temperature": 0, "backend": "cpu"})");
-  write_file(dir / "sampled.json", R"({"temperature": 0.8, "top_k": 40, "seed": 11, "backend": "cpu"})");
+  write_file(dir / "sampled.json",
+             R"({"temperature": 0.8, "top_k": 40, "seed": 11, "backend": "cpu"})");
   // The first prompts of the short suite: enough to show it, few enough for a sanitizer build.
-  const std::string short_suite = read_file(hearth::test::source_dir() / "proof" / "suites" / "short.jsonl");
+  const std::string short_suite =
+      read_file(hearth::test::source_dir() / "proof" / "suites" / "short.jsonl");
   size_t end = 0;
   for (int line = 0; line < 6; ++line) end = short_suite.find('\n', end) + 1;
   const fs::path suite = dir / "short6.jsonl";
   write_file(suite, short_suite.substr(0, end));
   auto run = [&](const std::string& out, std::vector<std::string> model_args) {
-    std::vector<std::string> args = {(bin_dir() / "hearth-proof").string(), "run", "--suite", suite.string(),
-                                     "--budget", "8", "--profile", (dir / "greedy.json").string(), "--profile",
+    std::vector<std::string> args = {(bin_dir() / "hearth-proof").string(),
+                                     "run",
+                                     "--suite",
+                                     suite.string(),
+                                     "--budget",
+                                     "8",
+                                     "--profile",
+                                     (dir / "greedy.json").string(),
+                                     "--profile",
                                      (dir / "sampled.json").string(),
-                                     "--concurrency", "4", "--out", (dir / out).string(), "--quiet"};
+                                     "--concurrency",
+                                     "4",
+                                     "--out",
+                                     (dir / out).string(),
+                                     "--quiet"};
     args.insert(args.end(), model_args.begin(), model_args.end());
     return run_command(args, dir.path(), 600s);
   };
@@ -67,7 +81,8 @@ TEST(ProofServed, ServedWorkersMatchSingleProcessWorkers) {
   const CommandResult single = run("single", {"--model", default_model().string()});
   EXPECT_EQ(single.exit_code(), 1) << single.out << single.err;
 
-  const json rs = read_json(dir / "served" / "report.json"), r1 = read_json(dir / "single" / "report.json");
+  const json rs = read_json(dir / "served" / "report.json"),
+             r1 = read_json(dir / "single" / "report.json");
   EXPECT_EQ(rs["summary"]["error"], 0);
   EXPECT_EQ(rs["model"]["mode"], "served");
   EXPECT_EQ(rs["model"]["backend"], "memfd");
@@ -82,8 +97,9 @@ TEST(ProofServed, ServedWorkersMatchSingleProcessWorkers) {
       EXPECT_TRUE(run["timings"].contains("attach_ms")) << "not a served worker";
     }
 
-  const CommandResult d = run_command(
-      {(bin_dir() / "hearth-proof").string(), "diff", (dir / "single").string(), (dir / "served").string()}, dir.path());
+  const CommandResult d = run_command({(bin_dir() / "hearth-proof").string(), "diff",
+                                       (dir / "single").string(), (dir / "served").string()},
+                                      dir.path());
   EXPECT_EQ(d.exit_code(), 0) << d.out << d.err;
   EXPECT_EQ(d.out, "hearth-proof diff: SAME (exact): 6 prompts: 6 same, 0 changed, 0 error\n");
 }
@@ -95,12 +111,13 @@ TEST(ProofServed, AnUnknownServedModelIsRefusedUpFront) {
   write_file(dir / "greedy.json", R"({"temperature": 0, "backend": "cpu"})");
   write_file(dir / "suite.jsonl", "{\"id\":\"a\",\"prompt\":\"x\"}\n");
   const CommandResult r = run_command(
-      {(bin_dir() / "hearth-proof").string(), "run", "--suite", (dir / "suite.jsonl").string(), "--profile",
-       (dir / "greedy.json").string(), "--profile", (dir / "greedy.json").string(), "--server", server.socket(),
-       "--model", "no-such-model", "--out", (dir / "out").string()},
+      {(bin_dir() / "hearth-proof").string(), "run", "--suite", (dir / "suite.jsonl").string(),
+       "--profile", (dir / "greedy.json").string(), "--profile", (dir / "greedy.json").string(),
+       "--server", server.socket(), "--model", "no-such-model", "--out", (dir / "out").string()},
       dir.path());
   EXPECT_EQ(r.exit_code(), 2) << r.out << r.err;
-  EXPECT_NE(r.err.find("cannot read the manifest of model 'no-such-model'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("cannot read the manifest of model 'no-such-model'"), std::string::npos)
+      << r.err;
 }
 
 }  // namespace

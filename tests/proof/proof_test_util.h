@@ -57,7 +57,9 @@ inline std::string read_file(const fs::path& path) {
   return s.str();
 }
 
-inline json read_json(const fs::path& path) { return json::parse(read_file(path)); }
+inline json read_json(const fs::path& path) {
+  return json::parse(read_file(path));
+}
 
 // The folder holding the hearth binaries: this test's own (they all land in build/bin).
 inline fs::path bin_dir() {
@@ -67,7 +69,9 @@ inline fs::path bin_dir() {
   return fs::path(HEARTH_BINARY_DIR) / "bin";
 }
 
-inline fs::path default_model() { return hearth::test::source_dir() / "models" / "hearth-tiny-fortunes"; }
+inline fs::path default_model() {
+  return hearth::test::source_dir() / "models" / "hearth-tiny-fortunes";
+}
 
 struct CommandResult {
   ExitStatus status;
@@ -115,12 +119,13 @@ struct DirectRun {
 };
 
 // `prompt_arg` is "--prompt=TEXT" or "--prompt-tokens=1,2,3".
-inline DirectRun run_worker_directly(const fs::path& scratch, const fs::path& profile, const std::string& prompt_arg,
-                                     int max_tokens) {
-  const CommandResult r = run_command({(bin_dir() / "hearth-worker").string(), "--model", default_model().string(),
-                                       "--profile", profile.string(), "--format", "jsonl", "--max-tokens",
-                                       std::to_string(max_tokens), prompt_arg},
-                                      scratch);
+inline DirectRun run_worker_directly(const fs::path& scratch, const fs::path& profile,
+                                     const std::string& prompt_arg, int max_tokens) {
+  const CommandResult r =
+      run_command({(bin_dir() / "hearth-worker").string(), "--model", default_model().string(),
+                   "--profile", profile.string(), "--format", "jsonl", "--max-tokens",
+                   std::to_string(max_tokens), prompt_arg},
+                  scratch);
   if (r.exit_code() != 0) throw std::runtime_error("hearth-worker failed: " + r.err);
   DirectRun run;
   std::istringstream lines(r.out);

@@ -97,8 +97,8 @@ TEST_F(ReportTest, AllAgreeingIsAPass) {
 }
 
 TEST_F(ReportTest, ADivergenceFailsItsPromptOnly) {
-  const json r = build({ok(0, 0, 0, gen({1, 2, 3})), ok(0, 1, 0, gen({1, 2, 3})), ok(1, 0, 0, gen({5, 6, 7})),
-                        ok(1, 1, 0, gen({5, 8, 7}))});
+  const json r = build({ok(0, 0, 0, gen({1, 2, 3})), ok(0, 1, 0, gen({1, 2, 3})),
+                        ok(1, 0, 0, gen({5, 6, 7})), ok(1, 1, 0, gen({5, 8, 7}))});
   EXPECT_EQ(r["summary"]["verdict"], "fail");
   EXPECT_EQ(r["summary"]["pass"], 1);
   EXPECT_EQ(r["summary"]["fail"], 1);
@@ -109,10 +109,12 @@ TEST_F(ReportTest, ADivergenceFailsItsPromptOnly) {
   EXPECT_EQ(c["a"]["profile"], "a");
   EXPECT_EQ(c["b"]["profile"], "b");
   const std::string line = verdict_line(r, "/out");
-  EXPECT_EQ(line.rfind("hearth-proof: FAIL (exact): 1 of 2 prompts violate the contract (first: 'p1', a vs b: "
-                       "tokens differ at index 1 (6 vs 8))",
-                       0),
-            0u)
+  EXPECT_EQ(
+      line.rfind(
+          "hearth-proof: FAIL (exact): 1 of 2 prompts violate the contract (first: 'p1', a vs b: "
+          "tokens differ at index 1 (6 vs 8))",
+          0),
+      0u)
       << line;
 }
 
@@ -131,7 +133,8 @@ TEST_F(ReportTest, AFailedRunIsAnErrorAndNeverDropped) {
   EXPECT_EQ(p1["runs"][1]["exit"], "killed by signal 9 (SIGKILL)");
   EXPECT_EQ(p1["comparisons"][0]["holds"], nullptr);
   const std::string line = verdict_line(r, "/out");
-  EXPECT_NE(line.find("ERROR (exact): 1 of 2 prompts have failed runs (first: 'p1', b run 0: worker killed by signal 9"),
+  EXPECT_NE(line.find("ERROR (exact): 1 of 2 prompts have failed runs (first: 'p1', b run 0: "
+                      "worker killed by signal 9"),
             std::string::npos)
       << line;
   EXPECT_NE(line.find("1 violate the contract"), std::string::npos) << line;
@@ -142,8 +145,9 @@ TEST_F(ReportTest, AFailedRunIsAnErrorAndNeverDropped) {
 
 TEST_F(ReportTest, RepeatsAreHeldToIdenticalLogprobs) {
   // Each profile twice; b's second run has the same tokens but other logprobs: nondeterminism.
-  const json r = build({ok(0, 0, 0, gen({1})), ok(0, 0, 1, gen({1})), ok(0, 1, 0, gen({1})), ok(0, 1, 1, gen({1}, -1.5)),
-                        ok(1, 0, 0, gen({4})), ok(1, 0, 1, gen({4})), ok(1, 1, 0, gen({4})), ok(1, 1, 1, gen({4}))},
+  const json r = build({ok(0, 0, 0, gen({1})), ok(0, 0, 1, gen({1})), ok(0, 1, 0, gen({1})),
+                        ok(0, 1, 1, gen({1}, -1.5)), ok(1, 0, 0, gen({4})), ok(1, 0, 1, gen({4})),
+                        ok(1, 1, 0, gen({4})), ok(1, 1, 1, gen({4}))},
                        2);
   EXPECT_EQ(r["settings"]["repeat_contract"], "logprob:0");
   const json& p0 = r["prompts"][0];
@@ -153,22 +157,27 @@ TEST_F(ReportTest, RepeatsAreHeldToIdenticalLogprobs) {
   EXPECT_EQ(p0["comparisons"][2]["holds"], false);
   EXPECT_EQ(p0["comparisons"][2]["b"]["repeat"], 1);
   EXPECT_EQ(r["prompts"][1]["verdict"], "pass");
-  EXPECT_NE(verdict_line(r, "/o").find("b vs b (repeat 1): logprob differs by 0.5"), std::string::npos)
+  EXPECT_NE(verdict_line(r, "/o").find("b vs b (repeat 1): logprob differs by 0.5"),
+            std::string::npos)
       << verdict_line(r, "/o");
 }
 
 TEST_F(ReportTest, FilesRoundTrip) {
-  const json r = build({ok(0, 0, 0, gen({1, 2})), ok(0, 1, 0, gen({1, 9})), ok(1, 0, 0, gen({3})), ok(1, 1, 0, gen({3}))});
+  const json r = build({ok(0, 0, 0, gen({1, 2})), ok(0, 1, 0, gen({1, 9})), ok(1, 0, 0, gen({3})),
+                        ok(1, 1, 0, gen({3}))});
   testing::TempDir dir;
   write_report(r, dir.path());
   const std::string text = testing::read_file(dir / "report.json");
   EXPECT_EQ(json::parse(text), r);
-  EXPECT_EQ(text.rfind("{\n \"format\": \"hearth-proof-report\",\n \"version\": 1,\n \"summary\"", 0), 0u) << text.substr(0, 80);
+  EXPECT_EQ(
+      text.rfind("{\n \"format\": \"hearth-proof-report\",\n \"version\": 1,\n \"summary\"", 0), 0u)
+      << text.substr(0, 80);
   EXPECT_EQ(std::count(text.begin(), text.end(), '\n') > 10, true);
   const std::string md = testing::read_file(dir / "report.md");
   EXPECT_EQ(md.rfind("# hearth-proof: FAIL", 0), 0u);
-  for (const char* section : {"## Profiles", "## Prompts", "## Divergences", "## Timings", "| p0 | **fail** |",
-                              "| p1 | pass |", "seed=2", "first differing token: index 1"})
+  for (const char* section :
+       {"## Profiles", "## Prompts", "## Divergences", "## Timings", "| p0 | **fail** |",
+        "| p1 | pass |", "seed=2", "first differing token: index 1"})
     EXPECT_NE(md.find(section), std::string::npos) << section;
   EXPECT_FALSE(std::filesystem::exists(dir / "report.json.tmp"));
 }

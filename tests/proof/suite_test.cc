@@ -68,8 +68,10 @@ TEST_F(SuiteTest, RefusesBadLinesNamingTheLine) {
   expect_error("{\"id\":\"a\",\"prompt_tokens\":[]}\n", "non-empty array");
   expect_error("{\"id\":\"a\",\"prompt_tokens\":[1,-2]}\n", "holds -2, not a token id");
   expect_error("{\"id\":\"a\",\"prompt_tokens\":[1,2.5]}\n", "not a token id");
-  expect_error("{\"id\":\"a\",\"prompt\":\"x\",\"max_tokens\":0}\n", "\"max_tokens\" must be an integer in [1");
-  expect_error("{\"id\":\"a\",\"prompt\":\"x\",\"max_tokens\":\"5\"}\n", "\"max_tokens\" must be an integer");
+  expect_error("{\"id\":\"a\",\"prompt\":\"x\",\"max_tokens\":0}\n",
+               "\"max_tokens\" must be an integer in [1");
+  expect_error("{\"id\":\"a\",\"prompt\":\"x\",\"max_tokens\":\"5\"}\n",
+               "\"max_tokens\" must be an integer");
   expect_error("{\"id\":\"a\",\"prompt\":\"x\",\"max_token\":5}\n", "unknown key \"max_token\"");
   expect_error("", "the suite has no prompts");
   expect_error("\n  \n", "the suite has no prompts");
@@ -89,7 +91,9 @@ TEST_F(SuiteTest, MissingFileIsAnError) {
     load_suite(dir_ / "nope.jsonl");
     ADD_FAILURE();
   } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find("nope.jsonl: cannot open the suite file"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("nope.jsonl: cannot open the suite file"),
+              std::string::npos)
+        << e.what();
   }
 }
 
@@ -162,7 +166,8 @@ TEST_F(ProfileTest, RefusesWhatTheWorkerWouldRefuse) {
     load_profiles({dir_ / "missing.json"});
     ADD_FAILURE();
   } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find("missing.json: no such profile file"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("missing.json: no such profile file"), std::string::npos)
+        << e.what();
   }
 }
 

@@ -8,7 +8,8 @@
 namespace hearth::proof {
 namespace {
 
-const char* kDone = R"({"done":true,"stop":"length","prompt_tokens":4,"generated_tokens":2,"timings":{"ttft_ms":1.5}})";
+const char* kDone =
+    R"({"done":true,"stop":"length","prompt_tokens":4,"generated_tokens":2,"timings":{"ttft_ms":1.5}})";
 
 TEST(WorkerOutput, ReadsTokensAndTheSummary) {
   const std::string stream = std::string(R"({"token":5,"text":"he","logprob":-0.25})") + "\n" +
@@ -25,7 +26,8 @@ TEST(WorkerOutput, ReadsTokensAndTheSummary) {
 
 TEST(WorkerOutput, AcceptsAnEmptyGeneration) {
   const Generation g = parse_worker_output(
-      R"({"done":true,"stop":"eos","prompt_tokens":3,"generated_tokens":0,"timings":{}})" "\n");
+      R"({"done":true,"stop":"eos","prompt_tokens":3,"generated_tokens":0,"timings":{}})"
+      "\n");
   EXPECT_TRUE(g.tokens.empty());
   EXPECT_EQ(g.stop, "eos");
 }
@@ -45,11 +47,18 @@ TEST(WorkerOutput, RefusesIncompleteOrMalformedStreams) {
   expect_refused(token + "\n", "no final summary after 1 tokens");
   expect_refused(token + "\n" + R"({"token":6,"te)", "ends in the middle of line 2");
   expect_refused("not json\n", "line 1: not a JSON object");
-  expect_refused(R"({"text":"a"})" "\n", "line 1: token event without an integer \"token\"");
-  expect_refused(R"({"token":1,"logprob":"x"})" "\n", "\"logprob\" must be a number");
+  expect_refused(R"({"text":"a"})"
+                 "\n",
+                 "line 1: token event without an integer \"token\"");
+  expect_refused(R"({"token":1,"logprob":"x"})"
+                 "\n",
+                 "\"logprob\" must be a number");
   expect_refused(token + "\n" + kDone + "\n", "summary says 2 tokens, the stream has 1");
-  expect_refused(token + "\n" + token + "\n" + kDone + "\n" + token + "\n", "line 4: output after the final summary");
-  expect_refused(R"({"done":true,"generated_tokens":0})" "\n", "summary without \"stop\"");
+  expect_refused(token + "\n" + token + "\n" + kDone + "\n" + token + "\n",
+                 "line 4: output after the final summary");
+  expect_refused(R"({"done":true,"generated_tokens":0})"
+                 "\n",
+                 "summary without \"stop\"");
 }
 
 }  // namespace

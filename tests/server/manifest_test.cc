@@ -49,7 +49,8 @@ TEST_F(ManifestTest, RoundTripsWhatTheServerBuilds) {
     EXPECT_EQ(m.tensors[i].info.name, t.info.name);
     EXPECT_EQ(m.tensors[i].info.shape, t.info.shape);
     EXPECT_EQ(m.tensors[i].allocation, t.alloc_id);
-    EXPECT_EQ(m.tensors[i].xxh3, xxh3_checksum({static_cast<const std::byte*>(t.data), t.info.bytes}));
+    EXPECT_EQ(m.tensors[i].xxh3,
+              xxh3_checksum({static_cast<const std::byte*>(t.data), t.info.bytes}));
   }
   EXPECT_EQ(manifest_to_json(m), manifest());
   EXPECT_EQ(manifest()["version"], kManifestVersion);
@@ -68,9 +69,11 @@ TEST_F(ManifestTest, RefusesTamperedManifests) {
       {"unknown backend", [](json& j) { j["backend"] = "rdma"; }, "unknown backend 'rdma'"},
       {"vmm without a GPU", [](json& j) { j["backend"] = "vmm"; }, "needs the GPU's 'gpu_uuid'"},
       {"memfd with a GPU", [](json& j) { j["gpu_uuid"] = "GPU-1"; }, "must be null"},
-      {"architecture not an object", [](json& j) { j["architecture"] = "llama"; }, "'architecture' is not an object"},
+      {"architecture not an object", [](json& j) { j["architecture"] = "llama"; },
+       "'architecture' is not an object"},
       {"no tensors field", [](json& j) { j.erase("tensors"); }, "has no 'tensors'"},
-      {"missing tensor", [](json& j) { j["tensors"].erase(j["tensors"].begin() + 1); }, "missing tensor"},
+      {"missing tensor", [](json& j) { j["tensors"].erase(j["tensors"].begin() + 1); },
+       "missing tensor"},
       {"extra tensor",
        [](json& j) {
          json t = j["tensors"][1];
@@ -92,21 +95,36 @@ TEST_F(ManifestTest, RefusesTamperedManifests) {
          t["shape"] = {t["shape"][0].get<int64_t>() / 2, t["shape"][1].get<int64_t>() * 2};
        },
        "the architecture implies"},
-      {"architecture edited", [](json& j) { j["architecture"]["hidden_size"] = 128; }, "the architecture implies"},
-      {"bytes disagree with the shape", [](json& j) { j["tensors"][0]["bytes"] = 12; }, "'bytes' is 12"},
+      {"architecture edited", [](json& j) { j["architecture"]["hidden_size"] = 128; },
+       "the architecture implies"},
+      {"bytes disagree with the shape", [](json& j) { j["tensors"][0]["bytes"] = 12; },
+       "'bytes' is 12"},
       {"allocation too small",
-       [](json& j) { j["tensors"][0]["allocation_bytes"] = j["tensors"][0]["bytes"].get<uint64_t>() - 1; },
+       [](json& j) {
+         j["tensors"][0]["allocation_bytes"] = j["tensors"][0]["bytes"].get<uint64_t>() - 1;
+       },
        "cannot hold"},
-      {"shared allocation", [](json& j) { j["tensors"][2]["allocation"] = j["tensors"][1]["allocation"]; },
+      {"shared allocation",
+       [](json& j) { j["tensors"][2]["allocation"] = j["tensors"][1]["allocation"]; },
        "used by two tensors"},
-      {"bad checksum", [](json& j) { j["tensors"][0]["xxh3"] = "xyz"; }, "not 16 lower-case hex digits"},
+      {"bad checksum", [](json& j) { j["tensors"][0]["xxh3"] = "xyz"; },
+       "not 16 lower-case hex digits"},
       {"bad dtype", [](json& j) { j["tensors"][0]["dtype"] = "I8"; }, "unsupported dtype 'I8'"},
-      {"negative size", [](json& j) { j["tensors"][0]["shape"] = {-4, 64}; }, "not a positive size"},
+      {"negative size",
+       [](json& j) {
+         j["tensors"][0]["shape"] = {-4, 64};
+       },
+       "not a positive size"},
       {"overflowing shape",
-       [](json& j) { j["tensors"][0]["shape"] = {int64_t{1} << 40, int64_t{1} << 40}; }, "overflows"},
-      {"allocation id not a number", [](json& j) { j["tensors"][0]["allocation"] = "0"; }, "'allocation'"},
+       [](json& j) {
+         j["tensors"][0]["shape"] = {int64_t{1} << 40, int64_t{1} << 40};
+       },
+       "overflows"},
+      {"allocation id not a number", [](json& j) { j["tensors"][0]["allocation"] = "0"; },
+       "'allocation'"},
       {"tensor not an object", [](json& j) { j["tensors"][0] = 7; }, "tensors[0]: not an object"},
-      {"tokenizer not text", [](json& j) { j["files"]["tokenizer.json"] = 1; }, "files['tokenizer.json']"},
+      {"tokenizer not text", [](json& j) { j["files"]["tokenizer.json"] = 1; },
+       "files['tokenizer.json']"},
   };
   for (const Tamper& c : cases) {
     json j = manifest();
@@ -115,8 +133,10 @@ TEST_F(ManifestTest, RefusesTamperedManifests) {
       parse_manifest(j);
       ADD_FAILURE() << c.what << ": accepted";
     } catch (const std::runtime_error& e) {
-      EXPECT_NE(std::string(e.what()).find(c.expect), std::string::npos) << c.what << ": " << e.what();
-      EXPECT_NE(std::string(e.what()).find("manifest of model 'tiny'"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(c.expect), std::string::npos)
+          << c.what << ": " << e.what();
+      EXPECT_NE(std::string(e.what()).find("manifest of model 'tiny'"), std::string::npos)
+          << e.what();
     }
   }
   EXPECT_THROW(parse_manifest(json::array()), std::runtime_error);
@@ -138,7 +158,8 @@ TEST(Checksum, AsStoredMatchesTheGpuRounding) {
   std::vector<uint16_t> bf(f.size());
   for (size_t i = 0; i < f.size(); ++i) bf[i] = f32_to_bf16(f[i]);
   const auto src = std::as_bytes(std::span(f));
-  EXPECT_EQ(xxh3_checksum_as_stored(src, DType::F32, DType::BF16), xxh3_checksum(std::as_bytes(std::span(bf))));
+  EXPECT_EQ(xxh3_checksum_as_stored(src, DType::F32, DType::BF16),
+            xxh3_checksum(std::as_bytes(std::span(bf))));
   EXPECT_EQ(xxh3_checksum_as_stored(src, DType::F32, DType::F32), xxh3_checksum(src));
   EXPECT_THROW(xxh3_checksum_as_stored(src, DType::BF16, DType::F32), std::runtime_error);
 }

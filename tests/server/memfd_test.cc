@@ -64,7 +64,8 @@ TEST(SealedMemfd, IsWrittenOnceAndCannotChange) {
   EXPECT_EQ(errno, EPERM);
   EXPECT_NE(::ftruncate(m.fd(), 10), 0);
   EXPECT_NE(::ftruncate(m.fd(), 20'000), 0);
-  EXPECT_EQ(::mmap(nullptr, bytes.size(), PROT_READ | PROT_WRITE, MAP_SHARED, m.fd(), 0), MAP_FAILED);
+  EXPECT_EQ(::mmap(nullptr, bytes.size(), PROT_READ | PROT_WRITE, MAP_SHARED, m.fd(), 0),
+            MAP_FAILED);
   EXPECT_NE(::fcntl(m.fd(), F_ADD_SEALS, F_SEAL_FUTURE_WRITE), 0);  // sealed seals
 
   UniqueFd copy = m.duplicate();
@@ -78,14 +79,18 @@ TEST(SealedMemfd, ImporterRefusesAnythingElse) {
   const SealedMemfd good = SealedMemfd::create("good", bytes);
   EXPECT_NO_THROW(check_sealed_memfd(good.fd(), bytes.size(), "t"));
 
-  EXPECT_NE(error_of([&] { check_sealed_memfd(good.fd(), bytes.size() + 1, "tensor 'w'"); })
-                .find("tensor 'w': the received memfd holds 4096 bytes, the manifest says 4097"),
+  EXPECT_NE(error_of([&] {
+              check_sealed_memfd(good.fd(), bytes.size() + 1, "tensor 'w'");
+            }).find("tensor 'w': the received memfd holds 4096 bytes, the manifest says 4097"),
             std::string::npos);
   const UniqueFd unsealed = memfd_with(bytes, 0);
-  EXPECT_NE(error_of([&] { check_sealed_memfd(unsealed.get(), bytes.size(), "t"); }).find("not sealed"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { check_sealed_memfd(unsealed.get(), bytes.size(), "t"); }).find("not sealed"),
+      std::string::npos);
   const UniqueFd write_only = memfd_with(bytes, F_SEAL_WRITE | F_SEAL_SEAL);  // could still shrink
-  EXPECT_NE(error_of([&] { check_sealed_memfd(write_only.get(), bytes.size(), "t"); }).find("seals: write|seal"),
+  EXPECT_NE(error_of([&] {
+              check_sealed_memfd(write_only.get(), bytes.size(), "t");
+            }).find("seals: write|seal"),
             std::string::npos);
   UniqueFd no_sealing(::memfd_create("plain", MFD_CLOEXEC));  // created without MFD_ALLOW_SEALING
   ASSERT_EQ(::ftruncate(no_sealing.get(), 4096), 0);
@@ -98,13 +103,16 @@ TEST(SealedMemfd, ImporterRefusesAnythingElse) {
   UniqueFd file(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   EXPECT_NE(error_of([&] { check_sealed_memfd(file.get(), 4096, "t"); }), "(no error)");
   auto [a, b] = test::socket_pair();
-  EXPECT_NE(error_of([&] { check_sealed_memfd(a.get(), 0, "t"); }).find("not a memfd"), std::string::npos);
+  EXPECT_NE(error_of([&] { check_sealed_memfd(a.get(), 0, "t"); }).find("not a memfd"),
+            std::string::npos);
   int pipe_fds[2];
   ASSERT_EQ(::pipe2(pipe_fds, O_CLOEXEC), 0);
   UniqueFd pr(pipe_fds[0]), pw(pipe_fds[1]);
-  EXPECT_NE(error_of([&] { check_sealed_memfd(pr.get(), 0, "t"); }).find("not a memfd"), std::string::npos);
+  EXPECT_NE(error_of([&] { check_sealed_memfd(pr.get(), 0, "t"); }).find("not a memfd"),
+            std::string::npos);
   UniqueFd null(::open("/dev/null", O_RDONLY | O_CLOEXEC));
-  EXPECT_NE(error_of([&] { check_sealed_memfd(null.get(), 0, "t"); }).find("not a memfd"), std::string::npos);
+  EXPECT_NE(error_of([&] { check_sealed_memfd(null.get(), 0, "t"); }).find("not a memfd"),
+            std::string::npos);
 }
 
 class MemfdStoreTest : public ::testing::Test {
@@ -118,7 +126,8 @@ class MemfdStoreTest : public ::testing::Test {
   }
   std::vector<UniqueFd> export_all() const {
     std::vector<UniqueFd> fds;
-    for (const ManifestTensor& t : manifest_.tensors) fds.push_back(served_->store->export_allocation(uint32_t(t.allocation)));
+    for (const ManifestTensor& t : manifest_.tensors)
+      fds.push_back(served_->store->export_allocation(uint32_t(t.allocation)));
     return fds;
   }
 
@@ -139,7 +148,8 @@ TEST_F(MemfdStoreTest, HoldsTheFileBytesInOneMemfdPerTensor) {
     EXPECT_EQ(t.alloc_id, i);
     EXPECT_EQ(std::memcmp(t.data, model.tensors()[i].data.data(), t.info.bytes), 0) << t.info.name;
   }
-  EXPECT_NE(test::identity(store.export_allocation(0).get()), test::identity(store.export_allocation(1).get()));
+  EXPECT_NE(test::identity(store.export_allocation(0).get()),
+            test::identity(store.export_allocation(1).get()));
   EXPECT_THROW(store.export_allocation(uint32_t(store.allocation_count())), std::out_of_range);
 }
 
@@ -155,7 +165,8 @@ TEST_F(MemfdStoreTest, ImportMapsReadOnlyClosesDescriptorsAndOutlivesTheServer) 
 
   served_.reset();  // the server's store, memfds and all, is gone; the mappings remain
   const StoredTensor& embed = imported.at("model.embed_tokens.weight");
-  EXPECT_EQ(xxh3_checksum({static_cast<const std::byte*>(embed.data), embed.info.bytes}), manifest_.tensors[0].xxh3);
+  EXPECT_EQ(xxh3_checksum({static_cast<const std::byte*>(embed.data), embed.info.bytes}),
+            manifest_.tensors[0].xxh3);
   verify_weights(imported, manifest_);
 }
 
@@ -170,20 +181,27 @@ TEST_F(MemfdStoreTest, ImportRefusesWrongDescriptorsAndVerifyCatchesWrongBytes) 
   const auto wrong_size = pattern(victim.info.bytes + 4096);
 
   const int fds_before = test::count_open_fds();
-  std::string e = error_of([&] { ImportedMemfdStore(manifest_, with_replacement(memfd_with(wrong_size, kRequiredWeightSeals))); });
+  std::string e = error_of([&] {
+    ImportedMemfdStore(manifest_, with_replacement(memfd_with(wrong_size, kRequiredWeightSeals)));
+  });
   EXPECT_NE(e.find("tensor '" + victim.info.name + "'"), std::string::npos) << e;
-  EXPECT_NE(e.find("the manifest says " + std::to_string(victim.allocation_bytes)), std::string::npos) << e;
+  EXPECT_NE(e.find("the manifest says " + std::to_string(victim.allocation_bytes)),
+            std::string::npos)
+      << e;
   e = error_of([&] { ImportedMemfdStore(manifest_, with_replacement(memfd_with(same_size, 0))); });
   EXPECT_NE(e.find("not sealed"), std::string::npos) << e;
   EXPECT_EQ(test::count_open_fds(), fds_before) << "descriptors leaked on a refused import";
 
   std::vector<UniqueFd> short_list = export_all();
   short_list.pop_back();
-  EXPECT_NE(error_of([&] { ImportedMemfdStore(manifest_, std::move(short_list)); }).find("descriptors for"),
+  EXPECT_NE(error_of([&] {
+              ImportedMemfdStore(manifest_, std::move(short_list));
+            }).find("descriptors for"),
             std::string::npos);
 
   // Sealed and of the right size, but not the bytes the server loaded: only the checksum sees it.
-  ImportedMemfdStore wrong_bytes(manifest_, with_replacement(memfd_with(same_size, kRequiredWeightSeals)));
+  ImportedMemfdStore wrong_bytes(manifest_,
+                                 with_replacement(memfd_with(same_size, kRequiredWeightSeals)));
   e = error_of([&] { verify_weights(wrong_bytes, manifest_); });
   EXPECT_NE(e.find("tensor '" + victim.info.name + "': xxh3"), std::string::npos) << e;
 }

@@ -15,10 +15,10 @@ using json = nlohmann::json;
 using test::Process;
 using test::ServerProcess;
 
-#define REQUIRE_GPU()                                              \
-  do {                                                             \
-    std::string why;                                               \
-    if (!vmm_gpu_available(&why)) GTEST_SKIP() << why;             \
+#define REQUIRE_GPU()                                  \
+  do {                                                 \
+    std::string why;                                   \
+    if (!vmm_gpu_available(&why)) GTEST_SKIP() << why; \
   } while (0)
 
 constexpr uint64_t kTwoMiB = 2ull << 20;
@@ -36,7 +36,8 @@ class ServerGpuTest : public ::testing::Test {
   }
   std::unique_ptr<ServerProcess> start_vmm_server() {
     return std::make_unique<ServerProcess>(std::vector<std::string>{
-        "--backend", "vmm", "--model", test::tiny_model_dir().string() + ":tiny", "--model", synth_.path() + ":synth"});
+        "--backend", "vmm", "--model", test::tiny_model_dir().string() + ":tiny", "--model",
+        synth_.path() + ":synth"});
   }
   std::vector<std::string> cuda_args(int seed, int tokens, bool ignore_eos = false) const {
     return test::generation_args(seed, tokens, ignore_eos, "cuda");
@@ -60,12 +61,14 @@ TEST_F(ServerGpuTest, WorkersImportAndVerifyEveryTensor) {
         EXPECT_NE(t.info.dtype, DType::F32) << t.info.name << " should be 16-bit";
       }
     }
-    RecordProperty(name + "_attach_ms", std::to_string(model.timings.manifest_ms + model.timings.gpu_ms +
-                                                       model.timings.import_ms + model.timings.map_ms));
+    RecordProperty(name + "_attach_ms",
+                   std::to_string(model.timings.manifest_ms + model.timings.gpu_ms +
+                                  model.timings.import_ms + model.timings.map_ms));
   }
   // A real worker process, too.
   const test::WorkerRun run = test::run_worker(
-      tmp_, test::concat({"--server", server->socket(), "--model", "synth", "--verify-weights"}, cuda_args(1, 8)));
+      tmp_, test::concat({"--server", server->socket(), "--model", "synth", "--verify-weights"},
+                         cuda_args(1, 8)));
   EXPECT_TRUE(test::exited_ok(run.status)) << run.err;
   const json stats = server->stats();
   EXPECT_EQ(stats["models"].size(), 2u);
@@ -78,9 +81,11 @@ TEST_F(ServerGpuTest, ServedWorkersMatchSingleProcessOnCuda) {
   for (const auto& [model, dir] : {std::pair{std::string("tiny"), test::tiny_model_dir().string()},
                                    std::pair{std::string("synth"), synth_.path()}}) {
     for (int seed : {0, 7}) {
-      const test::WorkerRun single = test::run_worker(tmp_, test::concat({"--model", dir}, cuda_args(seed, 32)));
-      const test::WorkerRun served =
-          test::run_worker(tmp_, test::concat({"--server", server->socket(), "--model", model}, cuda_args(seed, 32)));
+      const test::WorkerRun single =
+          test::run_worker(tmp_, test::concat({"--model", dir}, cuda_args(seed, 32)));
+      const test::WorkerRun served = test::run_worker(
+          tmp_,
+          test::concat({"--server", server->socket(), "--model", model}, cuda_args(seed, 32)));
       ASSERT_TRUE(test::exited_ok(single.status)) << single.err;
       ASSERT_TRUE(test::exited_ok(served.status)) << served.err;
       const test::Stream a = test::parse_stream(served.out), b = test::parse_stream(single.out);
@@ -100,9 +105,10 @@ TEST_F(ServerGpuTest, WorkerSurvivesItsServer) {
   Process::Options options;
   options.pipe_stdout = true;
   options.pipe_bytes = 4096;
-  Process worker(test::concat({test::binary("hearth-worker"), "--server", server->socket(), "--model", "tiny"},
-                              cuda_args(3, kTokens, true)),
-                 options);
+  Process worker(
+      test::concat({test::binary("hearth-worker"), "--server", server->socket(), "--model", "tiny"},
+                   cuda_args(3, kTokens, true)),
+      options);
   const auto first = worker.read_line();
   ASSERT_TRUE(first) << "the worker produced no token";
   EXPECT_TRUE(worker.running());
@@ -111,8 +117,9 @@ TEST_F(ServerGpuTest, WorkerSurvivesItsServer) {
 
   const std::string out = *first + "\n" + worker.read_rest();
   EXPECT_TRUE(test::exited_ok(worker.wait()));
-  const test::WorkerRun single =
-      test::run_worker(tmp_, test::concat({"--model", test::tiny_model_dir().string()}, cuda_args(3, kTokens, true)));
+  const test::WorkerRun single = test::run_worker(
+      tmp_,
+      test::concat({"--model", test::tiny_model_dir().string()}, cuda_args(3, kTokens, true)));
   const test::Stream a = test::parse_stream(out), b = test::parse_stream(single.out);
   EXPECT_EQ(a.tokens.size(), size_t(kTokens));
   EXPECT_EQ(a.tokens, b.tokens);
@@ -121,10 +128,11 @@ TEST_F(ServerGpuTest, WorkerSurvivesItsServer) {
 }
 
 TEST_F(ServerGpuTest, MemfdServerOnAGpuMachineStillServesCpuWorkers) {
-  ServerProcess server({"--backend", "memfd", "--model", test::tiny_model_dir().string() + ":tiny"});
+  ServerProcess server(
+      {"--backend", "memfd", "--model", test::tiny_model_dir().string() + ":tiny"});
   // backend auto: memfd weights run on the CPU engine even where a GPU is present.
-  std::vector<std::string> args = {"--server", server.socket(), "--model", "tiny", "--prompt", "Hi",
-                                   "--max-tokens", "4", "--format", "jsonl"};
+  std::vector<std::string> args = {"--server", server.socket(), "--model", "tiny",     "--prompt",
+                                   "Hi",       "--max-tokens",  "4",       "--format", "jsonl"};
   const test::WorkerRun run = test::run_worker(tmp_, args);
   EXPECT_TRUE(test::exited_ok(run.status)) << run.err;
 }

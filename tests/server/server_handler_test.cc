@@ -24,7 +24,8 @@ ipc::Client connect(const std::string& socket, const std::string& name = "test")
 }
 
 // The error a call ends in: its code and message.
-ipc::ProtocolError call_error(ipc::Client& client, std::string_view op, json args = json::object()) {
+ipc::ProtocolError call_error(ipc::Client& client, std::string_view op,
+                              json args = json::object()) {
   try {
     client.call(op, std::move(args));
   } catch (const ipc::ProtocolError& e) {
@@ -78,7 +79,8 @@ TEST_F(ServerHandlerTest, RequestErrorsAreClear) {
   e = call_error(client, ipc::op::kImport, {{"model", "tiny"}, {"allocations", {0, 100000}}});
   EXPECT_EQ(e.code(), ErrorCode::kNotFound);
   EXPECT_NE(e.message().find("has no allocation 100000"), std::string::npos) << e.message();
-  e = call_error(client, ipc::op::kImport, {{"model", "tiny"}, {"allocations", std::vector<int>(251, 0)}});
+  e = call_error(client, ipc::op::kImport,
+                 {{"model", "tiny"}, {"allocations", std::vector<int>(251, 0)}});
   EXPECT_EQ(e.code(), ErrorCode::kTooLarge);
   e = call_error(client, ipc::op::kImport, {{"model", "tiny"}, {"allocations", "all"}});
   EXPECT_EQ(e.code(), ErrorCode::kBadRequest);
@@ -129,18 +131,21 @@ TEST_F(ServerHandlerTest, AdminLoadAndUnload) {
   EXPECT_NE(e.message().find("no such directory"), std::string::npos) << e.message();
   e = call_error(admin, ipc::op::kLoad, {{"dir", second.path()}, {"name", "bad name"}});
   EXPECT_EQ(e.code(), ErrorCode::kBadRequest);
-  e = call_error(admin, ipc::op::kLoad, {{"dir", second.path()}, {"name", "x"}, {"backend", "tpu"}});
+  e = call_error(admin, ipc::op::kLoad,
+                 {{"dir", second.path()}, {"name", "x"}, {"backend", "tpu"}});
   EXPECT_EQ(e.code(), ErrorCode::kBadRequest);
 
   // This connection holds a lease on qwen (from the import above): unload is refused with
   // the count, and goes through once the lease is released.
   e = call_error(admin, ipc::op::kUnload, {{"model", "qwen"}});
   EXPECT_EQ(e.code(), ErrorCode::kBusy);
-  EXPECT_NE(e.message().find("has 1 lease (worker pids " + std::to_string(::getpid()) + ")"), std::string::npos)
+  EXPECT_NE(e.message().find("has 1 lease (worker pids " + std::to_string(::getpid()) + ")"),
+            std::string::npos)
       << e.message();
   admin.call(ipc::op::kRelease, {{"model", "qwen"}});
   EXPECT_EQ(admin.call(ipc::op::kUnload, {{"model", "qwen"}}).body["unloaded"], true);
-  EXPECT_EQ(call_error(admin, ipc::op::kManifest, {{"model", "qwen"}}).code(), ErrorCode::kNotFound);
+  EXPECT_EQ(call_error(admin, ipc::op::kManifest, {{"model", "qwen"}}).code(),
+            ErrorCode::kNotFound);
   EXPECT_EQ(call_error(admin, ipc::op::kUnload, {{"model", "qwen"}}).code(), ErrorCode::kNotFound);
 }
 
@@ -153,7 +158,8 @@ TEST_F(ServerHandlerTest, UidNotInTheAllowListIsRefused) {
     FAIL() << "connected although the uid is not allowed";
   } catch (const ipc::ProtocolError& e) {
     EXPECT_EQ(e.code(), ErrorCode::kUnauthorized);
-    EXPECT_NE(e.message().find("uid " + std::to_string(::geteuid()) + " is not allowed"), std::string::npos)
+    EXPECT_NE(e.message().find("uid " + std::to_string(::geteuid()) + " is not allowed"),
+              std::string::npos)
         << e.message();
   }
 }
@@ -164,9 +170,10 @@ TEST_F(ServerHandlerTest, AdminOpsFromAnotherUidAreRefused) {
   test::InProcessServer server(options, model_dir_.path());
   ipc::Client client = connect(server.socket());
   EXPECT_EQ(client.server_hello()["admin"], false);
-  for (auto [op, args] : {std::pair{ipc::op::kLoad, json{{"dir", model_dir_.path()}, {"name", "again"}}},
-                          std::pair{ipc::op::kUnload, json{{"model", "tiny"}}},
-                          std::pair{ipc::op::kShutdown, json::object()}}) {
+  for (auto [op, args] :
+       {std::pair{ipc::op::kLoad, json{{"dir", model_dir_.path()}, {"name", "again"}}},
+        std::pair{ipc::op::kUnload, json{{"model", "tiny"}}},
+        std::pair{ipc::op::kShutdown, json::object()}}) {
     const auto e = call_error(client, op, args);
     EXPECT_EQ(e.code(), ErrorCode::kUnauthorized) << op;
     EXPECT_NE(e.message().find("admin operation"), std::string::npos) << e.message();

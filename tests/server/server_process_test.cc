@@ -31,9 +31,9 @@ class References {
     const auto key = std::tuple(seed, max_tokens, ignore_eos);
     auto it = runs_.find(key);
     if (it == runs_.end()) {
-      WorkerRun run = test::run_worker(
-          tmp_, test::concat({"--model", test::tiny_model_dir().string()},
-                             test::generation_args(seed, max_tokens, ignore_eos)));
+      WorkerRun run =
+          test::run_worker(tmp_, test::concat({"--model", test::tiny_model_dir().string()},
+                                              test::generation_args(seed, max_tokens, ignore_eos)));
       it = runs_.emplace(key, std::move(run)).first;
     }
     EXPECT_TRUE(test::exited_ok(it->second.status)) << it->second.err;
@@ -51,13 +51,16 @@ References& references() {
 }
 
 // hearth-worker arguments for served mode, without the program.
-std::vector<std::string> served_args(const ServerProcess& server, int seed, int max_tokens, bool ignore_eos = false) {
+std::vector<std::string> served_args(const ServerProcess& server, int seed, int max_tokens,
+                                     bool ignore_eos = false) {
   return test::concat({"--server", server.socket(), "--model", "tiny"},
                       test::generation_args(seed, max_tokens, ignore_eos));
 }
 
-std::vector<std::string> served(const ServerProcess& server, int seed, int max_tokens, bool ignore_eos = false) {
-  return test::concat({test::binary("hearth-worker")}, served_args(server, seed, max_tokens, ignore_eos));
+std::vector<std::string> served(const ServerProcess& server, int seed, int max_tokens,
+                                bool ignore_eos = false) {
+  return test::concat({test::binary("hearth-worker")},
+                      served_args(server, seed, max_tokens, ignore_eos));
 }
 
 void expect_same_stream(const std::string& got, const WorkerRun& want, const std::string& what) {
@@ -70,15 +73,19 @@ void expect_same_stream(const std::string& got, const WorkerRun& want, const std
 
 // A served worker whose stdout is read through a one-page pipe: once it is a few dozen tokens
 // ahead of the reader it blocks, mid-generation, still holding its lease.
-std::unique_ptr<Process> start_stalled_worker(const ServerProcess& server, int seed, int max_tokens) {
+std::unique_ptr<Process> start_stalled_worker(const ServerProcess& server, int seed,
+                                              int max_tokens) {
   Process::Options options;
   options.pipe_stdout = true;
   options.pipe_bytes = 4096;
-  auto worker = std::make_unique<Process>(served(server, seed, max_tokens, /*ignore_eos=*/true), options);
+  auto worker =
+      std::make_unique<Process>(served(server, seed, max_tokens, /*ignore_eos=*/true), options);
   return worker;
 }
 
-int lease_count(ServerProcess& server) { return server.stats()["leases"].get<int>(); }
+int lease_count(ServerProcess& server) {
+  return server.stats()["leases"].get<int>();
+}
 
 TEST(ServerProcess, SixteenConcurrentWorkersMatchSingleProcessMode) {
   ServerProcess server;
@@ -94,10 +101,11 @@ TEST(ServerProcess, SixteenConcurrentWorkersMatchSingleProcessMode) {
   }
   for (int i = 0; i < kWorkers; ++i) {
     const int status = workers[i]->wait();
-    EXPECT_TRUE(test::exited_ok(status)) << "worker " << i << ": " << test::describe_status(status) << "\n"
-                                         << test::read_file(out / ("w" + std::to_string(i) + ".err"));
-    expect_same_stream(test::read_file(out / ("w" + std::to_string(i) + ".out")), references().get(i % 4, kTokens),
-                       "worker " + std::to_string(i));
+    EXPECT_TRUE(test::exited_ok(status))
+        << "worker " << i << ": " << test::describe_status(status) << "\n"
+        << test::read_file(out / ("w" + std::to_string(i) + ".err"));
+    expect_same_stream(test::read_file(out / ("w" + std::to_string(i) + ".out")),
+                       references().get(i % 4, kTokens), "worker " + std::to_string(i));
   }
   // Different seeds gave different streams: the comparison above is not trivially true.
   EXPECT_NE(test::parse_stream(references().get(0, kTokens).out).tokens,
@@ -140,7 +148,8 @@ TEST(ServerProcess, WorkersFinishTheirStreamsWhenTheServerIsKilled) {
   const std::string socket = server->socket();
   std::vector<std::unique_ptr<Process>> workers;
   std::vector<std::string> first_lines;
-  for (int i = 0; i < kWorkers; ++i) workers.push_back(start_stalled_worker(*server, 10 + i, kTokens));
+  for (int i = 0; i < kWorkers; ++i)
+    workers.push_back(start_stalled_worker(*server, 10 + i, kTokens));
   for (auto& w : workers) {
     auto line = w->read_line();
     ASSERT_TRUE(line) << "a worker produced no token";
@@ -163,9 +172,12 @@ TEST(ServerProcess, WorkersFinishTheirStreamsWhenTheServerIsKilled) {
 
   // The socket file is left behind by the killed server: new workers get a clear error.
   test::TempDir tmp;
-  const WorkerRun late = test::run_worker(tmp, {"--server", socket, "--model", "tiny", "--prompt", "hi"});
-  EXPECT_TRUE(WIFEXITED(late.status) && WEXITSTATUS(late.status) == 1) << test::describe_status(late.status);
-  EXPECT_NE(late.err.find("hearth-worker: error: hearth server not running at " + socket), std::string::npos)
+  const WorkerRun late =
+      test::run_worker(tmp, {"--server", socket, "--model", "tiny", "--prompt", "hi"});
+  EXPECT_TRUE(WIFEXITED(late.status) && WEXITSTATUS(late.status) == 1)
+      << test::describe_status(late.status);
+  EXPECT_NE(late.err.find("hearth-worker: error: hearth server not running at " + socket),
+            std::string::npos)
       << late.err;
 }
 
@@ -198,7 +210,9 @@ TEST(ServerProcess, GarbageOnTheSocketLeavesTheServerServing) {
     }
     return std::pair(error, closed);
   };
-  auto raw = [](int s, const std::string& bytes) { ::send(s, bytes.data(), bytes.size(), MSG_NOSIGNAL); };
+  auto raw = [](int s, const std::string& bytes) {
+    ::send(s, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+  };
   auto header = [](uint32_t n) { return std::string(reinterpret_cast<const char*>(&n), 4); };
 
   std::mt19937 rng(1234);
@@ -217,7 +231,8 @@ TEST(ServerProcess, GarbageOnTheSocketLeavesTheServerServing) {
   // Well-formed frames with requests this server cannot satisfy: error replies, connection kept.
   auto [e4, c4] = outcome([&](int s) {
     ipc::send_frame(s, ipc::make_request(ipc::op::kHello, 1, ipc::make_hello_args("garbage")));
-    ipc::send_frame(s, ipc::make_request(ipc::op::kImport, 2, {{"model", "tiny"}, {"allocations", {1u << 30}}}));
+    ipc::send_frame(s, ipc::make_request(ipc::op::kImport, 2,
+                                         {{"model", "tiny"}, {"allocations", {1u << 30}}}));
     ::shutdown(s, SHUT_WR);
   });
   ASSERT_TRUE(e4);
@@ -280,8 +295,8 @@ TEST(ServerProcess, ThousandAttachCyclesLeakNothing) {
 }
 
 TEST(ServerProcess, AdminOpsNeedTheAdminUid) {
-  ServerProcess server({"--backend", "memfd", "--model", test::tiny_model_dir().string() + ":tiny", "--admin-uid",
-                        std::to_string(::geteuid() + 1)});
+  ServerProcess server({"--backend", "memfd", "--model", test::tiny_model_dir().string() + ":tiny",
+                        "--admin-uid", std::to_string(::geteuid() + 1)});
   ipc::Client client = test::connect_client(server.socket());
   EXPECT_EQ(client.server_hello()["admin"], false);
   for (std::string_view op : {ipc::op::kLoad, ipc::op::kUnload, ipc::op::kShutdown}) {
@@ -290,7 +305,8 @@ TEST(ServerProcess, AdminOpsNeedTheAdminUid) {
       ADD_FAILURE() << op << " was allowed";
     } catch (const ipc::ProtocolError& e) {
       EXPECT_EQ(e.code(), ipc::ErrorCode::kUnauthorized) << op;
-      EXPECT_NE(e.message().find("only uid " + std::to_string(::geteuid() + 1)), std::string::npos) << e.message();
+      EXPECT_NE(e.message().find("only uid " + std::to_string(::geteuid() + 1)), std::string::npos)
+          << e.message();
     }
   }
   EXPECT_EQ(client.call(ipc::op::kList).body["models"].size(), 1u);
@@ -317,8 +333,8 @@ TEST(ServerProcess, SocketAndDirectoryArePrivate) {
   EXPECT_EQ(st.st_mode & 0777, 0700u);
 
   // Other uids allowed: the socket opens up, the directory can be entered but not listed.
-  ServerProcess shared({"--backend", "memfd", "--model", test::tiny_model_dir().string() + ":tiny", "--allow-uid",
-                        "4242"});
+  ServerProcess shared({"--backend", "memfd", "--model", test::tiny_model_dir().string() + ":tiny",
+                        "--allow-uid", "4242"});
   ASSERT_EQ(::stat(shared.socket().c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0666u);
   ASSERT_EQ(::stat(std::filesystem::path(shared.socket()).parent_path().c_str(), &st), 0);
@@ -335,23 +351,26 @@ TEST(ServerProcess, StartupErrorsAreClear) {
   };
   auto [s1, log1] = start({"--backend", "memfd", "--model", tmp.path() + "/nowhere"});
   EXPECT_EQ(WEXITSTATUS(s1), 1);
-  EXPECT_NE(log1.find("hearth-server: error: " + tmp.path() + "/nowhere: not a model directory"), std::string::npos)
+  EXPECT_NE(log1.find("hearth-server: error: " + tmp.path() + "/nowhere: not a model directory"),
+            std::string::npos)
       << log1;
-  auto [s2, log2] = start({"--backend", "memfd", "--model", test::tiny_model_dir().string() + ":bad name"});
+  auto [s2, log2] =
+      start({"--backend", "memfd", "--model", test::tiny_model_dir().string() + ":bad name"});
   EXPECT_NE(log2.find("is not a valid model name"), std::string::npos) << log2;
-  auto [s3, log3] = start({"--backend", "memfd", "--model", test::tiny_model_dir().string(), "--model",
-                           test::tiny_model_dir().string()});
+  auto [s3, log3] = start({"--backend", "memfd", "--model", test::tiny_model_dir().string(),
+                           "--model", test::tiny_model_dir().string()});
   EXPECT_NE(log3.find("both named 'hearth-tiny-fortunes'"), std::string::npos) << log3;
 
   // A live server's socket is never taken over.
   ServerProcess live;
   Process::Options options;
   options.stderr_file = tmp / "second.log";
-  Process second({test::binary("hearth-server"), "--socket", live.socket(), "--backend", "memfd", "--model",
-                  test::tiny_model_dir().string()},
+  Process second({test::binary("hearth-server"), "--socket", live.socket(), "--backend", "memfd",
+                  "--model", test::tiny_model_dir().string()},
                  options);
   EXPECT_EQ(WEXITSTATUS(second.wait()), 1);
-  EXPECT_NE(test::read_file(tmp / "second.log").find("a hearth server is already running at " + live.socket()),
+  EXPECT_NE(test::read_file(tmp / "second.log")
+                .find("a hearth server is already running at " + live.socket()),
             std::string::npos);
   EXPECT_EQ(live.stats()["models"].size(), 1u);
 }
@@ -365,8 +384,8 @@ TEST(ServerProcess, StaleSocketOfAKilledServerIsReplaced) {
   ASSERT_EQ(::stat(socket.c_str(), &st), 0) << "a killed server leaves its socket file";
   Process::Options options;
   options.stderr_file = socket + ".restart.log";
-  Process restarted({test::binary("hearth-server"), "--socket", socket, "--backend", "memfd", "--model",
-                     test::tiny_model_dir().string() + ":tiny"},
+  Process restarted({test::binary("hearth-server"), "--socket", socket, "--backend", "memfd",
+                     "--model", test::tiny_model_dir().string() + ":tiny"},
                     options);
   EXPECT_TRUE(test::eventually([&] {
     try {

@@ -47,7 +47,9 @@ inline std::string binary(const std::string& name) {
   return (std::filesystem::read_symlink("/proc/self/exe").parent_path() / name).string();
 }
 
-inline std::filesystem::path tiny_model_dir() { return source_dir() / "models/hearth-tiny-fortunes"; }
+inline std::filesystem::path tiny_model_dir() {
+  return source_dir() / "models/hearth-tiny-fortunes";
+}
 
 inline std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -80,20 +82,23 @@ class Process {
       if (options.pipe_bytes > 0) ::fcntl(fds[0], F_SETPIPE_SZ, options.pipe_bytes);
       posix_spawn_file_actions_adddup2(&actions, write_end.get(), STDOUT_FILENO);
     } else {
-      posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO,
-                                       options.stdout_file.empty() ? "/dev/null" : options.stdout_file.c_str(),
-                                       O_WRONLY | O_CREAT | O_TRUNC, 0600);
+      posix_spawn_file_actions_addopen(
+          &actions, STDOUT_FILENO,
+          options.stdout_file.empty() ? "/dev/null" : options.stdout_file.c_str(),
+          O_WRONLY | O_CREAT | O_TRUNC, 0600);
     }
-    posix_spawn_file_actions_addopen(&actions, STDERR_FILENO,
-                                     options.stderr_file.empty() ? "/dev/null" : options.stderr_file.c_str(),
-                                     O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    posix_spawn_file_actions_addopen(
+        &actions, STDERR_FILENO,
+        options.stderr_file.empty() ? "/dev/null" : options.stderr_file.c_str(),
+        O_WRONLY | O_CREAT | O_TRUNC, 0600);
     std::vector<std::string> storage = args;
     std::vector<char*> argv;
     for (std::string& a : storage) argv.push_back(a.data());
     argv.push_back(nullptr);
     const int rc = ::posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ);
     posix_spawn_file_actions_destroy(&actions);
-    if (rc != 0) throw std::runtime_error("posix_spawn " + args[0] + " failed: " + std::strerror(rc));
+    if (rc != 0)
+      throw std::runtime_error("posix_spawn " + args[0] + " failed: " + std::strerror(rc));
   }
   ~Process() {
     if (pid_ > 0) {
@@ -122,8 +127,10 @@ class Process {
       if (::poll(&p, 1, 50) <= 0) continue;
       char chunk[4096];
       const ssize_t n = ::read(stdout_.get(), chunk, sizeof chunk);
-      if (n <= 0) eof_ = true;
-      else buffer_.append(chunk, size_t(n));
+      if (n <= 0)
+        eof_ = true;
+      else
+        buffer_.append(chunk, size_t(n));
     }
   }
   // Everything left on stdout, up to EOF.
@@ -150,7 +157,9 @@ class Process {
   bool eof_ = false;
 };
 
-inline bool exited_ok(int status) { return WIFEXITED(status) && WEXITSTATUS(status) == 0; }
+inline bool exited_ok(int status) {
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
 
 inline std::string describe_status(int status) {
   if (WIFEXITED(status)) return "exit " + std::to_string(WEXITSTATUS(status));
@@ -171,7 +180,8 @@ class ServerProcess {
   // `extra` follows --socket; by default the tiny model is served as "tiny" with memfd.
   explicit ServerProcess(std::vector<std::string> extra = {}, bool wait = true)
       : socket_(dir_ / "run/hearth.sock"), log_(dir_ / "server.log") {
-    if (extra.empty()) extra = {"--backend", "memfd", "--model", tiny_model_dir().string() + ":tiny"};
+    if (extra.empty())
+      extra = {"--backend", "memfd", "--model", tiny_model_dir().string() + ":tiny"};
     std::vector<std::string> args = {binary("hearth-server"), "--socket", socket_};
     args.insert(args.end(), extra.begin(), extra.end());
     Process::Options options;
@@ -237,14 +247,19 @@ inline WorkerRun run_worker(const TempDir& dir, const std::vector<std::string>& 
 // fixed prompt on the CPU engine, as jsonl.
 inline std::vector<std::string> generation_args(int seed, int max_tokens, bool ignore_eos = false,
                                                 const std::string& backend = "cpu") {
-  std::vector<std::string> args = {"--prompt", "A fortune for today:", "--backend", backend,
-                                   "--temperature", "0.9", "--top-k", "40", "--seed", std::to_string(seed),
-                                   "--max-tokens", std::to_string(max_tokens), "--format", "jsonl"};
+  std::vector<std::string> args = {"--prompt",      "A fortune for today:",
+                                   "--backend",     backend,
+                                   "--temperature", "0.9",
+                                   "--top-k",       "40",
+                                   "--seed",        std::to_string(seed),
+                                   "--max-tokens",  std::to_string(max_tokens),
+                                   "--format",      "jsonl"};
   if (ignore_eos) args.insert(args.end(), {"--set", "ignore_eos=true"});
   return args;
 }
 
-inline std::vector<std::string> concat(std::vector<std::string> a, const std::vector<std::string>& b) {
+inline std::vector<std::string> concat(std::vector<std::string> a,
+                                       const std::vector<std::string>& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
 }
@@ -260,13 +275,17 @@ inline Stream parse_stream(const std::string& out) {
   std::stringstream ss(out);
   for (std::string line; std::getline(ss, line);) {
     const json event = json::parse(line, nullptr, false);
-    if (event.is_object() && event.contains("token")) s.tokens.push_back(line);
-    else if (event.is_object() && event.contains("done")) s.done = event;
+    if (event.is_object() && event.contains("token"))
+      s.tokens.push_back(line);
+    else if (event.is_object() && event.contains("done"))
+      s.done = event;
   }
   return s;
 }
 
-inline int count_fds(pid_t pid) { return count_open_fds(pid); }
+inline int count_fds(pid_t pid) {
+  return count_open_fds(pid);
+}
 
 inline long rss_kib(pid_t pid) {
   std::ifstream status("/proc/" + std::to_string(pid) + "/status");
@@ -280,7 +299,8 @@ inline long rss_kib(pid_t pid) {
 inline int count_memfd_maps(pid_t pid = 0) {
   std::ifstream maps(pid == 0 ? "/proc/self/maps" : "/proc/" + std::to_string(pid) + "/maps");
   int n = 0;
-  for (std::string line; std::getline(maps, line);) n += line.find("/memfd:hearth:") != std::string::npos;
+  for (std::string line; std::getline(maps, line);)
+    n += line.find("/memfd:hearth:") != std::string::npos;
   return n;
 }
 

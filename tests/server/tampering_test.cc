@@ -40,7 +40,8 @@ class LyingHandler final : public broker::Handler {
 UniqueFd memfd_of(uint64_t bytes, int seals, char fill = 0) {
   UniqueFd fd(::memfd_create("liar", MFD_CLOEXEC | MFD_ALLOW_SEALING));
   const std::string content(bytes, fill);
-  if (::write(fd.get(), content.data(), content.size()) != ssize_t(content.size())) throw std::runtime_error("write");
+  if (::write(fd.get(), content.data(), content.size()) != ssize_t(content.size()))
+    throw std::runtime_error("write");
   if (seals) ::fcntl(fd.get(), F_ADD_SEALS, seals);
   return fd;
 }
@@ -55,8 +56,9 @@ class TamperingTest : public ::testing::Test {
     LyingHandler liar(inner, std::move(edit));
     test::InProcessServer server({}, model_dir_.path(), &liar);
     inner = &server.handler();
-    std::vector<std::string> args = {"--server", server.socket(), "--model", "tiny", "--prompt-tokens", "1,2,3",
-                                     "--max-tokens", "4", "--backend", "cpu", "--format", "jsonl"};
+    std::vector<std::string> args = {"--server",        server.socket(), "--model",      "tiny",
+                                     "--prompt-tokens", "1,2,3",         "--max-tokens", "4",
+                                     "--backend",       "cpu",           "--format",     "jsonl"};
     args.insert(args.end(), extra.begin(), extra.end());
     return test::run_worker(tmp_, args);
   }
@@ -72,7 +74,8 @@ class TamperingTest : public ::testing::Test {
 
   static void expect_refused(const test::WorkerRun& run, const std::string& message) {
     EXPECT_TRUE(WIFEXITED(run.status) && WEXITSTATUS(run.status) == 1)
-        << test::describe_status(run.status) << "\n" << run.err;
+        << test::describe_status(run.status) << "\n"
+        << run.err;
     EXPECT_NE(run.err.find("hearth-worker: error: "), std::string::npos) << run.err;
     EXPECT_NE(run.err.find(message), std::string::npos) << run.err;
     EXPECT_EQ(run.out.find("\"token\""), std::string::npos) << "generated on refused weights";
@@ -84,41 +87,52 @@ class TamperingTest : public ::testing::Test {
 };
 
 TEST_F(TamperingTest, HonestServerWorks) {
-  const test::WorkerRun run = run_against([](const ipc::Request&, broker::Reply&) {}, {"--verify-weights"});
+  const test::WorkerRun run =
+      run_against([](const ipc::Request&, broker::Reply&) {}, {"--verify-weights"});
   EXPECT_TRUE(test::exited_ok(run.status)) << run.err;
   EXPECT_EQ(test::parse_stream(run.out).tokens.size(), 4u);
 }
 
 TEST_F(TamperingTest, WrongSizeDescriptorIsRefused) {
-  expect_refused(run_against(replace_fd(2, [](uint64_t b) { return memfd_of(b / 2, kRequiredWeightSeals); }, victim_bytes_)),
-                 "tensor '" + victim_ + "': the received memfd holds 4096 bytes, the manifest says 8192");
-  expect_refused(run_against(replace_fd(2, [](uint64_t b) { return memfd_of(b * 2, kRequiredWeightSeals); }, victim_bytes_)),
-                 "the manifest says 8192");
+  expect_refused(
+      run_against(replace_fd(
+          2, [](uint64_t b) { return memfd_of(b / 2, kRequiredWeightSeals); }, victim_bytes_)),
+      "tensor '" + victim_ + "': the received memfd holds 4096 bytes, the manifest says 8192");
+  expect_refused(
+      run_against(replace_fd(
+          2, [](uint64_t b) { return memfd_of(b * 2, kRequiredWeightSeals); }, victim_bytes_)),
+      "the manifest says 8192");
 }
 
 TEST_F(TamperingTest, UnsealedMemfdIsRefused) {
-  expect_refused(run_against(replace_fd(2, [](uint64_t b) { return memfd_of(b, 0); }, victim_bytes_)),
+  expect_refused(run_against(replace_fd(
+                     2, [](uint64_t b) { return memfd_of(b, 0); }, victim_bytes_)),
                  "tensor '" + victim_ + "': the received memfd is not sealed");
   // Sealed against writes but not against shrinking: the server could truncate it under the
   // worker's mapping.
-  expect_refused(run_against(replace_fd(2, [](uint64_t b) { return memfd_of(b, F_SEAL_WRITE | F_SEAL_GROW); }, victim_bytes_)),
-                 "seals: write|grow");
+  expect_refused(
+      run_against(replace_fd(
+          2, [](uint64_t b) { return memfd_of(b, F_SEAL_WRITE | F_SEAL_GROW); }, victim_bytes_)),
+      "seals: write|grow");
 }
 
 TEST_F(TamperingTest, DescriptorThatIsNoMemfdIsRefused) {
-  expect_refused(run_against(replace_fd(2, [](uint64_t) {
-                   int p[2];
-                   if (::pipe2(p, O_CLOEXEC) != 0) throw std::runtime_error("pipe");
-                   ::close(p[1]);
-                   return UniqueFd(p[0]);
-                 }, victim_bytes_)),
+  expect_refused(run_against(replace_fd(
+                     2,
+                     [](uint64_t) {
+                       int p[2];
+                       if (::pipe2(p, O_CLOEXEC) != 0) throw std::runtime_error("pipe");
+                       ::close(p[1]);
+                       return UniqueFd(p[0]);
+                     },
+                     victim_bytes_)),
                  "tensor '" + victim_ + "': the received descriptor is not a memfd");
 }
 
 TEST_F(TamperingTest, WrongBytesAreCaughtByVerifyWeights) {
-  auto edit = replace_fd(2, [](uint64_t b) { return memfd_of(b, kRequiredWeightSeals, 'x'); }, victim_bytes_);
-  expect_refused(run_against(edit, {"--verify-weights"}),
-                 "tensor '" + victim_ + "': xxh3");
+  auto edit = replace_fd(
+      2, [](uint64_t b) { return memfd_of(b, kRequiredWeightSeals, 'x'); }, victim_bytes_);
+  expect_refused(run_against(edit, {"--verify-weights"}), "tensor '" + victim_ + "': xxh3");
   // Without verification the bytes are taken on trust, as documented: the run completes.
   EXPECT_TRUE(test::exited_ok(run_against(edit).status));
 }
@@ -129,17 +143,22 @@ TEST_F(TamperingTest, TamperedManifestsAreRefused) {
       if (request.op == ipc::op::kManifest) fn(reply.fields["manifest"]);
     };
   };
-  expect_refused(run_against(edit_manifest([](json& m) { m["version"] = 99; })), "version 99 is not supported");
-  expect_refused(run_against(edit_manifest([](json& m) { m["tensors"][2]["shape"] = {32, 128}; })),
+  expect_refused(run_against(edit_manifest([](json& m) { m["version"] = 99; })),
+                 "version 99 is not supported");
+  expect_refused(run_against(edit_manifest([](json& m) {
+                   m["tensors"][2]["shape"] = {32, 128};
+                 })),
                  "tensor '" + victim_ + "' has shape [32, 128], the architecture implies [64, 64]");
   // A manifest that claims a bigger tensor than the descriptor holds: refused at the size check.
   expect_refused(run_against(edit_manifest([](json& m) {
-                   m["tensors"][2]["allocation_bytes"] = m["tensors"][2]["allocation_bytes"].get<uint64_t>() * 4;
+                   m["tensors"][2]["allocation_bytes"] =
+                       m["tensors"][2]["allocation_bytes"].get<uint64_t>() * 4;
                  })),
                  "the manifest says 32768");
-  expect_refused(run_against(edit_manifest([](json& m) { m["tensors"][2]["xxh3"] = "0000000000000000"; }),
-                             {"--verify-weights"}),
-                 "differs from the manifest's 0000000000000000");
+  expect_refused(
+      run_against(edit_manifest([](json& m) { m["tensors"][2]["xxh3"] = "0000000000000000"; }),
+                  {"--verify-weights"}),
+      "differs from the manifest's 0000000000000000");
   expect_refused(run_against(edit_manifest([](json& m) { m["model"] = "other"; })),
                  "got the manifest of 'other'");
 }

@@ -37,7 +37,8 @@ inline std::vector<std::byte> valid_safetensors(const std::vector<TensorSpec>& t
   for (const TensorSpec& t : tensors) {
     uint64_t bytes = t.dtype == "F32" ? 4 : 2;
     for (int64_t d : t.shape) bytes *= uint64_t(d);
-    h[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    h[t.name] = {
+        {"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   return safetensors_image(h.dump(), offset);

@@ -30,12 +30,14 @@ void expect_open_error(const fs::path& dir, std::initializer_list<std::string> f
     HfModel::open(dir);
     FAIL() << "opened, expected an error";
   } catch (const std::runtime_error& e) {
-    for (const auto& f : fragments) EXPECT_NE(std::string(e.what()).find(f), std::string::npos) << e.what();
+    for (const auto& f : fragments)
+      EXPECT_NE(std::string(e.what()).find(f), std::string::npos) << e.what();
   }
 }
 
 // Rewrites model.safetensors with `mutate` applied to the list of (name, dtype, shape).
-void rewrite_weights(const fs::path& dir, const std::function<void(std::vector<test::TensorSpec>&)>& mutate) {
+void rewrite_weights(const fs::path& dir,
+                     const std::function<void(std::vector<test::TensorSpec>&)>& mutate) {
   HfModel m = HfModel::open(dir);
   std::vector<test::TensorSpec> specs;
   for (const HfTensor& t : m.tensors())
@@ -47,7 +49,8 @@ void rewrite_weights(const fs::path& dir, const std::function<void(std::vector<t
 }
 
 TEST(HfModel, OpensEveryPresetArchitecture) {
-  for (const char* preset : {"tiny-llama", "tiny-llama3", "tiny-mistral", "tiny-qwen2", "tiny-qwen3"}) {
+  for (const char* preset :
+       {"tiny-llama", "tiny-llama3", "tiny-mistral", "tiny-qwen2", "tiny-qwen3"}) {
     SynthOptions opt;
     opt.preset = preset;
     HfModel m = HfModel::open(synth(preset, opt));
@@ -104,7 +107,8 @@ TEST(HfModel, RefusesMissingPieces) {
 TEST(HfModel, RefusesMissingUnexpectedAndMisshapenTensors) {
   fs::path dir = synth("missing_tensor");
   rewrite_weights(dir, [](auto& specs) {
-    std::erase_if(specs, [](const auto& s) { return s.name == "model.layers.1.mlp.up_proj.weight"; });
+    std::erase_if(specs,
+                  [](const auto& s) { return s.name == "model.layers.1.mlp.up_proj.weight"; });
   });
   expect_open_error(dir, {"missing tensor 'model.layers.1.mlp.up_proj.weight'"});
 

@@ -13,9 +13,15 @@ namespace {
 using json = nlohmann::json;
 
 json llama() {
-  return {{"architectures", {"LlamaForCausalLM"}}, {"hidden_size", 64}, {"intermediate_size", 128},
-          {"num_hidden_layers", 2}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
-          {"vocab_size", 100}, {"rms_norm_eps", 1e-5}, {"hidden_act", "silu"}};
+  return {{"architectures", {"LlamaForCausalLM"}},
+          {"hidden_size", 64},
+          {"intermediate_size", 128},
+          {"num_hidden_layers", 2},
+          {"num_attention_heads", 4},
+          {"num_key_value_heads", 2},
+          {"vocab_size", 100},
+          {"rms_norm_eps", 1e-5},
+          {"hidden_act", "silu"}};
 }
 
 void expect_refused(const json& cfg, const std::string& fragment) {
@@ -90,12 +96,15 @@ TEST(ModelConfig, RefusesWhatItDoesNotImplement) {
 TEST(ModelConfig, ReadsRopeInBothSpellings) {
   json old = llama();
   old["rope_theta"] = 500000.0;
-  old["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
-                         {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
+  old["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", 8.0},
+                         {"low_freq_factor", 1.0},
+                         {"high_freq_factor", 4.0},
+                         {"original_max_position_embeddings", 8192}};
   json v5 = llama();
-  v5["rope_parameters"] = {{"rope_type", "llama3"}, {"rope_theta", 500000.0}, {"factor", 8.0},
-                           {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0},
-                           {"original_max_position_embeddings", 8192}};
+  v5["rope_parameters"] = {{"rope_type", "llama3"},   {"rope_theta", 500000.0},
+                           {"factor", 8.0},           {"low_freq_factor", 1.0},
+                           {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
   for (const json& cfg : {old, v5}) {
     ModelConfig c = parse_model_config(cfg, "x");
     EXPECT_EQ(c.rope_theta, 500000.0);
@@ -111,8 +120,11 @@ TEST(ModelConfig, Llama3FrequenciesFollowTheThreeBands) {
   cfg["num_attention_heads"] = 4;  // head_dim 128
   cfg["rope_theta"] = 500000.0;
   ModelConfig plain = parse_model_config(cfg, "x");
-  cfg["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
-                         {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 8192}};
+  cfg["rope_scaling"] = {{"rope_type", "llama3"},
+                         {"factor", 8.0},
+                         {"low_freq_factor", 1.0},
+                         {"high_freq_factor", 4.0},
+                         {"original_max_position_embeddings", 8192}};
   ModelConfig scaled = parse_model_config(cfg, "x");
   auto base = rope_inverse_frequencies(plain);
   auto inv = rope_inverse_frequencies(scaled);

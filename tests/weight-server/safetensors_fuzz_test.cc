@@ -50,7 +50,8 @@ TEST(SafetensorsFuzz, RandomByteFlips) {
     const size_t flips = 1 + rng.below(8);
     for (size_t i = 0; i < flips; ++i) {
       // Mostly inside the header, where the interesting structure is.
-      const size_t at = rng.below(4) ? rng.below(std::min<size_t>(image.size(), 200)) : rng.below(image.size());
+      const size_t at =
+          rng.below(4) ? rng.below(std::min<size_t>(image.size(), 200)) : rng.below(image.size());
       image[at] = std::byte(rng.next() & 0xff);
     }
     parse_checked(image, c);
@@ -87,13 +88,14 @@ TEST(SafetensorsFuzz, RandomStructuredHeaders) {
       const uint64_t begin = rng.below(3) ? cursor : rng.below(64);
       const uint64_t end = begin + (rng.below(3) ? rng.below(64) : rng.next() >> rng.below(64));
       cursor = end;
-      nlohmann::json desc = {{"dtype", dtypes[rng.below(7)]}, {"shape", shape},
-                             {"data_offsets", {begin, end}}};
+      nlohmann::json desc = {
+          {"dtype", dtypes[rng.below(7)]}, {"shape", shape}, {"data_offsets", {begin, end}}};
       if (rng.below(10) == 0) desc.erase("shape");
       if (rng.below(10) == 0) desc["data_offsets"] = "x";
       h["t" + std::to_string(i)] = desc;
     }
-    if (rng.below(5) == 0) h["__metadata__"] = {{"k", rng.below(2) ? nlohmann::json("v") : nlohmann::json(1)}};
+    if (rng.below(5) == 0)
+      h["__metadata__"] = {{"k", rng.below(2) ? nlohmann::json("v") : nlohmann::json(1)}};
     const size_t data = rng.below(3) ? std::min<uint64_t>(cursor, 1 << 16) : rng.below(128);
     parse_checked(test::safetensors_image(h.dump(), data), c);
   }
@@ -110,9 +112,15 @@ TEST(SafetensorsFuzz, RandomTextEdits) {
     for (size_t i = 0; i < edits; ++i) {
       const size_t at = rng.below(text.size());
       switch (rng.below(3)) {
-        case 0: text[at] = alphabet[rng.below(sizeof alphabet - 1)]; break;
-        case 1: text.erase(at, 1 + rng.below(4)); break;
-        default: text.insert(at, 1, alphabet[rng.below(sizeof alphabet - 1)]); break;
+        case 0:
+          text[at] = alphabet[rng.below(sizeof alphabet - 1)];
+          break;
+        case 1:
+          text.erase(at, 1 + rng.below(4));
+          break;
+        default:
+          text.insert(at, 1, alphabet[rng.below(sizeof alphabet - 1)]);
+          break;
       }
       if (text.empty()) text = "{";
     }

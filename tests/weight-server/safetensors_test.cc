@@ -13,7 +13,8 @@ using test::safetensors_image;
 using test::valid_safetensors;
 
 // Expects parsing to fail with a message containing every fragment.
-void expect_error(const std::vector<std::byte>& image, std::initializer_list<const char*> fragments) {
+void expect_error(const std::vector<std::byte>& image,
+                  std::initializer_list<const char*> fragments) {
   try {
     parse_safetensors(image, "model.safetensors");
     FAIL() << "parse succeeded, expected an error";
@@ -43,7 +44,9 @@ TEST(Safetensors, MetadataMustHoldStrings) {
   expect_error(safetensors_image(R"({"__metadata__":{"n":3}})", 0), {"__metadata__"});
 }
 
-TEST(Safetensors, RefusesShortFiles) { expect_error(std::vector<std::byte>(5), {"too short"}); }
+TEST(Safetensors, RefusesShortFiles) {
+  expect_error(std::vector<std::byte>(5), {"too short"});
+}
 
 TEST(Safetensors, RefusesHeaderLengthBounds) {
   expect_error(safetensors_image("{}", 0, 1), {"too small"});
@@ -70,8 +73,9 @@ TEST(Safetensors, RefusesUnsupportedDtype) {
 }
 
 TEST(Safetensors, RefusesSizeDisagreement) {
-  expect_error(safetensors_image(R"({"w":{"dtype":"BF16","shape":[2,3],"data_offsets":[0,10]}})", 10),
-               {"'w'", "needs 12 bytes", "offsets give 10"});
+  expect_error(
+      safetensors_image(R"({"w":{"dtype":"BF16","shape":[2,3],"data_offsets":[0,10]}})", 10),
+      {"'w'", "needs 12 bytes", "offsets give 10"});
 }
 
 TEST(Safetensors, RefusesOffsetsPastTheEnd) {
@@ -97,13 +101,16 @@ TEST(Safetensors, RefusesOverlapsGapsAndTrailingBytes) {
 
 TEST(Safetensors, RefusesMalformedDescriptions) {
   expect_error(safetensors_image(R"({"w":3})", 0), {"'w'", "not an object"});
-  expect_error(safetensors_image(R"({"w":{"shape":[1],"data_offsets":[0,4]}})", 4), {"missing dtype"});
-  expect_error(safetensors_image(R"({"w":{"dtype":"F32","data_offsets":[0,4]}})", 4), {"missing shape"});
+  expect_error(safetensors_image(R"({"w":{"shape":[1],"data_offsets":[0,4]}})", 4),
+               {"missing dtype"});
+  expect_error(safetensors_image(R"({"w":{"dtype":"F32","data_offsets":[0,4]}})", 4),
+               {"missing shape"});
   expect_error(safetensors_image(R"({"w":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4),
                {"integers >= 0"});
   expect_error(safetensors_image(R"({"w":{"dtype":"F32","shape":[1]}})", 4), {"data_offsets"});
-  expect_error(safetensors_image(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":1}})", 4),
-               {"unexpected field 'x'"});
+  expect_error(
+      safetensors_image(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4],"x":1}})", 4),
+      {"unexpected field 'x'"});
 }
 
 TEST(Safetensors, RefusesShapeOverflow) {
@@ -116,7 +123,8 @@ TEST(Safetensors, RefusesShapeOverflow) {
 TEST(Safetensors, OpensFilesAndNamesMissingOnes) {
   auto image = valid_safetensors({{"w", "F32", {2}}});
   const std::string path = testing::TempDir() + "/st_open.safetensors";
-  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(image.data()), image.size());
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(image.data()), image.size());
   SafetensorsFile f = SafetensorsFile::open(path);
   ASSERT_EQ(f.header().tensors.size(), 1u);
   EXPECT_EQ(f.data(f.header().tensors[0]).size(), 8u);

@@ -22,7 +22,8 @@ kernels::Half half_type(DType t, const std::string& name) {
 
 }  // namespace
 
-CudaBackend::CudaBackend(std::shared_ptr<const WeightStore> store, const Profile& profile, int context)
+CudaBackend::CudaBackend(std::shared_ptr<const WeightStore> store, const Profile& profile,
+                         int context)
     : store_(std::move(store)), c_(store_->config()), profile_(profile), context_(context) {
   if (store_->residence() != Residence::Device)
     throw std::runtime_error("the cuda backend needs GPU-resident weights");
@@ -30,19 +31,21 @@ CudaBackend::CudaBackend(std::shared_ptr<const WeightStore> store, const Profile
     throw std::runtime_error("the cuda backend supports head_dim 16, 32, 64 or 128, not " +
                              std::to_string(c_.head_dim));
   if (c_.n_heads / c_.n_kv_heads > 16 || (c_.n_heads / c_.n_kv_heads) * c_.head_dim > 1024)
-    throw std::runtime_error("the cuda backend supports GQA groups of at most 16 heads (8 at head_dim 128)");
+    throw std::runtime_error(
+        "the cuda backend supports GQA groups of at most 16 heads (8 at head_dim 128)");
   chunk_ = std::min(context_, 2048);
   const ModelWeights w = bind_weights(*store_);
   type_ = half_type(w.embed.dtype, std::string(w.embed.name));
   const std::string expect = profile_.kv_cache_dtype;
   if (expect != "auto" && (expect == "bf16") != (type_ == kernels::Half::BF16))
-    throw std::runtime_error("kv_cache_dtype " + expect + " differs from the weights' type; the cuda "
+    throw std::runtime_error("kv_cache_dtype " + expect +
+                             " differs from the weights' type; the cuda "
                              "backend keeps the cache in the weights' 16-bit type");
 
   auto matrix = [&](const WeightRef& m) {
     if (half_type(m.dtype, std::string(m.name)) != type_)
-      throw std::runtime_error("the cuda backend needs every matrix in one 16-bit type; '" + std::string(m.name) +
-                               "' differs from the embedding");
+      throw std::runtime_error("the cuda backend needs every matrix in one 16-bit type; '" +
+                               std::string(m.name) + "' differs from the embedding");
     return m.data;
   };
   auto vector = [&](const WeightRef& v) { return v ? upload_vector(v) : nullptr; };
@@ -61,7 +64,8 @@ CudaBackend::CudaBackend(std::shared_ptr<const WeightStore> store, const Profile
   }
   const std::vector<float> inv = rope_inverse_frequencies(c_);
   inv_freq_ = alloc(inv.size() * sizeof(float));
-  HEARTH_CUDA_CHECK(cudaMemcpy(inv_freq_.get(), inv.data(), inv.size() * sizeof(float), cudaMemcpyHostToDevice));
+  HEARTH_CUDA_CHECK(
+      cudaMemcpy(inv_freq_.get(), inv.data(), inv.size() * sizeof(float), cudaMemcpyHostToDevice));
 
   const size_t h = c_.hidden, qd = c_.q_dim(), kvd = c_.kv_dim(), inter = c_.intermediate;
   const size_t P = chunk_, e = 2;  // 16-bit element size
@@ -80,7 +84,8 @@ CudaBackend::CudaBackend(std::shared_ptr<const WeightStore> store, const Profile
   const size_t cache = size_t(c_.n_layers) * c_.n_kv_heads * context_ * c_.head_dim * e;
   k_cache_ = alloc(cache);
   v_cache_ = alloc(cache);
-  attn_scratch_ = alloc(kernels::decode_attention_scratch_floats(c_.n_heads, c_.head_dim, context_) * 4);
+  attn_scratch_ =
+      alloc(kernels::decode_attention_scratch_floats(c_.n_heads, c_.head_dim, context_) * 4);
   attn_counters_ = alloc(size_t(c_.n_kv_heads) * sizeof(unsigned));
   HEARTH_CUDA_CHECK(cudaMemset(attn_counters_.get(), 0, attn_counters_.bytes()));
   argmax_scratch_ = alloc(kernels::argmax_scratch_floats(c_.vocab) * 4 + 16);
@@ -93,7 +98,8 @@ CudaBackend::CudaBackend(std::shared_ptr<const WeightStore> store, const Profile
   HEARTH_CUDA_CHECK(cudaMallocHost(&host_params_, sizeof(Params)));
   HEARTH_CUDA_CHECK(cudaMallocHost(&host_result_, sizeof(Result)));
   HEARTH_CUDA_CHECK(cudaEventCreateWithFlags(&result_ready_, cudaEventDisableTiming));
-  if (profile_.decode_gemv == "cublas" || chunk_ > 1) gemm_ = std::make_unique<kernels::Gemm>(type_);
+  if (profile_.decode_gemv == "cublas" || chunk_ > 1)
+    gemm_ = std::make_unique<kernels::Gemm>(type_);
   host_logits_.resize(c_.vocab);
 }
 
@@ -143,7 +149,8 @@ void CudaBackend::gemv(GemvEpilogue epilogue, const GemvArgs& a) {
   }
   switch (epilogue) {
     case GemvEpilogue::Store:
-      for (int m = 0; m < 3 && a.rows[m]; ++m) gemm_->run(a.w[m], x, a.out[m], 1, a.rows[m], a.k, Out::F32, stream_);
+      for (int m = 0; m < 3 && a.rows[m]; ++m)
+        gemm_->run(a.w[m], x, a.out[m], 1, a.rows[m], a.k, Out::F32, stream_);
       break;
     case GemvEpilogue::Accumulate:
       gemm_->run(a.w[0], x, a.out[0], 1, a.rows[0], a.k, Out::F32Accumulate, stream_);
@@ -155,11 +162,14 @@ void CudaBackend::gemv(GemvEpilogue epilogue, const GemvArgs& a) {
       break;
     case GemvEpilogue::QkvRope: {
       float* outs[3] = {q32_.get<float>(), k32_.get<float>(), v32_.get<float>()};
-      for (int m = 0; m < 3; ++m) gemm_->run(a.w[m], x, outs[m], 1, a.rows[m], a.k, Out::F32, stream_);
+      for (int m = 0; m < 3; ++m)
+        gemm_->run(a.w[m], x, outs[m], 1, a.rows[m], a.k, Out::F32, stream_);
       kernels::QkvRopeArgs r;
-      r.q = outs[0], r.k = outs[1], r.v = outs[2], r.bq = a.bias[0], r.bk = a.bias[1], r.bv = a.bias[2];
+      r.q = outs[0], r.k = outs[1], r.v = outs[2], r.bq = a.bias[0], r.bk = a.bias[1],
+      r.bv = a.bias[2];
       r.inv_freq = a.inv_freq, r.start_pos = a.pos, r.n = 1, r.n_heads = c_.n_heads;
-      r.n_kv_heads = c_.n_kv_heads, r.head_dim = c_.head_dim, r.context = context_, r.eps = float(c_.rms_eps);
+      r.n_kv_heads = c_.n_kv_heads, r.head_dim = c_.head_dim, r.context = context_,
+      r.eps = float(c_.rms_eps);
       r.q_out = a.q_out, r.k_cache = a.k_cache, r.v_cache = a.v_cache;
       kernels::qkv_rope(type_, r, stream_);
       break;
@@ -177,10 +187,12 @@ void CudaBackend::layer_decode(int l) {
   GemvArgs qkv;
   qkv.w[0] = L.wq, qkv.w[1] = L.wk, qkv.w[2] = L.wv;
   qkv.rows[0] = c_.q_dim(), qkv.rows[1] = c_.kv_dim(), qkv.rows[2] = c_.kv_dim();
-  qkv.x_norm = x_.get<float>(), qkv.norm_weight = L.attn_norm, qkv.eps = eps, qkv.k = h, qkv.prefetch = true;
+  qkv.x_norm = x_.get<float>(), qkv.norm_weight = L.attn_norm, qkv.eps = eps, qkv.k = h,
+  qkv.prefetch = true;
   if (!c_.qk_norm) {
     qkv.bias[0] = L.bq, qkv.bias[1] = L.bk, qkv.bias[2] = L.bv;
-    qkv.inv_freq = inv_freq_.get<float>(), qkv.pos = pos, qkv.head_dim = c_.head_dim, qkv.context = context_;
+    qkv.inv_freq = inv_freq_.get<float>(), qkv.pos = pos, qkv.head_dim = c_.head_dim,
+    qkv.context = context_;
     qkv.q_out = q16_.get(), qkv.k_cache = k_cache(l), qkv.v_cache = v_cache(l);
     gemv(GemvEpilogue::QkvRope, qkv);
   } else {
@@ -201,11 +213,13 @@ void CudaBackend::layer_decode(int l) {
   at.q = q16_.get(), at.k_cache = k_cache(l), at.v_cache = v_cache(l), at.pos = pos;
   at.n_heads = c_.n_heads, at.n_kv_heads = c_.n_kv_heads, at.head_dim = c_.head_dim;
   at.context = context_, at.scale = 1.0f / std::sqrt(float(c_.head_dim));
-  at.partial = attn_scratch_.get<float>(), at.counters = attn_counters_.get<unsigned>(), at.out = att_.get();
+  at.partial = attn_scratch_.get<float>(), at.counters = attn_counters_.get<unsigned>(),
+  at.out = att_.get();
   kernels::attention_decode(type_, at, stream_);
 
   GemvArgs o;
-  o.w[0] = L.wo, o.rows[0] = h, o.out[0] = x_.get<float>(), o.x = att_.get(), o.k = c_.q_dim(), o.prefetch = true;
+  o.w[0] = L.wo, o.rows[0] = h, o.out[0] = x_.get<float>(), o.x = att_.get(), o.k = c_.q_dim(),
+  o.prefetch = true;
   gemv(GemvEpilogue::Accumulate, o);
 
   GemvArgs gu;
@@ -213,19 +227,22 @@ void CudaBackend::layer_decode(int l) {
   gu.x_norm = x_.get<float>(), gu.norm_weight = L.mlp_norm, gu.eps = eps, gu.k = h;
   gemv(GemvEpilogue::SwiGLU, gu);
   GemvArgs d;
-  d.w[0] = L.w_down, d.rows[0] = h, d.out[0] = x_.get<float>(), d.x = act_.get(), d.k = c_.intermediate;
+  d.w[0] = L.w_down, d.rows[0] = h, d.out[0] = x_.get<float>(), d.x = act_.get(),
+  d.k = c_.intermediate;
   gemv(GemvEpilogue::Accumulate, d);
 }
 
 void CudaBackend::lm_head(int row, int parity) {
   GemvArgs a;
   a.w[0] = lm_head_, a.rows[0] = c_.vocab, a.out[0] = logits_[parity].get<float>(), a.k = c_.hidden;
-  a.x_norm = x_.get<float>() + size_t(row) * c_.hidden, a.norm_weight = final_norm_, a.eps = float(c_.rms_eps);
+  a.x_norm = x_.get<float>() + size_t(row) * c_.hidden, a.norm_weight = final_norm_,
+  a.eps = float(c_.rms_eps);
   gemv(GemvEpilogue::Store, a);
 }
 
 void CudaBackend::decode_step(int parity) {
-  kernels::embedding(type_, embed_, &params_.get<Params>()->token, 1, c_.hidden, x_.get<float>(), stream_);
+  kernels::embedding(type_, embed_, &params_.get<Params>()->token, 1, c_.hidden, x_.get<float>(),
+                     stream_);
   for (int l = 0; l < c_.n_layers; ++l) layer_decode(l);
   lm_head(0, parity);
 }
@@ -254,7 +271,8 @@ void CudaBackend::layer_prefill(int l, int n, int start_pos) {
   using Out = kernels::Gemm::Out;
   const LayerRefs& L = layers_[l];
   const int h = c_.hidden, qd = c_.q_dim(), kvd = c_.kv_dim(), inter = c_.intermediate;
-  kernels::rmsnorm(type_, x_.get<float>(), L.attn_norm, n, h, float(c_.rms_eps), xn_.get(), stream_);
+  kernels::rmsnorm(type_, x_.get<float>(), L.attn_norm, n, h, float(c_.rms_eps), xn_.get(),
+                   stream_);
   gemm_->run(L.wq, xn_.get(), q32_.get(), n, qd, h, Out::F32, stream_);
   gemm_->run(L.wk, xn_.get(), k32_.get(), n, kvd, h, Out::F32, stream_);
   gemm_->run(L.wv, xn_.get(), v32_.get(), n, kvd, h, Out::F32, stream_);
@@ -317,7 +335,8 @@ void CudaBackend::forward(std::span<const int32_t> tokens, int start_pos) {
   if (n == 1) {
     host_params_->token = tokens[0];
     host_params_->pos = start_pos;
-    HEARTH_CUDA_CHECK(cudaMemcpyAsync(params_.get(), host_params_, sizeof(Params), cudaMemcpyHostToDevice, stream_));
+    HEARTH_CUDA_CHECK(cudaMemcpyAsync(params_.get(), host_params_, sizeof(Params),
+                                      cudaMemcpyHostToDevice, stream_));
     current_ ^= 1;
     launch_decode(current_);
     last_pos_ = start_pos;
@@ -328,7 +347,8 @@ void CudaBackend::forward(std::span<const int32_t> tokens, int start_pos) {
     const int m = std::min(chunk_, n - done);
     host_params_->token = tokens[done];
     host_params_->pos = start_pos + done;
-    HEARTH_CUDA_CHECK(cudaMemcpyAsync(params_.get(), host_params_, sizeof(Params), cudaMemcpyHostToDevice, stream_));
+    HEARTH_CUDA_CHECK(cudaMemcpyAsync(params_.get(), host_params_, sizeof(Params),
+                                      cudaMemcpyHostToDevice, stream_));
     HEARTH_CUDA_CHECK(cudaMemcpyAsync(tokens_.get(), tokens.data() + done, m * sizeof(int32_t),
                                       cudaMemcpyHostToDevice, stream_));
     if (m == 1)
@@ -343,15 +363,17 @@ void CudaBackend::forward(std::span<const int32_t> tokens, int start_pos) {
 
 std::span<const float> CudaBackend::logits() {
   if (!host_logits_valid_) {
-    HEARTH_CUDA_CHECK(cudaMemcpyAsync(host_logits_.data(), logits_[current_].get(), host_logits_.size() * 4,
-                                      cudaMemcpyDeviceToHost, stream_));
+    HEARTH_CUDA_CHECK(cudaMemcpyAsync(host_logits_.data(), logits_[current_].get(),
+                                      host_logits_.size() * 4, cudaMemcpyDeviceToHost, stream_));
     HEARTH_CUDA_CHECK(cudaStreamSynchronize(stream_));
     host_logits_valid_ = true;
   }
   return host_logits_;
 }
 
-void CudaBackend::synchronize() { HEARTH_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+void CudaBackend::synchronize() {
+  HEARTH_CUDA_CHECK(cudaStreamSynchronize(stream_));
+}
 
 void CudaBackend::upload_seen(std::span<const int32_t> seen) {
   // The seen list grows by one token per step; upload only what is new.
@@ -361,43 +383,50 @@ void CudaBackend::upload_seen(std::span<const int32_t> seen) {
     std::vector<uint8_t> flags(c_.vocab, 0);
     for (int32_t t : seen)
       if (t >= 0 && t < c_.vocab) flags[t] = 1;
-    HEARTH_CUDA_CHECK(cudaMemcpyAsync(seen_.get(), flags.data(), flags.size(), cudaMemcpyHostToDevice, stream_));
+    HEARTH_CUDA_CHECK(
+        cudaMemcpyAsync(seen_.get(), flags.data(), flags.size(), cudaMemcpyHostToDevice, stream_));
     HEARTH_CUDA_CHECK(cudaStreamSynchronize(stream_));  // `flags` dies here
   } else {
     static const uint8_t one = 1;
     for (size_t i = uploaded_seen_.size(); i < seen.size(); ++i)
       if (seen[i] >= 0 && seen[i] < c_.vocab)
-        HEARTH_CUDA_CHECK(cudaMemcpyAsync(seen_.get<uint8_t>() + seen[i], &one, 1, cudaMemcpyHostToDevice, stream_));
+        HEARTH_CUDA_CHECK(cudaMemcpyAsync(seen_.get<uint8_t>() + seen[i], &one, 1,
+                                          cudaMemcpyHostToDevice, stream_));
   }
   uploaded_seen_.assign(seen.begin(), seen.end());
 }
 
-SampledToken CudaBackend::sample(const SamplingParams& params, std::span<const int32_t> seen, uint64_t step) {
+SampledToken CudaBackend::sample(const SamplingParams& params, std::span<const int32_t> seen,
+                                 uint64_t step) {
   const bool penalise = params.repetition_penalty != 1.0f;
   if (penalise) upload_seen(seen);
   const uint8_t* flags = penalise ? seen_.get<uint8_t>() : nullptr;
   Result* r = result_.get<Result>();
   const float* logits = logits_[current_].get<float>();
   if (params.greedy()) {
-    kernels::argmax_logprob(logits, c_.vocab, flags, params.repetition_penalty, argmax_scratch_.get<float>(),
-                            &r->token, &r->logprob, stream_);
+    kernels::argmax_logprob(logits, c_.vocab, flags, params.repetition_penalty,
+                            argmax_scratch_.get<float>(), &r->token, &r->logprob, stream_);
   } else {
     kernels::SampleArgs a;
     a.logits = logits, a.vocab = c_.vocab, a.seen = flags, a.penalty = params.repetition_penalty;
-    a.temperature = params.temperature, a.top_k = params.top_k, a.top_p = params.top_p, a.min_p = params.min_p;
+    a.temperature = params.temperature, a.top_k = params.top_k, a.top_p = params.top_p,
+    a.min_p = params.min_p;
     a.seed = params.seed, a.step = step, a.token = &r->token, a.logprob = &r->logprob;
     a.scratch = sample_scratch_.get();
     kernels::sample(a, stream_);
   }
-  HEARTH_CUDA_CHECK(cudaMemcpyAsync(host_result_, r, sizeof(Result), cudaMemcpyDeviceToHost, stream_));
+  HEARTH_CUDA_CHECK(
+      cudaMemcpyAsync(host_result_, r, sizeof(Result), cudaMemcpyDeviceToHost, stream_));
   HEARTH_CUDA_CHECK(cudaEventRecord(result_ready_, stream_));
   // Most callers forward the sampled token next: start that step now, on the device, so the
   // GPU keeps working while the host streams this token out. forward() adopts it, or the
   // stream simply orders whatever is asked for instead after it.
   const int next = last_pos_ + 1;
-  const bool decode_ahead = profile_.cuda_graphs && eager_decodes_ >= 1 && last_pos_ >= 0 && next < context_;
+  const bool decode_ahead =
+      profile_.cuda_graphs && eager_decodes_ >= 1 && last_pos_ >= 0 && next < context_;
   if (decode_ahead) {
-    kernels::set_decode_params(&r->token, &params_.get<Params>()->token, &params_.get<Params>()->pos, next, stream_);
+    kernels::set_decode_params(&r->token, &params_.get<Params>()->token,
+                               &params_.get<Params>()->pos, next, stream_);
     launch_decode(current_ ^ 1);
   }
   HEARTH_CUDA_CHECK(cudaEventSynchronize(result_ready_));

@@ -30,7 +30,8 @@ class CudaBackend final : public Backend {
   int context_length() const override { return context_; }
   void forward(std::span<const int32_t> tokens, int start_pos) override;
   std::span<const float> logits() override;
-  SampledToken sample(const SamplingParams& params, std::span<const int32_t> seen, uint64_t step) override;
+  SampledToken sample(const SamplingParams& params, std::span<const int32_t> seen,
+                      uint64_t step) override;
 
   // Waits for everything queued, including a decode step sample() started ahead.
   void synchronize();
@@ -47,7 +48,7 @@ class CudaBackend final : public Backend {
   DeviceBuffer alloc(size_t bytes);
   const float* upload_vector(const WeightRef& v);
   void decode_step(int parity);              // token and position from params_
-  void launch_decode(int parity);           // eagerly, or by replaying the captured graph
+  void launch_decode(int parity);            // eagerly, or by replaying the captured graph
   void prefill_chunk(int n, int start_pos);  // tokens already in d_tokens_
   void layer_decode(int l);
   void layer_prefill(int l, int n, int start_pos);
@@ -75,7 +76,8 @@ class CudaBackend final : public Backend {
   size_t workspace_bytes_ = 0;
   DeviceBuffer x_, xn_, q32_, k32_, v32_, q16_, att_, gate_, up_, act_;
   DeviceBuffer logits_[2];  // alternate steps write alternate buffers (see sample())
-  DeviceBuffer k_cache_, v_cache_, attn_scratch_, attn_counters_, argmax_scratch_, sample_scratch_, seen_, tokens_, params_, result_;
+  DeviceBuffer k_cache_, v_cache_, attn_scratch_, attn_counters_, argmax_scratch_, sample_scratch_,
+      seen_, tokens_, params_, result_;
   struct Params {
     int32_t token;
     int32_t pos;
@@ -89,8 +91,8 @@ class CudaBackend final : public Backend {
 
   cudaGraphExec_t decode_graph_[2] = {nullptr, nullptr};
   int eager_decodes_ = 0;
-  int current_ = 0;   // logits_[current_] holds the last forward's logits
-  int last_pos_ = -1; // position of the last token forwarded
+  int current_ = 0;    // logits_[current_] holds the last forward's logits
+  int last_pos_ = -1;  // position of the last token forwarded
   // A decode step already running for the sampled token at the next position, launched by
   // sample() so the GPU need not wait for the host between tokens.
   struct Ahead {

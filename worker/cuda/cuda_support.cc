@@ -29,7 +29,8 @@ std::unique_ptr<Backend> make_cuda_backend(const Profile& profile, const WorkerM
       throw std::runtime_error("the cuda backend cannot run on host-resident (" +
                                std::string(store->backend_name()) + ") weights");
     UploadOptions opt;
-    opt.layout = profile.weights_layout == "packed" ? DeviceLayout::Packed : DeviceLayout::PerTensor;
+    opt.layout =
+        profile.weights_layout == "packed" ? DeviceLayout::Packed : DeviceLayout::PerTensor;
     opt.progress = model.source->total_bytes() > (2ull << 30);
     store = DeviceStore::upload(*model.source, opt);
   }

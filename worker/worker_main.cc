@@ -71,7 +71,8 @@ void dump_prompt_logits(hearth::Backend& backend, const std::vector<int32_t>& pr
 
 int run(int argc, char** argv) {
   const auto process_start = std::chrono::steady_clock::now();
-  CLI::App app{"hearth-worker: generate from a model, alone or on a hearth-server's shared weights"};
+  CLI::App app{
+      "hearth-worker: generate from a model, alone or on a hearth-server's shared weights"};
   app.set_version_flag("--version", "hearth-worker 0.1.0");
   std::string model_arg, prompt, prompt_tokens, profile_path, format = "text", dump_logits;
   std::vector<std::string> settings, stops;
@@ -81,13 +82,17 @@ int run(int argc, char** argv) {
   app.add_option("--model", model_arg,
                  "model directory (single-process mode), or with --server the served model's name")
       ->required();
-  auto* server_opt = app.add_option("--server", server_socket,
-                                    "hearth-server socket: run on the weights it shares (served mode)");
+  auto* server_opt =
+      app.add_option("--server", server_socket,
+                     "hearth-server socket: run on the weights it shares (served mode)");
   app.add_flag("--verify-weights", verify_weights,
                "served mode: check the xxh3 of every imported tensor against the manifest")
       ->needs(server_opt);
-  auto* prompt_opt = app.add_option("--prompt", prompt, "prompt text (special tokens added as the tokenizer's post-processor says)");
-  auto* tokens_opt = app.add_option("--prompt-tokens", prompt_tokens, "prompt as comma-separated token ids, used exactly");
+  auto* prompt_opt =
+      app.add_option("--prompt", prompt,
+                     "prompt text (special tokens added as the tokenizer's post-processor says)");
+  auto* tokens_opt = app.add_option("--prompt-tokens", prompt_tokens,
+                                    "prompt as comma-separated token ids, used exactly");
   prompt_opt->excludes(tokens_opt);
   app.add_option("--profile", profile_path, "profile JSON file (flags override it)");
   auto* max_opt = app.add_option("--max-tokens", flags.max_tokens, "tokens to generate at most");
@@ -95,10 +100,13 @@ int run(int argc, char** argv) {
   auto* topk_opt = app.add_option("--top-k", flags.sampling.top_k, "0 = off");
   auto* topp_opt = app.add_option("--top-p", flags.sampling.top_p, "1 = off");
   auto* minp_opt = app.add_option("--min-p", flags.sampling.min_p, "0 = off");
-  auto* rep_opt = app.add_option("--repetition-penalty", flags.sampling.repetition_penalty, "1 = off");
+  auto* rep_opt =
+      app.add_option("--repetition-penalty", flags.sampling.repetition_penalty, "1 = off");
   auto* seed_opt = app.add_option("--seed", flags.sampling.seed, "sampling seed");
   auto* ctx_opt = app.add_option("--context-length", flags.context_length, "KV cache length");
   auto* backend_opt = app.add_option("--backend", flags.backend, "auto | cpu | cuda");
+  auto* layout_opt = app.add_option("--weights-layout", flags.weights_layout,
+                                    "cuda, single-process: per-tensor (VMM, default) | packed");
   app.add_option("--stop", stops, "stop string (repeatable)");
   app.add_option("--set", settings, "any profile key, as key=value (repeatable)");
   app.add_option("--format", format, "text | jsonl")->check(CLI::IsMember({"text", "jsonl"}));
@@ -120,6 +128,7 @@ int run(int argc, char** argv) {
   if (*seed_opt) overrides["seed"] = flags.sampling.seed;
   if (*ctx_opt) overrides["context_length"] = flags.context_length;
   if (*backend_opt) overrides["backend"] = flags.backend;
+  if (*layout_opt) overrides["weights_layout"] = flags.weights_layout;
   if (!stops.empty()) overrides["stop"] = stops;
   hearth::apply_profile_json(profile, overrides, "command line");
 
@@ -140,14 +149,16 @@ int run(int argc, char** argv) {
     request.prompt = parse_token_list(prompt_tokens);
   } else {
     if (!tokenizer)
-      throw std::runtime_error(model_arg + ": the model has no tokenizer.json; use --prompt-tokens");
+      throw std::runtime_error(model_arg +
+                               ": the model has no tokenizer.json; use --prompt-tokens");
     request.prompt = tokenizer->encode(prompt, /*add_special_tokens=*/true);
   }
   request.eos_ids = hearth::end_of_sequence_ids(model, tokenizer ? &*tokenizer : nullptr);
 
   std::unique_ptr<hearth::Backend> backend = hearth::make_backend(profile, model);
   const double load_ms =
-      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - process_start).count();
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - process_start)
+          .count();
   if (!dump_logits.empty()) dump_prompt_logits(*backend, request.prompt, dump_logits);
 
   std::unique_ptr<hearth::TokenSink> sink;
@@ -155,9 +166,12 @@ int run(int argc, char** argv) {
   if (model.server) {
     const hearth::ImportTimings& t = model.import_timings;
     timings["attach_ms"] = model.connect_ms + t.manifest_ms + t.gpu_ms + t.import_ms + t.map_ms;
-    timings["attach"] = {{"connect_ms", model.connect_ms}, {"manifest_ms", t.manifest_ms},
-                         {"gpu_ms", t.gpu_ms},            {"import_ms", t.import_ms},
-                         {"map_ms", t.map_ms},            {"verify_ms", t.verify_ms}};
+    timings["attach"] = {{"connect_ms", model.connect_ms},
+                         {"manifest_ms", t.manifest_ms},
+                         {"gpu_ms", t.gpu_ms},
+                         {"import_ms", t.import_ms},
+                         {"map_ms", t.map_ms},
+                         {"verify_ms", t.verify_ms}};
   }
   if (format == "jsonl")
     sink = std::make_unique<hearth::JsonlSink>(stdout, std::move(timings));

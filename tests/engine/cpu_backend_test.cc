@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <filesystem>
 
 #include "tools/synth_model.h"
@@ -13,7 +15,10 @@ namespace {
 namespace fs = std::filesystem;
 
 std::shared_ptr<const WeightStore> tiny(const std::string& preset, DType dtype = DType::BF16) {
-  const fs::path dir = fs::path(testing::TempDir()) / ("cpu_backend_" + preset);
+  // One directory per process and dtype: ctest runs these tests in parallel processes.
+  const fs::path dir = fs::path(testing::TempDir()) /
+                       ("cpu_backend_" + preset + "_" + std::string(dtype_name(dtype)) + "_" +
+                        std::to_string(getpid()));
   fs::remove_all(dir);
   SynthOptions opt;
   opt.preset = preset;
@@ -22,7 +27,9 @@ std::shared_ptr<const WeightStore> tiny(const std::string& preset, DType dtype =
   return std::make_shared<HostStore>(std::make_shared<HfModel>(HfModel::open(dir)));
 }
 
-std::vector<float> copy(std::span<const float> s) { return {s.begin(), s.end()}; }
+std::vector<float> copy(std::span<const float> s) {
+  return {s.begin(), s.end()};
+}
 
 // Prefill of n tokens at once must give the same last logits as feeding them one by one: the
 // KV cache and positions are right in both paths.
@@ -34,7 +41,8 @@ TEST(CpuBackend, PrefillEqualsIncrementalDecode) {
     a.forward(tokens, 0);
     for (size_t i = 0; i < tokens.size(); ++i) b.forward(std::span(&tokens[i], 1), int(i));
     auto la = copy(a.logits()), lb = copy(b.logits());
-    for (size_t i = 0; i < la.size(); ++i) ASSERT_NEAR(la[i], lb[i], 1e-4) << preset << " logit " << i;
+    for (size_t i = 0; i < la.size(); ++i)
+      ASSERT_NEAR(la[i], lb[i], 1e-4) << preset << " logit " << i;
   }
 }
 

@@ -5,6 +5,7 @@ function(hearth_add_test name)
   cmake_parse_arguments(T "" "" "SOURCES;LIBS;LABELS" ${ARGN})
   add_executable(${name} ${T_SOURCES})
   target_link_libraries(${name} PRIVATE ${T_LIBS} GTest::gtest GTest::gtest_main Threads::Threads)
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR})
   target_compile_definitions(${name} PRIVATE
     HEARTH_SOURCE_DIR="${PROJECT_SOURCE_DIR}" HEARTH_BINARY_DIR="${PROJECT_BINARY_DIR}")
   set(labels ${T_LABELS})

@@ -1,5 +1,7 @@
 #include "worker/profile.h"
 
+#include <charconv>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <stdexcept>
@@ -11,6 +13,15 @@ namespace hearth {
 using json = nlohmann::json;
 
 namespace {
+
+// The double that prints like the float does: 0.8f is 0.800000011920929 as a double, which is
+// what a profile said but not what it wrote.
+double shortest(float f) {
+  char buf[32];
+  const auto end = std::to_chars(buf, buf + sizeof buf, f).ptr;
+  *end = '\0';
+  return std::strtod(buf, nullptr);
+}
 
 [[noreturn]] void bad(const std::string& label, const std::string& key, const std::string& why) {
   throw std::runtime_error(label + ": profile key '" + key + "': " + why);
@@ -83,8 +94,10 @@ const std::map<std::string, Setter>& setters() {
        }},
       {"seed",
        [](Profile& p, const json& v, const std::string& l) {
-         if (!v.is_number_unsigned()) bad(l, "seed", "must be an integer >= 0, got " + v.dump());
-         p.sampling.seed = v.get<uint64_t>();
+         // Parsed JSON holds "42" as unsigned, JSON built from a C++ int as signed: both count.
+         if (!v.is_number_integer() || (!v.is_number_unsigned() && v.get<int64_t>() < 0))
+           bad(l, "seed", "must be an integer >= 0, got " + v.dump());
+         p.sampling.seed = v.is_number_unsigned() ? v.get<uint64_t>() : uint64_t(v.get<int64_t>());
        }},
       {"max_tokens",
        [](Profile& p, const json& v, const std::string& l) {
@@ -160,11 +173,11 @@ Profile load_profile_file(const std::string& path) {
 
 json profile_to_json(const Profile& p) {
   return json{{"name", p.name},
-              {"temperature", p.sampling.temperature},
+              {"temperature", shortest(p.sampling.temperature)},
               {"top_k", p.sampling.top_k},
-              {"top_p", p.sampling.top_p},
-              {"min_p", p.sampling.min_p},
-              {"repetition_penalty", p.sampling.repetition_penalty},
+              {"top_p", shortest(p.sampling.top_p)},
+              {"min_p", shortest(p.sampling.min_p)},
+              {"repetition_penalty", shortest(p.sampling.repetition_penalty)},
               {"seed", p.sampling.seed},
               {"max_tokens", p.max_tokens},
               {"stop", p.stop},

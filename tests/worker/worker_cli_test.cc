@@ -1,0 +1,134 @@
+// hearth-worker as a user runs it: real process, real model directory, exit codes and output.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/support/paths.h"
+
+namespace hearth {
+namespace {
+
+using json = nlohmann::json;
+
+struct Result {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+Result worker(const std::string& args) {
+  const std::string dir = testing::TempDir();
+  const std::string out = dir + "/worker_cli_out.txt", err = dir + "/worker_cli_err.txt";
+  const std::string cmd =
+      std::string(HEARTH_BINARY_DIR) + "/bin/hearth-worker " + args + " > " + out + " 2> " + err;
+  const int status = std::system(cmd.c_str());
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, slurp(out), slurp(err)};
+}
+
+const std::string kModel = (test::source_dir() / "models/hearth-tiny-fortunes").string();
+
+TEST(WorkerCli, HelpAndVersion) {
+  Result r = worker("--help");
+  EXPECT_EQ(r.exit_code, 0);
+  EXPECT_NE(r.out.find("--prompt-tokens"), std::string::npos);
+  EXPECT_NE(r.out.find("--server"), std::string::npos);
+}
+
+TEST(WorkerCli, JsonlStreamsTokensThenASummary) {
+  Result r = worker("--model " + kModel +
+                    " --backend cpu --prompt 'A computer' --temperature 0 --max-tokens 5 "
+                    "--format jsonl --set ignore_eos=true");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::stringstream lines(r.out);
+  std::vector<json> events;
+  for (std::string line; std::getline(lines, line);) events.push_back(json::parse(line));
+  ASSERT_EQ(events.size(), 6u);
+  for (int i = 0; i < 5; ++i) {
+    EXPECT_TRUE(events[i]["token"].is_number_integer());
+    EXPECT_TRUE(events[i]["text"].is_string());
+    EXPECT_LE(events[i]["logprob"].get<double>(), 0.0);
+  }
+  const json& done = events.back();
+  EXPECT_EQ(done["done"], true);
+  EXPECT_EQ(done["stop"], "length");
+  EXPECT_EQ(done["generated_tokens"], 5);
+  EXPECT_EQ(done["prompt_tokens"], 3);  // <|bos|> A computer
+  EXPECT_TRUE(done["timings"].contains("prefill_ms"));
+}
+
+TEST(WorkerCli, PromptTokensAreUsedExactlyAndLogitsDumped) {
+  const std::string logits = testing::TempDir() + "/worker_cli_logits.json";
+  Result r =
+      worker("--model " + kModel + " --backend cpu --prompt-tokens 0,990,325 --max-tokens 0 " +
+             "--format jsonl --dump-logits " + logits);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const json dump = json::parse(slurp(logits));
+  EXPECT_EQ(dump["prompt_tokens"], 3);
+  EXPECT_EQ(dump["logits"].size(), 4096u);
+}
+
+TEST(WorkerCli, StopStringsCutTheText) {
+  Result plain =
+      worker("--model " + kModel + " --backend cpu --prompt 'A computer' --temperature 0");
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  ASSERT_NE(plain.out.find(" is"), std::string::npos) << plain.out;
+  Result cut = worker("--model " + kModel +
+                      " --backend cpu --prompt 'A computer' --temperature 0 --stop ' is'");
+  ASSERT_EQ(cut.exit_code, 0) << cut.err;
+  EXPECT_EQ(cut.out, plain.out.substr(0, plain.out.find(" is")) + "\n");
+}
+
+TEST(WorkerCli, ProfileFileWithFlagOverrides) {
+  const std::string profile = testing::TempDir() + "/worker_cli_profile.json";
+  std::ofstream(profile) << R"({"temperature": 0, "max_tokens": 3, "ignore_eos": true})";
+  Result r = worker("--model " + kModel + " --backend cpu --prompt Hi --format jsonl --profile " +
+                    profile + " --max-tokens 2");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("\"generated_tokens\":2"), std::string::npos) << r.out;
+}
+
+TEST(WorkerCli, BadInputIsAClearErrorAndNonZeroExit) {
+  struct Case {
+    std::string args, message;
+  };
+  const Case cases[] = {
+      {"--model " + kModel + " --backend cpu", "give --prompt or --prompt-tokens"},
+      {"--model " + kModel + " --backend cpu --prompt-tokens 1,x,3", "'x' is not a token id"},
+      {"--model " + kModel + " --backend cpu --prompt-tokens 1,99999", "outside the vocabulary"},
+      {"--model /nonexistent/model --prompt hi", "/nonexistent/model"},
+      {"--model " + kModel + " --prompt hi --set temprature=1", "unknown profile key 'temprature'"},
+      {"--model " + kModel + " --prompt hi --profile /nonexistent.json", "/nonexistent.json"},
+      {"--model " + kModel + " --backend cpu --prompt hi --context-length 100000", "exceeds"},
+  };
+  for (const Case& c : cases) {
+    Result r = worker(c.args);
+    EXPECT_NE(r.exit_code, 0) << c.args;
+    EXPECT_NE(r.err.find(c.message), std::string::npos) << c.args << "\n" << r.err;
+  }
+}
+
+TEST(WorkerCli, CudaWithoutADeviceSaysSo) {
+  int devices = 0;
+  if (std::system("nvidia-smi -L > /dev/null 2>&1") == 0)
+    GTEST_SKIP() << "this machine has a GPU; the no-device path is for machines without one";
+  (void)devices;
+  Result r = worker("--model " + kModel + " --backend cuda --prompt hi");
+  EXPECT_NE(r.exit_code, 0);
+  const bool said = r.err.find("no CUDA device was found") != std::string::npos ||
+                    r.err.find("built without CUDA") != std::string::npos;
+  EXPECT_TRUE(said) << r.err;
+}
+
+}  // namespace
+}  // namespace hearth

@@ -1,7 +1,7 @@
-// Prefill matmuls through cuBLASLt: out[M, N] = x[M, K] . W[N, K]^T (+ out when accumulating),
-// with 16-bit operands and fp32 accumulation. The algorithm for each shape is chosen once and
-// then fixed, and split-K schemes that reduce with atomics are excluded, so the same inputs
-// give the same bits on every run.
+// Prefill matmuls through cuBLASLt (loaded on first use, see cublaslt_library.h): out[M, N] = x[M,
+// K] . W[N, K]^T (+ out when accumulating), with 16-bit operands and fp32 accumulation. The
+// algorithm for each shape is chosen once and then fixed, and split-K schemes that reduce with
+// atomics are excluded, so the same inputs give the same bits on every run.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -23,6 +23,10 @@ class Gemm {
   Gemm& operator=(const Gemm&) = delete;
 
   enum class Out { Half, F32, F32Accumulate };
+  Half type() const { return type_; }
+  // Pays cuBLASLt's one-time set-up now (for a helper thread to do while the caller is busy
+  // elsewhere), so the first run() only plans its shape.
+  void warm_up();
   // W row-major [n, k]; x row-major [m, k]; out row-major [m, n] (16-bit or fp32).
   void run(const void* w, const void* x, void* out, int m, int n, int k, Out out_type,
            cudaStream_t stream);
@@ -30,6 +34,7 @@ class Gemm {
  private:
   struct Plan;
   Plan& plan_for(int m, int n, int k, Out out_type);
+  std::unique_ptr<Plan> make_plan(int m, int n, int k, Out out_type) const;
 
   Half type_;
   void* handle_ = nullptr;  // cublasLtHandle_t

@@ -44,6 +44,7 @@ ImportedModel import_served_model(ipc::Client& client, const std::string& model,
   int device = -1;
   if (out.manifest.backend == "vmm") {
     device = vmm_device_for(out.manifest.gpu_uuid);
+    if (options.on_device) options.on_device(out.manifest, device);
     out.timings.gpu_ms = ms_since(mark);
   }
 

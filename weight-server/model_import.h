@@ -4,6 +4,8 @@
 // lease; keep it open for as long as the weights are used.
 #pragma once
 
+#include <functional>
+
 #include <memory>
 #include <string>
 
@@ -16,6 +18,9 @@ namespace hearth {
 struct ImportOptions {
   bool verify = false;  // xxh3 of every tensor against the manifest
   int verify_threads = 4;
+  // vmm: called once the device is known, before the descriptors are received, so a caller
+  // can start its own GPU set-up beside the import.
+  std::function<void(const Manifest&, int device)> on_device = nullptr;
 };
 
 // Milliseconds per step, for the attach benchmark and the worker's timings.

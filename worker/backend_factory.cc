@@ -25,7 +25,8 @@ int resolve_context_length(const Profile& profile, const ModelConfig& config) {
   return std::min(limit, 4096);
 }
 
-std::unique_ptr<Backend> make_backend(const Profile& profile, const WorkerModel& model) {
+std::unique_ptr<Backend> make_backend(const Profile& profile, const WorkerModel& model,
+                                      std::shared_ptr<CudaWarmup> warmup) {
   const std::string backend = resolve_backend(profile.backend);
   const int context = resolve_context_length(profile, model.store->config());
   if (backend == "cpu") {
@@ -34,7 +35,7 @@ std::unique_ptr<Backend> make_backend(const Profile& profile, const WorkerModel&
                                std::string(model.store->backend_name()) + ") weights");
     return std::make_unique<CpuBackend>(model.store, context);
   }
-  return make_cuda_backend(profile, model, context);
+  return make_cuda_backend(profile, model, context, std::move(warmup));
 }
 
 }  // namespace hearth

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "worker/backend.h"
+#include "worker/cuda_support.h"
 #include "worker/profile.h"
 #include "worker/worker_model.h"
 
@@ -19,7 +20,8 @@ std::string resolve_backend(const std::string& requested);
 int resolve_context_length(const Profile& profile, const ModelConfig& config);
 
 // Throws std::runtime_error with a clear message when the backend cannot run here (e.g.
-// "no CUDA device was found").
-std::unique_ptr<Backend> make_backend(const Profile& profile, const WorkerModel& model);
+// "no CUDA device was found"). `warmup`, from start_cuda_warmup, is used by the cuda backend.
+std::unique_ptr<Backend> make_backend(const Profile& profile, const WorkerModel& model,
+                                      std::shared_ptr<CudaWarmup> warmup = nullptr);
 
 }  // namespace hearth

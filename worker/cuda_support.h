@@ -13,9 +13,16 @@ namespace hearth {
 // True when a usable CUDA device and driver are present.
 bool cuda_device_available();
 
+// Starts the CUDA engine's slow first steps (context, cuBLASLt and its set-up) on a helper
+// thread for weights of `type` on `device`; make_cuda_backend collects them. Null when built
+// without CUDA or when the weights are not 16-bit.
+class CudaWarmup;
+std::shared_ptr<CudaWarmup> start_cuda_warmup(int device, DType type);
+
 // Throws std::runtime_error ("no CUDA device was found", "built without CUDA", ...) when the
 // CUDA engine cannot run here.
 std::unique_ptr<Backend> make_cuda_backend(const Profile& profile, const WorkerModel& model,
-                                           int context_length);
+                                           int context_length,
+                                           std::shared_ptr<CudaWarmup> warmup = nullptr);
 
 }  // namespace hearth

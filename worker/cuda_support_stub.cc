@@ -9,7 +9,12 @@ bool cuda_device_available() {
   return false;
 }
 
-std::unique_ptr<Backend> make_cuda_backend(const Profile&, const WorkerModel&, int) {
+std::shared_ptr<CudaWarmup> start_cuda_warmup(int, DType) {
+  return nullptr;
+}
+
+std::unique_ptr<Backend> make_cuda_backend(const Profile&, const WorkerModel&, int,
+                                           std::shared_ptr<CudaWarmup>) {
   throw std::runtime_error(
       "this hearth was built without CUDA (no nvcc found at build time); "
       "use --backend cpu");

@@ -132,9 +132,21 @@ int run(int argc, char** argv) {
   if (!stops.empty()) overrides["stop"] = stops;
   hearth::apply_profile_json(profile, overrides, "command line");
 
-  hearth::WorkerModel model =
-      *server_opt ? hearth::attach_served_model(server_socket, model_arg, {verify_weights})
-                  : hearth::open_model_dir(model_arg);
+  // Served vmm weights run on the CUDA engine: its set-up starts as soon as the device is known
+  // and runs while the descriptors arrive and are mapped.
+  std::shared_ptr<hearth::CudaWarmup> warmup;
+  hearth::ServedModelOptions served{verify_weights};
+  served.on_device = [&](const hearth::Manifest& manifest, int device) {
+    if (profile.backend == "cpu") return;
+    for (const hearth::ManifestTensor& t : manifest.tensors)
+      if (t.info.dtype != hearth::DType::F32) {
+        warmup = hearth::start_cuda_warmup(device, t.info.dtype);
+        return;
+      }
+  };
+  hearth::WorkerModel model = *server_opt
+                                  ? hearth::attach_served_model(server_socket, model_arg, served)
+                                  : hearth::open_model_dir(model_arg);
   // Served weights run where they live: memfd mappings on the CPU engine, VMM allocations on
   // the CUDA one. `auto` would otherwise pick cuda on a GPU machine for memfd weights it has no
   // directory to upload from.
@@ -155,7 +167,7 @@ int run(int argc, char** argv) {
   }
   request.eos_ids = hearth::end_of_sequence_ids(model, tokenizer ? &*tokenizer : nullptr);
 
-  std::unique_ptr<hearth::Backend> backend = hearth::make_backend(profile, model);
+  std::unique_ptr<hearth::Backend> backend = hearth::make_backend(profile, model, warmup);
   const double load_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - process_start)
           .count();

@@ -35,6 +35,7 @@ WorkerModel attach_served_model(const std::string& socket, const std::string& na
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   ImportOptions import;
   import.verify = options.verify_weights;
+  import.on_device = options.on_device;
   ImportedModel imported = import_served_model(*client, name, import);
   m.name = imported.manifest.model;
   m.tokenizer_json = std::move(imported.manifest.tokenizer_json);

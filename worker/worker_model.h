@@ -3,6 +3,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,6 +35,8 @@ WorkerModel open_model_dir(const std::filesystem::path& dir);
 
 struct ServedModelOptions {
   bool verify_weights = false;  // xxh3 of every imported tensor against the manifest
+  // vmm: the device is known and the descriptors are about to be received (ImportOptions).
+  std::function<void(const Manifest&, int device)> on_device = nullptr;
 };
 
 // Served mode: connects to the hearth-server at `socket` ("hearth server not running at PATH"

@@ -23,7 +23,7 @@ kernels::Half half_type(DType t, const std::string& name) {
 }  // namespace
 
 CudaBackend::CudaBackend(std::shared_ptr<const WeightStore> store, const Profile& profile,
-                         int context)
+                         int context, std::shared_ptr<CudaWarmup> warmup)
     : store_(std::move(store)), c_(store_->config()), profile_(profile), context_(context) {
   if (store_->residence() != Residence::Device)
     throw std::runtime_error("the cuda backend needs GPU-resident weights");
@@ -98,7 +98,10 @@ CudaBackend::CudaBackend(std::shared_ptr<const WeightStore> store, const Profile
   HEARTH_CUDA_CHECK(cudaMallocHost(&host_params_, sizeof(Params)));
   HEARTH_CUDA_CHECK(cudaMallocHost(&host_result_, sizeof(Result)));
   HEARTH_CUDA_CHECK(cudaEventCreateWithFlags(&result_ready_, cudaEventDisableTiming));
-  if (profile_.decode_gemv == "cublas" || chunk_ > 1)
+  // Last: the warm-up ran beside everything above and is collected only now.
+  if (warmup) gemm_ = warmup->take_gemm();
+  if (gemm_ && gemm_->type() != type_) gemm_.reset();
+  if (!gemm_ && (profile_.decode_gemv == "cublas" || chunk_ > 1))
     gemm_ = std::make_unique<kernels::Gemm>(type_);
   host_logits_.resize(c_.vocab);
 }

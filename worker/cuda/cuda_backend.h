@@ -15,6 +15,7 @@
 #include "kernels/gemm.h"
 #include "kernels/ops.h"
 #include "worker/backend.h"
+#include "worker/cuda/cuda_warmup.h"
 #include "worker/model_weights.h"
 #include "worker/profile.h"
 #include "weight-server/weight_store.h"
@@ -23,7 +24,9 @@ namespace hearth {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(std::shared_ptr<const WeightStore> store, const Profile& profile, int context_length);
+  // `warmup`, when given, already holds the context and a warmed-up cuBLASLt (cuda_warmup.h).
+  CudaBackend(std::shared_ptr<const WeightStore> store, const Profile& profile, int context_length,
+              std::shared_ptr<CudaWarmup> warmup = nullptr);
   ~CudaBackend() override;
 
   std::string name() const override { return "cuda"; }

@@ -7,6 +7,8 @@
 
 #include "weight-server/device_store.h"
 #include "worker/cuda/cuda_backend.h"
+#include "worker/cuda/cuda_warmup.h"
+#include "worker/model_weights.h"
 
 namespace hearth {
 
@@ -15,8 +17,14 @@ bool cuda_device_available() {
   return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
 }
 
+std::shared_ptr<CudaWarmup> start_cuda_warmup(int device, DType type) {
+  if (type != DType::BF16 && type != DType::F16) return nullptr;
+  return std::make_shared<CudaWarmup>(
+      device, type == DType::BF16 ? kernels::Half::BF16 : kernels::Half::F16);
+}
+
 std::unique_ptr<Backend> make_cuda_backend(const Profile& profile, const WorkerModel& model,
-                                           int context_length) {
+                                           int context_length, std::shared_ptr<CudaWarmup> warmup) {
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess || count == 0)
@@ -28,13 +36,18 @@ std::unique_ptr<Backend> make_cuda_backend(const Profile& profile, const WorkerM
     if (!model.source)
       throw std::runtime_error("the cuda backend cannot run on host-resident (" +
                                std::string(store->backend_name()) + ") weights");
+    // The upload takes seconds: time enough for the engine's own set-up beside it.
+    int device = 0;
+    if (!warmup && cudaGetDevice(&device) == cudaSuccess)
+      warmup = start_cuda_warmup(device, bind_weights(*store).embed.dtype);
     UploadOptions opt;
     opt.layout =
         profile.weights_layout == "packed" ? DeviceLayout::Packed : DeviceLayout::PerTensor;
     opt.progress = model.source->total_bytes() > (2ull << 30);
     store = DeviceStore::upload(*model.source, opt);
   }
-  return std::make_unique<CudaBackend>(std::move(store), profile, context_length);
+  return std::make_unique<CudaBackend>(std::move(store), profile, context_length,
+                                       std::move(warmup));
 }
 
 }  // namespace hearth

@@ -322,6 +322,49 @@ TEST(ServerProcess, AdminShutdownIsGraceful) {
   EXPECT_NE(::stat(server.socket().c_str(), &st), 0) << "the socket file should be gone";
 }
 
+TEST(ServerProcess, CtlListsLoadsUnloadsAndStopsTheServer) {
+  ServerProcess server;
+  auto ctl = [&](std::vector<std::string> args) {
+    args.insert(args.begin(), {"--socket", server.socket()});
+    return test::run_binary("hearth-ctl", server.dir(), args);
+  };
+  auto served_names = [&] {
+    const test::WorkerRun run = ctl({"list"});
+    EXPECT_EQ(run.status, 0) << run.err;
+    const json reply = json::parse(run.out);
+    std::vector<std::string> names;
+    for (const json& m : reply["models"]) names.push_back(m["name"]);
+    return names;
+  };
+  EXPECT_EQ(served_names(), std::vector<std::string>{"tiny"});
+
+  test::WorkerRun run = ctl({"load", test::tiny_model_dir().string(), "--name", "second"});
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_EQ(json::parse(run.out)["model"]["name"], "second");
+  EXPECT_EQ(served_names(), (std::vector<std::string>{"second", "tiny"}));
+  run = ctl({"stats"});
+  EXPECT_EQ(run.status, 0) << run.err;
+  EXPECT_EQ(json::parse(run.out)["pid"], server.pid());
+
+  auto refused = [](const test::WorkerRun& r) {
+    return WIFEXITED(r.status) && WEXITSTATUS(r.status) == 1;
+  };
+  run = ctl({"unload", "nosuch"});
+  EXPECT_TRUE(refused(run)) << test::describe_status(run.status);
+  EXPECT_NE(run.err.find("hearth-ctl: error: "), std::string::npos) << run.err;
+  EXPECT_NE(run.err.find("nosuch"), std::string::npos) << run.err;
+  run = ctl({"unload", "second"});
+  EXPECT_EQ(run.status, 0) << run.err;
+  EXPECT_EQ(served_names(), std::vector<std::string>{"tiny"});
+
+  run = ctl({"shutdown"});
+  EXPECT_EQ(run.status, 0) << run.err;
+  EXPECT_TRUE(test::exited_ok(server.process().wait())) << server.log();
+  run = ctl({"list"});
+  EXPECT_TRUE(refused(run)) << test::describe_status(run.status);
+  EXPECT_NE(run.err.find("not running"), std::string::npos) << run.err;
+}
+
 TEST(ServerProcess, SocketAndDirectoryArePrivate) {
   ServerProcess server;
   struct stat st {};

@@ -220,20 +220,21 @@ class ServerProcess {
   std::optional<Process> process_;
 };
 
-// What a hearth-worker run produced.
+// What a run of hearth-worker (or another of hearth's binaries) produced.
 struct WorkerRun {
   int status = 0;
   std::string out, err;
 };
 
-// Runs hearth-worker to completion with `args`, output in files under `dir`.
-inline WorkerRun run_worker(const TempDir& dir, const std::vector<std::string>& args) {
+// Runs the binary `name` to completion with `args`, output in files under `dir`.
+inline WorkerRun run_binary(const std::string& name, const TempDir& dir,
+                            const std::vector<std::string>& args) {
   static int counter = 0;
-  const std::string base = dir / ("worker" + std::to_string(counter++));
+  const std::string base = dir / (name + std::to_string(counter++));
   Process::Options options;
   options.stdout_file = base + ".out";
   options.stderr_file = base + ".err";
-  std::vector<std::string> argv = {binary("hearth-worker")};
+  std::vector<std::string> argv = {binary(name)};
   argv.insert(argv.end(), args.begin(), args.end());
   Process p(argv, options);
   WorkerRun run;
@@ -241,6 +242,10 @@ inline WorkerRun run_worker(const TempDir& dir, const std::vector<std::string>& 
   run.out = read_file(base + ".out");
   run.err = read_file(base + ".err");
   return run;
+}
+
+inline WorkerRun run_worker(const TempDir& dir, const std::vector<std::string>& args) {
+  return run_binary("hearth-worker", dir, args);
 }
 
 // The generation arguments the tests share: a sampled continuation (so the seed matters) of a

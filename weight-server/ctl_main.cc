@@ -1,0 +1,81 @@
+// hearth-ctl: asks a running hearth-server what it serves, or (from the admin uid) to load,
+// unload or stop. Prints the server's reply as JSON on stdout; a refusal goes to stderr with
+// exit status 1.
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <string>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "ipc/client.h"
+#include "ipc/protocol.h"
+
+namespace {
+
+using json = nlohmann::json;
+namespace op = hearth::ipc::op;
+
+int run(int argc, char** argv) {
+  CLI::App app{"hearth-ctl: inspect and manage a running hearth-server"};
+  app.set_version_flag("--version", "hearth-ctl 0.1.0");
+  app.require_subcommand(1);
+  std::string socket, dir, name, backend, model;
+  int timeout_s = 600;
+  app.add_option("--socket", socket, "the server's Unix socket")->required();
+  app.add_option("--timeout", timeout_s, "seconds to wait for the reply (a load may take long)")
+      ->check(CLI::PositiveNumber);
+  CLI::App* list = app.add_subcommand("list", "models served, with their lease counts");
+  CLI::App* stats = app.add_subcommand("stats", "models, bytes, clients, leases, uptime");
+  CLI::App* load = app.add_subcommand("load", "admin: load a model directory and serve it");
+  load->add_option("dir", dir, "HF model directory")->required()->check(CLI::ExistingDirectory);
+  load->add_option("--name", name, "name to serve it under (default: the directory's basename)");
+  load->add_option("--backend", backend, "vmm | memfd (default: the server's)")
+      ->check(CLI::IsMember({"vmm", "memfd"}));
+  CLI::App* unload = app.add_subcommand("unload", "admin: stop serving a model nobody leases");
+  unload->add_option("model", model, "the served model's name")->required();
+  CLI::App* shutdown =
+      app.add_subcommand("shutdown", "admin: stop the server (replies in flight finish first)");
+  CLI11_PARSE(app, argc, argv);
+
+  std::string_view request;
+  json args = json::object();
+  if (*list) request = op::kList;
+  if (*stats) request = op::kStats;
+  if (*load) {
+    request = op::kLoad;
+    // The server resolves paths from its own working directory, not ours.
+    args["dir"] = std::filesystem::absolute(dir).lexically_normal().string();
+    if (!name.empty()) args["name"] = name;
+    if (!backend.empty()) args["backend"] = backend;
+  }
+  if (*unload) {
+    request = op::kUnload;
+    args["model"] = model;
+  }
+  if (*shutdown) request = op::kShutdown;
+
+  hearth::ipc::ClientOptions options;
+  options.name = "hearth-ctl";
+  options.timeout = std::chrono::seconds(timeout_s);
+  hearth::ipc::Client client = hearth::ipc::Client::connect(socket, options);
+  json reply = client.call(request, std::move(args)).body;
+  reply.erase("id");
+  reply.erase("ok");
+  std::cout << reply.dump(2) << "\n";
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "hearth-ctl: error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,6 +1,5 @@
 #include "kernels/gemm.h"
 
-#include <exception>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -46,25 +45,26 @@ Gemm::Gemm(Half type) : type_(type), workspace_(kWorkspaceBytes) {
 }
 
 Gemm::~Gemm() {
+  if (half_out_warmup_.joinable()) half_out_warmup_.join();
   plans_.clear();
   if (handle_) cublaslt().destroy(static_cast<cublasLtHandle_t>(handle_));
 }
 
 void Gemm::warm_up() {
-  // cuBLASLt sets up its heuristics once per combination of types, on the first query: ~50 ms
-  // for 16-bit in, fp32 out and ~110 ms for 16-bit out on an H100. Two throwaway queries on
-  // two threads pay both at once (cuBLASLt handles are thread-safe).
-  std::exception_ptr failed;
-  std::thread half_out([&] {
-    try {
-      make_plan(1, 64, 64, Out::Half);
-    } catch (...) {
-      failed = std::current_exception();
-    }
-  });
+  // cuBLASLt sets up its heuristics once per combination of types, on the first query; a
+  // throwaway query pays it. The two run side by side (cuBLASLt handles are thread-safe); a
+  // failure of the background one resurfaces when run() first asks for a 16-bit output.
+  int device = 0;
+  cudaGetDevice(&device);
+  if (!half_out_warmup_.joinable())
+    half_out_warmup_ = std::thread([this, device] {
+      cudaSetDevice(device);  // heuristics are per device
+      try {
+        make_plan(1, 64, 64, Out::Half);
+      } catch (...) {
+      }
+    });
   make_plan(1, 64, 64, Out::F32);
-  half_out.join();
-  if (failed) std::rethrow_exception(failed);
 }
 
 Gemm::Plan& Gemm::plan_for(int m, int n, int k, Out out_type) {

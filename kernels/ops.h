@@ -41,9 +41,10 @@ struct QkvRopeArgs {
 };
 void qkv_rope(Half type, const QkvRopeArgs& args, cudaStream_t stream);
 
-// act = silu(gate) * up, elementwise over `count` 16-bit values.
+// act = silu(gate) * up, elementwise over `count` values: gate and up 16-bit, or fp32 when
+// `fp32_inputs`; act 16-bit.
 void swiglu(Half type, const void* gate, const void* up, void* act, int64_t count,
-            cudaStream_t stream);
+            cudaStream_t stream, bool fp32_inputs = false);
 
 // Batch-1 matrix-vector products for decode, streaming the weights once at full bandwidth.
 //   Store:      out[m][r] = W_m[r, :] . x                 (up to 3 stacked matrices, e.g. q/k/v)

@@ -1,5 +1,6 @@
 // hearth-server: loads models once (one allocation per tensor, on the GPU with the vmm backend
 // or in sealed memfds) and shares them with hearth-worker processes over a Unix socket.
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -35,6 +36,16 @@ void check_not_running(const std::string& socket) {
     return;  // e.g. no permission: binding will say what is wrong
   }
   throw std::runtime_error("a hearth server is already running at " + socket);
+}
+
+// Every served tensor holds a descriptor (its sealed memfd or its exported VMM handle) and a
+// reply carries up to 250 more: a large model outgrows the usual soft limit of 1024.
+void raise_descriptor_limit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &limit);
+  }
 }
 
 std::string resolve_backend(const std::string& requested) {
@@ -91,6 +102,7 @@ int run(int argc, char** argv) {
                                "'; name one with DIR:NAME");
   }
 
+  raise_descriptor_limit();
   hearth::ServeOptions serve;
   serve.backend = resolve_backend(backend);
   serve.device = device;

@@ -59,6 +59,14 @@ TEST(Kernels, SwigluMatchesReference) {
     std::vector<float> ref(count);
     for (int i = 0; i < count; ++i) ref[i] = reference::silu(g[i]) * u[i];
     EXPECT_LT(relative_error(download_half(out, count, t), ref), half_tolerance(t)) << name(t);
+    // fp32 gate and up (short prefills keep them so), unrounded.
+    auto g32 = random_floats(count, 2.0f), u32 = random_floats(count);
+    auto dg32 = upload(g32), du32 = upload(u32);
+    out = poisoned(size_t(count) * 2);
+    kernels::swiglu(t, dg32.get(), du32.get(), out.get(), count, nullptr, /*fp32_inputs=*/true);
+    for (int i = 0; i < count; ++i) ref[i] = reference::silu(g32[i]) * u32[i];
+    EXPECT_LT(relative_error(download_half(out, count, t), ref), half_tolerance(t))
+        << name(t) << " fp32 inputs";
   }
 }
 

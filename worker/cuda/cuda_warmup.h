@@ -1,7 +1,7 @@
 // The CUDA engine's slow first steps, started early on a helper thread: creating the context
-// (~120 ms on an H100), loading cuBLASLt (~60 ms) and its heuristics set-up (~110 ms). A served
-// worker starts it as soon as it knows the device, so it runs while the weights are imported;
-// the backend collects the result when it is built.
+// (~120 ms on an H100), loading cuBLASLt (~60 ms, beside the context) and its heuristics set-up
+// (~50 ms, Gemm::warm_up). A served worker starts it as soon as it knows the device, so it runs
+// while the weights are imported; the backend collects the result when it is built.
 #pragma once
 
 #include <future>

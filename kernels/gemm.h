@@ -1,7 +1,7 @@
-// Prefill matmuls through cuBLASLt (loaded on first use, see cublaslt_library.h): out[M, N] = x[M,
-// K] . W[N, K]^T (+ out when accumulating), with 16-bit operands and fp32 accumulation. The
-// algorithm for each shape is chosen once and then fixed, and split-K schemes that reduce with
-// atomics are excluded, so the same inputs give the same bits on every run.
+// Prefill matmuls through cuBLASLt (opened on first use, see cublaslt_library.h):
+// out[M, N] = x[M, K] . W[N, K]^T (+ out when accumulating), with 16-bit operands and fp32
+// accumulation. The algorithm for each shape is chosen once and then fixed, and split-K schemes
+// that reduce with atomics are excluded, so the same inputs give the same bits on every run.
 #pragma once
 
 #include <cuda_runtime.h>

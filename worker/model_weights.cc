@@ -23,7 +23,7 @@ ModelWeights bind_weights(const WeightStore& store) {
   const ModelConfig& c = store.config();
   auto get = [&](const std::string& name) { return ref(store.at(name)); };
   ModelWeights w;
-  w.embed = get("model.embed_tokens.weight");
+  w.embed = get(std::string(kEmbeddingWeight));
   for (int l = 0; l < c.n_layers; ++l) {
     const std::string p = "model.layers." + std::to_string(l) + ".";
     LayerWeights L;

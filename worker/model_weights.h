@@ -39,4 +39,8 @@ struct ModelWeights {
 
 ModelWeights bind_weights(const WeightStore& store);
 
+// The token embedding's name in every supported architecture. Its dtype is the 16-bit type the
+// CUDA engine computes in.
+inline constexpr std::string_view kEmbeddingWeight = "model.embed_tokens.weight";
+
 }  // namespace hearth

@@ -11,6 +11,7 @@
 
 #include "worker/backend_factory.h"
 #include "worker/generator.h"
+#include "worker/model_weights.h"
 #include "worker/output_sink.h"
 #include "worker/profile.h"
 #include "worker/tokenizer/tokenizer.h"
@@ -139,10 +140,8 @@ int run(int argc, char** argv) {
   served.on_device = [&](const hearth::Manifest& manifest, int device) {
     if (profile.backend == "cpu") return;
     for (const hearth::ManifestTensor& t : manifest.tensors)
-      if (t.info.dtype != hearth::DType::F32) {
+      if (t.info.name == hearth::kEmbeddingWeight)
         warmup = hearth::start_cuda_warmup(device, t.info.dtype);
-        return;
-      }
   };
   hearth::WorkerModel model = *server_opt
                                   ? hearth::attach_served_model(server_socket, model_arg, served)

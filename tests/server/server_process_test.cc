@@ -4,6 +4,7 @@
 // admin uid checks and socket permissions.
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -363,6 +364,24 @@ TEST(ServerProcess, CtlListsLoadsUnloadsAndStopsTheServer) {
   run = ctl({"list"});
   EXPECT_TRUE(refused(run)) << test::describe_status(run.status);
   EXPECT_NE(run.err.find("not running"), std::string::npos) << run.err;
+}
+
+TEST(ServerProcess, LiftsItsSoftDescriptorLimitToTheHardOne) {
+  rlimit own{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &own), 0);
+  rlimit lowered = own;
+  lowered.rlim_cur = std::min<rlim_t>(own.rlim_max, 256);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &lowered), 0);
+  ServerProcess server;  // inherits the lowered soft limit
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &own), 0);
+
+  std::string soft, hard;
+  std::istringstream limits(test::read_file("/proc/" + std::to_string(server.pid()) + "/limits"));
+  for (std::string line; std::getline(limits, line);)
+    if (line.rfind("Max open files", 0) == 0)
+      std::istringstream(line.substr(std::strlen("Max open files"))) >> soft >> hard;
+  ASSERT_FALSE(hard.empty()) << "no 'Max open files' line";
+  EXPECT_EQ(soft, hard);
 }
 
 TEST(ServerProcess, SocketAndDirectoryArePrivate) {

@@ -5,9 +5,9 @@
 
 #include "ipc/client.h"
 #include "proof/checksum.h"
-#include "weight-server/checksum.h"
-#include "weight-server/hf_model.h"
-#include "weight-server/manifest.h"
+#include "weight-server/sharing/checksum.h"
+#include "weight-server/model/hf_model.h"
+#include "weight-server/sharing/manifest.h"
 
 namespace hearth::proof {
 

@@ -4,7 +4,7 @@
 #include <stdexcept>
 
 #include "proof/checksum.h"
-#include "worker/profile.h"
+#include "worker/engine/profile.h"
 
 namespace hearth::proof {
 

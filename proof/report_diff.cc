@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "proof/report.h"
+#include "weight-server/model/read_file.h"
 
 namespace hearth::proof {
 
@@ -80,9 +81,7 @@ DiffOutcome error_outcome(const std::string& why) {
 json load_report(const std::filesystem::path& given) {
   const std::filesystem::path path =
       std::filesystem::is_directory(given) ? given / "report.json" : given;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error(path.string() + ": cannot open the report");
-  json r = json::parse(in, nullptr, false);
+  json r = json::parse(read_file(path), nullptr, false);
   if (r.is_discarded()) throw std::runtime_error(path.string() + ": not a JSON report");
   if (!r.is_object() || r.value("format", "") != kReportFormat)
     throw std::runtime_error(path.string() + ": not a hearth-proof report");

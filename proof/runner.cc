@@ -1,4 +1,5 @@
 #include "proof/runner.h"
+#include "weight-server/model/read_file.h"
 
 #include <atomic>
 #include <cctype>
@@ -18,13 +19,6 @@ static_assert(std::atomic<bool>::is_always_lock_free, "request_stop must be asyn
 // How often a waiting runner looks at the stop flag.
 constexpr auto kStopPoll = std::chrono::milliseconds(100);
 constexpr size_t kStderrTailBytes = 4096;
-
-std::string read_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 std::string tail(const std::string& s, size_t n) {
   return s.size() <= n ? s : s.substr(s.size() - n);

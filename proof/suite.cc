@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "proof/checksum.h"
+#include "weight-server/model/read_file.h"
 
 namespace hearth::proof {
 
@@ -24,15 +25,6 @@ class LineError {
   const std::filesystem::path& path_;
   size_t line_;
 };
-
-std::string read_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error(path.string() + ": cannot open the suite file");
-  std::ostringstream s;
-  s << in.rdbuf();
-  if (in.bad()) throw std::runtime_error(path.string() + ": read failed");
-  return s.str();
-}
 
 std::string parse_id(const json& v, const LineError& fail) {
   if (v.is_string() && !v.get<std::string>().empty()) return v.get<std::string>();

@@ -28,8 +28,8 @@
 
 #include "ipc/client.h"
 #include "ipc/unique_fd.h"
-#include "weight-server/model_import.h"
-#include "weight-server/vmm_backend.h"
+#include "weight-server/sharing/model_import.h"
+#include "weight-server/sharing/vmm_backend.h"
 
 extern char** environ;
 

@@ -12,11 +12,12 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "weight-server/device_store.h"
-#include "weight-server/hf_model.h"
+#include "weight-server/model/device_store.h"
+#include "weight-server/model/hf_model.h"
 #include "kernels/device_buffer.h"
 #include "kernels/ops.h"
-#include "worker/cuda/cuda_backend.h"
+#include "worker/engine/cuda/cuda_backend.h"
+#include "worker/engine/profile.h"
 
 namespace {
 
@@ -263,7 +264,7 @@ int run(int argc, char** argv) {
   std::shared_ptr<hearth::DeviceStore> store = hearth::DeviceStore::upload(hf, up);
   const double load_s = seconds_since(t0);
   const hearth::ModelConfig& c = hf.config();
-  hearth::CudaBackend gpu(store, profile, context);
+  hearth::CudaBackend gpu(store, profile.engine, context);
   size_t free1 = 0;
   cudaMemGetInfo(&free1, &total_mem);
 

@@ -17,9 +17,9 @@
 
 #include "tools/synth_model.h"
 #include "tools/synth_tokenizer.h"
-#include "weight-server/dtype.h"
-#include "weight-server/hf_model.h"
-#include "weight-server/model_config.h"
+#include "weight-server/model/dtype.h"
+#include "weight-server/model/hf_model.h"
+#include "weight-server/model/model_config.h"
 
 namespace {
 

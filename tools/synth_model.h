@@ -11,8 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "weight-server/dtype.h"
-#include "weight-server/model_config.h"
+#include "weight-server/model/dtype.h"
+#include "weight-server/model/model_config.h"
 
 namespace hearth {
 

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "worker/generator.h"
+#include "worker/engine/generator.h"
 
 namespace hearth {
 

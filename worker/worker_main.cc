@@ -9,11 +9,11 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "worker/backend_factory.h"
-#include "worker/generator.h"
-#include "worker/model_weights.h"
+#include "worker/engine/backend_factory.h"
+#include "worker/engine/generator.h"
+#include "worker/engine/model_weights.h"
 #include "worker/output_sink.h"
-#include "worker/profile.h"
+#include "worker/engine/profile.h"
 #include "worker/tokenizer/tokenizer.h"
 #include "worker/worker_model.h"
 
@@ -96,17 +96,20 @@ int run(int argc, char** argv) {
                                     "prompt as comma-separated token ids, used exactly");
   prompt_opt->excludes(tokens_opt);
   app.add_option("--profile", profile_path, "profile JSON file (flags override it)");
-  auto* max_opt = app.add_option("--max-tokens", flags.max_tokens, "tokens to generate at most");
-  auto* temp_opt = app.add_option("--temperature", flags.sampling.temperature, "0 = greedy");
-  auto* topk_opt = app.add_option("--top-k", flags.sampling.top_k, "0 = off");
-  auto* topp_opt = app.add_option("--top-p", flags.sampling.top_p, "1 = off");
-  auto* minp_opt = app.add_option("--min-p", flags.sampling.min_p, "0 = off");
+  auto* max_opt =
+      app.add_option("--max-tokens", flags.request.max_tokens, "tokens to generate at most");
+  auto* temp_opt =
+      app.add_option("--temperature", flags.request.sampling.temperature, "0 = greedy");
+  auto* topk_opt = app.add_option("--top-k", flags.request.sampling.top_k, "0 = off");
+  auto* topp_opt = app.add_option("--top-p", flags.request.sampling.top_p, "1 = off");
+  auto* minp_opt = app.add_option("--min-p", flags.request.sampling.min_p, "0 = off");
   auto* rep_opt =
-      app.add_option("--repetition-penalty", flags.sampling.repetition_penalty, "1 = off");
-  auto* seed_opt = app.add_option("--seed", flags.sampling.seed, "sampling seed");
-  auto* ctx_opt = app.add_option("--context-length", flags.context_length, "KV cache length");
-  auto* backend_opt = app.add_option("--backend", flags.backend, "auto | cpu | cuda");
-  auto* layout_opt = app.add_option("--weights-layout", flags.weights_layout,
+      app.add_option("--repetition-penalty", flags.request.sampling.repetition_penalty, "1 = off");
+  auto* seed_opt = app.add_option("--seed", flags.request.sampling.seed, "sampling seed");
+  auto* ctx_opt =
+      app.add_option("--context-length", flags.engine.context_length, "KV cache length");
+  auto* backend_opt = app.add_option("--backend", flags.engine.backend, "auto | cpu | cuda");
+  auto* layout_opt = app.add_option("--weights-layout", flags.engine.weights_layout,
                                     "cuda, single-process: per-tensor (VMM, default) | packed");
   app.add_option("--stop", stops, "stop string (repeatable)");
   app.add_option("--set", settings, "any profile key, as key=value (repeatable)");
@@ -120,16 +123,16 @@ int run(int argc, char** argv) {
   for (const std::string& s : settings) apply_setting(profile, s);
   // Flags go through the same validation as profile keys.
   json overrides = json::object();
-  if (*max_opt) overrides["max_tokens"] = flags.max_tokens;
-  if (*temp_opt) overrides["temperature"] = flags.sampling.temperature;
-  if (*topk_opt) overrides["top_k"] = flags.sampling.top_k;
-  if (*topp_opt) overrides["top_p"] = flags.sampling.top_p;
-  if (*minp_opt) overrides["min_p"] = flags.sampling.min_p;
-  if (*rep_opt) overrides["repetition_penalty"] = flags.sampling.repetition_penalty;
-  if (*seed_opt) overrides["seed"] = flags.sampling.seed;
-  if (*ctx_opt) overrides["context_length"] = flags.context_length;
-  if (*backend_opt) overrides["backend"] = flags.backend;
-  if (*layout_opt) overrides["weights_layout"] = flags.weights_layout;
+  if (*max_opt) overrides["max_tokens"] = flags.request.max_tokens;
+  if (*temp_opt) overrides["temperature"] = flags.request.sampling.temperature;
+  if (*topk_opt) overrides["top_k"] = flags.request.sampling.top_k;
+  if (*topp_opt) overrides["top_p"] = flags.request.sampling.top_p;
+  if (*minp_opt) overrides["min_p"] = flags.request.sampling.min_p;
+  if (*rep_opt) overrides["repetition_penalty"] = flags.request.sampling.repetition_penalty;
+  if (*seed_opt) overrides["seed"] = flags.request.sampling.seed;
+  if (*ctx_opt) overrides["context_length"] = flags.engine.context_length;
+  if (*backend_opt) overrides["backend"] = flags.engine.backend;
+  if (*layout_opt) overrides["weights_layout"] = flags.engine.weights_layout;
   if (!stops.empty()) overrides["stop"] = stops;
   hearth::apply_profile_json(profile, overrides, "command line");
 
@@ -138,7 +141,7 @@ int run(int argc, char** argv) {
   std::shared_ptr<hearth::CudaWarmup> warmup;
   hearth::ServedModelOptions served{verify_weights};
   served.on_device = [&](const hearth::Manifest& manifest, int device) {
-    if (profile.backend == "cpu") return;
+    if (profile.engine.backend == "cpu") return;
     for (const hearth::ManifestTensor& t : manifest.tensors)
       if (t.info.name == hearth::kEmbeddingWeight)
         warmup = hearth::start_cuda_warmup(device, t.info.dtype);
@@ -149,13 +152,13 @@ int run(int argc, char** argv) {
   // Served weights run where they live: memfd mappings on the CPU engine, VMM allocations on
   // the CUDA one. `auto` would otherwise pick cuda on a GPU machine for memfd weights it has no
   // directory to upload from.
-  if (model.server && profile.backend == "auto")
-    profile.backend = model.store->residence() == hearth::Residence::Device ? "cuda" : "cpu";
+  if (model.server && profile.engine.backend == "auto")
+    profile.engine.backend = model.store->residence() == hearth::Residence::Device ? "cuda" : "cpu";
   std::optional<hearth::Tokenizer> tokenizer;
   if (!model.tokenizer_json.empty()) tokenizer = hearth::Tokenizer::from_json(model.tokenizer_json);
 
   hearth::GenerationRequest request;
-  request.profile = profile;
+  request.settings = profile.request;
   if (*tokens_opt) {
     request.prompt = parse_token_list(prompt_tokens);
   } else {
@@ -166,7 +169,8 @@ int run(int argc, char** argv) {
   }
   request.eos_ids = hearth::end_of_sequence_ids(model, tokenizer ? &*tokenizer : nullptr);
 
-  std::unique_ptr<hearth::Backend> backend = hearth::make_backend(profile, model, warmup);
+  std::unique_ptr<hearth::Backend> backend =
+      hearth::make_backend(profile.engine, model.weights(), warmup);
   const double load_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - process_start)
           .count();

@@ -5,8 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "weight-server/hf_model.h"
-#include "weight-server/host_store.h"
+#include "weight-server/model/hf_model.h"
+#include "weight-server/model/host_store.h"
 #include "worker/tokenizer/tokenizer.h"
 
 namespace hearth {

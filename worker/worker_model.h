@@ -8,8 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "weight-server/model_import.h"
-#include "weight-server/weight_store.h"
+#include "weight-server/sharing/model_import.h"
+#include "weight-server/model/weight_store.h"
+#include "worker/engine/engine_weights.h"
 
 namespace hearth {
 
@@ -18,6 +19,7 @@ class Tokenizer;
 class HfModel;
 
 struct WorkerModel {
+  EngineWeights weights() const { return {store, source}; }
   std::string name;
   std::shared_ptr<const WeightStore> store;
   std::shared_ptr<const HfModel> source;  // single-process mode: the directory, for uploads

@@ -1,4 +1,4 @@
-#include "worker/cpu_backend.h"
+#include "worker/engine/cpu_backend.h"
 
 #include <gtest/gtest.h>
 
@@ -7,7 +7,7 @@
 #include <filesystem>
 
 #include "tools/synth_model.h"
-#include "weight-server/host_store.h"
+#include "weight-server/model/host_store.h"
 
 namespace hearth {
 namespace {

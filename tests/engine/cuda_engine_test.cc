@@ -11,13 +11,15 @@
 
 #include "tests/kernels/gpu_test_util.h"
 #include "tools/synth_model.h"
-#include "weight-server/device_store.h"
+#include "weight-server/model/device_store.h"
 #include "tests/support/paths.h"
-#include "weight-server/hf_model.h"
-#include "weight-server/host_store.h"
-#include "worker/cpu_backend.h"
-#include "worker/cuda/cuda_backend.h"
-#include "worker/generator.h"
+#include "weight-server/model/hf_model.h"
+#include "weight-server/model/host_store.h"
+#include "worker/engine/cpu_backend.h"
+#include "worker/engine/profile.h"
+#include "worker/engine/cuda/cuda_backend.h"
+#include "worker/engine/generator.h"
+#include "weight-server/model/read_file.h"
 
 namespace hearth {
 namespace {
@@ -31,12 +33,12 @@ struct Engines {
   std::unique_ptr<CudaBackend> gpu;
 };
 
-Engines open_engines(const fs::path& dir, int context, Profile profile = {}) {
+Engines open_engines(const fs::path& dir, int context, EngineOptions options = {}) {
   Engines e;
   e.hf = std::make_shared<HfModel>(HfModel::open(dir));
   e.cpu = std::make_unique<CpuBackend>(std::make_shared<HostStore>(e.hf), context);
   std::shared_ptr<const WeightStore> dev = DeviceStore::upload(*e.hf, {});
-  e.gpu = std::make_unique<CudaBackend>(dev, profile, context);
+  e.gpu = std::make_unique<CudaBackend>(dev, options, context);
   return e;
 }
 
@@ -104,7 +106,7 @@ TEST(CudaEngine, MatchesCpuOnEveryGoldenVariant) {
   HEARTH_REQUIRE_GPU();
   for (const auto& entry : fs::directory_iterator(kGoldenDir)) {
     const std::string name = entry.path().filename().string();
-    const json golden = json::parse(read_text_file(entry.path() / "golden.json"));
+    const json golden = json::parse(read_file(entry.path() / "golden.json"));
     Engines e = open_engines(entry.path(), 128);
     const int decisive =
         check_teacher_forced(e, golden["prompt"].get<std::vector<int32_t>>(), 40, 2e-2, name);
@@ -172,15 +174,15 @@ TEST(CudaEngine, RepeatedRunsAreByteIdentical) {
     std::vector<float> first_logprobs;
     for (int run = 0; run < 5; ++run) {
       Profile p;
-      p.sampling.temperature = temperature;
-      p.sampling.top_p = 0.95f;
-      p.sampling.seed = 42;
-      p.max_tokens = 64;
-      p.ignore_eos = true;
-      p.cuda_graphs = run != 4;  // the last run without graphs: same kernels, same bits
-      CudaBackend gpu(dev, p, 256);
+      p.request.sampling.temperature = temperature;
+      p.request.sampling.top_p = 0.95f;
+      p.request.sampling.seed = 42;
+      p.request.max_tokens = 64;
+      p.request.ignore_eos = true;
+      p.engine.cuda_graphs = run != 4;  // the last run without graphs: same kernels, same bits
+      CudaBackend gpu(dev, p.engine, 256);
       NullSink sink;
-      GenerationRequest req{{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, p, {}};
+      GenerationRequest req{{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, p.request, {}};
       generate(gpu, nullptr, req, sink);
       ASSERT_EQ(sink.tokens.size(), 64u);
       if (run == 0) {

@@ -6,11 +6,13 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/support/paths.h"
-#include "weight-server/hf_model.h"
-#include "worker/backend_factory.h"
-#include "worker/generator.h"
+#include "weight-server/model/hf_model.h"
+#include "worker/engine/backend_factory.h"
+#include "worker/engine/profile.h"
+#include "worker/engine/generator.h"
 #include "worker/tokenizer/tokenizer.h"
 #include "worker/worker_model.h"
+#include "weight-server/model/read_file.h"
 
 namespace hearth {
 namespace {
@@ -34,23 +36,23 @@ class Collect : public TokenSink {
 
 TEST(DefaultModel, GreedyContinuationsAreStable) {
   const auto dir = test::source_dir() / "models/hearth-tiny-fortunes";
-  const json metrics = json::parse(read_text_file(dir / "training_metrics.json"));
+  const json metrics = json::parse(read_file(dir / "training_metrics.json"));
   WorkerModel model = open_model_dir(dir);
   const Tokenizer tokenizer = Tokenizer::from_json(model.tokenizer_json);
   int checked = 0;
   for (const json& sample : metrics["samples"]) {
     if (sample["mode"] != "greedy") continue;
     Profile profile;
-    profile.backend = "cpu";
-    profile.sampling.temperature = 0;
-    profile.max_tokens = sample["max_new_tokens"].get<int>();
+    profile.engine.backend = "cpu";
+    profile.request.sampling.temperature = 0;
+    profile.request.max_tokens = sample["max_new_tokens"].get<int>();
     GenerationRequest request;
-    request.profile = profile;
+    request.settings = profile.request;
     request.prompt =
         tokenizer.encode(sample["prompt"].get<std::string>(), /*add_special_tokens=*/true);
     EXPECT_EQ(request.prompt, sample["prompt_ids"].get<std::vector<int32_t>>()) << sample["prompt"];
     request.eos_ids = end_of_sequence_ids(model, &tokenizer);
-    auto backend = make_backend(profile, model);
+    auto backend = make_backend(profile.engine, model.weights());
     Collect out;
     generate(*backend, &tokenizer, request, out);
     EXPECT_EQ(out.tokens, sample["output_ids"].get<std::vector<int32_t>>()) << sample["prompt"];

@@ -10,9 +10,10 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/support/paths.h"
-#include "weight-server/hf_model.h"
-#include "weight-server/host_store.h"
-#include "worker/cpu_backend.h"
+#include "weight-server/model/hf_model.h"
+#include "weight-server/model/host_store.h"
+#include "worker/engine/cpu_backend.h"
+#include "weight-server/model/read_file.h"
 
 namespace hearth {
 namespace {
@@ -34,7 +35,7 @@ class HfGolden : public testing::TestWithParam<std::string> {};
 
 TEST_P(HfGolden, LogitsAndGreedyTokensMatchTransformers) {
   const fs::path dir = kGoldenDir / GetParam();
-  const json golden = json::parse(read_text_file(dir / "golden.json"));
+  const json golden = json::parse(read_file(dir / "golden.json"));
   auto store = std::make_shared<HostStore>(std::make_shared<HfModel>(HfModel::open(dir)));
   CpuBackend cpu(store, 128);
 

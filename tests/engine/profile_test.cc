@@ -1,4 +1,4 @@
-#include "worker/profile.h"
+#include "worker/engine/profile.h"
 
 #include <gtest/gtest.h>
 
@@ -36,14 +36,14 @@ TEST(Profile, AppliesKnownKeys) {
                       {"cuda_graphs", false},
                       {"weights_layout", "packed"}},
                      "x");
-  EXPECT_FLOAT_EQ(p.sampling.temperature, 0.7f);
-  EXPECT_EQ(p.sampling.top_k, 40);
-  EXPECT_EQ(p.sampling.seed, 42u);
-  EXPECT_EQ(p.max_tokens, 12);
-  EXPECT_EQ(p.stop, std::vector<std::string>{"\n\n"});
-  EXPECT_EQ(p.backend, "cpu");
-  EXPECT_FALSE(p.cuda_graphs);
-  EXPECT_EQ(p.weights_layout, "packed");
+  EXPECT_FLOAT_EQ(p.request.sampling.temperature, 0.7f);
+  EXPECT_EQ(p.request.sampling.top_k, 40);
+  EXPECT_EQ(p.request.sampling.seed, 42u);
+  EXPECT_EQ(p.request.max_tokens, 12);
+  EXPECT_EQ(p.request.stop, std::vector<std::string>{"\n\n"});
+  EXPECT_EQ(p.engine.backend, "cpu");
+  EXPECT_FALSE(p.engine.cuda_graphs);
+  EXPECT_EQ(p.engine.weights_layout, "packed");
 }
 
 TEST(Profile, RefusesUnknownKeysWrongTypesAndRanges) {
@@ -70,6 +70,25 @@ TEST(Profile, RoundTripsThroughJsonWithTheNumbersAsWritten) {
   Profile q;
   apply_profile_json(q, j, "round trip");
   EXPECT_EQ(profile_to_json(q), j);
+}
+
+TEST(Profile, RequestSettingsTakeOnlyRequestKeys) {
+  RequestSettings r;
+  apply_request_json(r, {{"temperature", 0.5}, {"max_tokens", 3}, {"stop", "x"}}, "request 7");
+  EXPECT_FLOAT_EQ(r.sampling.temperature, 0.5f);
+  EXPECT_EQ(r.max_tokens, 3);
+  EXPECT_EQ(r.stop, std::vector<std::string>{"x"});
+  for (const char* engine_key : {"backend", "context_length", "cuda_graphs"}) {
+    try {
+      apply_request_json(r, {{engine_key, json()}}, "request 7");
+      ADD_FAILURE() << engine_key << " was accepted as a request setting";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find("is an engine option"), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_THROW(apply_request_json(r, {{"name", "x"}}, "request 7"), std::runtime_error);
+  EXPECT_THROW(apply_request_json(r, {{"temperature", -1}}, "request 7"), std::runtime_error);
+  EXPECT_EQ(r.max_tokens, 3);  // unchanged by the refused ones
 }
 
 TEST(Profile, FileErrorsNameTheFile) {

@@ -15,7 +15,7 @@
 
 #include "kernels/device_buffer.h"
 #include "kernels/ops.h"
-#include "weight-server/dtype.h"
+#include "weight-server/model/dtype.h"
 
 namespace hearth::test {
 

@@ -6,7 +6,7 @@
 
 #include "kernels/gemm.h"
 #include "kernels/reference.h"
-#include "worker/sampler.h"
+#include "worker/engine/sampler.h"
 #include "tests/kernels/gpu_test_util.h"
 
 namespace hearth {

@@ -146,7 +146,7 @@ TEST_F(ProofDiff, ReportsThatCannotBeComparedAreErrors) {
   EXPECT_NE(r.err.find("garbage.json: not a hearth-proof report"), std::string::npos) << r.err;
   r = diff("a", "missing.json");
   EXPECT_EQ(r.exit_code(), 2);
-  EXPECT_NE(r.err.find("missing.json: cannot open the report"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("missing.json: cannot open"), std::string::npos) << r.err;
   r = diff("a", "a", {"--contract", "nope"});
   EXPECT_EQ(r.exit_code(), 2);
   EXPECT_NE(r.err.find("unknown contract 'nope'"), std::string::npos) << r.err;

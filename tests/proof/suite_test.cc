@@ -91,9 +91,7 @@ TEST_F(SuiteTest, MissingFileIsAnError) {
     load_suite(dir_ / "nope.jsonl");
     ADD_FAILURE();
   } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find("nope.jsonl: cannot open the suite file"),
-              std::string::npos)
-        << e.what();
+    EXPECT_NE(std::string(e.what()).find("nope.jsonl: cannot open"), std::string::npos) << e.what();
   }
 }
 

@@ -13,8 +13,8 @@
 #include "broker/broker.h"
 #include "tests/ipc/test_util.h"
 #include "tools/synth_model.h"
-#include "weight-server/served_model.h"
-#include "weight-server/server_handler.h"
+#include "weight-server/daemon/served_model.h"
+#include "weight-server/daemon/server_handler.h"
 
 namespace hearth::test {
 

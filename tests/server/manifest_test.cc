@@ -7,10 +7,11 @@
 
 #include "tests/ipc/test_util.h"
 #include "tools/synth_model.h"
-#include "weight-server/checksum.h"
-#include "weight-server/manifest.h"
-#include "weight-server/model_spec.h"
-#include "weight-server/served_model.h"
+#include "weight-server/sharing/checksum.h"
+#include "weight-server/sharing/manifest.h"
+#include "weight-server/daemon/model_spec.h"
+#include "weight-server/daemon/served_model.h"
+#include "weight-server/model/read_file.h"
 
 namespace hearth {
 namespace {
@@ -42,7 +43,7 @@ TEST_F(ManifestTest, RoundTripsWhatTheServerBuilds) {
   EXPECT_EQ(m.backend, "memfd");
   EXPECT_EQ(m.gpu_uuid, "");
   EXPECT_EQ(m.config.hidden, served_->store->config().hidden);
-  EXPECT_EQ(m.tokenizer_json, read_text_file(std::string(dir_->path()) + "/tokenizer.json"));
+  EXPECT_EQ(m.tokenizer_json, read_file(std::string(dir_->path()) + "/tokenizer.json"));
   ASSERT_EQ(m.tensors.size(), served_->store->tensors().size());
   for (size_t i = 0; i < m.tensors.size(); ++i) {
     const StoredTensor& t = served_->store->tensors()[i];

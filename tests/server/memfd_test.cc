@@ -15,12 +15,12 @@
 
 #include "tests/ipc/test_util.h"
 #include "tools/synth_model.h"
-#include "weight-server/checksum.h"
-#include "weight-server/imported_memfd_store.h"
-#include "weight-server/memfd_store.h"
-#include "weight-server/model_import.h"
-#include "weight-server/sealed_memfd.h"
-#include "weight-server/served_model.h"
+#include "weight-server/sharing/checksum.h"
+#include "weight-server/sharing/imported_memfd_store.h"
+#include "weight-server/sharing/memfd_store.h"
+#include "weight-server/sharing/model_import.h"
+#include "weight-server/sharing/sealed_memfd.h"
+#include "weight-server/daemon/served_model.h"
 
 namespace hearth {
 namespace {

@@ -5,8 +5,8 @@
 
 #include "server_test_support.h"
 #include "tools/synth_model.h"
-#include "weight-server/model_import.h"
-#include "weight-server/vmm_backend.h"
+#include "weight-server/sharing/model_import.h"
+#include "weight-server/sharing/vmm_backend.h"
 
 namespace hearth {
 namespace {

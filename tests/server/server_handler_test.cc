@@ -8,7 +8,7 @@
 #include "in_process_server.h"
 #include "ipc/client.h"
 #include "ipc/errors.h"
-#include "weight-server/model_import.h"
+#include "weight-server/sharing/model_import.h"
 
 namespace hearth {
 namespace {

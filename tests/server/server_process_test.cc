@@ -15,7 +15,7 @@
 #include "ipc/protocol.h"
 #include "ipc/unix_socket.h"
 #include "server_test_support.h"
-#include "weight-server/model_import.h"
+#include "weight-server/sharing/model_import.h"
 
 namespace hearth {
 namespace {
@@ -431,10 +431,28 @@ TEST(ServerProcess, StartupErrorsAreClear) {
                   "--model", test::tiny_model_dir().string()},
                  options);
   EXPECT_EQ(WEXITSTATUS(second.wait()), 1);
-  EXPECT_NE(test::read_file(tmp / "second.log")
-                .find("a hearth server is already running at " + live.socket()),
-            std::string::npos);
+  const std::string second_log = test::read_file(tmp / "second.log");
+  EXPECT_NE(second_log.find("already running at " + live.socket()), std::string::npos)
+      << second_log;
   EXPECT_EQ(live.stats()["models"].size(), 1u);
+}
+
+// The socket is checked before any model is read: with both a socket directory others may
+// enter and a model directory that does not exist, the error is about the socket.
+TEST(ServerProcess, SocketMistakesFailBeforeAnyModelIsRead) {
+  test::TempDir tmp;
+  const std::string open_dir = tmp.path() + "/open";
+  ASSERT_EQ(::mkdir(open_dir.c_str(), 0755), 0);
+  ASSERT_EQ(::chmod(open_dir.c_str(), 0755), 0);
+  Process::Options options;
+  options.stderr_file = tmp / "server.log";
+  Process server({test::binary("hearth-server"), "--socket", open_dir + "/sock", "--backend",
+                  "memfd", "--model", tmp.path() + "/no-such-model"},
+                 options);
+  EXPECT_EQ(WEXITSTATUS(server.wait()), 1);
+  const std::string log = test::read_file(tmp / "server.log");
+  EXPECT_NE(log.find("socket directory " + open_dir + " has mode 0755"), std::string::npos) << log;
+  EXPECT_EQ(log.find("no-such-model"), std::string::npos) << log;
 }
 
 TEST(ServerProcess, StaleSocketOfAKilledServerIsReplaced) {

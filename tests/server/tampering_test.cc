@@ -12,7 +12,7 @@
 
 #include "in_process_server.h"
 #include "server_test_support.h"
-#include "weight-server/sealed_memfd.h"
+#include "weight-server/sharing/sealed_memfd.h"
 
 namespace hearth {
 namespace {

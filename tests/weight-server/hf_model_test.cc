@@ -1,4 +1,4 @@
-#include "weight-server/hf_model.h"
+#include "weight-server/model/hf_model.h"
 
 #include <gtest/gtest.h>
 
@@ -6,7 +6,7 @@
 
 #include "tests/support/safetensors_builder.h"
 #include "tools/synth_model.h"
-#include "weight-server/host_store.h"
+#include "weight-server/model/host_store.h"
 
 namespace hearth {
 namespace {

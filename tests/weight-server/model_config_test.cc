@@ -1,4 +1,4 @@
-#include "weight-server/model_config.h"
+#include "weight-server/model/model_config.h"
 
 #include <gtest/gtest.h>
 

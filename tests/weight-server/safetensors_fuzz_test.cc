@@ -6,7 +6,7 @@
 #include <random>
 
 #include "tests/support/safetensors_builder.h"
-#include "weight-server/safetensors.h"
+#include "weight-server/model/safetensors.h"
 
 namespace hearth {
 namespace {

@@ -1,4 +1,4 @@
-#include "weight-server/safetensors.h"
+#include "weight-server/model/safetensors.h"
 
 #include <gtest/gtest.h>
 

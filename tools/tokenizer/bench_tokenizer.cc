@@ -22,17 +22,11 @@
 #include <vector>
 
 #include "tokenizer.h"
+#include "weight-server/model/read_file.h"
 
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 // Cuts text into chunks of about `size` bytes at line ends, like prompts or documents.
 std::vector<std::string> chunks_of(const std::string& text, size_t size) {
@@ -79,7 +73,7 @@ std::vector<fs::path> default_code() {
 nlohmann::json measure(const std::string& tokenizer_path, const std::vector<fs::path>& files,
                        double megabytes) {
   std::string text;
-  for (const fs::path& f : files) text += read_file(f);
+  for (const fs::path& f : files) text += hearth::read_file(f);
   nlohmann::json result = {{"files", files.size()}, {"distinct_bytes", text.size()}};
   if (text.empty()) {
     result["error"] = "no input text";

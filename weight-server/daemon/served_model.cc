@@ -1,0 +1,118 @@
+#include "weight-server/daemon/served_model.h"
+
+#include <chrono>
+#include <cstdio>
+#include <stdexcept>
+
+#include "weight-server/sharing/checksum.h"
+#include "weight-server/sharing/memfd_store.h"
+#include "weight-server/model/parallel_for.h"
+#include "weight-server/sharing/vmm_backend.h"
+
+namespace hearth {
+
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+template <typename... Args>
+std::string format(const char* fmt, Args... args) {
+  char text[160];
+  std::snprintf(text, sizeof text, fmt, args...);
+  return text;
+}
+
+}  // namespace
+
+json ServedModel::summary() const {
+  const LoadTimings& t = store->load_timings();
+  json s = {{"name", name},
+            {"dir", dir.string()},
+            {"backend", store->backend_name()},
+            {"tensors", store->tensors().size()},
+            {"bytes", t.bytes},
+            {"allocation_bytes", store->allocation_bytes()},
+            {"load",
+             {{"seconds", total_seconds},
+              {"open_seconds", open_seconds},
+              {"write_seconds", t.seconds},
+              {"copy_seconds", t.copy_seconds},
+              {"copy_gb_per_s", t.copy_seconds > 0 ? double(t.bytes) / 1e9 / t.copy_seconds : 0.0},
+              {"checksum_seconds", checksum_seconds}}}};
+  if (!store->gpu_uuid().empty()) s["gpu_uuid"] = store->gpu_uuid();
+  return s;
+}
+
+Manifest build_manifest(const std::string& name, const HfModel& model, const ExportableStore& store,
+                        const std::vector<uint64_t>& checksums) {
+  Manifest m;
+  m.model = name;
+  m.backend = store.backend_name();
+  m.gpu_uuid = store.gpu_uuid();
+  m.architecture = json::parse(model.config_json());
+  m.config = store.config();
+  m.tokenizer_json = model.tokenizer_json();
+  m.tokenizer_config_json = model.tokenizer_config_json();
+  m.generation_config_json = model.generation_config_json();
+  for (size_t i = 0; i < store.tensors().size(); ++i) {
+    const StoredTensor& t = store.tensors()[i];
+    m.tensors.push_back(ManifestTensor{t.info, t.alloc_bytes, t.alloc_id, checksums.at(i)});
+  }
+  return m;
+}
+
+std::unique_ptr<ServedModel> load_served_model(const ModelSpec& spec, const ServeOptions& options) {
+  auto log = [&](const std::string& line) {
+    if (options.log) options.log(line);
+  };
+  const Clock::time_point start = Clock::now();
+  auto served = std::make_unique<ServedModel>();
+  served->name = spec.name;
+  served->dir = spec.dir;
+  log("loading '" + spec.name + "' from " + spec.dir.string() + " (" + options.backend +
+      " backend)");
+  const HfModel model = HfModel::open(spec.dir);
+  served->open_seconds = seconds_since(start);
+
+  if (options.backend == "memfd") {
+    served->store = MemfdStore::create(model, {options.threads, options.progress, spec.name});
+  } else if (options.backend == "vmm") {
+    served->store = upload_vmm_store(model, {options.device, options.threads, options.progress});
+  } else {
+    throw std::runtime_error("unknown backend '" + options.backend + "' (memfd or vmm)");
+  }
+
+  // Checksums of the bytes as stored, computed from the source: the GPU store differs from the
+  // files only where it rounds f32 matrices to bf16, which is reproduced here.
+  const Clock::time_point hashing = Clock::now();
+  const ExportableStore& store = *served->store;
+  std::vector<uint64_t> checksums(store.tensors().size());
+  parallel_for(checksums.size(), options.threads, [&](size_t i) {
+    const StoredTensor& stored = store.tensors()[i];
+    const HfTensor* source = model.find(stored.info.name);
+    if (!source) throw std::logic_error("stored tensor '" + stored.info.name + "' has no source");
+    checksums[i] = xxh3_checksum_as_stored(source->data, source->info.dtype, stored.info.dtype);
+  });
+  served->checksum_seconds = seconds_since(hashing);
+
+  // Round-tripped through the parser, so the server never hands out a manifest its own workers
+  // would refuse.
+  served->manifest = manifest_to_json(build_manifest(spec.name, model, store, checksums));
+  parse_manifest(served->manifest);
+  served->total_seconds = seconds_since(start);
+
+  const LoadTimings& t = store.load_timings();
+  log("loaded '" + spec.name + "': " + std::to_string(store.tensors().size()) + " tensors, " +
+      format("%.3f GB in %.2f s (copy %.2f GB/s)", double(t.bytes) / 1e9, served->total_seconds,
+             t.copy_seconds > 0 ? double(t.bytes) / 1e9 / t.copy_seconds : 0.0) +
+      format(", checksums %.2f s", served->checksum_seconds) +
+      (store.gpu_uuid().empty() ? "" : " on " + store.gpu_uuid()));
+  return served;
+}
+
+}  // namespace hearth

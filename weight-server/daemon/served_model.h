@@ -1,0 +1,50 @@
+// A model as the server holds it: its weights in exportable allocations (memfd or vmm) and the
+// manifest workers receive. Loading reads the directory once, writes or uploads every tensor,
+// and checksums the bytes as stored.
+#pragma once
+
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "weight-server/sharing/exportable_store.h"
+#include "weight-server/model/hf_model.h"
+#include "weight-server/sharing/manifest.h"
+#include "weight-server/daemon/model_spec.h"
+
+namespace hearth {
+
+struct ServedModel {
+  std::string name;
+  std::filesystem::path dir;
+  std::unique_ptr<ExportableStore> store;
+  nlohmann::json manifest;      // manifest_to_json, built once
+  double open_seconds = 0;      // reading and validating the directory
+  double checksum_seconds = 0;  // hashing every tensor as stored
+  double total_seconds = 0;     // the whole load
+
+  // Name, backend, sizes and load timings, as list and stats report them.
+  nlohmann::json summary() const;
+};
+
+struct ServeOptions {
+  std::string backend = "memfd";  // "memfd" | "vmm"
+  int device = 0;                 // vmm
+  int threads = 4;                // writers/uploaders and hashers
+  bool progress = false;
+  std::function<void(std::string_view)> log;  // progress and summary lines; null: silent
+};
+
+// Throws std::runtime_error naming the directory, tensor or device at fault.
+std::unique_ptr<ServedModel> load_served_model(const ModelSpec& spec, const ServeOptions& options);
+
+// The manifest of `store`, loaded from `model` under `name`; `checksums[i]` belongs to
+// store.tensors()[i].
+Manifest build_manifest(const std::string& name, const HfModel& model, const ExportableStore& store,
+                        const std::vector<uint64_t>& checksums);
+
+}  // namespace hearth

@@ -1,0 +1,248 @@
+#include "weight-server/daemon/server_handler.h"
+
+#include <unistd.h>
+
+#include <stdexcept>
+#include <utility>
+
+#include "ipc/errors.h"
+#include "ipc/protocol.h"
+
+namespace hearth {
+
+namespace {
+
+using json = nlohmann::json;
+using broker::Reply;
+using ipc::ErrorCode;
+using ipc::ProtocolError;
+
+std::string named(const std::string& s) {
+  return "'" + s + "'";
+}
+
+}  // namespace
+
+ServerHandler::ServerHandler(ServeOptions defaults) : defaults_(std::move(defaults)) {}
+
+ServerHandler::~ServerHandler() {
+  finish_loads();
+}
+
+void ServerHandler::add_model(std::unique_ptr<ServedModel> model) {
+  const std::string name = model->name;
+  if (models_.contains(name)) throw std::runtime_error("two models are named " + named(name));
+  models_.emplace(name, std::move(model));
+}
+
+void ServerHandler::finish_loads() {
+  std::vector<std::thread> threads;
+  {
+    std::lock_guard lock(loads_mutex_);
+    broker_ = nullptr;
+    threads.swap(loaders_);
+  }
+  for (std::thread& t : threads) t.join();
+}
+
+void ServerHandler::log(const std::string& line) const {
+  if (defaults_.log) defaults_.log(line);
+}
+
+broker::Reply ServerHandler::handle(broker::Session& session, const ipc::Request& request) {
+  const std::string& op = request.op;
+  if (op == ipc::op::kList) return list();
+  if (op == ipc::op::kManifest) return manifest(request);
+  if (op == ipc::op::kImport) return import(session, request);
+  if (op == ipc::op::kRelease) return release(session, request);
+  if (op == ipc::op::kStats) return stats(session);
+  if (op == ipc::op::kLoad) return load(session, request);
+  if (op == ipc::op::kUnload) return unload(request);
+  return Reply::error(ErrorCode::kUnknownOp, "the weight server does not handle " + named(op));
+}
+
+void ServerHandler::on_connect(broker::Session& session) {
+  clients_[session.id()] = Client{session.pid(), session.uid(), {}};
+}
+
+void ServerHandler::on_disconnect(broker::Session& session) {
+  const auto it = clients_.find(session.id());
+  if (it == clients_.end()) return;
+  for (const std::string& model : it->second.leases)
+    log("lease of client " + std::to_string(session.id()) + " (pid " +
+        std::to_string(it->second.pid) + ") on " + named(model) + " ended: disconnected");
+  clients_.erase(it);
+}
+
+const ServedModel& ServerHandler::find(const std::string& name) const {
+  const auto it = models_.find(name);
+  if (it != models_.end()) return *it->second;
+  if (loading_.contains(name))
+    throw ProtocolError(ErrorCode::kBusy,
+                        "model " + named(name) + " is still loading; try again shortly");
+  std::string names;
+  for (const auto& [n, _] : models_) names += (names.empty() ? "" : ", ") + n;
+  throw ProtocolError(ErrorCode::kNotFound,
+                      "no model named " + named(name) +
+                          " is served here (serving: " + (names.empty() ? "none" : names) + ")");
+}
+
+size_t ServerHandler::lease_count(const std::string& model) const {
+  size_t n = 0;
+  for (const auto& [id, client] : clients_) n += client.leases.contains(model);
+  return n;
+}
+
+broker::Reply ServerHandler::list() const {
+  json models = json::array();
+  for (const auto& [name, model] : models_) {
+    json s = model->summary();
+    s["leases"] = lease_count(name);
+    models.push_back(std::move(s));
+  }
+  return Reply::ok({{"models", std::move(models)}, {"loading", json(loading_)}});
+}
+
+broker::Reply ServerHandler::manifest(const ipc::Request& request) const {
+  return Reply::ok({{"manifest", find(ipc::string_field(request.body, "model")).manifest}});
+}
+
+broker::Reply ServerHandler::import(broker::Session& session, const ipc::Request& request) {
+  const ipc::ImportRequest req = ipc::parse_import_request(request);
+  const ServedModel& model = find(req.model);
+  const size_t count = model.store->allocation_count();
+  std::vector<UniqueFd> fds;
+  fds.reserve(req.allocations.size());
+  for (uint64_t id : req.allocations) {
+    if (id >= count)
+      throw ProtocolError(ErrorCode::kNotFound,
+                          "model " + named(req.model) + " has no allocation " + std::to_string(id) +
+                              " (its ids are 0-" + std::to_string(count - 1) + ")");
+    try {
+      fds.push_back(model.store->export_allocation(uint32_t(id)));
+    } catch (const std::exception& e) {
+      throw ProtocolError(ErrorCode::kInternal, "cannot export allocation " + std::to_string(id) +
+                                                    " of " + named(req.model) + ": " + e.what());
+    }
+  }
+  Client& client = clients_[session.id()];
+  if (client.leases.insert(req.model).second) ++leases_total_;
+  ++imports_total_;
+  descriptors_total_ += fds.size();
+  return Reply::ok(ipc::make_import_result(req.allocations), std::move(fds));
+}
+
+broker::Reply ServerHandler::release(broker::Session& session, const ipc::Request& request) {
+  const std::string& model = ipc::string_field(request.body, "model");
+  const auto it = clients_.find(session.id());
+  const bool released = it != clients_.end() && it->second.leases.erase(model) > 0;
+  return Reply::ok({{"model", model}, {"released", released}});
+}
+
+broker::Reply ServerHandler::stats(broker::Session& session) const {
+  json models = json::array();
+  uint64_t bytes = 0, allocation_bytes = 0;
+  size_t leases = 0;
+  for (const auto& [name, model] : models_) {
+    json s = model->summary();
+    s["leases"] = lease_count(name);
+    leases += lease_count(name);
+    bytes += model->store->load_timings().bytes;
+    allocation_bytes += model->store->allocation_bytes();
+    models.push_back(std::move(s));
+  }
+  json workers = json::array();
+  for (const auto& [id, client] : clients_) {
+    if (client.leases.empty()) continue;
+    workers.push_back(
+        {{"client_id", id}, {"pid", client.pid}, {"uid", client.uid}, {"models", client.leases}});
+  }
+  return Reply::ok(
+      {{"pid", ::getpid()},
+       {"uptime_s",
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started_).count()},
+       {"models", std::move(models)},
+       {"loading", json(loading_)},
+       {"bytes", bytes},
+       {"allocation_bytes", allocation_bytes},
+       {"clients", clients_.size()},
+       {"leases", leases},
+       {"workers", std::move(workers)},
+       {"imports_total", imports_total_},
+       {"descriptors_total", descriptors_total_},
+       {"leases_total", leases_total_},
+       {"broker", session.broker().stats().to_json()}});
+}
+
+broker::Reply ServerHandler::load(broker::Session& session, const ipc::Request& request) {
+  const std::string& dir = ipc::string_field(request.body, "dir");
+  ModelSpec spec;
+  spec.dir = dir;
+  spec.name = ipc::optional_string_field(request.body, "name").value_or(default_model_name(dir));
+  if (!valid_model_name(spec.name))
+    throw ProtocolError(ErrorCode::kBadRequest, named(spec.name) + " is not a valid model name");
+  if (models_.contains(spec.name) || loading_.contains(spec.name))
+    throw ProtocolError(ErrorCode::kBusy,
+                        "a model named " + named(spec.name) + " is already " +
+                            (loading_.contains(spec.name) ? "loading" : "served"));
+  ServeOptions options = defaults_;
+  options.backend = ipc::optional_string_field(request.body, "backend").value_or(defaults_.backend);
+  if (options.backend != "memfd" && options.backend != "vmm")
+    throw ProtocolError(ErrorCode::kBadRequest,
+                        "unknown backend " + named(options.backend) + " (memfd or vmm)");
+
+  loading_.insert(spec.name);
+  const broker::ClientId client = session.id();
+  const ipc::RequestId id = request.id;
+  std::lock_guard lock(loads_mutex_);
+  broker_ = &session.broker();
+  loaders_.emplace_back([this, spec, options, client, id] {
+    std::shared_ptr<ServedModel> model;
+    std::string failure;
+    try {
+      model = load_served_model(spec, options);
+    } catch (const std::exception& e) {
+      failure = e.what();
+    }
+    std::lock_guard lock(loads_mutex_);
+    if (broker_ == nullptr) return;  // the server stopped while this loaded
+    broker::Broker* broker = broker_;
+    broker->post([this, broker, spec, model, failure, client, id] {
+      loading_.erase(spec.name);
+      Reply reply;
+      if (model) {
+        json summary = model->summary();
+        models_.emplace(spec.name, model);
+        log("serving " + named(spec.name) + " (loaded by an admin request)");
+        reply = Reply::ok({{"model", std::move(summary)}});
+      } else {
+        log("loading " + named(spec.name) + " failed: " + failure);
+        reply = Reply::error(ErrorCode::kBadRequest, "cannot load " + named(spec.name) + " from " +
+                                                         spec.dir.string() + ": " + failure);
+      }
+      broker->complete(client, id, std::move(reply));
+    });
+  });
+  return Reply::deferred();
+}
+
+broker::Reply ServerHandler::unload(const ipc::Request& request) {
+  const std::string& name = ipc::string_field(request.body, "model");
+  find(name);  // not found / still loading
+  const size_t leases = lease_count(name);
+  if (leases > 0) {
+    std::string pids;
+    for (const auto& [id, client] : clients_)
+      if (client.leases.contains(name))
+        pids += (pids.empty() ? "" : ", ") + std::to_string(client.pid);
+    throw ProtocolError(ErrorCode::kBusy, "model " + named(name) + " has " +
+                                              std::to_string(leases) + " lease" +
+                                              (leases == 1 ? "" : "s") + " (worker pids " + pids +
+                                              "); unload it once they release it or disconnect");
+  }
+  models_.erase(name);
+  log("unloaded " + named(name));
+  return Reply::ok({{"model", name}, {"unloaded", true}});
+}
+
+}  // namespace hearth

@@ -1,0 +1,79 @@
+// The weight server's side of the protocol, plugged into the broker: serves models (list,
+// manifest, import), counts leases (a worker holds one per model from its first import until it
+// releases it or its connection ends), reports stats, and runs the admin load/unload ops.
+// Loads run on their own threads and answer through Broker::post/complete, so a long upload
+// never stalls the workers being served.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "broker/broker.h"
+#include "broker/handler.h"
+#include "weight-server/daemon/served_model.h"
+
+namespace hearth {
+
+class ServerHandler final : public broker::Handler {
+ public:
+  // `defaults` is how admin `load` requests load (backend, device, threads, log); a request may
+  // name another backend.
+  explicit ServerHandler(ServeOptions defaults);
+  ~ServerHandler() override;
+  ServerHandler(const ServerHandler&) = delete;
+  ServerHandler& operator=(const ServerHandler&) = delete;
+
+  // Serves `model` under its name. Throws std::runtime_error if the name is taken. Call before
+  // the broker runs (later, models arrive through `load`).
+  void add_model(std::unique_ptr<ServedModel> model);
+
+  // Waits for loads in progress and stops them from answering. Call after Broker::run returns
+  // and before the broker is destroyed.
+  void finish_loads();
+
+  broker::Reply handle(broker::Session& session, const ipc::Request& request) override;
+  void on_connect(broker::Session& session) override;
+  void on_disconnect(broker::Session& session) override;
+
+ private:
+  struct Client {
+    pid_t pid = 0;
+    uid_t uid = 0;
+    std::set<std::string> leases;  // models this client holds
+  };
+
+  broker::Reply list() const;
+  broker::Reply manifest(const ipc::Request& request) const;
+  broker::Reply import(broker::Session& session, const ipc::Request& request);
+  broker::Reply release(broker::Session& session, const ipc::Request& request);
+  broker::Reply stats(broker::Session& session) const;
+  broker::Reply load(broker::Session& session, const ipc::Request& request);
+  broker::Reply unload(const ipc::Request& request);
+
+  const ServedModel& find(const std::string& name) const;
+  size_t lease_count(const std::string& model) const;
+  void log(const std::string& line) const;
+
+  ServeOptions defaults_;
+  std::chrono::steady_clock::time_point started_ = std::chrono::steady_clock::now();
+  std::map<std::string, std::shared_ptr<const ServedModel>> models_;
+  std::set<std::string> loading_;
+  std::map<broker::ClientId, Client> clients_;
+  uint64_t imports_total_ = 0;      // import requests answered
+  uint64_t descriptors_total_ = 0;  // descriptors handed out
+  uint64_t leases_total_ = 0;       // leases ever taken
+
+  // Load threads reach the broker through this, under the mutex, until finish_loads().
+  std::mutex loads_mutex_;
+  broker::Broker* broker_ = nullptr;
+  std::vector<std::thread> loaders_;
+};
+
+}  // namespace hearth

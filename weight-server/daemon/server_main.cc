@@ -1,0 +1,138 @@
+// hearth-server: loads models once (one allocation per tensor, on the GPU with the vmm backend
+// or in sealed memfds) and shares them with hearth-worker processes over a Unix socket.
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "broker/broker.h"
+#include "weight-server/daemon/model_spec.h"
+#include "weight-server/daemon/server_handler.h"
+#include "weight-server/sharing/vmm_backend.h"
+
+namespace {
+
+void log_line(std::string_view line) {
+  std::fprintf(stderr, "hearth-server: %.*s\n", int(line.size()), line.data());
+  std::fflush(stderr);
+}
+
+// Every served tensor holds a descriptor (its sealed memfd or its exported VMM handle) and a
+// reply carries up to 250 more: a large model outgrows the usual soft limit of 1024.
+void raise_descriptor_limit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
+    limit.rlim_cur = limit.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &limit);
+  }
+}
+
+std::string resolve_backend(const std::string& requested) {
+  std::string why;
+  const bool gpu = hearth::vmm_gpu_available(&why);
+  if (requested == "auto") return gpu ? "vmm" : "memfd";
+  if (requested == "vmm" && !gpu)
+    throw std::runtime_error("--backend vmm needs a CUDA GPU: " + why + "; use --backend memfd");
+  return requested;
+}
+
+int run(int argc, char** argv) {
+  CLI::App app{
+      "hearth-server: load models once and share their weights with hearth-worker processes"};
+  app.set_version_flag("--version", "hearth-server 0.1.0");
+  std::vector<std::string> model_args;
+  std::string socket, backend = "auto";
+  std::vector<uid_t> allow_uids;
+  uid_t admin_uid = ::geteuid();
+  int device = 0, threads = 4;
+  size_t max_clients = 256;
+  int idle_timeout_ms = 10'000;
+  bool quiet = false;
+  app.add_option("--model", model_args,
+                 "model directory to serve, as DIR or DIR:NAME (default name: the directory's "
+                 "basename); repeatable")
+      ->type_name("DIR[:NAME]");
+  app.add_option("--socket", socket, "Unix socket to listen on; its directory is created 0700")
+      ->required();
+  app.add_option("--backend", backend,
+                 "where the weights live: auto (vmm when a GPU is present), vmm, memfd")
+      ->check(CLI::IsMember({"auto", "vmm", "memfd"}));
+  app.add_option("--allow-uid", allow_uids,
+                 "also let this uid connect (repeatable; widens the socket to 0666 and a new "
+                 "directory to 0711; every peer's uid is still checked)");
+  app.add_option("--admin-uid", admin_uid,
+                 "uid allowed to load, unload and shut down (default: the server's)");
+  app.add_option("--device", device, "CUDA device for the vmm backend");
+  app.add_option("--threads", threads, "threads that copy and checksum weights")
+      ->check(CLI::Range(1, 64));
+  app.add_option("--max-clients", max_clients, "connections served at once");
+  app.add_option(
+      "--idle-timeout-ms", idle_timeout_ms,
+      "drop a client that stalls mid-request this long (a quiet client holding a lease is kept)");
+  app.add_flag("--quiet", quiet, "no progress lines");
+  CLI11_PARSE(app, argc, argv);
+
+  std::vector<hearth::ModelSpec> specs;
+  std::set<std::string> names;
+  for (const std::string& arg : model_args) {
+    specs.push_back(hearth::parse_model_spec(arg));
+    if (!names.insert(specs.back().name).second)
+      throw std::runtime_error("two --model arguments are both named '" + specs.back().name +
+                               "'; name one with DIR:NAME");
+  }
+
+  raise_descriptor_limit();
+  hearth::ServeOptions serve;
+  serve.backend = resolve_backend(backend);
+  serve.device = device;
+  serve.threads = threads;
+  serve.progress = !quiet;
+  serve.log = log_line;
+
+  hearth::ServerHandler handler(serve);
+  hearth::broker::BrokerOptions options;
+  options.socket_path = socket;
+  options.server_name = "hearth-server";
+  options.max_clients = max_clients;
+  options.idle_timeout = std::chrono::milliseconds(idle_timeout_ms);
+  options.admin_uid = admin_uid;
+  if (!allow_uids.empty()) {
+    // The server's own uid and the admin's always get in; the listed ones are added to them.
+    std::set<uid_t> allowed(allow_uids.begin(), allow_uids.end());
+    allowed.insert(::geteuid());
+    allowed.insert(admin_uid);
+    options.allowed_uids.assign(allowed.begin(), allowed.end());
+    options.listen.socket_mode = 0666;
+    options.listen.directory_mode = 0711;
+  } else if (admin_uid != ::geteuid()) {
+    options.allowed_uids = {::geteuid(), admin_uid};
+  }
+  // Binding first checks the socket's directory (owner, mode), takes the path's lock and clears a
+  // stale socket: a mistake there fails in milliseconds, not after minutes of loading. Clients
+  // that connect meanwhile wait in the backlog until the loop runs.
+  hearth::broker::Broker broker(options, handler);
+  for (const hearth::ModelSpec& spec : specs)
+    handler.add_model(hearth::load_served_model(spec, serve));
+  log_line("ready: serving " + std::to_string(specs.size()) + " model(s) on " + socket + " (" +
+           serve.backend + " backend, pid " + std::to_string(::getpid()) + ")");
+  broker.run();
+  handler.finish_loads();
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "hearth-server: error: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,179 @@
+#include "weight-server/model/hf_model.h"
+
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+#include "weight-server/model/read_file.h"
+
+namespace hearth {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+namespace {
+
+std::string read_optional(const fs::path& path) {
+  return fs::exists(path) ? read_file(path) : std::string();
+}
+
+json parse_json_file(const std::string& text, const fs::path& path) {
+  try {
+    return json::parse(text);
+  } catch (const json::exception& e) {
+    throw std::runtime_error(path.string() + ": invalid JSON: " + e.what());
+  }
+}
+
+// Shard file names from model.safetensors.index.json, in first-seen order.
+std::vector<std::string> shard_names_from_index(const fs::path& index_path) {
+  json index = parse_json_file(read_file(index_path), index_path);
+  auto map = index.find("weight_map");
+  if (map == index.end() || !map->is_object() || map->empty())
+    throw std::runtime_error(index_path.string() + ": missing or empty weight_map");
+  std::vector<std::string> names;
+  std::set<std::string> seen;
+  for (const auto& [tensor, file] : map->items()) {
+    if (!file.is_string())
+      throw std::runtime_error(index_path.string() + ": weight_map entry for '" + tensor +
+                               "' is not a file name");
+    std::string f = file.get<std::string>();
+    if (f.empty() || f.find('/') != std::string::npos || f == "." || f == "..")
+      throw std::runtime_error(index_path.string() + ": weight_map entry for '" + tensor +
+                               "' names a file outside the model directory: " + f);
+    if (seen.insert(f).second) names.push_back(f);
+  }
+  return names;
+}
+
+}  // namespace
+
+std::vector<ExpectedTensor> expected_tensors(const ModelConfig& c) {
+  using S = std::vector<int64_t>;
+  std::vector<ExpectedTensor> out;
+  const int64_t h = c.hidden, q = c.q_dim(), kv = c.kv_dim(), inter = c.intermediate;
+  out.push_back({"model.embed_tokens.weight", S{c.vocab, h}});
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    out.push_back({p + "input_layernorm.weight", S{h}});
+    out.push_back({p + "self_attn.q_proj.weight", S{q, h}});
+    out.push_back({p + "self_attn.k_proj.weight", S{kv, h}});
+    out.push_back({p + "self_attn.v_proj.weight", S{kv, h}});
+    if (c.qkv_bias) {
+      out.push_back({p + "self_attn.q_proj.bias", S{q}});
+      out.push_back({p + "self_attn.k_proj.bias", S{kv}});
+      out.push_back({p + "self_attn.v_proj.bias", S{kv}});
+    }
+    if (c.qk_norm) {
+      out.push_back({p + "self_attn.q_norm.weight", S{c.head_dim}});
+      out.push_back({p + "self_attn.k_norm.weight", S{c.head_dim}});
+    }
+    out.push_back({p + "self_attn.o_proj.weight", S{h, q}});
+    out.push_back({p + "post_attention_layernorm.weight", S{h}});
+    out.push_back({p + "mlp.gate_proj.weight", S{inter, h}});
+    out.push_back({p + "mlp.up_proj.weight", S{inter, h}});
+    out.push_back({p + "mlp.down_proj.weight", S{h, inter}});
+  }
+  out.push_back({"model.norm.weight", S{h}});
+  if (!c.tie_embeddings) out.push_back({"lm_head.weight", S{c.vocab, h}});
+  return out;
+}
+
+std::vector<int> eos_token_ids(const ModelConfig& config, const std::string& generation_config) {
+  if (!generation_config.empty()) {
+    json g = json::parse(generation_config, nullptr, /*allow_exceptions=*/false);
+    if (g.is_object() && g.contains("eos_token_id")) {
+      std::vector<int> ids;
+      const json& e = g["eos_token_id"];
+      if (e.is_number_integer()) ids.push_back(e.get<int>());
+      if (e.is_array())
+        for (const json& v : e)
+          if (v.is_number_integer()) ids.push_back(v.get<int>());
+      if (!ids.empty()) return ids;
+    }
+  }
+  return config.eos_ids;
+}
+
+HfModel HfModel::open(const fs::path& dir) {
+  if (!fs::is_directory(dir))
+    throw std::runtime_error(dir.string() + ": not a model directory (no such directory)");
+  HfModel m;
+  m.dir_ = dir;
+  const fs::path config_path = dir / "config.json";
+  if (!fs::exists(config_path))
+    throw std::runtime_error(dir.string() +
+                             ": no config.json (not a Hugging Face model directory)");
+  m.config_json_ = read_file(config_path);
+  m.config_ =
+      parse_model_config(parse_json_file(m.config_json_, config_path), config_path.string());
+  m.tokenizer_json_ = read_optional(dir / "tokenizer.json");
+  m.tokenizer_config_json_ = read_optional(dir / "tokenizer_config.json");
+  m.generation_config_json_ = read_optional(dir / "generation_config.json");
+  if (!m.generation_config_json_.empty())
+    parse_json_file(m.generation_config_json_, dir / "generation_config.json");
+
+  std::vector<std::string> shard_names;
+  if (fs::exists(dir / "model.safetensors.index.json"))
+    shard_names = shard_names_from_index(dir / "model.safetensors.index.json");
+  else if (fs::exists(dir / "model.safetensors"))
+    shard_names = {"model.safetensors"};
+  else
+    throw std::runtime_error(dir.string() +
+                             ": no model.safetensors or model.safetensors.index.json");
+
+  // Every tensor in every shard, by name; a name in two shards is an error.
+  std::map<std::string, HfTensor> found;
+  for (const std::string& name : shard_names) {
+    auto shard = std::make_shared<SafetensorsFile>(SafetensorsFile::open(dir / name));
+    for (const SafetensorsEntry& e : shard->header().tensors) {
+      if (found.contains(e.info.name))
+        throw std::runtime_error((dir / name).string() + ": tensor '" + e.info.name +
+                                 "' also appears in " + found[e.info.name].shard);
+      found[e.info.name] = HfTensor{e.info, shard->data(e), name};
+    }
+    m.shards_.push_back(std::move(shard));
+  }
+
+  for (const ExpectedTensor& want : expected_tensors(m.config_)) {
+    auto it = found.find(want.name);
+    if (it == found.end())
+      throw std::runtime_error(dir.string() + ": missing tensor '" + want.name + "'");
+    HfTensor& t = it->second;
+    if (t.info.shape != want.shape) {
+      TensorInfo expected{want.name, t.info.dtype, want.shape, 0};
+      throw std::runtime_error((dir / t.shard).string() + ": tensor '" + want.name +
+                               "' has shape " + t.info.shape_string() + ", the config implies " +
+                               expected.shape_string());
+    }
+    m.by_name_[want.name] = m.tensors_.size();
+    m.tensors_.push_back(std::move(t));
+    found.erase(it);
+  }
+  for (const auto& [name, t] : found) {
+    // Older checkpoints carry RoPE tables, and tied models sometimes a duplicate head; both are
+    // derivable from what we already have, so they are ignored rather than refused.
+    const bool rope_table = name.ends_with(".rotary_emb.inv_freq");
+    const bool tied_head = m.config_.tie_embeddings && name == "lm_head.weight";
+    if (!rope_table && !tied_head)
+      throw std::runtime_error((dir / t.shard).string() + ": unexpected tensor '" + name +
+                               "' for " + m.config_.architecture_name);
+  }
+  return m;
+}
+
+const HfTensor* HfModel::find(const std::string& name) const {
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : &tensors_[it->second];
+}
+
+uint64_t HfModel::total_bytes() const {
+  uint64_t n = 0;
+  for (const HfTensor& t : tensors_) n += t.info.bytes;
+  return n;
+}
+
+}  // namespace hearth

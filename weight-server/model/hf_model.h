@@ -1,0 +1,65 @@
+// A Hugging Face model directory opened for reading: its config, generation settings,
+// tokenizer files and safetensors shards, with every tensor checked against what the
+// architecture expects (names, shapes, dtypes) before anything is uploaded or run.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "weight-server/model/model_config.h"
+#include "weight-server/model/safetensors.h"
+
+namespace hearth {
+
+// Where one tensor's bytes live inside an open model directory.
+struct HfTensor {
+  TensorInfo info;
+  std::span<const std::byte> data;  // inside a mapped shard; valid while the HfModel lives
+  std::string shard;                // file name, for error messages
+};
+
+class HfModel {
+ public:
+  // Opens and validates `dir`. Throws std::runtime_error naming the file and tensor at fault.
+  static HfModel open(const std::filesystem::path& dir);
+
+  const std::filesystem::path& dir() const { return dir_; }
+  const ModelConfig& config() const { return config_; }
+  const std::vector<HfTensor>& tensors() const { return tensors_; }  // in load order
+  const HfTensor* find(const std::string& name) const;
+
+  // Raw file contents ("" when absent), passed along as-is to workers.
+  const std::string& config_json() const { return config_json_; }
+  const std::string& tokenizer_json() const { return tokenizer_json_; }
+  const std::string& tokenizer_config_json() const { return tokenizer_config_json_; }
+  const std::string& generation_config_json() const { return generation_config_json_; }
+
+  uint64_t total_bytes() const;
+
+ private:
+  std::filesystem::path dir_;
+  ModelConfig config_;
+  std::string config_json_, tokenizer_json_, tokenizer_config_json_, generation_config_json_;
+  std::vector<std::shared_ptr<SafetensorsFile>> shards_;
+  std::vector<HfTensor> tensors_;
+  std::map<std::string, size_t> by_name_;
+};
+
+// The tensors a model of this configuration must have, with their shapes, in a stable order
+// (embedding, then per layer, then final norm and head).
+struct ExpectedTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+};
+std::vector<ExpectedTensor> expected_tensors(const ModelConfig& config);
+
+// End-of-sequence ids from generation_config.json, falling back to config.json's.
+std::vector<int> eos_token_ids(const ModelConfig& config,
+                               const std::string& generation_config_json);
+
+}  // namespace hearth

@@ -1,0 +1,70 @@
+#include "weight-server/model/mapped_file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace hearth {
+
+namespace {
+std::string errno_text() {
+  return std::strerror(errno);
+}
+}  // namespace
+
+MappedFile MappedFile::open(const std::filesystem::path& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw std::runtime_error(path.string() + ": cannot open: " + errno_text());
+  struct stat st {};
+  if (fstat(fd, &st) != 0) {
+    std::string why = errno_text();
+    ::close(fd);
+    throw std::runtime_error(path.string() + ": cannot stat: " + why);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    throw std::runtime_error(path.string() + ": not a regular file");
+  }
+  try {
+    MappedFile m = map_fd(fd, static_cast<size_t>(st.st_size), path.string());
+    ::close(fd);
+    return m;
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+}
+
+MappedFile MappedFile::map_fd(int fd, size_t size, const std::string& label) {
+  MappedFile m;
+  if (size == 0) return m;  // mmap rejects empty lengths; an empty view is fine
+  void* p = mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) throw std::runtime_error(label + ": cannot map: " + errno_text());
+  m.data_ = static_cast<const std::byte*>(p);
+  m.size_ = size;
+  return m;
+}
+
+MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
+  if (this != &other) {
+    reset();
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
+
+void MappedFile::reset() {
+  if (data_) munmap(const_cast<std::byte*>(data_), size_);
+  data_ = nullptr;
+  size_ = 0;
+}
+
+}  // namespace hearth

@@ -1,0 +1,218 @@
+#include "weight-server/model/model_config.h"
+
+#include <cmath>
+#include <numbers>
+#include <stdexcept>
+
+#include <nlohmann/json.hpp>
+
+namespace hearth {
+
+using json = nlohmann::json;
+
+namespace {
+
+[[noreturn]] void refuse(const std::string& label, const std::string& what) {
+  throw std::runtime_error(label + ": " + what);
+}
+
+int positive_int(const json& cfg, const char* key, const std::string& label) {
+  auto it = cfg.find(key);
+  if (it == cfg.end() || it->is_null()) refuse(label, std::string("missing ") + key);
+  if (!it->is_number_integer() || it->get<int64_t>() <= 0 || it->get<int64_t>() > (1 << 30))
+    refuse(label, std::string(key) + " must be a positive integer, got " + it->dump());
+  return it->get<int>();
+}
+
+double number_or(const json& obj, const char* key, double fallback, const std::string& label) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return fallback;
+  if (!it->is_number()) refuse(label, std::string(key) + " must be a number, got " + it->dump());
+  return it->get<double>();
+}
+
+bool bool_or(const json& obj, const char* key, bool fallback, const std::string& label) {
+  auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return fallback;
+  if (!it->is_boolean()) refuse(label, std::string(key) + " must be true or false");
+  return it->get<bool>();
+}
+
+std::vector<int> id_list(const json& obj, const char* key) {
+  auto it = obj.find(key);
+  std::vector<int> ids;
+  if (it == obj.end()) return ids;
+  if (it->is_number_integer()) ids.push_back(it->get<int>());
+  if (it->is_array())
+    for (const json& v : *it)
+      if (v.is_number_integer()) ids.push_back(v.get<int>());
+  return ids;
+}
+
+// transformers 5 writes RoPE settings as `rope_parameters`; older configs use `rope_theta` and
+// `rope_scaling`. Both describe the same thing.
+void parse_rope(const json& cfg, ModelConfig& c, const std::string& label) {
+  json params = json::object();
+  if (auto it = cfg.find("rope_parameters"); it != cfg.end() && it->is_object()) params = *it;
+  if (auto it = cfg.find("rope_scaling"); it != cfg.end() && it->is_object())
+    for (const auto& [k, v] : it->items()) params[k] = v;
+
+  c.rope_theta =
+      number_or(params, "rope_theta", number_or(cfg, "rope_theta", 10000.0, label), label);
+  if (c.rope_theta <= 0) refuse(label, "rope_theta must be positive");
+
+  std::string type = "default";
+  if (auto it = params.find("rope_type"); it != params.end() && it->is_string())
+    type = it->get<std::string>();
+  else if (auto t = params.find("type"); t != params.end() && t->is_string())
+    type = t->get<std::string>();
+
+  RopeScaling& s = c.rope_scaling;
+  if (type == "default") return;
+  s.factor = number_or(params, "factor", 1.0, label);
+  if (s.factor <= 0) refuse(label, "rope scaling factor must be positive");
+  if (type == "linear") {
+    s.kind = RopeScaling::Kind::Linear;
+  } else if (type == "llama3") {
+    s.kind = RopeScaling::Kind::Llama3;
+    s.low_freq_factor = number_or(params, "low_freq_factor", 1.0, label);
+    s.high_freq_factor = number_or(params, "high_freq_factor", 4.0, label);
+    s.original_max_position =
+        static_cast<int>(number_or(params, "original_max_position_embeddings", 8192, label));
+    if (s.high_freq_factor <= s.low_freq_factor || s.original_max_position <= 0)
+      refuse(label,
+             "llama3 rope scaling needs high_freq_factor > low_freq_factor and a positive "
+             "original_max_position_embeddings");
+  } else {
+    refuse(label,
+           "unsupported rope scaling type '" + type + "' (supported: default, linear, llama3)");
+  }
+}
+
+}  // namespace
+
+const char* architecture_name(Architecture arch) {
+  switch (arch) {
+    case Architecture::Llama:
+      return "LlamaForCausalLM";
+    case Architecture::Mistral:
+      return "MistralForCausalLM";
+    case Architecture::Qwen2:
+      return "Qwen2ForCausalLM";
+    case Architecture::Qwen3:
+      return "Qwen3ForCausalLM";
+  }
+  return "?";
+}
+
+ModelConfig parse_model_config(const json& cfg, const std::string& label) {
+  if (!cfg.is_object()) refuse(label, "config is not a JSON object");
+  ModelConfig c;
+  auto arch_it = cfg.find("architectures");
+  if (arch_it == cfg.end() || !arch_it->is_array() || arch_it->size() != 1 ||
+      !(*arch_it)[0].is_string())
+    refuse(label, "architectures must list exactly one architecture");
+  c.architecture_name = (*arch_it)[0].get<std::string>();
+  if (c.architecture_name == "LlamaForCausalLM")
+    c.arch = Architecture::Llama;
+  else if (c.architecture_name == "MistralForCausalLM")
+    c.arch = Architecture::Mistral;
+  else if (c.architecture_name == "Qwen2ForCausalLM")
+    c.arch = Architecture::Qwen2;
+  else if (c.architecture_name == "Qwen3ForCausalLM")
+    c.arch = Architecture::Qwen3;
+  else
+    refuse(label, "unsupported architecture " + c.architecture_name +
+                      " (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
+                      "Qwen3ForCausalLM)");
+
+  c.hidden = positive_int(cfg, "hidden_size", label);
+  c.intermediate = positive_int(cfg, "intermediate_size", label);
+  c.n_layers = positive_int(cfg, "num_hidden_layers", label);
+  c.n_heads = positive_int(cfg, "num_attention_heads", label);
+  c.n_kv_heads = cfg.contains("num_key_value_heads") && !cfg["num_key_value_heads"].is_null()
+                     ? positive_int(cfg, "num_key_value_heads", label)
+                     : c.n_heads;
+  c.vocab = positive_int(cfg, "vocab_size", label);
+  c.max_position = cfg.contains("max_position_embeddings")
+                       ? positive_int(cfg, "max_position_embeddings", label)
+                       : 2048;
+  if (cfg.contains("head_dim") && !cfg["head_dim"].is_null()) {
+    c.head_dim = positive_int(cfg, "head_dim", label);
+  } else {
+    if (c.hidden % c.n_heads != 0)
+      refuse(label, "hidden_size is not a multiple of num_attention_heads and head_dim is absent");
+    c.head_dim = c.hidden / c.n_heads;
+  }
+  if (c.n_heads % c.n_kv_heads != 0)
+    refuse(label, "num_attention_heads must be a multiple of num_key_value_heads");
+  if (c.head_dim % 2 != 0) refuse(label, "head_dim must be even for RoPE");
+  c.rms_eps = number_or(cfg, "rms_norm_eps", 1e-6, label);
+  if (!(c.rms_eps > 0)) refuse(label, "rms_norm_eps must be positive");
+
+  if (auto act = cfg.find("hidden_act"); act != cfg.end() && *act != "silu")
+    refuse(label, "unsupported hidden_act " + act->dump() + " (supported: silu)");
+  if (bool_or(cfg, "mlp_bias", false, label)) refuse(label, "unsupported option mlp_bias=true");
+
+  c.tie_embeddings = bool_or(cfg, "tie_word_embeddings", false, label);
+  c.qkv_bias = c.arch == Architecture::Qwen2;
+  if (c.arch == Architecture::Llama && bool_or(cfg, "attention_bias", false, label))
+    refuse(label, "unsupported option attention_bias=true (it also biases o_proj)");
+  if (c.arch == Architecture::Qwen3 && bool_or(cfg, "attention_bias", false, label))
+    refuse(label, "unsupported option attention_bias=true for Qwen3ForCausalLM");
+  c.qk_norm = c.arch == Architecture::Qwen3;
+
+  if (c.arch == Architecture::Mistral) {
+    if (auto sw = cfg.find("sliding_window"); sw != cfg.end() && !sw->is_null())
+      c.sliding_window = positive_int(cfg, "sliding_window", label);
+  }
+  if (c.arch == Architecture::Qwen2 || c.arch == Architecture::Qwen3) {
+    if (bool_or(cfg, "use_sliding_window", false, label))
+      refuse(label, "unsupported option use_sliding_window=true");
+  }
+  parse_rope(cfg, c, label);
+  c.bos_ids = id_list(cfg, "bos_token_id");
+  c.eos_ids = id_list(cfg, "eos_token_id");
+  return c;
+}
+
+uint64_t ModelConfig::parameter_count() const {
+  uint64_t h = hidden, per_layer = 0;
+  per_layer += h * q_dim() + 2 * h * kv_dim() + uint64_t(q_dim()) * h;  // attention
+  per_layer += 3 * h * intermediate;                                    // SwiGLU MLP
+  per_layer += 2 * h;                                                   // norms
+  if (qkv_bias) per_layer += q_dim() + 2 * kv_dim();
+  if (qk_norm) per_layer += 2 * head_dim;
+  uint64_t total = per_layer * n_layers + h * vocab + h;
+  if (!tie_embeddings) total += h * vocab;
+  return total;
+}
+
+std::vector<float> rope_inverse_frequencies(const ModelConfig& c) {
+  const int half = c.head_dim / 2;
+  std::vector<float> inv(half);
+  const RopeScaling& s = c.rope_scaling;
+  for (int i = 0; i < half; ++i) {
+    // Matches transformers: the exponent is computed in fp32 from an integer range.
+    float f = 1.0f / std::pow(static_cast<float>(c.rope_theta),
+                              static_cast<float>(2 * i) / static_cast<float>(c.head_dim));
+    if (s.kind == RopeScaling::Kind::Linear) {
+      f = static_cast<float>(f / s.factor);
+    } else if (s.kind == RopeScaling::Kind::Llama3) {
+      const double low_wavelen = s.original_max_position / s.low_freq_factor;
+      const double high_wavelen = s.original_max_position / s.high_freq_factor;
+      const double wavelen = 2.0 * std::numbers::pi / f;
+      if (wavelen > low_wavelen) {
+        f = static_cast<float>(f / s.factor);
+      } else if (wavelen >= high_wavelen) {
+        const double smooth = (s.original_max_position / wavelen - s.low_freq_factor) /
+                              (s.high_freq_factor - s.low_freq_factor);
+        f = static_cast<float>((1.0 - smooth) * f / s.factor + smooth * f);
+      }
+    }
+    inv[i] = f;
+  }
+  return inv;
+}
+
+}  // namespace hearth

@@ -1,0 +1,86 @@
+#include "weight-server/sharing/model_import.h"
+
+#include <chrono>
+#include <span>
+#include <stdexcept>
+
+#include "weight-server/sharing/checksum.h"
+#include "weight-server/sharing/imported_memfd_store.h"
+#include "weight-server/model/parallel_for.h"
+#include "weight-server/sharing/vmm_backend.h"
+
+namespace hearth {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point& mark) {
+  const Clock::time_point now = Clock::now();
+  const double ms = std::chrono::duration<double, std::milli>(now - mark).count();
+  mark = now;
+  return ms;
+}
+
+}  // namespace
+
+ImportedModel import_served_model(ipc::Client& client, const std::string& model,
+                                  const ImportOptions& options) {
+  ImportedModel out;
+  Clock::time_point mark = Clock::now();
+  ipc::Frame reply = client.call(ipc::op::kManifest, {{"model", model}});
+  const auto it = reply.body.find("manifest");
+  if (it == reply.body.end())
+    throw std::runtime_error("the server's reply to 'manifest' for model '" + model +
+                             "' carries no manifest");
+  out.manifest = parse_manifest(*it);
+  if (out.manifest.model != model)
+    throw std::runtime_error("asked the server for model '" + model +
+                             "' and got the manifest of '" + out.manifest.model + "'");
+  out.timings.manifest_ms = ms_since(mark);
+
+  // The GPU is checked before importing anything: a worker on the wrong device should fail
+  // before it takes a lease or a single descriptor.
+  int device = -1;
+  if (out.manifest.backend == "vmm") {
+    device = vmm_device_for(out.manifest.gpu_uuid);
+    if (options.on_device) options.on_device(out.manifest, device);
+    out.timings.gpu_ms = ms_since(mark);
+  }
+
+  const std::vector<uint64_t> ids = out.manifest.allocation_ids();
+  std::vector<UniqueFd> fds = client.import_allocations(model, ids);
+  out.timings.import_ms = ms_since(mark);
+
+  if (out.manifest.backend == "memfd")
+    out.store = std::make_shared<ImportedMemfdStore>(out.manifest, std::move(fds));
+  else
+    out.store = import_vmm_store(out.manifest, std::move(fds), device);
+  out.timings.map_ms = ms_since(mark);
+
+  if (options.verify) {
+    verify_weights(*out.store, out.manifest, options.verify_threads);
+    out.timings.verify_ms = ms_since(mark);
+  }
+  return out;
+}
+
+void verify_weights(const WeightStore& store, const Manifest& manifest, int threads) {
+  const bool device = store.residence() == Residence::Device;
+  // Device read-back goes through one pinned buffer per call; hashing host memory is what
+  // parallelises.
+  parallel_for(manifest.tensors.size(), device ? 1 : threads, [&](size_t i) {
+    const ManifestTensor& want = manifest.tensors[i];
+    const StoredTensor& got = store.at(want.info.name);
+    const uint64_t sum =
+        device ? device_checksum(got.data, want.info.bytes)
+               : xxh3_checksum({static_cast<const std::byte*>(got.data), size_t(want.info.bytes)});
+    if (sum != want.xxh3)
+      throw std::runtime_error("model '" + manifest.model + "', tensor '" + want.info.name +
+                               "': xxh3 " + checksum_to_hex(sum) + " differs from the manifest's " +
+                               checksum_to_hex(want.xxh3) +
+                               ": the imported weights are not what the server loaded");
+  });
+}
+
+}  // namespace hearth

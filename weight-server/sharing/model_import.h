@@ -1,0 +1,50 @@
+// A worker attaching to a served model: fetch and check the manifest, check the GPU, import one
+// descriptor per tensor and map them (memfd: read-only mmap; vmm: import + reserve + map), and
+// optionally recompute every tensor's checksum. The connection it runs on is the worker's
+// lease; keep it open for as long as the weights are used.
+#pragma once
+
+#include <functional>
+
+#include <memory>
+#include <string>
+
+#include "ipc/client.h"
+#include "weight-server/sharing/manifest.h"
+#include "weight-server/model/weight_store.h"
+
+namespace hearth {
+
+struct ImportOptions {
+  bool verify = false;  // xxh3 of every tensor against the manifest
+  int verify_threads = 4;
+  // vmm: called once the device is known, before the descriptors are received, so a caller
+  // can start its own GPU set-up beside the import.
+  std::function<void(const Manifest&, int device)> on_device = nullptr;
+};
+
+// Milliseconds per step, for the attach benchmark and the worker's timings.
+struct ImportTimings {
+  double manifest_ms = 0;  // request, receive and validate the manifest
+  double gpu_ms = 0;       // vmm: find the device, create the CUDA context
+  double import_ms = 0;    // receive every descriptor
+  double map_ms = 0;       // check and map them
+  double verify_ms = 0;    // recompute checksums (when asked)
+};
+
+struct ImportedModel {
+  Manifest manifest;
+  std::shared_ptr<const WeightStore> store;
+  ImportTimings timings;
+};
+
+// Throws ipc::IpcError (and its ProtocolError for refusals such as an unknown model) for
+// transport failures, std::runtime_error for anything wrong with what the server sent.
+ImportedModel import_served_model(ipc::Client& client, const std::string& model,
+                                  const ImportOptions& options = {});
+
+// Recomputes the xxh3 of every tensor in `store` and compares it with the manifest. Throws
+// std::runtime_error naming the first tensor that differs.
+void verify_weights(const WeightStore& store, const Manifest& manifest, int threads = 4);
+
+}  // namespace hearth

@@ -1,0 +1,148 @@
+// The vmm seam with CUDA compiled in (see vmm_backend.h).
+#include "weight-server/sharing/vmm_backend.h"
+
+#include <cuda_runtime.h>
+#include <fcntl.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "weight-server/sharing/checksum.h"
+#include "weight-server/model/device_store.h"
+#include "kernels/cuda_check.h"
+#include "kernels/cuda_handles.h"
+
+namespace hearth {
+
+namespace {
+
+// A DeviceStore uploaded for sharing: the same tensors, plus export by allocation id. Each
+// allocation is exported once, here: cuMemExportToShareableHandle is a driver call (~0.15 ms,
+// serialised with other processes' driver work such as a worker creating its context), while
+// a request only needs a dup of the descriptor.
+class ExportedDeviceStore final : public ExportableStore {
+ public:
+  ExportedDeviceStore(std::unique_ptr<DeviceStore> device, double seconds)
+      : device_(std::move(device)) {
+    config_ = device_->config();
+    for (const StoredTensor& t : device_->tensors()) add_tensor(t);
+    timings_ = {device_->upload_stats().bytes, seconds, device_->upload_stats().seconds};
+    exported_.reserve(device_->allocations().size());
+    for (const VmmAllocation& a : device_->allocations()) exported_.emplace_back(a.export_fd());
+  }
+  Residence residence() const override { return Residence::Device; }
+  const char* backend_name() const override { return "vmm"; }
+  size_t allocation_count() const override { return device_->allocations().size(); }
+  std::string gpu_uuid() const override { return device_->gpu_uuid(); }
+  UniqueFd export_allocation(uint32_t id) const override {
+    if (id >= device_->allocations().size())
+      throw std::out_of_range("allocation " + std::to_string(id) +
+                              " does not exist (the model has " +
+                              std::to_string(device_->allocations().size()) + ")");
+    // A fresh descriptor per request: the receiving process owns it, and it ends with it.
+    const int fd = ::fcntl(exported_[id].get(), F_DUPFD_CLOEXEC, 0);
+    if (fd < 0)
+      throw std::system_error(errno, std::generic_category(),
+                              "duplicating the descriptor of allocation " + std::to_string(id));
+    return UniqueFd(fd);
+  }
+
+ private:
+  std::unique_ptr<DeviceStore> device_;
+  std::vector<UniqueFd> exported_;  // one per allocation, in id order
+};
+
+}  // namespace
+
+bool vmm_gpu_available(std::string* why) {
+  int count = 0;
+  const cudaError_t err = cudaGetDeviceCount(&count);
+  if (err == cudaSuccess && count > 0) return true;
+  if (why)
+    *why = std::string("no CUDA device was found (") +
+           (err != cudaSuccess ? cudaGetErrorString(err) : "0 devices") + ")";
+  return false;
+}
+
+std::unique_ptr<ExportableStore> upload_vmm_store(const HfModel& model,
+                                                  const VmmLoadOptions& options) {
+  std::string why;
+  if (!vmm_gpu_available(&why))
+    throw std::runtime_error("the vmm backend needs a CUDA GPU: " + why);
+  const auto start = std::chrono::steady_clock::now();
+  UploadOptions upload;
+  upload.device = options.device;
+  upload.layout = DeviceLayout::PerTensor;
+  upload.progress = options.progress;
+  upload.threads = options.threads;
+  std::unique_ptr<DeviceStore> device = DeviceStore::upload(model, upload);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return std::make_unique<ExportedDeviceStore>(std::move(device), seconds);
+}
+
+int vmm_device_for(const std::string& gpu_uuid) {
+  std::string why;
+  if (!vmm_gpu_available(&why))
+    throw std::runtime_error("the server shares its weights on GPU " + gpu_uuid + ", but " + why +
+                             " in this worker");
+  int count = 0;
+  HEARTH_CUDA_CHECK(cudaGetDeviceCount(&count));
+  std::string seen;
+  for (int d = 0; d < count; ++d) {
+    const std::string uuid = cuda_device_uuid(d);
+    if (uuid == gpu_uuid) return d;
+    seen += (seen.empty() ? "" : ", ") + uuid;
+  }
+  throw std::runtime_error("the server's weights live on GPU " + gpu_uuid +
+                           ", which this worker cannot see (its devices: " + seen +
+                           "); run it on the server's GPU (check CUDA_VISIBLE_DEVICES)");
+}
+
+std::shared_ptr<const WeightStore> import_vmm_store(const Manifest& manifest,
+                                                    std::vector<UniqueFd> fds, int device) {
+  if (fds.size() != manifest.tensors.size())
+    throw std::runtime_error("model '" + manifest.model + "': received " +
+                             std::to_string(fds.size()) + " descriptors for " +
+                             std::to_string(manifest.tensors.size()) + " tensors");
+  HEARTH_CUDA_CHECK(cudaSetDevice(device));
+  HEARTH_CUDA_CHECK(cudaFree(nullptr));
+  std::vector<VmmAllocation> allocations;
+  std::vector<StoredTensor> tensors;
+  allocations.reserve(fds.size());
+  tensors.reserve(fds.size());
+  for (size_t i = 0; i < fds.size(); ++i) {
+    const ManifestTensor& t = manifest.tensors[i];
+    try {
+      allocations.push_back(VmmAllocation::import(fds[i].get(), t.allocation_bytes, device));
+    } catch (const std::exception& e) {
+      throw std::runtime_error("model '" + manifest.model + "', tensor '" + t.info.name +
+                               "': cannot import its allocation (" +
+                               std::to_string(t.allocation_bytes) + " bytes): " + e.what());
+    }
+    fds[i].reset();  // the driver holds its own reference once imported
+    tensors.push_back(StoredTensor{t.info, nullptr, t.allocation_bytes, uint32_t(i)});
+  }
+  return DeviceStore::adopt(manifest.config, std::move(tensors), std::move(allocations),
+                            manifest.gpu_uuid);
+}
+
+uint64_t device_checksum(const void* device_address, uint64_t bytes) {
+  static constexpr size_t kChunk = 64ull << 20;
+  PinnedBuffer buffer(std::min<uint64_t>(std::max<uint64_t>(bytes, 1), kChunk));
+  Xxh3Stream stream;
+  const auto* src = static_cast<const std::byte*>(device_address);
+  for (uint64_t off = 0; off < bytes; off += buffer.bytes()) {
+    const size_t n = size_t(std::min<uint64_t>(buffer.bytes(), bytes - off));
+    HEARTH_CUDA_CHECK(cudaMemcpy(buffer.get(), src + off, n, cudaMemcpyDeviceToHost));
+    stream.update({buffer.get<std::byte>(), n});
+  }
+  return stream.digest();
+}
+
+}  // namespace hearth

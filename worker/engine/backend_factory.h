@@ -1,0 +1,27 @@
+// Chooses and builds the engine the engine options ask for: `cpu`, `cuda`, or `auto` (cuda when a
+// GPU is present, else cpu).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "worker/engine/backend.h"
+#include "worker/engine/cuda_support.h"
+#include "worker/engine/engine_options.h"
+#include "worker/engine/engine_weights.h"
+
+namespace hearth {
+
+// "cpu" or "cuda": what `auto` means on this machine.
+std::string resolve_backend(const std::string& requested);
+
+// The context length an engine gets on a model: its own, else the model's maximum (capped at
+// 4096, and at a Mistral sliding window, which hearth does not apply).
+int resolve_context_length(const EngineOptions& options, const ModelConfig& config);
+
+// Throws std::runtime_error with a clear message when the backend cannot run here (e.g.
+// "no CUDA device was found"). `warmup`, from start_cuda_warmup, is used by the cuda backend.
+std::unique_ptr<Backend> make_backend(const EngineOptions& options, const EngineWeights& weights,
+                                      std::shared_ptr<CudaWarmup> warmup = nullptr);
+
+}  // namespace hearth

@@ -1,0 +1,112 @@
+// The CUDA engine: the same Llama-family graph as the CPU engine, on GPU-resident weights.
+// Prefill runs cuBLASLt GEMMs and the flash-style attention kernel over chunks of the prompt;
+// decode runs hearth's GEMV kernels and split-context attention, captured once as a CUDA graph
+// and replayed per token. Sampling happens on the device with the host sampler's rules; only
+// the chosen token and its logprob come back.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "kernels/cuda_handles.h"
+#include "kernels/device_buffer.h"
+#include "kernels/gemm.h"
+#include "kernels/ops.h"
+#include "worker/engine/backend.h"
+#include "worker/engine/cuda/cuda_warmup.h"
+#include "worker/engine/model_weights.h"
+#include "worker/engine/engine_options.h"
+#include "weight-server/model/weight_store.h"
+
+namespace hearth {
+
+class CudaBackend final : public Backend {
+ public:
+  // `warmup`, when given, already holds the context and a warmed-up cuBLASLt (cuda_warmup.h).
+  CudaBackend(std::shared_ptr<const WeightStore> store, const EngineOptions& options,
+              int context_length, std::shared_ptr<CudaWarmup> warmup = nullptr);
+  ~CudaBackend() override;
+
+  std::string name() const override { return "cuda"; }
+  int context_length() const override { return context_; }
+  void forward(std::span<const int32_t> tokens, int start_pos) override;
+  std::span<const float> logits() override;
+  SampledToken sample(const SamplingParams& params, std::span<const int32_t> seen,
+                      uint64_t step) override;
+
+  // Waits for everything queued, including a decode step sample() started ahead.
+  void synchronize();
+
+  // Device memory this backend allocated (activations, KV cache), excluding weights.
+  size_t workspace_bytes() const { return workspace_bytes_; }
+  const WeightStore& store() const { return *store_; }
+
+ private:
+  struct LayerRefs {
+    const void *wq, *wk, *wv, *wo, *w_gate, *w_up, *w_down;
+    const float *attn_norm, *mlp_norm, *bq, *bk, *bv, *q_norm, *k_norm;
+  };
+  DeviceBuffer alloc(size_t bytes);
+  const float* upload_vector(const WeightRef& v);
+  void decode_step(int parity);              // token and position from params_
+  void launch_decode(int parity);            // eagerly, or by replaying the captured graph
+  void prefill_chunk(int n, int start_pos);  // tokens already in d_tokens_
+  void layer_decode(int l);
+  void layer_prefill(int l, int n, int start_pos);
+  void lm_head(int row, int parity);
+  void gemv(kernels::GemvEpilogue epilogue, const kernels::GemvArgs& args);
+  void upload_seen(std::span<const int32_t> seen);
+  void* k_cache(int l) const;
+  void* v_cache(int l) const;
+
+  std::shared_ptr<const WeightStore> store_;
+  const ModelConfig& c_;
+  EngineOptions options_;
+  int context_, chunk_;
+  kernels::Half type_;
+  CudaStream stream_;  // declared before the buffers and handles below: destroyed after them
+  std::unique_ptr<kernels::Gemm> gemm_;
+
+  std::vector<LayerRefs> layers_;
+  const void* embed_ = nullptr;
+  const void* lm_head_ = nullptr;
+  const float* final_norm_ = nullptr;
+  std::vector<DeviceBuffer> vectors_;  // norms and biases as fp32
+  DeviceBuffer inv_freq_;
+
+  size_t workspace_bytes_ = 0;
+  DeviceBuffer x_, xn_, q32_, k32_, v32_, q16_, att_, gate_, up_, act_;
+  DeviceBuffer logits_[2];  // alternate steps write alternate buffers (see sample())
+  DeviceBuffer k_cache_, v_cache_, attn_scratch_, attn_counters_, argmax_scratch_, sample_scratch_,
+      seen_, tokens_, params_, result_;
+  struct Params {
+    int32_t token;
+    int32_t pos;
+  };
+  struct Result {
+    int32_t token;
+    float logprob;
+  };
+  PinnedBuffer host_params_, host_result_;
+
+  CudaGraphExec decode_graph_[2];
+  int eager_decodes_ = 0;
+  int current_ = 0;    // logits_[current_] holds the last forward's logits
+  int last_pos_ = -1;  // position of the last token forwarded
+  // A decode step already running for the sampled token at the next position, launched by
+  // sample() so the GPU need not wait for the host between tokens.
+  struct Ahead {
+    int32_t token;
+    int pos;
+  };
+  std::optional<Ahead> ahead_;
+  CudaEvent result_ready_;
+  std::vector<float> host_logits_;
+  bool host_logits_valid_ = false;
+  std::vector<int32_t> uploaded_seen_;
+};
+
+}  // namespace hearth

@@ -6,6 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 tools/install-deps.sh
 jobs=$(nproc)
+# Warnings are errors in CI (.ci/run sets HEARTH_WERROR=ON), not on a user's newer compiler.
+werror=${HEARTH_WERROR:-OFF}
 
 echo "== format check (.clang-format) =="
 unformatted=$(git ls-files '*.cc' '*.h' '*.cu' '*.cuh' | while read -r f; do
@@ -15,12 +17,13 @@ if [ -n "$unformatted" ]; then
 fi
 
 echo "== release build =="
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHEARTH_WERROR="$werror" >/dev/null
 cmake --build build -j"$jobs"
 ctest --test-dir build --output-on-failure -j"$jobs" "$@"
 
 echo "== sanitizer build (ASan + UBSan, CPU paths) =="
-cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DHEARTH_SANITIZE=ON -DHEARTH_CUDA=OFF >/dev/null
+cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DHEARTH_SANITIZE=ON -DHEARTH_CUDA=OFF \
+  -DHEARTH_WERROR="$werror" >/dev/null
 cmake --build build-asan -j"$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -j"$jobs" -LE "gpu|slow" "$@"

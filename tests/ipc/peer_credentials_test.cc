@@ -27,8 +27,8 @@ TEST(PeerCredentials, ReportsTheConnectingProcess) {
     try {
       UniqueFd socket = connect_unix(listener.path());
       char byte;
-      (void)::read(socket.get(), &byte, 1);  // wait for the parent to hang up
-      ::_exit(0);
+      // Wait for the parent to hang up (read returns 0).
+      ::_exit(::read(socket.get(), &byte, 1) == 0 ? 0 : 2);
     } catch (...) {
       ::_exit(1);
     }

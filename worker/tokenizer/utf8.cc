@@ -1,5 +1,8 @@
 #include "utf8.h"
 
+#include <algorithm>
+#include <stdexcept>
+
 namespace hearth::tok {
 namespace {
 
@@ -109,8 +112,12 @@ void Utf8Repairer::push(std::string_view bytes, std::string& out) {
   if (pending_len_ == 0) {
     const auto* p = reinterpret_cast<const unsigned char*>(bytes.data());
     const size_t used = repair(p, bytes.size(), false, out);
-    pending_len_ = bytes.size() - used;
-    for (size_t k = 0; k < pending_len_; ++k) pending_[k] = p[used + k];
+    // What repair() leaves is the start of one incomplete sequence: shorter than the buffer.
+    // Said here so the compiler (and the reader) need not trust it.
+    const size_t held = bytes.size() - used;
+    if (held >= sizeof pending_) throw std::logic_error("utf8: held more than one sequence");
+    pending_len_ = held;
+    std::copy_n(p + used, held, pending_);
     return;
   }
   // Rare path: finish the held sequence with the new bytes in front of us.

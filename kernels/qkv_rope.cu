@@ -1,5 +1,6 @@
 #include "kernels/cuda_check.h"
 #include "kernels/half_utils.cuh"
+#include "kernels/qkv_head.cuh"
 
 namespace hearth::kernels {
 
@@ -18,26 +19,9 @@ __global__ void qkv_rope_kernel(QkvRopeArgs a) {
   const float* bias = is_q ? a.bq : is_k ? a.bk : a.bv;
   const float* norm = is_q ? a.q_norm : is_k ? a.k_norm : nullptr;
   const int base = h * a.head_dim;
-
-  float x0 = src[base + i], x1 = src[base + i + half];
-  if (bias) {
-    x0 += bias[base + i];
-    x1 += bias[base + i + half];
-  }
-  if (norm) {
-    const float ss = block_sum(x0 * x0 + x1 * x1, scratch);
-    const float scale = rsqrtf(ss / float(a.head_dim) + a.eps);
-    x0 = norm[i] * (x0 * scale);
-    x1 = norm[i + half] * (x1 * scale);
-  }
   const int pos = a.start_pos[0] + t;
-  if (is_q || is_k) {
-    float s, c;
-    sincosf(float(pos) * a.inv_freq[i], &s, &c);
-    const float r0 = x0 * c - x1 * s, r1 = x1 * c + x0 * s;
-    x0 = r0;
-    x1 = r1;
-  }
+  const float2 x = qkv_head_pair(src + base, bias ? bias + base : nullptr, norm, a.inv_freq,
+                                 a.head_dim, pos, is_q || is_k, a.eps, scratch);
   T* dst;
   if (is_q) {
     dst = static_cast<T*>(a.q_out) + int64_t(t) * q_dim + base;
@@ -45,8 +29,8 @@ __global__ void qkv_rope_kernel(QkvRopeArgs a) {
     T* cache = static_cast<T*>(is_k ? a.k_cache : a.v_cache);
     dst = cache + (int64_t(h) * a.context + pos) * a.head_dim;
   }
-  dst[i] = HalfTraits<T>::from_float(x0);
-  dst[i + half] = HalfTraits<T>::from_float(x1);
+  dst[i] = HalfTraits<T>::from_float(x.x);
+  dst[i + half] = HalfTraits<T>::from_float(x.y);
 }
 
 }  // namespace

@@ -33,4 +33,33 @@ std::vector<float> attention(const std::vector<float>& q, const std::vector<floa
 
 float silu(float x);
 
+// ---- References of the batched kernels (kernels/batch_ops.h) ----
+// Plain arrays with the kernels' layouts, so the CPU engine can run the same math.
+
+// out[i][j] = sum_c a[i * lda + c] * w[j * k + c] (+ bias[j]): a [m][lda], w [n][k] (row-major,
+// the HF layout), bias optional [n], out [m][n]. Accumulated in double.
+void matmul(const float* a, int64_t lda, const float* w, const float* bias, int m, int n, int k,
+            float* out);
+
+// Token t of q [t][n_heads * head_dim], k and v [t][n_kv_heads * head_dim]: bias (optional),
+// per-head RMSNorm (optional q_norm / k_norm [head_dim]), RoPE at pos[t] (pairs i,
+// i + head_dim / 2, inv_freq [head_dim / 2]). q goes to q_out (same layout); k and v rows go to
+// the pools [num_blocks][n_kv_heads][block_size][head_dim] at slot[t] = block * block_size +
+// offset, or nowhere when slot[t] < 0.
+void paged_kv_write(const float* q, const float* k, const float* v, const float* bq,
+                    const float* bk, const float* bv, const float* q_norm, const float* k_norm,
+                    const float* inv_freq, const int* pos, const int* slot, int num_tokens,
+                    int n_heads, int n_kv_heads, int head_dim, int block_size, float eps,
+                    float* q_out, float* k_pool, float* v_pool);
+
+// Causal attention of a mixed step: sequence s owns query tokens query_start[s] ..
+// query_start[s + 1] - 1 at positions first_pos[s] + i; its position p lives in the pools
+// (layout above) at block block_table[s * max_blocks + p / block_size], offset p % block_size.
+// q and out [num_tokens][n_heads * head_dim]; query head h reads kv head h / (n_heads /
+// n_kv_heads); a query at position p sees keys 0..p.
+void paged_attention(const float* q, const float* k_pool, const float* v_pool,
+                     const int* query_start, const int* first_pos, const int* block_table,
+                     int num_seqs, int max_blocks, int block_size, int n_heads, int n_kv_heads,
+                     int head_dim, float scale, float* out);
+
 }  // namespace hearth::reference

@@ -16,6 +16,7 @@
 #include "weight-server/model/hf_model.h"
 #include "kernels/device_buffer.h"
 #include "kernels/ops.h"
+#include "tools/bench_batch_kernels.h"
 #include "worker/engine/cuda/cuda_backend.h"
 #include "worker/engine/profile.h"
 
@@ -210,7 +211,7 @@ int run(int argc, char** argv) {
   int decode_tokens = 128, repeats = 3;
   double copy_gbps = 3020, matmul_tflops = 796;
   std::vector<std::string> settings;
-  app.add_option("--model", model_dir, "model directory")->required();
+  app.add_option("--model", model_dir, "model directory (not needed with --batch-kernels)");
   app.add_option("--label", label, "model label in the report (default: directory name)");
   app.add_option("--decode-contexts", decode_list,
                  "contexts to decode at (tokens already in the cache)");
@@ -227,7 +228,28 @@ int run(int argc, char** argv) {
   bool kernels = false;
   app.add_flag("--kernels", kernels,
                "also time each decode kernel class alone (GB/s per GEMV split)");
+  bool batch_kernels = false, all_tiles = false;
+  app.add_flag("--batch-kernels", batch_kernels,
+               "instead: time the continuous-batching kernels on synthetic 8B shapes");
+  app.add_flag("--all-tiles", all_tiles, "with --batch-kernels: also each forced matmul tiling");
+  std::string batch_ms;
+  app.add_option("--batch-m", batch_ms, "with --batch-kernels: matmul row counts (a,b,...)");
   CLI11_PARSE(app, argc, argv);
+  if (batch_kernels) {
+    hearth::bench::BatchKernelBenchOptions o;
+    o.copy_gbps = copy_gbps, o.matmul_tflops = matmul_tflops, o.all_tiles = all_tiles;
+    if (!batch_ms.empty()) o.ms = parse_list(batch_ms);
+    const json report = hearth::bench::batch_kernel_bench(o);
+    std::printf("%s\n", report.dump().c_str());
+    if (!json_path.empty()) {
+      FILE* f = std::fopen(json_path.c_str(), "w");
+      if (!f) throw std::runtime_error(json_path + ": cannot write");
+      std::fprintf(f, "%s\n", report.dump(2).c_str());
+      std::fclose(f);
+    }
+    return 0;
+  }
+  if (model_dir.empty()) throw std::runtime_error("--model is required");
   if (label.empty()) label = fs::path(model_dir).filename().string();
 
   hearth::Profile profile;

@@ -1,0 +1,168 @@
+// The CUDA kernels of continuous batching: one step holds T tokens of S sequences (decodes and
+// prompt chunks mixed), their K/V live in a paged pool, and any number of rows is sampled.
+//
+// Every kernel here is batch invariant: a row's result is bit-identical whatever else is in the
+// step (how many rows, its position among them, how a prompt was chunked, which physical blocks
+// hold its cache). That holds by construction, not by luck:
+//   - matmul: one fp32 accumulator per output, fed by m16n8k16 tensor-core steps over K in one
+//     fixed order; K is cut into a number of slices that depends on the weight's shape alone
+//     (batch_matmul_k_slices), never on M; tile shapes change with M, the arithmetic does not;
+//   - attention: keys are cut into splits of kAttentionSplitTokens at absolute positions; each
+//     split runs an online softmax over 64-key tiles aligned the same way, and splits are merged
+//     strictly in order with one merge function, whether the merge happens inside a block or in
+//     a separate pass;
+//   - sampling: one block per row, with fixed-order reductions.
+// Elementwise arithmetic is written with explicit rounding intrinsics where the compiler could
+// otherwise fuse differently in different instantiations.
+//
+// All launchers are asynchronous on `stream`, check their arguments (std::invalid_argument with
+// what and where) and the launch. CPU references: kernels/reference.h.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/ops.h"
+
+namespace hearth::kernels {
+
+// ---- Row-invariant matmul ------------------------------------------------------------------
+// out[m, n] = sum_k A[m, k] * W[n, k]  (+ bias[n]), fp32 accumulation, for any M >= 1.
+//   StoreF32:      out fp32 [m, n]
+//   StoreHalf:     out 16-bit [m, n]
+//   AccumulateF32: out fp32 [m, n] += result          (o_proj / down_proj into the residual)
+//   SwiGLU:        out 16-bit [m, n] = silu(A.Wg) * (A.Wu), w = Wg, w_up = Wu  (no bias)
+enum class MatmulEpilogue { StoreF32, StoreHalf, AccumulateF32, SwiGLU };
+
+// Tilings. Auto picks by M and N; the others exist so tests and benchmarks can show that every
+// tiling gives the same bits. Skinny streams the weights with many blocks (16/32/64 rows x 32
+// weight rows, K slices spread over blocks): decode steps. Medium (64 x 128) and Large
+// (128 x 256) are pipelined tensor-core tiles for prompt chunks.
+enum class MatmulTiles { Auto, Skinny, Medium, Large };
+
+struct MatmulArgs {
+  const void* a = nullptr;      // activations [m, k], 16-bit, rows `lda` elements apart
+  int64_t lda = 0;              // 0: k
+  const void* w = nullptr;      // weight [n, k], 16-bit, row-major (the HF layout)
+  const void* w_up = nullptr;   // SwiGLU only: the up weight [n, k]
+  const float* bias = nullptr;  // optional [n]
+  int m = 0, n = 0, k = 0;      // k: a multiple of 16
+  void* out = nullptr;          // [m, n], contiguous
+  // Scratch for K slices spread over blocks: batch_matmul_workspace_bytes(m, n, k, tiles)
+  // bytes (enough for every M' <= m); zeroed once when allocated (the kernel leaves its
+  // counters zeroed). One workspace per stream. May be null when that size is 0.
+  void* workspace = nullptr;
+  size_t workspace_bytes = 0;
+  MatmulTiles tiles = MatmulTiles::Auto;
+};
+
+// How many consecutive K slices an output is summed from (1, 2, 4 or 8): a function of the
+// weight's shape only. Each slice is an ascending chain of k16 tensor-core steps started from
+// zero; the output is ((s0 + s1) + s2) + ... in slice order.
+int batch_matmul_k_slices(int n, int k);
+size_t batch_matmul_workspace_bytes(int m, int n, int k, MatmulTiles tiles = MatmulTiles::Auto);
+void batch_matmul(Half type, MatmulEpilogue epilogue, const MatmulArgs& args, cudaStream_t stream);
+
+// ---- K/V write into the paged pool, with RoPE ------------------------------------------------
+// The batched counterpart of qkv_rope: per token t, bias, optional per-head RMSNorm (Qwen3),
+// RoPE at position pos[t]; q out as 16-bit; k and v stored at slot[t] = block * block_size +
+// offset of the layer's pools, laid out [num_blocks][n_kv_heads][block_size][head_dim]. A token
+// with slot < 0 (padding) writes its q row only.
+struct PagedKvWriteArgs {
+  const float* q = nullptr;  // [t, n_heads * head_dim]
+  const float* k = nullptr;  // [t, n_kv_heads * head_dim]
+  const float* v = nullptr;
+  const float* bq = nullptr;  // optional biases
+  const float* bk = nullptr;
+  const float* bv = nullptr;
+  const float* q_norm = nullptr;  // optional [head_dim] weights
+  const float* k_norm = nullptr;
+  const float* inv_freq = nullptr;  // [head_dim / 2]
+  const int* pos = nullptr;         // [t] device
+  const int* slot = nullptr;        // [t] device
+  int num_tokens = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, block_size = 0;
+  float eps = 1e-6f;
+  void* q_out = nullptr;   // [t, n_heads * head_dim] 16-bit
+  void* k_pool = nullptr;  // this layer's pools, 16-bit
+  void* v_pool = nullptr;
+};
+void paged_kv_write(Half type, const PagedKvWriteArgs& args, cudaStream_t stream);
+
+// ---- Paged attention for a mixed step ------------------------------------------------------
+// T query tokens of S sequences: sequence s owns tokens query_start[s] .. query_start[s+1]-1,
+// at positions first_pos[s] + i; its keys and values (positions 0 .. first_pos[s] + n_s - 1,
+// this step's included) are in the pools at block_table[s][pos / block_size], offset
+// pos % block_size. Causal: a query at position p sees keys 0..p. GQA: query head h reads
+// kv head h / (n_heads / n_kv_heads). head_dim 64 or 128 (also 16, 32).
+//
+// Keys are cut into splits of kAttentionSplitTokens at absolute positions. A block serves up to
+// 64 (query, head) rows of one sequence and one kv head. A sequence whose rows fit one block
+// (a decode, a short chunk) may have its splits computed by separate blocks and merged in a
+// second pass; otherwise one block walks the splits in order. Both give the same bits.
+constexpr int kAttentionSplitTokens = 512;
+
+struct PagedAttentionArgs {
+  const void* q = nullptr;       // [num_tokens, n_heads * head_dim] 16-bit
+  const void* k_pool = nullptr;  // [num_blocks][n_kv_heads][block_size][head_dim] 16-bit
+  const void* v_pool = nullptr;
+  const int* query_start = nullptr;  // [num_seqs + 1] device
+  const int* first_pos = nullptr;    // [num_seqs] device
+  const int* block_table = nullptr;  // [num_seqs][max_blocks] device
+  int num_seqs = 0, num_tokens = 0, max_blocks = 0, block_size = 0;
+  int n_heads = 0, n_kv_heads = 0, head_dim = 0;
+  // A bound on first_pos[s] + n_s over the step, known to the host (sizes the grid only).
+  int max_kv_len = 0;
+  float scale = 1.0f;
+  // Splits of one-block sequences spread over blocks (faster for few, long sequences). The
+  // result is the same either way; off is for tests.
+  bool split_kv = true;
+  void* scratch = nullptr;  // paged_attention_scratch_bytes(...) bytes
+  size_t scratch_bytes = 0;
+  void* out = nullptr;  // [num_tokens, n_heads * head_dim] 16-bit
+};
+// Scratch for steps of at most max_tokens tokens, max_seqs sequences and max_kv_len positions,
+// with room for the split partials of `split_tokens` query tokens (decodes); tokens beyond that
+// room are served by blocks that walk all splits themselves.
+size_t paged_attention_scratch_bytes(int max_tokens, int max_seqs, int max_kv_len, int n_heads,
+                                     int head_dim, int split_tokens);
+// Once per step (after query_start / first_pos are on the device, before the layers): lays out
+// the work of the step in the scratch. Every layer's paged_attention then reuses it.
+void paged_attention_plan(const PagedAttentionArgs& args, cudaStream_t stream);
+void paged_attention(Half type, const PagedAttentionArgs& args, cudaStream_t stream);
+
+// ---- Batched sampling ------------------------------------------------------------------------
+// Row r of logits [rows, vocab] is sampled with params[r] under the host sampler's rules
+// (worker/sampler.h): repetition penalty over the row's seen tokens, then greedy (temperature
+// <= 0 or top_k == 1: the highest penalised logit, lowest id among equals) or temperature,
+// top-k, top-p, min-p and the Philox uniform of (seed, step). tokens[r] and logprobs[r] (the
+// raw log-softmax) are written. Rows never share work, so a row's result does not depend on
+// the others.
+struct SampleRowParams {
+  uint64_t seed = 0, step = 0;
+  float temperature = 1.0f;  // <= 0: greedy
+  float top_p = 1.0f, min_p = 0.0f, penalty = 1.0f;
+  int top_k = 0;
+};
+struct BatchSampleArgs {
+  const float* logits = nullptr;  // [rows, vocab]
+  int rows = 0, vocab = 0;
+  const SampleRowParams* params = nullptr;  // [rows] device
+  // Optional: row r's seen tokens are seen_tokens[seen_offsets[r] .. seen_offsets[r+1]).
+  const int* seen_offsets = nullptr;
+  const int32_t* seen_tokens = nullptr;
+  int32_t* tokens = nullptr;  // [rows]
+  float* logprobs = nullptr;  // [rows]
+  void* scratch = nullptr;    // batch_sample_scratch_bytes(rows_per_pass, vocab)
+  size_t scratch_bytes = 0;
+};
+// Rows are sampled in passes of up to rows_per_pass rows (the scratch holds one pass).
+size_t batch_sample_scratch_bytes(int rows_per_pass, int vocab);
+void batch_sample(const BatchSampleArgs& args, cudaStream_t stream);
+
+// out[r, :] = in[idx[r], :] for r < rows: the hidden rows whose logits a step needs.
+void gather_rows(const float* in, const int32_t* idx, int rows, int hidden, float* out,
+                 cudaStream_t stream);
+
+}  // namespace hearth::kernels

@@ -1,0 +1,334 @@
+// Batched sampling: the one-row GPU sampler (sampling.cu) generalised to R rows with their own
+// settings. Per pass of rows:
+//   1. prepare, one block per row: the row's seen tokens become a bitmap in shared memory, the
+//      penalised logits' maximum is found (and the raw logits' maximum and mass, for the
+//      logprob), and only the candidates the host sampler could pick are kept as sort keys: the
+//      top token with the lowest id (greedy), the top k (a radix select finds the k-th value),
+//      or, with no top-k, the tokens whose weight reaches the host's cutoff (the whole
+//      vocabulary's mass is summed here for top-p);
+//   2. a segmented radix sort orders each row's candidates by (penalised logit desc, id asc);
+//   3. choose, one block per row: the host's walk over the sorted candidates (sampling.cuh)
+//      and the raw log-softmax of the pick.
+// Rows never share a block or a reduction, so each row's result is independent of the batch.
+#include <algorithm>
+#include <cub/device/device_segmented_radix_sort.cuh>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/batch_ops.h"
+#include "kernels/cuda_check.h"
+#include "kernels/sampling.cuh"
+
+namespace hearth::kernels {
+
+namespace {
+
+using namespace sampling;
+
+constexpr int kPrepareThreads = 256;  // double-precision weights: registers, not threads
+
+struct Pass {
+  const float* logits;
+  int vocab;
+  const SampleRowParams* params;
+  const int* seen_offsets;
+  const int32_t* seen_tokens;
+  uint64_t* keys;    // [rows][vocab]: candidates first
+  uint64_t* sorted;  // [rows][vocab]
+  int* begin;        // [rows]: segment bounds for the sort
+  int* end;
+  double* total;   // [rows]: the whole vocabulary's mass (no top-k), else -1
+  float* raw_max;  // [rows]: the raw logits' maximum and mass, for the logprob
+  double* raw_mass;
+  int32_t* tokens;
+  float* logprobs;
+};
+
+__device__ bool greedy_row(const SampleRowParams& q) {
+  return q.temperature <= 0.0f || q.top_k == 1;
+}
+
+// The orderable bits of the k-th largest value (1-based) among `vocab` values: a most
+// significant digit first radix select over 8-bit digits.
+template <typename Value>
+__device__ uint32_t kth_largest(const Value& value, int vocab, int k, unsigned* hist,
+                                uint32_t* choice) {
+  const int lane = threadIdx.x & 31;
+  uint32_t prefix = 0, mask = 0;
+  int remaining = k;
+  for (int shift = 24; shift >= 0; shift -= 8) {
+    for (int i = threadIdx.x; i < 256; i += kPrepareThreads) hist[i] = 0;
+    __syncthreads();
+    for (int i0 = 0; i0 < vocab; i0 += kPrepareThreads) {
+      const int i = i0 + threadIdx.x;
+      const uint32_t u = i < vocab ? orderable(value(i)) : 0;
+      const int digit = i < vocab && (u & mask) == prefix ? int(u >> shift & 255) : 256;
+      // Lanes with the same digit add once: logits crowd a few digits.
+      const unsigned peers = __match_any_sync(~0u, digit);
+      if (digit < 256 && lane == __ffs(peers) - 1) atomicAdd(&hist[digit], __popc(peers));
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      unsigned above = 0;
+      int d = 255;
+      for (; d > 0 && above + hist[d] < unsigned(remaining); --d) above += hist[d];
+      choice[0] = uint32_t(d);
+      choice[1] = uint32_t(remaining) - above;
+    }
+    __syncthreads();
+    prefix |= choice[0] << shift;
+    mask |= 0xffu << shift;
+    remaining = int(choice[1]);
+    __syncthreads();  // choice is rewritten in the next round
+  }
+  return prefix;
+}
+
+// Calls f(i, logit) for every token of the row, in a fixed order per thread: 16-byte loads,
+// four in flight per thread.
+template <typename F>
+__device__ __forceinline__ void for_each_logit(const float* row, int vocab, F&& f) {
+  constexpr int kStride = kPrepareThreads;
+  if (vocab % 4 == 0) {
+    const float4* row4 = reinterpret_cast<const float4*>(row);
+    const int n4 = vocab / 4;
+    int j = threadIdx.x;
+    for (; j + 3 * kStride < n4; j += 4 * kStride) {
+      float4 x[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) x[u] = row4[j + u * kStride];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int i = 4 * (j + u * kStride);
+        f(i, x[u].x);
+        f(i + 1, x[u].y);
+        f(i + 2, x[u].z);
+        f(i + 3, x[u].w);
+      }
+    }
+    for (; j < n4; j += kStride) {
+      const float4 x = row4[j];
+      f(4 * j, x.x);
+      f(4 * j + 1, x.y);
+      f(4 * j + 2, x.z);
+      f(4 * j + 3, x.w);
+    }
+  } else {
+    for (int i = threadIdx.x; i < vocab; i += kStride) f(i, row[i]);
+  }
+}
+
+__global__ void __launch_bounds__(kPrepareThreads) prepare_kernel(Pass p) {
+  extern __shared__ uint32_t seen_bits[];  // one bit per token, when the row is penalised
+  __shared__ Scratch s;
+  __shared__ unsigned hist[256];
+  __shared__ uint32_t choice[2];
+  __shared__ int count;
+  const int r = blockIdx.x, lane = threadIdx.x & 31;
+  const SampleRowParams q = p.params[r];
+  const float* logits = p.logits + int64_t(r) * p.vocab;
+  const bool penalise = q.penalty != 1.0f && p.seen_offsets;
+  if (penalise) {
+    for (int i = threadIdx.x; i < (p.vocab + 31) / 32; i += kPrepareThreads) seen_bits[i] = 0;
+    __syncthreads();
+    for (int i = p.seen_offsets[r] + threadIdx.x; i < p.seen_offsets[r + 1]; i += kPrepareThreads) {
+      const int t = p.seen_tokens[i];
+      if (t >= 0 && t < p.vocab) atomicOr(&seen_bits[t >> 5], 1u << (t & 31));
+    }
+    __syncthreads();
+  }
+  // A seen token's logit is penalised once, from its raw value (the host's rule).
+  auto adjust = [&](int i, float raw) {
+    return penalise && (seen_bits[i >> 5] >> (i & 31) & 1u) ? penalised(raw, q.penalty) : raw;
+  };
+  auto value = [&](int i) { return adjust(i, logits[i]); };
+  const bool greedy = greedy_row(q), by_mass = !greedy && q.top_k <= 0;
+  const double inv_t = 1.0 / q.temperature;
+
+  // The penalised maximum, and the raw maximum and mass for the logprob.
+  float top = -INFINITY, raw_max = -INFINITY;
+  for_each_logit(logits, p.vocab, [&](int i, float raw) {
+    top = fmaxf(top, adjust(i, raw));
+    raw_max = fmaxf(raw_max, raw);
+  });
+  top = block_max_float(top, s);
+  raw_max = block_max_float(raw_max, s);
+  double raw_mass = 0.0, mass = 0.0;
+  for_each_logit(logits, p.vocab, [&](int i, float raw) {
+    raw_mass += exp(double(raw) - raw_max);
+    if (by_mass) mass += exp((double(adjust(i, raw)) - top) * inv_t);
+  });
+  raw_mass = block_sum_double(raw_mass, s);
+  if (by_mass) mass = block_sum_double(mass, s);
+  uint64_t* keys = p.keys + int64_t(r) * p.vocab;
+
+  if (greedy) {
+    // One candidate: the top value's lowest id.
+    int best = INT_MAX;
+    for_each_logit(logits, p.vocab, [&](int i, float raw) {
+      if (adjust(i, raw) == top) best = min(best, i);
+    });
+    best = block_min_int(best, s);
+    if (threadIdx.x == 0) {
+      keys[0] = sort_key(top, best);
+      count = 1;
+    }
+  } else {
+    // Candidates: orderable(value) >= threshold (top-k), or weight >= cutoff.
+    uint32_t threshold = 0;
+    double cutoff = 0.0;
+    if (q.top_k > 0) {
+      if (q.top_k < p.vocab) threshold = kth_largest(value, p.vocab, q.top_k, hist, choice);
+    } else {
+      // Tokens under (1 - top_p) / vocab of the top weight cannot reach the nucleus; min-p
+      // drops those under min_p (the host's rule).
+      if (q.top_p < 1.0f) cutoff = (1.0 - q.top_p) / double(p.vocab);
+      cutoff = fmax(cutoff, double(q.min_p));
+    }
+    if (threadIdx.x == 0) count = 0;
+    __syncthreads();
+    for (int i0 = 0; i0 < p.vocab; i0 += kPrepareThreads) {
+      const int i = i0 + threadIdx.x;
+      bool keep = false;
+      float v = 0.0f;
+      if (i < p.vocab) {
+        v = value(i);
+        keep = cutoff > 0.0 ? exp((double(v) - top) * inv_t) >= cutoff : orderable(v) >= threshold;
+        keep = keep || v == top;  // the top token is always a candidate
+      }
+      const unsigned ballot = __ballot_sync(~0u, keep);
+      int base = 0;
+      if (lane == 0 && ballot) base = atomicAdd(&count, __popc(ballot));
+      base = __shfl_sync(~0u, base, 0);
+      if (keep) keys[base + __popc(ballot & ((1u << lane) - 1))] = sort_key(v, i);
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    p.begin[r] = r * p.vocab;
+    p.end[r] = r * p.vocab + count;
+    p.total[r] = by_mass ? mass : -1.0;
+    p.raw_max[r] = raw_max;
+    p.raw_mass[r] = raw_mass;
+  }
+}
+
+__global__ void __launch_bounds__(kThreads) choose_kernel(Pass p) {
+  __shared__ Scratch s;
+  const int r = blockIdx.x;
+  const SampleRowParams q = p.params[r];
+  const uint64_t* sorted = p.sorted + int64_t(r) * p.vocab;
+  int pick = 0;
+  if (!greedy_row(q)) {
+    const int count = p.end[r] - p.begin[r];
+    const int n = q.top_k > 0 ? min(q.top_k, count) : count;
+    pick = choose_sorted(sorted, n, p.total[r],
+                         Rule{q.temperature, q.top_p, q.min_p, q.seed, q.step}, s);
+  }
+  if (threadIdx.x == 0) {
+    const int32_t token = key_id(sorted[pick]);
+    p.tokens[r] = token;
+    // log-softmax of the raw logits, as raw_logprob() computes it.
+    p.logprobs[r] =
+        float(double(p.logits[int64_t(r) * p.vocab + token]) - p.raw_max[r] - log(p.raw_mass[r]));
+  }
+}
+
+size_t align256(size_t v) {
+  return (v + 255) / 256 * 256;
+}
+
+size_t sort_temp_bytes(int rows, int vocab) {
+  size_t bytes = 0;
+  HEARTH_CUDA_CHECK(cub::DeviceSegmentedRadixSort::SortKeysDescending(
+      nullptr, bytes, static_cast<const uint64_t*>(nullptr), static_cast<uint64_t*>(nullptr),
+      rows * vocab, rows, static_cast<const int*>(nullptr), static_cast<const int*>(nullptr)));
+  return bytes;
+}
+
+// Scratch of one pass of `rows` rows: keys, sorted keys, segment bounds, masses, sort temp.
+struct Layout {
+  size_t keys, sorted, begin, end, total, raw_max, raw_mass, temp, temp_bytes, bytes;
+};
+Layout layout_for(int rows, int vocab) {
+  Layout l;
+  const size_t keys = align256(size_t(rows) * vocab * sizeof(uint64_t));
+  l.keys = 0;
+  l.sorted = keys;
+  l.begin = 2 * keys;
+  l.end = l.begin + align256(rows * sizeof(int));
+  l.total = l.end + align256(rows * sizeof(int));
+  l.raw_max = l.total + align256(rows * sizeof(double));
+  l.raw_mass = l.raw_max + align256(rows * sizeof(float));
+  l.temp = l.raw_mass + align256(rows * sizeof(double));
+  l.temp_bytes = sort_temp_bytes(rows, vocab);
+  l.bytes = l.temp + l.temp_bytes;
+  return l;
+}
+
+[[noreturn]] void fail(const std::string& what) {
+  throw std::invalid_argument("batch_sample: " + what);
+}
+
+}  // namespace
+
+size_t batch_sample_scratch_bytes(int rows_per_pass, int vocab) {
+  return layout_for(std::max(1, rows_per_pass), std::max(1, vocab)).bytes;
+}
+
+void batch_sample(const BatchSampleArgs& a, cudaStream_t stream) {
+  if (a.rows < 0) fail("rows is negative");
+  if (a.rows == 0) return;
+  if (a.vocab < 1 || a.vocab > (1 << 24)) fail("vocab must be in 1 .. 2^24");
+  if (!a.logits || !a.params || !a.tokens || !a.logprobs || !a.scratch)
+    fail("logits, params, tokens, logprobs and scratch are required");
+  if ((a.seen_offsets == nullptr) != (a.seen_tokens == nullptr))
+    fail("seen_offsets and seen_tokens go together");
+  // As many rows per pass as the scratch holds (and row offsets fit an int).
+  int per_pass = int(std::min<int64_t>(a.rows, INT32_MAX / a.vocab));
+  while (per_pass > 0 && layout_for(per_pass, a.vocab).bytes > a.scratch_bytes)
+    per_pass = per_pass > 8 ? per_pass * 3 / 4 : per_pass - 1;
+  if (per_pass < 1)
+    fail("scratch of " + std::to_string(a.scratch_bytes) + " bytes holds no row; " +
+         std::to_string(layout_for(1, a.vocab).bytes) + " needed (batch_sample_scratch_bytes)");
+
+  const size_t bitmap_bytes = size_t(a.vocab + 31) / 32 * 4;
+  static const bool configured = [&] {
+    HEARTH_CUDA_CHECK(cudaFuncSetAttribute(
+        prepare_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 160 * 1024));
+    return true;
+  }();
+  (void)configured;
+  if (bitmap_bytes > 160 * 1024) fail("vocab too large for the seen-token bitmap");
+
+  char* base = static_cast<char*>(a.scratch);
+  for (int r0 = 0; r0 < a.rows; r0 += per_pass) {
+    const int rows = std::min(per_pass, a.rows - r0);
+    const Layout l = layout_for(rows, a.vocab);
+    Pass p;
+    p.logits = a.logits + int64_t(r0) * a.vocab;
+    p.vocab = a.vocab;
+    p.params = a.params + r0;
+    p.seen_offsets = a.seen_offsets ? a.seen_offsets + r0 : nullptr;
+    p.seen_tokens = a.seen_tokens;
+    p.keys = reinterpret_cast<uint64_t*>(base + l.keys);
+    p.sorted = reinterpret_cast<uint64_t*>(base + l.sorted);
+    p.begin = reinterpret_cast<int*>(base + l.begin);
+    p.end = reinterpret_cast<int*>(base + l.end);
+    p.total = reinterpret_cast<double*>(base + l.total);
+    p.raw_max = reinterpret_cast<float*>(base + l.raw_max);
+    p.raw_mass = reinterpret_cast<double*>(base + l.raw_mass);
+    p.tokens = a.tokens + r0;
+    p.logprobs = a.logprobs + r0;
+    prepare_kernel<<<rows, kPrepareThreads, a.seen_offsets ? bitmap_bytes : 0, stream>>>(p);
+    HEARTH_CUDA_CHECK_LAUNCH();
+    size_t temp_bytes = l.temp_bytes;
+    HEARTH_CUDA_CHECK(cub::DeviceSegmentedRadixSort::SortKeysDescending(
+        base + l.temp, temp_bytes, p.keys, p.sorted, rows * a.vocab, rows, p.begin, p.end, 0, 64,
+        stream));
+    choose_kernel<<<rows, kThreads, 0, stream>>>(p);
+    HEARTH_CUDA_CHECK_LAUNCH();
+  }
+}
+
+}  // namespace hearth::kernels

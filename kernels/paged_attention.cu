@@ -1,0 +1,556 @@
+// Paged attention for a mixed step (decodes and prompt chunks together), batch invariant.
+//
+// A block takes up to 64 (query, head) rows of one sequence that share a kv head (tokens x the
+// GQA group) and walks the keys in 64-key tiles read through the block table: S = QK^T and
+// O += PV on m16n8k16 tensor cores, an online softmax per row. The keys are cut into splits of
+// kAttentionSplitTokens at absolute positions; within a split the tiles are aligned the same
+// way, and a row's state restarts at each split. Splits are then merged strictly in order with
+// merge_split(): inside the block (a long chunk walks all its splits), or by a second kernel
+// when the splits of a one-block sequence (a decode) ran in separate blocks for parallelism.
+//
+// Why a row's bits do not depend on the step: every value a row computes depends only on its
+// own query, its own keys and the fixed tile/split grid. Other rows of a block add tiles that
+// are fully masked for this row; such a tile leaves the row's state exactly as it was
+// (alpha = 1, p = 0, and V past the sequence's end is zero-filled so 0 * V stays 0), and whole
+// splits beyond the row's position are not merged at all. All softmax arithmetic uses explicit
+// rounding intrinsics, so the block kernel and the merge kernel compute merges identically.
+#include <stdexcept>
+#include <string>
+
+#include "kernels/batch_ops.h"
+#include "kernels/cuda_check.h"
+#include "kernels/half_utils.cuh"
+#include "kernels/mma.cuh"
+#include "kernels/pdl.cuh"
+
+namespace hearth::kernels {
+
+namespace {
+
+constexpr int kRows = 64;  // (query, head) rows per block
+constexpr int kKeys = 64;  // keys per tile
+constexpr int kWarps = 4;
+constexpr int kSplit = kAttentionSplitTokens;
+constexpr int kTilesPerSplit = kSplit / kKeys;
+static_assert(kSplit % kKeys == 0);
+
+// Scratch: a header, the work items, the merge list, then split partials.
+struct Layout {
+  int max_items = 0, j_max = 0;
+  size_t items = 0, merges = 0, partials = 0;
+};
+
+size_t round_up(size_t v, size_t to) {
+  return (v + to - 1) / to * to;
+}
+
+Layout layout_for(int tokens, int seqs, int max_kv_len) {
+  Layout l;
+  l.j_max = (max_kv_len + kSplit - 1) / kSplit;
+  // In-block items: at most ceil(rows / 64) per sequence <= tokens + seqs (a group is at most
+  // 64 heads); split items: at most j_max per sequence.
+  l.max_items = tokens + seqs + seqs * l.j_max;
+  l.items = 256;
+  l.merges = l.items + round_up(size_t(l.max_items) * sizeof(int4), 256);
+  l.partials = l.merges + round_up(size_t(seqs) * sizeof(int2), 256);
+  return l;
+}
+
+struct Params {
+  PagedAttentionArgs a;
+  int group, q_dim;
+  const int* header;   // [0]: items, [1]: merges
+  const int4* items;   // {seq, first row, split (-1: all, in order), partial base}
+  const int2* merges;  // {seq, partial base}
+  float* partials;     // entries of head_dim + 2 floats: o[head_dim], m, l
+};
+
+// ---- The merge of split states, shared by both kernels ----
+
+// State (m, l, o) of a row after split j merged into the state of splits 0..j-1: m in log2
+// units, l the sum of exp2(s - m), o the unnormalised output.
+__device__ __forceinline__ void merge_factors(float m_state, float m_split, float& m, float& a,
+                                              float& b) {
+  m = fmaxf(m_state, m_split);
+  a = exp2f(__fsub_rn(m_state, m));
+  b = exp2f(__fsub_rn(m_split, m));
+}
+__device__ __forceinline__ float merge_value(float state, float a, float split, float b) {
+  return __fmaf_rn(state, a, __fmul_rn(split, b));
+}
+
+// ---- Plan: one block lays out the step's work ----
+
+struct PlanParams {
+  const int* query_start;
+  const int* first_pos;
+  int num_seqs, group, n_heads, j_max;
+  bool split_kv;
+  long long capacity;  // partial entries that fit
+  int* header;
+  int4* items;
+  int2* merges;
+};
+
+// Exclusive prefix sum over the block in thread order; `total` gets the sum of all.
+template <typename V>
+__device__ V block_exclusive_scan(V v, V* warp_sums, V& total) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  V x = v;
+  for (int o = 1; o < 32; o <<= 1) {
+    const V y = __shfl_up_sync(~0u, x, o);
+    if (lane >= o) x += y;
+  }
+  __syncthreads();  // warp_sums may still be read by a previous scan
+  if (lane == 31) warp_sums[warp] = x;
+  __syncthreads();
+  if (warp == 0) {
+    V w = lane < warps ? warp_sums[lane] : V(0);
+    for (int o = 1; o < 32; o <<= 1) {
+      const V y = __shfl_up_sync(~0u, w, o);
+      if (lane >= o) w += y;
+    }
+    warp_sums[lane] = w;
+  }
+  __syncthreads();
+  total = warp_sums[warps - 1];
+  return (warp == 0 ? V(0) : warp_sums[warp - 1]) + x - v;
+}
+
+constexpr int kPlanThreads = 1024;
+
+__global__ void __launch_bounds__(kPlanThreads) plan_kernel(PlanParams p) {
+  __shared__ long long sums64[32];
+  __shared__ int sums32[32];
+  allow_dependents_early();
+  wait_for_producer();
+  const int per = (p.num_seqs + kPlanThreads - 1) / kPlanThreads;
+  const int lo = min(p.num_seqs, int(threadIdx.x) * per), hi = min(p.num_seqs, lo + per);
+  struct Seq {
+    int n, splits;
+    long long entries;  // partial entries if its splits run in separate blocks, else 0
+  };
+  auto seq = [&](int s) {
+    Seq q;
+    q.n = p.query_start[s + 1] - p.query_start[s];
+    q.splits = q.n > 0 ? (p.first_pos[s] + q.n - 1) / kSplit + 1 : 0;
+    const bool spread =
+        p.split_kv && q.n > 0 && q.n * p.group <= kRows && q.splits > 1 && q.splits <= p.j_max;
+    q.entries = spread ? (long long)q.n * p.n_heads * q.splits : 0;
+    return q;
+  };
+  // Sequences whose entries, counted from the first, still fit spread their splits.
+  long long mine = 0;
+  for (int s = lo; s < hi; ++s) mine += seq(s).entries;
+  long long all_entries;
+  const long long entry_base = block_exclusive_scan(mine, sums64, all_entries);
+  int items = 0, merges = 0;
+  {
+    long long run = entry_base;
+    for (int s = lo; s < hi; ++s) {
+      const Seq q = seq(s);
+      run += q.entries;
+      if (q.entries && run <= p.capacity) {
+        items += q.splits;
+        ++merges;
+      } else {
+        items += (q.n * p.group + kRows - 1) / kRows;
+      }
+    }
+  }
+  int all_items, all_merges;
+  int item = block_exclusive_scan(items, sums32, all_items);
+  int merge = block_exclusive_scan(merges, sums32, all_merges);
+  long long run = entry_base;
+  for (int s = lo; s < hi; ++s) {
+    const Seq q = seq(s);
+    const int base = int(run);
+    run += q.entries;
+    if (q.entries && run <= p.capacity) {
+      for (int j = 0; j < q.splits; ++j) p.items[item++] = make_int4(s, 0, j, base);
+      p.merges[merge++] = make_int2(s, base);
+    } else {
+      // Heaviest (latest) rows first: they walk the most keys.
+      for (int b = (q.n * p.group + kRows - 1) / kRows - 1; b >= 0; --b)
+        p.items[item++] = make_int4(s, b * kRows, -1, 0);
+    }
+  }
+  if (threadIdx.x == 0) {
+    p.header[0] = all_items;
+    p.header[1] = all_merges;
+  }
+}
+
+// ---- The attention kernel ----
+
+template <typename T, int D>
+struct Smem {
+  T q[kRows * D];
+  T k[2][kKeys * D];
+  T v[2][kKeys * D];
+  float state[kWarps][D / 2][32];  // merged o of each thread's fragments
+};
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kWarps * 32, 2) paged_attention_kernel(Params p) {
+  constexpr int kChunks = D / 8;   // 16-byte chunks per row
+  constexpr int kDSteps = D / 16;  // k-steps of S = QK^T
+  constexpr int kDTiles = D / 8;   // n-tiles of O
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  Smem<T, D>& sm = *reinterpret_cast<Smem<T, D>*>(smem_raw);
+  const PagedAttentionArgs& a = p.a;
+  allow_dependents_early();
+  wait_for_producer();  // the plan, q and this step's pool rows
+  if (int(blockIdx.x) >= p.header[0]) return;
+  const int4 item = p.items[blockIdx.x];
+  const int s = item.x, r0 = item.y, split = item.z, kvh = blockIdx.y;
+  const int q_first = a.query_start[s], n = a.query_start[s + 1] - q_first;
+  const int pos0 = a.first_pos[s], kv_len = pos0 + n, rows = n * p.group;
+  const int rows_here = min(kRows, rows - r0);
+  const int last_pos = pos0 + (r0 + rows_here - 1) / p.group;
+  const int t_begin = split >= 0 ? split * kTilesPerSplit : 0;
+  const int t_end =
+      split >= 0 ? min(t_begin + kTilesPerSplit, last_pos / kKeys + 1) : last_pos / kKeys + 1;
+  const int* table = a.block_table + int64_t(s) * a.max_blocks;
+  const T* qg = static_cast<const T*>(a.q);
+
+  // Q rows: row i is (token r / group, head kvh * group + r % group) with r = r0 + i.
+  for (int i = threadIdx.x; i < kRows * kChunks; i += kWarps * 32) {
+    const int row = i / kChunks, c = i % kChunks, r = r0 + row;
+    const bool ok = row < rows_here;
+    const T* src =
+        qg + int64_t(q_first + r / p.group) * p.q_dim + (kvh * p.group + r % p.group) * D + c * 8;
+    cp_async16(sm.q + swizzle<D>(row, c), ok ? src : qg, ok);
+  }
+  auto load_tile = [&](int buf, int t) {
+    const T* kp = static_cast<const T*>(a.k_pool);
+    const T* vp = static_cast<const T*>(a.v_pool);
+    for (int i = threadIdx.x; i < kKeys * kChunks; i += kWarps * 32) {
+      const int row = i / kChunks, c = i % kChunks, key = t * kKeys + row;
+      const bool ok = key < kv_len;  // past the end: zeros, so that 0 * V is 0
+      int64_t at = 0;
+      if (ok) {
+        const int block = table[key / a.block_size];
+        at =
+            ((int64_t(block) * a.n_kv_heads + kvh) * a.block_size + key % a.block_size) * D + c * 8;
+      }
+      cp_async16(sm.k[buf] + swizzle<D>(row, c), kp + at, ok);
+      cp_async16(sm.v[buf] + swizzle<D>(row, c), vp + at, ok);
+    }
+  };
+  load_tile(0, t_begin);
+  cp_async_commit();
+
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const bool active = warp * 16 < rows_here;
+  // This thread's two rows (a: lane / 4, b: lane / 4 + 8 of the warp's 16) and their positions.
+  const int row_a = warp * 16 + lane / 4, row_b = row_a + 8;
+  const int pos_a = row_a < rows_here ? pos0 + (r0 + row_a) / p.group : -1;
+  const int pos_b = row_b < rows_here ? pos0 + (r0 + row_b) / p.group : -1;
+  const float scale_log2 = __fmul_rn(a.scale, 1.4426950408889634f);
+
+  uint32_t qf[kDSteps][4];
+  float o[kDTiles][4];
+  float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;  // this split's
+  float sm_a = 0.0f, sm_b = 0.0f, sl_a = 0.0f, sl_b = 0.0f;        // merged state's m and l
+#pragma unroll
+  for (int t = 0; t < kDTiles; ++t) o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.0f;
+
+  for (int t = t_begin; t < t_end; ++t) {
+    const int buf = (t - t_begin) & 1;
+    if (t + 1 < t_end) {
+      load_tile(buf ^ 1, t + 1);
+      cp_async_commit();
+      cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
+    }
+    __syncthreads();
+    if (t == t_begin && active) {
+#pragma unroll
+      for (int st = 0; st < kDSteps; ++st)
+        ldmatrix_x4(qf[st], sm.q + swizzle<D>(warp * 16 + (lane & 15), 2 * st + (lane >> 4)));
+    }
+    if (active) {
+      const T* ks = sm.k[buf];
+      const T* vs = sm.v[buf];
+      // S = Q K^T: 16 rows x 64 keys, 8 n-tiles of 8 keys.
+      float sc[8][4];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) sc[j][0] = sc[j][1] = sc[j][2] = sc[j][3] = 0.0f;
+#pragma unroll
+      for (int st = 0; st < kDSteps; ++st) {
+#pragma unroll
+        for (int np = 0; np < 4; ++np) {
+          uint32_t b[4];
+          ldmatrix_x4(b, ks + swizzle<D>(np * 16 + (lane & 7) + (lane >> 4) * 8,
+                                         2 * st + ((lane >> 3) & 1)));
+          mma_16816<T>(sc[2 * np], qf[st], b[0], b[1]);
+          mma_16816<T>(sc[2 * np + 1], qf[st], b[2], b[3]);
+        }
+      }
+      // Causal mask (a row sees keys <= its position), log2 units, running max.
+      float max_a = -INFINITY, max_b = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < 8; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int key = t * kKeys + j * 8 + 2 * (lane & 3) + (e & 1);
+          const float v =
+              key <= (e < 2 ? pos_a : pos_b) ? __fmul_rn(sc[j][e], scale_log2) : -INFINITY;
+          sc[j][e] = v;
+          if (e < 2)
+            max_a = fmaxf(max_a, v);
+          else
+            max_b = fmaxf(max_b, v);
+        }
+#pragma unroll
+      for (int off = 1; off <= 2; off <<= 1) {
+        max_a = fmaxf(max_a, __shfl_xor_sync(~0u, max_a, off));
+        max_b = fmaxf(max_b, __shfl_xor_sync(~0u, max_b, off));
+      }
+      const float new_a = fmaxf(m_a, max_a), new_b = fmaxf(m_b, max_b);
+      // A row with nothing visible yet keeps m = -inf; its factors must stay finite.
+      const float alpha_a = new_a == -INFINITY ? 1.0f : exp2f(__fsub_rn(m_a, new_a));
+      const float alpha_b = new_b == -INFINITY ? 1.0f : exp2f(__fsub_rn(m_b, new_b));
+      m_a = new_a;
+      m_b = new_b;
+      float sum_a = 0.0f, sum_b = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        sc[j][0] = m_a == -INFINITY ? 0.0f : exp2f(__fsub_rn(sc[j][0], m_a));
+        sc[j][1] = m_a == -INFINITY ? 0.0f : exp2f(__fsub_rn(sc[j][1], m_a));
+        sc[j][2] = m_b == -INFINITY ? 0.0f : exp2f(__fsub_rn(sc[j][2], m_b));
+        sc[j][3] = m_b == -INFINITY ? 0.0f : exp2f(__fsub_rn(sc[j][3], m_b));
+        sum_a = __fadd_rn(sum_a, __fadd_rn(sc[j][0], sc[j][1]));
+        sum_b = __fadd_rn(sum_b, __fadd_rn(sc[j][2], sc[j][3]));
+      }
+      l_a = __fmaf_rn(l_a, alpha_a, sum_a);
+      l_b = __fmaf_rn(l_b, alpha_b, sum_b);
+#pragma unroll
+      for (int d = 0; d < kDTiles; ++d) {
+        o[d][0] = __fmul_rn(o[d][0], alpha_a);
+        o[d][1] = __fmul_rn(o[d][1], alpha_a);
+        o[d][2] = __fmul_rn(o[d][2], alpha_b);
+        o[d][3] = __fmul_rn(o[d][3], alpha_b);
+      }
+      // O += P V: P's accumulators are already laid out as A fragments (16 keys per k-step).
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        const uint32_t pf[4] = {pack_half2<T>(sc[2 * kk][0], sc[2 * kk][1]),
+                                pack_half2<T>(sc[2 * kk][2], sc[2 * kk][3]),
+                                pack_half2<T>(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
+                                pack_half2<T>(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
+#pragma unroll
+        for (int dp = 0; dp < kDTiles / 2; ++dp) {
+          uint32_t b[4];
+          ldmatrix_x4_trans(b, vs + swizzle<D>(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
+                                               2 * dp + (lane >> 4)));
+          mma_16816<T>(o[2 * dp], pf, b[0], b[1]);
+          mma_16816<T>(o[2 * dp + 1], pf, b[2], b[3]);
+        }
+      }
+
+      // End of a split: finish its sums over the quad, then merge it into the state (in
+      // order) or publish it as a partial; the next split starts afresh.
+      if ((t + 1) % kTilesPerSplit == 0 || t + 1 == t_end) {
+        const int j = t / kTilesPerSplit;
+#pragma unroll
+        for (int off = 1; off <= 2; off <<= 1) {
+          l_a = __fadd_rn(l_a, __shfl_xor_sync(~0u, l_a, off));
+          l_b = __fadd_rn(l_b, __shfl_xor_sync(~0u, l_b, off));
+        }
+        const bool sees_a = pos_a >= j * kSplit, sees_b = pos_b >= j * kSplit;
+        if (split >= 0) {
+          const int64_t entry_a = (int64_t(j) * rows + r0 + row_a) * a.n_kv_heads + kvh + item.w;
+          const int64_t entry_b = entry_a + 8 * int64_t(a.n_kv_heads);
+          float* pa = p.partials + entry_a * (D + 2);
+          float* pb = p.partials + entry_b * (D + 2);
+#pragma unroll
+          for (int d = 0; d < kDTiles; ++d) {
+            const int col = d * 8 + 2 * (lane & 3);
+            if (sees_a) *reinterpret_cast<float2*>(pa + col) = make_float2(o[d][0], o[d][1]);
+            if (sees_b) *reinterpret_cast<float2*>(pb + col) = make_float2(o[d][2], o[d][3]);
+          }
+          if ((lane & 3) == 0) {
+            if (sees_a) pa[D] = m_a, pa[D + 1] = l_a;
+            if (sees_b) pb[D] = m_b, pb[D + 1] = l_b;
+          }
+        } else {
+          float ma, aa, ba, mb, ab, bb;
+          merge_factors(sm_a, m_a, ma, aa, ba);
+          merge_factors(sm_b, m_b, mb, ab, bb);
+#pragma unroll
+          for (int d = 0; d < kDTiles; ++d)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+              float& st = sm.state[warp][d * 4 + e][lane];
+              if (j == 0)
+                st = o[d][e];
+              else if (e < 2 ? sees_a : sees_b)
+                st = e < 2 ? merge_value(st, aa, o[d][e], ba) : merge_value(st, ab, o[d][e], bb);
+            }
+          if (j == 0) {
+            sm_a = m_a, sl_a = l_a, sm_b = m_b, sl_b = l_b;
+          } else {
+            if (sees_a) sl_a = merge_value(sl_a, aa, l_a, ba), sm_a = ma;
+            if (sees_b) sl_b = merge_value(sl_b, ab, l_b, bb), sm_b = mb;
+          }
+        }
+        m_a = m_b = -INFINITY;
+        l_a = l_b = 0.0f;
+#pragma unroll
+        for (int d = 0; d < kDTiles; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
+      }
+    }
+    __syncthreads();  // the buffer refilled next is no longer read
+  }
+
+  if (split < 0 && active) {
+    T* out = static_cast<T*>(a.out);
+    auto row_out = [&](int row) {
+      const int r = r0 + row;
+      return out + int64_t(q_first + r / p.group) * p.q_dim + (kvh * p.group + r % p.group) * D;
+    };
+#pragma unroll
+    for (int d = 0; d < kDTiles; ++d) {
+      const int col = d * 8 + 2 * (lane & 3);
+      float* st = &sm.state[warp][d * 4][lane];
+      if (row_a < rows_here)
+        *reinterpret_cast<uint32_t*>(row_out(row_a) + col) =
+            pack_half2<T>(__fdiv_rn(st[0], sl_a), __fdiv_rn(st[32], sl_a));
+      if (row_b < rows_here)
+        *reinterpret_cast<uint32_t*>(row_out(row_b) + col) =
+            pack_half2<T>(__fdiv_rn(st[64], sl_b), __fdiv_rn(st[96], sl_b));
+    }
+  }
+}
+
+// Merges the splits of sequences whose splits ran in separate blocks, in split order.
+template <typename T, int D>
+__global__ void __launch_bounds__(256) merge_kernel(Params p) {
+  const PagedAttentionArgs& a = p.a;
+  allow_dependents_early();
+  wait_for_producer();
+  if (int(blockIdx.x) >= p.header[1]) return;
+  const int2 mg = p.merges[blockIdx.x];
+  const int s = mg.x, kvh = blockIdx.y;
+  const int q_first = a.query_start[s], n = a.query_start[s + 1] - q_first;
+  const int pos0 = a.first_pos[s], rows = n * p.group;
+  T* out = static_cast<T*>(a.out);
+  for (int i = threadIdx.x; i < rows * D; i += blockDim.x) {
+    const int r = i / D, d = i % D;
+    const int splits = (pos0 + r / p.group) / kSplit + 1;
+    auto entry = [&](int j) {
+      return p.partials + ((int64_t(j) * rows + r) * a.n_kv_heads + kvh + mg.y) * (D + 2);
+    };
+    const float* e0 = entry(0);
+    float m = e0[D], l = e0[D + 1], o = e0[d];
+    for (int j = 1; j < splits; ++j) {
+      const float* e = entry(j);
+      float mj, fa, fb;
+      merge_factors(m, e[D], mj, fa, fb);
+      l = merge_value(l, fa, e[D + 1], fb);
+      o = merge_value(o, fa, e[d], fb);
+      m = mj;
+    }
+    out[int64_t(q_first + r / p.group) * p.q_dim + (kvh * p.group + r % p.group) * D + d] =
+        HalfTraits<T>::from_float(__fdiv_rn(o, l));
+  }
+}
+
+[[noreturn]] void fail(const std::string& what) {
+  throw std::invalid_argument("paged_attention: " + what);
+}
+
+void check(const PagedAttentionArgs& a, const Layout& l) {
+  if (a.num_seqs < 1 || a.num_tokens < 1) fail("a step needs at least one sequence and token");
+  if (a.head_dim != 16 && a.head_dim != 32 && a.head_dim != 64 && a.head_dim != 128)
+    fail("head_dim must be 16, 32, 64 or 128, not " + std::to_string(a.head_dim));
+  if (a.n_kv_heads < 1 || a.n_heads % a.n_kv_heads != 0 || a.n_heads / a.n_kv_heads > kRows)
+    fail("n_heads (" + std::to_string(a.n_heads) + ") must be a multiple of n_kv_heads (" +
+         std::to_string(a.n_kv_heads) + "), at most 64 per kv head");
+  if (a.block_size < 1 || a.max_blocks < 1) fail("block_size and max_blocks must be positive");
+  if (a.max_kv_len < 1) fail("max_kv_len must be positive");
+  if (!a.q || !a.k_pool || !a.v_pool || !a.query_start || !a.first_pos || !a.block_table ||
+      !a.out || !a.scratch)
+    fail("q, the pools, query_start, first_pos, block_table, scratch and out are required");
+  if (a.scratch_bytes < l.partials)
+    fail("scratch of " + std::to_string(a.scratch_bytes) + " bytes, at least " +
+         std::to_string(l.partials) + " needed (paged_attention_scratch_bytes)");
+}
+
+Params params_for(const PagedAttentionArgs& a, const Layout& l) {
+  Params p;
+  p.a = a;
+  p.group = a.n_heads / a.n_kv_heads;
+  p.q_dim = a.n_heads * a.head_dim;
+  char* base = static_cast<char*>(a.scratch);
+  p.header = reinterpret_cast<const int*>(base);
+  p.items = reinterpret_cast<const int4*>(base + l.items);
+  p.merges = reinterpret_cast<const int2*>(base + l.merges);
+  p.partials = reinterpret_cast<float*>(base + l.partials);
+  return p;
+}
+
+template <typename T, int D>
+void launch(const PagedAttentionArgs& a, cudaStream_t stream) {
+  const Layout l = layout_for(a.num_tokens, a.num_seqs, a.max_kv_len);
+  const Params p = params_for(a, l);
+  auto kernel = paged_attention_kernel<T, D>;
+  constexpr size_t kSmem = sizeof(Smem<T, D>);
+  static const bool configured = [&] {
+    HEARTH_CUDA_CHECK(
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
+    return true;
+  }();
+  (void)configured;
+  launch_pdl(kernel, dim3(l.max_items, a.n_kv_heads), dim3(kWarps * 32), kSmem, stream, p);
+  if (a.split_kv && l.j_max > 1)
+    launch_pdl(merge_kernel<T, D>, dim3(a.num_seqs, a.n_kv_heads), dim3(256), 0, stream, p);
+}
+
+}  // namespace
+
+size_t paged_attention_scratch_bytes(int max_tokens, int max_seqs, int max_kv_len, int n_heads,
+                                     int head_dim, int split_tokens) {
+  const Layout l = layout_for(max_tokens, max_seqs, max_kv_len);
+  return l.partials + size_t(split_tokens) * n_heads * l.j_max * (head_dim + 2) * sizeof(float);
+}
+
+void paged_attention_plan(const PagedAttentionArgs& a, cudaStream_t stream) {
+  const Layout l = layout_for(a.num_tokens, a.num_seqs, a.max_kv_len);
+  check(a, l);
+  PlanParams p;
+  p.query_start = a.query_start;
+  p.first_pos = a.first_pos;
+  p.num_seqs = a.num_seqs;
+  p.group = a.n_heads / a.n_kv_heads;
+  p.n_heads = a.n_heads;
+  p.j_max = l.j_max;
+  p.split_kv = a.split_kv;
+  p.capacity = (long long)((a.scratch_bytes - l.partials) / ((a.head_dim + 2) * sizeof(float)));
+  char* base = static_cast<char*>(a.scratch);
+  p.header = reinterpret_cast<int*>(base);
+  p.items = reinterpret_cast<int4*>(base + l.items);
+  p.merges = reinterpret_cast<int2*>(base + l.merges);
+  launch_pdl(plan_kernel, dim3(1), dim3(kPlanThreads), 0, stream, p);
+}
+
+void paged_attention(Half type, const PagedAttentionArgs& a, cudaStream_t stream) {
+  check(a, layout_for(a.num_tokens, a.num_seqs, a.max_kv_len));
+  HEARTH_DISPATCH_HALF(type, T, {
+    switch (a.head_dim) {
+      case 16:
+        return launch<T, 16>(a, stream);
+      case 32:
+        return launch<T, 32>(a, stream);
+      case 64:
+        return launch<T, 64>(a, stream);
+      default:
+        return launch<T, 128>(a, stream);
+    }
+  });
+}
+
+}  // namespace hearth::kernels

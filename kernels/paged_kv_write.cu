@@ -1,0 +1,67 @@
+// The attention input of a batched step: per token, the q/k/v heads get their bias, head norm
+// and RoPE at the token's own position (qkv_head.cuh, the same math as qkv_rope); q goes out as
+// 16-bit and k/v land in the paged pool at the token's slot.
+#include <stdexcept>
+#include <string>
+
+#include "kernels/batch_ops.h"
+#include "kernels/cuda_check.h"
+#include "kernels/half_utils.cuh"
+#include "kernels/pdl.cuh"
+#include "kernels/qkv_head.cuh"
+
+namespace hearth::kernels {
+
+namespace {
+
+// One block per (token, head) over q heads, then k heads, then v heads.
+template <typename T>
+__global__ void paged_kv_write_kernel(PagedKvWriteArgs a) {
+  __shared__ float scratch[32];
+  allow_dependents_early();
+  wait_for_producer();
+  const int t = blockIdx.x, head = blockIdx.y, i = threadIdx.x, half = a.head_dim / 2;
+  const int q_dim = a.n_heads * a.head_dim, kv_dim = a.n_kv_heads * a.head_dim;
+  const bool is_q = head < a.n_heads, is_k = !is_q && head < a.n_heads + a.n_kv_heads;
+  const int h = is_q ? head : is_k ? head - a.n_heads : head - a.n_heads - a.n_kv_heads;
+  const int slot = a.slot[t];
+  if (!is_q && slot < 0) return;  // padding: no cache row (uniform over the block)
+  const float* src = is_q ? a.q + int64_t(t) * q_dim : (is_k ? a.k : a.v) + int64_t(t) * kv_dim;
+  const float* bias = is_q ? a.bq : is_k ? a.bk : a.bv;
+  const float* norm = is_q ? a.q_norm : is_k ? a.k_norm : nullptr;
+  const int base = h * a.head_dim;
+  const float2 x = qkv_head_pair(src + base, bias ? bias + base : nullptr, norm, a.inv_freq,
+                                 a.head_dim, a.pos[t], is_q || is_k, a.eps, scratch);
+  T* dst;
+  if (is_q) {
+    dst = static_cast<T*>(a.q_out) + int64_t(t) * q_dim + base;
+  } else {
+    const int block = slot / a.block_size, offset = slot % a.block_size;
+    T* pool = static_cast<T*>(is_k ? a.k_pool : a.v_pool);
+    dst = pool + ((int64_t(block) * a.n_kv_heads + h) * a.block_size + offset) * a.head_dim;
+  }
+  dst[i] = HalfTraits<T>::from_float(x.x);
+  dst[i + half] = HalfTraits<T>::from_float(x.y);
+}
+
+}  // namespace
+
+void paged_kv_write(Half type, const PagedKvWriteArgs& a, cudaStream_t stream) {
+  auto fail = [](const std::string& what) {
+    throw std::invalid_argument("paged_kv_write: " + what);
+  };
+  if (a.num_tokens < 0) fail("num_tokens is negative");
+  if (a.num_tokens == 0) return;
+  if (a.head_dim < 2 || a.head_dim % 2 != 0 || a.head_dim > 2048)
+    fail("head_dim must be even and at most 2048, not " + std::to_string(a.head_dim));
+  if (a.n_heads < 1 || a.n_kv_heads < 1 || a.block_size < 1)
+    fail("n_heads, n_kv_heads and block_size must be positive");
+  if (!a.q || !a.k || !a.v || !a.inv_freq || !a.pos || !a.slot || !a.q_out || !a.k_pool ||
+      !a.v_pool)
+    fail("q, k, v, inv_freq, pos, slot, q_out and the pools are required");
+  const dim3 grid(a.num_tokens, a.n_heads + 2 * a.n_kv_heads);
+  HEARTH_DISPATCH_HALF(
+      type, T, launch_pdl(paged_kv_write_kernel<T>, grid, dim3(a.head_dim / 2), 0, stream, a));
+}
+
+}  // namespace hearth::kernels

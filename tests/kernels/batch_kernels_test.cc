@@ -1,0 +1,647 @@
+// The continuous-batching kernels (kernels/batch_ops.h): each against its CPU reference on
+// fresh random inputs, and the batch-invariance promise proven with memcmp: a row's result is
+// the same bits whatever the step holds (its size, the row's place, the tile shapes, how a
+// prompt was chunked, which blocks hold the cache, what else is sampled).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <numeric>
+#include <stdexcept>
+
+#include "kernels/batch_ops.h"
+#include "kernels/reference.h"
+#include "tests/kernels/gpu_test_util.h"
+#include "worker/sampler.h"
+
+namespace hearth {
+namespace {
+
+using kernels::Half;
+using kernels::MatmulEpilogue;
+using kernels::MatmulTiles;
+using namespace hearth::test;
+
+const Half kTypes[] = {Half::BF16, Half::F16};
+const MatmulTiles kAllTiles[] = {MatmulTiles::Auto, MatmulTiles::Skinny, MatmulTiles::Medium,
+                                 MatmulTiles::Large};
+
+const char* tiles_name(MatmulTiles t) {
+  switch (t) {
+    case MatmulTiles::Auto:
+      return "auto";
+    case MatmulTiles::Skinny:
+      return "skinny";
+    case MatmulTiles::Medium:
+      return "medium";
+    default:
+      return "large";
+  }
+}
+
+template <typename T>
+std::vector<T> download(const DeviceBuffer& b, size_t n) {
+  std::vector<T> v(n);
+  HEARTH_CUDA_CHECK(cudaDeviceSynchronize());
+  HEARTH_CUDA_CHECK(cudaMemcpy(v.data(), b.get(), n * sizeof(T), cudaMemcpyDeviceToHost));
+  return v;
+}
+
+// ---- Matmul ----
+
+// Runs one matmul; `out` must already hold the residual for AccumulateF32.
+void run_matmul(Half t, MatmulEpilogue e, const DeviceBuffer& a, const DeviceBuffer& w,
+                const DeviceBuffer* w_up, const DeviceBuffer* bias, int m, int n, int k,
+                MatmulTiles tiles, DeviceBuffer& out, DeviceBuffer& workspace) {
+  kernels::MatmulArgs args;
+  args.a = a.get(), args.w = w.get(), args.w_up = w_up ? w_up->get() : nullptr;
+  args.bias = bias ? bias->get<float>() : nullptr;
+  args.m = m, args.n = n, args.k = k, args.out = out.get(), args.tiles = tiles;
+  args.workspace = workspace.get(), args.workspace_bytes = workspace.bytes();
+  kernels::batch_matmul(t, e, args, nullptr);
+}
+
+DeviceBuffer zeroed(size_t bytes) {
+  DeviceBuffer b(bytes);
+  HEARTH_CUDA_CHECK(cudaMemset(b.get(), 0, bytes));
+  return b;
+}
+
+TEST(BatchMatmul, MatchesReferenceForEveryEpilogueAndTileShape) {
+  HEARTH_REQUIRE_GPU();
+  struct Shape {
+    int m, n, k;
+  };
+  // Odd M and N, one weight whose K is cut into slices (1024 x 2048), tiny and wide shapes.
+  const Shape shapes[] = {
+      {1, 64, 64}, {7, 1000, 512}, {33, 1024, 2048}, {100, 200, 1024}, {300, 520, 256}};
+  for (Half t : kTypes)
+    for (const Shape& s : shapes) {
+      const float ws = 1.0f / std::sqrt(float(s.k));
+      auto a = rounded(random_floats(size_t(s.m) * s.k), t);
+      auto wg = rounded(random_floats(size_t(s.n) * s.k, ws), t);
+      auto wu = rounded(random_floats(size_t(s.n) * s.k, ws), t);
+      auto bias = random_floats(s.n);
+      auto residual = random_floats(size_t(s.m) * s.n);
+      std::vector<float> gate(size_t(s.m) * s.n), up(gate.size()), biased(gate.size());
+      reference::matmul(a.data(), s.k, wg.data(), nullptr, s.m, s.n, s.k, gate.data());
+      reference::matmul(a.data(), s.k, wu.data(), nullptr, s.m, s.n, s.k, up.data());
+      reference::matmul(a.data(), s.k, wg.data(), bias.data(), s.m, s.n, s.k, biased.data());
+      std::vector<float> act(gate.size()), accumulated(gate.size());
+      for (size_t i = 0; i < gate.size(); ++i) {
+        act[i] = reference::silu(gate[i]) * up[i];
+        accumulated[i] = residual[i] + biased[i];
+      }
+      auto da = upload_half(a, t), dwg = upload_half(wg, t), dwu = upload_half(wu, t);
+      auto dbias = upload(bias);
+      const size_t count = size_t(s.m) * s.n;
+      for (MatmulTiles tiles : kAllTiles) {
+        auto workspace = zeroed(kernels::batch_matmul_workspace_bytes(s.m, s.n, s.k, tiles));
+        const std::string where = std::string(name(t)) + " " + tiles_name(tiles) + " " +
+                                  std::to_string(s.m) + "x" + std::to_string(s.n) + "x" +
+                                  std::to_string(s.k);
+        // fp32 outputs of exact 16-bit inputs: only the fp32 accumulation's rounding.
+        auto out = poisoned(count * 4);
+        run_matmul(t, MatmulEpilogue::StoreF32, da, dwg, nullptr, nullptr, s.m, s.n, s.k, tiles,
+                   out, workspace);
+        EXPECT_LT(relative_error(download_f32(out, count), gate), 1e-4) << where;
+        auto acc = upload(residual);
+        run_matmul(t, MatmulEpilogue::AccumulateF32, da, dwg, nullptr, &dbias, s.m, s.n, s.k, tiles,
+                   acc, workspace);
+        EXPECT_LT(relative_error(download_f32(acc, count), accumulated), 1e-4) << where;
+        auto half = poisoned(count * 2);
+        run_matmul(t, MatmulEpilogue::StoreHalf, da, dwg, nullptr, &dbias, s.m, s.n, s.k, tiles,
+                   half, workspace);
+        EXPECT_LT(relative_error(download_half(half, count, t), biased), half_tolerance(t))
+            << where;
+        auto swiglu = poisoned(count * 2);
+        run_matmul(t, MatmulEpilogue::SwiGLU, da, dwg, &dwu, nullptr, s.m, s.n, s.k, tiles, swiglu,
+                   workspace);
+        EXPECT_LT(relative_error(download_half(swiglu, count, t), act), half_tolerance(t)) << where;
+      }
+    }
+}
+
+// The same rows computed in batches of 1 .. 2048, at different places and with every tile
+// shape, give the same bits as in one batch of 2048.
+TEST(BatchMatmul, RowsAreBitIdenticalWhateverTheBatch) {
+  HEARTH_REQUIRE_GPU();
+  struct Weight {
+    int n, k;
+    MatmulEpilogue epilogue;
+  };
+  // 1024 x 4096: the 8B k/v projection, its K cut into 4 slices; 768 x 512: one slice.
+  const Weight weights[] = {{1024, 4096, MatmulEpilogue::StoreF32},
+                            {768, 512, MatmulEpilogue::AccumulateF32},
+                            {512, 1024, MatmulEpilogue::SwiGLU},
+                            {1000, 256, MatmulEpilogue::StoreHalf}};
+  const int pool = 2048;
+  for (Half t : kTypes)
+    for (const Weight& w : weights) {
+      const bool swiglu = w.epilogue == MatmulEpilogue::SwiGLU;
+      const size_t out_elem =
+          w.epilogue == MatmulEpilogue::StoreF32 || w.epilogue == MatmulEpilogue::AccumulateF32 ? 4
+                                                                                                : 2;
+      const size_t row_bytes = size_t(w.n) * out_elem;
+      auto rows = rounded(random_floats(size_t(pool) * w.k), t);
+      auto residual = random_floats(size_t(pool) * w.n);
+      auto dw = upload_half(rounded(random_floats(size_t(w.n) * w.k, 0.05f), t), t);
+      auto dwu = upload_half(rounded(random_floats(size_t(w.n) * w.k, 0.05f), t), t);
+      auto workspace =
+          zeroed(kernels::batch_matmul_workspace_bytes(pool, w.n, w.k, MatmulTiles::Skinny));
+      // Rows `order` of the pool as one batch; returns the output bytes per batch row.
+      auto run = [&](const std::vector<int>& order, MatmulTiles tiles) {
+        const int m = int(order.size());
+        std::vector<float> a(size_t(m) * w.k), base(size_t(m) * w.n);
+        for (int i = 0; i < m; ++i) {
+          std::copy_n(&rows[size_t(order[i]) * w.k], w.k, &a[size_t(i) * w.k]);
+          std::copy_n(&residual[size_t(order[i]) * w.n], w.n, &base[size_t(i) * w.n]);
+        }
+        auto da = upload_half(a, t);
+        DeviceBuffer out =
+            w.epilogue == MatmulEpilogue::AccumulateF32 ? upload(base) : poisoned(m * row_bytes);
+        run_matmul(t, w.epilogue, da, dw, swiglu ? &dwu : nullptr, nullptr, m, w.n, w.k, tiles, out,
+                   workspace);
+        return download<uint8_t>(out, m * row_bytes);
+      };
+      std::vector<int> all(pool);
+      std::iota(all.begin(), all.end(), 0);
+      const std::vector<uint8_t> want = run(all, MatmulTiles::Auto);
+      for (int m : {1, 2, 7, 32, 100, 2048})
+        for (MatmulTiles tiles : kAllTiles) {
+          // A different place for every row: a shifted, reversed run of the pool.
+          std::vector<int> order(m);
+          const int shift = int(rng()() % pool);
+          for (int i = 0; i < m; ++i) order[i] = (shift + pool - i) % pool;
+          const std::vector<uint8_t> got = run(order, tiles);
+          int differing = 0;
+          for (int i = 0; i < m; ++i)
+            differing += std::memcmp(&got[size_t(i) * row_bytes],
+                                     &want[size_t(order[i]) * row_bytes], row_bytes) != 0;
+          EXPECT_EQ(differing, 0) << name(t) << " " << w.n << "x" << w.k << " m=" << m << " "
+                                  << tiles_name(tiles) << ": rows differ from the 2048-row batch";
+        }
+    }
+}
+
+TEST(BatchMatmul, RejectsBadArguments) {
+  HEARTH_REQUIRE_GPU();
+  auto a = upload_half(random_floats(64 * 64), Half::BF16);
+  auto out = poisoned(64 * 64 * 4);
+  DeviceBuffer none;
+  EXPECT_THROW(run_matmul(Half::BF16, MatmulEpilogue::StoreF32, a, a, nullptr, nullptr, 4, 64, 40,
+                          MatmulTiles::Auto, out, none),
+               std::invalid_argument);  // k not a multiple of 16
+  EXPECT_THROW(run_matmul(Half::BF16, MatmulEpilogue::SwiGLU, a, a, nullptr, nullptr, 4, 64, 64,
+                          MatmulTiles::Auto, out, none),
+               std::invalid_argument);  // SwiGLU without w_up
+  if (kernels::batch_matmul_workspace_bytes(4, 1024, 4096) > 0) {
+    auto big_a = upload_half(random_floats(4 * 4096), Half::BF16);
+    auto big_w = upload_half(random_floats(size_t(1024) * 4096), Half::BF16);
+    auto big_out = poisoned(4 * 1024 * 4);
+    EXPECT_THROW(run_matmul(Half::BF16, MatmulEpilogue::StoreF32, big_a, big_w, nullptr, nullptr, 4,
+                            1024, 4096, MatmulTiles::Auto, big_out, none),
+                 std::invalid_argument);  // slices spread over blocks need the workspace
+  }
+}
+
+// ---- K/V write into the paged pool ----
+
+TEST(PagedKvWrite, MatchesReference) {
+  HEARTH_REQUIRE_GPU();
+  struct Case {
+    int n_heads, n_kv_heads, head_dim, tokens, block_size;
+    bool bias, norm;
+  };
+  const Case cases[] = {{32, 8, 128, 9, 16, false, false},
+                        {14, 2, 64, 7, 16, true, false},
+                        {16, 8, 128, 3, 32, false, true},
+                        {4, 2, 16, 5, 8, true, true}};
+  for (Half t : kTypes)
+    for (const Case& c : cases) {
+      const int blocks = 12, qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
+      auto q = random_floats(size_t(c.tokens) * qd), k = random_floats(size_t(c.tokens) * kvd),
+           v = random_floats(size_t(c.tokens) * kvd);
+      std::vector<float> bq, bk, bv, qn, kn, inv(c.head_dim / 2);
+      if (c.bias) bq = random_floats(qd), bk = random_floats(kvd), bv = random_floats(kvd);
+      if (c.norm) qn = random_floats(c.head_dim), kn = random_floats(c.head_dim);
+      for (int i = 0; i < c.head_dim / 2; ++i) inv[i] = std::pow(10000.0f, -2.0f * i / c.head_dim);
+      // Positions anywhere; distinct slots in shuffled blocks; the last token is padding.
+      std::vector<int> pos(c.tokens), slot(c.tokens), free_slots(blocks * c.block_size);
+      std::iota(free_slots.begin(), free_slots.end(), 0);
+      std::shuffle(free_slots.begin(), free_slots.end(), rng());
+      for (int i = 0; i < c.tokens; ++i) {
+        pos[i] = int(rng()() % 5000);
+        slot[i] = i + 1 < c.tokens ? free_slots[i] : -1;
+      }
+      const size_t pool = size_t(blocks) * c.n_kv_heads * c.block_size * c.head_dim;
+      std::vector<float> q_ref(q.size()), k_ref(pool, 0.0f), v_ref(pool, 0.0f);
+      reference::paged_kv_write(
+          q.data(), k.data(), v.data(), c.bias ? bq.data() : nullptr, c.bias ? bk.data() : nullptr,
+          c.bias ? bv.data() : nullptr, c.norm ? qn.data() : nullptr, c.norm ? kn.data() : nullptr,
+          inv.data(), pos.data(), slot.data(), c.tokens, c.n_heads, c.n_kv_heads, c.head_dim,
+          c.block_size, 1e-6f, q_ref.data(), k_ref.data(), v_ref.data());
+      auto dq = upload(q), dk = upload(k), dv = upload(v), dinv = upload(inv);
+      auto dpos = upload(pos), dslot = upload(slot);
+      DeviceBuffer dbq, dbk, dbv, dqn, dkn;
+      kernels::PagedKvWriteArgs a;
+      if (c.bias)
+        dbq = upload(bq), dbk = upload(bk), dbv = upload(bv), a.bq = dbq.get<float>(),
+        a.bk = dbk.get<float>(), a.bv = dbv.get<float>();
+      if (c.norm)
+        dqn = upload(qn), dkn = upload(kn), a.q_norm = dqn.get<float>(),
+        a.k_norm = dkn.get<float>();
+      auto q_out = poisoned(q.size() * 2);
+      auto kp = upload(std::vector<uint16_t>(pool, 0)), vp = upload(std::vector<uint16_t>(pool, 0));
+      a.q = dq.get<float>(), a.k = dk.get<float>(), a.v = dv.get<float>();
+      a.inv_freq = dinv.get<float>(), a.pos = dpos.get<int>(), a.slot = dslot.get<int>();
+      a.num_tokens = c.tokens, a.n_heads = c.n_heads, a.n_kv_heads = c.n_kv_heads;
+      a.head_dim = c.head_dim, a.block_size = c.block_size, a.eps = 1e-6f;
+      a.q_out = q_out.get(), a.k_pool = kp.get(), a.v_pool = vp.get();
+      kernels::paged_kv_write(t, a, nullptr);
+      EXPECT_LT(relative_error(download_half(q_out, q.size(), t), q_ref), half_tolerance(t))
+          << name(t);
+      EXPECT_LT(relative_error(download_half(kp, pool, t), k_ref), half_tolerance(t)) << name(t);
+      EXPECT_LT(relative_error(download_half(vp, pool, t), v_ref), half_tolerance(t)) << name(t);
+    }
+}
+
+// ---- Paged attention ----
+
+struct Heads {
+  int n_heads, n_kv_heads, head_dim;
+};
+
+// A pool of random K/V rows and a stream of attention steps over it. Sequence contents are
+// fixed per (sequence id, position); a block table places them in any blocks.
+class PagedFixture {
+ public:
+  PagedFixture(Half t, Heads h, int block_size, int num_blocks)
+      : t_(t), h_(h), block_size_(block_size), num_blocks_(num_blocks) {
+    const size_t pool = size_t(num_blocks) * h.n_kv_heads * block_size * h.head_dim;
+    k_ = rounded(random_floats(pool), t);
+    v_ = rounded(random_floats(pool), t);
+    dk_ = upload_half(k_, t);
+    dv_ = upload_half(v_, t);
+  }
+
+  struct Seq {
+    std::vector<int> blocks;  // block table
+    int first_pos, n;
+    std::vector<float> q;  // [n][n_heads * head_dim]
+  };
+
+  // Runs one step; returns out [tokens][n_heads * head_dim] as 16-bit bits.
+  std::vector<uint16_t> run(const std::vector<Seq>& seqs, bool split_kv = true) {
+    const int qd = h_.n_heads * h_.head_dim;
+    std::vector<int> starts{0}, first, table;
+    std::vector<float> q;
+    int max_blocks = 1, max_kv = 1;
+    for (const Seq& s : seqs) max_blocks = std::max(max_blocks, int(s.blocks.size()));
+    for (const Seq& s : seqs) {
+      starts.push_back(starts.back() + s.n);
+      first.push_back(s.first_pos);
+      max_kv = std::max(max_kv, s.first_pos + s.n);
+      q.insert(q.end(), s.q.begin(), s.q.end());
+      std::vector<int> row = s.blocks;
+      row.resize(max_blocks, -1);
+      table.insert(table.end(), row.begin(), row.end());
+    }
+    const int tokens = starts.back();
+    auto dq = upload_half(q, t_);
+    auto dstart = upload(starts), dfirst = upload(first), dtable = upload(table);
+    auto out = poisoned(size_t(tokens) * qd * 2);
+    const size_t scratch_bytes = kernels::paged_attention_scratch_bytes(
+        tokens, int(seqs.size()), max_kv, h_.n_heads, h_.head_dim, tokens);
+    DeviceBuffer scratch(scratch_bytes);
+    kernels::PagedAttentionArgs a;
+    a.q = dq.get(), a.k_pool = dk_.get(), a.v_pool = dv_.get();
+    a.query_start = dstart.get<int>(), a.first_pos = dfirst.get<int>();
+    a.block_table = dtable.get<int>();
+    a.num_seqs = int(seqs.size()), a.num_tokens = tokens, a.max_blocks = max_blocks;
+    a.block_size = block_size_, a.n_heads = h_.n_heads, a.n_kv_heads = h_.n_kv_heads;
+    a.head_dim = h_.head_dim, a.max_kv_len = max_kv;
+    a.scale = 1.0f / std::sqrt(float(h_.head_dim)), a.split_kv = split_kv;
+    a.scratch = scratch.get(), a.scratch_bytes = scratch_bytes, a.out = out.get();
+    kernels::paged_attention_plan(a, nullptr);
+    kernels::paged_attention(t_, a, nullptr);
+    last_ = {starts, first, table, q, max_blocks};
+    return download<uint16_t>(out, size_t(tokens) * qd);
+  }
+
+  // The reference of the last run.
+  std::vector<float> reference(int num_seqs) const {
+    std::vector<float> out(last_.q.size());
+    reference::paged_attention(last_.q.data(), k_.data(), v_.data(), last_.starts.data(),
+                               last_.first.data(), last_.table.data(), num_seqs, last_.max_blocks,
+                               block_size_, h_.n_heads, h_.n_kv_heads, h_.head_dim,
+                               1.0f / std::sqrt(float(h_.head_dim)), out.data());
+    return out;
+  }
+
+  // Fresh blocks from a shuffled free list.
+  std::vector<int> take_blocks(int positions) {
+    if (free_.empty()) {
+      free_.resize(num_blocks_);
+      std::iota(free_.begin(), free_.end(), 0);
+      std::shuffle(free_.begin(), free_.end(), rng());
+    }
+    std::vector<int> b((positions + block_size_ - 1) / block_size_);
+    for (int& x : b) {
+      if (free_.empty()) throw std::runtime_error("test pool too small");
+      x = free_.back();
+      free_.pop_back();
+    }
+    return b;
+  }
+
+  // Copies positions [0, len) of the sequence in blocks `from` to blocks `to` (K and V).
+  void copy_sequence(const std::vector<int>& from, const std::vector<int>& to, int len) {
+    const size_t row = h_.head_dim;
+    for (int p = 0; p < len; ++p)
+      for (int kvh = 0; kvh < h_.n_kv_heads; ++kvh) {
+        auto at = [&](const std::vector<int>& b) {
+          return ((size_t(b[p / block_size_]) * h_.n_kv_heads + kvh) * block_size_ +
+                  p % block_size_) *
+                 row;
+        };
+        std::copy_n(&k_[at(from)], row, &k_[at(to)]);
+        std::copy_n(&v_[at(from)], row, &v_[at(to)]);
+      }
+    dk_ = upload_half(k_, t_);
+    dv_ = upload_half(v_, t_);
+  }
+
+  Seq random_seq(int first_pos, int n) {
+    Seq s{take_blocks(first_pos + n), first_pos, n, {}};
+    s.q = rounded(random_floats(size_t(n) * h_.n_heads * h_.head_dim), t_);
+    return s;
+  }
+
+ private:
+  struct Last {
+    std::vector<int> starts, first, table;
+    std::vector<float> q;
+    int max_blocks = 1;
+  };
+  Half t_;
+  Heads h_;
+  int block_size_, num_blocks_;
+  std::vector<float> k_, v_;
+  DeviceBuffer dk_, dv_;
+  std::vector<int> free_;
+  Last last_;
+};
+
+std::vector<float> from_bits(const std::vector<uint16_t>& bits, Half t) {
+  std::vector<float> v(bits.size());
+  for (size_t i = 0; i < bits.size(); ++i) v[i] = from_half(bits[i], t);
+  return v;
+}
+
+TEST(PagedAttention, MatchesReference) {
+  HEARTH_REQUIRE_GPU();
+  const Heads shapes[] = {{32, 8, 128}, {14, 2, 64}, {8, 8, 64}, {16, 2, 128}, {4, 1, 32}};
+  for (Half t : kTypes)
+    for (const Heads& h : shapes)
+      for (int block_size : {16, 32}) {
+        PagedFixture f(t, h, block_size, 400);
+        // Decodes at split edges, chunks from the start and mid-sequence, one crossing splits.
+        std::vector<PagedFixture::Seq> seqs;
+        for (auto [first, n] : {std::pair{0, 1},
+                                {511, 1},
+                                {600, 1},
+                                {0, 70},
+                                {1000, 40},
+                                {505, 9},
+                                {1500, 1},
+                                {1023, 3}})
+          seqs.push_back(f.random_seq(first, n));
+        const std::vector<float> got = from_bits(f.run(seqs), t);
+        const std::vector<float> ref = f.reference(int(seqs.size()));
+        // P is rounded to 16 bits before the PV product, as in every flash kernel: allow 2x.
+        EXPECT_LT(relative_error(got, ref), 2 * half_tolerance(t))
+            << name(t) << " heads " << h.n_heads << "/" << h.n_kv_heads << " d=" << h.head_dim
+            << " block " << block_size;
+        // Splits in separate blocks or walked by one block: the same bits.
+        const std::vector<uint16_t> split = f.run(seqs, true), whole = f.run(seqs, false);
+        EXPECT_EQ(split, whole) << name(t) << " d=" << h.head_dim;
+      }
+}
+
+// One sequence's queries, computed as decodes, in prompt chunks of many sizes, in other
+// blocks, among up to 99 other sequences and at any place in the step: the same bits.
+TEST(PagedAttention, QueryResultDoesNotDependOnTheStep) {
+  HEARTH_REQUIRE_GPU();
+  const int len = 1300;  // crosses two split boundaries (512, 1024)
+  struct Config {
+    Half t;
+    Heads h;
+    int block_size;
+  };
+  for (const Config& c :
+       {Config{Half::BF16, {32, 8, 128}, 16}, Config{Half::F16, {14, 2, 64}, 32}}) {
+    PagedFixture f(c.t, c.h, c.block_size, 4500);
+    const int qd = c.h.n_heads * c.h.head_dim;
+    const PagedFixture::Seq target = f.random_seq(0, len);
+    // Queries of `target` at positions [first, first + n) as a step entry.
+    auto chunk = [&](const std::vector<int>& blocks, int first, int n) {
+      PagedFixture::Seq s{blocks, first, n, {}};
+      s.q.assign(target.q.begin() + size_t(first) * qd, target.q.begin() + size_t(first + n) * qd);
+      return s;
+    };
+    // Reference: the whole prompt as one chunk, alone.
+    const std::vector<uint16_t> want = f.run({chunk(target.blocks, 0, len)});
+    auto expect_rows = [&](const std::vector<uint16_t>& got, int token0, int first, int n,
+                           const std::string& what) {
+      const int bad = [&] {
+        int b = 0;
+        for (int i = 0; i < n; ++i)
+          b += std::memcmp(&got[size_t(token0 + i) * qd], &want[size_t(first + i) * qd],
+                           size_t(qd) * 2) != 0;
+        return b;
+      }();
+      EXPECT_EQ(bad, 0) << name(c.t) << " d=" << c.h.head_dim << ": " << what;
+    };
+
+    // Chunked prefill, chunk sizes 1 (every position as a decode), 7, 64, 300, 512, 1000.
+    for (int size : {1, 7, 64, 300, 512, 1000})
+      for (int first = 0; first < len; first += size) {
+        const int n = std::min(size, len - first);
+        expect_rows(f.run({chunk(target.blocks, first, n)}), 0, first, n,
+                    "chunk size " + std::to_string(size) + " at " + std::to_string(first));
+      }
+
+    // The same cache in other blocks (a fresh, shuffled block table).
+    const std::vector<int> moved = f.take_blocks(len);
+    f.copy_sequence(target.blocks, moved, len);
+    expect_rows(f.run({chunk(moved, 0, len)}), 0, 0, len, "other blocks");
+    for (int p : {0, 511, 512, 1299})
+      expect_rows(f.run({chunk(moved, p, 1)}), 0, p, 1, "other blocks, decode");
+
+    // Among 1 .. 99 other sequences of mixed lengths (decodes and chunks), at any place, with
+    // splits spread over blocks or not.
+    for (int others : {1, 2, 7, 32, 99}) {
+      std::vector<PagedFixture::Seq> batch;
+      for (int i = 0; i < others; ++i) {
+        const bool decode = rng()() % 3 != 0;
+        const int first = int(rng()() % 800);
+        batch.push_back(f.random_seq(first, decode ? 1 : 1 + int(rng()() % 64)));
+      }
+      struct Probe {
+        int first, n;
+      };
+      for (Probe probe :
+           {Probe{1299, 1}, Probe{511, 1}, Probe{700, 64}, Probe{500, 30}, Probe{0, 600}})
+        for (bool split_kv : {true, false}) {
+          const size_t at = rng()() % (batch.size() + 1);
+          std::vector<PagedFixture::Seq> step = batch;
+          step.insert(step.begin() + at, chunk(target.blocks, probe.first, probe.n));
+          int token0 = 0;
+          for (size_t i = 0; i < at; ++i) token0 += step[i].n;
+          expect_rows(f.run(step, split_kv), token0, probe.first, probe.n,
+                      std::to_string(others) + " others, place " + std::to_string(at) +
+                          ", queries " + std::to_string(probe.first) + "+" +
+                          std::to_string(probe.n) + (split_kv ? "" : ", splits in one block"));
+        }
+    }
+  }
+}
+
+// ---- Sampling ----
+
+struct RowCase {
+  float temperature;
+  int top_k;
+  float top_p, min_p, penalty;
+};
+const RowCase kRowCases[] = {{0.0f, 0, 1.0f, 0.0f, 1.0f},  {0.0f, 0, 1.0f, 0.0f, 1.5f},
+                             {0.8f, 0, 0.9f, 0.0f, 1.0f},  {1.0f, 40, 1.0f, 0.0f, 1.0f},
+                             {0.7f, 0, 1.0f, 0.05f, 1.0f}, {1.2f, 100, 0.8f, 0.02f, 1.0f},
+                             {1.0f, 0, 1.0f, 0.0f, 1.0f},  {0.9f, 0, 0.95f, 0.0f, 1.3f},
+                             {1.0f, 1, 1.0f, 0.0f, 1.0f},  {0.6f, 5, 1.0f, 0.0f, 1.2f}};
+
+struct SampleBatch {
+  std::vector<float> logits;  // [rows][vocab]
+  std::vector<kernels::SampleRowParams> params;
+  std::vector<int> seen_offsets{0};
+  std::vector<int32_t> seen;
+};
+
+SampleBatch make_sample_batch(int rows, int vocab) {
+  SampleBatch b;
+  b.logits = random_floats(size_t(rows) * vocab, 2.5f);
+  for (int r = 0; r < rows; ++r) {
+    const RowCase& c = kRowCases[r % std::size(kRowCases)];
+    kernels::SampleRowParams p;
+    p.temperature = c.temperature, p.top_k = c.top_k, p.top_p = c.top_p, p.min_p = c.min_p;
+    p.penalty = c.penalty, p.seed = rng()(), p.step = rng()() % 1000;
+    b.params.push_back(p);
+    // Each row its own seen set, with a duplicate (penalised once).
+    for (int i = 0; i < 40; ++i) b.seen.push_back(int32_t(rng()() % vocab));
+    b.seen.push_back(b.seen.back());
+    b.seen_offsets.push_back(int(b.seen.size()));
+    // Ties at the top now and then: the lowest id must win.
+    if (r % 4 == 1) b.logits[size_t(r) * vocab + vocab / 2] = b.logits[size_t(r) * vocab + 3] = 30;
+  }
+  return b;
+}
+
+// Samples rows `order` of the batch together; returns (token, logprob bits) per batch row.
+std::vector<std::pair<int32_t, uint32_t>> sample_rows(const SampleBatch& b, int vocab,
+                                                      const std::vector<int>& order,
+                                                      size_t scratch_rows) {
+  std::vector<float> logits;
+  std::vector<kernels::SampleRowParams> params;
+  std::vector<int> offsets{0};
+  std::vector<int32_t> seen;
+  for (int r : order) {
+    logits.insert(logits.end(), b.logits.begin() + size_t(r) * vocab,
+                  b.logits.begin() + size_t(r + 1) * vocab);
+    params.push_back(b.params[r]);
+    seen.insert(seen.end(), b.seen.begin() + b.seen_offsets[r],
+                b.seen.begin() + b.seen_offsets[r + 1]);
+    offsets.push_back(int(seen.size()));
+  }
+  const int rows = int(order.size());
+  auto dl = upload(logits), dp = upload(params), doff = upload(offsets), dseen = upload(seen);
+  auto tokens = poisoned(rows * 4), logprobs = poisoned(rows * 4);
+  const size_t bytes = kernels::batch_sample_scratch_bytes(int(scratch_rows), vocab);
+  DeviceBuffer scratch(bytes);
+  kernels::BatchSampleArgs a;
+  a.logits = dl.get<float>(), a.rows = rows, a.vocab = vocab;
+  a.params = dp.get<kernels::SampleRowParams>();
+  a.seen_offsets = doff.get<int>(), a.seen_tokens = dseen.get<int32_t>();
+  a.tokens = tokens.get<int32_t>(), a.logprobs = logprobs.get<float>();
+  a.scratch = scratch.get(), a.scratch_bytes = bytes;
+  kernels::batch_sample(a, nullptr);
+  auto tok = download<int32_t>(tokens, rows);
+  auto lp = download<uint32_t>(logprobs, rows);
+  std::vector<std::pair<int32_t, uint32_t>> out;
+  for (int i = 0; i < rows; ++i) out.emplace_back(tok[i], lp[i]);
+  return out;
+}
+
+TEST(BatchSampling, MatchesTheHostSampler) {
+  HEARTH_REQUIRE_GPU();
+  for (int vocab : {1000, 128256}) {
+    const int rows = 30;
+    const SampleBatch b = make_sample_batch(rows, vocab);
+    std::vector<int> all(rows);
+    std::iota(all.begin(), all.end(), 0);
+    const auto got = sample_rows(b, vocab, all, rows);
+    Sampler host;
+    for (int r = 0; r < rows; ++r) {
+      const kernels::SampleRowParams& q = b.params[r];
+      SamplingParams p;
+      p.temperature = q.temperature, p.top_k = q.top_k, p.top_p = q.top_p, p.min_p = q.min_p;
+      p.repetition_penalty = q.penalty, p.seed = q.seed;
+      const std::span<const float> row(&b.logits[size_t(r) * vocab], vocab);
+      const std::span<const int32_t> seen(&b.seen[b.seen_offsets[r]],
+                                          b.seen_offsets[r + 1] - b.seen_offsets[r]);
+      const SampledToken want = host.sample(row, p, seen, q.step);
+      float logprob;
+      std::memcpy(&logprob, &got[r].second, 4);
+      EXPECT_EQ(got[r].first, want.token)
+          << "vocab " << vocab << " row " << r << " T=" << q.temperature << " k=" << q.top_k
+          << " p=" << q.top_p << " min_p=" << q.min_p << " penalty " << q.penalty;
+      // The logprob's sum runs in another (fixed) order than the host's: last bits only.
+      EXPECT_NEAR(logprob, want.logprob, 1e-4) << "vocab " << vocab << " row " << r;
+    }
+  }
+}
+
+TEST(BatchSampling, RowAloneEqualsRowAmongOthers) {
+  HEARTH_REQUIRE_GPU();
+  const int vocab = 32000, rows = 37;
+  const SampleBatch b = make_sample_batch(rows, vocab);
+  std::vector<int> all(rows);
+  std::iota(all.begin(), all.end(), 0);
+  const auto together = sample_rows(b, vocab, all, rows);
+  // Shuffled, and in passes of 5 rows through a smaller scratch.
+  std::vector<int> shuffled = all;
+  std::shuffle(shuffled.begin(), shuffled.end(), rng());
+  const auto mixed = sample_rows(b, vocab, shuffled, 5);
+  for (int i = 0; i < rows; ++i)
+    EXPECT_EQ(mixed[i], together[shuffled[i]]) << "row " << shuffled[i];
+  for (int r : {0, 1, 2, 5, 17, 36}) EXPECT_EQ(sample_rows(b, vocab, {r}, 1)[0], together[r]) << r;
+}
+
+TEST(GatherRows, CopiesTheRequestedRows) {
+  HEARTH_REQUIRE_GPU();
+  for (int hidden : {4096, 999}) {
+    const int tokens = 50;
+    auto in = random_floats(size_t(tokens) * hidden);
+    const std::vector<int32_t> idx{49, 0, 7, 7, 23};
+    auto din = upload(in), didx = upload(idx);
+    auto out = poisoned(idx.size() * hidden * 4);
+    kernels::gather_rows(din.get<float>(), didx.get<int32_t>(), int(idx.size()), hidden,
+                         out.get<float>(), nullptr);
+    const auto got = download_f32(out, idx.size() * hidden);
+    for (size_t r = 0; r < idx.size(); ++r)
+      EXPECT_EQ(0, std::memcmp(&got[r * hidden], &in[size_t(idx[r]) * hidden], hidden * 4))
+          << "row " << r;
+  }
+}
+
+}  // namespace
+}  // namespace hearth

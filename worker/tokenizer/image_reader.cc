@@ -1,10 +1,12 @@
 #include "image_reader.h"
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <string>
 
 #include "digest.h"
+#include "utf8.h"
 
 namespace hearth::tok {
 namespace {
@@ -17,15 +19,19 @@ std::string str(uint64_t n) {
   return std::to_string(n);
 }
 
-// The header, after the checks that need nothing but the header: size, magic, version.
+// The header, after the checks that need nothing but the header: magic, size, version.
 ImageHeader read_header(std::span<const std::byte> image) {
+  // The magic first, so that a short file of something else is not called a truncated image.
+  const size_t magic_bytes = std::min(image.size(), kImageMagic.size());
+  if (magic_bytes > 0 && std::memcmp(image.data(), kImageMagic.data(), magic_bytes) != 0) {
+    refuse("not a hearth tokenizer image (bad magic)");
+  }
   if (image.size() < sizeof(ImageHeader)) {
-    refuse("truncated: " + str(image.size()) + " bytes, less than the " + str(sizeof(ImageHeader)) +
-           "-byte header");
+    refuse("truncated: " + str(image.size()) + " bytes, less than the " +
+           str(sizeof(ImageHeader)) + "-byte header");
   }
   ImageHeader h;
   std::memcpy(&h, image.data(), sizeof(h));
-  if (h.magic != kImageMagic) refuse("not a hearth tokenizer image (bad magic)");
   if (h.version != kImageVersion) {
     refuse("format version " + str(h.version) + ", but this build reads only version " +
            str(kImageVersion) + "; rebuild the image");
@@ -51,15 +57,21 @@ bool in_strings(uint64_t offset, uint64_t length, size_t strings_size) {
   return offset <= strings_size && length <= strings_size - offset;
 }
 
-void check_id_tokens(std::span<const TokenRef> refs, size_t strings_size) {
+// Decoders walk token spellings character by character, trusting them to be valid UTF-8 (as
+// JSON strings are), so every spelling an id can produce is checked to be.
+void check_id_tokens(std::span<const TokenRef> refs, std::string_view strings) {
   if (refs.size() > static_cast<size_t>(kMaxTokenId)) {
     refuse("id_tokens has " + str(refs.size()) + " ids, more than the limit " + str(kMaxTokenId));
   }
   for (size_t id = 0; id < refs.size(); ++id) {
     const TokenRef& r = refs[id];
-    if (r.length != TokenRef::kNone && !in_strings(r.offset, r.length, strings_size)) {
+    if (r.length == TokenRef::kNone) continue;
+    if (!in_strings(r.offset, r.length, strings.size())) {
       refuse("id_tokens[" + str(id) + "]: bytes [" + str(r.offset) + ", +" + str(r.length) +
-             ") lie outside the strings section (" + str(strings_size) + " bytes)");
+             ") lie outside the strings section (" + str(strings.size()) + " bytes)");
+    }
+    if (!is_valid_utf8(strings.substr(r.offset, r.length))) {
+      refuse("id_tokens[" + str(id) + "]: the token is not valid UTF-8");
     }
   }
 }
@@ -174,7 +186,7 @@ ImageContents read_image(std::span<const std::byte> image) {
   c.tables.char_ids = section_as<int32_t>(image, section(Section::kCharIds));
 
   const size_t id_count = c.tables.id_tokens.size();
-  check_id_tokens(c.tables.id_tokens, strings.size());
+  check_id_tokens(c.tables.id_tokens, c.tables.strings);
   c.tables.vocab_size = check_vocab(vocab, strings.size(), id_count);
   check_merges(merges, id_count);
   check_char_ids(c.tables.char_ids, id_count);

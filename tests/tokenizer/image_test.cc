@@ -318,7 +318,9 @@ TEST(TokenizerImage, SealedTableProblemsAreNamed) {
                    TokenRef& r = section<TokenRef>(i, Section::kIdTokens)[4];
                    r = {r.offset + 1, 1};
                  }),
-                 "not valid UTF-8");
+                 "id_tokens[4]: the token does not start and end on whole characters");
+  EXPECT_REFUSED(edited([&](Bytes& i) { section<char>(i, Section::kStrings)[0] = '\xFF'; }),
+                 "the strings section is not valid UTF-8");
   EXPECT_REFUSED(edited([&](Bytes& i) { section<int32_t>(i, Section::kCharIds)[97] = 1 << 20; }),
                  "char_ids[97]");
   EXPECT_REFUSED(edited([&](Bytes& i) { section<char>(i, Section::kSettings)[0] = '['; }),

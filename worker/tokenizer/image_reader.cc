@@ -27,8 +27,8 @@ ImageHeader read_header(std::span<const std::byte> image) {
     refuse("not a hearth tokenizer image (bad magic)");
   }
   if (image.size() < sizeof(ImageHeader)) {
-    refuse("truncated: " + str(image.size()) + " bytes, less than the " +
-           str(sizeof(ImageHeader)) + "-byte header");
+    refuse("truncated: " + str(image.size()) + " bytes, less than the " + str(sizeof(ImageHeader)) +
+           "-byte header");
   }
   ImageHeader h;
   std::memcpy(&h, image.data(), sizeof(h));
@@ -57,8 +57,14 @@ bool in_strings(uint64_t offset, uint64_t length, size_t strings_size) {
   return offset <= strings_size && length <= strings_size - offset;
 }
 
+bool is_continuation(char c) {
+  return (static_cast<unsigned char>(c) & 0xC0) == 0x80;
+}
+
 // Decoders walk token spellings character by character, trusting them to be valid UTF-8 (as
-// JSON strings are), so every spelling an id can produce is checked to be.
+// JSON strings are), so every spelling an id can produce must be. With the strings section
+// checked to be valid UTF-8 as a whole, it suffices that each starts and ends on a character
+// boundary.
 void check_id_tokens(std::span<const TokenRef> refs, std::string_view strings) {
   if (refs.size() > static_cast<size_t>(kMaxTokenId)) {
     refuse("id_tokens has " + str(refs.size()) + " ids, more than the limit " + str(kMaxTokenId));
@@ -70,8 +76,12 @@ void check_id_tokens(std::span<const TokenRef> refs, std::string_view strings) {
       refuse("id_tokens[" + str(id) + "]: bytes [" + str(r.offset) + ", +" + str(r.length) +
              ") lie outside the strings section (" + str(strings.size()) + " bytes)");
     }
-    if (!is_valid_utf8(strings.substr(r.offset, r.length))) {
-      refuse("id_tokens[" + str(id) + "]: the token is not valid UTF-8");
+    const size_t end = size_t{r.offset} + r.length;
+    const bool whole_chars =
+        r.length == 0 || (!is_continuation(strings[r.offset]) &&
+                          (end == strings.size() || !is_continuation(strings[end])));
+    if (!whole_chars) {
+      refuse("id_tokens[" + str(id) + "]: the token does not start and end on whole characters");
     }
   }
 }
@@ -186,6 +196,7 @@ ImageContents read_image(std::span<const std::byte> image) {
   c.tables.char_ids = section_as<int32_t>(image, section(Section::kCharIds));
 
   const size_t id_count = c.tables.id_tokens.size();
+  if (!is_valid_utf8(c.tables.strings)) refuse("the strings section is not valid UTF-8");
   check_id_tokens(c.tables.id_tokens, c.tables.strings);
   c.tables.vocab_size = check_vocab(vocab, strings.size(), id_count);
   check_merges(merges, id_count);

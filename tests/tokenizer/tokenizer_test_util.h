@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <unistd.h>
+
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -82,14 +84,46 @@ inline const json& real_config(const std::string& name) {
   return it->second;
 }
 
-// The real tokenizer, loaded once per test process.
-inline const Tokenizer& real_tokenizer(const std::string& name) {
-  static std::map<std::string, std::unique_ptr<Tokenizer>> loaded;
-  auto it = loaded.find(name);
+// How a test loads a tokenizer: parsing tokenizer.json, or building its image and opening
+// the tokenizer from the image (which must give identical results).
+enum class Load { kJson, kImage };
+
+inline std::string load_name(Load how) {
+  return how == Load::kJson ? "json" : "image";
+}
+
+// The tokenizer of a tokenizer.json document, loaded `how`. Through an image the bytes stay in
+// memory, owned by the tokenizer.
+inline Tokenizer load_text(const std::string& tokenizer_json, Load how) {
+  if (how == Load::kJson) return Tokenizer::from_json(tokenizer_json);
+  auto image =
+      std::make_shared<const std::vector<std::byte>>(Tokenizer::build_image(tokenizer_json));
+  return Tokenizer::from_image(*image, image);
+}
+
+// A freshly loaded real tokenizer. Through an image it is written to a file and mapped, as a
+// worker would; the file is removed at once (the mapping keeps it).
+inline Tokenizer load_real(const std::string& name, Load how) {
+  const std::filesystem::path dir = tokenizer_cache() / name;
+  if (how == Load::kJson) return Tokenizer::from_file(dir);
+  const std::vector<std::byte> image = Tokenizer::build_image(read_file(dir / "tokenizer.json"));
+  const std::filesystem::path file =
+      std::filesystem::temp_directory_path() /
+      ("hearth_test_" + name + "_" + std::to_string(::getpid()) + ".tokimg");
+  std::ofstream(file, std::ios::binary)
+      .write(reinterpret_cast<const char*>(image.data()),
+             static_cast<std::streamsize>(image.size()));
+  Tokenizer tokenizer = Tokenizer::from_image_file(file);
+  std::filesystem::remove(file);
+  return tokenizer;
+}
+
+// The real tokenizer, loaded once per test process and way of loading.
+inline const Tokenizer& real_tokenizer(const std::string& name, Load how = Load::kJson) {
+  static std::map<std::pair<std::string, Load>, std::unique_ptr<Tokenizer>> loaded;
+  auto it = loaded.find({name, how});
   if (it == loaded.end()) {
-    it = loaded
-             .emplace(name,
-                      std::make_unique<Tokenizer>(Tokenizer::from_file(tokenizer_cache() / name)))
+    it = loaded.emplace(std::pair(name, how), std::make_unique<Tokenizer>(load_real(name, how)))
              .first;
   }
   return *it->second;
@@ -134,8 +168,8 @@ inline json toy_config(const std::vector<std::string>& vocab,
   };
 }
 
-inline Tokenizer load(const json& config) {
-  return Tokenizer::from_json(config.dump());
+inline Tokenizer load(const json& config, Load how = Load::kJson) {
+  return load_text(config.dump(), how);
 }
 
 }  // namespace hearth::tok::testing

@@ -9,10 +9,6 @@
 namespace hearth::tok {
 namespace {
 
-constexpr size_t kCharTable = 0x10000;
-// Ids are int32 on the API; refuse vocabularies that would need a gigantic dense id table.
-constexpr int64_t kMaxId = 1 << 26;
-
 struct Symbol {
   int32_t id;
   int32_t prev;
@@ -36,122 +32,37 @@ struct Later {
 
 }  // namespace
 
-std::unique_ptr<BpeModel> BpeModel::from_json(const Json& model, const std::string& where) {
-  std::unique_ptr<BpeModel> m(new BpeModel());
-  const Json& vocab = require(model, "vocab", where);
-  if (!vocab.is_object()) config_error(where + ".vocab", "expected an object of token: id");
-  m->vocab_.reserve(vocab.size());
-  int64_t max_id = -1;
-  for (const auto& [token, id] : vocab.items()) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= kMaxId) {
-      config_error(where + ".vocab", "token " + quote(token) + " has an invalid id " + id.dump());
-    }
-    m->vocab_.insert(token, static_cast<int32_t>(id.get<int64_t>()));
-    max_id = std::max(max_id, id.get<int64_t>());
-  }
-  m->id_to_token_.resize(static_cast<size_t>(max_id + 1));
-  m->has_id_.assign(static_cast<size_t>(max_id + 1), 0);
-  m->char_ids_.assign(kCharTable, -1);
-  for (const auto& [token, id_json] : vocab.items()) {
-    const auto id = static_cast<size_t>(id_json.get<int64_t>());
-    if (m->has_id_[id]) continue;  // duplicate id: the first spelling names it
-    m->has_id_[id] = 1;
-    m->id_to_token_[id] = token;
-    size_t len = 0;
-    if (!token.empty() && is_valid_utf8(token)) {
-      const uint32_t cp = utf8_decode(token, 0, &len);
-      if (len == token.size() && cp < kCharTable) {
-        m->char_ids_[cp] = m->vocab_.find(token);
-      }
-    }
-  }
-
-  auto optional_string = [&](const char* key) -> std::string {
-    const auto it = model.find(key);
-    if (it == model.end() || it->is_null()) return "";
-    if (!it->is_string()) config_error(where + "." + key, "expected a string or null");
-    return it->get<std::string>();
-  };
-  m->continuing_subword_prefix_ = optional_string("continuing_subword_prefix");
-  m->end_of_word_suffix_ = optional_string("end_of_word_suffix");
-  m->fuse_unk_ = get_bool(model, "fuse_unk", where, false);
-  m->byte_fallback_ = get_bool(model, "byte_fallback", where, false);
-  m->ignore_merges_ = get_bool(model, "ignore_merges", where, false);
-  if (const auto it = model.find("dropout"); it != model.end() && !it->is_null()) {
+BpeModel::BpeModel(const Json& settings, const std::string& where, const BpeTables& tables)
+    : t_(tables) {
+  continuing_subword_prefix_ = get_optional_string(settings, "continuing_subword_prefix", where);
+  end_of_word_suffix_ = get_optional_string(settings, "end_of_word_suffix", where);
+  fuse_unk_ = get_bool(settings, "fuse_unk", where, false);
+  byte_fallback_ = get_bool(settings, "byte_fallback", where, false);
+  ignore_merges_ = get_bool(settings, "ignore_merges", where, false);
+  if (const auto it = settings.find("dropout"); it != settings.end() && !it->is_null()) {
     if (!it->is_number() || it->get<double>() < 0.0 || it->get<double>() > 1.0) {
       config_error(where + ".dropout", "expected null or a number in [0, 1]");
     }
     // Dropout makes encoding random; hearth promises the same ids for the same text.
     if (it->get<double>() > 0.0) config_error(where + ".dropout", "BPE dropout is not supported");
   }
-  const std::string unk = optional_string("unk_token");
+  const std::string unk = get_optional_string(settings, "unk_token", where);
   if (!unk.empty()) {
-    m->unk_id_ = m->vocab_.find(unk);
-    if (m->unk_id_ < 0) {
-      config_error(where + ".unk_token", quote(unk) + " is not in the vocabulary");
-    }
+    unk_id_ = t_.vocab.find(unk);
+    if (unk_id_ < 0) config_error(where + ".unk_token", quote(unk) + " is not in the vocabulary");
   }
   for (int b = 0; b < 256; ++b) {
     char name[8];
     std::snprintf(name, sizeof(name), "<0x%02X>", b);
-    m->byte_ids_[static_cast<size_t>(b)] = m->vocab_.find(name);
+    byte_ids_[static_cast<size_t>(b)] = t_.vocab.find(name);
   }
-
-  // Merges come as "left right" strings (older files) or ["left", "right"] pairs (newer
-  // files, which allow spaces inside tokens). Rank is the position in the list.
-  const Json& merges = require(model, "merges", where);
-  if (!merges.is_array()) config_error(where + ".merges", "expected an array");
-  m->merges_.reserve(merges.size());
-  const size_t prefix_len = m->continuing_subword_prefix_.size();
-  for (size_t i = 0; i < merges.size(); ++i) {
-    const std::string at = where + ".merges[" + std::to_string(i) + "]";
-    const Json& entry = merges[i];
-    std::string left;
-    std::string right;
-    if (entry.is_string()) {
-      const std::string s = entry.get<std::string>();
-      const size_t space = s.find(' ');
-      if (space == std::string::npos || s.find(' ', space + 1) != std::string::npos) {
-        config_error(at, "expected two tokens separated by one space, got " + quote(s));
-      }
-      left = s.substr(0, space);
-      right = s.substr(space + 1);
-    } else if (entry.is_array() && entry.size() == 2 && entry[0].is_string() &&
-               entry[1].is_string()) {
-      left = entry[0].get<std::string>();
-      right = entry[1].get<std::string>();
-    } else {
-      config_error(at, "expected \"left right\" or [\"left\", \"right\"], got " + entry.dump());
-    }
-    const int32_t left_id = m->vocab_.find(left);
-    if (left_id < 0) config_error(at, "token " + quote(left) + " is not in the vocabulary");
-    const int32_t right_id = m->vocab_.find(right);
-    if (right_id < 0) config_error(at, "token " + quote(right) + " is not in the vocabulary");
-    if (right.size() < prefix_len) {
-      config_error(at, "token " + quote(right) + " is shorter than continuing_subword_prefix");
-    }
-    const std::string merged = left + right.substr(prefix_len);
-    const int32_t merged_id = m->vocab_.find(merged);
-    if (merged_id < 0) {
-      config_error(at, "merged token " + quote(merged) + " is not in the vocabulary");
-    }
-    m->merges_.insert(left_id, right_id, {static_cast<uint32_t>(i), merged_id});
-  }
-  return m;
-}
-
-const std::string* BpeModel::id_to_token(int32_t id) const {
-  if (id < 0 || static_cast<size_t>(id) >= has_id_.size() || !has_id_[static_cast<size_t>(id)]) {
-    return nullptr;
-  }
-  return &id_to_token_[static_cast<size_t>(id)];
 }
 
 void BpeModel::tokenize(std::string_view word, std::vector<int32_t>& out) const {
   if (word.empty()) return;
   if (ignore_merges_) {
     // Llama 3: a word that is itself a token is that token, whatever the merges would do.
-    const int32_t id = vocab_.find(word);
+    const int32_t id = t_.vocab.find(word);
     if (id >= 0) {
       out.push_back(id);
       return;
@@ -169,14 +80,16 @@ int32_t BpeModel::symbol_id(std::string_view piece, bool first, bool last) const
   if (!decorate) {
     size_t len = 0;
     const uint32_t cp = utf8_decode(piece, 0, &len);
-    if (cp < kCharTable) return char_ids_[cp];
-    return vocab_.find(piece);
+    if (cp < t_.char_ids.size()) return t_.char_ids[cp];
+    // Past the table's end only characters outside the direct range can be tokens.
+    if (cp < kCharTableLimit) return -1;
+    return t_.vocab.find(piece);
   }
   std::string s;
   if (!first) s = continuing_subword_prefix_;
   s.append(piece);
   if (last) s.append(end_of_word_suffix_);
-  return vocab_.find(s);
+  return t_.vocab.find(s);
 }
 
 void BpeModel::merge_word(std::string_view word, std::vector<int32_t>& out) const {
@@ -236,7 +149,7 @@ void BpeModel::merge_word(std::string_view word, std::vector<int32_t>& out) cons
 
   const Later later;
   for (size_t k = 0; k + 1 < symbols.size(); ++k) {
-    if (const MergeMap::Merge* m = merges_.find(symbols[k].id, symbols[k + 1].id)) {
+    if (const MergeSlot* m = t_.merges.find(symbols[k].id, symbols[k + 1].id)) {
       heap.push_back({m->rank, static_cast<uint32_t>(k), m->merged});
     }
   }
@@ -249,7 +162,7 @@ void BpeModel::merge_word(std::string_view word, std::vector<int32_t>& out) cons
     if (left.len == 0 || left.next < 0) continue;
     const Symbol right = symbols[static_cast<size_t>(left.next)];
     // Entries go stale when a neighbour merged since they were queued; skip those.
-    const MergeMap::Merge* current = merges_.find(left.id, right.id);
+    const MergeSlot* current = t_.merges.find(left.id, right.id);
     if (current == nullptr || current->merged != top.merged) continue;
 
     symbols[static_cast<size_t>(left.next)].len = 0;
@@ -261,14 +174,14 @@ void BpeModel::merge_word(std::string_view word, std::vector<int32_t>& out) cons
 
     if (left.prev >= 0) {
       const Symbol& before = symbols[static_cast<size_t>(left.prev)];
-      if (const MergeMap::Merge* m = merges_.find(before.id, left.id)) {
+      if (const MergeSlot* m = t_.merges.find(before.id, left.id)) {
         heap.push_back({m->rank, static_cast<uint32_t>(left.prev), m->merged});
         std::push_heap(heap.begin(), heap.end(), later);
       }
     }
     if (left.next >= 0) {
       const Symbol& after = symbols[static_cast<size_t>(left.next)];
-      if (const MergeMap::Merge* m = merges_.find(left.id, after.id)) {
+      if (const MergeSlot* m = t_.merges.find(left.id, after.id)) {
         heap.push_back({m->rank, top.pos, m->merged});
         std::push_heap(heap.begin(), heap.end(), later);
       }

@@ -1,7 +1,8 @@
 // The BPE model of tokenizer.json: vocabulary, ranked merges, and the rules for characters the
 // vocabulary lacks (byte_fallback, unk_token, fuse_unk), ignore_merges (Llama 3), and the
 // continuing_subword_prefix / end_of_word_suffix decorations. Turns one pre-tokenized word
-// into ids with a priority-queue merge (O(n log n) in the word length).
+// into ids with a priority-queue merge (O(n log n) in the word length). The tables are views
+// (bpe_tables.h) into a tokenizer image that the owner of the model keeps alive.
 #pragma once
 
 #include <array>
@@ -11,37 +12,32 @@
 #include <string_view>
 #include <vector>
 
+#include "bpe_tables.h"
 #include "config.h"
-#include "flat_hash.h"
 #include "word_cache.h"
 
 namespace hearth::tok {
 
 class BpeModel {
  public:
-  // `model` is the "model" object of tokenizer.json; errors name `where`.
-  static std::unique_ptr<BpeModel> from_json(const Json& model, const std::string& where);
+  // `settings` is the "model" object of tokenizer.json (its vocab and merges are not read:
+  // those are `tables`, built by build_bpe_tables); errors name `where`.
+  BpeModel(const Json& settings, const std::string& where, const BpeTables& tables);
 
   // Appends the ids of `word` to out. Thread-safe.
   void tokenize(std::string_view word, std::vector<int32_t>& out) const;
 
   // -1 when the vocabulary has no such token.
-  int32_t token_to_id(std::string_view token) const { return vocab_.find(token); }
-  // nullptr when the id is not in the vocabulary.
-  const std::string* id_to_token(int32_t id) const;
-  size_t vocab_size() const { return vocab_.size(); }
+  int32_t token_to_id(std::string_view token) const { return t_.vocab.find(token); }
+  // False when the id is not in the vocabulary.
+  bool id_to_token(int32_t id, std::string_view* token) const { return t_.token(id, token); }
+  size_t vocab_size() const { return t_.vocab_size; }
 
  private:
-  BpeModel() = default;
   void merge_word(std::string_view word, std::vector<int32_t>& out) const;
   int32_t symbol_id(std::string_view piece, bool first, bool last) const;
 
-  StringIdMap vocab_;
-  std::vector<std::string> id_to_token_;
-  std::vector<uint8_t> has_id_;
-  MergeMap merges_;
-  // Ids of single-character tokens below U+10000, the first lookup of every merge.
-  std::vector<int32_t> char_ids_;
+  BpeTables t_;
   std::array<int32_t, 256> byte_ids_{};  // "<0xAB>" tokens, -1 where absent
   std::string continuing_subword_prefix_;
   std::string end_of_word_suffix_;

@@ -37,6 +37,13 @@ std::string get_string(const Json& obj, const char* key, const std::string& wher
   return v.get<std::string>();
 }
 
+std::string get_optional_string(const Json& obj, const char* key, const std::string& where) {
+  const auto it = obj.find(key);
+  if (it == obj.end() || it->is_null()) return "";
+  if (!it->is_string()) config_error(where + "." + key, "expected a string or null");
+  return it->get<std::string>();
+}
+
 uint32_t get_char(const Json& obj, const char* key, const std::string& where) {
   const std::string s = get_string(obj, key, where);
   size_t len = 0;

@@ -24,6 +24,8 @@ std::string component_type(const Json& j, const std::string& where);
 
 const Json& require(const Json& obj, const char* key, const std::string& where);
 std::string get_string(const Json& obj, const char* key, const std::string& where);
+// "" when the key is absent or null.
+std::string get_optional_string(const Json& obj, const char* key, const std::string& where);
 // A field that must hold exactly one character (Metaspace replacement, Strip content).
 uint32_t get_char(const Json& obj, const char* key, const std::string& where);
 bool get_bool(const Json& obj, const char* key, const std::string& where, bool fallback);

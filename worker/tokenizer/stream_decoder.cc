@@ -50,8 +50,8 @@ StreamDecoder::StreamDecoder(StreamDecoder&&) noexcept = default;
 StreamDecoder& StreamDecoder::operator=(StreamDecoder&&) noexcept = default;
 
 std::string StreamDecoder::push(int32_t id) {
-  const std::string* token = state_->impl->token_of(id);
-  if (token == nullptr) return {};
+  const std::optional<std::string_view> token = state_->impl->token_of(id);
+  if (!token) return {};
   if (state_->skip_special && state_->impl->is_special_content(*token)) return {};
   tok::DecodeSink& entry = state_->entry();
   entry.begin_token();

@@ -4,31 +4,77 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "digest.h"
+#include "file_mapping.h"
+#include "image_builder.h"
+#include "image_reader.h"
+#include "image_writer.h"
 #include "tokenizer_impl.h"
 
 namespace hearth {
+namespace {
 
-Tokenizer::Tokenizer(std::shared_ptr<const tok::TokenizerImpl> impl) : impl_(std::move(impl)) {}
-
-Tokenizer Tokenizer::from_json(std::string_view tokenizer_json) {
-  tok::Json root;
+// The pipeline over `tables`; errors in the settings are reported as in tokenizer.json.
+std::shared_ptr<const tok::TokenizerImpl> make_impl(const tok::Json& settings,
+                                                    const tok::BpeTables& tables,
+                                                    std::shared_ptr<const void> storage) {
   try {
-    root = tok::Json::parse(tokenizer_json.begin(), tokenizer_json.end());
-  } catch (const tok::Json::parse_error& e) {
-    throw std::runtime_error(std::string("tokenizer.json is not valid JSON: ") + e.what());
-  }
-  try {
-    return Tokenizer(std::make_shared<const tok::TokenizerImpl>(root));
+    return std::make_shared<const tok::TokenizerImpl>(settings, tables, std::move(storage));
   } catch (const tok::Json::exception& e) {
     // Defensive: a shape the readers did not anticipate still gets a clear message.
     throw std::runtime_error(std::string("tokenizer.json: unexpected structure: ") + e.what());
   }
 }
 
-Tokenizer Tokenizer::from_file(const std::filesystem::path& path) {
-  std::filesystem::path file = path;
+}  // namespace
+
+Tokenizer::Tokenizer(std::shared_ptr<const tok::TokenizerImpl> impl) : impl_(std::move(impl)) {}
+
+Tokenizer Tokenizer::from_json(std::string_view tokenizer_json) {
+  tok::TokenizerParts parts = tok::build_tokenizer_parts(tokenizer_json);
+  auto tables = std::make_shared<const tok::BpeTableData>(std::move(parts.tables));
+  return Tokenizer(make_impl(parts.settings, tables->view(), tables));
+}
+
+std::vector<std::byte> Tokenizer::build_image(std::string_view tokenizer_json) {
+  const tok::TokenizerParts parts = tok::build_tokenizer_parts(tokenizer_json);
+  make_impl(parts.settings, parts.tables.view(), nullptr);  // refuses what from_json refuses
+  return tok::write_image(parts.settings.dump(), parts.tables, tok::xxh3_128(tokenizer_json));
+}
+
+Tokenizer Tokenizer::from_image(std::span<const std::byte> image,
+                                std::shared_ptr<const void> owner) {
+  const tok::ImageContents contents = tok::read_image(image);
+  tok::Json settings;
+  try {
+    settings = tok::Json::parse(contents.settings.begin(), contents.settings.end());
+  } catch (const tok::Json::parse_error& e) {
+    throw std::runtime_error(std::string("tokenizer image: settings are not valid JSON: ") +
+                             e.what());
+  }
+  try {
+    return Tokenizer(make_impl(settings, contents.tables, std::move(owner)));
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error(std::string("tokenizer image: settings: ") + e.what());
+  }
+}
+
+Tokenizer Tokenizer::from_image_file(const std::filesystem::path& path) {
+  auto mapping = std::make_shared<const tok::FileMapping>(path);
+  try {
+    return from_image(mapping->bytes(), mapping);
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error(path.string() + ": " + e.what());
+  }
+}
+
+std::filesystem::path tokenizer_json_path(const std::filesystem::path& path) {
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) file = path / "tokenizer.json";
+  return std::filesystem::is_directory(path, ec) ? path / "tokenizer.json" : path;
+}
+
+Tokenizer Tokenizer::from_file(const std::filesystem::path& path) {
+  const std::filesystem::path file = tokenizer_json_path(path);
   std::ifstream in(file, std::ios::binary);
   if (!in) throw std::runtime_error("cannot open tokenizer file " + file.string());
   std::ostringstream content;
@@ -51,10 +97,10 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_to
   std::vector<std::string> tokens;
   tokens.reserve(ids.size());
   for (const int32_t id : ids) {
-    const std::string* t = impl_->token_of(id);
-    if (t == nullptr) continue;
+    const std::optional<std::string_view> t = impl_->token_of(id);
+    if (!t) continue;
     if (skip_special_tokens && impl_->is_special_content(*t)) continue;
-    tokens.push_back(*t);
+    tokens.emplace_back(*t);
   }
   std::string out;
   if (const tok::Decoder* decoder = impl_->decoder()) {
@@ -76,8 +122,7 @@ std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const {
 }
 
 std::string Tokenizer::id_to_token(int32_t id) const {
-  const std::string* t = impl_->content_of(id);
-  return t == nullptr ? std::string() : *t;
+  return std::string(impl_->content_of(id).value_or(std::string_view()));
 }
 
 size_t Tokenizer::vocab_size() const {

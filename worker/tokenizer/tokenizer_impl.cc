@@ -1,24 +1,10 @@
 #include "tokenizer_impl.h"
 
+#include "image_builder.h"
 #include "utf8.h"
 
 namespace hearth::tok {
 namespace {
-
-std::unique_ptr<BpeModel> make_model(const Json& root) {
-  const Json& model = require(root, "model", "(root)");
-  // Old files omit the model type; a vocabulary with merges can only be BPE.
-  std::string type = "BPE";
-  if (model.is_object() && model.contains("type")) {
-    type = component_type(model, "model");
-  } else if (!model.is_object() || !model.contains("merges")) {
-    config_error("model", "missing 'type'");
-  }
-  if (type != "BPE") {
-    config_error("model", "model type '" + type + "' is not supported (supported: BPE)");
-  }
-  return BpeModel::from_json(model, "model");
-}
 
 const Json& optional_member(const Json& root, const char* key) {
   static const Json null_json;
@@ -28,7 +14,9 @@ const Json& optional_member(const Json& root, const char* key) {
 
 }  // namespace
 
-TokenizerImpl::TokenizerImpl(const Json& root) {
+TokenizerImpl::TokenizerImpl(const Json& root, const BpeTables& tables,
+                             std::shared_ptr<const void> storage)
+    : storage_(std::move(storage)) {
   if (!root.is_object()) config_error("(root)", "expected an object");
   // Truncation changes what encode returns; hearth always returns every token.
   if (!optional_member(root, "truncation").is_null()) {
@@ -41,24 +29,28 @@ TokenizerImpl::TokenizerImpl(const Json& root) {
       config_error("padding", "only null or the BatchLongest strategy is supported");
     }
   }
-  model_ = make_model(root);
+  model_ = std::make_unique<BpeModel>(bpe_model_of(root), "model", tables);
   normalizer_ = make_normalizer(optional_member(root, "normalizer"), "normalizer");
   pre_tokenizer_ = make_pre_tokenizer(optional_member(root, "pre_tokenizer"), "pre_tokenizer");
   decoder_ = make_decoder(optional_member(root, "decoder"), "decoder");
   added_ = AddedVocabulary::from_json(optional_member(root, "added_tokens"), "added_tokens",
                                       *model_, normalizer_.get());
   post_processor_ = make_post_processor(optional_member(root, "post_processor"), "post_processor",
-                                        [this](int32_t id) { return content_of(id) != nullptr; });
+                                        [this](int32_t id) { return content_of(id).has_value(); });
 }
 
-const std::string* TokenizerImpl::token_of(int32_t id) const {
-  if (const AddedToken* t = added_.find(id)) return &t->decoded;
-  return model_->id_to_token(id);
+std::optional<std::string_view> TokenizerImpl::token_of(int32_t id) const {
+  if (const AddedToken* t = added_.find(id)) return t->decoded;
+  std::string_view token;
+  if (model_->id_to_token(id, &token)) return token;
+  return std::nullopt;
 }
 
-const std::string* TokenizerImpl::content_of(int32_t id) const {
-  if (const AddedToken* t = added_.find(id)) return &t->content;
-  return model_->id_to_token(id);
+std::optional<std::string_view> TokenizerImpl::content_of(int32_t id) const {
+  if (const AddedToken* t = added_.find(id)) return t->content;
+  std::string_view token;
+  if (model_->id_to_token(id, &token)) return token;
+  return std::nullopt;
 }
 
 void TokenizerImpl::encode(std::string_view text, bool add_special_tokens,

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -19,15 +20,19 @@ namespace hearth::tok {
 
 class TokenizerImpl {
  public:
-  explicit TokenizerImpl(const Json& root);
+  // `settings` is tokenizer.json without model.vocab and model.merges (see image_builder.h);
+  // `tables` are those two, built or mapped, in memory that `storage` keeps alive (or that
+  // outlives this object when `storage` is null). Throws std::runtime_error naming the JSON
+  // location of a setting that is invalid or unsupported.
+  TokenizerImpl(const Json& settings, const BpeTables& tables, std::shared_ptr<const void> storage);
 
   void encode(std::string_view text, bool add_special_tokens, std::vector<int32_t>& out) const;
 
   // The spelling that decoding uses for an id (added tokens first, in normalized form when
-  // they are normalized), or nullptr.
-  const std::string* token_of(int32_t id) const;
-  // The spelling in the file (added tokens first), or nullptr.
-  const std::string* content_of(int32_t id) const;
+  // they are normalized), or nullopt.
+  std::optional<std::string_view> token_of(int32_t id) const;
+  // The spelling in the file (added tokens first), or nullopt.
+  std::optional<std::string_view> content_of(int32_t id) const;
   // Whether decode with skip_special_tokens drops this spelling.
   bool is_special_content(std::string_view token) const { return added_.is_special_content(token); }
 
@@ -39,6 +44,7 @@ class TokenizerImpl {
   void encode_normalized(std::string normalized, bool at_origin, size_t inserted_prefix,
                          std::vector<int32_t>& out) const;
 
+  std::shared_ptr<const void> storage_;  // first: the tables below point into it
   std::unique_ptr<BpeModel> model_;
   std::unique_ptr<Normalizer> normalizer_;
   std::unique_ptr<PreTokenizer> pre_tokenizer_;

@@ -1,0 +1,117 @@
+#include "tokenizer_cache.h"
+
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+#include <stdexcept>
+#include <vector>
+
+#include "atomic_file.h"
+#include "digest.h"
+#include "file_mapping.h"
+#include "image_reader.h"
+
+namespace hearth {
+namespace {
+
+std::filesystem::path from_env(const char* name) {
+  const char* value = std::getenv(name);
+  return value == nullptr ? std::filesystem::path() : std::filesystem::path(value);
+}
+
+void report(const TokenizerCacheOptions& options, const std::string& message) {
+  if (options.warn) {
+    options.warn(message);
+  } else {
+    std::cerr << "hearth: tokenizer cache: " << message << "\n";
+  }
+}
+
+// The cached image at `path` if it exists and is the image of `key`; nullopt (with a warning
+// unless it is simply missing) otherwise.
+std::optional<Tokenizer> open_cached(const std::filesystem::path& path, const tok::Digest128& key,
+                                     const TokenizerCacheOptions& options) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) return std::nullopt;
+  try {
+    auto mapping = std::make_shared<const tok::FileMapping>(path);
+    if (tok::peek_source_hash(mapping->bytes()) != key) {
+      throw std::runtime_error("built from a different tokenizer.json");
+    }
+    return Tokenizer::from_image(mapping->bytes(), mapping);
+  } catch (const std::exception& e) {
+    report(options, "ignoring " + path.string() + ": " + e.what() + "; rebuilding it");
+    return std::nullopt;
+  }
+}
+
+}  // namespace
+
+std::optional<std::filesystem::path> default_tokenizer_cache_dir() {
+  if (const std::filesystem::path dir = from_env("HEARTH_TOKENIZER_IMAGE_CACHE"); !dir.empty()) {
+    if (dir == "off") return std::nullopt;
+    return dir;
+  }
+  if (const std::filesystem::path xdg = from_env("XDG_CACHE_HOME"); xdg.is_absolute()) {
+    return xdg / "hearth" / "tokenizers";  // the XDG spec ignores relative values
+  }
+  if (const std::filesystem::path home = from_env("HOME"); !home.empty()) {
+    return home / ".cache" / "hearth" / "tokenizers";
+  }
+  return std::nullopt;
+}
+
+CachedTokenizer load_tokenizer_cached(std::string_view tokenizer_json,
+                                      const TokenizerCacheOptions& options) {
+  std::optional<std::filesystem::path> dir;
+  if (options.enabled) {
+    dir = options.dir.empty() ? default_tokenizer_cache_dir() : options.dir;
+    if (!dir && from_env("HEARTH_TOKENIZER_IMAGE_CACHE") != "off") {
+      report(options,
+             "no cache directory (set HEARTH_TOKENIZER_IMAGE_CACHE, XDG_CACHE_HOME or "
+             "HOME); parsing tokenizer.json");
+    }
+  }
+  if (!dir) return {Tokenizer::from_json(tokenizer_json), TokenizerSource::kParsed, {}};
+
+  const tok::Digest128 key = tok::xxh3_128(tokenizer_json);
+  // The format version is in the name, so builds that read different versions can share a
+  // directory without overwriting each other's images.
+  const std::filesystem::path image_path =
+      *dir / (tok::to_hex(key) + ".v" + std::to_string(tok::kImageVersion) + ".tokimg");
+  if (std::optional<Tokenizer> hit = open_cached(image_path, key, options)) {
+    return {std::move(*hit), TokenizerSource::kCacheHit, image_path};
+  }
+
+  // Built once, used from the same bytes that are written, so this process already runs on
+  // exactly what the next one will map.
+  auto image =
+      std::make_shared<const std::vector<std::byte>>(Tokenizer::build_image(tokenizer_json));
+  Tokenizer tokenizer = Tokenizer::from_image(*image, image);
+  try {
+    tok::create_directories(*dir, 0700);
+    tok::write_file_atomically(image_path, *image, 0644);
+  } catch (const std::exception& e) {
+    report(options, std::string(e.what()) + "; continuing without the cache");
+    return {std::move(tokenizer), TokenizerSource::kParsed, {}};
+  }
+  return {std::move(tokenizer), TokenizerSource::kBuilt, image_path};
+}
+
+CachedTokenizer load_tokenizer_file_cached(const std::filesystem::path& path,
+                                           const TokenizerCacheOptions& options) {
+  const std::filesystem::path file = tokenizer_json_path(path);
+  std::unique_ptr<tok::FileMapping> json;
+  try {
+    json = std::make_unique<tok::FileMapping>(file);
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error(std::string("cannot open tokenizer file ") + e.what());
+  }
+  try {
+    return load_tokenizer_cached(json->text(), options);
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error(file.string() + ": " + e.what());
+  }
+}
+
+}  // namespace hearth

@@ -151,20 +151,6 @@ bool Broker::complete(ClientId client, ipc::RequestId request, Reply reply) {
   return true;
 }
 
-bool Broker::push(ClientId client, const nlohmann::json& body) {
-  const auto it = connections_.find(client);
-  if (it == connections_.end() || it->second->closed()) return false;
-  std::string frame;
-  try {
-    frame = ipc::encode_frame(body, options_.max_reply_bytes);
-  } catch (const ipc::IpcError& e) {
-    log("cannot push a frame to " + describe(it->second->session()) + ": " + e.what());
-    return false;
-  }
-  it->second->send(std::move(frame), {});
-  return true;
-}
-
 BrokerStats Broker::stats() const {
   BrokerStats s = stats_;
   s.clients = connections_.size();
@@ -404,11 +390,6 @@ void Broker::begin_shutdown(const std::string& reason, bool force_if_draining) {
   }
   state_ = State::kDraining;
   log("shutting down: " + reason);
-  try {
-    handler_.on_shutdown();
-  } catch (const std::exception& e) {
-    log(std::string("the handler failed at shutdown: ") + e.what());
-  }
   // Stop accepting first, so that new clients get "not running" instead of a silent backlog.
   listen_poll_.reset();
   accept_retry_.reset();

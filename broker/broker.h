@@ -63,11 +63,6 @@ class Broker : private Connection::Owner {
   // gone or the request was not deferred; the reply (and its FDs) is then discarded.
   bool complete(ClientId client, ipc::RequestId request, Reply reply);
 
-  // Loop thread only: sends an unsolicited frame (an event, not a reply) to a client. Returns
-  // false if the client is gone. A client that lets such frames pile up past the output limits
-  // is dropped, like one that does not read its replies.
-  bool push(ClientId client, const nlohmann::json& body);
-
   // Loop thread only.
   BrokerStats stats() const;
   const BrokerOptions& options() const { return options_; }

@@ -26,10 +26,6 @@ class Handler {
   // Called exactly once per on_connect, before run() returns, and never from inside another
   // handler call or Broker::complete. Release whatever the client held (its leases).
   virtual void on_disconnect(Session& /*session*/) {}
-
-  // A graceful shutdown begins (signal, admin shutdown, Broker::shutdown): the last moment to
-  // push frames to clients (Broker::push) before their connections drain and close.
-  virtual void on_shutdown() {}
 };
 
 }  // namespace hearth::broker

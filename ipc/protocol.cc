@@ -4,16 +4,13 @@
 #include <array>
 
 #include "ipc/fd_passing.h"
-#include "ipc/serve_protocol.h"
 
 namespace hearth::ipc {
 namespace {
 
-// The weight server's ops and a batching worker's (serve_protocol.h): one protocol, each server
-// answering the ops of its role and refusing the others with kUnknownOp.
-constexpr std::array<std::string_view, 12> kKnownOps = {
-    op::kHello, op::kList,   op::kManifest, op::kImport, op::kRelease, op::kStats,
-    op::kLoad,  op::kUnload, op::kShutdown, op::kSubmit, op::kCancel,  op::kEngineStats,
+constexpr std::array<std::string_view, 9> kKnownOps = {
+    op::kHello, op::kList, op::kManifest, op::kImport,   op::kRelease,
+    op::kStats, op::kLoad, op::kUnload,   op::kShutdown,
 };
 constexpr std::array<std::string_view, 3> kAdminOps = {op::kLoad, op::kUnload, op::kShutdown};
 

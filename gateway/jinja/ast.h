@@ -57,6 +57,11 @@ struct Expr {
   std::vector<Keyword> keywords;
   int builtin = -1;  // filter / test / global-function / method id (builtins.h)
   int depth = 1;     // of this subtree, bounded by the parser
+  // A slice below. jinja2 evaluates what it can of a template when it compiles it
+  // (Node.as_const: constant folding), and there slicing goes through environment.getitem, so
+  // slicing what cannot be sliced gives undefined instead of an error. That is the one place
+  // folding changes a result, so only these subtrees are folded (interpreter.cc).
+  bool folds = false;
   BinaryOp binary_op = BinaryOp::kAdd;
   std::vector<CompareOp> compare_ops;
 };

@@ -411,6 +411,20 @@ Value make_list(std::vector<Value> items) {
   return Value::list(std::move(items));
 }
 
+// jinja2's map, select, unique, items, ... are generators: they yield one-shot iterators and
+// fail only when consumed. `body` fills the items; a runtime error it raises is deferred.
+template <typename Body>
+Value generator(Body body) {
+  std::vector<Value> out;
+  try {
+    body(out);
+  } catch (const TemplateError& e) {
+    if (e.kind() != TemplateError::Kind::kRuntime) throw;
+    return Value::iterator(std::move(out), "generator", e.message());
+  }
+  return Value::iterator(std::move(out), "generator");
+}
+
 // ---- filters ------------------------------------------------------------------------------
 
 Value filter_default(const Value& in, const Args& args) {
@@ -421,6 +435,11 @@ Value filter_default(const Value& in, const Args& args) {
 }
 
 Value filter_first_last(const Value& in, bool first) {
+  if (in.is_iterator()) {
+    if (!first) runtime_error("'" + type_name(in) + "' object is not reversible");
+    const Value* v = in.as_iterator().take_one();
+    return v != nullptr ? *v : Value::undefined("No first item, sequence was empty.");
+  }
   std::vector<Value> items = iterate(in);
   if (items.empty()) {
     return Value::undefined(first ? "No first item, sequence was empty."
@@ -471,50 +490,52 @@ Value filter_tojson(const Value& in, const Args& args) {
 }
 
 Value filter_map(const Value& in, const Args& args, const BuiltinContext& ctx) {
-  std::vector<Value> out;
-  if (args.positional.empty()) {
-    // map(attribute='x', default=...)
-    const auto a = bind("map", args, {"attribute", "default"});
-    if (a[0] == nullptr) runtime_error("map() needs a filter name or attribute=");
-    for (const Value& item : iterate(in)) out.push_back(attribute_of(item, a[0], a[1]));
-    return make_list(std::move(out));
-  }
-  const std::string& name = string_arg("map", args.positional[0]);
-  const int id = find_filter(name);
-  if (id < 0) runtime_error("map(): filter '" + name + "' is not supported");
-  Args rest;
-  rest.positional.assign(args.positional.begin() + 1, args.positional.end());
-  rest.keywords = args.keywords;
-  for (const Value& item : iterate(in)) out.push_back(apply_filter(id, item, rest, ctx));
-  return make_list(std::move(out));
+  return generator([&](std::vector<Value>& out) {
+    if (!truthy(in)) return;  // jinja2: "if value:" before iterating
+    if (args.positional.empty()) {
+      // map(attribute='x', default=...)
+      const auto a = bind("map", args, {"attribute", "default"});
+      if (a[0] == nullptr) runtime_error("map() needs a filter name or attribute=");
+      for (const Value& item : iterate(in)) out.push_back(attribute_of(item, a[0], a[1]));
+      return;
+    }
+    const std::string& name = string_arg("map", args.positional[0]);
+    const int id = find_filter(name);
+    if (id < 0) runtime_error("map(): filter '" + name + "' is not supported");
+    Args rest;
+    rest.positional.assign(args.positional.begin() + 1, args.positional.end());
+    rest.keywords = args.keywords;
+    for (const Value& item : iterate(in)) out.push_back(apply_filter(id, item, rest, ctx));
+  });
 }
 
 // select / reject / selectattr / rejectattr.
 Value filter_select(const Value& in, const Args& args, bool by_attribute, bool keep,
                     const BuiltinContext& ctx) {
-  size_t next = 0;
-  Value attribute;
-  if (by_attribute) {
-    if (args.positional.empty()) runtime_error("selectattr()/rejectattr() need an attribute");
-    attribute = args.positional[next++];
-  }
-  int test = -1;
-  if (next < args.positional.size()) {
-    const std::string& name = string_arg("select", args.positional[next++]);
-    test = find_test(name);
-    if (test < 0) runtime_error("test '" + name + "' is not supported");
-  }
-  Args test_args;
-  test_args.positional.assign(args.positional.begin() + static_cast<std::ptrdiff_t>(next),
-                              args.positional.end());
-  test_args.keywords = args.keywords;
-  std::vector<Value> out;
-  for (const Value& item : iterate(in)) {
-    const Value subject = by_attribute ? attribute_of(item, &attribute, nullptr) : item;
-    const bool pass = test < 0 ? truthy(subject) : apply_test(test, subject, test_args, ctx);
-    if (pass == keep) out.push_back(item);
-  }
-  return make_list(std::move(out));
+  return generator([&](std::vector<Value>& out) {
+    if (!truthy(in)) return;  // jinja2: "if value:" before iterating
+    size_t next = 0;
+    Value attribute;
+    if (by_attribute) {
+      if (args.positional.empty()) runtime_error("selectattr()/rejectattr() need an attribute");
+      attribute = args.positional[next++];
+    }
+    int test = -1;
+    if (next < args.positional.size()) {
+      const std::string& name = string_arg("select", args.positional[next++]);
+      test = find_test(name);
+      if (test < 0) runtime_error("test '" + name + "' is not supported");
+    }
+    Args test_args;
+    test_args.positional.assign(args.positional.begin() + static_cast<std::ptrdiff_t>(next),
+                                args.positional.end());
+    test_args.keywords = args.keywords;
+    for (const Value& item : iterate(in)) {
+      const Value subject = by_attribute ? attribute_of(item, &attribute, nullptr) : item;
+      const bool pass = test < 0 ? truthy(subject) : apply_test(test, subject, test_args, ctx);
+      if (pass == keep) out.push_back(item);
+    }
+  });
 }
 
 std::vector<Value> sorted_items(std::vector<Value> items, bool reverse, bool case_sensitive,
@@ -552,18 +573,18 @@ Value filter_min_max(const Value& in, const Args& args, bool max) {
 }
 
 Value filter_unique(const Value& in, const Args& args) {
-  const auto a = bind("unique", args, {"case_sensitive", "attribute"});
-  const bool cs = flag(a[0], false);
-  std::vector<Value> seen;
-  std::vector<Value> out;
-  for (const Value& item : iterate(in)) {
-    Value key = fold_case(attribute_of(item, a[1], nullptr), cs);
-    if (std::none_of(seen.begin(), seen.end(), [&](const Value& s) { return equal(s, key); })) {
-      seen.push_back(std::move(key));
-      out.push_back(item);
+  return generator([&](std::vector<Value>& out) {
+    const auto a = bind("unique", args, {"case_sensitive", "attribute"});
+    const bool cs = flag(a[0], false);
+    std::vector<Value> seen;
+    for (const Value& item : iterate(in)) {
+      Value key = fold_case(attribute_of(item, a[1], nullptr), cs);
+      if (std::none_of(seen.begin(), seen.end(), [&](const Value& s) { return equal(s, key); })) {
+        seen.push_back(std::move(key));
+        out.push_back(item);
+      }
     }
-  }
-  return make_list(std::move(out));
+  });
 }
 
 Value filter_dictsort(const Value& in, const Args& args) {
@@ -581,6 +602,11 @@ Value filter_dictsort(const Value& in, const Args& args) {
 
 Value filter_indent(const Value& in, const Args& args) {
   const auto a = bind("indent", args, {"width", "first", "blank"});
+  // jinja2 appends "\n" to the value itself, so only strings work.
+  if (in.is_undefined()) fail_undefined(in);
+  if (!in.is_string()) {
+    runtime_error("unsupported operand type(s) for +=: '" + type_name(in) + "' and 'str'");
+  }
   std::string unit;
   if (a[0] != nullptr && a[0]->is_string()) {
     unit = a[0]->as_string();
@@ -641,6 +667,7 @@ Value filter_int(const Value& in, const Args& args) {
   const auto a = bind("int", args, {"default", "base"});
   const Value fallback = a[0] != nullptr ? *a[0] : Value::integer(0);
   const int64_t base = integer_arg("int", a[1], 10);
+  if (in.is_undefined()) fail_undefined(in);  // int(Undefined) raises, it is no TypeError
   if (in.is_int() || in.is_bool()) return Value::integer(in.as_int());
   if (in.is_float()) {
     const double f = std::trunc(in.as_float());
@@ -686,6 +713,7 @@ Value filter_int(const Value& in, const Args& args) {
 Value filter_float(const Value& in, const Args& args) {
   const auto a = bind("float", args, {"default"});
   const Value fallback = a[0] != nullptr ? *a[0] : Value::floating(0.0);
+  if (in.is_undefined()) fail_undefined(in);
   if (in.is_number()) return Value::floating(in.as_float());
   double f = 0;
   if (in.is_string() && parse_python_float(in.as_string(), &f)) return Value::floating(f);
@@ -732,6 +760,38 @@ Value filter_sum(const Value& in, const Args& args, const BuiltinContext& ctx) {
 }
 
 Value filter_reverse(const Value& in) {
+  if (in.is_list() || in.is_dict() || in.is_undefined()) {
+    // reversed(): an iterator named after what it reverses.
+    std::vector<Value> items = iterate(in);
+    std::reverse(items.begin(), items.end());
+    const char* type = "reversed";
+    if (in.is_dict()) {
+      type = "dict_reversekeyiterator";
+    } else if (in.is_list()) {
+      switch (in.seq()) {
+        case Seq::kList:
+          type = "list_reverseiterator";
+          break;
+        case Seq::kTuple:
+          type = "reversed";
+          break;
+        case Seq::kRange:
+          type = "range_iterator";
+          break;
+        case Seq::kDictKeys:
+          type = "dict_reversekeyiterator";
+          break;
+        case Seq::kDictValues:
+          type = "dict_reversevalueiterator";
+          break;
+        case Seq::kDictItems:
+          type = "dict_reverseitemiterator";
+          break;
+      }
+    }
+    return Value::iterator(std::move(items), type);
+  }
+  if (!in.is_string() && !in.is_iterator()) runtime_error("argument must be iterable");
   if (in.is_string()) {
     std::vector<char32_t> cps = text::code_points(in.as_string());
     std::reverse(cps.begin(), cps.end());
@@ -746,16 +806,14 @@ Value filter_reverse(const Value& in) {
 std::string jinja_title(const std::string& s) {
   std::string out;
   bool begin = true;
-  for (char c : s) {
-    const bool sep = c == '-' || c == '(' || c == '{' || c == '[' || c == '<' ||
-                     text::is_space(static_cast<unsigned char>(c));
-    if (sep) {
-      out.push_back(c);
-      begin = true;
-    } else {
-      out.push_back(begin ? text::upper(std::string(1, c))[0] : text::lower(std::string(1, c))[0]);
-      begin = false;
-    }
+  for (size_t i = 0; i < s.size();) {
+    const size_t at = i;
+    const char32_t cp = text::decode(s, i);
+    const std::string_view one = std::string_view(s).substr(at, i - at);
+    const bool sep =
+        cp == '-' || cp == '(' || cp == '{' || cp == '[' || cp == '<' || text::is_space(cp);
+    out.append(sep ? std::string(one) : begin ? text::upper(one) : text::lower(one));
+    begin = sep;
   }
   return out;
 }
@@ -987,7 +1045,9 @@ Value dict_method(int id, const DictData& d, const Args& args) {
       for (const auto& [k, v] : d.items()) {
         out.push_back(id == kMItems ? Value::tuple({k, v}) : id == kMKeys ? k : v);
       }
-      return make_list(std::move(out));
+      return Value::sequence(std::move(out), id == kMItems  ? Seq::kDictItems
+                                             : id == kMKeys ? Seq::kDictKeys
+                                                            : Seq::kDictValues);
     }
     default:
       break;
@@ -1029,12 +1089,7 @@ Value global_range(const Args& args) {
   if (count > kMaxRange) {
     runtime_error("Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
   }
-  std::vector<Value> out;
-  out.reserve(static_cast<size_t>(count));
-  int64_t v = start;
-  for (int64_t i = 0; i < static_cast<int64_t>(count); ++i, v += step)
-    out.push_back(Value::integer(v));
-  return make_list(std::move(out));
+  return Value::range(start, stop, step);
 }
 
 Value global_strftime_now(const Args& args, const BuiltinContext& ctx) {
@@ -1065,6 +1120,11 @@ int find_method(std::string_view name) {
   return find_in(kMethods, name);
 }
 
+bool filter_needs_context(int id) {
+  return id == kFMap || id == kFSelect || id == kFReject || id == kFSelectattr ||
+         id == kFRejectattr;
+}
+
 std::string method_refusal(std::string_view name) {
   if (is_mutator(name)) {
     return "method '" + std::string(name) +
@@ -1077,10 +1137,11 @@ std::string method_refusal(std::string_view name) {
 Value bind_method(const Value& receiver, std::string_view name) {
   const int id = find_method(name);
   if (id < 0) return Value::undefined("no method");
-  const bool ok = (receiver.is_string() && is_str_method(id)) ||
-                  (receiver.is_list() && is_sequence_method(id)) ||
-                  (receiver.is_dict() && is_dict_method(id)) ||
-                  (receiver.is_loop() && id == kMCycle);
+  const bool ok =
+      (receiver.is_string() && is_str_method(id)) ||
+      (receiver.is_list() && (receiver.is_list_or_tuple() || receiver.seq() == Seq::kRange) &&
+       is_sequence_method(id)) ||
+      (receiver.is_dict() && is_dict_method(id)) || (receiver.is_loop() && id == kMCycle);
   if (!ok) return Value::undefined("no method");
   Callable c;
   c.kind = Callable::Kind::kMethod;
@@ -1113,7 +1174,7 @@ Value get_item(const Value& obj, const Value& key) {
       if (const Value* v = obj.as_dict().find(key)) return *v;
       break;
     case Value::Kind::kList:
-      if (key.is_int() || key.is_bool()) {
+      if ((key.is_int() || key.is_bool()) && (obj.is_list_or_tuple() || obj.seq() == Seq::kRange)) {
         int64_t i = key.as_int();
         const auto& items = obj.as_list().items;
         if (normalize_index(i, static_cast<int64_t>(items.size())))
@@ -1153,9 +1214,12 @@ Value get_item(const Value& obj, const Value& key) {
 }
 
 Value get_slice(const Value& obj, const Value* start, const Value* stop, const Value* step) {
+  // jinja2 slices with Python's own obj[a:b:c], not environment.getitem: errors are errors.
   if (obj.is_undefined()) fail_undefined(obj);
-  if (!obj.is_string() && !obj.is_list()) {
-    return Value::undefined("'" + type_name(obj) + " object' cannot be sliced");
+  if (obj.is_dict()) runtime_error("unhashable type: 'slice'");
+  if (!obj.is_string() &&
+      !(obj.is_list() && (obj.is_list_or_tuple() || obj.seq() == Seq::kRange))) {
+    runtime_error("'" + type_name(obj) + "' object is not subscriptable");
   }
   auto index = [](const Value* v) -> const Value* {
     if (v == nullptr || v->is_none()) return nullptr;
@@ -1194,11 +1258,15 @@ Value get_slice(const Value& obj, const Value* start, const Value* stop, const V
   for (int64_t i = b; st > 0 ? i < e : i > e; i += st) picks.push_back(i);
 
   if (obj.is_list()) {
-    const auto& items = obj.as_list().items;
+    const ListData& l = obj.as_list();
+    if (l.seq == Seq::kRange) {
+      return Value::range(l.range_start + b * l.range_step, l.range_start + e * l.range_step,
+                          l.range_step * st);
+    }
     std::vector<Value> out;
     out.reserve(picks.size());
-    for (int64_t i : picks) out.push_back(items[static_cast<size_t>(i)]);
-    return obj.is_tuple() ? Value::tuple(std::move(out)) : Value::list(std::move(out));
+    for (int64_t i : picks) out.push_back(l.items[static_cast<size_t>(i)]);
+    return Value::sequence(std::move(out), l.seq);
   }
   std::string out;
   if (ascii) {
@@ -1238,6 +1306,8 @@ std::vector<Value> iterate(const Value& v) {
     }
     case Value::Kind::kLoop:
       return *v.as_loop().items;
+    case Value::Kind::kIterator:
+      return v.as_iterator().take_all();
     default:
       runtime_error("'" + type_name(v) + "' object is not iterable");
   }
@@ -1295,12 +1365,13 @@ Value apply_filter(int id, const Value& in, const Args& args, const BuiltinConte
       return filter_indent(in, args);
     case kFInt:
       return filter_int(in, args);
-    case kFItems: {
+    case kFItems:
       no_args("items");
-      if (in.is_undefined()) return make_list({});
-      if (!in.is_dict()) runtime_error("Can only get item pairs from a mapping.");
-      return dict_method(kMItems, in.as_dict(), Args{});
-    }
+      return generator([&](std::vector<Value>& out) {
+        if (in.is_undefined()) return;
+        if (!in.is_dict()) runtime_error("Can only get item pairs from a mapping.");
+        for (const auto& [k, v] : in.as_dict().items()) out.push_back(Value::tuple({k, v}));
+      });
     case kFJoin:
       return filter_join(in, args, ctx);
     case kFList:
@@ -1360,9 +1431,19 @@ Value apply_filter(int id, const Value& in, const Args& args, const BuiltinConte
     }
     case kFUnique:
       return filter_unique(in, args);
-    case kFWordcount:
+    case kFWordcount: {
+      // len(re.findall(r"\w+", str(s))): runs of word characters.
       no_args("wordcount");
-      return Value::integer(static_cast<int64_t>(text::split_whitespace(to_str(in), -1).size()));
+      const std::string s = to_str(in);
+      int64_t words = 0;
+      bool in_word = false;
+      for (size_t i = 0; i < s.size();) {
+        const bool word = text::is_word(text::decode(s, i));
+        words += word && !in_word;
+        in_word = word;
+      }
+      return Value::integer(words);
+    }
   }
   runtime_error("unknown filter");
 }
@@ -1407,10 +1488,12 @@ bool apply_test(int id, const Value& v, const Args& args, const BuiltinContext& 
       return v.is_dict();
     case kTSequence:
       no_args("sequence");
-      return v.is_string() || v.is_list() || v.is_dict() || v.is_undefined();
+      return v.is_string() || v.is_dict() || v.is_undefined() ||
+             (v.is_list() && (v.is_list_or_tuple() || v.seq() == Seq::kRange));
     case kTIterable:
       no_args("iterable");
-      return v.is_string() || v.is_list() || v.is_dict() || v.is_undefined() || v.is_loop();
+      return v.is_string() || v.is_list() || v.is_dict() || v.is_undefined() || v.is_loop() ||
+             v.is_iterator();
     case kTCallable:
       no_args("callable");
       return v.is_callable() || v.is_undefined();

@@ -30,6 +30,8 @@ int find_filter(std::string_view name);
 int find_test(std::string_view name);
 int find_global(std::string_view name);
 int find_method(std::string_view name);
+// Filters jinja2 passes the render context (map, select, ...): never constant-folded.
+bool filter_needs_context(int id);
 // Why a method is missing, when there is more to say than "unsupported" (sandbox rules).
 std::string method_refusal(std::string_view name);
 

@@ -131,8 +131,8 @@ class Interpreter {
   static bool contains_mutable(const Value& v, int depth) {
     if (v.is_namespace() || v.is_loop()) return true;
     if (depth > kMaxValueDepth) return false;
-    if (v.is_list()) {
-      for (const Value& item : v.as_list().items) {
+    if (v.is_list() || v.is_iterator()) {
+      for (const Value& item : v.is_list() ? v.as_list().items : v.as_iterator().items) {
         if (contains_mutable(item, depth + 1)) return true;
       }
     } else if (v.is_dict()) {
@@ -201,7 +201,7 @@ class Interpreter {
         emit(s.text);
         return Flow::kNormal;
       case Stmt::Kind::kOutput:
-        emit(eval(*s.expr));
+        emit(s.expr->folds ? eval_folded(*s.expr, true) : eval(*s.expr));
         return Flow::kNormal;
       case Stmt::Kind::kIf:
         for (const auto& [test, body] : s.branches) {
@@ -343,13 +343,64 @@ class Interpreter {
     return Value::string(capture(m.body));
   }
 
-  Value eval(const Expr& e) {
+  // jinja2's constant folding (Node.as_const): evaluation that gives up (Impossible) on
+  // names, calls and filters that need the context, and on any error.
+  struct Impossible {};
+
+  // What jinja2 does when it compiles: it evaluates an expression it can fold then (slices
+  // lenient) and keeps the value if it can be written into Python code (for a whole {{ }}, if
+  // it can be printed); otherwise the expression is evaluated at render time.
+  Value eval_folded(const Expr& e, bool whole_output) {
+    folding_ = true;
+    try {
+      Value v = eval_node(e);
+      folding_ = false;
+      if (whole_output || has_safe_repr(v, 0)) return v;
+    } catch (const Impossible&) {
+      folding_ = false;
+    } catch (const TemplateError& err) {
+      folding_ = false;
+      if (err.kind() == TemplateError::Kind::kLimit) throw;
+    }
+    return eval_node(e);
+  }
+
+  // jinja2's has_safe_repr: what its optimizer may turn into a constant.
+  static bool has_safe_repr(const Value& v, int depth) {
+    if (depth > kMaxValueDepth) return false;
+    switch (v.kind()) {
+      case Value::Kind::kNone:
+      case Value::Kind::kBool:
+      case Value::Kind::kInt:
+      case Value::Kind::kFloat:
+      case Value::Kind::kString:
+        return true;
+      case Value::Kind::kList:
+        if (!v.is_list_or_tuple()) return false;
+        for (const Value& item : v.as_list().items) {
+          if (!has_safe_repr(item, depth + 1)) return false;
+        }
+        return true;
+      case Value::Kind::kDict:
+        for (const auto& [k, item] : v.as_dict().items()) {
+          if (!has_safe_repr(k, depth + 1) || !has_safe_repr(item, depth + 1)) return false;
+        }
+        return true;
+      default:
+        return false;
+    }
+  }
+
+  Value eval(const Expr& e) { return e.folds && !folding_ ? eval_folded(e, false) : eval_node(e); }
+
+  Value eval_node(const Expr& e) {
     charge(1);
     line_ = e.line;
     switch (e.kind) {
       case Expr::Kind::kLiteral:
         return e.value;
       case Expr::Kind::kName:
+        if (folding_) throw Impossible{};
         return lookup(e.name);
       case Expr::Kind::kList:
       case Expr::Kind::kTuple: {
@@ -381,11 +432,18 @@ class Interpreter {
             bounds[i] = &parts[i];
           }
         }
+        const bool sliceable =
+            obj.is_string() || obj.is_undefined() ||
+            (obj.is_list() && (obj.is_list_or_tuple() || obj.seq() == Seq::kRange));
+        if (!sliceable && folding_) {
+          return Value::undefined("'" + type_name(obj) + " object' has no element slice");
+        }
         Value result = get_slice(obj, bounds[0], bounds[1], bounds[2]);
         charge_built(result);
         return result;
       }
       case Expr::Kind::kCall: {
+        if (folding_) throw Impossible{};
         const Value callee = eval(*e.children[0]);
         const Args args = eval_args(e, 1);
         line_ = e.line;
@@ -394,6 +452,7 @@ class Interpreter {
         return result;
       }
       case Expr::Kind::kFilter: {
+        if (folding_ && filter_needs_context(e.builtin)) throw Impossible{};
         const Value input = eval(*e.children[0]);
         const Args args = eval_args(e, 1);
         line_ = e.line;
@@ -450,6 +509,7 @@ class Interpreter {
       case Expr::Kind::kCondition:
         if (truthy(eval(*e.children[0]))) return eval(*e.children[1]);
         if (e.children[2]) return eval(*e.children[2]);
+        if (folding_) throw Impossible{};
         return Value::undefined("the inline if-expression on line " + std::to_string(e.line) +
                                 " evaluated to false and no else section was defined.");
       case Expr::Kind::kSlice:
@@ -467,6 +527,7 @@ class Interpreter {
   uint64_t work_ = 0;
   int call_depth_ = 0;
   int line_ = 0;
+  bool folding_ = false;
 };
 
 }  // namespace

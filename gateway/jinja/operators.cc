@@ -44,7 +44,7 @@ void check_size(size_t bytes, size_t max_bytes) {
 }
 
 Value repeat(const Value& seq, int64_t times, size_t max_bytes) {
-  if (times <= 0) return seq.is_string() ? Value::string("") : Value::list({});
+  if (times <= 0) return seq.is_string() ? Value::string("") : Value::sequence({}, seq.seq());
   const auto n = static_cast<uint64_t>(times);
   if (seq.is_string()) {
     const std::string& s = seq.as_string();
@@ -61,7 +61,7 @@ Value repeat(const Value& seq, int64_t times, size_t max_bytes) {
   std::vector<Value> out;
   out.reserve(items.size() * n);
   for (uint64_t i = 0; i < n; ++i) out.insert(out.end(), items.begin(), items.end());
-  return seq.is_tuple() ? Value::tuple(std::move(out)) : Value::list(std::move(out));
+  return Value::sequence(std::move(out), seq.seq());
 }
 
 double python_fmod(double x, double y) {
@@ -69,6 +69,17 @@ double python_fmod(double x, double y) {
   if (m != 0 && ((m < 0) != (y < 0))) m += y;
   if (m == 0) m = std::copysign(0.0, y);
   return m;
+}
+
+// CPython's float floor division (float_divmod): exact where floor(x / y) would round.
+double python_floor_div(double x, double y) {
+  double mod = std::fmod(x, y);
+  double div = (x - mod) / y;
+  if (mod != 0 && ((y < 0) != (mod < 0))) div -= 1.0;
+  if (div == 0) return std::copysign(0.0, x / y);
+  double floordiv = std::floor(div);
+  if (div - floordiv > 0.5) floordiv += 1.0;
+  return floordiv;
 }
 
 Value arithmetic(BinaryOp op, const Value& a, const Value& b) {
@@ -128,7 +139,7 @@ Value arithmetic(BinaryOp op, const Value& a, const Value& b) {
       return Value::floating(x * y);
     case BinaryOp::kFloorDiv:
       if (y == 0) runtime_error("float floor division by zero");
-      return Value::floating(std::floor(x / y));
+      return Value::floating(python_floor_div(x, y));
     case BinaryOp::kMod:
       if (y == 0) runtime_error("float modulo");
       return Value::floating(python_fmod(x, y));
@@ -143,7 +154,26 @@ Value arithmetic(BinaryOp op, const Value& a, const Value& b) {
 
 }  // namespace
 
+// str % args. Only the case without conversion specifiers is implemented: Python then returns
+// the string when args is empty or looks like a mapping (anything subscriptable but a tuple or
+// a string, Undefined included) and raises otherwise.
+Value format_without_specifiers(const Value& a, const Value& b) {
+  if (a.as_string().find('%') != std::string::npos) {
+    throw TemplateError(TemplateError::Kind::kUnsupported, 0,
+                        "printf-style string formatting ('...' % value) is not supported");
+  }
+  const bool mapping_like = b.is_dict() || b.is_undefined() || b.is_namespace() ||
+                            (b.is_list() && b.seq() != Seq::kTuple && b.seq() != Seq::kDictKeys &&
+                             b.seq() != Seq::kDictValues && b.seq() != Seq::kDictItems);
+  const bool empty_tuple = b.is_tuple() && b.as_list().items.empty();
+  if (!mapping_like && !empty_tuple) {
+    runtime_error("not all arguments converted during string formatting");
+  }
+  return a;
+}
+
 Value binary(BinaryOp op, const Value& a, const Value& b, size_t max_bytes) {
+  if (op == BinaryOp::kMod && a.is_string()) return format_without_specifiers(a, b);
   if (a.is_undefined()) fail_undefined(a);
   if (b.is_undefined()) fail_undefined(b);
   if (a.is_number() && b.is_number()) return arithmetic(op, a, b);
@@ -155,7 +185,7 @@ Value binary(BinaryOp op, const Value& a, const Value& b, size_t max_bytes) {
       out.append(a.as_string()).append(b.as_string());
       return Value::string(std::move(out));
     }
-    if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {
+    if (a.is_list_or_tuple() && b.is_list_or_tuple() && a.seq() == b.seq()) {
       const auto& x = a.as_list().items;
       const auto& y = b.as_list().items;
       check_size((x.size() + y.size()) * sizeof(Value), max_bytes);
@@ -166,22 +196,20 @@ Value binary(BinaryOp op, const Value& a, const Value& b, size_t max_bytes) {
     if (a.is_string()) {
       runtime_error("can only concatenate str (not \"" + type_name(b) + "\") to str");
     }
-    if (a.is_list() && !a.is_tuple()) {
-      runtime_error("can only concatenate list (not \"" + type_name(b) + "\") to list");
+    if (a.is_list_or_tuple()) {
+      runtime_error("can only concatenate " + type_name(a) + " (not \"" + type_name(b) + "\") to " +
+                    type_name(a));
     }
   }
   if (op == BinaryOp::kMul) {
-    if ((a.is_string() || a.is_list()) && (b.is_int() || b.is_bool())) {
+    if ((a.is_string() || a.is_list_or_tuple()) && (b.is_int() || b.is_bool())) {
       return repeat(a, b.as_int(), max_bytes);
     }
-    if ((b.is_string() || b.is_list()) && (a.is_int() || a.is_bool())) {
+    if ((b.is_string() || b.is_list_or_tuple()) && (a.is_int() || a.is_bool())) {
       return repeat(b, a.as_int(), max_bytes);
     }
   }
-  if (op == BinaryOp::kMod && a.is_string()) {
-    throw TemplateError(TemplateError::Kind::kUnsupported, 0,
-                        "printf-style string formatting ('...' % value) is not supported");
-  }
+
   unsupported_operands(op, a, b);
 }
 
@@ -227,6 +255,12 @@ bool contains(const Value& container, const Value& item) {
       return false;
     case Value::Kind::kDict:
       return container.as_dict().find(item) != nullptr;
+    case Value::Kind::kIterator:
+      // Python consumes the iterator up to the first match.
+      while (const Value* v = container.as_iterator().take_one()) {
+        if (equal(*v, item)) return true;
+      }
+      return false;
     default:
       runtime_error("argument of type '" + type_name(container) + "' is not iterable");
   }

@@ -373,6 +373,7 @@ class Parser {
     auto e = std::make_unique<Expr>();
     e->kind = kind;
     e->line = line;
+
     return e;
   }
 
@@ -380,10 +381,17 @@ class Parser {
   // so a long chain (a + b + c + ..., x|f|f|f...) is bounded like explicit nesting.
   ExprPtr seal(ExprPtr e) {
     int deepest = 0;
+    bool slices = e->kind == Expr::Kind::kSlice;
     for (const ExprPtr& c : e->children) {
-      if (c) deepest = std::max(deepest, c->depth);
+      if (!c) continue;
+      deepest = std::max(deepest, c->depth);
+      slices = slices || c->folds;
     }
-    for (const Keyword& k : e->keywords) deepest = std::max(deepest, k.value->depth);
+    for (const Keyword& k : e->keywords) {
+      deepest = std::max(deepest, k.value->depth);
+      slices = slices || k.value->folds;
+    }
+    e->folds = slices;
     e->depth = deepest + 1;
     if (e->depth > limits_.max_expression_depth) {
       throw TemplateError(TemplateError::Kind::kLimit, e->line,
@@ -563,6 +571,10 @@ class Parser {
       } else if (is_op(t, "//")) {
         op = BinaryOp::kFloorDiv;
       } else if (is_op(t, "%")) {
+        if (left->kind == Expr::Kind::kLiteral && left->value.is_string() &&
+            left->value.as_string().find('%') != std::string::npos) {
+          refuse("printf-style string formatting ('...' % value) is not supported");
+        }
         op = BinaryOp::kMod;
       } else {
         break;

@@ -115,6 +115,23 @@ bool is_space(char32_t cp) {
          cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
 }
 
+bool is_word(char32_t cp) {
+  if (cp < 0x80) {
+    return (cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z') || (cp >= '0' && cp <= '9') ||
+           cp == '_';
+  }
+  if (is_space(cp) || !is_printable(cp)) return false;
+  // Latin-1 punctuation and symbols, general punctuation, CJK punctuation, symbol blocks.
+  if ((cp >= 0xA1 && cp <= 0xBF && cp != 0xAA && cp != 0xB2 && cp != 0xB3 && cp != 0xB5 &&
+       cp != 0xB9 && cp != 0xBA && cp != 0xBC && cp != 0xBD && cp != 0xBE) ||
+      cp == 0xD7 || cp == 0xF7 || (cp >= 0x2000 && cp <= 0x2BFF) ||
+      (cp >= 0x3000 && cp <= 0x303F) || (cp >= 0xFE30 && cp <= 0xFE4F) ||
+      (cp >= 0xFF00 && cp <= 0xFF0F) || (cp >= 0x1F000 && cp <= 0x1FAFF)) {
+    return false;
+  }
+  return true;
+}
+
 bool is_printable(char32_t cp) {
   if (cp < 0x20 || (cp >= 0x7F && cp <= 0xA0) || cp == 0xAD) return false;
   if (cp < 0x600) return true;
@@ -271,45 +288,126 @@ std::string replace(std::string_view s, std::string_view old, std::string_view w
 
 namespace {
 
-bool ascii_upper(char c) {
-  return c >= 'A' && c <= 'Z';
+// Simple case mapping (one code point to one) for Latin, Greek, Cyrillic and fullwidth
+// Latin, which covers what chat templates case-map; other scripts are left as they are.
+// Pairs where upper and lower differ by a fixed offset:
+struct CaseRange {
+  char32_t upper_first, upper_last;
+  int32_t to_lower;  // lower = upper + to_lower
+};
+constexpr CaseRange kOffsetRanges[] = {
+    {'A', 'Z', 32},     {0xC0, 0xD6, 32},     {0xD8, 0xDE, 32},   {0x391, 0x3A1, 32},
+    {0x3A3, 0x3AB, 32}, {0x388, 0x38A, 37},   {0x410, 0x42F, 32}, {0x400, 0x40F, 80},
+    {0x531, 0x556, 48}, {0xFF21, 0xFF3A, 32},
+};
+// Blocks where an even code point is upper case and the next one its lower case (or, for
+// odd_upper, the other way round).
+struct AlternatingRange {
+  char32_t first, last;
+  bool odd_upper;
+};
+constexpr AlternatingRange kAlternating[] = {
+    {0x100, 0x12F, false}, {0x132, 0x137, false}, {0x139, 0x148, true},    {0x14A, 0x177, false},
+    {0x179, 0x17E, true},  {0x3D8, 0x3EF, false}, {0x460, 0x481, false},   {0x48A, 0x4BF, false},
+    {0x4C1, 0x4CE, true},  {0x4D0, 0x52F, false}, {0x1E00, 0x1E95, false}, {0x1EA0, 0x1EFF, false},
+};
+// Irregular pairs (upper, lower).
+constexpr std::pair<char32_t, char32_t> kPairs[] = {
+    {0x178, 0xFF}, {0x386, 0x3AC}, {0x38C, 0x3CC}, {0x38E, 0x3CD}, {0x38F, 0x3CE},
+};
+
+char32_t to_lower_cp(char32_t cp) {
+  for (const auto& r : kOffsetRanges) {
+    if (cp >= r.upper_first && cp <= r.upper_last) return cp + static_cast<char32_t>(r.to_lower);
+  }
+  for (const auto& r : kAlternating) {
+    if (cp >= r.first && cp <= r.last && (cp % 2 == 1) == r.odd_upper) return cp + 1;
+  }
+  for (const auto& [u, l] : kPairs) {
+    if (cp == u) return l;
+  }
+  return cp;
 }
-bool ascii_lower(char c) {
-  return c >= 'a' && c <= 'z';
+
+char32_t to_upper_cp(char32_t cp) {
+  if (cp == 0xB5) return 0x39C;   // micro sign
+  if (cp == 0x131) return 'I';    // dotless i
+  if (cp == 0x17F) return 'S';    // long s
+  if (cp == 0x3C2) return 0x3A3;  // final sigma
+  for (const auto& r : kOffsetRanges) {
+    const char32_t lo = r.upper_first + static_cast<char32_t>(r.to_lower);
+    const char32_t hi = r.upper_last + static_cast<char32_t>(r.to_lower);
+    if (cp >= lo && cp <= hi) return cp - static_cast<char32_t>(r.to_lower);
+  }
+  for (const auto& r : kAlternating) {
+    if (cp >= r.first && cp <= r.last && (cp % 2 == 1) != r.odd_upper) return cp - 1;
+  }
+  for (const auto& [u, l] : kPairs) {
+    if (cp == l) return u;
+  }
+  return cp;
 }
-char to_upper(char c) {
-  return ascii_lower(c) ? static_cast<char>(c - 'a' + 'A') : c;
+
+bool cased_upper(char32_t cp) {
+  return to_lower_cp(cp) != cp;
 }
-char to_lower(char c) {
-  return ascii_upper(c) ? static_cast<char>(c - 'A' + 'a') : c;
+bool cased_lower(char32_t cp) {
+  return to_upper_cp(cp) != cp || cp == 0xDF;
+}
+
+void append_upper(std::string& out, char32_t cp) {
+  if (cp == 0xDF) {
+    out.append("SS");  // Python: 'ß'.upper() == 'SS'
+  } else {
+    append_utf8(out, to_upper_cp(cp));
+  }
 }
 
 }  // namespace
 
 std::string upper(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = to_upper(c);
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) append_upper(out, decode(s, i));
   return out;
 }
 
 std::string lower(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = to_lower(c);
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) append_utf8(out, to_lower_cp(decode(s, i)));
   return out;
 }
 
 std::string capitalize(std::string_view s) {
-  std::string out = lower(s);
-  if (!out.empty()) out[0] = to_upper(out[0]);
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    const bool first = i == 0;
+    const char32_t cp = decode(s, i);
+    if (first) {
+      append_upper(out, cp);
+    } else {
+      append_utf8(out, to_lower_cp(cp));
+    }
+  }
   return out;
 }
 
 std::string title(std::string_view s) {
-  std::string out(s);
+  std::string out;
+  out.reserve(s.size());
   bool previous_cased = false;
-  for (char& c : out) {
-    const bool cased = ascii_upper(c) || ascii_lower(c);
-    c = cased ? (previous_cased ? to_lower(c) : to_upper(c)) : c;
+  for (size_t i = 0; i < s.size();) {
+    const char32_t cp = decode(s, i);
+    const bool cased = cased_upper(cp) || cased_lower(cp);
+    if (!cased) {
+      append_utf8(out, cp);
+    } else if (previous_cased) {
+      append_utf8(out, to_lower_cp(cp));
+    } else {
+      append_upper(out, cp);
+    }
     previous_cased = cased;
   }
   return out;
@@ -317,18 +415,20 @@ std::string title(std::string_view s) {
 
 bool is_lower(std::string_view s) {
   bool any = false;
-  for (char c : s) {
-    if (ascii_upper(c)) return false;
-    any = any || ascii_lower(c);
+  for (size_t i = 0; i < s.size();) {
+    const char32_t cp = decode(s, i);
+    if (cased_upper(cp)) return false;
+    any = any || cased_lower(cp);
   }
   return any;
 }
 
 bool is_upper(std::string_view s) {
   bool any = false;
-  for (char c : s) {
-    if (ascii_lower(c)) return false;
-    any = any || ascii_upper(c);
+  for (size_t i = 0; i < s.size();) {
+    const char32_t cp = decode(s, i);
+    if (cased_lower(cp)) return false;
+    any = any || cased_upper(cp);
   }
   return any;
 }

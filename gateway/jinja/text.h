@@ -24,6 +24,9 @@ std::string from_code_points(const char32_t* begin, const char32_t* end);
 
 // Python str.isspace() for one code point (also what the regex \s matches).
 bool is_space(char32_t cp);
+// Python's \w for one code point: letters, digits and '_' (outside ASCII, approximated as
+// anything that is not whitespace, punctuation or a symbol in the common blocks).
+bool is_word(char32_t cp);
 // Python str.isprintable() for one code point, approximated by ranges: controls, format
 // characters, separators other than ' ', surrogates and private use are not printable.
 bool is_printable(char32_t cp);
@@ -41,8 +44,9 @@ std::vector<std::string> splitlines(std::string_view s);
 // points, as Python does.
 std::string replace(std::string_view s, std::string_view old, std::string_view with, int64_t count);
 
-// Case mapping. ASCII letters map as in Python; other code points are left unchanged (chat
-// templates only case-map role names and markers).
+// Case mapping as Python's str methods do it for Latin, Greek, Cyrillic, Armenian and
+// fullwidth Latin (simple one-to-one mappings, plus ß -> SS); other scripts are left as they
+// are, and the Greek final-sigma rule of lower() is not applied.
 std::string upper(std::string_view s);
 std::string lower(std::string_view s);
 std::string capitalize(std::string_view s);  // str.capitalize

@@ -52,25 +52,79 @@ Value Value::string(std::string s) {
   return v;
 }
 
-Value Value::list(std::vector<Value> items) {
-  Value v;
-  v.kind_ = Kind::kList;
-  auto data = std::make_shared<ListData>();
+namespace {
+
+int deepest_of(const std::vector<Value>& items) {
   int deepest = 0;
   for (const Value& item : items) deepest = std::max(deepest, item.depth());
   if (deepest + 1 > kMaxValueDepth) {
     limit_error("value nested deeper than " + std::to_string(kMaxValueDepth) + " levels");
   }
+  return deepest;
+}
+
+}  // namespace
+
+Value Value::sequence(std::vector<Value> items, Seq seq) {
+  Value v;
+  v.kind_ = Kind::kList;
+  auto data = std::make_shared<ListData>();
+  data->depth = deepest_of(items) + 1;
   data->items = std::move(items);
-  data->depth = deepest + 1;
+  data->seq = seq;
   v.ptr_ = std::move(data);
   return v;
 }
 
+Value Value::list(std::vector<Value> items) {
+  return sequence(std::move(items), Seq::kList);
+}
 Value Value::tuple(std::vector<Value> items) {
-  Value v = list(std::move(items));
-  static_cast<ListData*>(v.ptr_.get())->tuple = true;
+  return sequence(std::move(items), Seq::kTuple);
+}
+
+Value Value::range(int64_t start, int64_t stop, int64_t step) {
+  std::vector<Value> items;
+  for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) items.push_back(integer(i));
+  Value v = sequence(std::move(items), Seq::kRange);
+  auto* data = static_cast<ListData*>(v.ptr_.get());
+  data->range_start = start;
+  data->range_stop = stop;
+  data->range_step = step;
   return v;
+}
+
+Value Value::iterator(std::vector<Value> items, std::string type, std::string error) {
+  Value v;
+  v.kind_ = Kind::kIterator;
+  auto state = std::make_shared<IteratorState>();
+  state->depth = deepest_of(items) + 1;
+  state->items = std::move(items);
+  state->type = std::move(type);
+  state->error = std::move(error);
+  v.ptr_ = std::move(state);
+  return v;
+}
+
+std::vector<Value> IteratorState::take_all() {
+  std::vector<Value> rest(items.begin() + static_cast<std::ptrdiff_t>(position), items.end());
+  position = items.size();
+  if (!error.empty()) {
+    std::string e = std::move(error);
+    error.clear();
+    runtime_error(e);
+  }
+  return rest;
+}
+
+const Value* IteratorState::take_one() {
+  if (position < items.size()) return &items[position++];
+  if (!error.empty()) {
+    std::string e = std::move(error);
+    error.clear();
+    runtime_error(e);
+  }
+  return nullptr;
 }
 
 Value Value::dict(DictData data) {
@@ -108,7 +162,16 @@ const ListData& Value::as_list() const {
   return *static_cast<const ListData*>(ptr_.get());
 }
 bool Value::is_tuple() const {
-  return kind_ == Kind::kList && as_list().tuple;
+  return kind_ == Kind::kList && as_list().seq == Seq::kTuple;
+}
+Seq Value::seq() const {
+  return as_list().seq;
+}
+bool Value::is_list_or_tuple() const {
+  return kind_ == Kind::kList && (as_list().seq == Seq::kList || as_list().seq == Seq::kTuple);
+}
+IteratorState& Value::as_iterator() const {
+  return *static_cast<IteratorState*>(ptr_.get());
 }
 const DictData& Value::as_dict() const {
   return *static_cast<const DictData*>(ptr_.get());
@@ -137,6 +200,8 @@ int Value::depth() const {
       return 1 + as_namespace().attributes.depth();
     case Kind::kLoop:
       return 1;
+    case Kind::kIterator:
+      return as_iterator().depth;
     default:
       return 0;
   }
@@ -147,9 +212,10 @@ int Value::depth() const {
 namespace {
 
 void check_hashable(const Value& key) {
-  if (key.is_list() && !key.is_tuple()) runtime_error("unhashable type: 'list'");
+  if (key.is_list() && key.seq() != Seq::kTuple && key.seq() != Seq::kRange) {
+    runtime_error("unhashable type: '" + type_name(key) + "'");
+  }
   if (key.is_dict()) runtime_error("unhashable type: 'dict'");
-  if (key.is_undefined()) fail_undefined(key);
 }
 
 }  // namespace
@@ -265,13 +331,29 @@ void append_container(std::string& out, const Value& v) {
   switch (v.kind()) {
     case Value::Kind::kList: {
       const ListData& l = v.as_list();
-      out.push_back(l.tuple ? '(' : '[');
+      if (l.seq == Seq::kRange) {
+        out.append("range(" + std::to_string(l.range_start) + ", " + std::to_string(l.range_stop));
+        if (l.range_step != 1) out.append(", " + std::to_string(l.range_step));
+        out.push_back(')');
+        return;
+      }
+      const char* open = "[";
+      const char* close = "]";
+      if (l.seq == Seq::kTuple) {
+        open = "(";
+        close = ")";
+      } else if (l.seq != Seq::kList) {  // dict_keys([...]) and friends
+        out.append(type_name(v));
+        open = "([";
+        close = "])";
+      }
+      out.append(open);
       for (size_t i = 0; i < l.items.size(); ++i) {
         if (i > 0) out.append(", ");
         append_repr(out, l.items[i]);
       }
-      if (l.tuple && l.items.size() == 1) out.push_back(',');
-      out.push_back(l.tuple ? ')' : ']');
+      if (l.seq == Seq::kTuple && l.items.size() == 1) out.push_back(',');
+      out.append(close);
       return;
     }
     case Value::Kind::kDict:
@@ -288,6 +370,9 @@ void append_container(std::string& out, const Value& v) {
                  std::to_string(s.items->size()) + ">");
       return;
     }
+    case Value::Kind::kIterator:
+      runtime_error("cannot print a " + type_name(v) +
+                    " object (jinja2 prints its memory address); apply |list first");
     case Value::Kind::kCallable: {
       const Callable& c = v.as_callable();
       if (c.kind == Callable::Kind::kMacro) {
@@ -370,7 +455,23 @@ std::string type_name(const Value& v) {
     case Value::Kind::kString:
       return "str";
     case Value::Kind::kList:
-      return v.is_tuple() ? "tuple" : "list";
+      switch (v.seq()) {
+        case Seq::kList:
+          return "list";
+        case Seq::kTuple:
+          return "tuple";
+        case Seq::kDictKeys:
+          return "dict_keys";
+        case Seq::kDictValues:
+          return "dict_values";
+        case Seq::kDictItems:
+          return "dict_items";
+        case Seq::kRange:
+          return "range";
+      }
+      return "list";
+    case Value::Kind::kIterator:
+      return v.as_iterator().type;
     case Value::Kind::kDict:
       return "dict";
     case Value::Kind::kNamespace:
@@ -458,7 +559,18 @@ bool equal(const Value& a, const Value& b) {
     case Value::Kind::kList: {
       const ListData& x = a.as_list();
       const ListData& y = b.as_list();
-      if (x.tuple != y.tuple || x.items.size() != y.items.size()) return false;
+      if (x.seq != y.seq || x.items.size() != y.items.size()) return false;
+      if (x.seq == Seq::kDictValues) return a.identity() == b.identity();
+      if (x.seq == Seq::kDictKeys || x.seq == Seq::kDictItems) {
+        // Set-like views compare as sets.
+        for (const Value& item : x.items) {
+          if (std::none_of(y.items.begin(), y.items.end(),
+                           [&](const Value& other) { return equal(item, other); })) {
+            return false;
+          }
+        }
+        return true;
+      }
       for (size_t i = 0; i < x.items.size(); ++i) {
         if (!equal(x.items[i], y.items[i])) return false;
       }
@@ -484,7 +596,7 @@ bool less(const Value& a, const Value& b) {
   if (b.is_undefined()) fail_undefined(b);
   if (a.is_number() && b.is_number()) return compare_numbers(a, b) == -1;
   if (a.is_string() && b.is_string()) return a.as_string() < b.as_string();
-  if (a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {
+  if (a.is_list_or_tuple() && b.is_list_or_tuple() && a.seq() == b.seq()) {
     const auto& x = a.as_list().items;
     const auto& y = b.as_list().items;
     for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
@@ -649,6 +761,7 @@ void append_json(std::string& out, const Value& v, const JsonOptions& o, int lev
       append_json_string(out, v.as_string(), o.ensure_ascii);
       return;
     case Value::Kind::kList: {
+      if (!v.is_list_or_tuple()) not_serializable(v);
       const auto& items = v.as_list().items;
       if (items.empty()) {
         out.append("[]");

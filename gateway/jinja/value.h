@@ -2,9 +2,10 @@
 // str() and repr(), ==, ordering, and json.dumps as transformers' tojson filter calls it.
 //
 // Strings, lists, tuples and dicts are immutable and shared (copying a Value is cheap); the
-// only mutable objects are namespace() objects and loop state. Containers record their nesting
-// depth, bounded by kMaxValueDepth, so no recursive walk (printing, comparing, freeing) can
-// exhaust the stack whatever a template or a request builds.
+// only mutable objects are namespace() objects, loop state and one-shot iterators (what
+// jinja2's map/select/... filters return: truthy even when empty, consumed by one loop). Containers
+// record their nesting depth, bounded by kMaxValueDepth, so no recursive walk (printing, comparing,
+// freeing) can exhaust the stack whatever a template or a request builds.
 #pragma once
 
 #include <cstdint>
@@ -23,10 +24,14 @@ inline constexpr int kMaxValueDepth = 256;
 
 class Value;
 struct ListData;
-struct DictData;
+class DictData;
 struct NamespaceData;
 struct LoopState;
+struct IteratorState;
 struct Callable;
+
+// The sequence types Python tells apart: they print, compare and serialise differently.
+enum class Seq : uint8_t { kList, kTuple, kDictKeys, kDictValues, kDictItems, kRange };
 
 class Value {
  public:
@@ -37,10 +42,11 @@ class Value {
     kInt,
     kFloat,
     kString,
-    kList,  // list or tuple (ListData::tuple)
+    kList,  // list, tuple, dict view or range (ListData::seq)
     kDict,
     kNamespace,
     kLoop,
+    kIterator,
     kCallable,
   };
 
@@ -57,6 +63,12 @@ class Value {
   static Value string(std::string s);
   static Value list(std::vector<Value> items);
   static Value tuple(std::vector<Value> items);
+  static Value sequence(std::vector<Value> items, Seq seq);
+  // range(start, stop, step) with its items materialised (the caller bounds the length).
+  static Value range(int64_t start, int64_t stop, int64_t step);
+  // A one-shot iterator named like Python's ("generator", "list_reverseiterator"); `error`,
+  // when set, is raised once the items before it are consumed (jinja2's lazy filters).
+  static Value iterator(std::vector<Value> items, std::string type, std::string error = {});
   static Value dict(DictData data);
   static Value namespace_object();
   static Value loop(std::shared_ptr<LoopState> state);
@@ -73,10 +85,15 @@ class Value {
     return kind_ == Kind::kInt || kind_ == Kind::kFloat || kind_ == Kind::kBool;
   }
   bool is_string() const { return kind_ == Kind::kString; }
+  // Any sequence (list, tuple, dict view, range); seq() tells which.
   bool is_list() const { return kind_ == Kind::kList; }
+  Seq seq() const;
+  // Lists and tuples: what + and ordering accept and tojson writes as arrays.
+  bool is_list_or_tuple() const;
   bool is_dict() const { return kind_ == Kind::kDict; }
   bool is_namespace() const { return kind_ == Kind::kNamespace; }
   bool is_loop() const { return kind_ == Kind::kLoop; }
+  bool is_iterator() const { return kind_ == Kind::kIterator; }
   bool is_callable() const { return kind_ == Kind::kCallable; }
 
   bool as_bool() const { return scalar_.b; }
@@ -90,6 +107,7 @@ class Value {
   const DictData& as_dict() const;
   NamespaceData& as_namespace() const;
   LoopState& as_loop() const;
+  IteratorState& as_iterator() const;
   const Callable& as_callable() const;
   const std::string& undefined_message() const;
 
@@ -110,8 +128,11 @@ class Value {
 
 struct ListData {
   std::vector<Value> items;
-  bool tuple = false;
+  Seq seq = Seq::kList;
   int depth = 1;
+  int64_t range_start = 0;  // for Seq::kRange, to print range(start, stop[, step])
+  int64_t range_stop = 0;
+  int64_t range_step = 1;
 };
 
 // A Python dict: insertion-ordered, keys compared as Python compares them (1 == 1.0 == True).
@@ -141,6 +162,18 @@ struct LoopState {
   std::shared_ptr<const std::vector<Value>> items;
   int64_t index0 = 0;
   int64_t depth0 = 0;
+};
+
+struct IteratorState {
+  std::vector<Value> items;
+  size_t position = 0;
+  std::string type;
+  std::string error;
+  int depth = 1;
+  // The items not consumed yet, consuming them (and raising the deferred error, if any).
+  std::vector<Value> take_all();
+  // The next item, or nullptr at the end.
+  const Value* take_one();
 };
 
 // Something a template can call: a global function, a method bound to its receiver, or a

@@ -447,6 +447,20 @@ LANGUAGE_CASES = [
     # globals
     ("range_dict_namespace", "{{ range(3)|list }} {{ range(1, 10, 3)|list }} {{ range(5, 0, -2)|list }} {{ dict(a=1, b='x') }} {{ namespace(a=1).a }}", {}),
     ("strftime_now", "{{ strftime_now('%d %b %Y') }} {{ strftime_now('%Y-%m-%d %H:%M:%S %A %j') }}", {}),
+    # Python objects that are not plain lists (found by tools/golden/fuzz_chat_template.py)
+    ("generators_are_truthy_and_one_shot", "{% set g = xs|select('odd') %}{{ 'T' if xs|select('none') else 'F' }}{{ g|list }}{{ g|list }}{% set h = xs|map('string') %}{% for x in h %}{{ x }}{% endfor %}|{% for x in h %}{{ x }}{% endfor %}", {"xs": [1, 2, 3]}),
+    ("generators_over_falsy_values", "{{ none|map('string')|list }} {{ false|select|list }} {{ 0|selectattr('x')|list }} {{ ''|reject|list }}", {}),
+    ("dict_views_and_range", "{{ d.items() }} {{ d.keys() }} {{ d.values() }} {{ range(3) }} {{ range(1, 9, 2) }} {{ range(10)[2:8:3] }} {{ d.keys()|list }} {{ 'a' in d.keys() }} {{ range(3)|length }}", {"d": {"a": 1, "b": [2]}}),
+    ("reverse_iterators", "{{ [1, 2, 3]|reverse|list }} {{ (1, 2)|reverse|join }} {{ d|reverse|list }} {{ 'abc'|reverse }}", {"d": {"a": 1, "b": 2}}),
+    ("constant_folded_slices", "[{{ true[::-1] }}] [{{ (1 if [1] else '')[::-1] }}] {{ none[1:] is defined }}", {}),
+    ("float_floor_division", "{{ 5 // 0.1 }} {{ -5 // 0.1 }} {{ 7.5 % 2 }} {{ -7.5 % 2 }} {{ 1e308 * 10 }} {{ -1e308 * 10 }}", {}),
+    ("string_mod_without_specifiers", "{{ 'abc' % {} }} {{ 'abc' % () }} {{ 'x' % missing }}", {}),
+    ("unicode_case", "{{ 'héllo wörld ÿ ß'|upper }} {{ 'ÉCOLE ΑΒΓ ДОМ'|lower }} {{ 'élan vital'|title }} {{ 'über'.capitalize() }} {{ 'ÀB' is upper }}", {}),
+    ("wordcount_word_characters", "{{ 'a-b c_d, é!'|wordcount }} {{ '<x> 1.5'|wordcount }}", {}),
+    ("error_int_of_undefined", "{{ missing|int }}", {}),
+    ("error_last_of_generator", "{{ [1, 2]|select|last }}", {}),
+    ("error_length_of_generator", "{{ [1, 2]|select|length }}", {}),
+    ("error_string_mod_tuple", "{{ 'abc' % (1,) }}", {}),
     # errors (the error itself is the golden)
     ("error_raise_exception", "a{{ raise_exception('custom failure: ' ~ 42) }}", {}),
     ("error_undefined_attribute", "{{ nothing.attr }}", {}),

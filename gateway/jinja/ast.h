@@ -55,13 +55,15 @@ struct Expr {
   std::string name;
   std::vector<ExprPtr> children;
   std::vector<Keyword> keywords;
-  int builtin = -1;  // filter / test / global-function / method id (builtins.h)
-  int depth = 1;     // of this subtree, bounded by the parser
+  // Filter / test / global-function id; for kGetAttr, classify_attribute(name) (builtins.h).
+  int builtin = -1;
+  int depth = 1;  // of this subtree, bounded by the parser
   // A slice below. jinja2 evaluates what it can of a template when it compiles it
   // (Node.as_const: constant folding), and there slicing goes through environment.getitem, so
   // slicing what cannot be sliced gives undefined instead of an error. That is the one place
   // folding changes a result, so only these subtrees are folded (interpreter.cc).
   bool folds = false;
+  bool must_name = false;  // evaluating it always evaluates a name or a call
   BinaryOp binary_op = BinaryOp::kAdd;
   std::vector<CompareOp> compare_ops;
 };

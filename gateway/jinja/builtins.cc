@@ -355,23 +355,41 @@ Value loop_attribute(const LoopState& s, std::string_view name) {
   return Value::undefined("'LoopContext object' has no attribute '" + std::string(name) + "'");
 }
 
+bool has_method(const Value& receiver, int id) {
+  return (receiver.is_string() && is_str_method(id)) ||
+         (receiver.is_list() && (receiver.is_list_or_tuple() || receiver.seq() == Seq::kRange) &&
+          is_sequence_method(id)) ||
+         (receiver.is_dict() && is_dict_method(id)) || (receiver.is_loop() && id == kMCycle);
+}
+
+Value bound_method(const Value& receiver, int id, std::string_view name) {
+  Callable c;
+  c.kind = Callable::Kind::kMethod;
+  c.id = id;
+  c.receiver = receiver;
+  c.name = std::string(name);
+  return Value::callable(std::move(c));
+}
+
+Value unsafe_attribute(const Value& obj, std::string_view name) {
+  return Value::undefined("access to attribute '" + std::string(name) + "' of '" + type_name(obj) +
+                          "' object is unsafe.");
+}
+
 // getattr(obj, name) alone, without the item fallback (the `attr` filter).
-Value plain_attribute(const Value& obj, std::string_view name) {
+Value plain_attribute(const Value& obj, std::string_view name, int attribute_class) {
   if (obj.is_undefined()) fail_undefined(obj);
-  if (!name.empty() && name[0] == '_') {
-    return Value::undefined("access to attribute '" + std::string(name) + "' of '" +
-                            type_name(obj) + "' object is unsafe.");
-  }
+  if (!name.empty() && name[0] == '_') return unsafe_attribute(obj, name);
   if (obj.is_namespace()) {
     if (const Value* v = obj.as_namespace().attributes.find(name)) return *v;
     return undefined_attribute(obj, name);
   }
-  Value method = bind_method(obj, name);
-  if (!method.is_undefined()) return method;
+  if (attribute_class >= 0 && has_method(obj, attribute_class)) {
+    return bound_method(obj, attribute_class, name);
+  }
   if (obj.is_loop()) return loop_attribute(obj.as_loop(), name);
-  if ((obj.is_list() || obj.is_dict()) && is_mutator(name)) {
-    return Value::undefined("access to attribute '" + std::string(name) + "' of '" +
-                            type_name(obj) + "' object is unsafe.");
+  if ((obj.is_list() || obj.is_dict()) && attribute_class == kMutatorAttribute) {
+    return unsafe_attribute(obj, name);
   }
   return undefined_attribute(obj, name);
 }
@@ -1134,36 +1152,24 @@ std::string method_refusal(std::string_view name) {
   return "method '" + std::string(name) + "' is not supported";
 }
 
-Value bind_method(const Value& receiver, std::string_view name) {
+int classify_attribute(std::string_view name) {
   const int id = find_method(name);
-  if (id < 0) return Value::undefined("no method");
-  const bool ok =
-      (receiver.is_string() && is_str_method(id)) ||
-      (receiver.is_list() && (receiver.is_list_or_tuple() || receiver.seq() == Seq::kRange) &&
-       is_sequence_method(id)) ||
-      (receiver.is_dict() && is_dict_method(id)) || (receiver.is_loop() && id == kMCycle);
-  if (!ok) return Value::undefined("no method");
-  Callable c;
-  c.kind = Callable::Kind::kMethod;
-  c.id = id;
-  c.receiver = receiver;
-  c.name = std::string(name);
-  return Value::callable(std::move(c));
+  if (id >= 0) return id;
+  return is_mutator(name) ? kMutatorAttribute : kPlainAttribute;
 }
 
-Value get_attribute(const Value& obj, std::string_view name) {
+Value get_attribute(const Value& obj, std::string_view name, int attribute_class) {
   if (obj.is_undefined()) fail_undefined(obj);
   if (obj.is_dict()) {
     // Attributes of the dict type come first (d.items is the method), then keys.
-    if (!name.empty() && name[0] != '_') {
-      Value method = bind_method(obj, name);
-      if (!method.is_undefined()) return method;
-      if (is_mutator(name)) return plain_attribute(obj, name);
+    if (attribute_class >= 0 && has_method(obj, attribute_class)) {
+      return bound_method(obj, attribute_class, name);
     }
+    if (attribute_class == kMutatorAttribute) return unsafe_attribute(obj, name);
     if (const Value* v = obj.as_dict().find(name)) return *v;
     return undefined_attribute(obj, name);
   }
-  return plain_attribute(obj, name);
+  return plain_attribute(obj, name, attribute_class);
 }
 
 Value get_item(const Value& obj, const Value& key) {
@@ -1202,12 +1208,14 @@ Value get_item(const Value& obj, const Value& key) {
       break;
   }
   if (key.is_string()) {
+    const int attribute_class = classify_attribute(key.as_string());
     if (obj.is_dict()) {
-      Value method = bind_method(obj, key.as_string());
-      if (!method.is_undefined()) return method;
+      if (attribute_class >= 0 && has_method(obj, attribute_class)) {
+        return bound_method(obj, attribute_class, key.as_string());
+      }
       return undefined_attribute(obj, key.as_string());
     }
-    return plain_attribute(obj, key.as_string());
+    return plain_attribute(obj, key.as_string(), attribute_class);
   }
   if (obj.is_none()) return Value::undefined("'None' has no element " + repr(key));
   return Value::undefined("'" + type_name(obj) + " object' has no element " + repr(key));
@@ -1340,7 +1348,8 @@ Value apply_filter(int id, const Value& in, const Args& args, const BuiltinConte
       return in.as_int() < 0 ? negate(in) : Value::integer(in.as_int());
     case kFAttr: {
       const auto a = bind("attr", args, {"name"}, 1);
-      return plain_attribute(in, string_arg("attr", *a[0]));
+      const std::string& name = string_arg("attr", *a[0]);
+      return plain_attribute(in, name, classify_attribute(name));
     }
     case kFCapitalize:
       no_args("capitalize");

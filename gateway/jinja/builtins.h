@@ -40,13 +40,17 @@ bool apply_test(int id, const Value& input, const Args& args, const BuiltinConte
 Value call_global(int id, const Args& args, const BuiltinContext& ctx);
 Value call_method(const Callable& method, const Args& args, const BuiltinContext& ctx);
 
-// The method `name` bound to `receiver`, when the receiver's type has it (str.strip, dict.get,
-// list.index, loop.cycle); an undefined Value otherwise.
-Value bind_method(const Value& receiver, std::string_view name);
+// What an attribute name can be, decided once by the parser: a method id (>= 0, see
+// find_method), a method the immutable sandbox forbids (list.append, dict.pop, ...), or
+// neither.
+inline constexpr int kPlainAttribute = -1;
+inline constexpr int kMutatorAttribute = -2;
+int classify_attribute(std::string_view name);
 
 // jinja2's sandboxed environment.getattr (obj.name: attribute first, then item) and getitem
 // (obj[key]: item first, then attribute). Missing things are undefined values, not errors.
-Value get_attribute(const Value& obj, std::string_view name);
+// `attribute_class` is classify_attribute(name).
+Value get_attribute(const Value& obj, std::string_view name, int attribute_class);
 Value get_item(const Value& obj, const Value& key);
 // obj[start:stop:step]; null pointers are omitted bounds.
 Value get_slice(const Value& obj, const Value* start, const Value* stop, const Value* step);

@@ -419,7 +419,7 @@ class Interpreter {
         return Value::dict(std::move(d));
       }
       case Expr::Kind::kGetAttr:
-        return get_attribute(eval(*e.children[0]), e.name);
+        return get_attribute(eval(*e.children[0]), e.name, e.builtin);
       case Expr::Kind::kGetItem: {
         const Value obj = eval(*e.children[0]);
         const Expr& index = *e.children[1];

@@ -391,7 +391,17 @@ class Parser {
       deepest = std::max(deepest, k.value->depth);
       slices = slices || k.value->folds;
     }
-    e->folds = slices;
+    // Folding gives up at the first name or call it evaluates; skip subtrees where that is
+    // certain (a name evaluated on every path), so e.g. messages[1:] never tries.
+    bool must_name = e->kind == Expr::Kind::kName || e->kind == Expr::Kind::kCall;
+    const bool short_circuits = e->kind == Expr::Kind::kAnd || e->kind == Expr::Kind::kOr ||
+                                e->kind == Expr::Kind::kCondition;
+    for (size_t i = 0; i < e->children.size() && !must_name; ++i) {
+      if (short_circuits && i > 0) break;
+      must_name = e->children[i] && e->children[i]->must_name;
+    }
+    e->must_name = must_name;
+    e->folds = slices && !must_name;
     e->depth = deepest + 1;
     if (e->depth > limits_.max_expression_depth) {
       throw TemplateError(TemplateError::Kind::kLimit, e->line,
@@ -718,6 +728,7 @@ class Parser {
       if (attr.type == T::kName) {
         auto e = node(Expr::Kind::kGetAttr, t.line);
         e->name = attr.text;
+        e->builtin = classify_attribute(attr.text);
         e->children.push_back(std::move(target));
         next();
         return seal(std::move(e));
@@ -813,9 +824,7 @@ class Parser {
                line);
       }
     } else if (callee->kind == Expr::Kind::kGetAttr) {
-      const int method = find_method(callee->name);
-      if (method < 0) refuse(method_refusal(callee->name), line);
-      callee->builtin = method;
+      if (callee->builtin < 0) refuse(method_refusal(callee->name), line);
     } else {
       refuse("calling the result of an expression is not supported", line);
     }

@@ -221,8 +221,23 @@ void check_hashable(const Value& key) {
 }  // namespace
 
 const Value* DictData::find(std::string_view key) const {
-  const auto it = string_keys_.find(std::string(key));
+  if (items_.size() < kIndexFrom) {
+    for (const auto& [k, v] : items_) {
+      if (k.is_string() && k.as_string() == key) return &v;
+    }
+    return nullptr;
+  }
+  const auto it = string_keys_.find(key);
   return it == string_keys_.end() ? nullptr : &items_[it->second].second;
+}
+
+void DictData::build_index() {
+  string_keys_.reserve(items_.size() * 2);
+  for (size_t i = 0; i < items_.size(); ++i) {
+    if (items_[i].first.is_string()) {
+      string_keys_.emplace(items_[i].first.as_string(), static_cast<uint32_t>(i));
+    }
+  }
 }
 
 const Value* DictData::find(const Value& key) const {
@@ -241,11 +256,13 @@ void DictData::set(Value key, Value value) {
     limit_error("value nested deeper than " + std::to_string(kMaxValueDepth) + " levels");
   }
   if (key.is_string()) {
-    const auto [it, inserted] =
-        string_keys_.emplace(key.as_string(), static_cast<uint32_t>(items_.size()));
-    if (!inserted) {
-      items_[it->second].second = std::move(value);
+    if (Value* existing = const_cast<Value*>(find(key.as_string()))) {
+      *existing = std::move(value);
       return;
+    }
+    if (items_.size() + 1 >= kIndexFrom) {
+      if (string_keys_.empty()) build_index();
+      string_keys_.emplace(key.as_string(), static_cast<uint32_t>(items_.size()));
     }
   } else {
     for (auto& [k, v] : items_) {

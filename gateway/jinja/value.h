@@ -136,6 +136,7 @@ struct ListData {
 };
 
 // A Python dict: insertion-ordered, keys compared as Python compares them (1 == 1.0 == True).
+// Small dicts (chat messages) are searched linearly; larger ones get a hash index.
 class DictData {
  public:
   const Value* find(const Value& key) const;
@@ -148,8 +149,14 @@ class DictData {
   int depth() const { return depth_; }
 
  private:
+  struct Hash {
+    using is_transparent = void;
+    size_t operator()(std::string_view s) const { return std::hash<std::string_view>()(s); }
+  };
+  static constexpr size_t kIndexFrom = 12;
+  void build_index();
   std::vector<std::pair<Value, Value>> items_;
-  std::unordered_map<std::string, uint32_t> string_keys_;
+  std::unordered_map<std::string, uint32_t, Hash, std::equal_to<>> string_keys_;
   int depth_ = 1;
 };
 

@@ -40,7 +40,7 @@ class CpuBackend final : public Backend {
     int pos;
   };
   void check(const ForwardBatch& batch) const;
-  void attention(const LayerWeights& L, int layer, const ForwardBatch& batch);
+  void attention(const LayerWeights& L, int layer);
   void mlp(const LayerWeights& L, int n);
   float* k_slot(int layer, int32_t block, int offset, int kv_head) const;
   float* v_slot(int layer, int32_t block, int offset, int kv_head) const;

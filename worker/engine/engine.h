@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -75,7 +76,8 @@ class Engine {
 
   void finish(Live& live, FinishReason reason, std::string error, RequestOutput& out);
   void emit_token(Live& live, const SampleResult& sampled, RequestOutput& out);
-  std::vector<RequestOutput> fail_step(const Schedule& schedule, const std::string& error);
+  std::vector<RequestOutput> fail_step(std::span<const SequenceId> sequences,
+                                       const std::string& error);
 
   Backend& backend_;
   const Tokenizer* tokenizer_;
@@ -83,7 +85,8 @@ class Engine {
   KvCacheManager kv_;
   Scheduler scheduler_;
   std::unordered_map<std::string, std::unique_ptr<Live>> live_;
-  std::vector<RequestOutput> pending_;  // finishes to return with the next step
+  std::unordered_map<SequenceId, Live*> by_sequence_;  // the scheduled ones
+  std::vector<RequestOutput> pending_;                 // finishes to return with the next step
   SequenceId next_sequence_ = 1;
   EngineStats counters_;
 };

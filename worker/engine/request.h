@@ -18,8 +18,9 @@ struct Request {
   RequestSettings settings;
 };
 
-// A request the engine refused. The message names the request and the field, e.g.
-// "request 'r7': max_tokens: 300 prompt tokens + 256 max_tokens exceed the context length 512".
+// A request the engine refused. The message names the request (unless its id is empty) and the
+// field, e.g. "request 'r7': max_tokens: 300 prompt tokens + 256 max_tokens exceed the context
+// length 512".
 class RequestError : public std::runtime_error {
  public:
   RequestError(std::string request_id, std::string field, const std::string& why);

@@ -69,7 +69,7 @@ class Scheduler {
  private:
   // Makes room for `seq` to cover `tokens` positions, preempting as the header says. False
   // when `seq` itself had to be preempted.
-  bool reserve(Sequence& seq, int tokens, const std::vector<bool>& scheduled, Schedule& out);
+  bool reserve(Sequence& seq, int tokens, uint64_t step, Schedule& out);
   void preempt(Sequence& seq, Schedule& out);
 
   SchedulerOptions options_;
@@ -77,6 +77,7 @@ class Scheduler {
   std::vector<Sequence*> running_;  // admission order
   std::deque<Sequence*> waiting_;
   uint64_t preemptions_ = 0;
+  uint64_t steps_ = 0;
 };
 
 }  // namespace hearth

@@ -21,6 +21,7 @@ struct Sequence {
   int computed = 0;  // tokens[0, computed) are in the KV cache
   SequenceStatus status = SequenceStatus::Waiting;
   int preemptions = 0;
+  uint64_t scheduled_step = 0;  // the scheduler's: the last step that ran this sequence
 
   int pending() const { return int(tokens.size()) - computed; }
   int generated() const { return int(tokens.size()) - prompt_tokens; }

@@ -9,20 +9,15 @@ namespace hearth {
 
 using json = nlohmann::json;
 
-namespace {
-
-// Reads one line into `out`; throws std::runtime_error with what is wrong.
-void parse_line(std::string_view text, const RequestSettings& defaults, const Tokenizer* tokenizer,
-                RequestLine& out) {
-  const std::string where = "line " + std::to_string(out.line);
-  json obj = json::parse(text, nullptr, false);
-  if (obj.is_discarded() || !obj.is_object())
-    throw std::runtime_error(where + ": not a JSON object");
+Request request_from_json(json obj, const RequestSettings& defaults, const Tokenizer* tokenizer,
+                          const std::string& where) {
+  if (!obj.is_object()) throw std::runtime_error(where + ": not a JSON object");
   if (!obj.contains("id") || !obj["id"].is_string() || obj["id"].get<std::string>().empty())
     throw std::runtime_error(where + ": \"id\" must be a non-empty string");
-  out.request.id = obj["id"].get<std::string>();
+  Request request;
+  request.id = obj["id"].get<std::string>();
   obj.erase("id");
-  const std::string label = where + " (request '" + out.request.id + "')";
+  const std::string label = where + " (request '" + request.id + "')";
 
   const bool has_text = obj.contains("prompt"), has_tokens = obj.contains("prompt_tokens");
   if (has_text == has_tokens)
@@ -32,8 +27,8 @@ void parse_line(std::string_view text, const RequestSettings& defaults, const To
       throw std::runtime_error(label + ": \"prompt\" must be a string");
     if (!tokenizer)
       throw std::runtime_error(label + ": the model has no tokenizer.json; use \"prompt_tokens\"");
-    out.request.prompt = tokenizer->encode(obj["prompt"].get<std::string>(),
-                                           /*add_special_tokens=*/true);
+    request.prompt =
+        tokenizer->encode(obj["prompt"].get<std::string>(), /*add_special_tokens=*/true);
     obj.erase("prompt");
   } else {
     const json& ids = obj["prompt_tokens"];
@@ -42,15 +37,14 @@ void parse_line(std::string_view text, const RequestSettings& defaults, const To
       if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX)
         throw std::runtime_error(label + ": \"prompt_tokens\": " + id.dump() +
                                  " is not a token id");
-      out.request.prompt.push_back(id.get<int32_t>());
+      request.prompt.push_back(id.get<int32_t>());
     }
     obj.erase("prompt_tokens");
   }
-  out.request.settings = defaults;
-  apply_request_json(out.request.settings, obj, label);
+  request.settings = defaults;
+  apply_request_json(request.settings, obj, label);
+  return request;
 }
-
-}  // namespace
 
 std::vector<RequestLine> parse_request_lines(std::string_view text, const RequestSettings& defaults,
                                              const Tokenizer* tokenizer) {
@@ -64,10 +58,15 @@ std::vector<RequestLine> parse_request_lines(std::string_view text, const Reques
     if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
     RequestLine& out = lines.emplace_back();
     out.line = number;
+    const std::string where = "line " + std::to_string(number);
+    const json obj = json::parse(line, nullptr, false);
     try {
-      parse_line(line, defaults, tokenizer, out);
+      out.request = request_from_json(obj, defaults, tokenizer, where);
     } catch (const std::exception& e) {
-      if (out.request.id.empty()) out.request.id = "line " + std::to_string(number);
+      // Name the request in its error event if the line says who it is.
+      const bool named = obj.is_object() && obj.contains("id") && obj["id"].is_string() &&
+                         !obj["id"].get<std::string>().empty();
+      out.request.id = named ? obj["id"].get<std::string>() : where;
       out.error = e.what();
     }
   }

@@ -9,6 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "worker/engine/request.h"
 
 namespace hearth {
@@ -21,7 +23,13 @@ struct RequestLine {
   std::string error;  // set when the line is refused: the message names the line and the field
 };
 
-// `tokenizer` may be null: "prompt" is then refused, "prompt_tokens" still works.
+// One request object as above (also the body of a served worker's submit). Throws
+// std::runtime_error starting with `where` and naming the field. `tokenizer` may be null:
+// "prompt" is then refused, "prompt_tokens" still works.
+Request request_from_json(nlohmann::json obj, const RequestSettings& defaults,
+                          const Tokenizer* tokenizer, const std::string& where);
+
+// Every non-blank line of a requests file, in order.
 std::vector<RequestLine> parse_request_lines(std::string_view text, const RequestSettings& defaults,
                                              const Tokenizer* tokenizer);
 

@@ -15,6 +15,7 @@
 #include "worker/engine/engine.h"
 #include "worker/engine/model_weights.h"
 #include "worker/engine/profile.h"
+#include "worker/engine_server.h"
 #include "worker/output_sink.h"
 #include "worker/request_file.h"
 #include "worker/tokenizer/tokenizer.h"
@@ -102,7 +103,9 @@ int run(int argc, char** argv) {
       "hearth-worker: generate from a model, alone or on a hearth-server's shared weights"};
   app.set_version_flag("--version", "hearth-worker 0.1.0");
   std::string model_arg, prompt, prompt_tokens, profile_path, format = "text", dump_logits;
-  std::string requests_path;
+  std::string requests_path, serve_socket;
+  double idle_exit_s = 0;
+  bool quiet = false;
   std::vector<std::string> settings, stops;
   Profile flags;  // values given on the command line
   std::string server_socket;
@@ -127,6 +130,16 @@ int run(int argc, char** argv) {
       "JSONL file of requests run together in one engine: one object per line with \"id\", "
       "\"prompt\" or \"prompt_tokens\", and any request setting; writes JSONL events with ids");
   requests_opt->excludes(prompt_opt)->excludes(tokens_opt);
+  auto* serve_opt = app.add_option(
+      "--serve", serve_socket,
+      "serve requests from many clients on this socket (submit, events, cancel over the hearth "
+      "protocol) until idle or SIGTERM");
+  serve_opt->excludes(prompt_opt)->excludes(tokens_opt)->excludes(requests_opt);
+  app.add_option("--idle-exit", idle_exit_s,
+                 "--serve: exit after this many seconds with no request in flight (0: never)")
+      ->needs(serve_opt)
+      ->check(CLI::NonNegativeNumber);
+  app.add_flag("--quiet", quiet, "--serve: no log lines on stderr");
   app.add_option("--profile", profile_path, "profile JSON file (flags override it)");
   auto* max_opt =
       app.add_option("--max-tokens", flags.request.max_tokens, "tokens to generate at most");
@@ -151,8 +164,11 @@ int run(int argc, char** argv) {
   app.add_option("--dump-logits", dump_logits, "write the prompt's last-position logits as JSON");
   CLI11_PARSE(app, argc, argv);
 
-  if (!*prompt_opt && !*tokens_opt && !*requests_opt)
-    throw std::runtime_error("give --prompt, --prompt-tokens or --requests");
+  if (*serve_opt) hearth::block_stop_signals();  // before any thread starts: serve() waits for them
+  if (!*prompt_opt && !*tokens_opt && !*requests_opt && !*serve_opt)
+    throw std::runtime_error("give --prompt, --prompt-tokens, --requests or --serve");
+  if (*serve_opt && !dump_logits.empty())
+    throw std::runtime_error("--dump-logits needs a single prompt");
   if (*requests_opt) {
     if (*format_opt && format != "jsonl")
       throw std::runtime_error(
@@ -240,6 +256,14 @@ int run(int argc, char** argv) {
     sink = std::make_unique<hearth::TextSink>(stdout);
 
   hearth::Engine engine(*backend, profile.engine, tok, hearth::end_of_sequence_ids(model, tok));
+  if (*serve_opt) {
+    hearth::ServeOptions serve;
+    serve.socket_path = serve_socket;
+    serve.idle_exit = std::chrono::milliseconds(int64_t(idle_exit_s * 1000));
+    serve.quiet = quiet;
+    hearth::serve(engine, serve, profile.request, tok);
+    return 0;
+  }
   if (!*requests_opt) {
     // One request: a refusal is the command's error, as is a request that fails.
     engine.submit(hearth::Request{"", std::move(prompt_ids), profile.request});

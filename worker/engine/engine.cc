@@ -106,6 +106,22 @@ bool Engine::cancel(const std::string& id) {
   return true;
 }
 
+bool Engine::fail(const std::string& id, const std::string& error) {
+  auto it = live_.find(id);
+  if (it == live_.end()) return false;
+  RequestOutput out;
+  finish(*it->second, FinishReason::Error, error, out);
+  pending_.push_back(std::move(out));
+  return true;
+}
+
+std::vector<std::string> Engine::live_ids() const {
+  std::vector<std::string> ids;
+  ids.reserve(live_.size());
+  for (const auto& [id, live] : live_) ids.push_back(id);
+  return ids;
+}
+
 void Engine::finish(Live& live, FinishReason reason, std::string error, RequestOutput& out) {
   const Clock::time_point now = Clock::now();
   out.id = live.request.id;

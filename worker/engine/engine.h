@@ -59,6 +59,11 @@ class Engine {
   // Ends a live request at once, freeing its KV blocks; its final output (reason cancelled)
   // comes with the next step(). False when no live request has this id.
   bool cancel(const std::string& id);
+  // The same, but the request ends with reason error and `error` as its message (e.g. "the
+  // worker is shutting down").
+  bool fail(const std::string& id, const std::string& error);
+  // The ids of every live request, in no particular order.
+  std::vector<std::string> live_ids() const;
 
   // One scheduler step. Returns the outputs of requests that changed: finishes left by cancel()
   // first, then the step's sequences in schedule order. A backend failure ends the requests of

@@ -10,7 +10,8 @@ RequestError::RequestError(std::string request_id, std::string field, const std:
     : std::runtime_error((request_id.empty() ? "" : "request '" + request_id + "': ") + field +
                          ": " + why),
       request_id_(std::move(request_id)),
-      field_(std::move(field)) {}
+      field_(std::move(field)),
+      reason_(why) {}
 
 namespace {
 

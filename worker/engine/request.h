@@ -26,9 +26,10 @@ class RequestError : public std::runtime_error {
   RequestError(std::string request_id, std::string field, const std::string& why);
   const std::string& request_id() const { return request_id_; }
   const std::string& field() const { return field_; }
+  const std::string& reason() const { return reason_; }  // the message without id and field
 
  private:
-  std::string request_id_, field_;
+  std::string request_id_, field_, reason_;
 };
 
 // Throws RequestError when a setting is outside what a profile key accepts (profile.cc holds

@@ -8,9 +8,9 @@
 namespace hearth::ipc {
 namespace {
 
-constexpr std::array<std::string_view, 9> kKnownOps = {
-    op::kHello, op::kList, op::kManifest, op::kImport,   op::kRelease,
-    op::kStats, op::kLoad, op::kUnload,   op::kShutdown,
+constexpr std::array<std::string_view, 12> kKnownOps = {
+    op::kHello, op::kList,   op::kManifest, op::kImport, op::kRelease, op::kStats,
+    op::kLoad,  op::kUnload, op::kShutdown, op::kSubmit, op::kCancel,  op::kEvents,
 };
 constexpr std::array<std::string_view, 3> kAdminOps = {op::kLoad, op::kUnload, op::kShutdown};
 

@@ -30,6 +30,10 @@ inline constexpr std::string_view kManifest = "manifest";  // {model} -> the mod
 inline constexpr std::string_view kImport = "import";      // see ImportRequest
 inline constexpr std::string_view kRelease = "release";    // {model}: end this client's lease
 inline constexpr std::string_view kStats = "stats";
+// A serving worker's (hearth-worker --serve, worker/engine_server.h).
+inline constexpr std::string_view kSubmit = "submit";  // {request} -> {request_id}
+inline constexpr std::string_view kCancel = "cancel";  // {request_id} -> {cancelled}
+inline constexpr std::string_view kEvents = "events";  // {} -> {events}: waits for some
 // Admin operations: only the server's own uid may call them.
 inline constexpr std::string_view kLoad = "load";
 inline constexpr std::string_view kUnload = "unload";

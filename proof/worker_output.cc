@@ -1,16 +1,59 @@
 #include "proof/worker_output.h"
 
-#include <cmath>
+#include <map>
 #include <stdexcept>
 
-namespace hearth::proof {
+#include "worker/engine/event_json.h"
 
-using json = nlohmann::json;
+namespace hearth::proof {
 
 namespace {
 
 [[noreturn]] void bad(size_t line, const std::string& why) {
   throw std::runtime_error("worker output line " + std::to_string(line) + ": " + why);
+}
+
+// Calls `on_event(line_number, event)` for every non-empty line.
+template <typename F>
+void for_each_event(std::string_view jsonl, F&& on_event) {
+  size_t line_no = 0;
+  while (!jsonl.empty()) {
+    const size_t nl = jsonl.find('\n');
+    if (nl == std::string_view::npos)
+      throw std::runtime_error("worker output ends in the middle of line " +
+                               std::to_string(line_no + 1) + " (the worker stopped early)");
+    const std::string_view line = jsonl.substr(0, nl);
+    jsonl.remove_prefix(nl + 1);
+    ++line_no;
+    if (line.empty()) continue;
+    Event event;
+    try {
+      event = parse_event_line(line);
+    } catch (const std::runtime_error& e) {
+      bad(line_no, e.what());
+    }
+    on_event(line_no, event);
+  }
+}
+
+// Adds one event to a generation; returns true when it was the summary.
+bool add(Generation& g, const Event& event, size_t line_no) {
+  if (!event.done) {
+    g.tokens.push_back(event.token.token);
+    g.logprobs.push_back(event.token.logprob);
+    g.pieces.push_back(event.token.text);
+    return false;
+  }
+  const DoneEvent& d = event.summary;
+  g.stop = d.stop;
+  g.error = d.error;
+  g.prompt_tokens = int(d.prompt_tokens);
+  g.cached_tokens = int(d.cached_tokens);
+  g.timings = d.timings;
+  if (d.generated_tokens != int64_t(g.tokens.size()))
+    bad(line_no, "summary says " + std::to_string(d.generated_tokens) + " tokens, the stream has " +
+                     std::to_string(g.tokens.size()));
+  return true;
 }
 
 }  // namespace
@@ -24,51 +67,36 @@ std::string Generation::streamed_text() const {
 Generation parse_worker_output(std::string_view jsonl) {
   Generation g;
   bool done = false;
-  size_t line_no = 0;
-  while (!jsonl.empty()) {
-    const size_t nl = jsonl.find('\n');
-    if (nl == std::string_view::npos)
-      throw std::runtime_error("worker output ends in the middle of line " +
-                               std::to_string(line_no + 1) + " (the worker stopped early)");
-    const std::string_view line = jsonl.substr(0, nl);
-    jsonl.remove_prefix(nl + 1);
-    ++line_no;
-    if (line.empty()) continue;
+  for_each_event(jsonl, [&](size_t line_no, const Event& event) {
     if (done) bad(line_no, "output after the final summary");
-    const json event = json::parse(line, nullptr, false);
-    if (event.is_discarded() || !event.is_object()) bad(line_no, "not a JSON object");
-
-    if (event.contains("done")) {
-      if (event["done"] != true) bad(line_no, "\"done\" must be true");
-      if (!event.contains("stop") || !event["stop"].is_string())
-        bad(line_no, "summary without \"stop\"");
-      if (!event.contains("generated_tokens") || !event["generated_tokens"].is_number_integer())
-        bad(line_no, "summary without \"generated_tokens\"");
-      g.stop = event["stop"].get<std::string>();
-      g.prompt_tokens = event.value("prompt_tokens", 0);
-      if (event.contains("timings") && event["timings"].is_object()) g.timings = event["timings"];
-      const auto generated = event["generated_tokens"].get<int64_t>();
-      if (generated != int64_t(g.tokens.size()))
-        bad(line_no, "summary says " + std::to_string(generated) + " tokens, the stream has " +
-                         std::to_string(g.tokens.size()));
-      done = true;
-      continue;
-    }
-    if (!event.contains("token") || !event["token"].is_number_integer())
-      bad(line_no, "token event without an integer \"token\"");
-    const json& lp = event.contains("logprob") ? event["logprob"] : json();
-    if (!lp.is_number() && !lp.is_null()) bad(line_no, "\"logprob\" must be a number");
-    const json& text = event.contains("text") ? event["text"] : json("");
-    if (!text.is_string()) bad(line_no, "\"text\" must be a string");
-    g.tokens.push_back(event["token"].get<int32_t>());
-    g.logprobs.push_back(lp.is_number() ? lp.get<double>() : std::nan(""));
-    g.pieces.push_back(text.get<std::string>());
-  }
+    done = add(g, event, line_no);
+  });
   if (!done)
     throw std::runtime_error("worker output has no final summary after " +
                              std::to_string(g.tokens.size()) +
                              " tokens (the worker stopped before finishing)");
   return g;
+}
+
+std::vector<std::pair<std::string, Generation>> parse_batched_worker_output(
+    std::string_view jsonl) {
+  std::map<std::string, Generation> open;
+  std::map<std::string, bool> finished;
+  std::vector<std::pair<std::string, Generation>> out;
+  for_each_event(jsonl, [&](size_t line_no, const Event& event) {
+    if (event.id.empty()) bad(line_no, "an event without an \"id\" in a batched stream");
+    if (finished.contains(event.id))
+      bad(line_no, "output for request '" + event.id + "' after its final summary");
+    if (add(open[event.id], event, line_no)) {
+      finished[event.id] = true;
+      out.emplace_back(event.id, std::move(open[event.id]));
+      open.erase(event.id);
+    }
+  });
+  if (!open.empty())
+    throw std::runtime_error("worker output has no final summary for request '" +
+                             open.begin()->first + "' (the worker stopped before finishing)");
+  return out;
 }
 
 }  // namespace hearth::proof

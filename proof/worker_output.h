@@ -1,5 +1,6 @@
-// What one hearth-worker run produced, read back from its `--format jsonl` stream: the tokens
-// with their logprobs and text pieces, and the closing summary (stop reason, counts, timings).
+// What a hearth-worker run produced, read back from its `--format jsonl` stream (the event
+// schema of worker/engine/event_json.h): per request, the tokens with their logprobs and text
+// pieces, and the closing summary (stop reason, counts, timings).
 #pragma once
 
 #include <cstdint>
@@ -17,8 +18,10 @@ struct Generation {
   // Per-token logprob; NaN where the worker wrote null (JSON has no NaN or infinity).
   std::vector<double> logprobs;
   std::vector<std::string> pieces;  // each token's share of the streamed text
-  std::string stop;                 // eos | length | stop
+  std::string stop;                 // eos | length | stop | cancelled | error
+  std::string error;                // with stop == "error"
   int prompt_tokens = 0;
+  int cached_tokens = 0;
   nlohmann::json timings = nlohmann::json::object();
 
   // The streamed text: the pieces joined. Text a stream decoder still held at the end (an
@@ -30,5 +33,10 @@ struct Generation {
 // not the worker's format: a non-JSON line, a token event with missing fields, a missing or
 // early summary, or a summary whose counts disagree with the events.
 Generation parse_worker_output(std::string_view jsonl);
+
+// A stream of many requests (`hearth-worker --requests`), their events interleaved: one
+// Generation per request id, in the order the requests finished. Throws as above, and on an
+// event without an id, events for a request after its summary, or a request left unfinished.
+std::vector<std::pair<std::string, Generation>> parse_batched_worker_output(std::string_view jsonl);
 
 }  // namespace hearth::proof

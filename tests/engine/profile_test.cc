@@ -4,6 +4,8 @@
 
 #include <fstream>
 
+#include "worker/engine/request.h"
+
 namespace hearth {
 namespace {
 
@@ -89,6 +91,101 @@ TEST(Profile, RequestSettingsTakeOnlyRequestKeys) {
   EXPECT_THROW(apply_request_json(r, {{"name", "x"}}, "request 7"), std::runtime_error);
   EXPECT_THROW(apply_request_json(r, {{"temperature", -1}}, "request 7"), std::runtime_error);
   EXPECT_EQ(r.max_tokens, 3);  // unchanged by the refused ones
+}
+
+TEST(Profile, BatchingKeys) {
+  Profile p;
+  apply_profile_json(p,
+                     {{"logprobs", 5},
+                      {"cache_salt", "tenant-a"},
+                      {"kv_block_size", 32},
+                      {"kv_pool_tokens", 100000},
+                      {"kv_pool_gb", 1.5},
+                      {"max_batch_tokens", 512},
+                      {"max_running", 64}},
+                     "x");
+  EXPECT_EQ(p.request.logprobs, 5);
+  EXPECT_EQ(p.request.cache_salt, "tenant-a");
+  EXPECT_EQ(p.engine.kv_block_size, 32);
+  EXPECT_EQ(p.engine.kv_pool_tokens, 100000);
+  EXPECT_EQ(p.engine.kv_pool_gb, 1.5);
+  EXPECT_EQ(p.engine.max_batch_tokens, 512);
+  EXPECT_EQ(p.engine.max_running, 64);
+  Profile q;
+  apply_profile_json(q, profile_to_json(p), "round trip");
+  EXPECT_EQ(profile_to_json(q), profile_to_json(p));
+
+  expect_refused({{"logprobs", 21}}, "'logprobs': must be in [0, 20]");
+  expect_refused({{"cache_salt", 3}}, "'cache_salt': must be a string");
+  expect_refused({{"kv_block_size", 0}}, "'kv_block_size'");
+  expect_refused({{"max_batch_tokens", 0}}, "'max_batch_tokens'");
+  expect_refused({{"max_running", 0}}, "'max_running'");
+  expect_refused({{"kv_pool_gb", -1}}, "'kv_pool_gb'");
+  RequestSettings r;
+  EXPECT_THROW(apply_request_json(r, {{"max_running", 4}}, "request 7"), std::runtime_error);
+  apply_request_json(r, {{"logprobs", 2}, {"cache_salt", "s"}}, "request 7");
+  EXPECT_EQ(r.logprobs, 2);
+}
+
+// The engine checks requests built in code with the ranges profiles enforce on JSON.
+TEST(Profile, TheEngineAcceptsExactlyWhatRequestKeysAccept) {
+  const std::pair<const char*, json> edges[] = {{"temperature", 0},
+                                                {"temperature", 100},
+                                                {"temperature", 100.5},
+                                                {"temperature", -0.1},
+                                                {"top_k", 0},
+                                                {"top_k", 1 << 30},
+                                                {"top_k", -1},
+                                                {"top_p", 1e-6},
+                                                {"top_p", 1},
+                                                {"top_p", 0},
+                                                {"top_p", 1.01},
+                                                {"min_p", 0},
+                                                {"min_p", 1},
+                                                {"min_p", -0.1},
+                                                {"repetition_penalty", 1e-3},
+                                                {"repetition_penalty", 100},
+                                                {"repetition_penalty", 0},
+                                                {"max_tokens", 0},
+                                                {"max_tokens", 1 << 24},
+                                                {"max_tokens", -1},
+                                                {"logprobs", 0},
+                                                {"logprobs", 20},
+                                                {"logprobs", 21},
+                                                {"repetition_penalty", 101}};
+  for (const auto& [key, value] : edges) {
+    RequestSettings r;
+    bool profile_ok = true;
+    try {
+      apply_request_json(r, {{key, value}}, "edge");
+    } catch (const std::runtime_error&) {
+      profile_ok = false;
+    }
+    // Set the raw value directly, as code would, and ask the engine's check.
+    Profile direct;
+    if (profile_ok) direct.request = r;
+    bool engine_ok = true;
+    if (!profile_ok) {
+      RequestSettings raw;
+      const std::string k = key;
+      const double v = value.get<double>();
+      if (k == "temperature") raw.sampling.temperature = float(v);
+      if (k == "top_k") raw.sampling.top_k = int(v);
+      if (k == "top_p") raw.sampling.top_p = float(v);
+      if (k == "min_p") raw.sampling.min_p = float(v);
+      if (k == "repetition_penalty") raw.sampling.repetition_penalty = float(v);
+      if (k == "max_tokens") raw.max_tokens = int(v);
+      if (k == "logprobs") raw.logprobs = int(v);
+      direct.request = raw;
+    }
+    try {
+      check_request_settings("edge", direct.request);
+    } catch (const RequestError& e) {
+      engine_ok = false;
+      EXPECT_EQ(e.field(), key);
+    }
+    EXPECT_EQ(engine_ok, profile_ok) << key << " = " << value.dump();
+  }
 }
 
 TEST(Profile, FileErrorsNameTheFile) {

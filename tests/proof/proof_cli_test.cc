@@ -241,10 +241,10 @@ TEST_F(ProofRun, AWorkerThatFailsIsAnErrorWithItsMessage) {
     const json& bad = p["runs"][1];
     EXPECT_EQ(bad["status"], "error");
     EXPECT_NE(bad["error"].get<std::string>().find(
-                  "worker exit status 1: hearth-worker: error: the prompt has"),
+                  "worker exit status 1: hearth-worker: error: prompt: "),
               std::string::npos)
         << bad["error"];
-    EXPECT_NE(bad["error"].get<std::string>().find("more than the context length 2"),
+    EXPECT_NE(bad["error"].get<std::string>().find("tokens exceed the context length 2"),
               std::string::npos);
     EXPECT_NE(bad["stderr_tail"].get<std::string>().find("hearth-worker: error"),
               std::string::npos);

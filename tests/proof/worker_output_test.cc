@@ -61,5 +61,52 @@ TEST(WorkerOutput, RefusesIncompleteOrMalformedStreams) {
                  "summary without \"stop\"");
 }
 
+TEST(WorkerOutput, ReadsTheNewFieldsOfTheSchema) {
+  const Generation g = parse_worker_output(
+      R"({"id":"a","done":true,"stop":"error","error":"boom","prompt_tokens":2,)"
+      R"("generated_tokens":0,"cached_tokens":1})"
+      "\n");
+  EXPECT_EQ(g.stop, "error");
+  EXPECT_EQ(g.error, "boom");
+  EXPECT_EQ(g.cached_tokens, 1);
+}
+
+TEST(WorkerOutput, SplitsABatchedStreamByRequest) {
+  const std::string stream = std::string(R"({"id":"a","token":1,"text":"x","logprob":-1})") + "\n" +
+                             R"({"id":"b","token":2,"text":"y","logprob":-2})" + "\n" +
+                             R"({"id":"b","done":true,"stop":"eos","generated_tokens":1})" + "\n" +
+                             R"({"id":"a","token":3,"text":"z","logprob":-3})" + "\n" +
+                             R"({"id":"a","done":true,"stop":"length","generated_tokens":2})" +
+                             "\n";
+  const auto runs = parse_batched_worker_output(stream);
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_EQ(runs[0].first, "b");
+  EXPECT_EQ(runs[0].second.tokens, (std::vector<int32_t>{2}));
+  EXPECT_EQ(runs[1].first, "a");
+  EXPECT_EQ(runs[1].second.tokens, (std::vector<int32_t>{1, 3}));
+  EXPECT_EQ(runs[1].second.streamed_text(), "xz");
+  EXPECT_EQ(runs[1].second.stop, "length");
+
+  auto refused = [](const std::string& s, const std::string& message) {
+    try {
+      parse_batched_worker_output(s);
+      ADD_FAILURE() << "accepted: " << s;
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  };
+  refused(R"({"token":1})"
+          "\n",
+          "line 1: an event without an \"id\"");
+  refused(R"({"id":"a","token":1})"
+          "\n",
+          "no final summary for request 'a'");
+  refused(R"({"id":"a","done":true,"stop":"eos","generated_tokens":0})"
+          "\n"
+          R"({"id":"a","token":1})"
+          "\n",
+          "line 2: output for request 'a' after its final summary");
+}
+
 }  // namespace
 }  // namespace hearth::proof

@@ -1,0 +1,114 @@
+// The scheduler alone, on hand-made sequences: decodes before prompt chunks, the token budget,
+// FIFO admission bounded by max_running and the pool, and preemption of the newest sequence.
+#include <gtest/gtest.h>
+
+#include <memory>
+
+#include "worker/engine/scheduler.h"
+
+namespace hearth {
+namespace {
+
+struct Fixture {
+  Fixture(int blocks, int block_size, SchedulerOptions options)
+      : kv(blocks, block_size), scheduler(options, kv) {}
+  Sequence& add(int prompt) {
+    auto s = std::make_unique<Sequence>();
+    s->id = seqs.size() + 1;
+    s->tokens.assign(prompt, 1);
+    s->prompt_tokens = prompt;
+    scheduler.add(*s);
+    seqs.push_back(std::move(s));
+    return *seqs.back();
+  }
+  // Runs a schedule as the engine would: computed tokens advance, a sampled token is appended.
+  Schedule step() {
+    Schedule s = scheduler.schedule();
+    for (const ScheduledChunk& c : s.chunks) {
+      c.seq->computed = c.start + c.count;
+      if (c.wants_logits()) c.seq->tokens.push_back(2);
+    }
+    return s;
+  }
+  KvCacheManager kv;
+  Scheduler scheduler;
+  std::vector<std::unique_ptr<Sequence>> seqs;
+};
+
+std::vector<std::pair<SequenceId, int>> shape(const Schedule& s) {
+  std::vector<std::pair<SequenceId, int>> out;
+  for (const ScheduledChunk& c : s.chunks) out.emplace_back(c.seq->id, c.count);
+  return out;
+}
+
+using Shape = std::vector<std::pair<SequenceId, int>>;
+
+TEST(Scheduler, LongPromptsAreChunkedBehindDecodes) {
+  Fixture f(100, 4, {10, 8});
+  f.add(3);
+  f.add(25);
+  EXPECT_EQ(shape(f.step()), (Shape{{1, 3}, {2, 7}}));  // both admitted, the budget split
+  EXPECT_EQ(shape(f.step()), (Shape{{1, 1}, {2, 9}}));  // the decode first, then the chunk
+  EXPECT_EQ(shape(f.step()), (Shape{{1, 1}, {2, 9}}));
+  f.add(5);
+  EXPECT_EQ(shape(f.step()), (Shape{{1, 1}, {2, 1}, {3, 5}}));  // 2 now decodes; 3 admitted
+}
+
+TEST(Scheduler, MaxRunningAndThePoolMakeSequencesWaitInOrder) {
+  Fixture f(3, 4, {100, 2});
+  f.add(4);
+  f.add(4);
+  f.add(1);
+  EXPECT_EQ(shape(f.step()), (Shape{{1, 4}, {2, 4}}));  // max_running 2
+  EXPECT_EQ(f.scheduler.waiting(), 1);
+  f.scheduler.remove(*f.seqs[0]);
+  // Sequence 1 leaves: 2's decode takes a second block, and 3 is admitted into the last one.
+  EXPECT_EQ(shape(f.step()), (Shape{{2, 1}, {3, 1}}));
+  EXPECT_EQ(f.kv.pool().used(), 3);
+}
+
+TEST(Scheduler, ARunningSequenceOutOfBlocksPreemptsTheNewest) {
+  Fixture f(4, 2, {100, 8});
+  f.add(3);
+  f.add(3);
+  EXPECT_EQ(shape(f.step()), (Shape{{1, 3}, {2, 3}}));  // 2 blocks each: the pool is full
+  EXPECT_EQ(f.kv.pool().free(), 0);
+  // Both now hold 4 tokens, 3 computed; position 3 still fits their second block.
+  EXPECT_EQ(shape(f.step()), (Shape{{1, 1}, {2, 1}}));
+  // Position 4 needs a third block each: sequence 1 preempts sequence 2 (the newest) and runs.
+  Schedule s = f.step();
+  EXPECT_EQ(shape(s), (Shape{{1, 1}}));
+  ASSERT_EQ(s.preempted.size(), 1u);
+  EXPECT_EQ(s.preempted[0]->id, 2u);
+  EXPECT_EQ(f.seqs[1]->computed, 0);
+  EXPECT_EQ(f.seqs[1]->preemptions, 1);
+  EXPECT_EQ(f.scheduler.preemptions(), 1u);
+  EXPECT_EQ(f.scheduler.waiting(), 1);
+  f.scheduler.remove(*f.seqs[0]);
+  // Sequence 2 comes back first in the queue, recomputing all 5 of its tokens.
+  EXPECT_EQ(shape(f.step()), (Shape{{2, 5}}));
+}
+
+TEST(Scheduler, TheSameSubmissionsGiveTheSameSchedule) {
+  auto trace = [] {
+    Fixture f(6, 4, {7, 3});
+    for (int p : {5, 9, 2, 11, 4}) f.add(p);
+    std::vector<Shape> steps;
+    for (int i = 0; i < 30; ++i) {
+      steps.push_back(shape(f.step()));
+      for (auto& s : f.seqs)
+        if (s->status == SequenceStatus::Running && s->generated() >= 6) f.scheduler.remove(*s);
+    }
+    return steps;
+  };
+  EXPECT_EQ(trace(), trace());
+}
+
+TEST(Scheduler, RefusesOptionsThatCannotMakeProgress) {
+  KvCacheManager kv(1, 1);
+  EXPECT_THROW(Scheduler({0, 1}, kv), std::runtime_error);
+  EXPECT_THROW(Scheduler({1, 0}, kv), std::runtime_error);
+}
+
+}  // namespace
+}  // namespace hearth

@@ -1,0 +1,213 @@
+// hearth-worker --requests: a file of requests run together in one engine, as real processes on
+// the default model. Each request's events equal what the single-prompt command line writes for
+// it (tokens, logprobs, text), bad lines are error events naming the line and field while the
+// others finish, and a served worker (memfd weights) writes the same as a single-process one.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "ipc/client.h"
+#include "proof/worker_output.h"
+#include "tests/proof/proof_test_util.h"
+
+namespace hearth::proof::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+fs::path worker_bin() {
+  return bin_dir() / "hearth-worker";
+}
+
+// Requests in a file and the same settings as command-line flags.
+struct Case {
+  std::string id;
+  std::string prompt;
+  json settings;  // request keys
+};
+
+const std::vector<Case>& cases() {
+  static const std::vector<Case> c = {
+      {"greedy", "A computer", {{"temperature", 0}, {"max_tokens", 12}}},
+      {"warm",
+       "Never trust a computer",
+       {{"temperature", 0.8}, {"top_p", 0.95}, {"seed", 3}, {"max_tokens", 20}, {"logprobs", 2}}},
+      {"penalised",
+       "Once upon a time",
+       {{"temperature", 1.1},
+        {"top_k", 40},
+        {"repetition_penalty", 1.2},
+        {"seed", 9},
+        {"max_tokens", 16},
+        {"ignore_eos", true}}},
+      {"stopped", "The meaning of life is", {{"temperature", 0}, {"stop", {" the"}}}},
+  };
+  return c;
+}
+
+std::string request_file() {
+  std::string text;
+  for (const Case& c : cases()) {
+    json line = c.settings;
+    line["id"] = c.id;
+    line["prompt"] = c.prompt;
+    text += line.dump() + "\n";
+  }
+  text += R"({"id": "typo", "prompt": "x", "temprature": 1})"
+          "\n\n";
+  text += R"({"id": "too-long", "prompt_tokens": [0, 5, 6], "max_tokens": 600})"
+          "\n";
+  text += R"({"prompt": "no id"})"
+          "\n";
+  return text;
+}
+
+std::map<std::string, Generation> by_id(const std::string& out) {
+  std::map<std::string, Generation> m;
+  for (auto& [id, g] : parse_batched_worker_output(out)) m[id] = std::move(g);
+  return m;
+}
+
+void expect_same(const Generation& a, const Generation& b, const std::string& what) {
+  EXPECT_EQ(a.tokens, b.tokens) << what;
+  ASSERT_EQ(a.logprobs.size(), b.logprobs.size()) << what;
+  for (size_t i = 0; i < a.logprobs.size(); ++i)
+    EXPECT_EQ(a.logprobs[i], b.logprobs[i]) << what << " token " << i;  // exact
+  EXPECT_EQ(a.pieces, b.pieces) << what;
+  EXPECT_EQ(a.stop, b.stop) << what;
+  EXPECT_EQ(a.prompt_tokens, b.prompt_tokens) << what;
+}
+
+void check_batched_output(const std::map<std::string, Generation>& runs) {
+  ASSERT_EQ(runs.size(), cases().size() + 3);
+  EXPECT_EQ(runs.at("typo").stop, "error");
+  EXPECT_NE(runs.at("typo").error.find("line 5 (request 'typo'): unknown request setting "
+                                       "'temprature'"),
+            std::string::npos)
+      << runs.at("typo").error;
+  EXPECT_EQ(runs.at("too-long").stop, "error");
+  EXPECT_NE(
+      runs.at("too-long")
+          .error.find(
+              "line 7: request 'too-long': max_tokens: 3 prompt tokens + 600 max_tokens exceed "
+              "the context length 512"),
+      std::string::npos)
+      << runs.at("too-long").error;
+  EXPECT_NE(runs.at("line 8").error.find("\"id\" must be a non-empty string"), std::string::npos);
+  EXPECT_EQ(runs.at("stopped").stop, "stop");
+}
+
+TEST(WorkerRequests, EachRequestMatchesItsSinglePromptRun) {
+  TempDir dir;
+  write_file(dir / "requests.jsonl", request_file());
+  const CommandResult batched =
+      run_command({worker_bin().string(), "--model", default_model().string(), "--backend", "cpu",
+                   "--requests", (dir / "requests.jsonl").string()},
+                  dir.path());
+  ASSERT_EQ(batched.exit_code(), 0) << batched.err;
+  const auto runs = by_id(batched.out);
+  check_batched_output(runs);
+
+  for (const Case& c : cases()) {
+    std::vector<std::string> argv = {worker_bin().string(),
+                                     "--model",
+                                     default_model().string(),
+                                     "--backend",
+                                     "cpu",
+                                     "--format",
+                                     "jsonl",
+                                     "--prompt",
+                                     c.prompt};
+    for (const auto& [key, value] : c.settings.items()) {
+      argv.push_back("--set");
+      argv.push_back(key + "=" + value.dump());
+    }
+    const CommandResult alone = run_command(argv, dir.path());
+    ASSERT_EQ(alone.exit_code(), 0) << alone.err;
+    expect_same(runs.at(c.id), parse_worker_output(alone.out), c.id);
+  }
+}
+
+TEST(WorkerRequests, TopLogprobsComeWithTheTokensThatAskedForThem) {
+  TempDir dir;
+  write_file(dir / "requests.jsonl", request_file());
+  const CommandResult r =
+      run_command({worker_bin().string(), "--model", default_model().string(), "--backend", "cpu",
+                   "--requests", (dir / "requests.jsonl").string()},
+                  dir.path());
+  ASSERT_EQ(r.exit_code(), 0) << r.err;
+  int with_top = 0;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    const json e = json::parse(line);
+    if (!e.contains("token")) continue;
+    if (e["id"] == "warm") {
+      ASSERT_TRUE(e.contains("top_logprobs")) << line;
+      ASSERT_EQ(e["top_logprobs"].size(), 2u);
+      ++with_top;
+    } else {
+      EXPECT_FALSE(e.contains("top_logprobs")) << line;
+    }
+  }
+  EXPECT_EQ(with_top, 20);
+}
+
+TEST(WorkerRequests, BadUsageIsAClearError) {
+  TempDir dir;
+  write_file(dir / "requests.jsonl", request_file());
+  const std::string file = (dir / "requests.jsonl").string();
+  const std::pair<std::vector<std::string>, std::string> bad[] = {
+      {{"--requests", file, "--format", "text"}, "--requests writes JSONL events"},
+      {{"--requests", file, "--prompt", "hi"}, "excludes"},
+      {{"--requests", (dir / "missing.jsonl").string()}, "missing.jsonl"},
+  };
+  for (const auto& [args, message] : bad) {
+    std::vector<std::string> argv = {worker_bin().string(), "--model", default_model().string(),
+                                     "--backend", "cpu"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    const CommandResult r = run_command(argv, dir.path());
+    EXPECT_NE(r.exit_code(), 0) << message;
+    EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
+  }
+}
+
+TEST(WorkerRequests, ServedWorkerWritesWhatASingleProcessOneWrites) {
+  if (!fs::exists(bin_dir() / "hearth-server")) GTEST_SKIP() << "hearth-server is not built";
+  TempDir dir;
+  write_file(dir / "requests.jsonl", request_file());
+  const std::string socket = (dir / "sock" / "hearth.sock").string();
+  ChildProcess server = ChildProcess::spawn(
+      {{(bin_dir() / "hearth-server").string(), "--model", default_model().string() + ":fortunes",
+        "--socket", socket, "--backend", "memfd", "--quiet"},
+       dir / "server.out",
+       dir / "server.err"});
+  bool up = false;
+  for (int i = 0; i < 3000 && !up; ++i) {
+    ASSERT_FALSE(server.wait_until(std::chrono::steady_clock::now()))
+        << "hearth-server exited: " << read_file(dir / "server.err");
+    try {
+      ipc::Client::connect(socket);
+      up = true;
+    } catch (const ipc::IpcError&) {
+      std::this_thread::sleep_for(10ms);
+    }
+  }
+  ASSERT_TRUE(up) << "hearth-server did not start listening";
+
+  const std::string file = (dir / "requests.jsonl").string();
+  const CommandResult served = run_command(
+      {worker_bin().string(), "--server", socket, "--model", "fortunes", "--requests", file},
+      dir.path());
+  const CommandResult local =
+      run_command({worker_bin().string(), "--model", default_model().string(), "--backend", "cpu",
+                   "--requests", file},
+                  dir.path());
+  ASSERT_EQ(served.exit_code(), 0) << served.err;
+  ASSERT_EQ(local.exit_code(), 0) << local.err;
+  const auto a = by_id(served.out), b = by_id(local.out);
+  check_batched_output(a);
+  for (const auto& [id, g] : b) expect_same(a.at(id), g, id);
+}
+
+}  // namespace
+}  // namespace hearth::proof::testing

@@ -2,9 +2,9 @@
 
 #include <stdexcept>
 
-namespace hearth {
+#include "worker/engine/event_json.h"
 
-using json = nlohmann::json;
+namespace hearth {
 
 namespace {
 void put(std::FILE* out, const std::string& s) {
@@ -14,36 +14,19 @@ void put(std::FILE* out, const std::string& s) {
 }
 }  // namespace
 
-void TextSink::on_token(const TokenEvent& event) {
-  put(out_, event.visible);
+void TextSink::write(const RequestOutput& output) {
+  std::string text;
+  for (const TokenOutput& t : output.tokens) text += t.visible;
+  if (output.finish) text += output.finish->final_visible + "\n";
+  put(out_, text);
 }
 
-void TextSink::on_done(const GenerationStats& stats) {
-  put(out_, stats.final_visible + "\n");
-}
-
-void JsonlSink::write(const json& line) {
-  // Invalid UTF-8 cannot reach here (the stream decoder only emits whole characters), but
-  // replacing rather than throwing keeps a stray byte from killing a long run.
-  put(out_, line.dump(-1, ' ', false, json::error_handler_t::replace) + "\n");
-}
-
-void JsonlSink::on_token(const TokenEvent& event) {
-  write(json{{"token", event.token}, {"text", event.text}, {"logprob", event.logprob}});
-}
-
-void JsonlSink::on_done(const GenerationStats& s) {
-  json timings = extra_timings_.is_object() ? extra_timings_ : json::object();
-  timings["prefill_ms"] = s.prefill_ms;
-  timings["ttft_ms"] = s.time_to_first_token_ms;
-  timings["decode_ms"] = s.decode_ms;
-  if (s.generated_tokens > 1 && s.decode_ms > 0)
-    timings["decode_tokens_per_s"] = (s.generated_tokens - 1) * 1000.0 / s.decode_ms;
-  write(json{{"done", true},
-             {"stop", stop_reason_name(s.stop)},
-             {"prompt_tokens", s.prompt_tokens},
-             {"generated_tokens", s.generated_tokens},
-             {"timings", timings}});
+void JsonlSink::write(const RequestOutput& output) {
+  std::string lines;
+  for (const TokenOutput& t : output.tokens) lines += event_line(token_event_json(output.id, t));
+  if (output.finish)
+    lines += event_line(done_event_json(output.id, *output.finish, extra_timings_));
+  put(out_, lines);
 }
 
 }  // namespace hearth

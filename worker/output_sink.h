@@ -1,34 +1,40 @@
-// Where generated tokens go: plain text as it is produced, or one JSON object per token
-// followed by a summary (`--format jsonl`, the form the proof harness consumes).
+// Where a worker's request outputs go: plain text as it is produced (one request), or the JSONL
+// events of event_json.h (`--format jsonl`, the form the proof harness and the gateway read).
 #pragma once
 
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "worker/engine/generator.h"
+#include "worker/engine/request_output.h"
 
 namespace hearth {
 
-class TextSink final : public TokenSink {
+class OutputSink {
+ public:
+  virtual ~OutputSink() = default;
+  // Throws std::runtime_error when the output cannot be written (disk full, closed pipe).
+  virtual void write(const RequestOutput& output) = 0;
+};
+
+// The visible text of one request, then a newline when it ends.
+class TextSink final : public OutputSink {
  public:
   explicit TextSink(std::FILE* out) : out_(out) {}
-  void on_token(const TokenEvent& event) override;
-  void on_done(const GenerationStats& stats) override;
+  void write(const RequestOutput& output) override;
 
  private:
   std::FILE* out_;
 };
 
-class JsonlSink final : public TokenSink {
+// One event per token and one final event per request, each line flushed as it is written.
+class JsonlSink final : public OutputSink {
  public:
-  // `extra_timings` (e.g. load_ms) is merged into the summary's timings object.
+  // `extra_timings` (e.g. load_ms) is merged into every final event's timings.
   JsonlSink(std::FILE* out, nlohmann::json extra_timings)
       : out_(out), extra_timings_(std::move(extra_timings)) {}
-  void on_token(const TokenEvent& event) override;
-  void on_done(const GenerationStats& stats) override;
+  void write(const RequestOutput& output) override;
 
  private:
-  void write(const nlohmann::json& line);
   std::FILE* out_;
   nlohmann::json extra_timings_;
 };

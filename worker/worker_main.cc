@@ -1,5 +1,6 @@
-// hearth-worker: runs one prompt through a model and streams the generated tokens, either on a
-// model directory of its own (single-process mode) or on weights a hearth-server shares.
+// hearth-worker: runs one prompt, or a file of requests together in one engine, through a model
+// and streams the generated tokens, either on a model directory of its own (single-process mode)
+// or on weights a hearth-server shares.
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -9,11 +10,13 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "weight-server/model/read_file.h"
 #include "worker/engine/backend_factory.h"
-#include "worker/engine/generator.h"
+#include "worker/engine/engine.h"
 #include "worker/engine/model_weights.h"
-#include "worker/output_sink.h"
 #include "worker/engine/profile.h"
+#include "worker/output_sink.h"
+#include "worker/request_file.h"
 #include "worker/tokenizer/tokenizer.h"
 #include "worker/worker_model.h"
 
@@ -66,8 +69,31 @@ void write_logits(const std::string& path, std::span<const float> logits, int pr
 // Runs the prompt alone to capture the logits at its last position, for reference checks.
 void dump_prompt_logits(hearth::Backend& backend, const std::vector<int32_t>& prompt,
                         const std::string& path) {
-  backend.forward(prompt, 0);
-  write_logits(path, backend.logits(), int(prompt.size()));
+  write_logits(path, hearth::forward_alone(backend, prompt), int(prompt.size()));
+}
+
+// A request the engine never ran: its one and final output says why.
+hearth::RequestOutput refused(const std::string& id, const std::string& why, int prompt_tokens) {
+  hearth::RequestOutput out;
+  out.id = id;
+  out.finish.emplace();
+  out.finish->reason = hearth::FinishReason::Error;
+  out.finish->error = why;
+  out.finish->prompt_tokens = prompt_tokens;
+  return out;
+}
+
+// Steps the engine until every request has ended, streaming outputs as they come. Returns the
+// first error a request ended with ("" if none).
+std::string drain(hearth::Engine& engine, hearth::OutputSink& sink) {
+  std::string first_error;
+  while (engine.has_work())
+    for (const hearth::RequestOutput& out : engine.step()) {
+      sink.write(out);
+      if (out.finish && out.finish->reason == hearth::FinishReason::Error && first_error.empty())
+        first_error = out.finish->error;
+    }
+  return first_error;
 }
 
 int run(int argc, char** argv) {
@@ -76,6 +102,7 @@ int run(int argc, char** argv) {
       "hearth-worker: generate from a model, alone or on a hearth-server's shared weights"};
   app.set_version_flag("--version", "hearth-worker 0.1.0");
   std::string model_arg, prompt, prompt_tokens, profile_path, format = "text", dump_logits;
+  std::string requests_path;
   std::vector<std::string> settings, stops;
   Profile flags;  // values given on the command line
   std::string server_socket;
@@ -95,6 +122,11 @@ int run(int argc, char** argv) {
   auto* tokens_opt = app.add_option("--prompt-tokens", prompt_tokens,
                                     "prompt as comma-separated token ids, used exactly");
   prompt_opt->excludes(tokens_opt);
+  auto* requests_opt = app.add_option(
+      "--requests", requests_path,
+      "JSONL file of requests run together in one engine: one object per line with \"id\", "
+      "\"prompt\" or \"prompt_tokens\", and any request setting; writes JSONL events with ids");
+  requests_opt->excludes(prompt_opt)->excludes(tokens_opt);
   app.add_option("--profile", profile_path, "profile JSON file (flags override it)");
   auto* max_opt =
       app.add_option("--max-tokens", flags.request.max_tokens, "tokens to generate at most");
@@ -113,11 +145,22 @@ int run(int argc, char** argv) {
                                     "cuda, single-process: per-tensor (VMM, default) | packed");
   app.add_option("--stop", stops, "stop string (repeatable)");
   app.add_option("--set", settings, "any profile key, as key=value (repeatable)");
-  app.add_option("--format", format, "text | jsonl")->check(CLI::IsMember({"text", "jsonl"}));
+  auto* format_opt =
+      app.add_option("--format", format, "text | jsonl (--requests: jsonl only, the default)")
+          ->check(CLI::IsMember({"text", "jsonl"}));
   app.add_option("--dump-logits", dump_logits, "write the prompt's last-position logits as JSON");
   CLI11_PARSE(app, argc, argv);
 
-  if (!*prompt_opt && !*tokens_opt) throw std::runtime_error("give --prompt or --prompt-tokens");
+  if (!*prompt_opt && !*tokens_opt && !*requests_opt)
+    throw std::runtime_error("give --prompt, --prompt-tokens or --requests");
+  if (*requests_opt) {
+    if (*format_opt && format != "jsonl")
+      throw std::runtime_error(
+          "--requests writes JSONL events: --format text cannot say which "
+          "request a token belongs to");
+    if (!dump_logits.empty()) throw std::runtime_error("--dump-logits needs a single prompt");
+    format = "jsonl";
+  }
 
   Profile profile = profile_path.empty() ? Profile{} : hearth::load_profile_file(profile_path);
   for (const std::string& s : settings) apply_setting(profile, s);
@@ -157,26 +200,29 @@ int run(int argc, char** argv) {
   std::optional<hearth::Tokenizer> tokenizer;
   if (!model.tokenizer_json.empty()) tokenizer = hearth::Tokenizer::from_json(model.tokenizer_json);
 
-  hearth::GenerationRequest request;
-  request.settings = profile.request;
-  if (*tokens_opt) {
-    request.prompt = parse_token_list(prompt_tokens);
+  const hearth::Tokenizer* tok = tokenizer ? &*tokenizer : nullptr;
+  std::vector<int32_t> prompt_ids;
+  std::vector<hearth::RequestLine> request_lines;
+  if (*requests_opt) {
+    request_lines =
+        hearth::parse_request_lines(hearth::read_file(requests_path), profile.request, tok);
+  } else if (*tokens_opt) {
+    prompt_ids = parse_token_list(prompt_tokens);
   } else {
     if (!tokenizer)
       throw std::runtime_error(model_arg +
                                ": the model has no tokenizer.json; use --prompt-tokens");
-    request.prompt = tokenizer->encode(prompt, /*add_special_tokens=*/true);
+    prompt_ids = tokenizer->encode(prompt, /*add_special_tokens=*/true);
   }
-  request.eos_ids = hearth::end_of_sequence_ids(model, tokenizer ? &*tokenizer : nullptr);
 
   std::unique_ptr<hearth::Backend> backend =
       hearth::make_backend(profile.engine, model.weights(), warmup);
   const double load_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - process_start)
           .count();
-  if (!dump_logits.empty()) dump_prompt_logits(*backend, request.prompt, dump_logits);
+  if (!dump_logits.empty()) dump_prompt_logits(*backend, prompt_ids, dump_logits);
 
-  std::unique_ptr<hearth::TokenSink> sink;
+  std::unique_ptr<hearth::OutputSink> sink;
   json timings = {{"load_ms", load_ms}};
   if (model.server) {
     const hearth::ImportTimings& t = model.import_timings;
@@ -192,7 +238,30 @@ int run(int argc, char** argv) {
     sink = std::make_unique<hearth::JsonlSink>(stdout, std::move(timings));
   else
     sink = std::make_unique<hearth::TextSink>(stdout);
-  hearth::generate(*backend, tokenizer ? &*tokenizer : nullptr, request, *sink);
+
+  hearth::Engine engine(*backend, profile.engine, tok, hearth::end_of_sequence_ids(model, tok));
+  if (!*requests_opt) {
+    // One request: a refusal is the command's error, as is a request that fails.
+    engine.submit(hearth::Request{"", std::move(prompt_ids), profile.request});
+    const std::string error = drain(engine, *sink);
+    if (!error.empty()) throw std::runtime_error(error);
+    return 0;
+  }
+  // Many requests: each one's refusal or failure is its own final event; the others go on.
+  for (hearth::RequestLine& line : request_lines) {
+    if (!line.error.empty()) {
+      sink->write(refused(line.request.id, line.error, 0));
+      continue;
+    }
+    const int prompt_size = int(line.request.prompt.size());
+    const std::string id = line.request.id;
+    try {
+      engine.submit(std::move(line.request));
+    } catch (const hearth::RequestError& e) {
+      sink->write(refused(id, "line " + std::to_string(line.line) + ": " + e.what(), prompt_size));
+    }
+  }
+  drain(engine, *sink);
   return 0;
 }
 

@@ -4,7 +4,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <numeric>
+#include <random>
 
 #include "tools/synth_model.h"
 #include "weight-server/model/host_store.h"
@@ -31,18 +34,18 @@ std::vector<float> copy(std::span<const float> s) {
   return {s.begin(), s.end()};
 }
 
-// Prefill of n tokens at once must give the same last logits as feeding them one by one: the
-// KV cache and positions are right in both paths.
+// Prefill of n tokens at once must give the same last logits as feeding them one by one, bit
+// for bit: every row is computed on its own, and the KV cache and positions are right in both.
 TEST(CpuBackend, PrefillEqualsIncrementalDecode) {
   for (const char* preset : {"tiny-llama", "tiny-qwen2", "tiny-qwen3", "tiny-llama3"}) {
     auto store = tiny(preset);
     CpuBackend a(store, 64), b(store, 64);
     std::vector<int32_t> tokens = {5, 17, 300, 2, 99, 42, 7};
-    a.forward(tokens, 0);
-    for (size_t i = 0; i < tokens.size(); ++i) b.forward(std::span(&tokens[i], 1), int(i));
-    auto la = copy(a.logits()), lb = copy(b.logits());
-    for (size_t i = 0; i < la.size(); ++i)
-      ASSERT_NEAR(la[i], lb[i], 1e-4) << preset << " logit " << i;
+    auto la = copy(forward_alone(a, tokens));
+    std::vector<float> lb;
+    for (size_t i = 0; i < tokens.size(); ++i)
+      lb = copy(forward_alone(b, std::span(&tokens[i], 1), int(i)));
+    EXPECT_EQ(la, lb) << preset;
   }
 }
 
@@ -50,24 +53,19 @@ TEST(CpuBackend, RewindingRecomputesTheSameLogits) {
   auto store = tiny("tiny-llama");
   CpuBackend cpu(store, 32);
   std::vector<int32_t> prompt = {1, 2, 3, 4};
-  cpu.forward(prompt, 0);
+  forward_alone(cpu, prompt);
   int32_t next = 9;
-  cpu.forward(std::span(&next, 1), 4);
-  auto first = copy(cpu.logits());
+  auto first = copy(forward_alone(cpu, std::span(&next, 1), 4));
   int32_t other = 10;
-  cpu.forward(std::span(&other, 1), 4);  // overwrite position 4
-  EXPECT_NE(first, copy(cpu.logits()));
-  cpu.forward(std::span(&next, 1), 4);
-  EXPECT_EQ(first, copy(cpu.logits()));  // bit-identical: fixed reduction order
+  EXPECT_NE(first, copy(forward_alone(cpu, std::span(&other, 1), 4)));  // overwrite position 4
+  EXPECT_EQ(first, copy(forward_alone(cpu, std::span(&next, 1), 4)));   // fixed reduction order
 }
 
 TEST(CpuBackend, DtypesAgree) {
   CpuBackend f32(tiny("tiny-llama", DType::F32), 16);
   CpuBackend bf16(tiny("tiny-llama", DType::BF16), 16);
   std::vector<int32_t> prompt = {3, 1, 4, 1, 5};
-  f32.forward(prompt, 0);
-  bf16.forward(prompt, 0);
-  auto a = copy(f32.logits()), b = copy(bf16.logits());
+  auto a = copy(forward_alone(f32, prompt)), b = copy(forward_alone(bf16, prompt));
   double err = 0, range = 0;
   for (size_t i = 0; i < a.size(); ++i) {
     err = std::max(err, double(std::abs(a[i] - b[i])));
@@ -77,21 +75,98 @@ TEST(CpuBackend, DtypesAgree) {
   EXPECT_LT(err, 0.05 * range);  // but only as rounding
 }
 
+// Sequences of different lengths, some prefilling a chunk and some decoding, in scattered
+// blocks of one pool, batched together and in a different order: each one's logits are
+// bit-identical to the same sequence run alone in blocks 0, 1, 2, ...
+TEST(CpuBackend, BatchedSequencesMatchEachAloneBitForBit) {
+  for (const char* preset : {"tiny-llama3", "tiny-qwen3"}) {
+    auto store = tiny(preset);
+    const int block = 4, context = 64;
+    std::mt19937 rng(7);
+    struct Seq {
+      std::vector<int32_t> tokens;
+      int split;  // tokens [0, split) are cached before the batch, [split, n) run in it
+      std::vector<int32_t> table;
+      std::vector<float> alone;
+    };
+    std::vector<Seq> seqs;
+    for (int len : {1, 7, 9, 16, 23, 40}) {
+      Seq s;
+      for (int i = 0; i < len; ++i) s.tokens.push_back(int32_t(rng() % 500));
+      s.split = len == 1 ? 0 : int(rng() % len);
+      CpuBackend alone(store, context, {block, 0});
+      s.alone = copy(forward_alone(alone, s.tokens));
+      seqs.push_back(std::move(s));
+    }
+    // One shared pool; every sequence gets blocks scattered over it.
+    int total_blocks = 0;
+    for (const Seq& s : seqs) total_blocks += (int(s.tokens.size()) + block - 1) / block;
+    std::vector<int32_t> ids(total_blocks);
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    size_t next = 0;
+    for (Seq& s : seqs)
+      for (int b = 0; b < (int(s.tokens.size()) + block - 1) / block; ++b)
+        s.table.push_back(ids[next++]);
+
+    for (bool reversed : {false, true}) {
+      CpuBackend shared(store, context, {block, total_blocks});
+      ForwardBatch cached, batch;
+      for (const Seq& s : seqs) {
+        const std::span<const int32_t> t(s.tokens);
+        if (s.split > 0) cached.entries.push_back({t.first(s.split), 0, s.table, false});
+        batch.entries.push_back({t.subspan(s.split), s.split, s.table, true});
+      }
+      if (reversed) std::reverse(batch.entries.begin(), batch.entries.end());
+      shared.forward(cached);
+      shared.forward(batch);
+      for (size_t i = 0; i < seqs.size(); ++i) {
+        const size_t entry = reversed ? seqs.size() - 1 - i : i;
+        EXPECT_EQ(copy(shared.logits(int(entry))), seqs[i].alone)
+            << preset << " sequence " << i << " reversed " << reversed;
+      }
+    }
+  }
+}
+
 TEST(CpuBackend, RefusesBadTokensAndContextOverflow) {
   auto store = tiny("tiny-llama");
   CpuBackend cpu(store, 8);
   std::vector<int32_t> bad = {1, 512};
-  EXPECT_THROW(cpu.forward(bad, 0), std::runtime_error);
+  EXPECT_THROW(forward_alone(cpu, bad), std::runtime_error);
   std::vector<int32_t> negative = {-1};
-  EXPECT_THROW(cpu.forward(negative, 0), std::runtime_error);
+  EXPECT_THROW(forward_alone(cpu, negative), std::runtime_error);
   std::vector<int32_t> nine(9, 1);
   try {
-    cpu.forward(nine, 0);
+    forward_alone(cpu, nine);
     FAIL();
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("context length 8"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(cpu.forward(std::span(nine.data(), 0), 0), std::runtime_error);
+  EXPECT_THROW(forward_alone(cpu, std::span(nine.data(), 0)), std::runtime_error);
+}
+
+TEST(CpuBackend, RefusesBadBlockTablesAndLogitsNotAskedFor) {
+  auto store = tiny("tiny-llama");
+  CpuBackend cpu(store, 32, {4, 3});
+  std::vector<int32_t> tokens(6, 1);
+  auto expect_refused = [&](const ForwardBatch& batch, const std::string& message) {
+    try {
+      cpu.forward(batch);
+      ADD_FAILURE() << "accepted";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    }
+  };
+  const std::vector<int32_t> short_table = {0}, outside = {0, 3}, good = {2, 0};
+  expect_refused({{{tokens, 0, short_table, true}}}, "block table has 1 blocks, 2 are needed");
+  expect_refused({{{tokens, 0, outside, true}}}, "KV block 3 is outside the pool of 3");
+  expect_refused({}, "at least one sequence");
+  expect_refused({{{tokens, 0, good, true}, {{}, 0, good, true}}}, "batch entry 1");
+  cpu.forward({{{tokens, 0, good, false}, {std::span(tokens).first(2), 0, good, true}}});
+  EXPECT_THROW(cpu.logits(0), std::runtime_error);  // did not want logits
+  EXPECT_EQ(cpu.logits(1).size(), size_t(store->config().vocab));
+  EXPECT_THROW(cpu.logits(2), std::runtime_error);
 }
 
 }  // namespace

@@ -62,11 +62,10 @@ Comparison compare(const std::vector<float>& gpu, const std::vector<float>& cpu)
 // and, where the CPU's margin is decisive, the GPU's argmax. Returns how many steps were decisive.
 int check_teacher_forced(Engines& e, std::vector<int32_t> prompt, int steps, double rel_tol,
                          const std::string& what) {
-  e.cpu->forward(prompt, 0);
-  e.gpu->forward(prompt, 0);
+  std::vector<float> c = copy(forward_alone(*e.cpu, prompt));
+  std::vector<float> g = copy(forward_alone(*e.gpu, prompt));
   int pos = int(prompt.size()), decisive = 0;
   for (int step = 0; step <= steps; ++step) {
-    auto c = copy(e.cpu->logits()), g = copy(e.gpu->logits());
     const Comparison cmp = compare(g, c);
     const double tol = rel_tol * cmp.range;
     EXPECT_LE(cmp.max_err, tol) << what << " step " << step << ": max |gpu - cpu| " << cmp.max_err
@@ -82,23 +81,12 @@ int check_teacher_forced(Engines& e, std::vector<int32_t> prompt, int steps, dou
       ++decisive;
     }
     if (step == steps) break;
-    e.cpu->forward(std::span(&cpu_top, 1), pos);
-    e.gpu->forward(std::span(&cpu_top, 1), pos);
+    c = copy(forward_alone(*e.cpu, std::span(&cpu_top, 1), pos));
+    g = copy(forward_alone(*e.gpu, std::span(&cpu_top, 1), pos));
     ++pos;
   }
   return decisive;
 }
-
-class NullSink : public TokenSink {
- public:
-  std::vector<int32_t> tokens;
-  std::vector<float> logprobs;
-  void on_token(const TokenEvent& e) override {
-    tokens.push_back(e.token);
-    logprobs.push_back(e.logprob);
-  }
-  void on_done(const GenerationStats&) override {}
-};
 
 const fs::path kGoldenDir = test::source_dir() / "tests/golden/hf";
 
@@ -181,17 +169,21 @@ TEST(CudaEngine, RepeatedRunsAreByteIdentical) {
       p.request.ignore_eos = true;
       p.engine.cuda_graphs = run != 4;  // the last run without graphs: same kernels, same bits
       CudaBackend gpu(dev, p.engine, 256);
-      NullSink sink;
       GenerationRequest req{{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, p.request, {}};
-      generate(gpu, nullptr, req, sink);
-      ASSERT_EQ(sink.tokens.size(), 64u);
+      std::vector<int32_t> tokens;
+      std::vector<float> logprobs;
+      for (const TokenOutput& t : generate(gpu, nullptr, req).tokens) {
+        tokens.push_back(t.token);
+        logprobs.push_back(t.logprob);
+      }
+      ASSERT_EQ(tokens.size(), 64u);
       if (run == 0) {
-        first_tokens = sink.tokens;
-        first_logprobs = sink.logprobs;
+        first_tokens = tokens;
+        first_logprobs = logprobs;
       } else {
-        EXPECT_EQ(sink.tokens, first_tokens) << "temperature " << temperature << " run " << run;
-        EXPECT_EQ(
-            0, std::memcmp(sink.logprobs.data(), first_logprobs.data(), first_logprobs.size() * 4));
+        EXPECT_EQ(tokens, first_tokens) << "temperature " << temperature << " run " << run;
+        EXPECT_EQ(0,
+                  std::memcmp(logprobs.data(), first_logprobs.data(), first_logprobs.size() * 4));
       }
     }
   }
@@ -205,9 +197,7 @@ TEST(CudaEngine, PackedAndPerTensorLayoutsGiveIdenticalLogits) {
   packed.layout = DeviceLayout::Packed;
   CudaBackend a(DeviceStore::upload(*hf, {}), {}, 64), b(DeviceStore::upload(*hf, packed), {}, 64);
   std::vector<int32_t> prompt = {5, 6, 7, 8};
-  a.forward(prompt, 0);
-  b.forward(prompt, 0);
-  auto la = copy(a.logits()), lb = copy(b.logits());
+  auto la = copy(forward_alone(a, prompt)), lb = copy(forward_alone(b, prompt));
   EXPECT_EQ(0, std::memcmp(la.data(), lb.data(), la.size() * 4));
 }
 

@@ -19,21 +19,6 @@ namespace {
 
 using json = nlohmann::json;
 
-class Collect : public TokenSink {
- public:
-  std::vector<int32_t> tokens;
-  std::string text;
-  StopReason stop = StopReason::Length;
-  void on_token(const TokenEvent& e) override {
-    tokens.push_back(e.token);
-    text += e.visible;
-  }
-  void on_done(const GenerationStats& s) override {
-    text += s.final_visible;
-    stop = s.stop;
-  }
-};
-
 TEST(DefaultModel, GreedyContinuationsAreStable) {
   const auto dir = test::source_dir() / "models/hearth-tiny-fortunes";
   const json metrics = json::parse(read_file(dir / "training_metrics.json"));
@@ -53,11 +38,18 @@ TEST(DefaultModel, GreedyContinuationsAreStable) {
     EXPECT_EQ(request.prompt, sample["prompt_ids"].get<std::vector<int32_t>>()) << sample["prompt"];
     request.eos_ids = end_of_sequence_ids(model, &tokenizer);
     auto backend = make_backend(profile.engine, model.weights());
-    Collect out;
-    generate(*backend, &tokenizer, request, out);
-    EXPECT_EQ(out.tokens, sample["output_ids"].get<std::vector<int32_t>>()) << sample["prompt"];
-    EXPECT_EQ(out.text, sample["completion"].get<std::string>()) << sample["prompt"];
-    EXPECT_EQ(stop_reason_name(out.stop), sample["stop"].get<std::string>()) << sample["prompt"];
+    const Generation out = generate(*backend, &tokenizer, request);
+    std::vector<int32_t> tokens;
+    std::string text;
+    for (const TokenOutput& t : out.tokens) {
+      tokens.push_back(t.token);
+      text += t.visible;
+    }
+    text += out.finish.final_visible;
+    EXPECT_EQ(tokens, sample["output_ids"].get<std::vector<int32_t>>()) << sample["prompt"];
+    EXPECT_EQ(text, sample["completion"].get<std::string>()) << sample["prompt"];
+    EXPECT_EQ(finish_reason_name(out.finish.reason), sample["stop"].get<std::string>())
+        << sample["prompt"];
     ++checked;
   }
   EXPECT_GE(checked, 3);

@@ -103,7 +103,7 @@ TEST(WorkerCli, BadInputIsAClearErrorAndNonZeroExit) {
     std::string args, message;
   };
   const Case cases[] = {
-      {"--model " + kModel + " --backend cpu", "give --prompt or --prompt-tokens"},
+      {"--model " + kModel + " --backend cpu", "give --prompt, --prompt-tokens or --requests"},
       {"--model " + kModel + " --backend cpu --prompt-tokens 1,x,3", "'x' is not a token id"},
       {"--model " + kModel + " --backend cpu --prompt-tokens 1,99999", "outside the vocabulary"},
       {"--model /nonexistent/model --prompt hi", "/nonexistent/model"},

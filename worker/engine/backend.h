@@ -1,38 +1,93 @@
-// What the generation loop needs from an engine: run tokens through the model, appending to
-// its KV cache, and pick the next token. The CPU backend is the numerical reference; the CUDA
+// The model runner: one forward pass over a batch of sequences, then sampling for the sequences
+// that asked for logits. The engine decides what runs (scheduler.h) and where each sequence's
+// keys and values live (kv_cache_manager.h); the backend owns the KV memory itself, a pool of
+// fixed-size blocks, and the arithmetic. The CPU backend is the numerical reference; the CUDA
 // backend runs the same graph on the GPU.
+//
+// Batch invariance is part of the contract: a sequence's logits must not depend on which other
+// sequences share its batch, where it sits in the batch, or how its prompt was split into
+// chunks. The CPU backend gets this by construction (every row is computed on its own, in a
+// fixed order); GPU kernels must keep their reduction orders independent of the batch shape.
 #pragma once
 
 #include <cstdint>
 #include <span>
 #include <string>
+#include <vector>
 
+#include "worker/engine/logprobs.h"
 #include "worker/engine/sampler.h"
 
 namespace hearth {
+
+// The KV pool's shape: `num_blocks` blocks of `block_size` token positions, per layer and for
+// keys and values alike. Block ids run over [0, num_blocks).
+struct KvPoolShape {
+  int block_size = 16;
+  int num_blocks = 0;
+};
+
+// One sequence's share of a forward pass.
+struct ForwardEntry {
+  std::span<const int32_t> tokens;  // this step's tokens (at least one)
+  int start_pos = 0;                // position of tokens[0]; positions before it are cached
+  // The sequence's KV blocks in position order: block_table[p / block_size] holds position p.
+  // It covers at least [0, start_pos + tokens.size()).
+  std::span<const int32_t> block_table;
+  bool want_logits = false;  // compute logits for the last of `tokens`
+};
+
+struct ForwardBatch {
+  std::vector<ForwardEntry> entries;
+};
+
+// Picks the next token of one entry of the last forward (one that wanted logits).
+struct SampleRequest {
+  int entry = 0;
+  SamplingParams params;
+  std::span<const int32_t> seen;  // the sequence's tokens so far (repetition penalty)
+  uint64_t step = 0;              // which generated token this is: 0 for the first (Philox)
+  int top_logprobs = 0;           // also return the N most likely tokens
+};
+
+struct SampleResult {
+  int32_t token = 0;
+  float logprob = 0.0f;           // of the raw logits, as sampler.h defines it
+  std::vector<TokenLogprob> top;  // top_logprobs entries, most likely first
+};
 
 class Backend {
  public:
   virtual ~Backend() = default;
   virtual std::string name() const = 0;
-  virtual int context_length() const = 0;
+  virtual int context_length() const = 0;  // positions one sequence may use
+  virtual int vocab_size() const = 0;
+  virtual KvPoolShape kv_pool() const = 0;
+  // Sequences one forward may hold; 0 when only the KV pool limits them.
+  virtual int max_sequences() const { return 0; }
 
-  // Runs `tokens` at positions [start_pos, start_pos + tokens.size()), storing their keys and
-  // values in the cache, and computes the logits of the last one. Positions past start_pos are
-  // forgotten, so a caller may rewind. Throws when the context would overflow.
-  virtual void forward(std::span<const int32_t> tokens, int start_pos) = 0;
+  // Runs every entry's tokens through the model, writing their keys and values into the blocks
+  // their tables name (a position's slot is overwritten, so a caller may recompute it), and
+  // computes logits where asked. Throws std::runtime_error naming the entry on a bad token id,
+  // position or block table; nothing is guaranteed about the pool's contents after a throw.
+  virtual void forward(const ForwardBatch& batch) = 0;
 
-  // The last forward's logits, copied to the host if needed; valid until the next forward.
-  virtual std::span<const float> logits() = 0;
+  // The logits of `entry` of the last forward, which must have wanted them; on the host, valid
+  // until the next forward.
+  virtual std::span<const float> logits(int entry) = 0;
 
-  // Picks the next token from the last forward's logits. The default samples on the host.
-  virtual SampledToken sample(const SamplingParams& params, std::span<const int32_t> seen,
-                              uint64_t step) {
-    return host_sampler_.sample(logits(), params, seen, step);
-  }
+  // One result per request, in order. The default samples on the host from logits(entry).
+  virtual std::vector<SampleResult> sample(std::span<const SampleRequest> requests);
 
  private:
   Sampler host_sampler_;
 };
+
+// Runs `tokens` as one sequence alone at positions [start_pos, start_pos + n), its KV in blocks
+// 0, 1, 2, ... in order, and returns the last position's logits. For reference checks and
+// tests (--dump-logits, golden files); it overwrites whatever those blocks held, so nothing
+// else may be using the backend's pool at the time.
+std::span<const float> forward_alone(Backend& backend, std::span<const int32_t> tokens,
+                                     int start_pos = 0);
 
 }  // namespace hearth

@@ -25,6 +25,34 @@ int resolve_context_length(const EngineOptions& options, const ModelConfig& conf
   return std::min(limit, 4096);
 }
 
+KvPoolShape resolve_kv_pool(const EngineOptions& options, int context_length,
+                            int64_t bytes_per_token) {
+  const int block = options.kv_block_size;
+  if (block <= 0)
+    throw std::runtime_error("kv_block_size must be positive, got " + std::to_string(block));
+  if (options.kv_pool_tokens > 0 && options.kv_pool_gb > 0)
+    throw std::runtime_error("kv_pool_tokens and kv_pool_gb are both set: give one");
+  constexpr double kGiB = double(1ull << 30);
+  int64_t tokens = 0;
+  if (options.kv_pool_tokens > 0) {
+    tokens = options.kv_pool_tokens;
+  } else if (options.kv_pool_gb > 0) {
+    tokens = int64_t(options.kv_pool_gb * kGiB / double(bytes_per_token));
+    if (tokens < block)
+      throw std::runtime_error("kv_pool_gb " + std::to_string(options.kv_pool_gb) +
+                               " holds less than one KV block (" +
+                               std::to_string(bytes_per_token * block) + " bytes)");
+  } else {
+    const int64_t capped = std::max<int64_t>(context_length, int64_t(kGiB) / bytes_per_token);
+    tokens = std::min(int64_t(std::max(options.max_running, 1)) * context_length, capped);
+  }
+  const int64_t blocks = (tokens + block - 1) / block;
+  if (blocks > (1 << 30))
+    throw std::runtime_error("the KV pool of " + std::to_string(tokens) +
+                             " tokens has too many blocks; raise kv_block_size");
+  return {block, int(blocks)};
+}
+
 std::unique_ptr<Backend> make_backend(const EngineOptions& options, const EngineWeights& weights,
                                       std::shared_ptr<CudaWarmup> warmup) {
   const std::string backend = resolve_backend(options.backend);
@@ -33,7 +61,9 @@ std::unique_ptr<Backend> make_backend(const EngineOptions& options, const Engine
     if (weights.store->residence() != Residence::Host)
       throw std::runtime_error("the cpu backend cannot run on GPU-resident (" +
                                std::string(weights.store->backend_name()) + ") weights");
-    return std::make_unique<CpuBackend>(weights.store, context);
+    const KvPoolShape kv =
+        resolve_kv_pool(options, context, CpuBackend::kv_bytes_per_token(weights.store->config()));
+    return std::make_unique<CpuBackend>(weights.store, context, kv);
   }
   return make_cuda_backend(options, weights, context, std::move(warmup));
 }

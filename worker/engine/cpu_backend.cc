@@ -88,26 +88,81 @@ void rope(float* v, int n_heads, int head_dim, int pos, const std::vector<float>
 
 }  // namespace
 
-CpuBackend::CpuBackend(std::shared_ptr<const WeightStore> store, int context_length)
-    : store_(std::move(store)), c_(store_->config()), context_(context_length) {
+CpuBackend::CpuBackend(std::shared_ptr<const WeightStore> store, int context_length, KvPoolShape kv)
+    : store_(std::move(store)), c_(store_->config()), context_(context_length), kv_(kv) {
   if (store_->residence() != Residence::Host)
     throw std::runtime_error(
         "the cpu backend needs host-resident weights, this store is on the GPU");
   if (context_ <= 0) throw std::runtime_error("context length must be positive");
+  if (kv_.block_size <= 0)
+    throw std::runtime_error("the KV block size must be positive, got " +
+                             std::to_string(kv_.block_size));
+  if (kv_.num_blocks == 0) kv_.num_blocks = (context_ + kv_.block_size - 1) / kv_.block_size;
+  if (kv_.num_blocks < 0)
+    throw std::runtime_error("negative KV pool size " + std::to_string(kv_.num_blocks));
   w_ = bind_weights(*store_);
   inv_freq_ = rope_inverse_frequencies(c_);
-  const size_t cache = size_t(c_.n_layers) * context_ * c_.kv_dim();
-  k_cache_.assign(cache, 0.0f);
-  v_cache_.assign(cache, 0.0f);
-  logits_.assign(c_.vocab, 0.0f);
+  layer_stride_ = size_t(kv_.num_blocks) * c_.n_kv_heads * kv_.block_size * c_.head_dim;
+  // Not value-initialised: the pages of blocks never written are never touched.
+  k_pool_ = std::make_unique_for_overwrite<float[]>(layer_stride_ * c_.n_layers);
+  v_pool_ = std::make_unique_for_overwrite<float[]>(layer_stride_ * c_.n_layers);
 }
 
-void CpuBackend::forward(std::span<const int32_t> tokens, int start_pos) {
-  const int n = int(tokens.size());
-  if (n == 0) throw std::runtime_error("forward needs at least one token");
-  if (start_pos < 0 || start_pos + n > context_)
-    throw std::runtime_error("context length " + std::to_string(context_) + " exceeded: " +
-                             std::to_string(start_pos + n) + " positions requested");
+int64_t CpuBackend::kv_bytes_per_token(const ModelConfig& config) {
+  return 2 * int64_t(config.n_layers) * config.kv_dim() * int64_t(sizeof(float));
+}
+
+float* CpuBackend::k_slot(int layer, int32_t block, int offset, int kv_head) const {
+  return &k_pool_[layer * layer_stride_ +
+                  ((size_t(block) * c_.n_kv_heads + kv_head) * kv_.block_size + offset) *
+                      c_.head_dim];
+}
+
+float* CpuBackend::v_slot(int layer, int32_t block, int offset, int kv_head) const {
+  return &v_pool_[layer * layer_stride_ +
+                  ((size_t(block) * c_.n_kv_heads + kv_head) * kv_.block_size + offset) *
+                      c_.head_dim];
+}
+
+void CpuBackend::check(const ForwardBatch& batch) const {
+  if (batch.entries.empty()) throw std::runtime_error("forward needs at least one sequence");
+  for (size_t e = 0; e < batch.entries.size(); ++e) {
+    const ForwardEntry& entry = batch.entries[e];
+    const std::string where = "batch entry " + std::to_string(e) + ": ";
+    const int n = int(entry.tokens.size());
+    if (n == 0) throw std::runtime_error(where + "forward needs at least one token");
+    if (entry.start_pos < 0 || int64_t(entry.start_pos) + n > context_)
+      throw std::runtime_error(where + "context length " + std::to_string(context_) +
+                               " exceeded: " + std::to_string(int64_t(entry.start_pos) + n) +
+                               " positions requested");
+    for (int32_t t : entry.tokens)
+      if (t < 0 || t >= c_.vocab)
+        throw std::runtime_error(where + "token id " + std::to_string(t) +
+                                 " is outside the vocabulary (" + std::to_string(c_.vocab) + ")");
+    const int64_t blocks = (int64_t(entry.start_pos) + n + kv_.block_size - 1) / kv_.block_size;
+    if (int64_t(entry.block_table.size()) < blocks)
+      throw std::runtime_error(where + "its block table has " +
+                               std::to_string(entry.block_table.size()) + " blocks, " +
+                               std::to_string(blocks) + " are needed");
+    for (int64_t b = 0; b < blocks; ++b)
+      if (entry.block_table[b] < 0 || entry.block_table[b] >= kv_.num_blocks)
+        throw std::runtime_error(where + "KV block " + std::to_string(entry.block_table[b]) +
+                                 " is outside the pool of " + std::to_string(kv_.num_blocks));
+  }
+}
+
+void CpuBackend::forward(const ForwardBatch& batch) {
+  check(batch);
+  rows_.clear();
+  tables_.clear();
+  for (int e = 0; e < int(batch.entries.size()); ++e) {
+    const ForwardEntry& entry = batch.entries[e];
+    for (int t = 0; t < int(entry.tokens.size()); ++t) {
+      rows_.push_back({e, entry.start_pos + t});
+      tables_.push_back(entry.block_table.data());
+    }
+  }
+  const int n = int(rows_.size());
   const int64_t h = c_.hidden;
   x_.resize(n * h);
   xn_.resize(n * h);
@@ -119,55 +174,76 @@ void CpuBackend::forward(std::span<const int32_t> tokens, int start_pos) {
   up_.resize(n * int64_t(c_.intermediate));
   scores_.resize(context_);
 
-  for (int t = 0; t < n; ++t) {
-    if (tokens[t] < 0 || tokens[t] >= c_.vocab)
-      throw std::runtime_error("token id " + std::to_string(tokens[t]) +
-                               " is outside the vocabulary (" + std::to_string(c_.vocab) + ")");
-    load_row(w_.embed, tokens[t], &x_[t * h]);
-  }
+  int r = 0;
+  for (const ForwardEntry& entry : batch.entries)
+    for (int32_t token : entry.tokens) load_row(w_.embed, token, &x_[r++ * h]);
   for (int l = 0; l < c_.n_layers; ++l) {
     const LayerWeights& L = w_.layers[l];
-    attention(L, l, n, start_pos);
+    attention(L, l);
     mlp(L, n);
   }
-  rmsnorm(xn_.data(), &x_[(n - 1) * h], w_.final_norm, h, c_.rms_eps);
-  matmul(logits_.data(), xn_.data(), 1, w_.lm_head);
+
+  // Logits of each wanting entry's last row, gathered so the LM head reads its weights once.
+  logits_row_.assign(batch.entries.size(), -1);
+  int m = 0, last = -1;
+  for (int e = 0; e < int(batch.entries.size()); ++e) {
+    last += int(batch.entries[e].tokens.size());
+    if (!batch.entries[e].want_logits) continue;
+    rmsnorm(&xn_[m * h], &x_[last * h], w_.final_norm, h, c_.rms_eps);
+    logits_row_[e] = m++;
+  }
+  logits_.resize(size_t(m) * c_.vocab);
+  if (m > 0) matmul(logits_.data(), xn_.data(), m, w_.lm_head);
 }
 
-void CpuBackend::attention(const LayerWeights& L, int layer, int n, int start_pos) {
+std::span<const float> CpuBackend::logits(int entry) {
+  if (entry < 0 || entry >= int(logits_row_.size()) || logits_row_[entry] < 0)
+    throw std::runtime_error("batch entry " + std::to_string(entry) +
+                             " has no logits: it did not ask for them in the last forward");
+  return std::span<const float>(logits_).subspan(size_t(logits_row_[entry]) * c_.vocab, c_.vocab);
+}
+
+void CpuBackend::attention(const LayerWeights& L, int layer) {
+  const int n = int(rows_.size());
   const int64_t h = c_.hidden, qd = c_.q_dim(), kvd = c_.kv_dim(), hd = c_.head_dim;
+  const int bs = kv_.block_size;
   for (int t = 0; t < n; ++t) rmsnorm(&xn_[t * h], &x_[t * h], L.attn_norm, h, c_.rms_eps);
   matmul(q_.data(), xn_.data(), n, L.wq, L.bq);
   matmul(k_.data(), xn_.data(), n, L.wk, L.bk);
   matmul(v_.data(), xn_.data(), n, L.wv, L.bv);
 
-  float* k_cache = &k_cache_[size_t(layer) * context_ * kvd];
-  float* v_cache = &v_cache_[size_t(layer) * context_ * kvd];
+  // Every row's keys and values go into its sequence's blocks before any row attends, so a
+  // row sees the rows before it in its own chunk.
   for (int t = 0; t < n; ++t) {
     float* q = &q_[t * qd];
     float* k = &k_[t * kvd];
+    const int pos = rows_[t].pos;
     if (c_.qk_norm) {
       for (int hh = 0; hh < c_.n_heads; ++hh)
         rmsnorm(q + hh * hd, q + hh * hd, L.q_norm, hd, c_.rms_eps);
       for (int hh = 0; hh < c_.n_kv_heads; ++hh)
         rmsnorm(k + hh * hd, k + hh * hd, L.k_norm, hd, c_.rms_eps);
     }
-    rope(q, c_.n_heads, int(hd), start_pos + t, inv_freq_);
-    rope(k, c_.n_kv_heads, int(hd), start_pos + t, inv_freq_);
-    std::copy_n(k, kvd, k_cache + int64_t(start_pos + t) * kvd);
-    std::copy_n(&v_[t * kvd], kvd, v_cache + int64_t(start_pos + t) * kvd);
+    rope(q, c_.n_heads, int(hd), pos, inv_freq_);
+    rope(k, c_.n_kv_heads, int(hd), pos, inv_freq_);
+    const int32_t block = tables_[t][pos / bs];
+    for (int g = 0; g < c_.n_kv_heads; ++g) {
+      std::copy_n(k + g * hd, hd, k_slot(layer, block, pos % bs, g));
+      std::copy_n(&v_[t * kvd + g * hd], hd, v_slot(layer, block, pos % bs, g));
+    }
   }
 
   const float scale = 1.0f / std::sqrt(float(hd));
   const int group = c_.n_heads / c_.n_kv_heads;
   for (int t = 0; t < n; ++t) {
-    const int last = start_pos + t;  // causal: attend to positions 0..last
+    const int last = rows_[t].pos;  // causal: attend to positions 0..last of this sequence
+    const int32_t* table = tables_[t];
     for (int hh = 0; hh < c_.n_heads; ++hh) {
       const float* q = &q_[t * qd + hh * hd];
-      const int64_t kv_off = int64_t(hh / group) * hd;
+      const int g = hh / group;
       float max = -INFINITY;
       for (int j = 0; j <= last; ++j) {
-        scores_[j] = dot(q, k_cache + int64_t(j) * kvd + kv_off, hd) * scale;
+        scores_[j] = dot(q, k_slot(layer, table[j / bs], j % bs, g), hd) * scale;
         max = std::max(max, scores_[j]);
       }
       float sum = 0.0f;
@@ -179,7 +255,7 @@ void CpuBackend::attention(const LayerWeights& L, int layer, int n, int start_po
       std::fill_n(out, hd, 0.0f);
       for (int j = 0; j <= last; ++j) {
         const float p = scores_[j] / sum;
-        const float* v = v_cache + int64_t(j) * kvd + kv_off;
+        const float* v = v_slot(layer, table[j / bs], j % bs, g);
         for (int64_t d = 0; d < hd; ++d) out[d] += p * v[d];
       }
     }

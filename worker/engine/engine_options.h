@@ -1,8 +1,9 @@
-// How a worker's engine is built: the backend, its context and the kernel choices. They belong
-// to the worker, not to a request; those that change numerics are here so a proof run can
-// show them.
+// How a worker's engine is built: the backend, its context, its KV pool and batch limits, and
+// the kernel choices. They belong to the worker, not to a request; those that change numerics
+// are here so a proof run can show them.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace hearth {
@@ -10,6 +11,18 @@ namespace hearth {
 struct EngineOptions {
   std::string backend = "auto";  // auto | cpu | cuda (auto: cuda when a GPU is present)
   int context_length = 0;        // 0: the model's maximum, capped at 4096
+
+  // The paged KV pool: blocks of kv_block_size positions. Its size is kv_pool_tokens positions
+  // or kv_pool_gb of memory (at most one of them set); 0 for both: on the CPU enough for
+  // max_running full contexts, capped at 1 GiB but never less than one full context.
+  int kv_block_size = 16;
+  int64_t kv_pool_tokens = 0;
+  double kv_pool_gb = 0;
+
+  // Continuous batching: tokens per forward pass over all sequences (decodes plus prompt
+  // chunks), and sequences running at once (fewer where the backend supports fewer).
+  int max_batch_tokens = 2048;
+  int max_running = 256;
 
   // CUDA engine options.
   bool cuda_graphs = true;

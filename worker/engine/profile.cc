@@ -8,6 +8,7 @@
 
 #include "weight-server/model/hf_model.h"
 #include "weight-server/model/read_file.h"
+#include "worker/engine/logprobs.h"
 
 namespace hearth {
 
@@ -135,6 +136,17 @@ const std::map<std::string, Setter>& setters() {
         [](Profile& p, const json& v, const std::string& l) {
           p.request.ignore_eos = boolean(v, l, "ignore_eos");
         }}},
+      {"logprobs",
+       {KeyKind::Request,
+        [](Profile& p, const json& v, const std::string& l) {
+          p.request.logprobs = int(integer(v, l, "logprobs", 0, kMaxTopLogprobs));
+        }}},
+      {"cache_salt",
+       {KeyKind::Request,
+        [](Profile& p, const json& v, const std::string& l) {
+          if (!v.is_string()) bad(l, "cache_salt", "must be a string, got " + v.dump());
+          p.request.cache_salt = v.get<std::string>();
+        }}},
       {"backend",
        {KeyKind::Engine,
         [](Profile& p, const json& v, const std::string& l) {
@@ -144,6 +156,31 @@ const std::map<std::string, Setter>& setters() {
        {KeyKind::Engine,
         [](Profile& p, const json& v, const std::string& l) {
           p.engine.context_length = int(integer(v, l, "context_length", 0, 1 << 20));
+        }}},
+      {"kv_block_size",
+       {KeyKind::Engine,
+        [](Profile& p, const json& v, const std::string& l) {
+          p.engine.kv_block_size = int(integer(v, l, "kv_block_size", 1, 1024));
+        }}},
+      {"kv_pool_tokens",
+       {KeyKind::Engine,
+        [](Profile& p, const json& v, const std::string& l) {
+          p.engine.kv_pool_tokens = integer(v, l, "kv_pool_tokens", 0, int64_t(1) << 40);
+        }}},
+      {"kv_pool_gb",
+       {KeyKind::Engine,
+        [](Profile& p, const json& v, const std::string& l) {
+          p.engine.kv_pool_gb = number(v, l, "kv_pool_gb", 0.0, 1e6);
+        }}},
+      {"max_batch_tokens",
+       {KeyKind::Engine,
+        [](Profile& p, const json& v, const std::string& l) {
+          p.engine.max_batch_tokens = int(integer(v, l, "max_batch_tokens", 1, 1 << 20));
+        }}},
+      {"max_running",
+       {KeyKind::Engine,
+        [](Profile& p, const json& v, const std::string& l) {
+          p.engine.max_running = int(integer(v, l, "max_running", 1, 1 << 16));
         }}},
       {"cuda_graphs",
        {KeyKind::Engine,
@@ -232,8 +269,15 @@ json profile_to_json(const Profile& p) {
               {"max_tokens", p.request.max_tokens},
               {"stop", p.request.stop},
               {"ignore_eos", p.request.ignore_eos},
+              {"logprobs", p.request.logprobs},
+              {"cache_salt", p.request.cache_salt},
               {"backend", p.engine.backend},
               {"context_length", p.engine.context_length},
+              {"kv_block_size", p.engine.kv_block_size},
+              {"kv_pool_tokens", p.engine.kv_pool_tokens},
+              {"kv_pool_gb", p.engine.kv_pool_gb},
+              {"max_batch_tokens", p.engine.max_batch_tokens},
+              {"max_running", p.engine.max_running},
               {"cuda_graphs", p.engine.cuda_graphs},
               {"kv_cache_dtype", p.engine.kv_cache_dtype},
               {"weights_layout", p.engine.weights_layout},

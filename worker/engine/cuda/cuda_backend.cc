@@ -39,6 +39,10 @@ CudaBackend::CudaBackend(std::shared_ptr<const WeightStore> store, const EngineO
     throw std::runtime_error(
         "the cuda backend supports GQA groups of at most 16 heads (8 at head_dim 128)");
   chunk_ = std::min(context_, 2048);
+  if (options_.kv_block_size <= 0)
+    throw std::runtime_error("kv_block_size must be positive, got " +
+                             std::to_string(options_.kv_block_size));
+  kv_ = {options_.kv_block_size, (context_ + options_.kv_block_size - 1) / options_.kv_block_size};
   const ModelWeights w = bind_weights(*store_);
   type_ = half_type(w.embed.dtype, std::string(w.embed.name));
   const std::string expect = options_.kv_cache_dtype;
@@ -368,6 +372,36 @@ void CudaBackend::forward(std::span<const int32_t> tokens, int start_pos) {
     HEARTH_CUDA_CHECK(cudaStreamSynchronize(stream_.get()));
   }
   last_pos_ = start_pos + n - 1;
+}
+
+void CudaBackend::forward(const ForwardBatch& batch) {
+  if (batch.entries.size() != 1)
+    throw std::runtime_error("the cuda backend runs one sequence per forward, got " +
+                             std::to_string(batch.entries.size()));
+  forward(batch.entries[0].tokens, batch.entries[0].start_pos);
+}
+
+std::span<const float> CudaBackend::logits(int entry) {
+  if (entry != 0)
+    throw std::runtime_error("the cuda backend runs one sequence per forward: no entry " +
+                             std::to_string(entry));
+  return logits();
+}
+
+std::vector<SampleResult> CudaBackend::sample(std::span<const SampleRequest> requests) {
+  std::vector<SampleResult> results;
+  for (const SampleRequest& r : requests) {
+    if (r.entry != 0)
+      throw std::runtime_error("the cuda backend runs one sequence per forward: no entry " +
+                               std::to_string(r.entry));
+    SampleResult& out = results.emplace_back();
+    // Before sample(), which may start the next decode step ahead on the device.
+    if (r.top_logprobs > 0) out.top = top_logprobs(logits(), r.top_logprobs);
+    const SampledToken s = sample(r.params, r.seen, r.step);
+    out.token = s.token;
+    out.logprob = s.logprob;
+  }
+  return results;
 }
 
 std::span<const float> CudaBackend::logits() {

@@ -32,10 +32,25 @@ class CudaBackend final : public Backend {
 
   std::string name() const override { return "cuda"; }
   int context_length() const override { return context_; }
-  void forward(std::span<const int32_t> tokens, int start_pos) override;
-  std::span<const float> logits() override;
-  SampledToken sample(const SamplingParams& params, std::span<const int32_t> seen,
-                      uint64_t step) override;
+  int vocab_size() const override { return c_.vocab; }
+
+  // Behind the batched interface this is still a one-sequence engine with its own contiguous
+  // KV cache: batches hold one entry, block tables are ignored, and the pool it reports is one
+  // context long, which is all the engine needs to account for that one sequence. The batched,
+  // paged CUDA backend replaces it.
+  KvPoolShape kv_pool() const override { return kv_; }
+  int max_sequences() const override { return 1; }
+  void forward(const ForwardBatch& batch) override;
+  std::span<const float> logits(int entry) override;
+  std::vector<SampleResult> sample(std::span<const SampleRequest> requests) override;
+
+  // The one sequence directly (benchmarks): runs `tokens` at positions [start_pos, +n),
+  // forgetting positions past them, so a caller may rewind.
+  void forward(std::span<const int32_t> tokens, int start_pos);
+  // The last forward's logits, copied to the host; valid until the next forward.
+  std::span<const float> logits();
+  // Picks the next token on the device from the last forward's logits.
+  SampledToken sample(const SamplingParams& params, std::span<const int32_t> seen, uint64_t step);
 
   // Waits for everything queued, including a decode step sample() started ahead.
   void synchronize();
@@ -66,6 +81,7 @@ class CudaBackend final : public Backend {
   const ModelConfig& c_;
   EngineOptions options_;
   int context_, chunk_;
+  KvPoolShape kv_;
   kernels::Half type_;
   CudaStream stream_;  // declared before the buffers and handles below: destroyed after them
   std::unique_ptr<kernels::Gemm> gemm_;

@@ -1,0 +1,237 @@
+#include "worker/engine/engine.h"
+
+#include <algorithm>
+#include <optional>
+
+#include "worker/engine/stop_matcher.h"
+#include "worker/tokenizer/tokenizer.h"
+
+namespace hearth {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_between(Clock::time_point from, Clock::time_point to) {
+  return std::chrono::duration<double, std::milli>(to - from).count();
+}
+
+SchedulerOptions scheduler_options(const EngineOptions& options, const Backend& backend) {
+  SchedulerOptions s{options.max_batch_tokens, options.max_running};
+  if (backend.max_sequences() > 0) s.max_running = std::min(s.max_running, backend.max_sequences());
+  return s;
+}
+
+}  // namespace
+
+// A request in flight: its sequence and the state that turns sampled tokens into output.
+struct Engine::Live {
+  Live(Request r, const Tokenizer* tokenizer)
+      : request(std::move(r)), matcher(request.settings.stop) {
+    if (tokenizer) decoder.emplace(*tokenizer, /*skip_special_tokens=*/true);
+  }
+  Request request;
+  Sequence seq;
+  std::optional<StreamDecoder> decoder;
+  StopMatcher matcher;
+  Clock::time_point submitted = Clock::now();
+  std::optional<Clock::time_point> scheduled, prompt_done, first_token;
+};
+
+Engine::Engine(Backend& backend, const EngineOptions& options, const Tokenizer* tokenizer,
+               std::vector<int32_t> eos_ids)
+    : backend_(backend),
+      tokenizer_(tokenizer),
+      eos_ids_(std::move(eos_ids)),
+      kv_(backend.kv_pool().num_blocks, backend.kv_pool().block_size),
+      scheduler_(scheduler_options(options, backend), kv_) {}
+
+Engine::~Engine() = default;
+
+void Engine::submit(Request request) {
+  const std::string& id = request.id;
+  check_request_settings(id, request.settings);
+  if (live_.contains(id)) throw RequestError(id, "id", "a request with this id is still running");
+  const int prompt = int(request.prompt.size());
+  if (prompt == 0) throw RequestError(id, "prompt", "the prompt is empty");
+  const int vocab = backend_.vocab_size();
+  for (int i = 0; i < prompt; ++i)
+    if (request.prompt[i] < 0 || request.prompt[i] >= vocab)
+      throw RequestError(id, "prompt",
+                         "token id " + std::to_string(request.prompt[i]) + " at position " +
+                             std::to_string(i) + " is outside the vocabulary (" +
+                             std::to_string(vocab) + ")");
+  const int context = backend_.context_length();
+  const int max_tokens = request.settings.max_tokens;
+  if (prompt > context)
+    throw RequestError(
+        id, "prompt",
+        std::to_string(prompt) + " tokens exceed the context length " + std::to_string(context));
+  if (int64_t(prompt) + max_tokens > context)
+    throw RequestError(id, "max_tokens",
+                       std::to_string(prompt) + " prompt tokens + " + std::to_string(max_tokens) +
+                           " max_tokens exceed the context length " + std::to_string(context));
+  // The last token is sampled, never run: a sequence holds at most prompt + max_tokens - 1.
+  const int64_t positions = int64_t(prompt) + std::max(max_tokens - 1, 0);
+  const int blocks = kv_.blocks_for(positions);
+  if (blocks > kv_.pool().total())
+    throw RequestError(id, "max_tokens",
+                       "prompt + max_tokens need " + std::to_string(blocks) +
+                           " KV blocks, more than the whole pool (" +
+                           std::to_string(kv_.pool().total()) + " blocks of " +
+                           std::to_string(kv_.block_size()) + " tokens)");
+
+  auto live = std::make_unique<Live>(std::move(request), tokenizer_);
+  Live& l = *live;
+  l.seq.id = next_sequence_++;
+  l.seq.tokens = l.request.prompt;
+  l.seq.prompt_tokens = prompt;
+  live_.emplace(l.request.id, std::move(live));
+  if (max_tokens == 0) {  // nothing to compute
+    RequestOutput out;
+    finish(l, FinishReason::Length, {}, out);
+    pending_.push_back(std::move(out));
+    return;
+  }
+  by_sequence_[l.seq.id] = &l;
+  scheduler_.add(l.seq);
+}
+
+bool Engine::cancel(const std::string& id) {
+  auto it = live_.find(id);
+  if (it == live_.end()) return false;
+  RequestOutput out;
+  finish(*it->second, FinishReason::Cancelled, {}, out);
+  pending_.push_back(std::move(out));
+  return true;
+}
+
+void Engine::finish(Live& live, FinishReason reason, std::string error, RequestOutput& out) {
+  const Clock::time_point now = Clock::now();
+  out.id = live.request.id;
+  FinishOutput& f = out.finish.emplace();
+  f.reason = reason;
+  f.error = std::move(error);
+  f.prompt_tokens = live.seq.prompt_tokens;
+  f.generated_tokens = live.seq.generated();
+  f.preemptions = live.seq.preemptions;
+  if (live.scheduled) f.timings.queue_ms = ms_between(live.submitted, *live.scheduled);
+  if (live.scheduled && live.prompt_done)
+    f.timings.prefill_ms = ms_between(*live.scheduled, *live.prompt_done);
+  if (live.first_token) {
+    f.timings.ttft_ms = ms_between(live.submitted, *live.first_token);
+    f.timings.decode_ms = ms_between(*live.first_token, now);
+  }
+  if (reason != FinishReason::Error) {
+    if (live.decoder && !live.matcher.matched())
+      f.final_visible = live.matcher.append(live.decoder->finish());
+    f.final_visible += live.matcher.flush();
+  }
+  ++counters_.finished;
+  scheduler_.remove(live.seq);
+  by_sequence_.erase(live.seq.id);
+  live_.erase(live.request.id);  // `live` is gone from here on
+}
+
+void Engine::emit_token(Live& live, const SampleResult& sampled, RequestOutput& out) {
+  Sequence& seq = live.seq;
+  const RequestSettings& settings = live.request.settings;
+  if (!live.first_token) live.first_token = Clock::now();
+  seq.tokens.push_back(sampled.token);
+  ++counters_.generated_tokens;
+
+  TokenOutput& t = out.tokens.emplace_back();
+  t.token = sampled.token;
+  t.logprob = sampled.logprob;
+  t.top_logprobs = sampled.top;
+  if (live.decoder) t.text = live.decoder->push(sampled.token);
+  t.visible = live.matcher.append(t.text);
+
+  const bool eos = !settings.ignore_eos &&
+                   std::find(eos_ids_.begin(), eos_ids_.end(), sampled.token) != eos_ids_.end();
+  if (eos) return finish(live, FinishReason::Eos, {}, out);
+  if (live.matcher.matched()) return finish(live, FinishReason::Stop, {}, out);
+  // The next step would run the new token at position tokens.size() - 1.
+  if (seq.generated() >= settings.max_tokens || int(seq.tokens.size()) > backend_.context_length())
+    return finish(live, FinishReason::Length, {}, out);
+}
+
+std::vector<RequestOutput> Engine::fail_step(std::span<const SequenceId> sequences,
+                                             const std::string& error) {
+  std::vector<RequestOutput> outs;
+  for (SequenceId seq : sequences) {
+    auto it = by_sequence_.find(seq);  // some may have finished before the failure
+    if (it == by_sequence_.end()) continue;
+    RequestOutput& out = outs.emplace_back();
+    finish(*it->second, FinishReason::Error, error, out);
+  }
+  return outs;
+}
+
+std::vector<RequestOutput> Engine::step() {
+  std::vector<RequestOutput> outputs = std::move(pending_);
+  pending_.clear();
+  const Schedule schedule = scheduler_.schedule();
+  if (schedule.empty()) return outputs;
+  ++counters_.steps;
+
+  const Clock::time_point now = Clock::now();
+  ForwardBatch batch;
+  batch.entries.reserve(schedule.chunks.size());
+  std::vector<SequenceId> ids;
+  for (const ScheduledChunk& c : schedule.chunks) {
+    ids.push_back(c.seq->id);
+    Live& live = *by_sequence_.at(c.seq->id);
+    if (!live.scheduled) live.scheduled = now;
+    batch.entries.push_back({std::span(c.seq->tokens).subspan(c.start, c.count), c.start,
+                             kv_.block_table(c.seq->id), c.wants_logits()});
+  }
+
+  std::vector<SampleRequest> samples;
+  std::vector<SequenceId> sampled;  // whose token each sample is
+  try {
+    backend_.forward(batch);
+    for (size_t i = 0; i < schedule.chunks.size(); ++i) {
+      const ScheduledChunk& c = schedule.chunks[i];
+      c.seq->computed = c.start + c.count;
+      counters_.forwarded_tokens += c.count;
+      if (!c.wants_logits()) continue;
+      const Live& live = *by_sequence_.at(c.seq->id);
+      const RequestSettings& s = live.request.settings;
+      samples.push_back(
+          {int(i), s.sampling, c.seq->tokens, uint64_t(c.seq->generated()), s.logprobs});
+      sampled.push_back(c.seq->id);
+    }
+    const std::vector<SampleResult> results = backend_.sample(samples);
+    const Clock::time_point done = Clock::now();
+    for (size_t i = 0; i < results.size(); ++i) {
+      Live& live = *by_sequence_.at(sampled[i]);
+      if (!live.prompt_done) live.prompt_done = done;
+      RequestOutput& out = outputs.emplace_back();
+      out.id = live.request.id;
+      emit_token(live, results[i], out);
+    }
+  } catch (const std::exception& e) {
+    std::vector<RequestOutput> failed =
+        fail_step(ids, std::string("the ") + backend_.name() + " backend failed: " + e.what());
+    for (RequestOutput& f : failed) outputs.push_back(std::move(f));
+  }
+  return outputs;
+}
+
+bool Engine::has_work() const {
+  return !live_.empty() || !pending_.empty();
+}
+
+EngineStats Engine::stats() const {
+  EngineStats s = counters_;
+  s.running = scheduler_.running();
+  s.waiting = scheduler_.waiting();
+  s.kv_blocks_used = kv_.pool().used();
+  s.kv_blocks_total = kv_.pool().total();
+  s.kv_block_size = kv_.block_size();
+  s.preemptions = scheduler_.preemptions();
+  return s;
+}
+
+}  // namespace hearth

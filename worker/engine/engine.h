@@ -1,0 +1,94 @@
+// The engine: many requests in flight on one backend. The caller submits requests, cancels
+// them, and drives the engine by calling step() on one thread; each step runs one scheduler
+// step (scheduler.h) as one forward pass, samples the next token of every sequence that
+// reached the end of what it knows, and reports per request what happened: new tokens with
+// their text, and a final output when a request ends (eos, length, a stop string, cancelled,
+// or an error). There are no threads inside and no I/O: the worker process, a test or a
+// server loop owns both.
+//
+// A request's tokens do not depend on what else runs: sampling is seeded per request and
+// counted per generated token, and the backends are batch-invariant (backend.h).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "worker/engine/backend.h"
+#include "worker/engine/engine_options.h"
+#include "worker/engine/kv_cache_manager.h"
+#include "worker/engine/request.h"
+#include "worker/engine/request_output.h"
+#include "worker/engine/scheduler.h"
+
+namespace hearth {
+
+class Tokenizer;
+
+struct EngineStats {
+  int running = 0, waiting = 0;
+  int kv_blocks_used = 0, kv_blocks_total = 0, kv_block_size = 0;
+  uint64_t steps = 0;
+  uint64_t forwarded_tokens = 0;  // tokens run through the model (prompts, decodes, recomputes)
+  uint64_t generated_tokens = 0;
+  uint64_t preemptions = 0;
+  uint64_t finished = 0;  // requests ended for any reason
+};
+
+class Engine {
+ public:
+  // `backend` must outlive the engine, which is then its KV pool's only user. `tokenizer` may be
+  // null: token ids only, and stop strings never match. A request ends when it samples one of
+  // `eos_ids` (unless it sets ignore_eos).
+  Engine(Backend& backend, const EngineOptions& options, const Tokenizer* tokenizer,
+         std::vector<int32_t> eos_ids);
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Checks and queues a request. Throws RequestError naming the request and the field for a
+  // duplicate live id, an empty prompt, a token outside the vocabulary, a setting out of range,
+  // prompt + max_tokens beyond the context length, or more KV than the whole pool holds; the
+  // engine and its other requests are unaffected.
+  void submit(Request request);
+
+  // Ends a live request at once, freeing its KV blocks; its final output (reason cancelled)
+  // comes with the next step(). False when no live request has this id.
+  bool cancel(const std::string& id);
+
+  // One scheduler step. Returns the outputs of requests that changed: finishes left by cancel()
+  // first, then the step's sequences in schedule order. A backend failure ends the requests of
+  // the failed step with reason error; the others carry on.
+  std::vector<RequestOutput> step();
+
+  // True while any request is live or an output is still to be returned.
+  bool has_work() const;
+  EngineStats stats() const;
+  int max_running() const { return scheduler_.options().max_running; }
+
+ private:
+  struct Live;
+  using Clock = std::chrono::steady_clock;
+
+  void finish(Live& live, FinishReason reason, std::string error, RequestOutput& out);
+  void emit_token(Live& live, const SampleResult& sampled, RequestOutput& out);
+  std::vector<RequestOutput> fail_step(std::span<const SequenceId> sequences,
+                                       const std::string& error);
+
+  Backend& backend_;
+  const Tokenizer* tokenizer_;
+  std::vector<int32_t> eos_ids_;
+  KvCacheManager kv_;
+  Scheduler scheduler_;
+  std::unordered_map<std::string, std::unique_ptr<Live>> live_;
+  std::unordered_map<SequenceId, Live*> by_sequence_;  // the scheduled ones
+  std::vector<RequestOutput> pending_;                 // finishes to return with the next step
+  SequenceId next_sequence_ = 1;
+  EngineStats counters_;
+};
+
+}  // namespace hearth

@@ -1,0 +1,96 @@
+#include "worker/engine/scheduler.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+namespace hearth {
+
+Scheduler::Scheduler(const SchedulerOptions& options, KvCacheManager& kv)
+    : options_(options), kv_(kv) {
+  if (options_.max_batch_tokens < 1)
+    throw std::runtime_error("max_batch_tokens must be at least 1, got " +
+                             std::to_string(options_.max_batch_tokens));
+  if (options_.max_running < 1)
+    throw std::runtime_error("max_running must be at least 1, got " +
+                             std::to_string(options_.max_running));
+}
+
+void Scheduler::add(Sequence& seq) {
+  seq.status = SequenceStatus::Waiting;
+  waiting_.push_back(&seq);
+}
+
+void Scheduler::remove(Sequence& seq) {
+  if (auto it = std::find(running_.begin(), running_.end(), &seq); it != running_.end())
+    running_.erase(it);
+  if (auto it = std::find(waiting_.begin(), waiting_.end(), &seq); it != waiting_.end())
+    waiting_.erase(it);
+  kv_.free(seq.id);
+  seq.status = SequenceStatus::Done;
+}
+
+void Scheduler::preempt(Sequence& seq, Schedule& out) {
+  running_.erase(std::find(running_.begin(), running_.end(), &seq));
+  kv_.free(seq.id);
+  seq.computed = 0;
+  seq.status = SequenceStatus::Waiting;
+  ++seq.preemptions;
+  ++preemptions_;
+  // Victims are taken newest first, so the oldest of them ends up first in the queue.
+  waiting_.push_front(&seq);
+  out.preempted.push_back(&seq);
+}
+
+bool Scheduler::reserve(Sequence& seq, int tokens, uint64_t step, Schedule& out) {
+  while (!kv_.allocate(seq.id, tokens)) {
+    // `seq` itself is running and not yet scheduled, so there always is a victim.
+    auto victim = std::find_if(running_.rbegin(), running_.rend(),
+                               [&](const Sequence* s) { return s->scheduled_step != step; });
+    Sequence& v = **victim;
+    preempt(v, out);
+    if (&v == &seq) return false;
+  }
+  return true;
+}
+
+Schedule Scheduler::schedule() {
+  Schedule out;
+  const uint64_t step = ++steps_;
+  int budget = options_.max_batch_tokens;
+  auto take = [&](Sequence& seq, int count) {
+    out.chunks.push_back({&seq, seq.computed, count});
+    seq.scheduled_step = step;
+    out.tokens += count;
+    budget -= count;
+  };
+
+  // Running sequences: decodes first, then the prompts still being prefilled, each in
+  // admission order. Iterate over a copy: preemption takes sequences out of running_.
+  const std::vector<Sequence*> running = running_;
+  for (const bool decodes : {true, false}) {
+    for (Sequence* seq : running) {
+      if (budget == 0) break;
+      if (seq->status != SequenceStatus::Running || seq->scheduled_step == step) continue;
+      if ((seq->pending() == 1) != decodes) continue;
+      const int count = std::min(seq->pending(), budget);
+      if (reserve(*seq, seq->computed + count, step, out)) take(*seq, count);
+    }
+  }
+
+  // New (and preempted) sequences, in queue order, while everything allows. A step that had
+  // to preempt admits nobody: the pool is full.
+  while (out.preempted.empty() && budget > 0 && !waiting_.empty() &&
+         int(running_.size()) < options_.max_running) {
+    Sequence& seq = *waiting_.front();
+    const int count = std::min(seq.pending(), budget);
+    if (!kv_.allocate(seq.id, seq.computed + count)) break;
+    waiting_.pop_front();
+    running_.push_back(&seq);
+    seq.status = SequenceStatus::Running;
+    take(seq, count);
+  }
+  return out;
+}
+
+}  // namespace hearth

@@ -1,0 +1,83 @@
+// Decides, one step at a time, which sequences run and how many of their tokens: continuous
+// batching with chunked prefill and no prefill/decode phases.
+//
+// A step has a token budget (max_batch_tokens). Running sequences that decode (one pending
+// token) go first, oldest first; then running sequences still in their prompt get chunks of
+// it, oldest first; then, if nobody was preempted this step, waiting sequences are admitted in
+// arrival order while the budget, max_running and the KV pool allow, each with as much of its
+// prompt as the budget leaves. A sequence that will not fit waits (the queue is FIFO: nobody
+// jumps it), it never fails.
+//
+// When a running sequence needs a block and the pool has none, the most recently admitted
+// running sequence not yet scheduled this step is preempted: its blocks are freed and it goes
+// back to the front of the waiting queue, to be recomputed from its tokens later (batch-
+// invariant kernels make the recomputed KV, and so its next tokens, exactly what they would
+// have been). The oldest running sequence therefore always progresses, and since the engine
+// admits only sequences that fit the pool on their own, every sequence finishes.
+//
+// The schedule is a function of the order of add()/remove() calls and the options alone.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "worker/engine/kv_cache_manager.h"
+#include "worker/engine/sequence.h"
+
+namespace hearth {
+
+struct SchedulerOptions {
+  int max_batch_tokens = 2048;  // tokens per step, over all sequences
+  int max_running = 256;        // sequences holding KV at once
+};
+
+// `count` tokens of `seq`, from position `start` (== seq->computed when scheduled). The step's
+// logits are wanted when it reaches the last known token.
+struct ScheduledChunk {
+  Sequence* seq = nullptr;
+  int start = 0;
+  int count = 0;
+  bool wants_logits() const { return start + count == int(seq->tokens.size()); }
+};
+
+struct Schedule {
+  std::vector<ScheduledChunk> chunks;  // decodes first, then prompt chunks
+  std::vector<Sequence*> preempted;    // lost their KV this step
+  int tokens = 0;
+  bool empty() const { return chunks.empty(); }
+};
+
+class Scheduler {
+ public:
+  Scheduler(const SchedulerOptions& options, KvCacheManager& kv);
+
+  // Queues a new sequence at the back of the waiting queue.
+  void add(Sequence& seq);
+  // Takes a sequence out (finished, cancelled or failed) and frees its blocks.
+  void remove(Sequence& seq);
+
+  // Plans one step and allocates the KV blocks it needs. The caller runs the chunks and then
+  // sets each sequence's `computed` to start + count.
+  Schedule schedule();
+
+  int running() const { return int(running_.size()); }
+  int waiting() const { return int(waiting_.size()); }
+  uint64_t preemptions() const { return preemptions_; }
+  const SchedulerOptions& options() const { return options_; }
+
+ private:
+  // Makes room for `seq` to cover `tokens` positions, preempting as the header says. False
+  // when `seq` itself had to be preempted.
+  bool reserve(Sequence& seq, int tokens, uint64_t step, Schedule& out);
+  void preempt(Sequence& seq, Schedule& out);
+
+  SchedulerOptions options_;
+  KvCacheManager& kv_;
+  std::vector<Sequence*> running_;  // admission order
+  std::deque<Sequence*> waiting_;
+  uint64_t preemptions_ = 0;
+  uint64_t steps_ = 0;
+};
+
+}  // namespace hearth

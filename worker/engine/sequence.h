@@ -1,0 +1,30 @@
+// A request's token sequence as the scheduler sees it: every token known so far (the prompt,
+// then each generated token) and how many of them have their keys and values in the cache.
+// Tokens past `computed` are what the next forward passes must run: the whole prompt at first
+// (in chunks if it is long), one token per step while decoding, and everything again after a
+// preemption took the sequence's KV away.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "worker/engine/kv_cache_manager.h"
+
+namespace hearth {
+
+enum class SequenceStatus { Waiting, Running, Done };
+
+struct Sequence {
+  SequenceId id = 0;
+  std::vector<int32_t> tokens;  // prompt, then generated tokens
+  int prompt_tokens = 0;
+  int computed = 0;  // tokens[0, computed) are in the KV cache
+  SequenceStatus status = SequenceStatus::Waiting;
+  int preemptions = 0;
+  uint64_t scheduled_step = 0;  // the scheduler's: the last step that ran this sequence
+
+  int pending() const { return int(tokens.size()) - computed; }
+  int generated() const { return int(tokens.size()) - prompt_tokens; }
+};
+
+}  // namespace hearth

@@ -1,0 +1,77 @@
+#include "worker/request_file.h"
+
+#include <nlohmann/json.hpp>
+
+#include "worker/engine/profile.h"
+#include "worker/tokenizer/tokenizer.h"
+
+namespace hearth {
+
+using json = nlohmann::json;
+
+namespace {
+
+// Reads one line into `out`; throws std::runtime_error with what is wrong.
+void parse_line(std::string_view text, const RequestSettings& defaults, const Tokenizer* tokenizer,
+                RequestLine& out) {
+  const std::string where = "line " + std::to_string(out.line);
+  json obj = json::parse(text, nullptr, false);
+  if (obj.is_discarded() || !obj.is_object())
+    throw std::runtime_error(where + ": not a JSON object");
+  if (!obj.contains("id") || !obj["id"].is_string() || obj["id"].get<std::string>().empty())
+    throw std::runtime_error(where + ": \"id\" must be a non-empty string");
+  out.request.id = obj["id"].get<std::string>();
+  obj.erase("id");
+  const std::string label = where + " (request '" + out.request.id + "')";
+
+  const bool has_text = obj.contains("prompt"), has_tokens = obj.contains("prompt_tokens");
+  if (has_text == has_tokens)
+    throw std::runtime_error(label + ": give exactly one of \"prompt\" and \"prompt_tokens\"");
+  if (has_text) {
+    if (!obj["prompt"].is_string())
+      throw std::runtime_error(label + ": \"prompt\" must be a string");
+    if (!tokenizer)
+      throw std::runtime_error(label + ": the model has no tokenizer.json; use \"prompt_tokens\"");
+    out.request.prompt = tokenizer->encode(obj["prompt"].get<std::string>(),
+                                           /*add_special_tokens=*/true);
+    obj.erase("prompt");
+  } else {
+    const json& ids = obj["prompt_tokens"];
+    if (!ids.is_array()) throw std::runtime_error(label + ": \"prompt_tokens\" must be an array");
+    for (const json& id : ids) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX)
+        throw std::runtime_error(label + ": \"prompt_tokens\": " + id.dump() +
+                                 " is not a token id");
+      out.request.prompt.push_back(id.get<int32_t>());
+    }
+    obj.erase("prompt_tokens");
+  }
+  out.request.settings = defaults;
+  apply_request_json(out.request.settings, obj, label);
+}
+
+}  // namespace
+
+std::vector<RequestLine> parse_request_lines(std::string_view text, const RequestSettings& defaults,
+                                             const Tokenizer* tokenizer) {
+  std::vector<RequestLine> lines;
+  int number = 0;
+  while (!text.empty()) {
+    const size_t nl = text.find('\n');
+    std::string_view line = text.substr(0, nl);
+    text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
+    ++number;
+    if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+    RequestLine& out = lines.emplace_back();
+    out.line = number;
+    try {
+      parse_line(line, defaults, tokenizer, out);
+    } catch (const std::exception& e) {
+      if (out.request.id.empty()) out.request.id = "line " + std::to_string(number);
+      out.error = e.what();
+    }
+  }
+  return lines;
+}
+
+}  // namespace hearth

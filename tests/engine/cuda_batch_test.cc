@@ -281,12 +281,13 @@ TEST_F(CudaBatchEngine, BudgetAndGraphsDoNotChangeBits) {
   expect_same(run(*backend(eager), eager, requests), want, "cuda_graphs off");
 }
 
-// A pool of ~3 long sequences for 24 requests: they wait, running ones are preempted and
-// recomputed, and every request still gets the tokens it gets alone.
+// A pool of 50 blocks, about one long sequence, for 24 requests admitted 256 prompt tokens a
+// step: they wait, running ones are preempted and recomputed, and every request still gets
+// the tokens it gets alone.
 TEST_F(CudaBatchEngine, PreemptionAndWaitingKeepTheTokens) {
   HEARTH_REQUIRE_GPU();
   const std::vector<Request> requests = mixed_requests(24, 3000);
-  const EngineOptions o = options(128, 24, 2400);
+  const EngineOptions o = options(256, 24, 800);
   auto b = backend(o);
   const std::map<std::string, Outcome> got = run(*b, o, requests);
   int preempted = 0;

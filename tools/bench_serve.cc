@@ -209,6 +209,16 @@ json serve_bench(const ServeBenchOptions& o) {
                backend.decode_graphs(), capture_ms, backend.kv_pool().num_blocks,
                backend.kv_pool_bytes() / 1e9);
 
+  // The tiling each matrix gets per band of row counts (16, 32, ..., 2048, more).
+  json tiling = json::object();
+  const char* shapes[] = {"q", "k/v", "o", "gate/up", "down", "lm_head"};
+  const char* tiles[] = {"auto", "skinny", "medium", "large"};
+  for (int s = 0; s < CudaBatchBackend::kMatmulShapes; ++s)
+    for (kernels::MatmulTiles t : backend.matmul_tiling()[s])
+      tiling[shapes[s]].push_back(tiles[int(t)]);
+  std::fprintf(stderr, "serve: matmul tiling (%s) %s\n", opt.engine.matmul_tiling.c_str(),
+               tiling.dump().c_str());
+
   json levels = json::array();
   for (int level : o.concurrency) levels.push_back(run_level(backend, opt, c, level));
 

@@ -268,7 +268,7 @@ TEST_F(CudaBatchEngine, BatchedEqualsAloneBitForBit) {
 }
 
 // Budgets of 16 and 2048 tokens per step (and a backend whose sub-steps hold 16): same bits.
-// Graphs off: the same kernels, the same bits.
+// Graphs off, and matmul tilings timed and picked per band of rows: the same bits.
 TEST_F(CudaBatchEngine, BudgetAndGraphsDoNotChangeBits) {
   HEARTH_REQUIRE_GPU();
   const std::vector<Request> requests = mixed_requests(32, 3000);
@@ -279,6 +279,9 @@ TEST_F(CudaBatchEngine, BudgetAndGraphsDoNotChangeBits) {
   EngineOptions eager = wide;
   eager.cuda_graphs = false;
   expect_same(run(*backend(eager), eager, requests), want, "cuda_graphs off");
+  EngineOptions tuned = wide;
+  tuned.matmul_tiling = "tuned";
+  expect_same(run(*backend(tuned), tuned, requests), want, "matmul_tiling tuned");
 }
 
 // A pool of 50 blocks, about one long sequence, for 24 requests admitted 256 prompt tokens a

@@ -35,6 +35,10 @@ struct EngineOptions {
   std::string kv_cache_dtype = "auto";        // auto (the weights' type) | bf16 | f16
   std::string weights_layout = "per-tensor";  // per-tensor | packed
   std::string decode_gemv = "hearth";         // hearth | cublas
+  // Batched engine: batch_matmul's tiling per matrix and band of row counts, "auto" (chosen by
+  // shape) or "tuned" (timed on the device at start-up, ~1 s on 8B). Every tiling gives the
+  // same bits; this is speed only.
+  std::string matmul_tiling = "auto";
 };
 
 }  // namespace hearth

@@ -212,6 +212,11 @@ const std::map<std::string, Setter>& setters() {
         [](Profile& p, const json& v, const std::string& l) {
           p.engine.decode_gemv = one_of(v, l, "decode_gemv", {"hearth", "cublas"});
         }}},
+      {"matmul_tiling",
+       {KeyKind::Engine,
+        [](Profile& p, const json& v, const std::string& l) {
+          p.engine.matmul_tiling = one_of(v, l, "matmul_tiling", {"auto", "tuned"});
+        }}},
   };
   return table;
 }
@@ -293,7 +298,8 @@ json profile_to_json(const Profile& p) {
               {"cuda_graphs", p.engine.cuda_graphs},
               {"kv_cache_dtype", p.engine.kv_cache_dtype},
               {"weights_layout", p.engine.weights_layout},
-              {"decode_gemv", p.engine.decode_gemv}};
+              {"decode_gemv", p.engine.decode_gemv},
+              {"matmul_tiling", p.engine.matmul_tiling}};
 }
 
 }  // namespace hearth

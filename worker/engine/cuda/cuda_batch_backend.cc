@@ -5,6 +5,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 
 #include "kernels/cuda_check.h"
 #include "kernels/ops.h"
@@ -177,6 +178,12 @@ CudaBatchBackend::CudaBatchBackend(std::shared_ptr<const WeightStore> store,
                               size_t(max_seqs_ + 1) * 4);
   host_results_ = PinnedBuffer(size_t(max_seqs_) * 8);
 
+  if (options_.matmul_tiling == "tuned")
+    tune_matmuls();
+  else if (options_.matmul_tiling != "auto")
+    throw std::runtime_error("unknown matmul_tiling '" + options_.matmul_tiling +
+                             "' (auto | tuned)");
+
   // The KV pool last: by default it takes a share of what is left.
   const int64_t per_token = kv_bytes_per_token(c_);
   if (options_.kv_pool_tokens > 0 || options_.kv_pool_gb > 0) {
@@ -268,12 +275,113 @@ void CudaBatchBackend::check(const ForwardBatch& batch) const {
   }
 }
 
-void CudaBatchBackend::matmul(MatmulEpilogue epilogue, const void* a, const void* w,
-                              const void* w_up, void* out, int m, int n, int k) {
+int CudaBatchBackend::matmul_band(int m) {
+  int band = 0;
+  for (int top = 16; band < kMatmulBands - 1 && m > top; top *= 2) ++band;
+  return band;
+}
+
+void CudaBatchBackend::matmul(MatmulShape shape, MatmulEpilogue epilogue, const void* a,
+                              const void* w, const void* w_up, void* out, int m, int n, int k) {
   kernels::MatmulArgs args;
   args.a = a, args.w = w, args.w_up = w_up, args.m = m, args.n = n, args.k = k, args.out = out;
   args.workspace = matmul_ws_.get(), args.workspace_bytes = matmul_ws_bytes_;
+  args.tiles = tiles_[shape][matmul_band(m)];
   kernels::batch_matmul(type_, epilogue, args, stream_.get());
+}
+
+// Times every tiling of every matrix of the step at the top of each band of row counts it
+// meets, on the layers' own weights in turn (so they stream from memory, not L2), and keeps
+// the fastest where it beats the shape-based choice by more than 3%. Tilings whose scratch
+// would be large (K slices spread over many rows) are not tried.
+void CudaBatchBackend::tune_matmuls() {
+  constexpr size_t kMaxWorkspace = size_t(256) << 20;
+  constexpr int kReps = 3;
+  struct Job {
+    MatmulShape shape;
+    MatmulEpilogue epilogue;
+    int n, k, max_m;
+    const void* a;
+    void* out;
+  };
+  const int T = max_tokens_, S = max_step_seqs_, h = c_.hidden;
+  const Job jobs[] = {
+      {kQ, MatmulEpilogue::StoreF32, c_.q_dim(), h, T, xn_.get(), q32_.get()},
+      {kKV, MatmulEpilogue::StoreF32, c_.kv_dim(), h, T, xn_.get(), k32_.get()},
+      {kO, MatmulEpilogue::AccumulateF32, h, c_.q_dim(), T, att_.get(), x_.get()},
+      {kGateUp, MatmulEpilogue::SwiGLU, c_.intermediate, h, T, xn_.get(), act_.get()},
+      {kDown, MatmulEpilogue::AccumulateF32, h, c_.intermediate, T, act_.get(), x_.get()},
+      {kLmHead, MatmulEpilogue::StoreF32, c_.vocab, h, S, xgn_.get(), logits_.get()}};
+  auto weight = [&](MatmulShape shape, int i) -> std::pair<const void*, const void*> {
+    const LayerRefs& L = layers_[i % layers_.size()];
+    switch (shape) {
+      case kQ:
+        return {L.wq, nullptr};
+      case kKV:
+        return {i % 2 ? L.wk : L.wv, nullptr};
+      case kO:
+        return {L.wo, nullptr};
+      case kGateUp:
+        return {L.w_gate, L.w_up};
+      case kDown:
+        return {L.w_down, nullptr};
+      default:
+        return {lm_head_, nullptr};
+    }
+  };
+  const kernels::MatmulTiles candidates[] = {
+      kernels::MatmulTiles::Auto, kernels::MatmulTiles::Skinny, kernels::MatmulTiles::Medium,
+      kernels::MatmulTiles::Large};
+  size_t ws_bytes = matmul_ws_bytes_;
+  for (const Job& j : jobs)
+    for (kernels::MatmulTiles t : candidates) {
+      const size_t need = kernels::batch_matmul_workspace_bytes(j.max_m, j.n, j.k, t);
+      if (need <= kMaxWorkspace) ws_bytes = std::max(ws_bytes, need);
+    }
+  DeviceBuffer ws(ws_bytes);
+  HEARTH_CUDA_CHECK(cudaMemset(ws.get(), 0, ws_bytes));
+  const CudaEvent start = make_event(cudaEventDefault), stop = make_event(cudaEventDefault);
+  cudaStream_t st = stream_.get();
+  size_t needed = matmul_ws_bytes_;
+  for (const Job& j : jobs) {
+    for (int band = 0, bottom = 1; band < kMatmulBands && bottom <= j.max_m; ++band) {
+      const int m = std::min(band == kMatmulBands - 1 ? j.max_m : 16 << band, j.max_m);
+      bottom = m + 1;
+      kernels::MatmulTiles best = kernels::MatmulTiles::Auto;
+      float best_ms = 0;
+      for (kernels::MatmulTiles t : candidates) {
+        const size_t need = kernels::batch_matmul_workspace_bytes(m, j.n, j.k, t);
+        if (need > ws_bytes) continue;
+        kernels::MatmulArgs args;
+        args.a = j.a, args.m = m, args.n = j.n, args.k = j.k, args.out = j.out;
+        args.workspace = ws.get(), args.workspace_bytes = ws_bytes, args.tiles = t;
+        auto launch = [&](int i) {
+          std::tie(args.w, args.w_up) = weight(j.shape, i);
+          kernels::batch_matmul(type_, j.epilogue, args, st);
+        };
+        try {
+          launch(kReps);  // warm-up: attributes, and a layer the timed launches do not read
+        } catch (const std::invalid_argument&) {
+          continue;  // this tiling cannot take the shape (e.g. too many tiles)
+        }
+        HEARTH_CUDA_CHECK(cudaEventRecord(start.get(), st));
+        for (int i = 0; i < kReps; ++i) launch(i);
+        HEARTH_CUDA_CHECK(cudaEventRecord(stop.get(), st));
+        HEARTH_CUDA_CHECK(cudaEventSynchronize(stop.get()));
+        float ms = 0;
+        HEARTH_CUDA_CHECK(cudaEventElapsedTime(&ms, start.get(), stop.get()));
+        if (t == kernels::MatmulTiles::Auto || ms < 0.97f * best_ms) best = t, best_ms = ms;
+      }
+      tiles_[j.shape][band] = best;
+      needed = std::max(needed, kernels::batch_matmul_workspace_bytes(m, j.n, j.k, best));
+    }
+  }
+  if (needed > matmul_ws_bytes_) {
+    workspace_bytes_ += needed - matmul_ws_bytes_;
+    matmul_ws_bytes_ = needed;
+    matmul_ws_ = DeviceBuffer(needed);
+    HEARTH_CUDA_CHECK(cudaMemset(matmul_ws_.get(), 0, needed));
+  }
 }
 
 void CudaBatchBackend::layer(int l, const StepShape& s,
@@ -284,9 +392,9 @@ void CudaBatchBackend::layer(int l, const StepShape& s,
   cudaStream_t st = stream_.get();
 
   kernels::rmsnorm(type_, x_.get<float>(), L.attn_norm, T, h, eps, xn_.get(), st);
-  matmul(MatmulEpilogue::StoreF32, xn_.get(), L.wq, nullptr, q32_.get(), T, qd, h);
-  matmul(MatmulEpilogue::StoreF32, xn_.get(), L.wk, nullptr, k32_.get(), T, kvd, h);
-  matmul(MatmulEpilogue::StoreF32, xn_.get(), L.wv, nullptr, v32_.get(), T, kvd, h);
+  matmul(kQ, MatmulEpilogue::StoreF32, xn_.get(), L.wq, nullptr, q32_.get(), T, qd, h);
+  matmul(kKV, MatmulEpilogue::StoreF32, xn_.get(), L.wk, nullptr, k32_.get(), T, kvd, h);
+  matmul(kKV, MatmulEpilogue::StoreF32, xn_.get(), L.wv, nullptr, v32_.get(), T, kvd, h);
 
   kernels::PagedKvWriteArgs kw;
   kw.q = q32_.get<float>(), kw.k = k32_.get<float>(), kw.v = v32_.get<float>();
@@ -301,11 +409,12 @@ void CudaBatchBackend::layer(int l, const StepShape& s,
   kernels::PagedAttentionArgs at = attention;
   at.k_pool = k_pool(l), at.v_pool = v_pool(l);
   kernels::paged_attention(type_, at, st);
-  matmul(MatmulEpilogue::AccumulateF32, att_.get(), L.wo, nullptr, x_.get(), T, h, qd);
+  matmul(kO, MatmulEpilogue::AccumulateF32, att_.get(), L.wo, nullptr, x_.get(), T, h, qd);
 
   kernels::rmsnorm(type_, x_.get<float>(), L.mlp_norm, T, h, eps, xn_.get(), st);
-  matmul(MatmulEpilogue::SwiGLU, xn_.get(), L.w_gate, L.w_up, act_.get(), T, c_.intermediate, h);
-  matmul(MatmulEpilogue::AccumulateF32, act_.get(), L.w_down, nullptr, x_.get(), T, h,
+  matmul(kGateUp, MatmulEpilogue::SwiGLU, xn_.get(), L.w_gate, L.w_up, act_.get(), T,
+         c_.intermediate, h);
+  matmul(kDown, MatmulEpilogue::AccumulateF32, act_.get(), L.w_down, nullptr, x_.get(), T, h,
          c_.intermediate);
 }
 
@@ -332,7 +441,7 @@ void CudaBatchBackend::launch(const StepShape& s) {
                        xg_.get<float>(), st);
   kernels::rmsnorm(type_, xg_.get<float>(), final_norm_, s.rows, c_.hidden, float(c_.rms_eps),
                    xgn_.get(), st);
-  matmul(MatmulEpilogue::StoreF32, xgn_.get(), lm_head_, nullptr,
+  matmul(kLmHead, MatmulEpilogue::StoreF32, xgn_.get(), lm_head_, nullptr,
          logits_.get<float>() + size_t(s.logits_row) * c_.vocab, s.rows, c_.vocab, c_.hidden);
 }
 

@@ -17,6 +17,7 @@
 
 #include <cuda_runtime.h>
 
+#include <array>
 #include <map>
 #include <memory>
 #include <optional>
@@ -65,6 +66,14 @@ class CudaBatchBackend final : public Backend {
   // that write block 0 of the pool: nothing may be using the pool yet (as forward_alone).
   void capture_decode_graphs(int max_kv_len);
 
+  // The matrices of a step, for batch_matmul's tiling table.
+  enum MatmulShape { kQ, kKV, kO, kGateUp, kDown, kLmHead, kMatmulShapes };
+  // Row-count bands of the tiling table: up to 16, 32, 64, ..., 2048 rows, then more.
+  static constexpr int kMatmulBands = 9;
+  static int matmul_band(int m);
+  using TilingTable = std::array<std::array<kernels::MatmulTiles, kMatmulBands>, kMatmulShapes>;
+  const TilingTable& matmul_tiling() const { return tiles_; }
+
  private:
   struct LayerRefs {
     const void *wq, *wk, *wv, *wo, *w_gate, *w_up, *w_down;
@@ -90,8 +99,9 @@ class CudaBatchBackend final : public Backend {
   void run_decode(const ForwardBatch& batch);
   void launch(const StepShape& shape);  // every kernel of one step, on stream_
   void layer(int l, const StepShape& shape, const kernels::PagedAttentionArgs& attention);
-  void matmul(kernels::MatmulEpilogue epilogue, const void* a, const void* w, const void* w_up,
-              void* out, int m, int n, int k);
+  void matmul(MatmulShape shape, kernels::MatmulEpilogue epilogue, const void* a, const void* w,
+              const void* w_up, void* out, int m, int n, int k);
+  void tune_matmuls();
   void upload_meta(int seqs);
   template <typename T>
   T* host_meta(size_t offset) const {
@@ -137,6 +147,8 @@ class CudaBatchBackend final : public Backend {
   DeviceBuffer sample_params_, sample_offsets_, sample_seen_, sample_tokens_, sample_logprobs_;
   PinnedBuffer host_sample_, host_seen_, host_results_;
   size_t seen_capacity_ = 0;  // tokens sample_seen_ and host_seen_ hold
+
+  TilingTable tiles_{};  // Auto everywhere unless tuned
 
   // Decode graphs by (sequences, key-length bound).
   std::map<std::pair<int, int>, CudaGraphExec> graphs_;

@@ -361,7 +361,7 @@ void CudaBatchBackend::tune_matmuls() {
         };
         try {
           launch(kReps);  // warm-up: attributes, and a layer the timed launches do not read
-        } catch (const std::invalid_argument&) {
+        } catch (const std::logic_error&) {  // invalid_argument too
           continue;  // this tiling cannot take the shape (e.g. too many tiles)
         }
         HEARTH_CUDA_CHECK(cudaEventRecord(start.get(), st));

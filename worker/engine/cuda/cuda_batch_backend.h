@@ -20,7 +20,6 @@
 #include <array>
 #include <map>
 #include <memory>
-#include <optional>
 #include <vector>
 
 #include "kernels/batch_ops.h"

@@ -1,6 +1,8 @@
 // hearth-bench: decode and prefill speed of the CUDA engine on a model directory, against the
 // hardware ceilings (device-to-device copy bandwidth for decode, dense bf16 matmul rate for
-// prefill). Prints a table and one JSON object with the machine, model and settings.
+// prefill). Prints a table and one JSON object with the machine, model and settings. Other
+// modes: --batch-kernels (the continuous-batching kernels alone) and --serve-bench (the
+// batched engine serving many requests at once, bench_serve.h).
 #include <cuda_runtime.h>
 #include <unistd.h>
 
@@ -17,6 +19,7 @@
 #include "kernels/device_buffer.h"
 #include "kernels/ops.h"
 #include "tools/bench_batch_kernels.h"
+#include "tools/bench_serve.h"
 #include "worker/engine/cuda/cuda_backend.h"
 #include "worker/engine/profile.h"
 
@@ -234,19 +237,31 @@ int run(int argc, char** argv) {
   app.add_flag("--all-tiles", all_tiles, "with --batch-kernels: also each forced matmul tiling");
   std::string batch_ms;
   app.add_option("--batch-m", batch_ms, "with --batch-kernels: matmul row counts (a,b,...)");
+  bool serve = false;
+  std::string concurrency = "1,8,32,64,128,256";
+  int prompt_tokens = 128, output_tokens = 256;
+  float temperature = 0;
+  app.add_flag("--serve-bench", serve,
+               "instead: the batched engine serving --concurrency levels of a fixed workload");
+  app.add_option("--concurrency", concurrency, "with --serve-bench: requests at once (a,b,...)");
+  app.add_option("--prompt-tokens", prompt_tokens, "with --serve-bench: tokens per prompt");
+  app.add_option("--output-tokens", output_tokens, "with --serve-bench: tokens generated each");
+  app.add_option("--temperature", temperature, "with --serve-bench: 0 for greedy");
   CLI11_PARSE(app, argc, argv);
+  auto write_json = [&](const json& report) {
+    if (json_path.empty()) return;
+    FILE* f = std::fopen(json_path.c_str(), "w");
+    if (!f) throw std::runtime_error(json_path + ": cannot write");
+    std::fprintf(f, "%s\n", report.dump(2).c_str());
+    std::fclose(f);
+  };
   if (batch_kernels) {
     hearth::bench::BatchKernelBenchOptions o;
     o.copy_gbps = copy_gbps, o.matmul_tflops = matmul_tflops, o.all_tiles = all_tiles;
     if (!batch_ms.empty()) o.ms = parse_list(batch_ms);
     const json report = hearth::bench::batch_kernel_bench(o);
     std::printf("%s\n", report.dump().c_str());
-    if (!json_path.empty()) {
-      FILE* f = std::fopen(json_path.c_str(), "w");
-      if (!f) throw std::runtime_error(json_path + ": cannot write");
-      std::fprintf(f, "%s\n", report.dump(2).c_str());
-      std::fclose(f);
-    }
+    write_json(report);
     return 0;
   }
   if (model_dir.empty()) throw std::runtime_error("--model is required");
@@ -255,9 +270,20 @@ int run(int argc, char** argv) {
   hearth::Profile profile;
   for (const std::string& s : settings) {
     const size_t eq = s.find('=');
+    if (eq == std::string::npos) throw std::runtime_error("--set " + s + ": expected key=value");
     json v = json::parse(s.substr(eq + 1), nullptr, false);
     if (v.is_discarded()) v = s.substr(eq + 1);
     hearth::apply_profile_json(profile, json{{s.substr(0, eq), v}}, "--set");
+  }
+  if (serve) {
+    hearth::bench::ServeBenchOptions o;
+    o.model_dir = model_dir, o.label = label, o.concurrency = parse_list(concurrency);
+    o.prompt_tokens = prompt_tokens, o.output_tokens = output_tokens, o.temperature = temperature;
+    o.copy_gbps = copy_gbps, o.engine = profile.engine;
+    const json report = hearth::bench::serve_bench(o);
+    std::printf("%s\n", report.dump().c_str());
+    write_json(report);
+    return 0;
   }
   const std::vector<int> decode_ctx = parse_list(decode_list),
                          prefill_lens = parse_list(prefill_list);
@@ -404,12 +430,7 @@ int run(int argc, char** argv) {
                 p["time_to_first_token_ms"].get<double>(), p["tflops"].get<double>(),
                 100 * p["fraction_of_matmul_rate"].get<double>());
   std::printf("%s\n", report.dump().c_str());
-  if (!json_path.empty()) {
-    FILE* f = std::fopen(json_path.c_str(), "w");
-    if (!f) throw std::runtime_error(json_path + ": cannot write");
-    std::fprintf(f, "%s\n", report.dump(2).c_str());
-    std::fclose(f);
-  }
+  write_json(report);
   return 0;
 }
 

@@ -30,8 +30,9 @@ KvPoolShape resolve_kv_pool(const EngineOptions& options, int context_length,
   const int block = options.kv_block_size;
   if (block <= 0)
     throw std::runtime_error("kv_block_size must be positive, got " + std::to_string(block));
-  if (options.kv_pool_tokens > 0 && options.kv_pool_gb > 0)
-    throw std::runtime_error("kv_pool_tokens and kv_pool_gb are both set: give one");
+  if ((options.kv_pool_tokens > 0) + (options.kv_pool_gb > 0) + (options.kv_pool_fraction > 0) > 1)
+    throw std::runtime_error(
+        "more than one of kv_pool_tokens, kv_pool_gb and kv_pool_fraction is set: give one");
   constexpr double kGiB = double(1ull << 30);
   int64_t tokens = 0;
   if (options.kv_pool_tokens > 0) {
@@ -42,6 +43,10 @@ KvPoolShape resolve_kv_pool(const EngineOptions& options, int context_length,
       throw std::runtime_error("kv_pool_gb " + std::to_string(options.kv_pool_gb) +
                                " holds less than one KV block (" +
                                std::to_string(bytes_per_token * block) + " bytes)");
+  } else if (options.kv_pool_fraction > 0) {
+    throw std::runtime_error(
+        "kv_pool_fraction sizes the cuda backend's pool; on the cpu give kv_pool_tokens or "
+        "kv_pool_gb");
   } else {
     const int64_t capped = std::max<int64_t>(context_length, int64_t(kGiB) / bytes_per_token);
     tokens = std::min(int64_t(std::max(options.max_running, 1)) * context_length, capped);

@@ -19,9 +19,10 @@ std::string resolve_backend(const std::string& requested);
 // 4096, and at a Mistral sliding window, which hearth does not apply).
 int resolve_context_length(const EngineOptions& options, const ModelConfig& config);
 
-// The KV pool a backend gets: EngineOptions' kv_pool_tokens or kv_pool_gb (at most one), else
-// the CPU default (enough for max_running full contexts, at most 1 GiB), never less than one
-// full context. `bytes_per_token` is what one position costs in the backend's KV layout.
+// The KV pool a backend gets: EngineOptions' kv_pool_tokens or kv_pool_gb (at most one of them
+// and kv_pool_fraction, which only the cuda backend resolves), else the CPU default (enough for
+// max_running full contexts, at most 1 GiB), never less than one full context. `bytes_per_token` is
+// what one position costs in the backend's KV layout.
 KvPoolShape resolve_kv_pool(const EngineOptions& options, int context_length,
                             int64_t bytes_per_token);
 

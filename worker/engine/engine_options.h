@@ -12,23 +12,33 @@ struct EngineOptions {
   std::string backend = "auto";  // auto | cpu | cuda (auto: cuda when a GPU is present)
   int context_length = 0;        // 0: the model's maximum, capped at 4096
 
-  // The paged KV pool: blocks of kv_block_size positions. Its size is kv_pool_tokens positions
-  // or kv_pool_gb of memory (at most one of them set); 0 for both: on the CPU enough for
-  // max_running full contexts, capped at 1 GiB but never less than one full context.
+  // The paged KV pool: blocks of kv_block_size positions. Its size is kv_pool_tokens positions,
+  // kv_pool_gb of memory, or (cuda only) kv_pool_fraction of the GPU memory left free once the
+  // engine's other buffers are allocated; at most one of them set. None set: on the CPU enough
+  // for max_running full contexts, capped at 1 GiB but never less than one full context; on
+  // the GPU 0.9 of the free memory, at most max_running full contexts.
   int kv_block_size = 16;
   int64_t kv_pool_tokens = 0;
   double kv_pool_gb = 0;
+  double kv_pool_fraction = 0;
 
   // Continuous batching: tokens per forward pass over all sequences (decodes plus prompt
   // chunks), and sequences running at once (fewer where the backend supports fewer).
   int max_batch_tokens = 2048;
   int max_running = 256;
 
-  // CUDA engine options.
+  // CUDA engine options. cuda_engine: "batched" runs many sequences per step over the paged
+  // pool (batch-invariant kernels); "single" is the one-sequence engine with its own contiguous
+  // cache (cuBLASLt prefill, fused GEMV decode).
+  std::string cuda_engine = "batched";
   bool cuda_graphs = true;
   std::string kv_cache_dtype = "auto";        // auto (the weights' type) | bf16 | f16
   std::string weights_layout = "per-tensor";  // per-tensor | packed
   std::string decode_gemv = "hearth";         // hearth | cublas
+  // Batched engine: batch_matmul's tiling per matrix and band of row counts, "auto" (chosen by
+  // shape) or "tuned" (timed on the device at start-up, ~1 s on 8B). Every tiling gives the
+  // same bits; this is speed only.
+  std::string matmul_tiling = "auto";
 };
 
 }  // namespace hearth

@@ -172,6 +172,11 @@ const std::map<std::string, Setter>& setters() {
         [](Profile& p, const json& v, const std::string& l) {
           p.engine.kv_pool_gb = number(v, l, "kv_pool_gb", 0.0, 1e6);
         }}},
+      {"kv_pool_fraction",
+       {KeyKind::Engine,
+        [](Profile& p, const json& v, const std::string& l) {
+          p.engine.kv_pool_fraction = number(v, l, "kv_pool_fraction", 0.0, 1.0);
+        }}},
       {"max_batch_tokens",
        {KeyKind::Engine,
         [](Profile& p, const json& v, const std::string& l) {
@@ -181,6 +186,11 @@ const std::map<std::string, Setter>& setters() {
        {KeyKind::Engine,
         [](Profile& p, const json& v, const std::string& l) {
           p.engine.max_running = int(integer(v, l, "max_running", 1, 1 << 16));
+        }}},
+      {"cuda_engine",
+       {KeyKind::Engine,
+        [](Profile& p, const json& v, const std::string& l) {
+          p.engine.cuda_engine = one_of(v, l, "cuda_engine", {"batched", "single"});
         }}},
       {"cuda_graphs",
        {KeyKind::Engine,
@@ -201,6 +211,11 @@ const std::map<std::string, Setter>& setters() {
        {KeyKind::Engine,
         [](Profile& p, const json& v, const std::string& l) {
           p.engine.decode_gemv = one_of(v, l, "decode_gemv", {"hearth", "cublas"});
+        }}},
+      {"matmul_tiling",
+       {KeyKind::Engine,
+        [](Profile& p, const json& v, const std::string& l) {
+          p.engine.matmul_tiling = one_of(v, l, "matmul_tiling", {"auto", "tuned"});
         }}},
   };
   return table;
@@ -276,12 +291,15 @@ json profile_to_json(const Profile& p) {
               {"kv_block_size", p.engine.kv_block_size},
               {"kv_pool_tokens", p.engine.kv_pool_tokens},
               {"kv_pool_gb", p.engine.kv_pool_gb},
+              {"kv_pool_fraction", p.engine.kv_pool_fraction},
               {"max_batch_tokens", p.engine.max_batch_tokens},
               {"max_running", p.engine.max_running},
+              {"cuda_engine", p.engine.cuda_engine},
               {"cuda_graphs", p.engine.cuda_graphs},
               {"kv_cache_dtype", p.engine.kv_cache_dtype},
               {"weights_layout", p.engine.weights_layout},
-              {"decode_gemv", p.engine.decode_gemv}};
+              {"decode_gemv", p.engine.decode_gemv},
+              {"matmul_tiling", p.engine.matmul_tiling}};
 }
 
 }  // namespace hearth

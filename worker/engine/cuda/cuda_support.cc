@@ -7,6 +7,7 @@
 
 #include "weight-server/model/device_store.h"
 #include "worker/engine/cuda/cuda_backend.h"
+#include "worker/engine/cuda/cuda_batch_backend.h"
 #include "worker/engine/cuda/cuda_warmup.h"
 #include "worker/engine/model_weights.h"
 
@@ -32,6 +33,10 @@ std::unique_ptr<Backend> make_cuda_backend(const EngineOptions& options,
     throw std::runtime_error(std::string("no CUDA device was found (") +
                              (err != cudaSuccess ? cudaGetErrorString(err) : "0 devices") +
                              "); use --backend cpu");
+  const bool batched = options.cuda_engine == "batched";
+  if (!batched && options.cuda_engine != "single")
+    throw std::runtime_error("unknown cuda_engine '" + options.cuda_engine +
+                             "' (batched | single)");
   std::shared_ptr<const WeightStore> store = weights.store;
   if (store->residence() == Residence::Host) {
     if (!weights.source)
@@ -39,13 +44,17 @@ std::unique_ptr<Backend> make_cuda_backend(const EngineOptions& options,
                                std::string(store->backend_name()) + ") weights");
     // The upload takes seconds: time enough for the engine's own set-up beside it.
     int device = 0;
-    if (!warmup && cudaGetDevice(&device) == cudaSuccess)
+    if (!warmup && !batched && cudaGetDevice(&device) == cudaSuccess)
       warmup = start_cuda_warmup(device, bind_weights(*store).embed.dtype);
     UploadOptions opt;
     opt.layout =
         options.weights_layout == "packed" ? DeviceLayout::Packed : DeviceLayout::PerTensor;
     opt.progress = weights.source->total_bytes() > (2ull << 30);
     store = DeviceStore::upload(*weights.source, opt);
+  }
+  if (batched) {
+    warmup.reset();  // the batched engine uses no cuBLASLt; this waits for the helper thread
+    return std::make_unique<CudaBatchBackend>(std::move(store), options, context_length);
   }
   return std::make_unique<CudaBackend>(std::move(store), options, context_length,
                                        std::move(warmup));

@@ -1,0 +1,343 @@
+// The batched CUDA engine: against the CPU engine (logits within bf16 tolerance, greedy tokens
+// wherever the CPU's margin is decisive), and batch invariance end to end through Engine: every
+// request's tokens and logprobs are bit-identical whether it runs alone or among 1 .. 100
+// others, whatever the token budget (so however its prompt is chunked), with decode graphs on
+// or off, and when a small pool makes requests wait and be preempted.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "tests/kernels/gpu_test_util.h"
+#include "tests/support/paths.h"
+#include "tools/synth_model.h"
+#include "weight-server/model/device_store.h"
+#include "weight-server/model/hf_model.h"
+#include "weight-server/model/host_store.h"
+#include "weight-server/model/read_file.h"
+#include "worker/engine/backend_factory.h"
+#include "worker/engine/cpu_backend.h"
+#include "worker/engine/cuda/cuda_backend.h"
+#include "worker/engine/cuda/cuda_batch_backend.h"
+#include "worker/engine/engine.h"
+
+namespace hearth {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+fs::path synth(const std::string& name, const json& overrides,
+               const std::string& preset = "tiny-llama3") {
+  const fs::path dir =
+      fs::path(testing::TempDir()) / ("cuda_batch_" + name + "_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  SynthOptions opt;
+  opt.preset = preset;
+  opt.config_overrides = overrides;
+  write_synthetic_model(dir, opt);
+  return dir;
+}
+
+EngineOptions options(int max_batch_tokens = 2048, int max_running = 128,
+                      int64_t pool_tokens = 1 << 17) {
+  EngineOptions o;
+  o.max_batch_tokens = max_batch_tokens;
+  o.max_running = max_running;
+  o.kv_pool_tokens = pool_tokens;
+  return o;
+}
+
+std::vector<float> copy(std::span<const float> s) {
+  return {s.begin(), s.end()};
+}
+
+// ---- Against the CPU engine ---------------------------------------------------------------
+
+// Feeds the prompt, then `steps` tokens chosen by the CPU's argmax, into both backends; checks
+// the logits and, where the CPU's top-1/top-2 margin is decisive, the GPU's argmax. Returns
+// how many steps were decisive.
+int check_teacher_forced(Backend& cpu, Backend& gpu, std::vector<int32_t> prompt, int steps,
+                         double rel_tol, const std::string& what) {
+  std::vector<float> c = copy(forward_alone(cpu, prompt));
+  std::vector<float> g = copy(forward_alone(gpu, prompt));
+  int pos = int(prompt.size()), decisive = 0;
+  for (int step = 0; step <= steps; ++step) {
+    const auto [lo, hi] = std::minmax_element(c.begin(), c.end());
+    const double tol = rel_tol * (*hi - *lo);
+    double err = 0;
+    for (size_t i = 0; i < c.size(); ++i) err = std::max(err, double(std::abs(g[i] - c[i])));
+    EXPECT_LE(err, tol) << what << " step " << step;
+    std::vector<size_t> order(c.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::partial_sort(order.begin(), order.begin() + 2, order.end(),
+                      [&](size_t a, size_t b) { return c[a] > c[b]; });
+    const int32_t cpu_top = int32_t(order[0]);
+    if (c[order[0]] - c[order[1]] > 2 * tol) {
+      EXPECT_EQ(int32_t(std::max_element(g.begin(), g.end()) - g.begin()), cpu_top)
+          << what << " step " << step;
+      ++decisive;
+    }
+    if (step == steps) break;
+    c = copy(forward_alone(cpu, std::span(&cpu_top, 1), pos));
+    g = copy(forward_alone(gpu, std::span(&cpu_top, 1), pos));
+    ++pos;
+  }
+  return decisive;
+}
+
+void check_against_cpu(const fs::path& dir, const std::vector<int32_t>& prompt, int steps,
+                       const std::string& what, EngineOptions o = options(), int min_decisive = 0) {
+  auto hf = std::make_shared<HfModel>(HfModel::open(dir));
+  const int context = int(prompt.size()) + steps + 8;
+  CpuBackend cpu(std::make_shared<HostStore>(hf), context);
+  o.kv_pool_tokens = context;
+  CudaBatchBackend gpu(DeviceStore::upload(*hf, {}), o, context);
+  const int decisive = check_teacher_forced(cpu, gpu, prompt, steps, 2e-2, what);
+  EXPECT_GE(decisive, min_decisive) << what;
+}
+
+TEST(CudaBatch, MatchesCpuOnEveryGoldenVariant) {
+  HEARTH_REQUIRE_GPU();
+  for (const auto& entry : fs::directory_iterator(test::source_dir() / "tests/golden/hf")) {
+    const json golden = json::parse(read_file(entry.path() / "golden.json"));
+    check_against_cpu(entry.path(), golden["prompt"].get<std::vector<int32_t>>(), 40,
+                      entry.path().filename().string(), options(), 10);
+  }
+}
+
+// Production head sizes (head_dim 128 with GQA 4, head_dim 64 with GQA 7 and biases, Qwen3's
+// head norm), prompts long enough to cross an attention split (512 positions), prefilled in
+// chunks of 64 tokens by a backend whose steps hold 64.
+TEST(CudaBatch, MatchesCpuOnProductionHeadShapesInChunks) {
+  HEARTH_REQUIRE_GPU();
+  const json hd128 = {{"hidden_size", 512}, {"num_attention_heads", 4},  {"num_key_value_heads", 1},
+                      {"head_dim", 128},    {"intermediate_size", 1024}, {"vocab_size", 3000}};
+  const json hd64 = {{"hidden_size", 448},
+                     {"num_attention_heads", 7},
+                     {"num_key_value_heads", 1},
+                     {"intermediate_size", 896},
+                     {"vocab_size", 2000}};
+  for (auto [name, cfg, preset] : {std::tuple{"hd128", hd128, "tiny-llama3"},
+                                   {"hd64", hd64, "tiny-qwen2"},
+                                   {"qwen3", hd128, "tiny-qwen3"}}) {
+    std::vector<int32_t> prompt(600);
+    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 7919) % 1999);
+    check_against_cpu(synth(name, cfg, preset), prompt, 20, name, options(64));
+  }
+}
+
+// ---- Batch invariance through the engine ----------------------------------------------------
+
+struct Outcome {
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;
+  FinishReason reason = FinishReason::Error;
+  int preemptions = 0;
+};
+
+std::map<std::string, Outcome> run(Backend& backend, const EngineOptions& o,
+                                   const std::vector<Request>& requests) {
+  Engine engine(backend, o, nullptr, {});
+  for (const Request& r : requests) engine.submit(r);
+  std::map<std::string, Outcome> out;
+  while (engine.has_work()) {
+    for (const RequestOutput& step : engine.step()) {
+      Outcome& r = out[step.id];
+      for (const TokenOutput& t : step.tokens) {
+        r.tokens.push_back(t.token);
+        r.logprobs.push_back(t.logprob);
+      }
+      if (step.finish) {
+        r.reason = step.finish->reason;
+        r.preemptions = step.finish->preemptions;
+        EXPECT_NE(r.reason, FinishReason::Error) << step.id << ": " << step.finish->error;
+      }
+    }
+  }
+  EXPECT_EQ(engine.stats().kv_blocks_used, 0);  // every block back in the pool
+  return out;
+}
+
+// `n` requests of mixed prompt lengths (1 .. 700: some cross an attention split), lengths of
+// output and sampling settings.
+std::vector<Request> mixed_requests(int n, int vocab) {
+  std::mt19937 rng(1234 + n);
+  const int lengths[] = {1, 3, 17, 64, 100, 129, 250, 513, 700};
+  std::vector<Request> requests;
+  for (int i = 0; i < n; ++i) {
+    Request r;
+    r.id = "r" + std::to_string(i);
+    const int len = lengths[(i * 5 + 2) % 9];
+    for (int t = 0; t < len; ++t) r.prompt.push_back(int32_t(rng() % uint32_t(vocab)));
+    RequestSettings& s = r.settings;
+    s.max_tokens = 4 + int(rng() % 28);
+    s.ignore_eos = true;
+    s.sampling.seed = rng();
+    switch (i % 5) {
+      case 0:
+        s.sampling.temperature = 0;  // greedy
+        break;
+      case 1:
+        s.sampling.temperature = 0.8f, s.sampling.top_p = 0.9f;
+        break;
+      case 2:
+        s.sampling.temperature = 1.0f, s.sampling.top_k = 40;
+        break;
+      case 3:
+        s.sampling.temperature = 0.7f, s.sampling.min_p = 0.05f,
+        s.sampling.repetition_penalty = 1.3f;
+        break;
+      default:
+        s.sampling.temperature = 1.2f;  // the whole vocabulary
+    }
+    requests.push_back(std::move(r));
+  }
+  return requests;
+}
+
+void expect_same(const std::map<std::string, Outcome>& got,
+                 const std::map<std::string, Outcome>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (const auto& [id, w] : want) {
+    const Outcome& g = got.at(id);
+    EXPECT_EQ(g.tokens, w.tokens) << what << " " << id;
+    ASSERT_EQ(g.logprobs.size(), w.logprobs.size()) << what << " " << id;
+    EXPECT_EQ(0, std::memcmp(g.logprobs.data(), w.logprobs.data(), w.logprobs.size() * 4))
+        << what << " " << id << ": logprobs differ in their bits";
+    EXPECT_EQ(g.reason, w.reason) << what << " " << id;
+  }
+}
+
+class CudaBatchEngine : public testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    if (!test::have_gpu()) return;
+    const json cfg = {{"hidden_size", 512},        {"num_attention_heads", 8},
+                      {"num_key_value_heads", 2},  {"head_dim", 64},
+                      {"intermediate_size", 1024}, {"vocab_size", 3000},
+                      {"num_hidden_layers", 2}};
+    const fs::path dir = synth("engine", cfg);
+    hf_ = new std::shared_ptr<HfModel>(std::make_shared<HfModel>(HfModel::open(dir)));
+    dev_ = new std::shared_ptr<const WeightStore>(DeviceStore::upload(**hf_, {}));
+  }
+  static void TearDownTestSuite() {
+    delete dev_;
+    delete hf_;
+    dev_ = nullptr;
+    hf_ = nullptr;
+  }
+  static constexpr int kContext = 1024;
+  std::unique_ptr<CudaBatchBackend> backend(const EngineOptions& o) {
+    return std::make_unique<CudaBatchBackend>(*dev_, o, kContext);
+  }
+  // Each request alone, on one backend, one engine per request.
+  std::map<std::string, Outcome> alone(const std::vector<Request>& requests) {
+    const EngineOptions o = options();
+    auto b = backend(o);
+    std::map<std::string, Outcome> out;
+    for (const Request& r : requests) out[r.id] = run(*b, o, {r}).at(r.id);
+    return out;
+  }
+  static inline std::shared_ptr<HfModel>* hf_ = nullptr;
+  static inline std::shared_ptr<const WeightStore>* dev_ = nullptr;
+};
+
+// 1, 2, 7, 32 and 100 requests together, their prompts chunked by a budget of 256 tokens (so
+// prompt chunks share steps with decodes): each request's tokens and logprobs are those it gets
+// alone, prefilled in one piece.
+TEST_F(CudaBatchEngine, BatchedEqualsAloneBitForBit) {
+  HEARTH_REQUIRE_GPU();
+  const std::vector<Request> all = mixed_requests(100, 3000);
+  const std::map<std::string, Outcome> want = alone(all);
+  const EngineOptions o = options(256, 128);
+  auto b = backend(o);
+  for (int n : {1, 2, 7, 32, 100}) {
+    const std::vector<Request> some(all.end() - n, all.end());  // different positions per n
+    std::map<std::string, Outcome> w;
+    for (const Request& r : some) w[r.id] = want.at(r.id);
+    expect_same(run(*b, o, some), w, std::to_string(n) + " together");
+  }
+  EXPECT_GT(b->decode_graphs(), 0);
+}
+
+// Budgets of 16 and 2048 tokens per step (and a backend whose sub-steps hold 16): same bits.
+// Graphs off, and matmul tilings timed and picked per band of rows: the same bits.
+TEST_F(CudaBatchEngine, BudgetAndGraphsDoNotChangeBits) {
+  HEARTH_REQUIRE_GPU();
+  const std::vector<Request> requests = mixed_requests(32, 3000);
+  const EngineOptions wide = options(2048, 64);
+  const std::map<std::string, Outcome> want = run(*backend(wide), wide, requests);
+  const EngineOptions narrow = options(16, 64);
+  expect_same(run(*backend(narrow), narrow, requests), want, "max_batch_tokens 16");
+  EngineOptions eager = wide;
+  eager.cuda_graphs = false;
+  expect_same(run(*backend(eager), eager, requests), want, "cuda_graphs off");
+  EngineOptions tuned = wide;
+  tuned.matmul_tiling = "tuned";
+  expect_same(run(*backend(tuned), tuned, requests), want, "matmul_tiling tuned");
+}
+
+// A pool of 50 blocks, about one long sequence, for 24 requests admitted 256 prompt tokens a
+// step: they wait, running ones are preempted and recomputed, and every request still gets
+// the tokens it gets alone.
+TEST_F(CudaBatchEngine, PreemptionAndWaitingKeepTheTokens) {
+  HEARTH_REQUIRE_GPU();
+  const std::vector<Request> requests = mixed_requests(24, 3000);
+  const EngineOptions o = options(256, 24, 800);
+  auto b = backend(o);
+  const std::map<std::string, Outcome> got = run(*b, o, requests);
+  int preempted = 0;
+  for (const auto& [id, r] : got) preempted += r.preemptions;
+  EXPECT_GT(preempted, 0) << "the pool was meant to be too small";
+  expect_same(got, alone(requests), "small pool");
+}
+
+// ---- The backend's checks and the factory ---------------------------------------------------
+
+TEST_F(CudaBatchEngine, RefusesBadEntriesNamingThem) {
+  HEARTH_REQUIRE_GPU();
+  auto b = backend(options(2048, 4, 256));
+  const std::vector<int32_t> ok = {1, 2, 3}, bad = {1, 3000};
+  const std::vector<int32_t> table = {0}, outside = {999};
+  auto message = [&](const ForwardBatch& batch) {
+    try {
+      b->forward(batch);
+    } catch (const std::runtime_error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  ForwardBatch token{{{ok, 0, table, true}, {bad, 0, table, true}}};
+  EXPECT_NE(message(token).find("batch entry 1: token id 3000"), std::string::npos)
+      << message(token);
+  ForwardBatch block{{{ok, 0, outside, true}}};
+  EXPECT_NE(message(block).find("KV block 999"), std::string::npos) << message(block);
+  ForwardBatch too_many;
+  for (int i = 0; i < 5; ++i) too_many.entries.push_back({ok, 0, table, true});
+  EXPECT_NE(message(too_many).find("max_running"), std::string::npos) << message(too_many);
+  ForwardBatch fine{{{ok, 0, table, false}}};
+  b->forward(fine);
+  EXPECT_THROW(b->logits(0), std::runtime_error);  // logits were not asked for
+}
+
+TEST_F(CudaBatchEngine, FactoryBuildsTheEngineAsked) {
+  HEARTH_REQUIRE_GPU();
+  EngineOptions o = options(2048, 8, 4096);
+  o.backend = "cuda";
+  const EngineWeights weights{*dev_, nullptr};
+  EXPECT_NE(dynamic_cast<CudaBatchBackend*>(make_backend(o, weights).get()), nullptr);
+  o.cuda_engine = "single";
+  EXPECT_NE(dynamic_cast<CudaBackend*>(make_backend(o, weights).get()), nullptr);
+  o.cuda_engine = "paged";
+  EXPECT_THROW(make_backend(o, weights), std::runtime_error);
+}
+
+}  // namespace
+}  // namespace hearth

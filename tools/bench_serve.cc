@@ -1,0 +1,265 @@
+#include "tools/bench_serve.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <stdexcept>
+
+#include "weight-server/model/device_store.h"
+#include "weight-server/model/hf_model.h"
+#include "worker/engine/cuda/cuda_batch_backend.h"
+#include "worker/engine/engine.h"
+
+namespace hearth::bench {
+
+namespace {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t i = std::min(v.size() - 1, size_t(p * double(v.size() - 1) + 0.5));
+  return v[i];
+}
+
+// Bytes of the matrices one forward pass streams (everything but the embedding table).
+uint64_t weight_bytes(const ModelConfig& c) {
+  const uint64_t h = c.hidden;
+  const uint64_t per_layer =
+      h * c.q_dim() + 2 * h * c.kv_dim() + uint64_t(c.q_dim()) * h + 3 * h * c.intermediate;
+  return (per_layer * c.n_layers + h * c.vocab) * 2;
+}
+
+std::vector<int32_t> prompt(int n, int vocab, int salt) {
+  std::vector<int32_t> t(n);
+  for (int i = 0; i < n; ++i)
+    t[i] = int32_t((uint64_t(i) * 2654435761u + uint64_t(salt) * 40503u + 7) % uint64_t(vocab));
+  return t;
+}
+
+// The steady decode step taken apart: `concurrency` sequences with kv_len positions each,
+// the forward pass alone and the sampling alone (each synchronised; medians of 9). The pool
+// is unused between levels, so the sequences take its first blocks. Null if they do not fit.
+json decode_breakdown(CudaBatchBackend& backend, const ServeBenchOptions& o, int concurrency,
+                      int kv_len) {
+  const KvPoolShape pool = backend.kv_pool();
+  const int per_seq = (kv_len + pool.block_size - 1) / pool.block_size;
+  if (int64_t(per_seq) * concurrency > pool.num_blocks) return nullptr;
+  std::vector<std::vector<int32_t>> tables(concurrency, std::vector<int32_t>(per_seq));
+  for (int s = 0; s < concurrency; ++s)
+    for (int b = 0; b < per_seq; ++b) tables[s][b] = s * per_seq + b;
+  const int32_t token = 1;
+  ForwardBatch batch;
+  std::vector<SampleRequest> samples;
+  for (int s = 0; s < concurrency; ++s) {
+    batch.entries.push_back({std::span(&token, 1), kv_len - 1, tables[s], true});
+    SampleRequest& r = samples.emplace_back();
+    r.entry = s;
+    r.params.temperature = o.temperature;
+    r.params.seed = uint64_t(s);
+  }
+  backend.forward(batch);
+  backend.sample(samples);
+  std::vector<double> forward_ms, sample_ms;
+  for (int i = 0; i < 9; ++i) {
+    const Clock::time_point t0 = Clock::now();
+    backend.forward(batch);
+    backend.synchronize();
+    const Clock::time_point t1 = Clock::now();
+    backend.sample(samples);
+    forward_ms.push_back(ms_between(t0, t1));
+    sample_ms.push_back(ms_between(t1, Clock::now()));
+  }
+  return {{"kv_len", kv_len},
+          {"forward_ms", percentile(forward_ms, 0.5)},
+          {"sample_ms", percentile(sample_ms, 0.5)}};
+}
+
+json run_level(CudaBatchBackend& backend, const ServeBenchOptions& o, const ModelConfig& c,
+               int concurrency) {
+  Engine engine(backend, o.engine, nullptr, {});
+  std::vector<Request> requests(concurrency);
+  for (int i = 0; i < concurrency; ++i) {
+    Request& r = requests[i];
+    r.id = std::to_string(i);
+    r.prompt = prompt(o.prompt_tokens, c.vocab, concurrency * 1000 + i);
+    r.settings.max_tokens = o.output_tokens;
+    r.settings.ignore_eos = true;
+    r.settings.sampling.temperature = o.temperature;
+    r.settings.sampling.seed = uint64_t(i);
+  }
+  std::map<std::string, Clock::time_point> last;
+  std::vector<double> ttft, itl, full_decode_steps;
+  int peak_blocks = 0, finished = 0;
+  uint64_t generated = 0;
+  const Clock::time_point start = Clock::now();
+  for (Request& r : requests) engine.submit(std::move(r));
+  Clock::time_point end = start;
+  uint64_t forwarded = 0;
+  while (engine.has_work()) {
+    const Clock::time_point t0 = Clock::now();
+    const std::vector<RequestOutput> outputs = engine.step();
+    const Clock::time_point t1 = Clock::now();
+    const EngineStats s = engine.stats();
+    peak_blocks = std::max(peak_blocks, s.kv_blocks_used);
+    int tokens = 0;
+    for (const RequestOutput& out : outputs) {
+      for (size_t k = 0; k < out.tokens.size(); ++k, ++tokens) {
+        auto it = last.find(out.id);
+        if (it == last.end()) {
+          ttft.push_back(ms_between(start, t1));
+          last.emplace(out.id, t1);
+        } else {
+          itl.push_back(ms_between(it->second, t1));
+          it->second = t1;
+        }
+      }
+      if (out.finish) {
+        if (out.finish->reason != FinishReason::Length)
+          throw std::runtime_error("request " + out.id + " ended with " +
+                                   finish_reason_name(out.finish->reason) + ": " +
+                                   out.finish->error);
+        ++finished;
+        end = t1;
+      }
+    }
+    generated += tokens;
+    // A step that ran one token for each of `concurrency` sequences: the steady decode step.
+    if (tokens == concurrency && s.forwarded_tokens - forwarded == uint64_t(concurrency))
+      full_decode_steps.push_back(ms_between(t0, t1));
+    forwarded = s.forwarded_tokens;
+  }
+  const EngineStats s = engine.stats();
+  const double wall_s = ms_between(start, end) / 1e3;
+  // The roofline: every step streams the weights once; every generated token after the first
+  // reads its sequence's KV (prompt + k positions), the prompt's KV is written and read once.
+  const double per_token = double(CudaBatchBackend::kv_bytes_per_token(c));
+  const double p = o.prompt_tokens, n = o.output_tokens;
+  const double kv_bytes = concurrency * per_token * (p + (n - 1) * p + (n - 1) * n / 2);
+  const double bytes = double(s.steps) * double(weight_bytes(c)) + kv_bytes;
+  const double roofline_s = bytes / (o.copy_gbps * 1e9);
+  const KvPoolShape pool = backend.kv_pool();
+  json r = {{"concurrency", concurrency},
+            {"requests", finished},
+            {"generated_tokens", generated},
+            {"wall_s", wall_s},
+            {"output_tok_s", double(generated) / wall_s},
+            {"ttft_ms_p50", percentile(ttft, 0.5)},
+            {"ttft_ms_p99", percentile(ttft, 0.99)},
+            {"itl_ms_p50", percentile(itl, 0.5)},
+            {"itl_ms_p99", percentile(itl, 0.99)},
+            {"full_decode_step_ms_p50", percentile(full_decode_steps, 0.5)},
+            {"full_decode_steps", full_decode_steps.size()},
+            {"steps", s.steps},
+            {"forwarded_tokens", s.forwarded_tokens},
+            {"preemptions", s.preemptions},
+            {"kv_peak_blocks", peak_blocks},
+            {"kv_total_blocks", pool.num_blocks},
+            {"kv_peak_fraction", double(peak_blocks) / pool.num_blocks},
+            {"roofline_gb", bytes / 1e9},
+            {"roofline_s", roofline_s},
+            {"roofline_tok_s", double(generated) / roofline_s},
+            {"fraction_of_roofline", roofline_s / wall_s}};
+  // The decode step at the workload's mean context: measured parts against its roofline.
+  const int mean_kv = o.prompt_tokens + o.output_tokens / 2;
+  r["decode_step"] = decode_breakdown(backend, o, concurrency, mean_kv);
+  r["decode_step_roofline_ms"] =
+      (double(weight_bytes(c)) + concurrency * per_token * mean_kv) / (o.copy_gbps * 1e6);
+  std::fprintf(stderr,
+               "serve: c=%3d  %8.1f tok/s  TTFT p50 %7.1f ms  ITL p50 %6.2f p99 %6.2f ms  "
+               "step %6.2f ms (roofline %.2f)  %4.1f%% of roofline\n",
+               concurrency, r["output_tok_s"].get<double>(), r["ttft_ms_p50"].get<double>(),
+               r["itl_ms_p50"].get<double>(), r["itl_ms_p99"].get<double>(),
+               r["full_decode_step_ms_p50"].get<double>(),
+               r["decode_step_roofline_ms"].get<double>(),
+               100 * r["fraction_of_roofline"].get<double>());
+  return r;
+}
+
+}  // namespace
+
+json serve_bench(const ServeBenchOptions& o) {
+  if (o.concurrency.empty()) throw std::runtime_error("--concurrency lists no level");
+  for (int c : o.concurrency)
+    if (c < 1) throw std::runtime_error("--concurrency levels must be positive");
+  if (o.prompt_tokens < 1 || o.output_tokens < 1)
+    throw std::runtime_error("--prompt-tokens and --output-tokens must be positive");
+  ServeBenchOptions opt = o;
+  opt.engine.max_running = *std::max_element(o.concurrency.begin(), o.concurrency.end());
+  const int context = o.prompt_tokens + o.output_tokens;
+
+  std::fprintf(stderr, "serve: loading %s\n", o.model_dir.c_str());
+  const HfModel hf = HfModel::open(o.model_dir);
+  const ModelConfig& c = hf.config();
+  UploadOptions up;
+  up.progress = true;
+  std::shared_ptr<DeviceStore> store = DeviceStore::upload(hf, up);
+  CudaBatchBackend backend(store, opt.engine, context);
+  const Clock::time_point t = Clock::now();
+  backend.capture_decode_graphs(context);
+  const double capture_ms = ms_between(t, Clock::now());
+  std::fprintf(stderr, "serve: %d decode graphs captured in %.0f ms; KV pool %d blocks (%.1f GB)\n",
+               backend.decode_graphs(), capture_ms, backend.kv_pool().num_blocks,
+               backend.kv_pool_bytes() / 1e9);
+
+  // The tiling each matrix gets per band of row counts (16, 32, ..., 2048, more).
+  json tiling = json::object();
+  const char* shapes[] = {"q", "k/v", "o", "gate/up", "down", "lm_head"};
+  const char* tiles[] = {"auto", "skinny", "medium", "large"};
+  for (int s = 0; s < CudaBatchBackend::kMatmulShapes; ++s)
+    for (kernels::MatmulTiles t : backend.matmul_tiling()[s])
+      tiling[shapes[s]].push_back(tiles[int(t)]);
+  std::fprintf(stderr, "serve: matmul tiling (%s) %s\n", opt.engine.matmul_tiling.c_str(),
+               tiling.dump().c_str());
+
+  json levels = json::array();
+  for (int level : o.concurrency) levels.push_back(run_level(backend, opt, c, level));
+
+  const std::string label = o.label.empty() ? o.model_dir : o.label;
+  std::printf(
+      "\n| %s | output tok/s | TTFT p50 / p99 ms | ITL p50 / p99 ms | decode step ms: forward + "
+      "sample (roofline) | KV peak | of roofline (%.0f GB/s) |\n|---|---|---|---|---|---|---|\n",
+      label.c_str(), o.copy_gbps);
+  for (const json& l : levels) {
+    const json& d = l["decode_step"];
+    const double fwd = d.is_null() ? 0 : d["forward_ms"].get<double>(),
+                 smp = d.is_null() ? 0 : d["sample_ms"].get<double>();
+    std::printf(
+        "| c=%d | %.0f | %.1f / %.1f | %.2f / %.2f | %.2f + %.2f (%.2f) | %.1f%% | %.1f%% |\n",
+        l["concurrency"].get<int>(), l["output_tok_s"].get<double>(),
+        l["ttft_ms_p50"].get<double>(), l["ttft_ms_p99"].get<double>(),
+        l["itl_ms_p50"].get<double>(), l["itl_ms_p99"].get<double>(), fwd, smp,
+        l["decode_step_roofline_ms"].get<double>(), 100 * l["kv_peak_fraction"].get<double>(),
+        100 * l["fraction_of_roofline"].get<double>());
+  }
+  std::fflush(stdout);
+  return {
+      {"mode", "serve"},
+      {"model", {{"label", label}, {"parameters", c.parameter_count()}, {"layers", c.n_layers}}},
+      {"workload",
+       {{"prompt_tokens", o.prompt_tokens},
+        {"output_tokens", o.output_tokens},
+        {"temperature", o.temperature}}},
+      {"engine",
+       {{"max_batch_tokens", opt.engine.max_batch_tokens},
+        {"max_running", opt.engine.max_running},
+        {"kv_block_size", opt.engine.kv_block_size},
+        {"cuda_graphs", opt.engine.cuda_graphs},
+        {"kv_pool_blocks", backend.kv_pool().num_blocks},
+        {"kv_pool_gb", backend.kv_pool_bytes() / 1e9},
+        {"workspace_gb", (backend.workspace_bytes() - backend.kv_pool_bytes()) / 1e9},
+        {"decode_graphs", backend.decode_graphs()},
+        {"graph_capture_ms", capture_ms}}},
+      {"weights_gb", store->device_bytes() / 1e9},
+      {"copy_gbps", o.copy_gbps},
+      {"levels", levels}};
+}
+
+}  // namespace hearth::bench

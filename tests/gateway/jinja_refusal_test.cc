@@ -74,6 +74,9 @@ TEST(JinjaRefusal, UnsupportedFiltersTestsMethodsAndFunctions) {
   parse_error("{{ x|safe }}", Kind::kUnsupported, "filter 'safe'");
   parse_error("{{ x|urlencode }}", Kind::kUnsupported, "filter 'urlencode'");
   parse_error("{{ x is prime }}", Kind::kUnsupported, "test 'prime'");
+  parse_error("{{ xs|map('e')|list }}", Kind::kUnsupported, "filter 'e' (used by map)");
+  parse_error("{{ xs|select('prime')|list }}", Kind::kUnsupported, "test 'prime' (used by select)");
+  parse_error("{{ xs|rejectattr('a', 'prime')|list }}", Kind::kUnsupported, "(used by rejectattr)");
   parse_error("{{ x.format(1) }}", Kind::kUnsupported, "method 'format'");
   parse_error("{{ xs.append(1) }}", Kind::kUnsupported, "immutable sandbox");
   parse_error("{{ d.update({}) }}", Kind::kUnsupported, "immutable sandbox");

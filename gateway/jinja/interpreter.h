@@ -17,8 +17,9 @@ struct RenderLimits {
   // The rendered text, and any string or list the template builds on the way.
   size_t max_output_bytes = 8 << 20;
   // Work units: one per statement, expression node and loop iteration, plus one per 16
-  // bytes of every string built. A chat template uses tens of thousands.
-  uint64_t max_work = 50'000'000;
+  // bytes of every string built. Chat templates use about 60 per message; the default stops
+  // a runaway template within about 0.2 s.
+  uint64_t max_work = 10'000'000;
   int max_call_depth = 32;  // nested macro calls
 };
 

@@ -844,9 +844,28 @@ class Parser {
       e->builtin = id;
       e->children.push_back(std::move(input));
       if (is_op(cur(), "(")) parse_call_args(*e);
+      check_named_builtin(*e, name.text);
       input = seal(std::move(e));
     }
     return input;
+  }
+
+  // map('filter'), select('test'), selectattr('attr', 'test'): names given as literals are
+  // checked now, like the filter itself.
+  void check_named_builtin(const Expr& e, const std::string& filter) {
+    const bool by_attribute = filter == "selectattr" || filter == "rejectattr";
+    const bool test = by_attribute || filter == "select" || filter == "reject";
+    if (!test && filter != "map") return;
+    const size_t index = by_attribute ? 2 : 1;  // children[0] is the filtered value
+    if (e.children.size() <= index) return;
+    const Expr& arg = *e.children[index];
+    if (arg.kind != Expr::Kind::kLiteral || !arg.value.is_string()) return;
+    const std::string& name = arg.value.as_string();
+    if (test ? find_test(name) < 0 : find_filter(name) < 0) {
+      refuse(std::string(test ? "test '" : "filter '") + name + "' (used by " + filter +
+                 ") is not supported",
+             e.line);
+    }
   }
 
   ExprPtr parse_test(ExprPtr input) {

@@ -9,6 +9,13 @@ jobs=$(nproc)
 # Warnings are errors in CI (.ci/run sets HEARTH_WERROR=ON), not on a user's newer compiler.
 werror=${HEARTH_WERROR:-OFF}
 
+# The official openai npm client, pinned by tests/gateway/node/package-lock.json; without it the
+# client test skips (and says so).
+if command -v npm >/dev/null 2>&1; then
+  (cd tests/gateway/node && npm ci --no-audit --no-fund --loglevel=error) ||
+    echo "warning: could not install the openai npm client; its gateway test will skip"
+fi
+
 echo "== format check (.clang-format) =="
 unformatted=$(git ls-files '*.cc' '*.h' '*.cu' '*.cuh' | while read -r f; do
   clang-format --dry-run -Werror "$f" >/dev/null 2>&1 || echo "$f"; done)

@@ -37,6 +37,8 @@ json token_event_json(const std::string& id, const TokenOutput& t) {
   if (!id.empty()) e["id"] = id;
   e["token"] = t.token;
   e["text"] = t.text;
+  // Stop strings hold text back: what a client may show now, when that differs.
+  if (t.visible != t.text) e["visible"] = t.visible;
   e["logprob"] = logprob_json(t.logprob);
   if (!t.top_logprobs.empty()) {
     json top = json::array();
@@ -63,6 +65,7 @@ json done_event_json(const std::string& id, const FinishOutput& f, const json& e
   e["prompt_tokens"] = f.prompt_tokens;
   e["generated_tokens"] = f.generated_tokens;
   e["cached_tokens"] = f.cached_tokens;
+  if (!f.final_visible.empty()) e["visible"] = f.final_visible;  // held back until the end
   e["timings"] = std::move(timings);
   return e;
 }

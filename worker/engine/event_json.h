@@ -9,6 +9,10 @@
 //           "timings": {"queue_ms": .., "prefill_ms": .., "ttft_ms": .., "decode_ms": ..,
 //                       "decode_tokens_per_s": .., ...}}
 //
+// "visible" (token events: the text safe to show now, stop strings and their possible starts
+// held back; written only when it differs from "text") and, on the final event, the held-back
+// text released at the end: a client showing text concatenates "visible" where present, else
+// "text", then the final event's "visible".
 // "id" is left out for a request with an empty id (the single-prompt command line), so that
 // output reads as it always has; "top_logprobs" only when the request asked for them; "error"
 // only with "stop": "error". A logprob that is not finite is written as null (JSON has no NaN).

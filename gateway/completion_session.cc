@@ -1,0 +1,220 @@
+#include "gateway/completion_session.h"
+
+#include <atomic>
+
+#include "gateway/api_error.h"
+#include "ipc/errors.h"
+
+namespace hearth::gateway {
+
+using json = nlohmann::json;
+
+namespace {
+
+// Worker request ids: unique within the gateway process, readable in worker logs.
+std::string next_request_id(const std::string& response_id, int choice) {
+  return response_id + "-" + std::to_string(choice);
+}
+
+ApiError submit_error(const ipc::IpcError& e) {
+  if (const auto* p = dynamic_cast<const ipc::ProtocolError*>(&e)) {
+    switch (p->code()) {
+      case ipc::ErrorCode::kBadRequest:
+      case ipc::ErrorCode::kTooLarge:
+        return ApiError(400, "invalid_request_error", p->message());
+      case ipc::ErrorCode::kBusy:
+        return ApiError(429, "rate_limit_error", "the worker's queue is full: " + p->message(), "",
+                        1);
+      case ipc::ErrorCode::kShuttingDown:
+        return ApiError(503, "server_error", "the worker is shutting down", "", 1);
+      default:
+        break;
+    }
+  }
+  return ApiError(503, "server_error", std::string("the worker is unavailable: ") + e.what(), "",
+                  1);
+}
+
+}  // namespace
+
+CompletionSession::CompletionSession(CompletionRequest request, ResponseMeta meta,
+                                     const ModelEntry& model,
+                                     std::shared_ptr<WorkerConnection> worker, Metrics& metrics)
+    : request_(std::move(request)),
+      meta_(std::move(meta)),
+      model_(model),
+      worker_(std::move(worker)),
+      metrics_(metrics),
+      start_(Clock::now()) {
+  const size_t n = request_.prompts.size() * size_t(request_.n);
+  choices_.resize(n);
+  done_.assign(n, false);
+  first_chunk_sent_.assign(n, false);
+  last_token_.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    choices_[i].index = int(i);
+    request_ids_.push_back(next_request_id(meta_.id, int(i)));
+  }
+}
+
+void CompletionSession::start(const std::vector<std::vector<int32_t>>& prompts, uint64_t seed) {
+  std::weak_ptr<CompletionSession> weak = weak_from_this();
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    const size_t prompt = i / size_t(request_.n);
+    // Choice j of a prompt samples with seed + j: n choices differ, and each is reproducible
+    // by asking for it alone with that seed.
+    const uint64_t choice_seed = seed + uint64_t(i % size_t(request_.n));
+    {
+      std::lock_guard lock(mutex_);
+      choices_[i].prompt_tokens = int(prompts[prompt].size());
+    }
+    try {
+      worker_->submit(worker_request_json(request_, request_ids_[i], prompts[prompt], choice_seed),
+                      [weak, i](const json& event) {
+                        if (auto self = weak.lock()) self->on_event(int(i), event);
+                      });
+    } catch (const ipc::IpcError& e) {
+      for (size_t j = 0; j < i; ++j) worker_->cancel(request_ids_[j]);
+      throw submit_error(e);
+    }
+  }
+  std::lock_guard lock(mutex_);
+  accepted_ = Clock::now();
+}
+
+std::string CompletionSession::token_text(int32_t id) const {
+  const int32_t one[] = {id};
+  return model_.tokenizer->decode(one, /*skip_special_tokens=*/false);
+}
+
+void CompletionSession::on_event(int i, const json& event) {
+  std::lock_guard lock(mutex_);
+  if (done_[i]) return;
+  ChoiceState& c = choices_[i];
+  if (event.value("done", false)) {
+    finish_choice(i, event);
+    changed_.notify_all();
+    return;
+  }
+  // A token: its visible text (stop strings held back by the worker) and its logprobs.
+  const auto now = Clock::now();
+  if (ttft_s_ < 0) ttft_s_ = std::chrono::duration<double>(now - start_).count();
+  if (last_token_[i])
+    inter_token_s_.push_back(std::chrono::duration<double>(now - *last_token_[i]).count());
+  last_token_[i] = now;
+  ++c.completion_tokens;
+  // "visible": the text safe to show (stop strings and their possible starts held back).
+  const std::string text = event.value("visible", event.value("text", ""));
+  c.text += text;
+  std::vector<TokenLogprob> lps;
+  if (request_.want_logprobs && event.contains("token")) {
+    TokenLogprob t;
+    t.token = event["token"].get<int32_t>();
+    t.text = token_text(t.token);
+    t.logprob = event.contains("logprob") && event["logprob"].is_number()
+                    ? event["logprob"].get<double>()
+                    : std::numeric_limits<double>::quiet_NaN();
+    if (event.contains("top_logprobs"))
+      for (const json& alt : event["top_logprobs"])
+        t.top.emplace_back(alt.at("token").get<int32_t>(),
+                           alt.at("logprob").is_number()
+                               ? alt["logprob"].get<double>()
+                               : -std::numeric_limits<double>::infinity());
+    c.logprobs.push_back(t);
+    lps.push_back(std::move(t));
+  }
+  if (request_.stream && (!text.empty() || !lps.empty())) {
+    pending_sse_.push_back(
+        sse_event(make_chunk(request_, meta_, i, text, lps, std::nullopt, !first_chunk_sent_[i],
+                             [this](int32_t id) { return token_text(id); })));
+    first_chunk_sent_[i] = true;
+    changed_.notify_all();
+  }
+}
+
+// Called with mutex_ held.
+void CompletionSession::finish_choice(int i, const json& event) {
+  ChoiceState& c = choices_[i];
+  done_[i] = true;
+  ++finished_;
+  const std::string stop = event.value("stop", "error");
+  const std::string tail = event.value("visible", "");  // text held back until the end
+  c.text += tail;
+  if (event.contains("prompt_tokens")) c.prompt_tokens = event["prompt_tokens"].get<int>();
+  if (event.contains("cached_tokens")) c.cached_tokens = event["cached_tokens"].get<int>();
+  c.finish_reason = finish_reason_of(stop);
+  if (!c.finish_reason && stop != "cancelled" && !failure_)
+    failure_ = event.value("error", "the worker failed the request (" + stop + ")");
+  if (request_.stream && c.finish_reason) {
+    pending_sse_.push_back(
+        sse_event(make_chunk(request_, meta_, i, tail, {}, c.finish_reason, !first_chunk_sent_[i],
+                             [this](int32_t id) { return token_text(id); })));
+    first_chunk_sent_[i] = true;
+  }
+  if (finished_ == int(choices_.size())) {
+    if (request_.stream) {
+      if (failure_) {
+        // OpenAI's streaming error shape: an error object in the data, then the end.
+        pending_sse_.push_back(sse_event(ApiError(500, "server_error", *failure_).body()));
+      } else if (request_.include_usage) {
+        pending_sse_.push_back(sse_event(make_usage_chunk(request_, meta_, choices_)));
+      }
+      pending_sse_.push_back(kSseDone);
+      stream_closed_ = true;
+    }
+    record_metrics();
+  }
+}
+
+void CompletionSession::record_metrics() {
+  RequestRecord r;
+  r.model = request_.model_name;
+  r.finish_reason = failure_ ? "error" : cancelled_ ? "abort" : "stop";
+  for (const ChoiceState& c : choices_) {
+    if (c.finish_reason == "length" && !failure_ && !cancelled_) r.finish_reason = "length";
+    if (c.index % request_.n == 0) r.prompt_tokens += c.prompt_tokens;
+    r.generation_tokens += c.completion_tokens;
+  }
+  r.queue_s = accepted_ ? std::chrono::duration<double>(*accepted_ - start_).count() : 0;
+  r.ttft_s = ttft_s_;
+  r.e2e_s = std::chrono::duration<double>(Clock::now() - start_).count();
+  r.inter_token_s = std::move(inter_token_s_);
+  metrics_.record(r);
+}
+
+std::optional<std::string> CompletionSession::next_sse(Clock::time_point deadline) {
+  std::unique_lock lock(mutex_);
+  changed_.wait_until(lock, deadline, [&] { return !pending_sse_.empty() || stream_closed_; });
+  if (pending_sse_.empty()) return stream_closed_ ? std::nullopt : std::optional<std::string>("");
+  std::string out;
+  while (!pending_sse_.empty()) {  // everything ready goes out in one write
+    out += pending_sse_.front();
+    pending_sse_.pop_front();
+  }
+  return out;
+}
+
+json CompletionSession::wait_response(Clock::time_point deadline) {
+  std::unique_lock lock(mutex_);
+  if (!changed_.wait_until(lock, deadline, [&] { return finished_ == int(choices_.size()); })) {
+    lock.unlock();
+    cancel();
+    throw ApiError(504, "timeout_error", "the request did not finish within its time limit");
+  }
+  if (failure_) throw ApiError(500, "server_error", *failure_);
+  return make_response(request_, meta_, choices_, [this](int32_t id) { return token_text(id); });
+}
+
+void CompletionSession::cancel() {
+  std::vector<std::string> open;
+  {
+    std::lock_guard lock(mutex_);
+    if (cancelled_) return;
+    cancelled_ = true;
+    for (size_t i = 0; i < choices_.size(); ++i)
+      if (!done_[i]) open.push_back(request_ids_[i]);
+  }
+  for (const std::string& id : open) worker_->cancel(id);
+}
+
+}  // namespace hearth::gateway

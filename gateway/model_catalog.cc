@@ -1,0 +1,91 @@
+#include "gateway/model_catalog.h"
+
+#include <chrono>
+
+#include "ipc/client.h"
+#include "weight-server/sharing/manifest.h"
+
+namespace hearth::gateway {
+
+using json = nlohmann::json;
+
+namespace {
+
+json parse_optional_json(const std::string& text, const std::string& what) {
+  if (text.empty()) return json::object();
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded()) throw std::runtime_error(what + " is not valid JSON");
+  return j;
+}
+
+ModelEntry entry_from_manifest(const Manifest& m,
+                               const std::function<void(const std::string&)>& log,
+                               const std::optional<std::string>& chat_template) {
+  ModelEntry e;
+  e.name = m.model;
+  e.context_length = m.config.max_position;
+  e.created = std::chrono::duration_cast<std::chrono::seconds>(
+                  std::chrono::system_clock::now().time_since_epoch())
+                  .count();
+  if (m.tokenizer_json.empty())
+    throw std::runtime_error("model '" + m.model +
+                             "' has no tokenizer.json: the gateway needs one to serve it");
+  e.tokenizer = std::make_shared<const Tokenizer>(Tokenizer::from_json(m.tokenizer_json));
+  e.defaults = GenerationDefaults::from_generation_config(
+      parse_optional_json(m.generation_config_json, m.model + ": generation_config.json"));
+
+  const json tokenizer_config =
+      parse_optional_json(m.tokenizer_config_json, m.model + ": tokenizer_config.json");
+  try {
+    ChatTemplateConfig config;
+    if (chat_template) {
+      // The special tokens still come from the model's own config, when it names them.
+      try {
+        config = ChatTemplate::from_tokenizer_config(tokenizer_config);
+      } catch (const std::exception&) {
+      }
+      config.source = *chat_template;
+    } else {
+      config = ChatTemplate::from_tokenizer_config(tokenizer_config);
+    }
+    e.bos_token = config.bos_token;
+    e.eos_token = config.eos_token;
+    e.chat_template = ChatTemplate::load(config.source);
+  } catch (const std::exception& err) {
+    e.chat_template_error = "model '" + m.model + "' has no usable chat template: " + err.what();
+    log(e.chat_template_error + " (chat completions are refused; completions work)");
+  }
+  return e;
+}
+
+}  // namespace
+
+ModelCatalog ModelCatalog::load(const std::string& socket,
+                                const std::function<void(const std::string&)>& log,
+                                const std::optional<std::string>& chat_template) {
+  ipc::ClientOptions options;
+  options.name = "hearth-gateway";
+  ipc::Client client = ipc::Client::connect(socket, options);
+  const ipc::Frame listed = client.call(ipc::op::kList);
+  ModelCatalog catalog;
+  for (const json& summary : listed.body.at("models")) {
+    const std::string name = summary.at("name").get<std::string>();
+    const ipc::Frame reply = client.call(ipc::op::kManifest, json{{"model", name}});
+    const Manifest manifest = parse_manifest(reply.body.at("manifest"));
+    catalog.models_.emplace(name, entry_from_manifest(manifest, log, chat_template));
+  }
+  return catalog;
+}
+
+const ModelEntry* ModelCatalog::find(const std::string& name) const {
+  auto it = models_.find(name);
+  return it == models_.end() ? nullptr : &it->second;
+}
+
+std::vector<std::string> ModelCatalog::names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, _] : models_) out.push_back(name);
+  return out;
+}
+
+}  // namespace hearth::gateway

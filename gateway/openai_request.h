@@ -1,0 +1,69 @@
+// The body of POST /v1/completions and /v1/chat/completions, read and checked: every field of
+// OpenAI's API that hearth honours, hearth's own extras at the top level (as vLLM accepts
+// them), and a 400 naming the field for anything wrong, unsupported or unknown — a typo is
+// never silently ignored.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "worker/engine/request_settings.h"
+
+namespace hearth::gateway {
+
+enum class Endpoint { Completions, ChatCompletions };
+
+// Sampling defaults a model's generation_config.json gives (vLLM's --generation-config auto):
+// used for every field a request leaves out.
+struct GenerationDefaults {
+  std::optional<float> temperature, top_p, min_p, repetition_penalty;
+  std::optional<int> top_k;
+  static GenerationDefaults from_generation_config(const nlohmann::json& config);
+};
+
+// One prompt of a request, as given: text (completions), token ids, or chat messages (the
+// caller renders them with the model's chat template).
+struct PromptInput {
+  std::optional<std::string> text;
+  std::vector<int32_t> tokens;
+  nlohmann::ordered_json messages;  // chat only
+};
+
+struct CompletionRequest {
+  Endpoint endpoint = Endpoint::Completions;
+  std::string model;    // as asked: "NAME" or "NAME:PROFILE"
+  std::string profile;  // the part after ':' (empty: the default profile)
+  std::string model_name;
+  std::vector<PromptInput> prompts;  // completions may batch several; chat has one
+  RequestSettings settings;          // shared by every choice; each choice gets its own seed
+  bool seed_given = false;           // else the gateway draws one per request
+  int n = 1;
+  bool stream = false;
+  bool include_usage = false;
+  // Log probabilities: completions' `logprobs: N` (N alternatives; 0 = the chosen token's
+  // only), chat's `logprobs: true` with `top_logprobs: N`. Absent: none are returned.
+  bool want_logprobs = false;
+  int top_logprobs = 0;
+  std::string cache_salt;  // requests with different salts never share cached prefix blocks
+  // Chat: passed to the template.
+  bool add_generation_prompt = true;
+  nlohmann::ordered_json template_extra = nlohmann::ordered_json::object();  // tools, ...
+};
+
+// Throws ApiError (400) naming the field. Whether prompt + max_tokens fits the context is the
+// worker's check (it knows its context length), answered as a 400 too.
+CompletionRequest parse_completion_request(const nlohmann::ordered_json& body, Endpoint endpoint,
+                                           const GenerationDefaults& defaults);
+
+// Splits "NAME:PROFILE" (the profile part optional).
+std::pair<std::string, std::string> split_model_profile(const std::string& model);
+
+// The worker's submit request for one choice: its request-setting keys, `seed` the choice's.
+nlohmann::json worker_request_json(const CompletionRequest& request, const std::string& id,
+                                   const std::vector<int32_t>& prompt_tokens, uint64_t seed);
+
+}  // namespace hearth::gateway

@@ -1,0 +1,66 @@
+// OpenAI's response shapes, built from a worker's events: whole responses, SSE chunks, usage
+// and logprobs, for /v1/completions and /v1/chat/completions.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "gateway/openai_request.h"
+
+namespace hearth::gateway {
+
+// One token as a worker event reports it, with its alternatives when asked.
+struct TokenLogprob {
+  int32_t token = 0;
+  std::string text;  // the token's own text (decoded alone), for logprobs listings
+  double logprob = 0;
+  std::vector<std::pair<int32_t, double>> top;  // (id, logprob), best first
+};
+
+// What one choice produced so far: its text, its tokens' logprobs, and once finished why.
+struct ChoiceState {
+  int index = 0;
+  std::string text;
+  std::vector<TokenLogprob> logprobs;
+  int prompt_tokens = 0;
+  int completion_tokens = 0;
+  int cached_tokens = 0;
+  std::optional<std::string> finish_reason;  // "stop" | "length"
+};
+
+// Maps a worker's stop reason to OpenAI's finish_reason: eos and stop strings are "stop",
+// the token budget or the context is "length". Anything else is not a finish (an error).
+std::optional<std::string> finish_reason_of(const std::string& stop);
+
+struct ResponseMeta {
+  std::string id;       // "cmpl-..." or "chatcmpl-..."
+  int64_t created = 0;  // unix seconds
+  std::string model;    // as the client named it
+};
+
+// The whole non-streaming response.
+nlohmann::json make_response(const CompletionRequest& request, const ResponseMeta& meta,
+                             const std::vector<ChoiceState>& choices,
+                             const std::function<std::string(int32_t)>& token_text);
+
+// One streaming chunk carrying `delta_text` (and the new tokens' logprobs) for one choice, or
+// its finish (finish_reason set, empty delta). Chat's first chunk per choice carries the role.
+nlohmann::json make_chunk(const CompletionRequest& request, const ResponseMeta& meta, int index,
+                          const std::string& delta_text, const std::vector<TokenLogprob>& logprobs,
+                          const std::optional<std::string>& finish_reason, bool first,
+                          const std::function<std::string(int32_t)>& token_text);
+
+// The closing usage chunk of a stream (stream_options.include_usage): no choices.
+nlohmann::json make_usage_chunk(const CompletionRequest& request, const ResponseMeta& meta,
+                                const std::vector<ChoiceState>& choices);
+
+// "data: JSON\n\n" and the final "data: [DONE]\n\n".
+std::string sse_event(const nlohmann::json& data);
+inline constexpr const char* kSseDone = "data: [DONE]\n\n";
+
+}  // namespace hearth::gateway

@@ -1,0 +1,107 @@
+#include "gateway/server_supervisor.h"
+
+#include <csignal>
+#include <fstream>
+#include <sstream>
+
+#include "ipc/client.h"
+#include "ipc/errors.h"
+
+namespace hearth::gateway {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string log_tail(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::string line, tail;
+  std::vector<std::string> lines;
+  while (std::getline(in, line)) lines.push_back(line);
+  for (size_t i = lines.size() > 5 ? lines.size() - 5 : 0; i < lines.size(); ++i)
+    tail += "\n  " + lines[i];
+  return tail;
+}
+
+}  // namespace
+
+ServerSupervisor::ServerSupervisor(SupervisorOptions options) : options_(std::move(options)) {
+  socket_ = (options_.runtime_dir / "server.sock").string();
+  start();
+  watcher_ = std::thread([this] { watch(); });
+}
+
+ServerSupervisor::~ServerSupervisor() {
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  stop_cv_.notify_all();
+  if (watcher_.joinable()) watcher_.join();
+  if (process_) {
+    process_->signal(SIGTERM);
+    if (!process_->wait_until(Clock::now() + std::chrono::seconds(10))) process_->kill_group();
+  }
+}
+
+void ServerSupervisor::start() {
+  const std::filesystem::path log = options_.runtime_dir / "server.log";
+  std::vector<std::string> argv = {options_.server_binary.string(),
+                                   "--socket",
+                                   socket_,
+                                   "--backend",
+                                   options_.backend,
+                                   "--quiet"};
+  for (const std::string& m : options_.models) {
+    argv.push_back("--model");
+    argv.push_back(m);
+  }
+  const auto spawn = ChildProcess::Options(argv).stderr_to(ChildProcess::Stream::file(log));
+  process_ = std::make_unique<ChildProcess>(ChildProcess::spawn(spawn));
+  // The server binds before it loads, and answers hello once every model is in: one hello
+  // with a long timeout is the readiness check.
+  const auto deadline = Clock::now() + options_.start_timeout;
+  while (true) {
+    if (auto status = process_->wait_until(Clock::now()))
+      throw std::runtime_error("hearth-server " + status->describe() + ":" + log_tail(log));
+    try {
+      ipc::ClientOptions client;
+      client.name = "hearth-gateway";
+      client.timeout = options_.start_timeout;
+      ipc::Client::connect(socket_, client);
+      break;
+    } catch (const ipc::ServerNotRunning&) {
+    } catch (const ipc::IpcError& e) {
+      if (process_->wait_until(Clock::now())) continue;  // it died meanwhile: reported above
+      throw std::runtime_error(std::string("hearth-server does not answer: ") + e.what());
+    }
+    if (Clock::now() > deadline) throw std::runtime_error("hearth-server did not start in time");
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  if (options_.log)
+    options_.log("weight server ready (pid " + std::to_string(process_->pid()) + ")");
+}
+
+void ServerSupervisor::watch() {
+  std::unique_lock lock(mutex_);
+  auto backoff = std::chrono::seconds(1);
+  while (!stopping_) {
+    stop_cv_.wait_for(lock, std::chrono::seconds(1));
+    if (stopping_) break;
+    auto status = process_->wait_until(Clock::now());
+    if (!status) continue;
+    if (options_.log) options_.log("weight server " + status->describe() + "; restarting it");
+    stop_cv_.wait_for(lock, backoff, [&] { return stopping_; });
+    if (stopping_) break;
+    try {
+      start();
+      backoff = std::chrono::seconds(1);
+    } catch (const std::exception& e) {
+      if (options_.log)
+        options_.log(std::string("restarting the weight server failed: ") + e.what());
+      backoff = std::min(backoff * 2, std::chrono::seconds(60));
+    }
+  }
+}
+
+}  // namespace hearth::gateway

@@ -1,0 +1,200 @@
+#include "gateway/worker_connection.h"
+
+#include <sys/socket.h>
+
+#include "ipc/frame.h"
+#include "ipc/protocol.h"
+#include "ipc/unix_socket.h"
+
+namespace hearth::gateway {
+
+using json = nlohmann::json;
+
+namespace {
+// How long a submit or call waits for the worker's reply: it answers at once (submit is only
+// queued), so this bounds a wedged worker, not a long generation.
+constexpr auto kReplyTimeout = std::chrono::seconds(30);
+}  // namespace
+
+std::unique_ptr<WorkerConnection> WorkerConnection::connect(const std::string& socket_path) {
+  UniqueFd socket = ipc::connect_unix(socket_path);
+  ipc::send_frame(socket.get(),
+                  ipc::make_request(ipc::op::kHello, 0, ipc::make_hello_args("hearth-gateway")));
+  ipc::ReceiveOptions options;
+  options.timeout = kReplyTimeout;
+  std::optional<ipc::Frame> reply = ipc::receive_frame(socket.get(), options);
+  if (!reply) throw ipc::ConnectionClosed("the worker at " + socket_path + " closed at hello");
+  const ipc::ReplyStatus status = ipc::parse_reply_status(reply->body);
+  if (!status.ok) throw ipc::ProtocolError(status.code, status.message);
+  ipc::check_protocol_version(reply->body, "worker");
+  return std::unique_ptr<WorkerConnection>(new WorkerConnection(std::move(socket)));
+}
+
+WorkerConnection::WorkerConnection(UniqueFd socket) : socket_(std::move(socket)) {
+  reader_ = std::thread([this] { read_loop(); });
+}
+
+WorkerConnection::~WorkerConnection() {
+  // Wakes the reader (its receive returns end of stream), then waits for it.
+  ::shutdown(socket_.get(), SHUT_RDWR);
+  if (reader_.joinable()) reader_.join();
+}
+
+void WorkerConnection::read_loop() {
+  std::string why = "the worker closed the connection";
+  try {
+    while (true) {
+      std::optional<ipc::Frame> frame = ipc::receive_frame(socket_.get());
+      if (!frame) break;
+      const ipc::ReplyStatus status = ipc::parse_reply_status(frame->body);
+      if (!status.id) {  // a connection-level error: the worker is about to close
+        why = "the worker refused the connection: " + status.message;
+        continue;
+      }
+      bool events_reply = false;
+      {
+        std::lock_guard lock(mutex_);
+        if (poll_id_ && *poll_id_ == *status.id) {
+          events_reply = true;
+          poll_id_.reset();
+        } else if (auto it = replies_.find(*status.id); it != replies_.end()) {
+          it->second = std::move(frame->body);
+          replied_.notify_all();
+        }
+      }
+      if (!events_reply) continue;
+      if (!status.ok)
+        throw std::runtime_error("the worker refused to send events: " + status.message);
+      dispatch_events(frame->body.at("events"));
+      std::lock_guard lock(mutex_);
+      poll_events_locked();
+    }
+  } catch (const std::exception& e) {
+    why = std::string("the connection to the worker failed: ") + e.what();
+  }
+  fail_all(why);
+}
+
+void WorkerConnection::dispatch_events(const json& events) {
+  for (const json& event : events) {
+    const std::string id = event.value("id", "");
+    const bool last = event.value("done", false);
+    EventCallback callback;
+    {
+      std::lock_guard lock(mutex_);
+      auto it = requests_.find(id);
+      if (it == requests_.end()) continue;  // a request we already failed or never sent
+      callback = last ? std::move(it->second) : it->second;
+      if (last) requests_.erase(it);
+    }
+    callback(event);
+  }
+}
+
+void WorkerConnection::poll_events_locked() {
+  if (poll_id_ || requests_.empty() || dead_) return;
+  const uint64_t id = next_id_++;
+  try {
+    std::lock_guard write(write_mutex_);
+    ipc::send_frame(socket_.get(), ipc::make_request(ipc::op::kEvents, id));
+    poll_id_ = id;
+  } catch (const std::exception&) {
+    // The reader sees the broken connection and fails every request.
+  }
+}
+
+void WorkerConnection::fail_all(const std::string& why) {
+  std::map<std::string, EventCallback> orphans;
+  {
+    std::lock_guard lock(mutex_);
+    dead_ = true;
+    death_ = why;
+    orphans.swap(requests_);
+    replied_.notify_all();
+  }
+  for (auto& [id, callback] : orphans)
+    callback(json{{"id", id}, {"done", true}, {"stop", "error"}, {"error", why}});
+}
+
+uint64_t WorkerConnection::send(const std::string& op, json args) {
+  uint64_t id;
+  {
+    std::lock_guard lock(mutex_);
+    if (dead_) throw ipc::ConnectionClosed(death_);
+    id = next_id_++;
+    replies_[id] = std::nullopt;
+  }
+  try {
+    std::lock_guard write(write_mutex_);
+    ipc::send_frame(socket_.get(), ipc::make_request(op, id, std::move(args)));
+  } catch (...) {
+    std::lock_guard lock(mutex_);
+    replies_.erase(id);
+    throw;
+  }
+  return id;
+}
+
+json WorkerConnection::wait_reply(uint64_t id) {
+  std::unique_lock lock(mutex_);
+  const bool answered =
+      replied_.wait_for(lock, kReplyTimeout, [&] { return dead_ || replies_.at(id).has_value(); });
+  std::optional<json> reply = std::move(replies_.at(id));
+  replies_.erase(id);
+  if (!reply) {
+    if (!answered) throw ipc::TimeoutError("the worker did not answer within 30 s");
+    throw ipc::ConnectionClosed(death_);
+  }
+  const ipc::ReplyStatus status = ipc::parse_reply_status(*reply);
+  if (!status.ok) throw ipc::ProtocolError(status.code, status.message);
+  return std::move(*reply);
+}
+
+void WorkerConnection::submit(const json& request, EventCallback on_event) {
+  const std::string request_id = request.at("id").get<std::string>();
+  {
+    // Registered before sending: the first event can arrive before the reply is read.
+    std::lock_guard lock(mutex_);
+    if (dead_) throw ipc::ConnectionClosed(death_);
+    if (requests_.count(request_id))
+      throw ipc::ProtocolError(ipc::ErrorCode::kBadRequest,
+                               "request id " + request_id + " is already in flight");
+    requests_[request_id] = std::move(on_event);
+  }
+  try {
+    wait_reply(send(std::string(ipc::op::kSubmit), json{{"request", request}}));
+  } catch (...) {
+    std::lock_guard lock(mutex_);
+    requests_.erase(request_id);
+    throw;
+  }
+  std::lock_guard lock(mutex_);
+  poll_events_locked();
+}
+
+void WorkerConnection::cancel(const std::string& request_id) {
+  try {
+    // Not waited for: the request's last event says when it is gone.
+    const uint64_t id = send(std::string(ipc::op::kCancel), json{{"id", request_id}});
+    std::lock_guard lock(mutex_);
+    replies_.erase(id);
+  } catch (const std::exception&) {
+    // Dead or dying: fail_all ends the request.
+  }
+}
+
+json WorkerConnection::call(const std::string& op, json args) {
+  return wait_reply(send(op, std::move(args)));
+}
+
+bool WorkerConnection::alive() const {
+  std::lock_guard lock(mutex_);
+  return !dead_;
+}
+
+size_t WorkerConnection::in_flight() const {
+  std::lock_guard lock(mutex_);
+  return requests_.size();
+}
+
+}  // namespace hearth::gateway

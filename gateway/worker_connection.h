@@ -1,0 +1,76 @@
+// One connection from the gateway to a batching worker (`hearth-worker --serve`, see
+// worker/engine_server.h): many requests in flight at once, each with a callback that receives
+// its events on the connection's reader thread. While any request is in flight one `events`
+// call is kept waiting at the worker (a long poll), so events arrive as soon as a step makes
+// them. When the worker dies, every request still in flight gets a final error event, so no
+// HTTP client waits forever.
+#pragma once
+
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "ipc/errors.h"
+#include "ipc/unique_fd.h"
+
+namespace hearth::gateway {
+
+class WorkerConnection {
+ public:
+  // Called on the reader thread, in order, for each event of the request; the last one has
+  // "done": true. Must not block for long: it delays every other request's events.
+  using EventCallback = std::function<void(const nlohmann::json& event)>;
+
+  // Connects and says hello. Throws ipc::ServerNotRunning or ipc::IpcError.
+  static std::unique_ptr<WorkerConnection> connect(const std::string& socket_path);
+  ~WorkerConnection();
+  WorkerConnection(const WorkerConnection&) = delete;
+  WorkerConnection& operator=(const WorkerConnection&) = delete;
+
+  // Submits `request` (its "id" is the request id) and waits for the worker to accept it.
+  // Throws ipc::ProtocolError with the worker's code (bad_request, busy, shutting_down) or
+  // ipc::IpcError when the worker is gone. After acceptance, `on_event` receives every event.
+  void submit(const nlohmann::json& request, EventCallback on_event);
+
+  // Asks the worker to stop the request (its KV blocks are freed at once); its last event then
+  // says "cancelled". Never throws: a dead worker has nothing left to cancel.
+  void cancel(const std::string& request_id);
+
+  // Sends an op and waits for its reply body (e.g. stats). Throws like submit.
+  nlohmann::json call(const std::string& op, nlohmann::json args = nlohmann::json::object());
+
+  bool alive() const;
+  size_t in_flight() const;
+
+ private:
+  explicit WorkerConnection(UniqueFd socket);
+  void read_loop();
+  // Sends {op, id, ...args}; returns the id. The reply arrives in replies_.
+  uint64_t send(const std::string& op, nlohmann::json args);
+  nlohmann::json wait_reply(uint64_t id);
+  void fail_all(const std::string& why);
+  // Keeps one events call waiting while requests are in flight. Called with mutex_ held.
+  void poll_events_locked();
+  void dispatch_events(const nlohmann::json& events);
+
+  UniqueFd socket_;
+  std::mutex write_mutex_;
+  mutable std::mutex mutex_;
+  std::condition_variable replied_;
+  uint64_t next_id_ = 1;
+  std::map<uint64_t, std::optional<nlohmann::json>> replies_;  // awaited call ids
+  std::map<std::string, EventCallback> requests_;              // in flight, by request id
+  std::optional<uint64_t> poll_id_;                            // the events call waiting
+  bool dead_ = false;
+  std::string death_;
+  std::thread reader_;
+};
+
+}  // namespace hearth::gateway

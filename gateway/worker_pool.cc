@@ -1,0 +1,162 @@
+#include "gateway/worker_pool.h"
+
+#include <csignal>
+#include <thread>
+
+#include "gateway/api_error.h"
+#include "ipc/errors.h"
+
+namespace hearth::gateway {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// File-name-safe spelling of a model or profile name (they are already restricted, but a log
+// name must never contain '/').
+std::string file_safe(const std::string& s) {
+  std::string out;
+  for (char c : s)
+    out += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.') ? c : '_';
+  return out.empty() ? "default" : out;
+}
+
+}  // namespace
+
+WorkerPool::WorkerPool(WorkerPoolOptions options) : options_(std::move(options)) {}
+
+WorkerPool::~WorkerPool() {
+  std::lock_guard lock(mutex_);
+  for (auto& [key, slot] : slots_) {
+    slot->connection.reset();  // the worker sees its client leave
+    if (slot->process) slot->process->signal(SIGTERM);
+  }
+  const auto deadline = Clock::now() + std::chrono::seconds(5);
+  for (auto& [key, slot] : slots_)
+    if (slot->process && !slot->process->wait_until(deadline)) slot->process->kill_group();
+}
+
+std::vector<std::string> WorkerPool::profile_names() const {
+  std::vector<std::string> out;
+  for (const auto& [name, _] : options_.profiles) out.push_back(name);
+  return out;
+}
+
+std::shared_ptr<WorkerConnection> WorkerPool::get(const std::string& model,
+                                                  const std::string& profile) {
+  if (!profile.empty() && !options_.profiles.count(profile))
+    throw ApiError(
+        404, "invalid_request_error",
+        "the engine profile '" + profile + "' is not configured (--profile " + profile + "=FILE)",
+        "model");
+  Slot* slot;
+  {
+    std::lock_guard lock(mutex_);
+    std::unique_ptr<Slot>& s = slots_[{model, profile}];
+    if (!s) s = std::make_unique<Slot>();
+    slot = s.get();
+  }
+  std::lock_guard start_lock(slot->mutex);
+  if (slot->connection && slot->connection->alive()) return slot->connection;
+  return start(model, profile, *slot);
+}
+
+std::shared_ptr<WorkerConnection> WorkerPool::start(const std::string& model,
+                                                    const std::string& profile, Slot& slot) {
+  auto log = [&](const std::string& line) {
+    if (options_.log) options_.log(line);
+  };
+  // Whatever ran before is finished with: reap it (it exited idle, or crashed).
+  slot.connection.reset();
+  if (slot.process) {
+    if (auto status = slot.process->wait_until(Clock::now() + std::chrono::seconds(2)))
+      log("worker " + model + ":" + profile + " " + status->describe());
+    else
+      slot.process->kill_group();
+    slot.process.reset();
+  }
+  const int generation = ++slot.generation;
+  const std::string base =
+      "worker-" + file_safe(model) + "-" + file_safe(profile) + "-" + std::to_string(generation);
+  slot.socket = options_.runtime_dir / (base + ".sock");
+  std::vector<std::string> argv = {options_.worker_binary.string(),
+                                   "--serve",
+                                   slot.socket.string(),
+                                   "--server",
+                                   options_.server_socket,
+                                   "--model",
+                                   model,
+                                   "--idle-exit",
+                                   std::to_string(options_.idle_exit.count())};
+  if (!profile.empty()) {
+    argv.push_back("--profile");
+    argv.push_back(options_.profiles.at(profile).string());
+  }
+  argv.insert(argv.end(), options_.extra_worker_args.begin(), options_.extra_worker_args.end());
+  const auto spawn = ChildProcess::Options(argv).stderr_to(
+      ChildProcess::Stream::file(options_.runtime_dir / (base + ".log")));
+  const auto started = Clock::now();
+  try {
+    slot.process = std::make_unique<ChildProcess>(ChildProcess::spawn(spawn));
+  } catch (const std::exception& e) {
+    throw ApiError(503, "server_error", std::string("cannot start a worker: ") + e.what(), "", 1);
+  }
+  {
+    std::lock_guard lock(mutex_);
+    ++starts_;
+    if (generation > 1) ++restarts_;
+  }
+  // Ready once it accepts connections; a worker that exits first failed to start.
+  const auto deadline = started + options_.start_timeout;
+  while (true) {
+    try {
+      slot.connection = WorkerConnection::connect(slot.socket.string());
+      break;
+    } catch (const ipc::ServerNotRunning&) {
+    }
+    if (auto status = slot.process->wait_until(Clock::now())) {
+      throw ApiError(503, "server_error",
+                     "the worker for " + model + (profile.empty() ? "" : ":" + profile) +
+                         " failed to start (" + status->describe() + "); see " +
+                         (options_.runtime_dir / (base + ".log")).string(),
+                     "", 1);
+    }
+    if (Clock::now() > deadline) {
+      slot.process->kill_group();
+      throw ApiError(503, "server_error", "the worker for " + model + " did not start in time", "",
+                     5);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  log("worker " + model + (profile.empty() ? "" : ":" + profile) + " started (pid " +
+      std::to_string(slot.process->pid()) + ", " +
+      std::to_string(
+          std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - started).count()) +
+      " ms)");
+  return slot.connection;
+}
+
+std::vector<std::pair<std::string, std::shared_ptr<WorkerConnection>>> WorkerPool::connections() {
+  std::vector<std::pair<std::string, std::shared_ptr<WorkerConnection>>> out;
+  std::lock_guard lock(mutex_);
+  for (auto& [key, slot] : slots_) {
+    std::unique_lock slot_lock(slot->mutex, std::try_to_lock);
+    if (slot_lock && slot->connection && slot->connection->alive())
+      out.emplace_back(key.first, slot->connection);
+  }
+  return out;
+}
+
+WorkerPoolStats WorkerPool::stats() {
+  WorkerPoolStats s;
+  std::lock_guard lock(mutex_);
+  s.starts = starts_;
+  s.restarts = restarts_;
+  for (auto& [key, slot] : slots_) {
+    std::unique_lock slot_lock(slot->mutex, std::try_to_lock);  // one starting is not alive yet
+    if (slot_lock && slot->connection && slot->connection->alive()) ++s.alive;
+  }
+  return s;
+}
+
+}  // namespace hearth::gateway

@@ -1,0 +1,71 @@
+// The gateway's batching workers: one `hearth-worker --serve` process per (model, engine
+// profile), started when the first request needs it, on the weight server's shared weights.
+// A worker that dies fails only its own requests (its connection ends them with an error
+// event) and is started again by the next request; an idle worker exits by itself and is
+// started again the same way.
+#pragma once
+
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "gateway/worker_connection.h"
+#include "ipc/child_process.h"
+
+namespace hearth::gateway {
+
+struct WorkerPoolOptions {
+  std::filesystem::path worker_binary;  // hearth-worker
+  std::string server_socket;            // the weight server the workers attach to
+  std::filesystem::path runtime_dir;    // private (0700): worker sockets and logs
+  // Engine profiles by name; "" is the default profile (no file: the worker's defaults).
+  std::map<std::string, std::filesystem::path> profiles;
+  std::chrono::seconds idle_exit{300};          // a worker with nothing to do exits after this
+  std::chrono::seconds start_timeout{120};      // from spawn to accepting connections
+  std::vector<std::string> extra_worker_args;   // e.g. --backend cpu in tests
+  std::function<void(const std::string&)> log;  // progress and failures, one line each
+};
+
+struct WorkerPoolStats {
+  int alive = 0;
+  int64_t starts = 0;    // processes started, first starts included
+  int64_t restarts = 0;  // starts of a (model, profile) that had a worker before
+};
+
+class WorkerPool {
+ public:
+  explicit WorkerPool(WorkerPoolOptions options);
+  ~WorkerPool();  // stops every worker (SIGTERM, then SIGKILL after a grace period)
+
+  // The connection to the worker for (model, profile), starting it if none is running. Throws
+  // ApiError 404 for a profile not configured, 503 when the worker cannot be started.
+  std::shared_ptr<WorkerConnection> get(const std::string& model, const std::string& profile);
+
+  WorkerPoolStats stats();
+  // The live workers' connections, by model name (for engine_stats at a metrics scrape).
+  std::vector<std::pair<std::string, std::shared_ptr<WorkerConnection>>> connections();
+  std::vector<std::string> profile_names() const;
+
+ private:
+  struct Slot {
+    std::mutex mutex;  // held while its worker starts: its requests wait, others go on
+    std::unique_ptr<ChildProcess> process;
+    std::shared_ptr<WorkerConnection> connection;
+    std::filesystem::path socket;
+    int generation = 0;  // how many processes this slot has had
+  };
+  std::shared_ptr<WorkerConnection> start(const std::string& model, const std::string& profile,
+                                          Slot& slot);
+
+  WorkerPoolOptions options_;
+  std::mutex mutex_;  // guards slots_ and the counters
+  std::map<std::pair<std::string, std::string>, std::unique_ptr<Slot>> slots_;
+  int64_t starts_ = 0, restarts_ = 0;
+};
+
+}  // namespace hearth::gateway

@@ -1,0 +1,415 @@
+// hearth-gateway end to end: a real gateway, its own weight server (memfd) with the default
+// model, CPU batching workers, HTTP on 127.0.0.1.
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <future>
+#include <regex>
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "tests/gateway/gateway_process.h"
+
+namespace hearth::test {
+namespace {
+
+class Gateway : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { gateway_ = new GatewayProcess(); }
+  static void TearDownTestSuite() {
+    delete gateway_;
+    gateway_ = nullptr;
+  }
+  static GatewayProcess& gw() { return *gateway_; }
+  static GatewayProcess* gateway_;
+};
+GatewayProcess* Gateway::gateway_ = nullptr;
+
+json completion(const std::string& prompt, int max_tokens, json extra = json::object()) {
+  json body = {{"model", "fortunes"}, {"prompt", prompt}, {"max_tokens", max_tokens}};
+  body.update(extra);
+  return body;
+}
+
+// The text a stream delivered for choice `index`, and its finish reason.
+std::pair<std::string, std::string> streamed_choice(const std::vector<json>& events, int index,
+                                                    bool chat) {
+  std::string text, finish;
+  for (const json& e : events) {
+    if (!e.is_object() || !e.contains("choices")) continue;
+    for (const json& c : e["choices"]) {
+      if (c["index"] != index) continue;
+      if (chat)
+        text += c["delta"].value("content", "");
+      else
+        text += c["text"].get<std::string>();
+      if (!c["finish_reason"].is_null()) finish = c["finish_reason"];
+    }
+  }
+  return {text, finish};
+}
+
+TEST_F(Gateway, HealthModelsAndMetricsAnswer) {
+  EXPECT_EQ(gw().get("/health").status, 200);
+  const auto models = gw().get("/v1/models");
+  ASSERT_EQ(models.status, 200) << models.body;
+  const json m = models.parsed();
+  EXPECT_EQ(m["object"], "list");
+  ASSERT_FALSE(m["data"].empty());
+  EXPECT_EQ(m["data"][0]["id"], "fortunes");
+  EXPECT_EQ(m["data"][0]["object"], "model");
+  const auto metrics = gw().get("/metrics");
+  ASSERT_EQ(metrics.status, 200);
+  EXPECT_NE(metrics.body.find("hearth:workers_alive"), std::string::npos) << metrics.body;
+}
+
+TEST_F(Gateway, CompletionHasOpenAIsShapeAndUsage) {
+  const auto r = gw().post("/v1/completions", completion("A computer", 8, {{"temperature", 0}}));
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json j = r.parsed();
+  EXPECT_EQ(j["object"], "text_completion");
+  EXPECT_EQ(j["model"], "fortunes");
+  ASSERT_EQ(j["choices"].size(), 1u);
+  EXPECT_TRUE(j["choices"][0]["text"].is_string());
+  EXPECT_TRUE(j["choices"][0]["finish_reason"] == "length" ||
+              j["choices"][0]["finish_reason"] == "stop");
+  EXPECT_GT(j["usage"]["prompt_tokens"].get<int>(), 0);
+  EXPECT_LE(j["usage"]["completion_tokens"].get<int>(), 8);
+  EXPECT_EQ(j["usage"]["total_tokens"].get<int>(),
+            j["usage"]["prompt_tokens"].get<int>() + j["usage"]["completion_tokens"].get<int>());
+  EXPECT_EQ(j["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>() >= 0, true);
+}
+
+TEST_F(Gateway, StreamingAndNonStreamingGiveTheSameText) {
+  for (const json& params : {json{{"temperature", 0}}, json{{"temperature", 0.9}, {"seed", 7}}}) {
+    json body = completion("Never", 24, params);
+    body["ignore_eos"] = true;
+    const auto whole = gw().post("/v1/completions", body);
+    ASSERT_EQ(whole.status, 200) << whole.body;
+    body["stream"] = true;
+    body["stream_options"] = {{"include_usage", true}};
+    const auto streamed = gw().post("/v1/completions", body);
+    ASSERT_EQ(streamed.status, 200) << streamed.body;
+    const auto events = sse_events(streamed.body);
+    ASSERT_FALSE(events.empty());
+    EXPECT_EQ(events.back(), "[DONE]");
+    const auto [text, finish] = streamed_choice(events, 0, false);
+    EXPECT_EQ(text, whole.parsed()["choices"][0]["text"]) << params;
+    EXPECT_EQ(finish, "length");
+    const json usage = events[events.size() - 2]["usage"];
+    EXPECT_EQ(usage["completion_tokens"], 24);
+    EXPECT_EQ(usage, whole.parsed()["usage"]);
+  }
+}
+
+TEST_F(Gateway, TheSameSeedGivesTheSameTokensAndNChoicesDiffer) {
+  json body = completion("Once upon", 16, {{"temperature", 1.0}, {"seed", 42}, {"n", 3}});
+  const json a = gw().post("/v1/completions", body).parsed();
+  const json b = gw().post("/v1/completions", body).parsed();
+  ASSERT_EQ(a["choices"].size(), 3u);
+  EXPECT_EQ(a["choices"], b["choices"]);
+  // Choice j is the request alone with seed + j.
+  const json alone = gw().post("/v1/completions",
+                               completion("Once upon", 16, {{"temperature", 1.0}, {"seed", 43}}))
+                         .parsed();
+  EXPECT_EQ(alone["choices"][0]["text"], a["choices"][1]["text"]);
+}
+
+TEST_F(Gateway, PromptsAsTokenIdsAndBatchesWork) {
+  const json tok =
+      gw().post("/tokenize", {{"model", "fortunes"}, {"prompt", "A computer"}}).parsed();
+  ASSERT_TRUE(tok["tokens"].is_array()) << tok;
+  EXPECT_EQ(tok["count"], tok["tokens"].size());
+  const json by_text =
+      gw().post("/v1/completions", completion("A computer", 6, {{"temperature", 0}})).parsed();
+  json by_ids_body = completion("", 6, {{"temperature", 0}});
+  by_ids_body["prompt"] = tok["tokens"];
+  const json by_ids = gw().post("/v1/completions", by_ids_body).parsed();
+  EXPECT_EQ(by_ids["choices"][0]["text"], by_text["choices"][0]["text"]);
+  json batch = completion("", 6, {{"temperature", 0}});
+  batch["prompt"] = {"A computer", "Never"};
+  const json both = gw().post("/v1/completions", batch).parsed();
+  ASSERT_EQ(both["choices"].size(), 2u) << both;
+  EXPECT_EQ(both["choices"][0]["text"], by_text["choices"][0]["text"]);
+  const json text =
+      gw().post("/detokenize", {{"model", "fortunes"}, {"tokens", tok["tokens"]}}).parsed();
+  EXPECT_NE(text["prompt"].get<std::string>().find("A computer"), std::string::npos) << text;
+}
+
+TEST_F(Gateway, StopStringsCutTheText) {
+  const json free_text =
+      gw().post("/v1/completions",
+                completion("The", 40, {{"temperature", 0}, {"ignore_eos", true}}))
+          .parsed();
+  const std::string text = free_text["choices"][0]["text"];
+  ASSERT_GT(text.size(), 6u);
+  const std::string stop = text.substr(3, 2);
+  const json cut =
+      gw().post("/v1/completions", completion("The", 40, {{"temperature", 0}, {"stop", {stop}}}))
+          .parsed();
+  EXPECT_EQ(cut["choices"][0]["finish_reason"], "stop");
+  EXPECT_EQ(cut["choices"][0]["text"], text.substr(0, text.find(stop)));
+}
+
+TEST_F(Gateway, LogprobsInBothShapes) {
+  const json c =
+      gw().post("/v1/completions",
+                completion("A", 4, {{"temperature", 0}, {"logprobs", 2}, {"ignore_eos", true}}))
+          .parsed();
+  const json lp = c["choices"][0]["logprobs"];
+  ASSERT_EQ(lp["tokens"].size(), 4u) << c;
+  ASSERT_EQ(lp["token_logprobs"].size(), 4u);
+  EXPECT_LE(lp["token_logprobs"][0].get<double>(), 0.0);
+  EXPECT_EQ(lp["top_logprobs"][0].size(), 2u);
+  const json chat =
+      gw().post("/v1/chat/completions", {{"model", "fortunes"},
+                                         {"messages", {{{"role", "user"}, {"content", "Hi"}}}},
+                                         {"max_tokens", 3},
+                                         {"ignore_eos", true},
+                                         {"logprobs", true},
+                                         {"top_logprobs", 3}})
+          .parsed();
+  const json content = chat["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(content.size(), 3u) << chat;
+  EXPECT_EQ(content[0]["top_logprobs"].size(), 3u);
+  EXPECT_TRUE(content[0]["bytes"].is_array());
+}
+
+TEST_F(Gateway, ChatCompletionsStreamAndNot) {
+  json body = {
+      {"model", "fortunes"},
+      {"messages",
+       {{{"role", "system"}, {"content", "Be brief."}}, {{"role", "user"}, {"content", "Hello"}}}},
+      {"max_tokens", 12},
+      {"temperature", 0}};
+  const auto whole = gw().post("/v1/chat/completions", body);
+  if (whole.status == 400 && whole.parsed()["error"]["message"].get<std::string>().find(
+                                 "chat template") != std::string::npos)
+    GTEST_SKIP() << "the default model has no chat template: " << whole.body;
+  ASSERT_EQ(whole.status, 200) << whole.body;
+  const json j = whole.parsed();
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
+  body["stream"] = true;
+  const auto events = sse_events(gw().post("/v1/chat/completions", body).body);
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(events[0]["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(streamed_choice(events, 0, true).first, j["choices"][0]["message"]["content"]);
+}
+
+TEST_F(Gateway, BadRequestsNameTheField) {
+  struct Case {
+    json body;
+    int status;
+    std::string param;
+  };
+  const std::vector<Case> cases = {
+      {completion("x", 4, {{"temperature", "hot"}}), 400, "temperature"},
+      {completion("x", 4, {{"top_p", 0}}), 400, "top_p"},
+      {completion("x", 0), 400, "max_tokens"},
+      {completion("x", 4, {{"n", 99}}), 400, "n"},
+      {completion("x", 4, {{"stop", {""}}}), 400, "stop"},
+      {completion("x", 4, {{"temprature", 1}}), 400, "temprature"},
+      {completion("x", 4, {{"frequency_penalty", 1}}), 400, "frequency_penalty"},
+      {json{{"model", "fortunes"}}, 400, "prompt"},
+      {completion("x", 4, {{"model", "no-such-model"}}), 404, "model"},
+      {completion("x", 4, {{"model", "fortunes:no-such-profile"}}), 404, "model"},
+  };
+  for (const Case& c : cases) {
+    const auto r = gw().post("/v1/completions", c.body);
+    EXPECT_EQ(r.status, c.status) << c.body << " -> " << r.body;
+    const json e = r.parsed();
+    ASSERT_TRUE(e.contains("error")) << r.body;
+    EXPECT_EQ(e["error"]["param"], c.param) << r.body;
+    EXPECT_FALSE(e["error"]["message"].get<std::string>().empty());
+  }
+  // Longer than the context: the worker's check, answered as a 400.
+  const auto too_long = gw().post("/v1/completions", completion("x", 1 << 20));
+  EXPECT_EQ(too_long.status, 400) << too_long.body;
+}
+
+TEST_F(Gateway, MalformedHttpAndJsonAreRefusedAndTheServerCarriesOn) {
+  auto c = gw().client();
+  auto bad_json = c->Post("/v1/completions", "{\"model\": ", "application/json");
+  ASSERT_TRUE(bad_json);
+  EXPECT_EQ(bad_json->status, 400);
+  std::string deep(100000, '[');
+  auto deep_json = c->Post("/v1/completions", deep, "application/json");
+  ASSERT_TRUE(deep_json);
+  EXPECT_EQ(deep_json->status, 400);
+  auto huge = c->Post("/v1/completions", std::string(17u << 20, ' '), "application/json");
+  ASSERT_TRUE(huge);
+  EXPECT_EQ(huge->status, 413);
+  // Garbage that is not HTTP at all, on a raw socket.
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(uint16_t(gw().port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  const std::string garbage = "\x16\x03\x01 not http at all\r\n\r\n";
+  ASSERT_GT(::write(fd, garbage.data(), garbage.size()), 0);
+  char buf[256];
+  const ssize_t n = ::read(fd, buf, sizeof buf);
+  ::close(fd);
+  EXPECT_GT(n, 0);  // an error response, not a hang
+  EXPECT_EQ(gw().get("/health").status, 200);
+}
+
+TEST_F(Gateway, SixtyFourConcurrentStreamsEachMatchTheirRequestAlone) {
+  constexpr int kStreams = 64;
+  auto body_of = [](int i) {
+    return completion(
+        "Stream " + std::to_string(i % 8), 12,
+        {{"temperature", i % 2 ? 0.8 : 0.0}, {"seed", i}, {"ignore_eos", true}, {"stream", true}});
+  };
+  auto text_of = [&](int i) {
+    return streamed_choice(sse_events(gw().post("/v1/completions", body_of(i)).body), 0, false)
+        .first;
+  };
+  std::vector<std::string> alone;
+  for (int i = 0; i < kStreams; ++i) alone.push_back(text_of(i));
+  std::vector<std::future<std::string>> together;
+  for (int i = 0; i < kStreams; ++i)
+    together.push_back(std::async(std::launch::async, [&, i] { return text_of(i); }));
+  for (int i = 0; i < kStreams; ++i) {
+    const std::string text = together[i].get();
+    EXPECT_FALSE(text.empty()) << "stream " << i;
+    EXPECT_EQ(text, alone[i]) << "stream " << i;
+  }
+}
+
+TEST_F(Gateway, AClientThatDisconnectsMidStreamFreesItsSlot) {
+  // A raw connection: send a long streaming request, read the first bytes, hang up.
+  const json body = completion("Disconnect", 400, {{"ignore_eos", true}, {"stream", true}});
+  const std::string payload = body.dump();
+  const std::string request =
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+      "application/json\r\nContent-Length: " +
+      std::to_string(payload.size()) + "\r\n\r\n" + payload;
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(uint16_t(gw().port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::write(fd, request.data(), request.size()), ssize_t(request.size()));
+  char buf[4096];
+  ASSERT_GT(::read(fd, buf, sizeof buf), 0);
+  ::close(fd);
+  // The worker ends the request: nothing running, nothing held in the KV pool.
+  const std::regex running(R"(hearth:num_requests_running\{model_name="fortunes"\} (\S+))");
+  const std::regex kv(R"(hearth:kv_cache_usage_perc\{model_name="fortunes"\} (\S+))");
+  bool freed = false;
+  for (int tries = 0; tries < 600 && !freed; ++tries) {
+    const std::string m = gw().get("/metrics").body;
+    std::smatch a, b;
+    freed = std::regex_search(m, a, running) && std::stod(a[1]) == 0 &&
+            std::regex_search(m, b, kv) && std::stod(b[1]) == 0;
+    if (!freed) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  EXPECT_TRUE(freed) << gw().get("/metrics").body;
+}
+
+TEST(GatewayLimits, AnApiKeyIsRequiredWhenConfigured) {
+  const std::string key_file = ::testing::TempDir() + "/gateway-key";
+  std::ofstream(key_file) << "s3cret\n";
+  GatewayProcess gw({"--api-key-file", key_file});
+  EXPECT_EQ(gw.get("/v1/models").status, 401);
+  EXPECT_EQ(gw.get("/v1/models", {{"Authorization", "Bearer wrong"}}).status, 401);
+  EXPECT_EQ(gw.get("/v1/models", {{"Authorization", "Bearer s3cret"}}).status, 200);
+  EXPECT_EQ(gw.get("/health").status, 200);
+}
+
+TEST(GatewayLimits, AFullQueueAnswers429WithRetryAfter) {
+  GatewayProcess gw({"--max-in-flight", "1"});
+  // Long enough to still be in flight while the next request arrives: 4 choices of 300 tokens.
+  json long_body = completion("Slow", 300, {{"ignore_eos", true}, {"n", 4}});
+  ASSERT_EQ(gw.post("/v1/completions", completion("Warm", 1)).status, 200);  // a worker runs
+  auto slow = std::async(std::launch::async, [&] { return gw.post("/v1/completions", long_body); });
+  // Once the worker reports it running, the one slot is taken.
+  const std::regex running(R"(hearth:num_requests_running\{model_name="fortunes"\} ([1-9]))");
+  while (slow.wait_for(std::chrono::milliseconds(5)) != std::future_status::ready &&
+         !std::regex_search(gw.get("/metrics").body, running)) {
+  }
+  const GatewayProcess::Reply refused = gw.post("/v1/completions", completion("Fast", 1));
+  EXPECT_EQ(refused.status, 429) << refused.body;
+  EXPECT_TRUE(refused.headers.count("Retry-After"));
+  EXPECT_EQ(refused.parsed()["error"]["type"], "rate_limit_error");
+  EXPECT_EQ(slow.get().status, 200);
+  EXPECT_EQ(gw.post("/v1/completions", completion("Fast", 1)).status, 200);  // room again
+}
+
+TEST(GatewayWorkers, AWorkerKilledMidStreamFailsItsStreamsAndTheNextRequestSucceeds) {
+  GatewayProcess gw;
+  // Start the worker, then find its pid in the gateway's log.
+  ASSERT_EQ(gw.post("/v1/completions", completion("Warm", 1)).status, 200);
+  const std::regex started(R"(worker fortunes started \(pid (\d+))");
+  std::smatch m;
+  const std::string log = gw.log_text();
+  ASSERT_TRUE(std::regex_search(log, m, started)) << log;
+  const pid_t worker = std::stoi(m[1]);
+  // Kill the worker as soon as the stream has started.
+  std::string body;
+  bool killed = false;
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.set_header("Content-Type", "application/json");
+  req.body = completion("Killed", 480, {{"ignore_eos", true}, {"stream", true}, {"n", 8}}).dump();
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    body.append(data, n);
+    if (!killed) killed = ::kill(worker, SIGKILL) == 0;
+    return true;
+  };
+  httplib::Response res;
+  httplib::Error err;
+  ASSERT_TRUE(gw.client()->send(req, res, err)) << httplib::to_string(err);
+  ASSERT_TRUE(killed);
+  GatewayProcess::Reply r{res.status, body, res.headers};
+  const auto events = sse_events(r.body);
+  ASSERT_FALSE(events.empty()) << r.body;
+  bool error_event = false;
+  for (const json& e : events) error_event |= e.is_object() && e.contains("error");
+  EXPECT_TRUE(error_event) << r.body;
+  EXPECT_EQ(events.back(), "[DONE]");
+  const auto next = gw.post("/v1/completions", completion("After", 4));
+  EXPECT_EQ(next.status, 200) << next.body;
+  EXPECT_NE(gw.get("/metrics").body.find("hearth:worker_restarts 1"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace hearth::test
+
+namespace hearth::test {
+namespace {
+
+// The official openai npm client (tests/gateway/node, installed by tools/run-tests.sh).
+TEST(OpenAIClient, CompletesStreamsAndChatsAgainstTheGateway) {
+  const std::filesystem::path dir = source_dir() / "tests/gateway/node";
+  if (!std::filesystem::exists(dir / "node_modules/openai"))
+    GTEST_SKIP() << "the openai npm client is not installed (cd " << dir.string() << " && npm ci)";
+  GatewayProcess gw;
+  const std::string err_file = ::testing::TempDir() + "/openai-client.err";
+  ChildProcess node = ChildProcess::spawn(
+      ChildProcess::Options({"node", "--test", (dir / "openai_client_test.mjs").string()})
+          .with_env({"HEARTH_GATEWAY_URL=http://127.0.0.1:" + std::to_string(gw.port()) + "/v1"})
+          .stdout_to(ChildProcess::Stream::pipe())
+          .stderr_to(ChildProcess::Stream::file(err_file)));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(300);
+  const std::string out = node.stdout_pipe().read_to_end(deadline);
+  std::ifstream err_in(err_file);
+  const std::string err(std::istreambuf_iterator<char>(err_in), {});
+  const auto status = node.wait_until(deadline);
+  ASSERT_TRUE(status) << "node did not finish";
+  EXPECT_TRUE(status->success()) << out << err << gw.log_text();
+  EXPECT_NE(out.find("# fail 0"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace hearth::test

@@ -79,8 +79,8 @@ std::vector<fs::path> default_code() {
 // A freshly loaded tokenizer (empty word cache), parsed or through a mapped image file.
 hearth::Tokenizer load(const std::string& tokenizer_path, const std::string& how) {
   if (how == "json") return hearth::Tokenizer::from_file(tokenizer_path);
-  const std::vector<std::byte> image =
-      hearth::Tokenizer::build_image(read_file(hearth::tokenizer_json_path(tokenizer_path)));
+  const std::vector<std::byte> image = hearth::Tokenizer::build_image(
+      hearth::read_file(hearth::tokenizer_json_path(tokenizer_path)));
   const fs::path file =
       fs::temp_directory_path() / ("bench-tokenizer-" + std::to_string(::getpid()) + ".tokimg");
   std::ofstream(file, std::ios::binary)

@@ -45,6 +45,8 @@ json stats_json(const EngineStats& s) {
           {"kv_blocks_total", s.kv_blocks_total},
           {"kv_block_size", s.kv_block_size},
           {"steps", s.steps},
+          {"last_step_sequences", s.last_step_sequences},
+          {"last_step_tokens", s.last_step_tokens},
           {"forwarded_tokens", s.forwarded_tokens},
           {"generated_tokens", s.generated_tokens},
           {"preemptions", s.preemptions},

@@ -27,23 +27,40 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The default model: real text, a real tokenizer and end-of-sequence, so stop strings and eos
-// take part.
+// A model with its tokenizer and end-of-sequence ids, so text and stop strings take part.
 struct Model {
   WorkerModel model;
   std::optional<Tokenizer> tokenizer;
   std::vector<int32_t> eos;
 };
 
+Model open_model(const fs::path& dir) {
+  Model m;
+  m.model = open_model_dir(dir);
+  m.tokenizer = Tokenizer::from_json(m.model.tokenizer_json);
+  m.eos = end_of_sequence_ids(m.model, &*m.tokenizer);
+  return m;
+}
+
+// The default model: real text, real stop strings, real end-of-sequence.
 const Model& default_model() {
-  static const Model* m = [] {
-    auto* out = new Model;
-    out->model = open_model_dir(test::source_dir() / "models/hearth-tiny-fortunes");
-    out->tokenizer = Tokenizer::from_json(out->model.tokenizer_json);
-    out->eos = end_of_sequence_ids(out->model, &*out->tokenizer);
-    return out;
+  static const Model m = open_model(test::source_dir() / "models/hearth-tiny-fortunes");
+  return m;
+}
+
+// Most tests run on a synthetic Llama 3 (64 wide, 2 layers, a byte-level BPE tokenizer): the
+// same code paths as the default model at a fiftieth of the cost, which sanitizer builds need.
+const Model& synthetic_llama3() {
+  static const Model m = [] {
+    const fs::path dir =
+        fs::path(testing::TempDir()) / ("engine_test_llama3_" + std::to_string(getpid()));
+    fs::remove_all(dir);
+    SynthOptions opt;
+    opt.preset = "tiny-llama3";
+    write_synthetic_model(dir, opt);
+    return open_model(dir);
   }();
-  return *m;
+  return m;
 }
 
 // A synthetic model of another architecture (Qwen3: q/k norms, GQA), token ids only.
@@ -105,7 +122,7 @@ Result run_alone(const std::shared_ptr<const WeightStore>& store, const Tokenize
 struct Outcome {
   std::map<std::string, Result> results;
   EngineStats last;
-  int max_waiting = 0, max_running = 0;
+  int max_waiting = 0, max_running = 0, max_batch = 0;
 };
 
 Outcome run_together(Engine& engine, const std::vector<Request>& requests) {
@@ -116,6 +133,7 @@ Outcome run_together(Engine& engine, const std::vector<Request>& requests) {
     const EngineStats s = engine.stats();
     run.max_waiting = std::max(run.max_waiting, s.waiting);
     run.max_running = std::max(run.max_running, s.running);
+    run.max_batch = std::max(run.max_batch, s.last_step_sequences);
   }
   run.last = engine.stats();
   return run;
@@ -161,7 +179,6 @@ std::vector<Request> mixed_requests(const Tokenizer& tokenizer) {
     }
     if (i % 3 == 0) s.ignore_eos = true;
     if (i % 4 == 1) s.logprobs = 3;
-    if (i % 6 == 2) s.stop = {" the", "."};
     out.push_back(std::move(r));
   }
   return out;
@@ -181,11 +198,20 @@ void expect_same_as_alone(const Outcome& run, const std::vector<Request>& reques
 class EngineTest : public testing::Test {
  protected:
   static void SetUpTestSuite() {
-    const Model& m = default_model();
+    const Model& m = synthetic_llama3();
     requests_ = new std::vector<Request>(mixed_requests(*m.tokenizer));
     alone_ = new std::map<std::string, Result>;
-    for (const Request& r : *requests_)
-      (*alone_)[r.id] = run_alone(m.model.store, &*m.tokenizer, m.eos, r, kContext);
+    for (size_t i = 0; i < requests_->size(); ++i) {
+      Request& r = (*requests_)[i];
+      Result alone = run_alone(m.model.store, &*m.tokenizer, m.eos, r, kContext);
+      // Random weights write random text: stop strings are taken from what a request wrote
+      // alone, so they do match, and the reference is run again with them.
+      if (i % 6 == 2 && alone.text.size() >= 6) {
+        r.settings.stop = {alone.text.substr(alone.text.size() / 2, 2), "never written"};
+        alone = run_alone(m.model.store, &*m.tokenizer, m.eos, r, kContext);
+      }
+      (*alone_)[r.id] = std::move(alone);
+    }
   }
   static void TearDownTestSuite() {
     delete requests_;
@@ -193,7 +219,7 @@ class EngineTest : public testing::Test {
   }
 
   static Outcome together(const EngineOptions& options, KvPoolShape pool) {
-    const Model& m = default_model();
+    const Model& m = synthetic_llama3();
     CpuBackend backend(m.model.store, kContext, pool);
     Engine engine(backend, options, &*m.tokenizer, m.eos);
     return run_together(engine, *requests_);
@@ -226,7 +252,7 @@ TEST_F(EngineTest, AloneRunsCoverEveryFinishAndOption) {
 TEST_F(EngineTest, ConcurrentRequestsMatchEachAlone) {
   const Outcome run = together({}, roomy(16));
   expect_same_as_alone(run, *requests_, *alone_, "together");
-  EXPECT_EQ(run.max_running, int(requests_->size()));  // all in one batch at once
+  EXPECT_EQ(run.max_batch, int(requests_->size()));  // all in one forward at once
 }
 
 TEST_F(EngineTest, TokenBudgetAndBlockSizeDoNotChangeTokens) {
@@ -245,6 +271,7 @@ TEST_F(EngineTest, MaxRunningBoundsTheBatchAndOthersWait) {
   const Outcome run = together(options, roomy(16));
   expect_same_as_alone(run, *requests_, *alone_, "max_running 3");
   EXPECT_EQ(run.max_running, 3);
+  EXPECT_EQ(run.max_batch, 3);
   EXPECT_GT(run.max_waiting, 0);
 }
 
@@ -267,7 +294,7 @@ TEST_F(EngineTest, PreemptionGivesTheSameTokens) {
 }
 
 TEST_F(EngineTest, RequestsSubmittedWhileOthersRunMatchAlone) {
-  const Model& m = default_model();
+  const Model& m = synthetic_llama3();
   CpuBackend backend(m.model.store, kContext, roomy(8));
   EngineOptions options;
   options.max_batch_tokens = 16;
@@ -283,7 +310,7 @@ TEST_F(EngineTest, RequestsSubmittedWhileOthersRunMatchAlone) {
 }
 
 TEST_F(EngineTest, CancellationFreesBlocksAtOnce) {
-  const Model& m = default_model();
+  const Model& m = synthetic_llama3();
   CpuBackend backend(m.model.store, kContext, roomy(16));
   EngineOptions options;
   options.max_running = 12;  // the last eight wait
@@ -323,7 +350,7 @@ TEST_F(EngineTest, CancellationFreesBlocksAtOnce) {
 }
 
 TEST_F(EngineTest, BadRequestsAreRefusedByFieldAndOthersFinish) {
-  const Model& m = default_model();
+  const Model& m = synthetic_llama3();
   CpuBackend backend(m.model.store, kContext, {16, 4});  // 64 positions
   Engine engine(backend, {}, &*m.tokenizer, m.eos);
   const Request good = (*requests_)[0];
@@ -385,10 +412,12 @@ TEST_F(EngineTest, BadRequestsAreRefusedByFieldAndOthersFinish) {
 }
 
 TEST(Engine, ZeroMaxTokensFinishesAtOnceWithLength) {
-  const Model& m = default_model();
+  const Model& m = synthetic_llama3();
   CpuBackend backend(m.model.store, 64);
   Engine engine(backend, {}, &*m.tokenizer, m.eos);
-  engine.submit({"zero", {0, 5, 6}, {.max_tokens = 0}});
+  RequestSettings settings;
+  settings.max_tokens = 0;
+  engine.submit({"zero", {0, 5, 6}, settings});
   const std::vector<RequestOutput> out = engine.step();
   ASSERT_EQ(out.size(), 1u);
   ASSERT_TRUE(out[0].finish);
@@ -397,6 +426,30 @@ TEST(Engine, ZeroMaxTokensFinishesAtOnceWithLength) {
   EXPECT_EQ(out[0].finish->generated_tokens, 0);
   EXPECT_FALSE(engine.has_work());
   EXPECT_EQ(engine.stats().steps, 0u);  // nothing ran
+}
+
+// The default model's real text: eos and stop strings as a user sees them, sixteen requests
+// batched against each alone.
+TEST(Engine, DefaultModelRequestsTogetherMatchAlone) {
+  const Model& m = default_model();
+  const int context = 128;
+  std::vector<Request> requests = mixed_requests(*m.tokenizer);
+  requests.resize(16);
+  std::map<std::string, Result> alone;
+  std::set<std::string> reasons;
+  for (size_t i = 0; i < requests.size(); ++i) {
+    Request& r = requests[i];
+    r.settings.max_tokens = 4 + int(i) % 8;
+    if (i % 3 == 1) r.settings.stop = {" the", "."};
+    alone[r.id] = run_alone(m.model.store, &*m.tokenizer, m.eos, r, context);
+    reasons.insert(alone[r.id].reason);
+  }
+  EXPECT_TRUE(reasons.contains("stop"));
+  CpuBackend backend(m.model.store, context, {16, 16 * context / 16});
+  EngineOptions options;
+  options.max_batch_tokens = 32;  // prompts chunked beside decodes
+  Engine engine(backend, options, &*m.tokenizer, m.eos);
+  expect_same_as_alone(run_together(engine, requests), requests, alone, "default model");
 }
 
 // A second architecture, token ids only, with long prompts chunked over many steps beside

@@ -118,7 +118,9 @@ TEST(TopLogprobs, AreTheLargestLogitsWithTheSampledTokensLogprob) {
   EXPECT_EQ(top[1].token, 20);
   for (size_t i = 0; i < top.size(); ++i) {
     EXPECT_EQ(top[i].logprob, token_logprob(logits, top[i].token));  // bit-identical
-    if (i > 0) EXPECT_LE(top[i].logprob, top[i - 1].logprob);
+    if (i > 0) {
+      EXPECT_LE(top[i].logprob, top[i - 1].logprob);
+    }
   }
   for (size_t t = 0; t < logits.size(); ++t)
     if (logits[t] > logits[top[4].token]) {

@@ -1,6 +1,7 @@
 // hearth-worker as a user runs it: real process, real model directory, exit codes and output.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
@@ -28,8 +29,9 @@ std::string slurp(const std::string& path) {
 }
 
 Result worker(const std::string& args) {
-  const std::string dir = testing::TempDir();
-  const std::string out = dir + "/worker_cli_out.txt", err = dir + "/worker_cli_err.txt";
+  // Per process: ctest runs each test in its own process, in parallel, in one TempDir.
+  const std::string stem = testing::TempDir() + "/worker_cli_" + std::to_string(getpid());
+  const std::string out = stem + ".out", err = stem + ".err";
   const std::string cmd =
       std::string(HEARTH_BINARY_DIR) + "/bin/hearth-worker " + args + " > " + out + " 2> " + err;
   const int status = std::system(cmd.c_str());

@@ -190,6 +190,8 @@ std::vector<RequestOutput> Engine::step() {
   const Schedule schedule = scheduler_.schedule();
   if (schedule.empty()) return outputs;
   ++counters_.steps;
+  counters_.last_step_sequences = int(schedule.chunks.size());
+  counters_.last_step_tokens = schedule.tokens;
 
   const Clock::time_point now = Clock::now();
   ForwardBatch batch;

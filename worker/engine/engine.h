@@ -33,6 +33,7 @@ struct EngineStats {
   int running = 0, waiting = 0;
   int kv_blocks_used = 0, kv_blocks_total = 0, kv_block_size = 0;
   uint64_t steps = 0;
+  int last_step_sequences = 0, last_step_tokens = 0;  // the last step's batch
   uint64_t forwarded_tokens = 0;  // tokens run through the model (prompts, decodes, recomputes)
   uint64_t generated_tokens = 0;
   uint64_t preemptions = 0;

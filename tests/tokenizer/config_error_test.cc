@@ -36,6 +36,23 @@ TEST(ConfigErrors, InvalidJson) {
   expect_refused("[1, 2]", {"expected an object"});
 }
 
+// Issue 12: a deeply nested value where the readers print it (a merge, a vocabulary id)
+// exhausted the stack while the error message was built.
+TEST(ConfigErrors, DeeplyNestedValuesAreRefusedWithoutRecursing) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  const std::string document = toy_config({"a", "b", "ab"}, {"a b"}).dump();
+  // As a merge, and as a vocabulary entry's id.
+  const std::pair<std::string, std::string> places[] = {{"\"merges\":[", ""},
+                                                        {"\"vocab\":{", "\"x\":"}};
+  for (const auto& [anchor, key] : places) {
+    std::string text = document;
+    const size_t pos = text.find(anchor);
+    ASSERT_NE(pos, std::string::npos) << anchor;
+    text.insert(pos + anchor.size(), key + deep + ",");
+    expect_refused(text, {"tokenizer.json", "nested deeper than"});
+  }
+}
+
 TEST(ConfigErrors, UnsupportedComponentsAreNamed) {
   expect_refused([](json& c) { c["model"]["type"] = "WordPiece"; },
                  {"model", "'WordPiece'", "BPE"});

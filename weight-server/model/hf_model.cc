@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ipc/json_limits.h"
 #include "weight-server/model/read_file.h"
 
 namespace hearth {
@@ -20,17 +21,9 @@ std::string read_optional(const fs::path& path) {
   return fs::exists(path) ? read_file(path) : std::string();
 }
 
-json parse_json_file(const std::string& text, const fs::path& path) {
-  try {
-    return json::parse(text);
-  } catch (const json::exception& e) {
-    throw std::runtime_error(path.string() + ": invalid JSON: " + e.what());
-  }
-}
-
 // Shard file names from model.safetensors.index.json, in first-seen order.
 std::vector<std::string> shard_names_from_index(const fs::path& index_path) {
-  json index = parse_json_file(read_file(index_path), index_path);
+  json index = parse_json(read_file(index_path), index_path.string());
   auto map = index.find("weight_map");
   if (map == index.end() || !map->is_object() || map->empty())
     throw std::runtime_error(index_path.string() + ": missing or empty weight_map");
@@ -84,7 +77,12 @@ std::vector<ExpectedTensor> expected_tensors(const ModelConfig& c) {
 
 std::vector<int> eos_token_ids(const ModelConfig& config, const std::string& generation_config) {
   if (!generation_config.empty()) {
-    json g = json::parse(generation_config, nullptr, /*allow_exceptions=*/false);
+    json g;
+    try {
+      g = parse_json(generation_config, "generation_config.json");
+    } catch (const JsonError&) {
+      // Checked when the model was loaded; unreadable here means no ids from it.
+    }
     if (g.is_object() && g.contains("eos_token_id")) {
       std::vector<int> ids;
       const json& e = g["eos_token_id"];
@@ -108,13 +106,19 @@ HfModel HfModel::open(const fs::path& dir) {
     throw std::runtime_error(dir.string() +
                              ": no config.json (not a Hugging Face model directory)");
   m.config_json_ = read_file(config_path);
+  // config.json travels inside the manifest, inside a frame: it gets the embedded depth.
   m.config_ =
-      parse_model_config(parse_json_file(m.config_json_, config_path), config_path.string());
+      parse_model_config(parse_json(m.config_json_, config_path.string(), kMaxEmbeddedJsonDepth),
+                         config_path.string());
+  // The others travel as text and are parsed by the worker: their depth is checked now, so
+  // that no reader ever recurses through a hostile one.
   m.tokenizer_json_ = read_optional(dir / "tokenizer.json");
+  check_json_depth(m.tokenizer_json_, (dir / "tokenizer.json").string());
   m.tokenizer_config_json_ = read_optional(dir / "tokenizer_config.json");
+  check_json_depth(m.tokenizer_config_json_, (dir / "tokenizer_config.json").string());
   m.generation_config_json_ = read_optional(dir / "generation_config.json");
   if (!m.generation_config_json_.empty())
-    parse_json_file(m.generation_config_json_, dir / "generation_config.json");
+    parse_json(m.generation_config_json_, (dir / "generation_config.json").string());
 
   std::vector<std::string> shard_names;
   if (fs::exists(dir / "model.safetensors.index.json"))

@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ipc/json_limits.h"
+
 namespace hearth {
 
 using json = nlohmann::json;
@@ -20,14 +22,15 @@ int positive_int(const json& cfg, const char* key, const std::string& label) {
   auto it = cfg.find(key);
   if (it == cfg.end() || it->is_null()) refuse(label, std::string("missing ") + key);
   if (!it->is_number_integer() || it->get<int64_t>() <= 0 || it->get<int64_t>() > (1 << 30))
-    refuse(label, std::string(key) + " must be a positive integer, got " + it->dump());
+    refuse(label, std::string(key) + " must be a positive integer, got " + json_excerpt(*it));
   return it->get<int>();
 }
 
 double number_or(const json& obj, const char* key, double fallback, const std::string& label) {
   auto it = obj.find(key);
   if (it == obj.end() || it->is_null()) return fallback;
-  if (!it->is_number()) refuse(label, std::string(key) + " must be a number, got " + it->dump());
+  if (!it->is_number())
+    refuse(label, std::string(key) + " must be a number, got " + json_excerpt(*it));
   return it->get<double>();
 }
 
@@ -151,7 +154,7 @@ ModelConfig parse_model_config(const json& cfg, const std::string& label) {
   if (!(c.rms_eps > 0)) refuse(label, "rms_norm_eps must be positive");
 
   if (auto act = cfg.find("hidden_act"); act != cfg.end() && *act != "silu")
-    refuse(label, "unsupported hidden_act " + act->dump() + " (supported: silu)");
+    refuse(label, "unsupported hidden_act " + json_excerpt(*act) + " (supported: silu)");
   if (bool_or(cfg, "mlp_bias", false, label)) refuse(label, "unsupported option mlp_bias=true");
 
   c.tie_embeddings = bool_or(cfg, "tie_word_embeddings", false, label);

@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ipc/json_limits.h"
+
 namespace hearth {
 
 using json = nlohmann::json;
@@ -52,12 +54,7 @@ json parse_header_json(std::string_view text, const std::string& label) {
     }
     return true;
   };
-  json header;
-  try {
-    header = json::parse(text.begin(), text.end(), reject_duplicates);
-  } catch (const json::exception& e) {
-    fail(label, std::string("header is not valid JSON: ") + e.what());
-  }
+  json header = parse_json(text, label + ": header", kMaxJsonDepth, reject_duplicates);
   if (!duplicate.empty()) fail_tensor(label, duplicate, "appears twice in the header");
   if (!header.is_object()) fail(label, "header is not a JSON object");
   return header;

@@ -4,8 +4,9 @@
 #include <set>
 #include <stdexcept>
 
-#include "weight-server/sharing/checksum.h"
+#include "ipc/json_limits.h"
 #include "weight-server/model/hf_model.h"
+#include "weight-server/sharing/checksum.h"
 
 namespace hearth {
 
@@ -18,6 +19,10 @@ using json = nlohmann::json;
 constexpr size_t kMaxTensors = 1 << 20;
 constexpr size_t kMaxDims = 8;
 constexpr uint64_t kMaxAllocationBytes = uint64_t{1} << 44;
+
+// config.json sits at depth 3 of a manifest reply ({"manifest": {"architecture": {...}}}), so
+// one that a loader accepted always fits in a frame.
+static_assert(kMaxEmbeddedJsonDepth + 2 <= kMaxJsonDepth);
 
 // Error helper: every message names the model (once known) and the place in the manifest.
 class Reader {
@@ -44,11 +49,17 @@ class Reader {
       fail(where + "'" + key + "' is not a non-negative integer");
     return v.get<uint64_t>();
   }
-  // A file's content, or "" when the field is absent or null.
+  // A file's content, or "" when the field is absent or null. The worker parses it later, so
+  // its depth is bounded like any other JSON's.
   std::string optional_text(const json& files, const char* key) const {
     const auto it = files.find(key);
     if (it == files.end() || it->is_null()) return "";
     if (!it->is_string()) fail("files['" + std::string(key) + "'] is not a string");
+    try {
+      check_json_depth(it->get_ref<const std::string&>(), std::string("files['") + key + "']");
+    } catch (const JsonError& e) {
+      fail(e.what());
+    }
     return it->get<std::string>();
   }
 };
@@ -70,7 +81,7 @@ ManifestTensor parse_tensor(const Reader& r, const json& t, size_t index) {
   uint64_t numel = 1;
   for (const json& d : shape) {
     if (!d.is_number_integer() || d.get<int64_t>() <= 0 || d.get<int64_t>() > (int64_t{1} << 40))
-      r.fail(where + "'shape' holds " + d.dump() + ", not a positive size");
+      r.fail(where + "'shape' holds " + json_excerpt(d) + ", not a positive size");
     out.info.shape.push_back(d.get<int64_t>());
     if (__builtin_mul_overflow(numel, uint64_t(d.get<int64_t>()), &numel))
       r.fail(where + "the shape's element count overflows");
@@ -177,7 +188,7 @@ Manifest parse_manifest(const json& j) {
     r.fail("'format' is not '" + std::string(kManifestFormat) + "'");
   const json& version = r.field(j, "version", "");
   if (!version.is_number_integer() || version.get<int64_t>() != kManifestVersion)
-    r.fail("version " + version.dump() + " is not supported (this build reads version " +
+    r.fail("version " + json_excerpt(version) + " is not supported (this build reads version " +
            std::to_string(kManifestVersion) + ")");
 
   Manifest m;

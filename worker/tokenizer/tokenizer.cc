@@ -4,6 +4,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "ipc/json_limits.h"
 #include "tokenizer_impl.h"
 
 namespace hearth {
@@ -11,6 +12,8 @@ namespace hearth {
 Tokenizer::Tokenizer(std::shared_ptr<const tok::TokenizerImpl> impl) : impl_(std::move(impl)) {}
 
 Tokenizer Tokenizer::from_json(std::string_view tokenizer_json) {
+  // The readers copy and print values, which recurses: a deep document is refused first.
+  check_json_depth(tokenizer_json, "tokenizer.json");
   tok::Json root;
   try {
     root = tok::Json::parse(tokenizer_json.begin(), tokenizer_json.end());

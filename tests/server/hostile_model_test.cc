@@ -1,0 +1,107 @@
+// Model directories written to hurt the server (issue 12): each must be refused when it is
+// loaded, with a message that names the file at fault, and nothing may crash, hang or leak.
+// What the server does accept must reach a worker: its manifest fits in a reply frame.
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <fstream>
+#include <future>
+#include <sstream>
+
+#include "ipc/frame.h"
+#include "ipc/frame_reader.h"
+#include "tests/ipc/test_util.h"
+#include "tools/synth_model.h"
+#include "weight-server/daemon/served_model.h"
+
+namespace hearth {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+std::string slurp(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void write(const fs::path& path, const std::string& text) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << text;
+}
+
+// A tiny synthetic model in a fresh directory.
+class HostileModel : public ::testing::Test {
+ protected:
+  void SetUp() override { fresh_model(); }
+  fs::path dir() const { return tmp_.path() + "/model"; }
+  void fresh_model() {
+    fs::remove_all(dir());
+    write_synthetic_model(dir(), SynthOptions{});
+  }
+
+  // Adds `"key": value` (raw JSON text) to config.json.
+  void add_config_key(const std::string& key, const std::string& raw_value) {
+    std::string text = slurp(dir() / "config.json");
+    text.insert(text.find('{') + 1, "\"" + key + "\": " + raw_value + ",");
+    write(dir() / "config.json", text);
+  }
+
+  std::unique_ptr<ServedModel> load() { return load_from(dir()); }
+  static std::unique_ptr<ServedModel> load_from(const fs::path& dir) {
+    ServeOptions options;
+    options.backend = "memfd";
+    options.threads = 1;
+    return load_served_model({dir, "m"}, options);
+  }
+
+  // Loading must fail with a message holding every fragment; returns the message.
+  std::string expect_refused(std::initializer_list<std::string> fragments) {
+    try {
+      load();
+      ADD_FAILURE() << "loaded, expected an error";
+      return "";
+    } catch (const std::runtime_error& e) {
+      for (const std::string& f : fragments)
+        EXPECT_NE(std::string(e.what()).find(f), std::string::npos) << e.what();
+      return e.what();
+    }
+  }
+
+  // The reply a worker gets for `manifest` goes through the frame codec both ways.
+  static void expect_attachable(const ServedModel& served) {
+    const std::string frame = ipc::encode_frame({{"ok", true}, {"manifest", served.manifest}});
+    const json body = ipc::parse_frame_payload(std::string_view(frame).substr(4));
+    EXPECT_EQ(parse_manifest(body.at("manifest")).model, "m");
+  }
+
+  test::TempDir tmp_;
+};
+
+std::string nested_array(int depth) {
+  return std::string(depth, '[') + std::string(depth, ']');
+}
+
+TEST_F(HostileModel, DeeplyNestedConfigIsRefused) {
+  add_config_key("deep", nested_array(100000));
+  expect_refused({"config.json", "nested deeper than"});
+}
+
+TEST_F(HostileModel, ConfigTooDeepToTravelInAManifestIsRefused) {
+  // Loaded before, then every worker failed: the frame around the manifest was too deep.
+  add_config_key("deep", nested_array(63));
+  expect_refused({"config.json", "nested deeper than"});
+}
+
+TEST_F(HostileModel, NestedConfigWithinTheLimitLoadsAndAttaches) {
+  add_config_key("deep", nested_array(20));
+  expect_attachable(*load());
+}
+
+}  // namespace
+}  // namespace hearth

@@ -2,7 +2,10 @@
 // temperature, top-k, top-p, min-p and one Philox uniform per step. Every token is sorted by
 // (penalised logit desc, id asc) with a radix sort of 64-bit keys, then one block walks the
 // sorted list: weights, the kept prefix, and the pick, with sums in a fixed order so the
-// result does not depend on scheduling.
+// result does not depend on scheduling. A logit that is not finite makes the logprob NaN, which
+// the host checks.
+#include <cfloat>
+
 #include <cub/device/device_radix_sort.cuh>
 
 #include "kernels/cuda_check.h"
@@ -28,7 +31,8 @@ __global__ void keys_kernel(const float* logits, int vocab, const uint8_t* seen,
                             uint64_t* keys) {
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < vocab; i += gridDim.x * blockDim.x) {
     float v = logits[i];
-    if (seen && seen[i]) v = v > 0.0f ? v / penalty : v * penalty;
+    // Saturating, as the host's penalised_logit: a finite logit stays finite.
+    if (seen && seen[i]) v = fminf(fmaxf(v > 0.0f ? v / penalty : v * penalty, -FLT_MAX), FLT_MAX);
     // Descending order of the key = descending logit, then ascending id.
     keys[i] = (uint64_t(orderable(v)) << 32) | uint32_t(0xffffffffu - uint32_t(i));
   }
@@ -151,7 +155,8 @@ __global__ void __launch_bounds__(kThreads) choose_kernel(SampleArgs a, const ui
   m = fm[0];
   for (int w = 1; w < kThreads / 32; ++w) m = fmaxf(m, fm[w]);
   double z = 0.0;
-  for (int i = t; i < a.vocab; i += kThreads) z += exp(double(a.logits[i]) - m);
+  for (int i = t; i < a.vocab; i += kThreads)
+    z += isfinite(a.logits[i]) ? exp(double(a.logits[i]) - m) : double(NAN);
   z = block_sum_double(z, dscratch);
   if (t == 0) {
     *a.token = token;

@@ -17,6 +17,7 @@
 #include "tests/ipc/test_util.h"
 #include "tools/synth_model.h"
 #include "weight-server/daemon/served_model.h"
+#include "weight-server/model/hf_model.h"
 
 namespace hearth {
 namespace {
@@ -45,7 +46,14 @@ class HostileModel : public ::testing::Test {
     write_synthetic_model(dir(), SynthOptions{});
   }
 
-  // Adds `"key": value` (raw JSON text) to config.json.
+  // Sets config.json's `key`.
+  void set_config_key(const std::string& key, const json& value) {
+    json config = json::parse(slurp(dir() / "config.json"));
+    config[key] = value;
+    write(dir() / "config.json", config.dump());
+  }
+
+  // Adds `"key": value` (raw JSON text, which may be too deep to parse) to config.json.
   void add_config_key(const std::string& key, const std::string& raw_value) {
     std::string text = slurp(dir() / "config.json");
     text.insert(text.find('{') + 1, "\"" + key + "\": " + raw_value + ",");
@@ -101,6 +109,22 @@ TEST_F(HostileModel, ConfigTooDeepToTravelInAManifestIsRefused) {
 TEST_F(HostileModel, NestedConfigWithinTheLimitLoadsAndAttaches) {
   add_config_key("deep", nested_array(20));
   expect_attachable(*load());
+}
+
+// Issue 12: 1024 heads x head_dim 4194304 wrapped q_dim to 0; the server happened to refuse the
+// model (its manifest check differs) while the single-process worker ran it into a null
+// pointer. One validation now refuses it for both, before any tensor is looked at.
+TEST_F(HostileModel, WrappingSizesAreRefusedByServerAndWorkerAlike) {
+  set_config_key("num_attention_heads", 1024);
+  set_config_key("num_key_value_heads", 1024);
+  set_config_key("head_dim", 4194304);
+  const std::string served = expect_refused({"config.json", "head_dim"});
+  try {
+    HfModel::open(dir());  // what the single-process worker opens
+    ADD_FAILURE() << "opened";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(e.what(), served);
+  }
 }
 
 }  // namespace

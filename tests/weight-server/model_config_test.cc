@@ -93,6 +93,34 @@ TEST(ModelConfig, RefusesWhatItDoesNotImplement) {
   expect_refused(c, "use_sliding_window");
 }
 
+// Issue 12: sizes whose products wrapped passed every check (1024 heads x head_dim 4194304
+// made q_dim 0, and the CPU engine then wrote through a null pointer).
+TEST(ModelConfig, RefusesSizesWhoseProductsOverflow) {
+  json c = llama();
+  c["num_attention_heads"] = 1024;
+  c["num_key_value_heads"] = 1024;
+  c["head_dim"] = 4194304;
+  expect_refused(c, "head_dim");
+  c = llama();
+  c["hidden_size"] = 1 << 30;
+  c["num_attention_heads"] = 1 << 20;
+  expect_refused(c, "hidden_size");
+  c = llama();
+  c["vocab_size"] = 1 << 30;
+  expect_refused(c, "vocab_size");
+  c = llama();
+  c["intermediate_size"] = (1 << 30) - 1;
+  expect_refused(c, "intermediate_size");
+  // A float that does not fit an int was converted anyway (undefined behaviour).
+  c = llama();
+  c["rope_scaling"] = {
+      {"rope_type", "llama3"}, {"factor", 8.0}, {"original_max_position_embeddings", 1e30}};
+  expect_refused(c, "original_max_position_embeddings");
+  c["rope_scaling"]["original_max_position_embeddings"] = 8192;
+  c["rope_scaling"]["low_freq_factor"] = 0;
+  expect_refused(c, "low_freq_factor");
+}
+
 TEST(ModelConfig, ReadsRopeInBothSpellings) {
   json old = llama();
   old["rope_theta"] = 500000.0;

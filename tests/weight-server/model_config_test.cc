@@ -121,6 +121,20 @@ TEST(ModelConfig, RefusesSizesWhoseProductsOverflow) {
   expect_refused(c, "low_freq_factor");
 }
 
+// Issue 12: 2^30 layers passed, and the list of expected tensors then grew to gigabytes.
+TEST(ModelConfig, LayerCountIsBoundedBeforeAnythingIsAllocated) {
+  json c = llama();
+  c["hidden_size"] = 2;  // a few parameters per layer: the parameter bound alone lets it pass
+  c["intermediate_size"] = 1;
+  c["num_attention_heads"] = 1;
+  c["num_key_value_heads"] = 1;
+  c["vocab_size"] = 2;
+  c["num_hidden_layers"] = 1073741824;
+  expect_refused(c, "num_hidden_layers");
+  c["num_hidden_layers"] = 126;  // Llama 3.1 405B
+  EXPECT_EQ(parse_model_config(c, "x").n_layers, 126);
+}
+
 TEST(ModelConfig, ReadsRopeInBothSpellings) {
   json old = llama();
   old["rope_theta"] = 500000.0;

@@ -149,7 +149,7 @@ ModelConfig parse_model_config(const json& cfg, const std::string& label) {
 
   c.hidden = positive_int(cfg, "hidden_size", label, kMaxModelDim);
   c.intermediate = positive_int(cfg, "intermediate_size", label, kMaxModelDim);
-  c.n_layers = positive_int(cfg, "num_hidden_layers", label, kMaxPositions);
+  c.n_layers = positive_int(cfg, "num_hidden_layers", label, kMaxLayers);
   c.n_heads = positive_int(cfg, "num_attention_heads", label, kMaxModelDim);
   c.n_kv_heads = cfg.contains("num_key_value_heads") && !cfg["num_key_value_heads"].is_null()
                      ? positive_int(cfg, "num_key_value_heads", label, kMaxModelDim)

@@ -13,11 +13,14 @@ namespace hearth {
 
 enum class Architecture { Llama, Mistral, Qwen2, Qwen3 };
 
-// Bounds no real model comes near (the largest have hidden sizes of 16384 and vocabularies of
-// 256k). Within them every size derived from a config fits an int (a row: hidden, the q and kv
-// dimensions, intermediate) and every tensor's element count a uint64, so no product wraps.
-// parse_model_config refuses anything beyond, for the server and the worker alike.
+// Bounds no real model comes near (the largest have hidden sizes of 16384, 126 layers and
+// vocabularies of 256k). Within them every size derived from a config fits an int (a row:
+// hidden, the q and kv dimensions, intermediate) and every tensor's element count a uint64, so
+// no product wraps, and the list of tensors a config implies stays short, so it is built and
+// compared before anything large is allocated. parse_model_config refuses anything beyond, for
+// the server and the worker alike.
 inline constexpr int kMaxModelDim = 1 << 20;  // hidden, intermediate, heads x head_dim
+inline constexpr int kMaxLayers = 1024;
 inline constexpr int kMaxVocab = 1 << 24;
 inline constexpr int kMaxPositions = 1 << 30;
 inline constexpr uint64_t kMaxParameters = uint64_t{1} << 42;

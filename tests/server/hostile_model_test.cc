@@ -127,5 +127,47 @@ TEST_F(HostileModel, WrappingSizesAreRefusedByServerAndWorkerAlike) {
   }
 }
 
+// Issue 12: a FIFO in the model directory blocked the load forever (the worker, or the
+// server's load thread, after which `shutdown` never finished). Every file is tried as one.
+TEST_F(HostileModel, FifosAreRefusedWithoutBlocking) {
+  for (const std::string name : {"config.json", "model.safetensors", "tokenizer.json",
+                                 "tokenizer_config.json", "generation_config.json"}) {
+    SCOPED_TRACE(name);
+    fresh_model();
+    const fs::path fifo = dir() / name;
+    fs::remove(fifo);
+    ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+    auto loading = std::async(std::launch::async, [&]() -> std::string {
+      try {
+        load();
+        return "loaded";
+      } catch (const std::exception& e) {
+        return e.what();
+      }
+    });
+    if (loading.wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
+      ADD_FAILURE() << "the load blocked on the FIFO";
+      // A writer releases the blocked open, so that the test can end.
+      for (;;) {
+        const int w = ::open(fifo.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
+        if (w >= 0) {
+          ::close(w);
+          break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    }
+    const std::string what = loading.get();
+    EXPECT_NE(what.find(name), std::string::npos) << what;
+    EXPECT_NE(what.find("not a regular file"), std::string::npos) << what;
+  }
+}
+
+TEST_F(HostileModel, DirectoriesInPlaceOfFilesAreRefused) {
+  fs::remove(dir() / "tokenizer.json");
+  fs::create_directory(dir() / "tokenizer.json");
+  expect_refused({"tokenizer.json", "directory"});
+}
+
 }  // namespace
 }  // namespace hearth

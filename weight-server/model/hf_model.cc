@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ipc/json_limits.h"
-#include "weight-server/model/read_file.h"
+#include "weight-server/model/model_directory.h"
 
 namespace hearth {
 
@@ -17,13 +17,10 @@ using json = nlohmann::json;
 
 namespace {
 
-std::string read_optional(const fs::path& path) {
-  return fs::exists(path) ? read_file(path) : std::string();
-}
-
 // Shard file names from model.safetensors.index.json, in first-seen order.
-std::vector<std::string> shard_names_from_index(const fs::path& index_path) {
-  json index = parse_json(read_file(index_path), index_path.string());
+std::vector<std::string> shard_names_from_index(const std::string& text,
+                                                const fs::path& index_path) {
+  json index = parse_json(text, index_path.string());
   auto map = index.find("weight_map");
   if (map == index.end() || !map->is_object() || map->empty())
     throw std::runtime_error(index_path.string() + ": missing or empty weight_map");
@@ -97,33 +94,33 @@ std::vector<int> eos_token_ids(const ModelConfig& config, const std::string& gen
 }
 
 HfModel HfModel::open(const fs::path& dir) {
-  if (!fs::is_directory(dir))
-    throw std::runtime_error(dir.string() + ": not a model directory (no such directory)");
+  // Every file is read through the directory: regular files only, never blocking on a FIFO.
+  const ModelDirectory files = ModelDirectory::open(dir);
   HfModel m;
   m.dir_ = dir;
-  const fs::path config_path = dir / "config.json";
-  if (!fs::exists(config_path))
+  std::optional<std::string> config = files.read("config.json");
+  if (!config)
     throw std::runtime_error(dir.string() +
                              ": no config.json (not a Hugging Face model directory)");
-  m.config_json_ = read_file(config_path);
+  m.config_json_ = std::move(*config);
   // config.json travels inside the manifest, inside a frame: it gets the embedded depth.
-  m.config_ =
-      parse_model_config(parse_json(m.config_json_, config_path.string(), kMaxEmbeddedJsonDepth),
-                         config_path.string());
+  const std::string config_path = files.path_of("config.json").string();
+  m.config_ = parse_model_config(parse_json(m.config_json_, config_path, kMaxEmbeddedJsonDepth),
+                                 config_path);
   // The others travel as text and are parsed by the worker: their depth is checked now, so
   // that no reader ever recurses through a hostile one.
-  m.tokenizer_json_ = read_optional(dir / "tokenizer.json");
-  check_json_depth(m.tokenizer_json_, (dir / "tokenizer.json").string());
-  m.tokenizer_config_json_ = read_optional(dir / "tokenizer_config.json");
-  check_json_depth(m.tokenizer_config_json_, (dir / "tokenizer_config.json").string());
-  m.generation_config_json_ = read_optional(dir / "generation_config.json");
+  m.tokenizer_json_ = files.read("tokenizer.json").value_or("");
+  check_json_depth(m.tokenizer_json_, files.path_of("tokenizer.json").string());
+  m.tokenizer_config_json_ = files.read("tokenizer_config.json").value_or("");
+  check_json_depth(m.tokenizer_config_json_, files.path_of("tokenizer_config.json").string());
+  m.generation_config_json_ = files.read("generation_config.json").value_or("");
   if (!m.generation_config_json_.empty())
-    parse_json(m.generation_config_json_, (dir / "generation_config.json").string());
+    parse_json(m.generation_config_json_, files.path_of("generation_config.json").string());
 
   std::vector<std::string> shard_names;
-  if (fs::exists(dir / "model.safetensors.index.json"))
-    shard_names = shard_names_from_index(dir / "model.safetensors.index.json");
-  else if (fs::exists(dir / "model.safetensors"))
+  if (const auto index = files.read("model.safetensors.index.json"))
+    shard_names = shard_names_from_index(*index, files.path_of("model.safetensors.index.json"));
+  else if (files.open_file("model.safetensors").valid())
     shard_names = {"model.safetensors"};
   else
     throw std::runtime_error(dir.string() +
@@ -132,7 +129,12 @@ HfModel HfModel::open(const fs::path& dir) {
   // Every tensor in every shard, by name; a name in two shards is an error.
   std::map<std::string, HfTensor> found;
   for (const std::string& name : shard_names) {
-    auto shard = std::make_shared<SafetensorsFile>(SafetensorsFile::open(dir / name));
+    const UniqueFd file = files.open_file(name);
+    if (!file.valid())
+      throw std::runtime_error(files.path_of(name).string() +
+                               ": no such file (model.safetensors.index.json lists it)");
+    auto shard =
+        std::make_shared<SafetensorsFile>(SafetensorsFile::open(file.get(), files.path_of(name)));
     for (const SafetensorsEntry& e : shard->header().tensors) {
       if (found.contains(e.info.name))
         throw std::runtime_error((dir / name).string() + ": tensor '" + e.info.name +

@@ -184,4 +184,12 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
   return f;
 }
 
+SafetensorsFile SafetensorsFile::open(int fd, const std::filesystem::path& path) {
+  SafetensorsFile f;
+  f.path_ = path;
+  f.mapping_ = MappedFile::map_file(fd, path);
+  f.header_ = parse_safetensors(f.mapping_.bytes(), path.string());
+  return f;
+}
+
 }  // namespace hearth

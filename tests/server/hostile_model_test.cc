@@ -111,6 +111,62 @@ TEST_F(HostileModel, NestedConfigWithinTheLimitLoadsAndAttaches) {
   expect_attachable(*load());
 }
 
+// Issue 12 (security): with --admin-uid, an admin could link a file of its model directory to
+// one only the server may read, and every allowed uid then read it through `manifest`; a
+// config.json linked to a secret leaked its first bytes in the parse error.
+TEST_F(HostileModel, FilesLinkedOutOfTheDirectoryAreRefused) {
+  const fs::path secret = tmp_.path() + "/secret";
+  write(secret, "hunter2 is the password");
+  for (const std::string name : {"tokenizer_config.json", "tokenizer.json",
+                                 "generation_config.json", "config.json", "model.safetensors"}) {
+    for (const fs::path& target : {secret, fs::path("../secret"), fs::path("/dev/zero")}) {
+      SCOPED_TRACE(name + " -> " + target.string());
+      fresh_model();
+      fs::remove(dir() / name);
+      fs::create_symlink(target, dir() / name);
+      const std::string what = expect_refused({name, "outside the model directory"});
+      EXPECT_EQ(what.find("hunter2"), std::string::npos) << what;
+    }
+  }
+}
+
+TEST_F(HostileModel, LinksThatStayInsideTheDirectoryAreFollowed) {
+  fs::create_directory(dir() / "files");
+  fs::rename(dir() / "tokenizer.json", dir() / "files" / "tokenizer.json");
+  fs::create_symlink("files/tokenizer.json", dir() / "tokenizer.json");
+  fs::rename(dir() / "model.safetensors", dir() / "files" / "weights");
+  fs::create_symlink("./files/../files/weights", dir() / "model.safetensors");
+  expect_attachable(*load());
+}
+
+// A Hugging Face cache snapshot links every file to ../../blobs/HASH: those links are followed,
+// within the repository's folder and no further.
+TEST_F(HostileModel, HuggingFaceCacheSnapshotsLoad) {
+  const fs::path repo = tmp_.path() + "/hub/models--org--tiny";
+  const fs::path snapshot = repo / "snapshots" / "0123abcd";
+  fs::create_directories(repo / "blobs");
+  fs::create_directories(snapshot);
+  int n = 0;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir())) {
+    const std::string blob = "blob" + std::to_string(n++);
+    fs::rename(e.path(), repo / "blobs" / blob);
+    fs::create_symlink("../../blobs/" + blob, snapshot / e.path().filename());
+  }
+  expect_attachable(*load_from(snapshot));
+
+  // One link out of the repository is refused like any other.
+  write(tmp_.path() + "/hub/outside.json", "{}");
+  fs::remove(snapshot / "generation_config.json");
+  fs::create_symlink("../../../outside.json", snapshot / "generation_config.json");
+  try {
+    load_from(snapshot);
+    ADD_FAILURE() << "loaded a file from outside the repository";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("outside the model directory"), std::string::npos)
+        << e.what();
+  }
+}
+
 // Issue 12: 1024 heads x head_dim 4194304 wrapped q_dim to 0; the server happened to refuse the
 // model (its manifest check differs) while the single-process worker ran it into a null
 // pointer. One validation now refuses it for both, before any tensor is looked at.

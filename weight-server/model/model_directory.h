@@ -1,6 +1,12 @@
-// The files of a model directory, opened so that the directory cannot make the reader block or
-// read something that is not a file: every file is opened without blocking (a FIFO is refused,
-// not waited on) and only as a regular file.
+// The files of a model directory, opened so that the directory cannot make the reader open
+// anything else. A model directory may come from a stranger, and the server reads it with its
+// own rights on behalf of an admin who may have fewer. So every file is opened beneath the
+// directory (openat2 with RESOLVE_BENEATH: a symbolic link may lead elsewhere inside it, never
+// out, and never through /proc's magic links), without blocking (a FIFO is refused, not waited
+// on), and only as a regular file.
+//
+// A Hugging Face cache snapshot (.../models--ORG--NAME/snapshots/REVISION) links each file to
+// ../../blobs/HASH; there the repository folder, models--ORG--NAME, is the bound instead.
 #pragma once
 
 #include <filesystem>
@@ -24,8 +30,8 @@ class ModelDirectory {
   std::filesystem::path path_of(std::string_view name) const { return path_ / name; }
 
   // The regular file `name` (one path component), open for reading; an empty UniqueFd when
-  // there is no such file. Throws std::runtime_error naming the file when it is not a regular
-  // file (a directory, FIFO, socket or device) or cannot be opened.
+  // there is no such file. Throws std::runtime_error naming the file when it leads outside the
+  // directory, is not a regular file (a directory, FIFO, socket or device) or cannot be opened.
   UniqueFd open_file(std::string_view name) const;
 
   // The whole of `name`, at most `max_bytes`, or nullopt when there is no such file. Throws as
@@ -35,7 +41,9 @@ class ModelDirectory {
 
  private:
   std::filesystem::path path_;
-  UniqueFd dir_;
+  UniqueFd dir_;         // the directory, which no file may lead out of
+  UniqueFd repository_;  // for a cache snapshot, its repository folder: the bound instead
+  std::string prefix_;   // the snapshot relative to repository_: "snapshots/REVISION/"
 };
 
 }  // namespace hearth

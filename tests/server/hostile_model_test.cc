@@ -167,6 +167,36 @@ TEST_F(HostileModel, HuggingFaceCacheSnapshotsLoad) {
   }
 }
 
+// Issue 12: tokenizer files that are not UTF-8 loaded, then every `manifest` failed with
+// "the server could not encode its reply".
+TEST_F(HostileModel, TextFilesThatAreNotUtf8AreRefused) {
+  for (const std::string name : {"tokenizer.json", "tokenizer_config.json"}) {
+    SCOPED_TRACE(name);
+    fresh_model();
+    write(dir() / name, "{\"model\": \"caf\xe9\"}");
+    expect_refused({name, "UTF-8", "byte 14"});
+  }
+}
+
+// Issue 12: a model path that is not UTF-8 loaded, then broke `list` and `stats` for everyone.
+TEST_F(HostileModel, ModelPathsThatAreNotUtf8AreRefused) {
+  const fs::path odd = tmp_.path() + "/mod\xe8le";
+  fs::rename(dir(), odd);
+  try {
+    load_from(odd);
+    ADD_FAILURE() << "loaded";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("UTF-8"), std::string::npos) << e.what();
+  }
+}
+
+// Issue 12: a tokenizer.json over the reply frame's 64 MiB loaded, then could not be attached.
+TEST_F(HostileModel, FilesTooLargeToAttachAreRefusedAtLoad) {
+  write(dir() / "tokenizer.json",
+        "{\"padding\": \"" + std::string(ipc::kDefaultMaxFrameBytes, 'x') + "\"}");
+  expect_refused({"tokenizer.json", "manifest"});
+}
+
 // Issue 12: 1024 heads x head_dim 4194304 wrapped q_dim to 0; the server happened to refuse the
 // model (its manifest check differs) while the single-process worker ran it into a null
 // pointer. One validation now refuses it for both, before any tensor is looked at.

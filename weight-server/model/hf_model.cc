@@ -39,6 +39,14 @@ std::vector<std::string> shard_names_from_index(const std::string& text,
   return names;
 }
 
+// A model's text files and its path travel to workers and clients inside JSON, which must be
+// UTF-8: anything else is refused at load, not in every later reply.
+void check_utf8(std::string_view text, const fs::path& path) {
+  if (const auto at = find_invalid_utf8(text))
+    throw std::runtime_error(path.string() + ": not valid UTF-8 (byte " + std::to_string(*at) +
+                             "); model files travel to workers as JSON text, which must be UTF-8");
+}
+
 }  // namespace
 
 std::vector<ExpectedTensor> expected_tensors(const ModelConfig& c) {
@@ -94,6 +102,10 @@ std::vector<int> eos_token_ids(const ModelConfig& config, const std::string& gen
 }
 
 HfModel HfModel::open(const fs::path& dir) {
+  if (const auto at = find_invalid_utf8(dir.native()))
+    throw std::runtime_error("the model directory's path " + json_excerpt(dir.string(), 200) +
+                             " is not valid UTF-8 (byte " + std::to_string(*at) +
+                             "); it travels in JSON replies, which must be UTF-8");
   // Every file is read through the directory: regular files only, never blocking on a FIFO.
   const ModelDirectory files = ModelDirectory::open(dir);
   HfModel m;
@@ -103,17 +115,22 @@ HfModel HfModel::open(const fs::path& dir) {
     throw std::runtime_error(dir.string() +
                              ": no config.json (not a Hugging Face model directory)");
   m.config_json_ = std::move(*config);
+  check_utf8(m.config_json_, files.path_of("config.json"));
   // config.json travels inside the manifest, inside a frame: it gets the embedded depth.
   const std::string config_path = files.path_of("config.json").string();
   m.config_ = parse_model_config(parse_json(m.config_json_, config_path, kMaxEmbeddedJsonDepth),
                                  config_path);
   // The others travel as text and are parsed by the worker: their depth is checked now, so
   // that no reader ever recurses through a hostile one.
-  m.tokenizer_json_ = files.read("tokenizer.json").value_or("");
-  check_json_depth(m.tokenizer_json_, files.path_of("tokenizer.json").string());
-  m.tokenizer_config_json_ = files.read("tokenizer_config.json").value_or("");
-  check_json_depth(m.tokenizer_config_json_, files.path_of("tokenizer_config.json").string());
-  m.generation_config_json_ = files.read("generation_config.json").value_or("");
+  const auto text_file = [&](const char* name) {
+    std::string text = files.read(name).value_or("");
+    check_utf8(text, files.path_of(name));
+    check_json_depth(text, files.path_of(name).string());
+    return text;
+  };
+  m.tokenizer_json_ = text_file("tokenizer.json");
+  m.tokenizer_config_json_ = text_file("tokenizer_config.json");
+  m.generation_config_json_ = text_file("generation_config.json");
   if (!m.generation_config_json_.empty())
     parse_json(m.generation_config_json_, files.path_of("generation_config.json").string());
 

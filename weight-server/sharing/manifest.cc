@@ -1,5 +1,6 @@
 #include "weight-server/sharing/manifest.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <stdexcept>
@@ -131,6 +132,27 @@ void check_against_architecture(const Reader& r, const Manifest& m) {
     r.fail("unexpected tensor '" + by_name.begin()->first + "' for " + m.config.architecture_name);
 }
 
+// Measured as encoded, escapes included, when the server builds the manifest at load.
+void check_fits_in_a_reply(const Manifest& m, const json& j) {
+  size_t bytes = 0;
+  try {
+    bytes = j.dump().size();
+  } catch (const json::exception& e) {
+    throw std::runtime_error("manifest of model '" + m.model + "' cannot be encoded: " + e.what());
+  }
+  if (bytes <= kMaxManifestBytes) return;
+  const std::pair<const char*, size_t> files[] = {
+      {"tokenizer.json", m.tokenizer_json.size()},
+      {"tokenizer_config.json", m.tokenizer_config_json.size()},
+      {"generation_config.json", m.generation_config_json.size()}};
+  const auto largest = *std::max_element(std::begin(files), std::end(files),
+                                         [](auto a, auto b) { return a.second < b.second; });
+  throw std::runtime_error("model '" + m.model + "': its manifest would be " +
+                           std::to_string(bytes) + " bytes, more than the " +
+                           std::to_string(kMaxManifestBytes) + " a reply can carry to a worker (" +
+                           largest.first + " is " + std::to_string(largest.second) + " bytes)");
+}
+
 }  // namespace
 
 uint64_t Manifest::tensor_bytes() const {
@@ -164,19 +186,21 @@ json manifest_to_json(const Manifest& m) {
                        {"xxh3", checksum_to_hex(t.xxh3)}});
   }
   auto text = [](const std::string& s) { return s.empty() ? json(nullptr) : json(s); };
-  return {{"format", kManifestFormat},
-          {"version", kManifestVersion},
-          {"model", m.model},
-          {"backend", m.backend},
-          {"gpu_uuid", text(m.gpu_uuid)},
-          {"architecture", m.architecture},
-          {"files",
-           {{"tokenizer.json", text(m.tokenizer_json)},
-            {"tokenizer_config.json", text(m.tokenizer_config_json)},
-            {"generation_config.json", text(m.generation_config_json)}}},
-          {"tensor_bytes", m.tensor_bytes()},
-          {"allocation_bytes", m.allocation_bytes()},
-          {"tensors", std::move(tensors)}};
+  json j = {{"format", kManifestFormat},
+            {"version", kManifestVersion},
+            {"model", m.model},
+            {"backend", m.backend},
+            {"gpu_uuid", text(m.gpu_uuid)},
+            {"architecture", m.architecture},
+            {"files",
+             {{"tokenizer.json", text(m.tokenizer_json)},
+              {"tokenizer_config.json", text(m.tokenizer_config_json)},
+              {"generation_config.json", text(m.generation_config_json)}}},
+            {"tensor_bytes", m.tensor_bytes()},
+            {"allocation_bytes", m.allocation_bytes()},
+            {"tensors", std::move(tensors)}};
+  check_fits_in_a_reply(m, j);
+  return j;
 }
 
 Manifest parse_manifest(const json& j) {

@@ -135,6 +135,19 @@ TEST(ModelConfig, LayerCountIsBoundedBeforeAnythingIsAllocated) {
   EXPECT_EQ(parse_model_config(c, "x").n_layers, 126);
 }
 
+// Found by fuzzing (issue 12): a rope_theta or scaling factor of 1e-320 passed as positive and
+// made the inverse frequencies infinite.
+TEST(ModelConfig, RopeSettingsThatOverflowTheFrequenciesAreRefused) {
+  json c = llama();
+  c["rope_theta"] = 1e-320;
+  expect_refused(c, "rope_theta");
+  c = llama();
+  c["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 1e-320}};
+  expect_refused(c, "not finite");
+  c["rope_scaling"]["factor"] = 1e-3;  // odd, but finite
+  EXPECT_NO_THROW(parse_model_config(c, "x"));
+}
+
 TEST(ModelConfig, ReadsRopeInBothSpellings) {
   json old = llama();
   old["rope_theta"] = 500000.0;

@@ -197,6 +197,11 @@ ModelConfig parse_model_config(const json& cfg, const std::string& label) {
       refuse(label, "unsupported option use_sliding_window=true");
   }
   parse_rope(cfg, c, label);
+  // Each setting may be in range and the frequencies still overflow (a theta or factor of
+  // 1e-320): the table the engine uses is what is checked.
+  for (const float f : rope_inverse_frequencies(c))
+    if (!std::isfinite(f))
+      refuse(label, "rope_theta and the rope scaling give frequencies that are not finite");
   c.bos_ids = id_list(cfg, "bos_token_id");
   c.eos_ids = id_list(cfg, "eos_token_id");
   if (c.parameter_count() > kMaxParameters)

@@ -12,14 +12,9 @@ namespace hearth {
 Tokenizer::Tokenizer(std::shared_ptr<const tok::TokenizerImpl> impl) : impl_(std::move(impl)) {}
 
 Tokenizer Tokenizer::from_json(std::string_view tokenizer_json) {
-  // The readers copy and print values, which recurses: a deep document is refused first.
-  check_json_depth(tokenizer_json, "tokenizer.json");
-  tok::Json root;
-  try {
-    root = tok::Json::parse(tokenizer_json.begin(), tokenizer_json.end());
-  } catch (const tok::Json::parse_error& e) {
-    throw std::runtime_error(std::string("tokenizer.json is not valid JSON: ") + e.what());
-  }
+  // The shared reader of outside JSON: the readers below copy and print values, which
+  // recurses, so a deep document is refused first; its messages never quote the text.
+  const tok::Json root = parse_json(tokenizer_json, "tokenizer.json");
   try {
     return Tokenizer(std::make_shared<const tok::TokenizerImpl>(root));
   } catch (const tok::Json::exception& e) {

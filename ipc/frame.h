@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ipc/fd_passing.h"
+#include "ipc/json_limits.h"
 #include "ipc/unique_fd.h"
 
 // Wire format: a 4-byte little-endian payload length, then that many bytes of UTF-8 JSON (an
@@ -20,9 +21,8 @@ inline constexpr std::size_t kFrameHeaderBytes = 4;
 // The default payload limit. Large enough for a manifest that carries tokenizer files inline
 // (a Llama 3 tokenizer.json alone is ~9 MB); the broker uses a much smaller one for requests.
 inline constexpr std::size_t kDefaultMaxFrameBytes = std::size_t{64} << 20;
-// Deeper JSON is refused: nlohmann's copy and dump recurse, so a hostile peer could otherwise
-// exhaust the stack with a small frame of nested brackets.
-inline constexpr int kMaxJsonDepth = 64;
+// A frame's JSON is refused deeper than kMaxJsonDepth (json_limits.h): nlohmann's copy and dump
+// recurse, so a hostile peer could otherwise exhaust the stack with a small frame of brackets.
 
 // One message: a JSON object and the FDs that came with it.
 struct Frame {

@@ -12,32 +12,14 @@ std::size_t decode_length(const std::array<unsigned char, kFrameHeaderBytes>& h)
          std::size_t{h[3]} << 24;
 }
 
-// nlohmann messages start with "[json.exception.parse_error.101] "; the rest is the useful part.
-std::string without_exception_tag(const char* what) {
-  std::string_view text(what);
-  if (!text.empty() && text.front() == '[') {
-    if (const auto end = text.find("] "); end != std::string_view::npos)
-      text.remove_prefix(end + 2);
-  }
-  return std::string(text);
-}
-
 }  // namespace
 
 nlohmann::json parse_frame_payload(std::string_view payload) {
-  const nlohmann::json::parser_callback_t limit_depth = [](int depth, nlohmann::json::parse_event_t,
-                                                           nlohmann::json&) {
-    if (depth > kMaxJsonDepth) {
-      throw ProtocolError(ErrorCode::kBadRequest,
-                          "JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
-    }
-    return true;
-  };
   nlohmann::json body;
   try {
-    body = nlohmann::json::parse(payload, limit_depth);
-  } catch (const nlohmann::json::exception& e) {
-    throw ProtocolError(ErrorCode::kBadRequest, "invalid JSON: " + without_exception_tag(e.what()));
+    body = parse_json(payload, "");
+  } catch (const JsonError& e) {
+    throw ProtocolError(ErrorCode::kBadRequest, e.what());
   }
   if (!body.is_object()) {
     throw ProtocolError(ErrorCode::kBadRequest,

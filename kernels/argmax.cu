@@ -1,6 +1,8 @@
 // Greedy sampling on the GPU: a first pass where each block reduces a slice of the vocabulary
 // to (best penalised value, its id, raw max, raw sum of exp), and a one-block second pass that
-// merges the slices in order. Ties go to the lowest id, matching the host sampler.
+// merges the slices in order. Ties go to the lowest id, matching the host sampler. A logit that
+// is not finite makes the sum, and so the logprob, NaN: the host checks that.
+#include <cfloat>
 #include <climits>
 
 #include "kernels/cuda_check.h"
@@ -24,8 +26,9 @@ __device__ __forceinline__ bool better(float v, int id, float best, int best_id)
   return v > best || (v == best && id < best_id);
 }
 
+// Saturating, as the host's penalised_logit: a finite logit stays finite.
 __device__ __forceinline__ float penalised(float v, bool seen, float penalty) {
-  return seen ? (v > 0.0f ? v / penalty : v * penalty) : v;
+  return seen ? fminf(fmaxf(v > 0.0f ? v / penalty : v * penalty, -FLT_MAX), FLT_MAX) : v;
 }
 
 // Combines (best, id) and (max, sum) of two partials.
@@ -60,8 +63,10 @@ __global__ void __launch_bounds__(kThreads)
                           Partial* partials) {
   const int begin = blockIdx.x * kPerBlock, end = min(vocab, begin + kPerBlock);
   Partial p{-INFINITY, INT_MAX, -INFINITY, 0.0f};
+  bool finite = true;
   for (int i = begin + threadIdx.x; i < end; i += kThreads) {
     const float raw = logits[i];
+    finite = finite && isfinite(raw);
     const float v = seen ? penalised(raw, seen[i] != 0, penalty) : raw;
     if (better(v, i, p.best, p.id)) {
       p.best = v;
@@ -74,16 +79,19 @@ __global__ void __launch_bounds__(kThreads)
       p.raw_sum += __expf(raw - p.raw_max);
     }
   }
+  if (!finite) p.raw_sum = NAN;  // merges keep it: NaN times anything is NaN
   p = block_merge(p);
   if (threadIdx.x == 0) partials[blockIdx.x] = p;
 }
 
-__global__ void argmax_final_kernel(const float* logits, const Partial* partials, int blocks,
-                                    int32_t* token, float* logprob) {
+__global__ void argmax_final_kernel(const float* logits, int vocab, const Partial* partials,
+                                    int blocks, int32_t* token, float* logprob) {
   Partial p = partials[0];
   for (int b = 1; b < blocks; ++b) p = merge(p, partials[b]);
-  *token = p.id;
-  *logprob = logits[p.id] - p.raw_max - logf(p.raw_sum);
+  // All NaN: nothing compared greater, so no id was chosen.
+  const bool chosen = p.id >= 0 && p.id < vocab;
+  *token = chosen ? p.id : 0;
+  *logprob = chosen ? logits[p.id] - p.raw_max - logf(p.raw_sum) : NAN;
 }
 
 int blocks_for(int vocab) {
@@ -108,7 +116,7 @@ void argmax_logprob(const float* logits, int vocab, const uint8_t* seen, float p
   Partial* partials = reinterpret_cast<Partial*>(scratch);
   argmax_partial_kernel<<<blocks, kThreads, 0, stream>>>(logits, vocab, seen, penalty, partials);
   HEARTH_CUDA_CHECK_LAUNCH();
-  argmax_final_kernel<<<1, 1, 0, stream>>>(logits, partials, blocks, token, logprob);
+  argmax_final_kernel<<<1, 1, 0, stream>>>(logits, vocab, partials, blocks, token, logprob);
   HEARTH_CUDA_CHECK_LAUNCH();
 }
 

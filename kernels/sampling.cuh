@@ -6,6 +6,7 @@
 // depends on nothing but the row.
 #pragma once
 
+#include <cfloat>
 #include <climits>
 #include <cstdint>
 
@@ -35,8 +36,9 @@ __device__ __forceinline__ int32_t key_id(uint64_t key) {
   return int32_t(0xffffffffu - uint32_t(key));
 }
 
+// Saturating, as the host's penalised_logit: a finite logit stays finite.
 __device__ __forceinline__ float penalised(float v, float penalty) {
-  return v > 0.0f ? v / penalty : v * penalty;
+  return fminf(fmaxf(v > 0.0f ? v / penalty : v * penalty, -FLT_MAX), FLT_MAX);
 }
 
 struct Scratch {
@@ -171,7 +173,9 @@ __device__ inline float raw_logprob(const float* logits, int vocab, int token, S
   for (int i = threadIdx.x; i < vocab; i += blockDim.x) m = fmaxf(m, logits[i]);
   m = block_max_float(m, s);
   double z = 0.0;
-  for (int i = threadIdx.x; i < vocab; i += blockDim.x) z += exp(double(logits[i]) - m);
+  // A logit that is not finite makes the logprob NaN, which the host checks and reports.
+  for (int i = threadIdx.x; i < vocab; i += blockDim.x)
+    z += isfinite(logits[i]) ? exp(double(logits[i]) - m) : double(NAN);
   z = block_sum_double(z, s);
   return float(double(logits[token]) - m - log(z));
 }

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ipc/json_limits.h"
 #include "weight-server/model/hf_model.h"
 #include "weight-server/model/host_store.h"
 #include "worker/tokenizer/tokenizer.h"
@@ -52,7 +53,12 @@ std::vector<int32_t> end_of_sequence_ids(const WorkerModel& model, const Tokeniz
   for (int id : eos_token_ids(model.store->config(), model.generation_config_json))
     ids.push_back(id);
   if (tokenizer && !model.tokenizer_config_json.empty()) {
-    auto cfg = nlohmann::json::parse(model.tokenizer_config_json, nullptr, false);
+    nlohmann::json cfg;
+    try {
+      cfg = parse_json(model.tokenizer_config_json, "tokenizer_config.json");
+    } catch (const JsonError&) {
+      // An optional file: one that is not JSON adds no id.
+    }
     if (cfg.is_object() && cfg.contains("eos_token")) {
       const auto& e = cfg["eos_token"];
       std::string text = e.is_string() ? e.get<std::string>()

@@ -200,5 +200,19 @@ TEST(Profile, FileErrorsNameTheFile) {
   EXPECT_THROW(load_profile_file(testing::TempDir() + "/no_such_profile.json"), std::runtime_error);
 }
 
+// Issue 12: a deeply nested value used to crash the worker while the error message printed it.
+TEST(Profile, DeeplyNestedValuesAreRefusedWithoutRecursing) {
+  const std::string path = testing::TempDir() + "/deep_profile.json";
+  std::ofstream(path) << "{\"temperature\": " << std::string(100000, '[')
+                      << std::string(100000, ']') << "}";
+  try {
+    load_profile_file(path);
+    FAIL();
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("deep_profile.json"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("nested deeper than"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace hearth

@@ -145,5 +145,49 @@ TEST(Sampler, SameSeedAndStepGiveTheSameToken) {
   EXPECT_GT(distinct.size(), 5u);  // and the steps differ
 }
 
+// Issue 12: NaN or infinite logits (a model whose weights overflowed) crashed sampling with
+// temperature or min-p, and greedy and top-k silently gave token 0. Every mode refuses them.
+TEST(Sampler, NonFiniteLogitsAreAnErrorNamingTheStep) {
+  std::vector<SamplingParams> modes(5, warm(0.8f));
+  modes[0].temperature = 0;  // greedy
+  modes[1].top_k = 2;
+  modes[3].min_p = 0.1f;
+  modes[4].top_p = 0.9f;
+  for (const float bad : {NAN, INFINITY, -INFINITY}) {
+    for (const bool all_bad : {false, true}) {
+      std::vector<float> l = {0.5f, 1.0f, bad, 2.0f};
+      if (all_bad) l.assign(4, bad);
+      for (size_t m = 0; m < modes.size(); ++m) {
+        Sampler s;
+        try {
+          const SampledToken t = s.sample(l, modes[m], {}, 7);
+          ADD_FAILURE() << "mode " << m << " with " << bad << " gave token " << t.token;
+        } catch (const std::runtime_error& e) {
+          EXPECT_NE(std::string(e.what()).find("step 7"), std::string::npos) << e.what();
+          EXPECT_NE(std::string(e.what()).find("not finite"), std::string::npos) << e.what();
+        }
+      }
+    }
+  }
+}
+
+// A penalty applied to a huge logit must not make it infinite (which left no candidate).
+TEST(Sampler, RepetitionPenaltyNeverMakesALogitInfinite) {
+  const std::vector<float> l = {3e38f, 1.0f, -3e38f};
+  const std::vector<int32_t> seen = {0, 2};
+  for (const float penalty : {0.001f, 100.0f}) {
+    for (const float temperature : {0.0f, 0.8f}) {
+      SamplingParams p = warm(temperature);
+      p.repetition_penalty = penalty;
+      p.min_p = 0.05f;
+      Sampler s;
+      const SampledToken t = s.sample(l, p, seen, 0);
+      EXPECT_GE(t.token, 0);
+      EXPECT_LT(t.token, 3);
+      EXPECT_TRUE(std::isfinite(t.logprob));
+    }
+  }
+}
+
 }  // namespace
 }  // namespace hearth

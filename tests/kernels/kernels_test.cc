@@ -387,6 +387,46 @@ TEST(Kernels, ArgmaxPicksLowestIdOfTheMaximumAndItsLogprob) {
   }
 }
 
+// Issue 12: NaN or infinite logits make both device samplers' logprob NaN (and never an id
+// outside the vocabulary), which the backend turns into the host sampler's error.
+TEST(Kernels, NonFiniteLogitsMakeTheDeviceSamplersFail) {
+  HEARTH_REQUIRE_GPU();
+  for (int vocab : {1000, 128256}) {
+    for (const float bad : {NAN, INFINITY, -INFINITY}) {
+      for (const bool all_bad : {false, true}) {
+        auto logits = random_floats(vocab, 2.5f);
+        if (all_bad)
+          logits.assign(size_t(vocab), bad);
+        else
+          logits[size_t(vocab) / 2] = bad;
+        auto dl = upload(logits);
+        DeviceBuffer argmax_scratch(kernels::argmax_scratch_floats(vocab) * 4),
+            scratch(kernels::sample_scratch_bytes(vocab)), tok(4), lp(4);
+        for (const int top_k : {-1, 0, 40}) {  // -1: greedy
+          if (top_k < 0) {
+            kernels::argmax_logprob(dl.get<float>(), vocab, nullptr, 1.0f,
+                                    argmax_scratch.get<float>(), tok.get<int32_t>(),
+                                    lp.get<float>(), nullptr);
+          } else {
+            kernels::SampleArgs a;
+            a.logits = dl.get<float>(), a.vocab = vocab, a.temperature = 0.8f, a.top_k = top_k;
+            a.token = tok.get<int32_t>(), a.logprob = lp.get<float>(), a.scratch = scratch.get();
+            kernels::sample(a, nullptr);
+          }
+          SampledToken s;
+          HEARTH_CUDA_CHECK(cudaMemcpy(&s.token, tok.get(), 4, cudaMemcpyDeviceToHost));
+          HEARTH_CUDA_CHECK(cudaMemcpy(&s.logprob, lp.get(), 4, cudaMemcpyDeviceToHost));
+          EXPECT_GE(s.token, 0);
+          EXPECT_LT(s.token, vocab);
+          EXPECT_THROW(check_device_sample(s, vocab, 3), NonFiniteLogits)
+              << "vocab " << vocab << " " << bad << (all_bad ? " everywhere" : " once") << " top_k "
+              << top_k << ": token " << s.token << " logprob " << s.logprob;
+        }
+      }
+    }
+  }
+}
+
 // The GPU sampler against the host sampler (the reference) on the same logits: same token
 // for every (seed, step, settings), same logprob.
 TEST(Kernels, SamplingMatchesTheHostSampler) {

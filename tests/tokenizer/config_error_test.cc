@@ -31,9 +31,35 @@ void expect_refused(const std::function<void(json&)>& edit,
 }
 
 TEST(ConfigErrors, InvalidJson) {
-  expect_refused("{\"model\": ", {"not valid JSON"});
-  expect_refused("", {"not valid JSON"});
+  expect_refused("{\"model\": ", {"tokenizer.json: invalid JSON"});
+  expect_refused("", {"tokenizer.json: invalid JSON"});
   expect_refused("[1, 2]", {"expected an object"});
+  // Found by fuzzing: a number too large for a double escaped as nlohmann's out_of_range, and
+  // the message quoted the bytes read so far, which could end inside a character.
+  expect_refused("{\"version\": 1e400}", {"tokenizer.json: invalid JSON", "number overflow"});
+  try {
+    Tokenizer::from_json("{\"model\": \"caf\xc3\xa9\"x}");
+    ADD_FAILURE() << "accepted";
+  } catch (const std::runtime_error& e) {
+    EXPECT_EQ(std::string(e.what()).find("last read"), std::string::npos) << e.what();
+  }
+}
+
+// Issue 12: a deeply nested value where the readers print it (a merge, a vocabulary id)
+// exhausted the stack while the error message was built.
+TEST(ConfigErrors, DeeplyNestedValuesAreRefusedWithoutRecursing) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  const std::string document = toy_config({"a", "b", "ab"}, {"a b"}).dump();
+  // As a merge, and as a vocabulary entry's id.
+  const std::pair<std::string, std::string> places[] = {{"\"merges\":[", ""},
+                                                        {"\"vocab\":{", "\"x\":"}};
+  for (const auto& [anchor, key] : places) {
+    std::string text = document;
+    const size_t pos = text.find(anchor);
+    ASSERT_NE(pos, std::string::npos) << anchor;
+    text.insert(pos + anchor.size(), key + deep + ",");
+    expect_refused(text, {"tokenizer.json", "nested deeper than"});
+  }
 }
 
 TEST(ConfigErrors, UnsupportedComponentsAreNamed) {

@@ -93,6 +93,61 @@ TEST(ModelConfig, RefusesWhatItDoesNotImplement) {
   expect_refused(c, "use_sliding_window");
 }
 
+// Issue 12: sizes whose products wrapped passed every check (1024 heads x head_dim 4194304
+// made q_dim 0, and the CPU engine then wrote through a null pointer).
+TEST(ModelConfig, RefusesSizesWhoseProductsOverflow) {
+  json c = llama();
+  c["num_attention_heads"] = 1024;
+  c["num_key_value_heads"] = 1024;
+  c["head_dim"] = 4194304;
+  expect_refused(c, "head_dim");
+  c = llama();
+  c["hidden_size"] = 1 << 30;
+  c["num_attention_heads"] = 1 << 20;
+  expect_refused(c, "hidden_size");
+  c = llama();
+  c["vocab_size"] = 1 << 30;
+  expect_refused(c, "vocab_size");
+  c = llama();
+  c["intermediate_size"] = (1 << 30) - 1;
+  expect_refused(c, "intermediate_size");
+  // A float that does not fit an int was converted anyway (undefined behaviour).
+  c = llama();
+  c["rope_scaling"] = {
+      {"rope_type", "llama3"}, {"factor", 8.0}, {"original_max_position_embeddings", 1e30}};
+  expect_refused(c, "original_max_position_embeddings");
+  c["rope_scaling"]["original_max_position_embeddings"] = 8192;
+  c["rope_scaling"]["low_freq_factor"] = 0;
+  expect_refused(c, "low_freq_factor");
+}
+
+// Issue 12: 2^30 layers passed, and the list of expected tensors then grew to gigabytes.
+TEST(ModelConfig, LayerCountIsBoundedBeforeAnythingIsAllocated) {
+  json c = llama();
+  c["hidden_size"] = 2;  // a few parameters per layer: the parameter bound alone lets it pass
+  c["intermediate_size"] = 1;
+  c["num_attention_heads"] = 1;
+  c["num_key_value_heads"] = 1;
+  c["vocab_size"] = 2;
+  c["num_hidden_layers"] = 1073741824;
+  expect_refused(c, "num_hidden_layers");
+  c["num_hidden_layers"] = 126;  // Llama 3.1 405B
+  EXPECT_EQ(parse_model_config(c, "x").n_layers, 126);
+}
+
+// Found by fuzzing (issue 12): a rope_theta or scaling factor of 1e-320 passed as positive and
+// made the inverse frequencies infinite.
+TEST(ModelConfig, RopeSettingsThatOverflowTheFrequenciesAreRefused) {
+  json c = llama();
+  c["rope_theta"] = 1e-320;
+  expect_refused(c, "rope_theta");
+  c = llama();
+  c["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 1e-320}};
+  expect_refused(c, "not finite");
+  c["rope_scaling"]["factor"] = 1e-3;  // odd, but finite
+  EXPECT_NO_THROW(parse_model_config(c, "x"));
+}
+
 TEST(ModelConfig, ReadsRopeInBothSpellings) {
   json old = llama();
   old["rope_theta"] = 500000.0;

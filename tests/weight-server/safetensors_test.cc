@@ -56,7 +56,7 @@ TEST(Safetensors, RefusesHeaderLengthBounds) {
 }
 
 TEST(Safetensors, RefusesInvalidJson) {
-  expect_error(safetensors_image("{\"a\": ", 0), {"not valid JSON"});
+  expect_error(safetensors_image("{\"a\": ", 0), {"invalid JSON"});
   expect_error(safetensors_image("[1, 2]", 0), {"not a JSON object"});
 }
 

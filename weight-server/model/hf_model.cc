@@ -7,7 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "weight-server/model/read_file.h"
+#include "ipc/json_limits.h"
+#include "weight-server/model/model_directory.h"
 
 namespace hearth {
 
@@ -16,21 +17,10 @@ using json = nlohmann::json;
 
 namespace {
 
-std::string read_optional(const fs::path& path) {
-  return fs::exists(path) ? read_file(path) : std::string();
-}
-
-json parse_json_file(const std::string& text, const fs::path& path) {
-  try {
-    return json::parse(text);
-  } catch (const json::exception& e) {
-    throw std::runtime_error(path.string() + ": invalid JSON: " + e.what());
-  }
-}
-
 // Shard file names from model.safetensors.index.json, in first-seen order.
-std::vector<std::string> shard_names_from_index(const fs::path& index_path) {
-  json index = parse_json_file(read_file(index_path), index_path);
+std::vector<std::string> shard_names_from_index(const std::string& text,
+                                                const fs::path& index_path) {
+  json index = parse_json(text, index_path.string());
   auto map = index.find("weight_map");
   if (map == index.end() || !map->is_object() || map->empty())
     throw std::runtime_error(index_path.string() + ": missing or empty weight_map");
@@ -47,6 +37,14 @@ std::vector<std::string> shard_names_from_index(const fs::path& index_path) {
     if (seen.insert(f).second) names.push_back(f);
   }
   return names;
+}
+
+// A model's text files and its path travel to workers and clients inside JSON, which must be
+// UTF-8: anything else is refused at load, not in every later reply.
+void check_utf8(std::string_view text, const fs::path& path) {
+  if (const auto at = find_invalid_utf8(text))
+    throw std::runtime_error(path.string() + ": not valid UTF-8 (byte " + std::to_string(*at) +
+                             "); model files travel to workers as JSON text, which must be UTF-8");
 }
 
 }  // namespace
@@ -84,7 +82,12 @@ std::vector<ExpectedTensor> expected_tensors(const ModelConfig& c) {
 
 std::vector<int> eos_token_ids(const ModelConfig& config, const std::string& generation_config) {
   if (!generation_config.empty()) {
-    json g = json::parse(generation_config, nullptr, /*allow_exceptions=*/false);
+    json g;
+    try {
+      g = parse_json(generation_config, "generation_config.json");
+    } catch (const JsonError&) {
+      // Checked when the model was loaded; unreadable here means no ids from it.
+    }
     if (g.is_object() && g.contains("eos_token_id")) {
       std::vector<int> ids;
       const json& e = g["eos_token_id"];
@@ -99,27 +102,42 @@ std::vector<int> eos_token_ids(const ModelConfig& config, const std::string& gen
 }
 
 HfModel HfModel::open(const fs::path& dir) {
-  if (!fs::is_directory(dir))
-    throw std::runtime_error(dir.string() + ": not a model directory (no such directory)");
+  if (const auto at = find_invalid_utf8(dir.native()))
+    throw std::runtime_error("the model directory's path " + json_excerpt(dir.string(), 200) +
+                             " is not valid UTF-8 (byte " + std::to_string(*at) +
+                             "); it travels in JSON replies, which must be UTF-8");
+  // Every file is read through the directory: regular files only, never blocking on a FIFO.
+  const ModelDirectory files = ModelDirectory::open(dir);
   HfModel m;
   m.dir_ = dir;
-  const fs::path config_path = dir / "config.json";
-  if (!fs::exists(config_path))
+  std::optional<std::string> config = files.read("config.json");
+  if (!config)
     throw std::runtime_error(dir.string() +
                              ": no config.json (not a Hugging Face model directory)");
-  m.config_json_ = read_file(config_path);
-  m.config_ =
-      parse_model_config(parse_json_file(m.config_json_, config_path), config_path.string());
-  m.tokenizer_json_ = read_optional(dir / "tokenizer.json");
-  m.tokenizer_config_json_ = read_optional(dir / "tokenizer_config.json");
-  m.generation_config_json_ = read_optional(dir / "generation_config.json");
+  m.config_json_ = std::move(*config);
+  check_utf8(m.config_json_, files.path_of("config.json"));
+  // config.json travels inside the manifest, inside a frame: it gets the embedded depth.
+  const std::string config_path = files.path_of("config.json").string();
+  m.config_ = parse_model_config(parse_json(m.config_json_, config_path, kMaxEmbeddedJsonDepth),
+                                 config_path);
+  // The others travel as text and are parsed by the worker: their depth is checked now, so
+  // that no reader ever recurses through a hostile one.
+  const auto text_file = [&](const char* name) {
+    std::string text = files.read(name).value_or("");
+    check_utf8(text, files.path_of(name));
+    check_json_depth(text, files.path_of(name).string());
+    return text;
+  };
+  m.tokenizer_json_ = text_file("tokenizer.json");
+  m.tokenizer_config_json_ = text_file("tokenizer_config.json");
+  m.generation_config_json_ = text_file("generation_config.json");
   if (!m.generation_config_json_.empty())
-    parse_json_file(m.generation_config_json_, dir / "generation_config.json");
+    parse_json(m.generation_config_json_, files.path_of("generation_config.json").string());
 
   std::vector<std::string> shard_names;
-  if (fs::exists(dir / "model.safetensors.index.json"))
-    shard_names = shard_names_from_index(dir / "model.safetensors.index.json");
-  else if (fs::exists(dir / "model.safetensors"))
+  if (const auto index = files.read("model.safetensors.index.json"))
+    shard_names = shard_names_from_index(*index, files.path_of("model.safetensors.index.json"));
+  else if (files.open_file("model.safetensors").valid())
     shard_names = {"model.safetensors"};
   else
     throw std::runtime_error(dir.string() +
@@ -128,7 +146,12 @@ HfModel HfModel::open(const fs::path& dir) {
   // Every tensor in every shard, by name; a name in two shards is an error.
   std::map<std::string, HfTensor> found;
   for (const std::string& name : shard_names) {
-    auto shard = std::make_shared<SafetensorsFile>(SafetensorsFile::open(dir / name));
+    const UniqueFd file = files.open_file(name);
+    if (!file.valid())
+      throw std::runtime_error(files.path_of(name).string() +
+                               ": no such file (model.safetensors.index.json lists it)");
+    auto shard =
+        std::make_shared<SafetensorsFile>(SafetensorsFile::open(file.get(), files.path_of(name)));
     for (const SafetensorsEntry& e : shard->header().tensors) {
       if (found.contains(e.info.name))
         throw std::runtime_error((dir / name).string() + ": tensor '" + e.info.name +

@@ -11,6 +11,8 @@
 #include <string>
 #include <utility>
 
+#include "ipc/unique_fd.h"
+
 namespace hearth {
 
 namespace {
@@ -20,26 +22,20 @@ std::string errno_text() {
 }  // namespace
 
 MappedFile MappedFile::open(const std::filesystem::path& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw std::runtime_error(path.string() + ": cannot open: " + errno_text());
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever.
+  const UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
+  if (!fd.valid()) throw std::runtime_error(path.string() + ": cannot open: " + errno_text());
+  return map_file(fd.get(), path);
+}
+
+MappedFile MappedFile::map_file(int fd, const std::filesystem::path& path) {
   struct stat st {};
-  if (fstat(fd, &st) != 0) {
-    std::string why = errno_text();
-    ::close(fd);
-    throw std::runtime_error(path.string() + ": cannot stat: " + why);
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    throw std::runtime_error(path.string() + ": not a regular file");
-  }
-  try {
-    MappedFile m = map_fd(fd, static_cast<size_t>(st.st_size), path.string());
-    ::close(fd);
-    return m;
-  } catch (...) {
-    ::close(fd);
-    throw;
-  }
+  if (fstat(fd, &st) != 0)
+    throw std::runtime_error(path.string() + ": cannot stat: " + errno_text());
+  if (S_ISDIR(st.st_mode)) throw std::runtime_error(path.string() + ": is a directory, not a file");
+  if (!S_ISREG(st.st_mode))
+    throw std::runtime_error(path.string() + ": is not a regular file (a FIFO, socket or device)");
+  return map_fd(fd, static_cast<size_t>(st.st_size), path.string());
 }
 
 MappedFile MappedFile::map_fd(int fd, size_t size, const std::string& label) {

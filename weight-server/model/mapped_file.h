@@ -12,8 +12,11 @@ namespace hearth {
 class MappedFile {
  public:
   MappedFile() = default;
-  // Maps `path` read-only; throws std::runtime_error naming the file on failure.
+  // Maps `path` read-only; throws std::runtime_error naming the file on failure, also when it
+  // is not a regular file (a FIFO is refused, not waited on).
   static MappedFile open(const std::filesystem::path& path);
+  // Maps the whole of an open regular file; `path` names it in errors.
+  static MappedFile map_file(int fd, const std::filesystem::path& path);
   // Maps `size` bytes of an open descriptor read-only (the descriptor may be closed afterwards).
   static MappedFile map_fd(int fd, size_t size, const std::string& label);
 

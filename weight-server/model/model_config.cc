@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ipc/json_limits.h"
+
 namespace hearth {
 
 using json = nlohmann::json;
@@ -16,18 +18,38 @@ namespace {
   throw std::runtime_error(label + ": " + what);
 }
 
-int positive_int(const json& cfg, const char* key, const std::string& label) {
+int positive_int(const json& cfg, const char* key, const std::string& label, int max) {
   auto it = cfg.find(key);
   if (it == cfg.end() || it->is_null()) refuse(label, std::string("missing ") + key);
-  if (!it->is_number_integer() || it->get<int64_t>() <= 0 || it->get<int64_t>() > (1 << 30))
-    refuse(label, std::string(key) + " must be a positive integer, got " + it->dump());
+  if (!it->is_number_integer() || it->get<int64_t>() <= 0 || it->get<int64_t>() > max)
+    refuse(label, std::string(key) + " must be a positive integer of at most " +
+                      std::to_string(max) + ", got " + json_excerpt(*it));
   return it->get<int>();
+}
+
+// A number that must be a whole count: checked before it is converted, since converting a
+// double beyond int's range is undefined.
+int positive_count(double v, const char* key, const std::string& label, int max) {
+  if (!(v >= 1 && v <= max && v == std::floor(v)))
+    refuse(label,
+           std::string(key) + " must be a positive integer of at most " + std::to_string(max));
+  return static_cast<int>(v);
+}
+
+uint64_t mul_saturating(uint64_t a, uint64_t b) {
+  uint64_t r = 0;
+  return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;
+}
+uint64_t add_saturating(uint64_t a, uint64_t b) {
+  uint64_t r = 0;
+  return __builtin_add_overflow(a, b, &r) ? UINT64_MAX : r;
 }
 
 double number_or(const json& obj, const char* key, double fallback, const std::string& label) {
   auto it = obj.find(key);
   if (it == obj.end() || it->is_null()) return fallback;
-  if (!it->is_number()) refuse(label, std::string(key) + " must be a number, got " + it->dump());
+  if (!it->is_number())
+    refuse(label, std::string(key) + " must be a number, got " + json_excerpt(*it));
   return it->get<double>();
 }
 
@@ -78,11 +100,10 @@ void parse_rope(const json& cfg, ModelConfig& c, const std::string& label) {
     s.low_freq_factor = number_or(params, "low_freq_factor", 1.0, label);
     s.high_freq_factor = number_or(params, "high_freq_factor", 4.0, label);
     s.original_max_position =
-        static_cast<int>(number_or(params, "original_max_position_embeddings", 8192, label));
-    if (s.high_freq_factor <= s.low_freq_factor || s.original_max_position <= 0)
-      refuse(label,
-             "llama3 rope scaling needs high_freq_factor > low_freq_factor and a positive "
-             "original_max_position_embeddings");
+        positive_count(number_or(params, "original_max_position_embeddings", 8192, label),
+                       "original_max_position_embeddings", label, kMaxPositions);
+    if (!(s.low_freq_factor > 0) || s.high_freq_factor <= s.low_freq_factor)
+      refuse(label, "llama3 rope scaling needs 0 < low_freq_factor < high_freq_factor");
   } else {
     refuse(label,
            "unsupported rope scaling type '" + type + "' (supported: default, linear, llama3)");
@@ -126,19 +147,19 @@ ModelConfig parse_model_config(const json& cfg, const std::string& label) {
                       " (supported: LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
                       "Qwen3ForCausalLM)");
 
-  c.hidden = positive_int(cfg, "hidden_size", label);
-  c.intermediate = positive_int(cfg, "intermediate_size", label);
-  c.n_layers = positive_int(cfg, "num_hidden_layers", label);
-  c.n_heads = positive_int(cfg, "num_attention_heads", label);
+  c.hidden = positive_int(cfg, "hidden_size", label, kMaxModelDim);
+  c.intermediate = positive_int(cfg, "intermediate_size", label, kMaxModelDim);
+  c.n_layers = positive_int(cfg, "num_hidden_layers", label, kMaxLayers);
+  c.n_heads = positive_int(cfg, "num_attention_heads", label, kMaxModelDim);
   c.n_kv_heads = cfg.contains("num_key_value_heads") && !cfg["num_key_value_heads"].is_null()
-                     ? positive_int(cfg, "num_key_value_heads", label)
+                     ? positive_int(cfg, "num_key_value_heads", label, kMaxModelDim)
                      : c.n_heads;
-  c.vocab = positive_int(cfg, "vocab_size", label);
+  c.vocab = positive_int(cfg, "vocab_size", label, kMaxVocab);
   c.max_position = cfg.contains("max_position_embeddings")
-                       ? positive_int(cfg, "max_position_embeddings", label)
+                       ? positive_int(cfg, "max_position_embeddings", label, kMaxPositions)
                        : 2048;
   if (cfg.contains("head_dim") && !cfg["head_dim"].is_null()) {
-    c.head_dim = positive_int(cfg, "head_dim", label);
+    c.head_dim = positive_int(cfg, "head_dim", label, kMaxModelDim);
   } else {
     if (c.hidden % c.n_heads != 0)
       refuse(label, "hidden_size is not a multiple of num_attention_heads and head_dim is absent");
@@ -146,12 +167,17 @@ ModelConfig parse_model_config(const json& cfg, const std::string& label) {
   }
   if (c.n_heads % c.n_kv_heads != 0)
     refuse(label, "num_attention_heads must be a multiple of num_key_value_heads");
+  // The q dimension is a product: checked before q_dim() computes it in an int. The kv one is
+  // no larger, since num_key_value_heads divides num_attention_heads.
+  if (int64_t(c.n_heads) * c.head_dim > kMaxModelDim)
+    refuse(label, "num_attention_heads x head_dim (" + std::to_string(c.n_heads) + " x " +
+                      std::to_string(c.head_dim) + ") exceeds " + std::to_string(kMaxModelDim));
   if (c.head_dim % 2 != 0) refuse(label, "head_dim must be even for RoPE");
   c.rms_eps = number_or(cfg, "rms_norm_eps", 1e-6, label);
   if (!(c.rms_eps > 0)) refuse(label, "rms_norm_eps must be positive");
 
   if (auto act = cfg.find("hidden_act"); act != cfg.end() && *act != "silu")
-    refuse(label, "unsupported hidden_act " + act->dump() + " (supported: silu)");
+    refuse(label, "unsupported hidden_act " + json_excerpt(*act) + " (supported: silu)");
   if (bool_or(cfg, "mlp_bias", false, label)) refuse(label, "unsupported option mlp_bias=true");
 
   c.tie_embeddings = bool_or(cfg, "tie_word_embeddings", false, label);
@@ -164,28 +190,38 @@ ModelConfig parse_model_config(const json& cfg, const std::string& label) {
 
   if (c.arch == Architecture::Mistral) {
     if (auto sw = cfg.find("sliding_window"); sw != cfg.end() && !sw->is_null())
-      c.sliding_window = positive_int(cfg, "sliding_window", label);
+      c.sliding_window = positive_int(cfg, "sliding_window", label, kMaxPositions);
   }
   if (c.arch == Architecture::Qwen2 || c.arch == Architecture::Qwen3) {
     if (bool_or(cfg, "use_sliding_window", false, label))
       refuse(label, "unsupported option use_sliding_window=true");
   }
   parse_rope(cfg, c, label);
+  // Each setting may be in range and the frequencies still overflow (a theta or factor of
+  // 1e-320): the table the engine uses is what is checked.
+  for (const float f : rope_inverse_frequencies(c))
+    if (!std::isfinite(f))
+      refuse(label, "rope_theta and the rope scaling give frequencies that are not finite");
   c.bos_ids = id_list(cfg, "bos_token_id");
   c.eos_ids = id_list(cfg, "eos_token_id");
+  if (c.parameter_count() > kMaxParameters)
+    refuse(label, "the sizes imply " + std::to_string(c.parameter_count()) +
+                      " parameters, more than the " + std::to_string(kMaxParameters) +
+                      " hearth accepts");
   return c;
 }
 
 uint64_t ModelConfig::parameter_count() const {
-  uint64_t h = hidden, per_layer = 0;
-  per_layer += h * q_dim() + 2 * h * kv_dim() + uint64_t(q_dim()) * h;  // attention
-  per_layer += 3 * h * intermediate;                                    // SwiGLU MLP
-  per_layer += 2 * h;                                                   // norms
-  if (qkv_bias) per_layer += q_dim() + 2 * kv_dim();
-  if (qk_norm) per_layer += 2 * head_dim;
-  uint64_t total = per_layer * n_layers + h * vocab + h;
-  if (!tie_embeddings) total += h * vocab;
-  return total;
+  // Within the bounds every term fits in 64 bits; the product with the layer count saturates.
+  const uint64_t h = uint64_t(hidden), q = uint64_t(q_dim()), kv = uint64_t(kv_dim());
+  uint64_t per_layer = 2 * h * q + 2 * h * kv;  // attention
+  per_layer += 3 * h * uint64_t(intermediate);  // SwiGLU MLP
+  per_layer += 2 * h;                           // norms
+  if (qkv_bias) per_layer += q + 2 * kv;
+  if (qk_norm) per_layer += 2 * uint64_t(head_dim);
+  uint64_t total = mul_saturating(per_layer, uint64_t(n_layers));
+  const uint64_t embeddings = h * uint64_t(vocab) * (tie_embeddings ? 1 : 2);
+  return add_saturating(total, embeddings + h);
 }
 
 std::vector<float> rope_inverse_frequencies(const ModelConfig& c) {

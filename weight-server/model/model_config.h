@@ -13,6 +13,18 @@ namespace hearth {
 
 enum class Architecture { Llama, Mistral, Qwen2, Qwen3 };
 
+// Bounds no real model comes near (the largest have hidden sizes of 16384, 126 layers and
+// vocabularies of 256k). Within them every size derived from a config fits an int (a row:
+// hidden, the q and kv dimensions, intermediate) and every tensor's element count a uint64, so
+// no product wraps, and the list of tensors a config implies stays short, so it is built and
+// compared before anything large is allocated. parse_model_config refuses anything beyond, for
+// the server and the worker alike.
+inline constexpr int kMaxModelDim = 1 << 20;  // hidden, intermediate, heads x head_dim
+inline constexpr int kMaxLayers = 1024;
+inline constexpr int kMaxVocab = 1 << 24;
+inline constexpr int kMaxPositions = 1 << 30;
+inline constexpr uint64_t kMaxParameters = uint64_t{1} << 42;
+
 struct RopeScaling {
   enum class Kind { None, Linear, Llama3 } kind = Kind::None;
   double factor = 1.0;
@@ -44,10 +56,11 @@ struct ModelConfig {
 
   int q_dim() const { return n_heads * head_dim; }
   int kv_dim() const { return n_kv_heads * head_dim; }
-  uint64_t parameter_count() const;
+  uint64_t parameter_count() const;  // saturates at UINT64_MAX
 };
 
-// Parses config.json content. `label` names the file in errors.
+// Parses config.json content, refusing sizes beyond the bounds above. `label` names the file in
+// errors.
 ModelConfig parse_model_config(const nlohmann::json& config, const std::string& label);
 
 // The inverse frequencies RoPE rotates head dimension pairs (i, i + head_dim/2) by, including

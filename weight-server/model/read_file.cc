@@ -24,8 +24,12 @@ std::string read_file(const std::filesystem::path& path, size_t max_bytes) {
   // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer forever.
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
   if (fd.get() < 0) fail(path, std::string("cannot open: ") + std::strerror(errno));
+  return read_file(fd.get(), path, max_bytes);
+}
+
+std::string read_file(int fd, const std::filesystem::path& path, size_t max_bytes) {
   struct stat st {};
-  if (::fstat(fd.get(), &st) != 0) fail(path, std::string("cannot stat: ") + std::strerror(errno));
+  if (::fstat(fd, &st) != 0) fail(path, std::string("cannot stat: ") + std::strerror(errno));
   if (S_ISDIR(st.st_mode)) fail(path, "is a directory, not a file");
   if (!S_ISREG(st.st_mode)) fail(path, "is not a regular file (a FIFO, socket or device)");
   if (size_t(st.st_size) > max_bytes)
@@ -34,7 +38,7 @@ std::string read_file(const std::filesystem::path& path, size_t max_bytes) {
   std::string out(size_t(st.st_size), '\0');
   size_t got = 0;
   while (got < out.size()) {
-    const ssize_t n = ::read(fd.get(), out.data() + got, out.size() - got);
+    const ssize_t n = ::read(fd, out.data() + got, out.size() - got);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) fail(path, std::string("read failed: ") + std::strerror(errno));
     if (n == 0) break;  // shrank under us: return what is there

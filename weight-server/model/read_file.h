@@ -16,4 +16,8 @@ inline constexpr size_t kMaxTextFileBytes = size_t(256) << 20;
 // a regular file (a directory, FIFO, socket or device) or is larger than `max_bytes`.
 std::string read_file(const std::filesystem::path& path, size_t max_bytes = kMaxTextFileBytes);
 
+// The same for a file already open (e.g. beneath a model directory); `path` names it in errors.
+std::string read_file(int fd, const std::filesystem::path& path,
+                      size_t max_bytes = kMaxTextFileBytes);
+
 }  // namespace hearth

@@ -8,6 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ipc/json_limits.h"
+
 namespace hearth {
 
 using json = nlohmann::json;
@@ -52,12 +54,7 @@ json parse_header_json(std::string_view text, const std::string& label) {
     }
     return true;
   };
-  json header;
-  try {
-    header = json::parse(text.begin(), text.end(), reject_duplicates);
-  } catch (const json::exception& e) {
-    fail(label, std::string("header is not valid JSON: ") + e.what());
-  }
+  json header = parse_json(text, label + ": header", kMaxJsonDepth, reject_duplicates);
   if (!duplicate.empty()) fail_tensor(label, duplicate, "appears twice in the header");
   if (!header.is_object()) fail(label, "header is not a JSON object");
   return header;
@@ -183,6 +180,14 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
   SafetensorsFile f;
   f.path_ = path;
   f.mapping_ = MappedFile::open(path);
+  f.header_ = parse_safetensors(f.mapping_.bytes(), path.string());
+  return f;
+}
+
+SafetensorsFile SafetensorsFile::open(int fd, const std::filesystem::path& path) {
+  SafetensorsFile f;
+  f.path_ = path;
+  f.mapping_ = MappedFile::map_file(fd, path);
   f.header_ = parse_safetensors(f.mapping_.bytes(), path.string());
   return f;
 }

@@ -47,6 +47,8 @@ SafetensorsHeader parse_safetensors(std::span<const std::byte> file, const std::
 class SafetensorsFile {
  public:
   static SafetensorsFile open(const std::filesystem::path& path);
+  // A file already open (e.g. beneath a model directory); `path` names it in errors.
+  static SafetensorsFile open(int fd, const std::filesystem::path& path);
 
   const std::filesystem::path& path() const { return path_; }
   const SafetensorsHeader& header() const { return header_; }

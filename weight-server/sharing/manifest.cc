@@ -1,11 +1,13 @@
 #include "weight-server/sharing/manifest.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <stdexcept>
 
-#include "weight-server/sharing/checksum.h"
+#include "ipc/json_limits.h"
 #include "weight-server/model/hf_model.h"
+#include "weight-server/sharing/checksum.h"
 
 namespace hearth {
 
@@ -18,6 +20,10 @@ using json = nlohmann::json;
 constexpr size_t kMaxTensors = 1 << 20;
 constexpr size_t kMaxDims = 8;
 constexpr uint64_t kMaxAllocationBytes = uint64_t{1} << 44;
+
+// config.json sits at depth 3 of a manifest reply ({"manifest": {"architecture": {...}}}), so
+// one that a loader accepted always fits in a frame.
+static_assert(kMaxEmbeddedJsonDepth + 2 <= kMaxJsonDepth);
 
 // Error helper: every message names the model (once known) and the place in the manifest.
 class Reader {
@@ -44,11 +50,17 @@ class Reader {
       fail(where + "'" + key + "' is not a non-negative integer");
     return v.get<uint64_t>();
   }
-  // A file's content, or "" when the field is absent or null.
+  // A file's content, or "" when the field is absent or null. The worker parses it later, so
+  // its depth is bounded like any other JSON's.
   std::string optional_text(const json& files, const char* key) const {
     const auto it = files.find(key);
     if (it == files.end() || it->is_null()) return "";
     if (!it->is_string()) fail("files['" + std::string(key) + "'] is not a string");
+    try {
+      check_json_depth(it->get_ref<const std::string&>(), std::string("files['") + key + "']");
+    } catch (const JsonError& e) {
+      fail(e.what());
+    }
     return it->get<std::string>();
   }
 };
@@ -70,7 +82,7 @@ ManifestTensor parse_tensor(const Reader& r, const json& t, size_t index) {
   uint64_t numel = 1;
   for (const json& d : shape) {
     if (!d.is_number_integer() || d.get<int64_t>() <= 0 || d.get<int64_t>() > (int64_t{1} << 40))
-      r.fail(where + "'shape' holds " + d.dump() + ", not a positive size");
+      r.fail(where + "'shape' holds " + json_excerpt(d) + ", not a positive size");
     out.info.shape.push_back(d.get<int64_t>());
     if (__builtin_mul_overflow(numel, uint64_t(d.get<int64_t>()), &numel))
       r.fail(where + "the shape's element count overflows");
@@ -120,6 +132,27 @@ void check_against_architecture(const Reader& r, const Manifest& m) {
     r.fail("unexpected tensor '" + by_name.begin()->first + "' for " + m.config.architecture_name);
 }
 
+// Measured as encoded, escapes included, when the server builds the manifest at load.
+void check_fits_in_a_reply(const Manifest& m, const json& j) {
+  size_t bytes = 0;
+  try {
+    bytes = j.dump().size();
+  } catch (const json::exception& e) {
+    throw std::runtime_error("manifest of model '" + m.model + "' cannot be encoded: " + e.what());
+  }
+  if (bytes <= kMaxManifestBytes) return;
+  const std::pair<const char*, size_t> files[] = {
+      {"tokenizer.json", m.tokenizer_json.size()},
+      {"tokenizer_config.json", m.tokenizer_config_json.size()},
+      {"generation_config.json", m.generation_config_json.size()}};
+  const auto largest = *std::max_element(std::begin(files), std::end(files),
+                                         [](auto a, auto b) { return a.second < b.second; });
+  throw std::runtime_error("model '" + m.model + "': its manifest would be " +
+                           std::to_string(bytes) + " bytes, more than the " +
+                           std::to_string(kMaxManifestBytes) + " a reply can carry to a worker (" +
+                           largest.first + " is " + std::to_string(largest.second) + " bytes)");
+}
+
 }  // namespace
 
 uint64_t Manifest::tensor_bytes() const {
@@ -153,19 +186,21 @@ json manifest_to_json(const Manifest& m) {
                        {"xxh3", checksum_to_hex(t.xxh3)}});
   }
   auto text = [](const std::string& s) { return s.empty() ? json(nullptr) : json(s); };
-  return {{"format", kManifestFormat},
-          {"version", kManifestVersion},
-          {"model", m.model},
-          {"backend", m.backend},
-          {"gpu_uuid", text(m.gpu_uuid)},
-          {"architecture", m.architecture},
-          {"files",
-           {{"tokenizer.json", text(m.tokenizer_json)},
-            {"tokenizer_config.json", text(m.tokenizer_config_json)},
-            {"generation_config.json", text(m.generation_config_json)}}},
-          {"tensor_bytes", m.tensor_bytes()},
-          {"allocation_bytes", m.allocation_bytes()},
-          {"tensors", std::move(tensors)}};
+  json j = {{"format", kManifestFormat},
+            {"version", kManifestVersion},
+            {"model", m.model},
+            {"backend", m.backend},
+            {"gpu_uuid", text(m.gpu_uuid)},
+            {"architecture", m.architecture},
+            {"files",
+             {{"tokenizer.json", text(m.tokenizer_json)},
+              {"tokenizer_config.json", text(m.tokenizer_config_json)},
+              {"generation_config.json", text(m.generation_config_json)}}},
+            {"tensor_bytes", m.tensor_bytes()},
+            {"allocation_bytes", m.allocation_bytes()},
+            {"tensors", std::move(tensors)}};
+  check_fits_in_a_reply(m, j);
+  return j;
 }
 
 Manifest parse_manifest(const json& j) {
@@ -177,7 +212,7 @@ Manifest parse_manifest(const json& j) {
     r.fail("'format' is not '" + std::string(kManifestFormat) + "'");
   const json& version = r.field(j, "version", "");
   if (!version.is_number_integer() || version.get<int64_t>() != kManifestVersion)
-    r.fail("version " + version.dump() + " is not supported (this build reads version " +
+    r.fail("version " + json_excerpt(version) + " is not supported (this build reads version " +
            std::to_string(kManifestVersion) + ")");
 
   Manifest m;

@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ipc/frame.h"
 #include "weight-server/model/model_config.h"
 #include "weight-server/model/safetensors.h"
 
@@ -20,6 +21,8 @@ namespace hearth {
 // Bumped on any change a reader of an older version would misread.
 inline constexpr int kManifestVersion = 1;
 inline constexpr const char* kManifestFormat = "hearth-manifest";
+// The largest manifest a `manifest` reply can carry: a frame, less room for the reply around it.
+inline constexpr size_t kMaxManifestBytes = ipc::kDefaultMaxFrameBytes - 4096;
 
 struct ManifestTensor {
   TensorInfo info;                // name, dtype, shape and bytes as stored in the allocation
@@ -42,6 +45,8 @@ struct Manifest {
   std::vector<uint64_t> allocation_ids() const;
 };
 
+// The manifest as JSON. Throws std::runtime_error naming the largest file when it would not fit
+// in a reply (kMaxManifestBytes), so that a server refuses such a model when loading it.
 nlohmann::json manifest_to_json(const Manifest& manifest);
 
 // Reads and validates a manifest: format and version, field types, backend, dtype/shape/bytes

@@ -6,7 +6,7 @@
 #include <map>
 #include <stdexcept>
 
-#include "weight-server/model/hf_model.h"
+#include "ipc/json_limits.h"
 #include "weight-server/model/read_file.h"
 #include "worker/engine/logprobs.h"
 
@@ -31,26 +31,27 @@ double shortest(float f) {
 
 double number(const json& v, const std::string& label, const std::string& key, double lo,
               double hi) {
-  if (!v.is_number()) bad(label, key, "must be a number, got " + v.dump());
+  if (!v.is_number()) bad(label, key, "must be a number, got " + json_excerpt(v));
   const double d = v.get<double>();
   if (!(d >= lo && d <= hi))
     bad(label, key,
-        "must be in [" + json(lo).dump() + ", " + json(hi).dump() + "], got " + v.dump());
+        "must be in [" + json(lo).dump() + ", " + json(hi).dump() + "], got " + json_excerpt(v));
   return d;
 }
 
 int64_t integer(const json& v, const std::string& label, const std::string& key, int64_t lo,
                 int64_t hi) {
-  if (!v.is_number_integer()) bad(label, key, "must be an integer, got " + v.dump());
+  if (!v.is_number_integer()) bad(label, key, "must be an integer, got " + json_excerpt(v));
   const int64_t i = v.get<int64_t>();
   if (i < lo || i > hi)
     bad(label, key,
-        "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " + v.dump());
+        "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " +
+            json_excerpt(v));
   return i;
 }
 
 bool boolean(const json& v, const std::string& label, const std::string& key) {
-  if (!v.is_boolean()) bad(label, key, "must be true or false, got " + v.dump());
+  if (!v.is_boolean()) bad(label, key, "must be true or false, got " + json_excerpt(v));
   return v.get<bool>();
 }
 
@@ -61,7 +62,7 @@ std::string one_of(const json& v, const std::string& label, const std::string& k
   if (v.is_string())
     for (const char* a : allowed)
       if (v.get<std::string>() == a) return a;
-  bad(label, key, "must be one of " + list + ", got " + v.dump());
+  bad(label, key, "must be one of " + list + ", got " + json_excerpt(v));
 }
 
 enum class KeyKind { Label, Request, Engine };
@@ -110,7 +111,7 @@ const std::map<std::string, Setter>& setters() {
         [](Profile& p, const json& v, const std::string& l) {
           // Parsed JSON holds "42" as unsigned, JSON built from a C++ int as signed: both count.
           if (!v.is_number_integer() || (!v.is_number_unsigned() && v.get<int64_t>() < 0))
-            bad(l, "seed", "must be an integer >= 0, got " + v.dump());
+            bad(l, "seed", "must be an integer >= 0, got " + json_excerpt(v));
           p.request.sampling.seed =
               v.is_number_unsigned() ? v.get<uint64_t>() : uint64_t(v.get<int64_t>());
         }}},
@@ -260,17 +261,14 @@ void apply_request_json(RequestSettings& request, const json& obj, const std::st
   request = profile.request;
 }
 
-Profile load_profile_file(const std::string& path) {
-  const std::string text = read_file(path);
-  json obj;
-  try {
-    obj = json::parse(text);
-  } catch (const json::exception& e) {
-    throw std::runtime_error(path + ": invalid JSON: " + e.what());
-  }
+Profile parse_profile(std::string_view text, const std::string& label) {
   Profile p;
-  apply_profile_json(p, obj, path);
+  apply_profile_json(p, parse_json(text, label), label);
   return p;
+}
+
+Profile load_profile_file(const std::string& path) {
+  return parse_profile(read_file(path), path);
 }
 
 json profile_to_json(const Profile& p) {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -29,6 +30,8 @@ void apply_profile_json(Profile& profile, const nlohmann::json& obj, const std::
 void apply_request_json(RequestSettings& request, const nlohmann::json& obj,
                         const std::string& label);
 
+// A profile from JSON text (nested no deeper than kMaxJsonDepth); `label` names it in errors.
+Profile parse_profile(std::string_view text, const std::string& label);
 Profile load_profile_file(const std::string& path);
 
 nlohmann::json profile_to_json(const Profile& profile);

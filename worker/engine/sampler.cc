@@ -1,7 +1,9 @@
 #include "worker/engine/sampler.h"
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
+#include <string>
 
 #include "kernels/philox.h"
 
@@ -14,7 +16,22 @@ bool before(const std::pair<float, int32_t>& a, const std::pair<float, int32_t>&
   return a.first != b.first ? a.first > b.first : a.second < b.second;
 }
 
+[[noreturn]] void non_finite(uint64_t step, const std::string& which) {
+  throw NonFiniteLogits("the logits at generation step " + std::to_string(step) +
+                        " are not finite (" + which +
+                        "): the model's weights or activations overflowed");
+}
+
 }  // namespace
+
+float penalised_logit(float logit, float penalty) {
+  return std::clamp(logit > 0 ? logit / penalty : logit * penalty, -FLT_MAX, FLT_MAX);
+}
+
+void check_device_sample(const SampledToken& sampled, int vocab, uint64_t step) {
+  if (!std::isfinite(sampled.logprob) || sampled.token < 0 || sampled.token >= vocab)
+    non_finite(step, "NaN or an infinity among them");
+}
 
 float token_logprob(std::span<const float> logits, int32_t token) {
   float max = -INFINITY;
@@ -26,14 +43,17 @@ float token_logprob(std::span<const float> logits, int32_t token) {
 
 SampledToken Sampler::sample(std::span<const float> logits, const SamplingParams& p,
                              std::span<const int32_t> seen, uint64_t step) {
+  for (size_t i = 0; i < logits.size(); ++i)
+    if (!std::isfinite(logits[i]))
+      non_finite(step, "logits[" + std::to_string(i) + "] is " + std::to_string(logits[i]));
+
   std::span<const float> l = logits;
   if (p.repetition_penalty != 1.0f && !seen.empty()) {
     adjusted_.assign(logits.begin(), logits.end());
     for (int32_t t : seen) {
       if (t < 0 || size_t(t) >= adjusted_.size()) continue;
       // Recomputed from the raw logit, so a token seen twice is penalised once.
-      const float raw = logits[t];
-      adjusted_[t] = raw > 0 ? raw / p.repetition_penalty : raw * p.repetition_penalty;
+      adjusted_[t] = penalised_logit(logits[t], p.repetition_penalty);
     }
     l = adjusted_;
   }

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <span>
+#include <stdexcept>
 #include <vector>
 
 namespace hearth {
@@ -25,10 +26,18 @@ struct SampledToken {
   float logprob = 0.0f;  // log-softmax of the raw logits (before penalty and temperature)
 };
 
+// Logits that hold NaN or an infinity: the model's weights or activations overflowed, and no
+// token can be chosen from them.
+class NonFiniteLogits : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // Picks the token for generation step `step` (0 for the first generated token). `seen` lists the
-// tokens the repetition penalty applies to. Rules, in order:
+// tokens the repetition penalty applies to. Logits that are not all finite throw
+// NonFiniteLogits naming the step. Rules, in order:
 //   1. repetition penalty: a seen token's logit is divided by the penalty if positive, else
-//      multiplied by it;
+//      multiplied by it, saturating at the largest float (penalised_logit);
 //   2. greedy: the highest logit, lowest id among equals;
 //   3. otherwise candidates are ordered by (logit desc, id asc); top-k keeps the first k; the
 //      probabilities softmax(logit / temperature) over them; top-p keeps the shortest prefix
@@ -47,5 +56,14 @@ class Sampler {
 
 // log-softmax of logits[token], computed in double for a stable, order-fixed sum.
 float token_logprob(std::span<const float> logits, int32_t token);
+
+// The repetition penalty's rule for one seen token (the CUDA kernels apply the same). It never
+// turns a finite logit into an infinite one, which would leave nothing to sample.
+float penalised_logit(float logit, float penalty);
+
+// For a sampler on the device, whose kernels make the logprob NaN when any logit is not
+// finite: throws NonFiniteLogits naming `step` when `sampled` shows that, or holds a token
+// outside [0, vocab).
+void check_device_sample(const SampledToken& sampled, int vocab, uint64_t step);
 
 }  // namespace hearth

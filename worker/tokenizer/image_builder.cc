@@ -3,6 +3,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "ipc/json_limits.h"
+
 namespace hearth::tok {
 
 const Json& bpe_model_of(const Json& root) {
@@ -22,12 +24,9 @@ const Json& bpe_model_of(const Json& root) {
 }
 
 TokenizerParts build_tokenizer_parts(std::string_view tokenizer_json) {
-  Json root;
-  try {
-    root = Json::parse(tokenizer_json.begin(), tokenizer_json.end());
-  } catch (const Json::parse_error& e) {
-    throw std::runtime_error(std::string("tokenizer.json is not valid JSON: ") + e.what());
-  }
+  // The shared reader of outside JSON: the readers below copy and print values, which
+  // recurses, so a deep document is refused first; its messages never quote the text.
+  const Json root = parse_json(tokenizer_json, "tokenizer.json");
   try {
     TokenizerParts parts;
     const Json& model = bpe_model_of(root);

@@ -475,7 +475,10 @@ SampledToken CudaBackend::sample(const SamplingParams& params, std::span<const i
   }
   HEARTH_CUDA_CHECK(cudaEventSynchronize(result_ready_.get()));
   if (decode_ahead) ahead_ = Ahead{host_result_.get<Result>()->token, next};
-  return {host_result_.get<Result>()->token, host_result_.get<Result>()->logprob};
+  const SampledToken sampled{host_result_.get<Result>()->token,
+                             host_result_.get<Result>()->logprob};
+  check_device_sample(sampled, c_.vocab, step);
+  return sampled;
 }
 
 }  // namespace hearth

@@ -1,0 +1,120 @@
+#include "tests/fuzz/fuzz_targets.h"
+
+#include <cmath>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "ipc/json_limits.h"
+#include "weight-server/model/hf_model.h"
+#include "weight-server/model/model_config.h"
+#include "weight-server/model/safetensors.h"
+#include "worker/engine/profile.h"
+#include "worker/tokenizer/tokenizer.h"
+
+namespace hearth::fuzz {
+
+namespace {
+
+void check(bool ok, const std::string& what) {
+  if (!ok) throw FuzzBug(what);
+}
+
+// A refusal must say which file it is about, in text that can be sent on as JSON.
+void check_refusal(const std::runtime_error& e, std::string_view label) {
+  const std::string_view message = e.what();
+  check(message.find(label) != std::string_view::npos,
+        "the error does not name " + std::string(label) + ": " + std::string(message));
+  check(!find_invalid_utf8(message), "the error is not valid UTF-8: " + std::string(message));
+}
+
+}  // namespace
+
+bool config_json(std::string_view data) {
+  ModelConfig c;
+  try {
+    c = parse_model_config(parse_json(data, "config.json", kMaxEmbeddedJsonDepth), "config.json");
+  } catch (const std::runtime_error& e) {
+    check_refusal(e, "config.json");
+    return false;
+  }
+  // Accepted: every size the engine derives is positive and within the caps, so no product of
+  // them can wrap, and the tensor list is short.
+  check(c.hidden > 0 && c.hidden <= kMaxModelDim, "hidden_size out of range");
+  check(c.intermediate > 0 && c.intermediate <= kMaxModelDim, "intermediate_size out of range");
+  check(c.q_dim() > 0 && c.q_dim() <= kMaxModelDim, "q_dim out of range");
+  check(c.kv_dim() > 0 && c.kv_dim() <= c.q_dim(), "kv_dim out of range");
+  check(c.vocab > 0 && c.vocab <= kMaxVocab, "vocab_size out of range");
+  check(c.n_layers > 0 && c.n_layers <= kMaxLayers, "num_hidden_layers out of range");
+  check(c.head_dim > 0 && c.head_dim % 2 == 0, "head_dim not positive and even");
+  check(c.parameter_count() <= kMaxParameters, "parameter count over the cap");
+  const std::vector<ExpectedTensor> tensors = expected_tensors(c);
+  check(tensors.size() <= 16 * size_t(c.n_layers) + 3, "too many expected tensors");
+  for (const ExpectedTensor& t : tensors)
+    for (int64_t d : t.shape) check(d > 0, "tensor '" + t.name + "' has an empty dimension");
+  for (float f : rope_inverse_frequencies(c))
+    check(std::isfinite(f) && f >= 0, "a RoPE frequency is not finite");
+  return true;
+}
+
+bool tokenizer_json(std::string_view data) {
+  std::optional<Tokenizer> tokenizer;
+  try {
+    tokenizer.emplace(Tokenizer::from_json(data));
+  } catch (const std::runtime_error& e) {
+    check_refusal(e, "tokenizer.json");
+    return false;
+  }
+  // Accepted: encoding and decoding any text works, and streaming decodes what decode does.
+  for (const std::string_view text :
+       {std::string_view("Hello, world! 12345 caf\xc3\xa9\n\t "),
+        std::string_view("\xff\xfe invalid \xc3"), std::string_view("")}) {
+    const std::vector<int32_t> ids = tokenizer->encode(text, true);
+    const std::string decoded = tokenizer->decode(ids, false);
+    check(!find_invalid_utf8(decoded), "decode gave text that is not UTF-8");
+    StreamDecoder stream(*tokenizer, false);
+    std::string streamed;
+    for (const int32_t id : ids) streamed += stream.push(id);
+    streamed += stream.finish();
+    check(streamed == decoded, "streamed decoding differs from decode");
+  }
+  const int32_t out_of_range[] = {-1, int32_t(tokenizer->vocab_size()), 1 << 30};
+  tokenizer->decode(out_of_range, true);
+  return true;
+}
+
+bool safetensors(std::string_view data) {
+  const std::span<const std::byte> image(reinterpret_cast<const std::byte*>(data.data()),
+                                         data.size());
+  SafetensorsHeader header;
+  try {
+    header = parse_safetensors(image, "model.safetensors");
+  } catch (const std::runtime_error& e) {
+    check_refusal(e, "model.safetensors");
+    return false;
+  }
+  for (const SafetensorsEntry& e : header.tensors) {
+    check(e.file_offset <= image.size() && e.info.bytes <= image.size() - e.file_offset,
+          "tensor '" + e.info.name + "' runs past the end of the file");
+    check(e.info.numel() * dtype_size(e.info.dtype) == e.info.bytes,
+          "tensor '" + e.info.name + "' has bytes that disagree with its shape");
+  }
+  return true;
+}
+
+bool profile_json(std::string_view data) {
+  Profile profile;
+  try {
+    profile = parse_profile(data, "profile.json");
+  } catch (const std::runtime_error& e) {
+    check_refusal(e, "profile.json");
+    return false;
+  }
+  // Accepted: what it prints reads back as the same profile.
+  Profile again;
+  apply_profile_json(again, profile_to_json(profile), "again");
+  check(profile_to_json(again) == profile_to_json(profile), "a profile does not round-trip");
+  return true;
+}
+
+}  // namespace hearth::fuzz

@@ -1,0 +1,27 @@
+// Fuzz targets for the files a stranger's model directory or a user hands hearth: config.json,
+// tokenizer.json, safetensors headers and profiles. Each takes arbitrary bytes and runs them
+// through the loader as hearth does. Refusing an input is fine, with a std::runtime_error whose
+// message names the file and is valid UTF-8 (it may travel in a JSON reply); anything else is a
+// bug: another exception, a crash, a sanitizer report, a hang, or an accepted input whose
+// result is inconsistent. Those throw FuzzBug. Each returns whether the input was accepted.
+//
+// The same functions serve the seeded GoogleTest loops (fuzz_test.cc, run in CI under
+// ASan/UBSan) and the libFuzzer entry points (-DHEARTH_LIBFUZZER=ON, clang).
+#pragma once
+
+#include <stdexcept>
+#include <string_view>
+
+namespace hearth::fuzz {
+
+class FuzzBug : public std::logic_error {
+ public:
+  using std::logic_error::logic_error;
+};
+
+bool config_json(std::string_view data);
+bool tokenizer_json(std::string_view data);
+bool safetensors(std::string_view data);
+bool profile_json(std::string_view data);
+
+}  // namespace hearth::fuzz

@@ -1,0 +1,144 @@
+// Seeded mutations of text and binary inputs, in the spirit of libFuzzer's, but deterministic:
+// the same seed always gives the same input, so a failure in CI reproduces from its case number.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace hearth::fuzz {
+
+struct Rng {
+  uint64_t s;
+  uint64_t next() {  // splitmix64
+    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  size_t below(size_t n) { return n ? next() % n : 0; }
+};
+
+// Pieces a JSON reader must get right: structure, edge-case numbers and strings, bytes that
+// are not UTF-8.
+inline const std::vector<std::string_view>& json_dictionary() {
+  static const std::vector<std::string_view> words = {
+      "{",
+      "}",
+      "[",
+      "]",
+      "\"",
+      ":",
+      ",",
+      "null",
+      "true",
+      "false",
+      "0",
+      "-1",
+      "1",
+      "2",
+      "1.5",
+      "-0",
+      "1e308",
+      "1e400",
+      "-1e-400",
+      "4294967296",
+      "2147483648",
+      "1073741824",
+      "18446744073709551615",
+      "18446744073709551616",
+      "-9223372036854775809",
+      "\"\"",
+      "\"\\u0000\"",
+      "\"\\ud800\"",
+      "\"\\udc00\\ud800\"",
+      "\"\\\"",
+      "\xff",
+      "\xc0\x80",
+      "\xed\xa0\x80",
+      "\xf4\x90\x80\x80",
+      "\xe2\x82",
+      "[]",
+      "{}",
+      "[[[[",
+      "]]]]",
+      "\"a\":1,",
+      "\"type\":",
+      "\"BPE\"",
+      "\"vocab\":{}",
+      "\"merges\":[]",
+      "\"rope_scaling\":{\"rope_type\":"
+      "\"llama3\",\"factor\":0}",
+  };
+  return words;
+}
+
+// One to four random edits of `s`.
+inline void mutate(std::string& s, Rng& rng) {
+  const size_t edits = 1 + rng.below(4);
+  for (size_t e = 0; e < edits; ++e) {
+    const size_t at = rng.below(s.size() + 1);
+    switch (rng.below(7)) {
+      case 0:  // overwrite a byte
+        if (!s.empty()) s[rng.below(s.size())] = char(rng.next());
+        break;
+      case 1:  // flip a bit
+        if (!s.empty()) s[rng.below(s.size())] ^= char(1 << rng.below(8));
+        break;
+      case 2:  // delete a run
+        if (at < s.size()) s.erase(at, 1 + rng.below(16));
+        break;
+      case 3: {  // duplicate a run elsewhere
+        if (s.empty()) break;
+        const size_t from = rng.below(s.size());
+        const std::string run = s.substr(from, 1 + rng.below(32));
+        s.insert(rng.below(s.size() + 1), run);
+        break;
+      }
+      case 4: {  // insert a dictionary word
+        const auto& words = json_dictionary();
+        s.insert(at, words[rng.below(words.size())]);
+        break;
+      }
+      case 5: {  // replace a number with an edge-case one
+        const size_t digit = s.find_first_of("0123456789", rng.below(s.size() + 1));
+        if (digit == std::string::npos) break;
+        const size_t end = s.find_first_not_of("0123456789.eE+-", digit);
+        const std::string_view numbers[] = {
+            "0",   "-1",    "1e308", "2147483647", "1073741824", "4194304", "18446744073709551615",
+            "0.0", "1e-320"};
+        s.replace(digit, (end == std::string::npos ? s.size() : end) - digit,
+                  numbers[rng.below(std::size(numbers))]);
+        break;
+      }
+      default:  // truncate
+        s.resize(rng.below(s.size() + 1));
+        break;
+    }
+  }
+}
+
+// `s` with `depth` nested arrays or objects opened at a random place (and closed, so that the
+// rest of the text still parses when the place allows a value).
+inline std::string nest(const std::string& s, size_t depth, Rng& rng) {
+  const bool objects = rng.below(2);
+  std::string deep;
+  deep.reserve(depth * 6);
+  for (size_t i = 0; i < depth; ++i) deep += objects ? "{\"a\":" : "[";
+  deep += "1";
+  deep.append(depth, objects ? '}' : ']');
+  std::string out = s;
+  // After a ':' is where a value goes; anywhere else is fine too.
+  size_t at = s.find(':', rng.below(s.size() + 1));
+  at = at == std::string::npos ? rng.below(s.size() + 1) : at + 1;
+  if (at < out.size() && rng.below(2)) {
+    const size_t end = out.find_first_of(",}", at);
+    out.erase(at, (end == std::string::npos ? out.size() : end) - at);
+  }
+  out.insert(std::min(at, out.size()), deep);
+  return out;
+}
+
+}  // namespace hearth::fuzz

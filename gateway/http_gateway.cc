@@ -6,7 +6,7 @@
 
 #include "gateway/api_error.h"
 #include "gateway/completion_session.h"
-#include "ipc/frame.h"
+#include "ipc/json_limits.h"
 
 namespace hearth::gateway {
 
@@ -32,10 +32,9 @@ void send_error(httplib::Response& res, const ApiError& e) {
 // recursively, so a small body of nested brackets must not reach them.
 ordered_json parse_body(const httplib::Request& req) {
   const auto limit = [](int depth, ordered_json::parse_event_t, ordered_json&) {
-    if (depth > ipc::kMaxJsonDepth)
-      throw ApiError(
-          400, "invalid_request_error",
-          "the body is nested deeper than " + std::to_string(ipc::kMaxJsonDepth) + " levels");
+    if (depth > kMaxJsonDepth)
+      throw ApiError(400, "invalid_request_error",
+                     "the body is nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
     return true;
   };
   try {

@@ -99,7 +99,7 @@ TEST_F(Gateway, StreamingAndNonStreamingGiveTheSameText) {
     ASSERT_FALSE(events.empty());
     EXPECT_EQ(events.back(), "[DONE]");
     const auto [text, finish] = streamed_choice(events, 0, false);
-    EXPECT_EQ(text, whole.parsed()["choices"][0]["text"]) << params;
+    EXPECT_EQ(text, whole.parsed()["choices"][0]["text"].get<std::string>()) << params;
     EXPECT_EQ(finish, "length");
     const json usage = events[events.size() - 2]["usage"];
     EXPECT_EQ(usage["completion_tokens"], 24);
@@ -199,7 +199,8 @@ TEST_F(Gateway, ChatCompletionsStreamAndNot) {
   const auto events = sse_events(gw().post("/v1/chat/completions", body).body);
   ASSERT_GE(events.size(), 2u);
   EXPECT_EQ(events[0]["choices"][0]["delta"]["role"], "assistant");
-  EXPECT_EQ(streamed_choice(events, 0, true).first, j["choices"][0]["message"]["content"]);
+  EXPECT_EQ(streamed_choice(events, 0, true).first,
+            j["choices"][0]["message"]["content"].get<std::string>());
 }
 
 TEST_F(Gateway, BadRequestsNameTheField) {

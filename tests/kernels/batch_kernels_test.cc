@@ -11,7 +11,7 @@
 #include "kernels/batch_ops.h"
 #include "kernels/reference.h"
 #include "tests/kernels/gpu_test_util.h"
-#include "worker/sampler.h"
+#include "worker/engine/sampler.h"
 
 namespace hearth {
 namespace {

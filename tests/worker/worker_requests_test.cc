@@ -176,11 +176,12 @@ TEST(WorkerRequests, ServedWorkerWritesWhatASingleProcessOneWrites) {
   TempDir dir;
   write_file(dir / "requests.jsonl", request_file());
   const std::string socket = (dir / "sock" / "hearth.sock").string();
-  ChildProcess server = ChildProcess::spawn(
-      {{(bin_dir() / "hearth-server").string(), "--model", default_model().string() + ":fortunes",
-        "--socket", socket, "--backend", "memfd", "--quiet"},
-       dir / "server.out",
-       dir / "server.err"});
+  ChildProcess server =
+      ChildProcess::spawn(ChildProcess::Options({(bin_dir() / "hearth-server").string(), "--model",
+                                                 default_model().string() + ":fortunes", "--socket",
+                                                 socket, "--backend", "memfd", "--quiet"})
+                              .stdout_to(ChildProcess::Stream::file(dir / "server.out"))
+                              .stderr_to(ChildProcess::Stream::file(dir / "server.err")));
   bool up = false;
   for (int i = 0; i < 3000 && !up; ++i) {
     ASSERT_FALSE(server.wait_until(std::chrono::steady_clock::now()))

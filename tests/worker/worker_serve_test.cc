@@ -31,7 +31,10 @@ class ServingWorker {
                                      "--serve",
                                      socket_};
     argv.insert(argv.end(), extra.begin(), extra.end());
-    process_.emplace(ChildProcess::spawn({argv, dir / "worker.out", dir / "worker.err"}));
+    process_.emplace(
+        ChildProcess::spawn(ChildProcess::Options(argv)
+                                .stdout_to(ChildProcess::Stream::file(dir / "worker.out"))
+                                .stderr_to(ChildProcess::Stream::file(dir / "worker.err"))));
     for (int i = 0; i < 3000; ++i) {
       if (process_->wait_until(std::chrono::steady_clock::now()))
         throw std::runtime_error("hearth-worker exited: " + read_file(dir / "worker.err"));

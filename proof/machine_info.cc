@@ -9,7 +9,7 @@
 #include <sstream>
 #include <thread>
 
-#include "proof/child_process.h"
+#include "ipc/child_process.h"
 
 namespace hearth::proof {
 
@@ -52,10 +52,11 @@ json gpus(const std::filesystem::path& scratch_dir) {
                               err = scratch_dir / "nvidia-smi.stderr";
   try {
     ChildProcess child = ChildProcess::spawn(
-        {{smi.string(), "--query-gpu=index,name,uuid,driver_version,memory.total,pci.bus_id",
-          "--format=csv,noheader"},
-         out,
-         err});
+        ChildProcess::Options({smi.string(),
+                               "--query-gpu=index,name,uuid,driver_version,memory.total,pci.bus_id",
+                               "--format=csv,noheader"})
+            .stdout_to(ChildProcess::Stream::file(out))
+            .stderr_to(ChildProcess::Stream::file(err)));
     const auto status =
         child.wait_until(std::chrono::steady_clock::now() + std::chrono::seconds(30));
     if (!status) {

@@ -13,7 +13,7 @@
 
 #include "proof/build_info.h"
 #include "proof/checksum.h"
-#include "proof/child_process.h"
+#include "ipc/child_process.h"
 #include "proof/machine_info.h"
 #include "proof/model_identity.h"
 #include "proof/report.h"
@@ -25,6 +25,7 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 using namespace hearth::proof;
+using hearth::ChildProcess;
 
 struct RunArgs {
   std::vector<std::string> profiles;
@@ -73,9 +74,10 @@ fs::path resolve_suite(const std::string& arg) {
 json worker_identity(const fs::path& worker, const fs::path& scratch) {
   json w{{"path", worker.string()}, {"xxh3", xxh3_file(worker)}};
   try {
-    ChildProcess child = ChildProcess::spawn({{worker.string(), "--version"},
-                                              scratch / "worker-version.txt",
-                                              scratch / "worker-version.stderr"});
+    ChildProcess child = ChildProcess::spawn(
+        ChildProcess::Options({worker.string(), "--version"})
+            .stdout_to(ChildProcess::Stream::file(scratch / "worker-version.txt"))
+            .stderr_to(ChildProcess::Stream::file(scratch / "worker-version.stderr")));
     const auto status =
         child.wait_until(std::chrono::steady_clock::now() + std::chrono::seconds(30));
     std::ifstream in(scratch / "worker-version.txt");

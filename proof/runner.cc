@@ -67,10 +67,11 @@ RunResult run_one(const RunSpec& spec, const Suite& suite,
   const auto start = std::chrono::steady_clock::now();
   try {
     std::filesystem::create_directories(dir);
-    ChildProcess child =
-        ChildProcess::spawn({worker_command(options.worker, options.model, profile, prompt,
-                                            token_limit(prompt, options.budget)),
-                             r.stdout_path, r.stderr_path});
+    ChildProcess child = ChildProcess::spawn(
+        ChildProcess::Options(worker_command(options.worker, options.model, profile, prompt,
+                                             token_limit(prompt, options.budget)))
+            .stdout_to(ChildProcess::Stream::file(r.stdout_path))
+            .stderr_to(ChildProcess::Stream::file(r.stderr_path)));
     const auto deadline = start + options.timeout;
     while (!r.exit) {
       if (stop_requested()) {

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "proof/child_process.h"
+#include "ipc/child_process.h"
 #include "proof/profile_set.h"
 #include "proof/suite.h"
 #include "proof/worker_command.h"

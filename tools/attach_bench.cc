@@ -3,11 +3,6 @@
 // process start to first token, the server's upload throughput (from its stats), and device
 // memory with N attached workers (one copy of the weights whatever N is). Prints one JSON
 // object on stdout and a short table on stderr.
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -26,18 +21,15 @@
 #include <cuda_runtime.h>
 #endif
 
+#include "ipc/child_process.h"
 #include "ipc/client.h"
-#include "ipc/unique_fd.h"
 #include "weight-server/sharing/model_import.h"
 #include "weight-server/sharing/vmm_backend.h"
-
-extern char** environ;
 
 namespace {
 
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
-using hearth::UniqueFd;
 
 double ms_since(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
@@ -56,67 +48,22 @@ hearth::ipc::Client connect(const std::string& socket) {
   return hearth::ipc::Client::connect(socket, options);
 }
 
-// A child process with its stdin and stdout on pipes; killed on destruction if still running.
-class Child {
- public:
-  explicit Child(const std::vector<std::string>& args) {
-    int in[2], out[2];
-    if (::pipe2(in, O_CLOEXEC) != 0 || ::pipe2(out, O_CLOEXEC) != 0)
-      throw std::runtime_error("pipe2 failed");
-    UniqueFd in_read(in[0]), out_write(out[1]);
-    stdin_.reset(in[1]);
-    stdout_.reset(out[0]);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, in_read.get(), STDIN_FILENO);
-    posix_spawn_file_actions_adddup2(&actions, out_write.get(), STDOUT_FILENO);
-    std::vector<std::string> storage = args;
-    std::vector<char*> argv;
-    for (std::string& a : storage) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    const int rc = ::posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    if (rc != 0) throw std::runtime_error("cannot start " + args[0] + ": " + std::strerror(rc));
-  }
-  ~Child() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
-  }
-  Child(const Child&) = delete;
-  Child& operator=(const Child&) = delete;
+// A worker or holder process: stdout on a pipe this side reads, stderr shared with ours, stdin
+// a pipe (whose closing tells a holder to let go) or /dev/null.
+hearth::ChildProcess start_child(const std::vector<std::string>& args, bool stdin_pipe) {
+  using Stream = hearth::ChildProcess::Stream;
+  return hearth::ChildProcess::spawn(hearth::ChildProcess::Options(args)
+                                         .stdin_from(stdin_pipe ? Stream::pipe() : Stream::null())
+                                         .stdout_to(Stream::pipe())
+                                         .stderr_to(Stream::inherit()));
+}
 
-  // The next line of output, or nullopt at end of output.
-  std::optional<std::string> read_line() {
-    for (;;) {
-      if (const size_t nl = buffer_.find('\n'); nl != std::string::npos) {
-        std::string line = buffer_.substr(0, nl);
-        buffer_.erase(0, nl + 1);
-        return line;
-      }
-      char chunk[4096];
-      const ssize_t n = ::read(stdout_.get(), chunk, sizeof chunk);
-      if (n < 0 && errno == EINTR) continue;
-      if (n <= 0) return std::nullopt;
-      buffer_.append(chunk, size_t(n));
-    }
-  }
-  // Closes stdin (a holder's signal to let go) and waits; returns the wait status.
-  int finish() {
-    stdin_.reset();
-    while (read_line()) {
-    }
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-    pid_ = -1;
-    return status;
-  }
-
- private:
-  pid_t pid_ = -1;
-  UniqueFd stdin_, stdout_;
-  std::string buffer_;
-};
+// Closes stdin, reads what is left of stdout and waits for the exit.
+hearth::ExitStatus finish(hearth::ChildProcess& child) {
+  child.close_stdin();
+  child.stdout_pipe().read_to_end();
+  return child.wait();
+}
 
 std::string self_path() {
   return std::filesystem::read_symlink("/proc/self/exe").string();
@@ -219,16 +166,15 @@ json measure_first_token(const Settings& s) {
                                      "2",      "--format", "jsonl"};
     if (!s.backend.empty()) args.insert(args.end(), {"--backend", s.backend});
     const Clock::time_point t = Clock::now();
-    Child worker(args);
-    const auto line = worker.read_line();
+    hearth::ChildProcess worker = start_child(args, /*stdin_pipe=*/false);
+    const auto line = worker.stdout_pipe().read_line();
     if (!line) throw std::runtime_error("the worker printed no token (run it by hand to see why)");
     first.push_back(ms_since(t));
     std::string final_line;
-    while (auto l = worker.read_line()) final_line = *l;
-    const int status = worker.finish();
+    while (auto l = worker.stdout_pipe().read_line()) final_line = *l;
+    const hearth::ExitStatus status = finish(worker);
     exit_ms.push_back(ms_since(t));
-    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-      throw std::runtime_error("the worker failed");
+    if (!status.success()) throw std::runtime_error("the worker failed: " + status.describe());
     const json done = json::parse(final_line, nullptr, false);
     if (done.is_object() && done.contains("timings")) {
       last = done["timings"];
@@ -247,18 +193,18 @@ json measure_first_token(const Settings& s) {
 }
 
 // Starts `n` holders of one kind and waits until all of them hold.
-std::vector<std::unique_ptr<Child>> start_holders(const Settings& s, int n, bool context_only,
-                                                  bool touch) {
-  std::vector<std::unique_ptr<Child>> holders;
+std::vector<hearth::ChildProcess> start_holders(const Settings& s, int n, bool context_only,
+                                                bool touch) {
+  std::vector<hearth::ChildProcess> holders;
   for (int i = 0; i < n; ++i) {
     std::vector<std::string> args = {self_path(), "--hold",  "--socket",
                                      s.socket,    "--model", s.model};
     if (context_only) args.push_back("--context-only");
     if (touch) args.push_back("--touch");
-    holders.push_back(std::make_unique<Child>(args));
+    holders.push_back(start_child(args, /*stdin_pipe=*/true));
   }
   for (auto& h : holders) {
-    const auto line = h->read_line();
+    const auto line = h.stdout_pipe().read_line();
     if (!line || line->rfind("READY", 0) != 0)
       throw std::runtime_error("a holder process failed to attach");
   }
@@ -285,13 +231,13 @@ json measure_memory(const Settings& s, const json& attach) {
     // Holders that only create a CUDA context: what any process on the GPU costs.
     auto contexts = start_holders(s, s.holders, /*context_only=*/true, /*touch=*/false);
     out["with_contexts_only_bytes"] = used();
-    for (auto& h : contexts) h->finish();
+    for (auto& h : contexts) finish(h);
   }
   // memfd holders read every page, so that shared pages would show if they were copies; on
   // the GPU, mapping is all it takes to use the server's memory.
   auto attached = start_holders(s, s.holders, /*context_only=*/false, /*touch=*/!vmm && s.verify);
   out["with_attached_workers_bytes"] = used();
-  for (auto& h : attached) h->finish();
+  for (auto& h : attached) finish(h);
   if (out["baseline_bytes"].is_number() && out["with_attached_workers_bytes"].is_number()) {
     const double base = out["baseline_bytes"].get<double>();
     const double with = out["with_attached_workers_bytes"].get<double>();

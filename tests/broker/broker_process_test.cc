@@ -17,13 +17,14 @@ using nlohmann::json;
 class ServerProcess {
  public:
   explicit ServerProcess(int idle_ms = 10'000)
-      : path_(tmp_ / "run/hearth.sock"), process_({"server", path_, std::to_string(idle_ms)}) {
-    ready_ = process_.read_line() == "READY";
+      : path_(tmp_ / "run/hearth.sock"),
+        process_(start_helper({"server", path_, std::to_string(idle_ms)})) {
+    ready_ = read_line(process_) == "READY";
   }
   bool ready() const { return ready_; }
   const std::string& path() const { return path_; }
-  HelperProcess& process() { return process_; }
-  int open_fds() const { return count_open_fds(process_.pid()); }
+  ChildProcess& process() { return process_; }
+  int open_fds() { return count_open_fds(process_.pid()); }
 
   ipc::Client client(const std::string& name = "test-client") const {
     ipc::ClientOptions options;
@@ -35,7 +36,7 @@ class ServerProcess {
  private:
   TempDir tmp_;
   std::string path_;
-  HelperProcess process_;
+  ChildProcess process_;
   bool ready_ = false;
 };
 
@@ -58,9 +59,8 @@ TEST(BrokerProcess, SigtermShutsDownGracefullyAndRemovesTheSocket) {
   ipc::Client client = server.client();
   EXPECT_EQ(client.call(ipc::op::kList).body["models"], json({"test"}));
   server.process().signal(SIGTERM);
-  const int status = server.process().wait();
-  ASSERT_TRUE(WIFEXITED(status)) << status;
-  EXPECT_EQ(WEXITSTATUS(status), 0);
+  const ExitStatus status = server.process().wait();
+  EXPECT_TRUE(status.success()) << status.describe();
   EXPECT_NE(::access(server.path().c_str(), F_OK), 0);
   EXPECT_THROW(client.call(ipc::op::kList), ipc::ConnectionClosed);
   EXPECT_THROW(server.client(), ipc::ServerNotRunning);
@@ -70,8 +70,8 @@ TEST(BrokerProcess, SigintShutsDownToo) {
   ServerProcess server;
   ASSERT_TRUE(server.ready());
   server.process().signal(SIGINT);
-  const int status = server.process().wait();
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  const ExitStatus status = server.process().wait();
+  EXPECT_TRUE(status.success()) << status.describe();
   EXPECT_NE(::access(server.path().c_str(), F_OK), 0);
 }
 
@@ -79,15 +79,15 @@ TEST(BrokerProcess, AKilledServersSocketIsReplacedByTheNextServer) {
   TempDir tmp;
   const std::string path = tmp / "run/hearth.sock";
   {
-    HelperProcess first({"server", path});
-    ASSERT_EQ(first.read_line(), "READY");
-    first.signal(SIGKILL);
+    ChildProcess first = start_helper({"server", path});
+    ASSERT_EQ(read_line(first), "READY");
+    first.kill_group();
     first.wait();
   }
   EXPECT_EQ(::access(path.c_str(), F_OK), 0);  // left behind
   EXPECT_THROW(ipc::Client::connect(path), ipc::ServerNotRunning);
-  HelperProcess second({"server", path});
-  ASSERT_EQ(second.read_line(), "READY");
+  ChildProcess second = start_helper({"server", path});
+  ASSERT_EQ(read_line(second), "READY");
   ipc::Client client = ipc::Client::connect(path);
   EXPECT_EQ(client.call(ipc::op::kList).body["models"], json({"test"}));
 }
@@ -95,9 +95,9 @@ TEST(BrokerProcess, AKilledServersSocketIsReplacedByTheNextServer) {
 TEST(BrokerProcess, ALiveServerIsNotStolen) {
   ServerProcess server;
   ASSERT_TRUE(server.ready());
-  HelperProcess intruder({"server", server.path()});
-  const int status = intruder.wait();
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << status;
+  ChildProcess intruder = start_helper({"server", server.path()});
+  const ExitStatus status = intruder.wait();
+  EXPECT_TRUE(status.exited_with(1)) << status.describe();
   ipc::Client client = server.client();
   EXPECT_EQ(client.call(ipc::op::kList).body["models"], json({"test"}));
 }
@@ -106,11 +106,11 @@ TEST(BrokerProcess, AKilledWorkersLeaseIsReleased) {
   ServerProcess server;
   ASSERT_TRUE(server.ready());
   ipc::Client observer = server.client("observer");
-  HelperProcess worker({"hold", server.path()});
-  const std::string held = worker.read_line();
+  ChildProcess worker = start_helper({"hold", server.path()});
+  const std::string held = read_line(worker);
   ASSERT_EQ(held.rfind("HELD ", 0), 0u) << held;
   EXPECT_EQ(observer.call(ipc::op::kStats).body["leases"], 1);
-  worker.signal(SIGKILL);
+  worker.kill_group();
   worker.wait();
   EXPECT_TRUE(eventually([&] { return observer.call(ipc::op::kStats).body["leases"] == 0; }));
   EXPECT_EQ(stat_value(observer, "clients"), 1);

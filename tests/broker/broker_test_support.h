@@ -2,10 +2,7 @@
 
 // Running brokers and talking to them at the byte level, for the broker tests.
 
-#include <poll.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 
 #include <chrono>
 #include <mutex>
@@ -16,6 +13,7 @@
 
 #include "../ipc/test_util.h"
 #include "broker/broker.h"
+#include "ipc/child_process.h"
 #include "ipc/client.h"
 #include "ipc/errors.h"
 #include "ipc/frame.h"
@@ -96,64 +94,20 @@ class InProcessBroker {
   std::thread thread_;
 };
 
-// A child process running broker_test_helper, killed (if still running) on destruction.
-class HelperProcess {
- public:
-  explicit HelperProcess(const std::vector<std::string>& args) {
-    int out[2];
-    if (::pipe2(out, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
-    stdout_.reset(out[0]);
-    UniqueFd write_end(out[1]);
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, write_end.get(), STDOUT_FILENO);
-    std::vector<std::string> argv_storage = {HEARTH_BINARY_DIR "/bin/broker_test_helper"};
-    argv_storage.insert(argv_storage.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (std::string& a : argv_storage) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    const int rc = ::posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    if (rc != 0) throw std::runtime_error("posix_spawn " + argv_storage[0] + " failed");
-  }
-  ~HelperProcess() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      wait();
-    }
-  }
+// broker_test_helper as a child process, its stdout a pipe the test reads and its stderr this
+// process's own (so what it logs shows up with the test's output).
+inline ChildProcess start_helper(const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {HEARTH_BINARY_DIR "/bin/broker_test_helper"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return ChildProcess::spawn(ChildProcess::Options(argv)
+                                 .stdout_to(ChildProcess::Stream::pipe())
+                                 .stderr_to(ChildProcess::Stream::inherit()));
+}
 
-  pid_t pid() const { return pid_; }
-
-  // The next line the helper printed, or "" if none came in time.
-  std::string read_line() {
-    std::string line;
-    const auto deadline = std::chrono::steady_clock::now() + kPatience;
-    while (std::chrono::steady_clock::now() < deadline) {
-      pollfd p{stdout_.get(), POLLIN, 0};
-      if (::poll(&p, 1, 50) <= 0) continue;
-      char c;
-      if (::read(stdout_.get(), &c, 1) != 1) break;
-      if (c == '\n') return line;
-      line += c;
-    }
-    return line;
-  }
-
-  void signal(int signum) { ::kill(pid_, signum); }
-
-  // Waits for the process to end; returns its wait status.
-  int wait() {
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-    pid_ = -1;
-    return status;
-  }
-
- private:
-  pid_t pid_ = -1;
-  UniqueFd stdout_;
-};
+// The next line the helper printed, or "" if none came in time.
+inline std::string read_line(ChildProcess& helper) {
+  return helper.stdout_pipe().read_line(std::chrono::steady_clock::now() + kPatience).value_or("");
+}
 
 // A raw connection for speaking (or not speaking) the protocol by hand.
 inline UniqueFd raw_connect(const std::string& path) {

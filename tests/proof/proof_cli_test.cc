@@ -284,11 +284,12 @@ TEST_F(ProofRun, AHungWorkerIsKilledAtTheTimeout) {
 TEST_F(ProofRun, InterruptKillsTheWorkersAndStillWritesTheReport) {
   const std::string worker = wrapper("hang.sh", "sleep 1000; :", /*fake_others=*/true);
   ChildProcess proof_process = ChildProcess::spawn(
-      {{(bin_dir() / "hearth-proof").string(), "run", "--suite", path("suite.jsonl"), "--model",
-        default_model().string(), "--out", path("out"), "--profile", path("greedy.json"),
-        "--profile", path("greedy.json"), "--worker", worker, "--quiet"},
-       dir_ / "proof.out",
-       dir_ / "proof.err"});
+      ChildProcess::Options({(bin_dir() / "hearth-proof").string(), "run", "--suite",
+                             path("suite.jsonl"), "--model", default_model().string(), "--out",
+                             path("out"), "--profile", path("greedy.json"), "--profile",
+                             path("greedy.json"), "--worker", worker, "--quiet"})
+          .stdout_to(ChildProcess::Stream::file(dir_ / "proof.out"))
+          .stderr_to(ChildProcess::Stream::file(dir_ / "proof.err")));
   // Wait until the hanging worker has started (its stderr file appears), then interrupt.
   const fs::path volcano_stderr = dir_ / "out" / "runs" / "002-volcano" / "00-greedy.r0.stderr";
   for (int i = 0; i < 6000 && !fs::exists(volcano_stderr); ++i) std::this_thread::sleep_for(10ms);

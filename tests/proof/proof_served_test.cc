@@ -18,10 +18,11 @@ class Server {
  public:
   explicit Server(const fs::path& dir) : socket_((dir / "sock" / "hearth.sock").string()) {
     process_.emplace(ChildProcess::spawn(
-        {{(bin_dir() / "hearth-server").string(), "--model", default_model().string() + ":fortunes",
-          "--socket", socket_, "--backend", "memfd", "--quiet"},
-         dir / "server.out",
-         dir / "server.err"}));
+        ChildProcess::Options({(bin_dir() / "hearth-server").string(), "--model",
+                               default_model().string() + ":fortunes", "--socket", socket_,
+                               "--backend", "memfd", "--quiet"})
+            .stdout_to(ChildProcess::Stream::file(dir / "server.out"))
+            .stderr_to(ChildProcess::Stream::file(dir / "server.err"))));
     for (int i = 0; i < 3000; ++i) {
       if (process_->wait_until(std::chrono::steady_clock::now()))
         throw std::runtime_error("hearth-server exited: " + read_file(dir / "server.err"));

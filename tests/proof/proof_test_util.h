@@ -15,7 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "proof/child_process.h"
+#include "ipc/child_process.h"
 #include "tests/support/paths.h"
 
 namespace hearth::proof::testing {
@@ -85,7 +85,9 @@ inline CommandResult run_command(const std::vector<std::string>& argv, const fs:
   static int counter = 0;
   const std::string stem = "cmd" + std::to_string(++counter);
   const fs::path out = scratch / (stem + ".out"), err = scratch / (stem + ".err");
-  ChildProcess child = ChildProcess::spawn({argv, out, err});
+  ChildProcess child = ChildProcess::spawn(ChildProcess::Options(argv)
+                                               .stdout_to(ChildProcess::Stream::file(out))
+                                               .stderr_to(ChildProcess::Stream::file(err)));
   auto status = child.wait_until(std::chrono::steady_clock::now() + limit);
   if (!status) {
     child.kill_group();

@@ -12,7 +12,6 @@ namespace hearth {
 namespace {
 
 using json = nlohmann::json;
-using test::Process;
 using test::ServerProcess;
 
 #define REQUIRE_GPU()                                  \
@@ -69,7 +68,7 @@ TEST_F(ServerGpuTest, WorkersImportAndVerifyEveryTensor) {
   const test::WorkerRun run = test::run_worker(
       tmp_, test::concat({"--server", server->socket(), "--model", "synth", "--verify-weights"},
                          cuda_args(1, 8)));
-  EXPECT_TRUE(test::exited_ok(run.status)) << run.err;
+  EXPECT_TRUE(run.status.success()) << run.err;
   const json stats = server->stats();
   EXPECT_EQ(stats["models"].size(), 2u);
   EXPECT_FALSE(stats["models"][0]["gpu_uuid"].get<std::string>().empty());
@@ -86,8 +85,8 @@ TEST_F(ServerGpuTest, ServedWorkersMatchSingleProcessOnCuda) {
       const test::WorkerRun served = test::run_worker(
           tmp_,
           test::concat({"--server", server->socket(), "--model", model}, cuda_args(seed, 32)));
-      ASSERT_TRUE(test::exited_ok(single.status)) << single.err;
-      ASSERT_TRUE(test::exited_ok(served.status)) << served.err;
+      ASSERT_TRUE(single.status.success()) << single.err;
+      ASSERT_TRUE(served.status.success()) << served.err;
       const test::Stream a = test::parse_stream(served.out), b = test::parse_stream(single.out);
       EXPECT_FALSE(a.tokens.empty());
       EXPECT_EQ(a.tokens, b.tokens) << model << " seed " << seed;
@@ -102,21 +101,17 @@ TEST_F(ServerGpuTest, WorkerSurvivesItsServer) {
   ipc::Client client = test::connect_client(server->socket());
   ImportedModel held = import_served_model(client, "tiny");
 
-  Process::Options options;
-  options.pipe_stdout = true;
-  options.pipe_bytes = 4096;
-  Process worker(
+  ChildProcess worker = test::start_piped(
       test::concat({test::binary("hearth-worker"), "--server", server->socket(), "--model", "tiny"},
-                   cuda_args(3, kTokens, true)),
-      options);
-  const auto first = worker.read_line();
+                   cuda_args(3, kTokens, true)));
+  const auto first = test::next_line(worker);
   ASSERT_TRUE(first) << "the worker produced no token";
   EXPECT_TRUE(worker.running());
   server->process().signal(SIGKILL);
   server->process().wait();
 
-  const std::string out = *first + "\n" + worker.read_rest();
-  EXPECT_TRUE(test::exited_ok(worker.wait()));
+  const std::string out = *first + "\n" + test::rest_of_output(worker);
+  EXPECT_TRUE(worker.wait().success());
   const test::WorkerRun single = test::run_worker(
       tmp_,
       test::concat({"--model", test::tiny_model_dir().string()}, cuda_args(3, kTokens, true)));
@@ -134,7 +129,7 @@ TEST_F(ServerGpuTest, MemfdServerOnAGpuMachineStillServesCpuWorkers) {
   std::vector<std::string> args = {"--server", server.socket(), "--model", "tiny",     "--prompt",
                                    "Hi",       "--max-tokens",  "4",       "--format", "jsonl"};
   const test::WorkerRun run = test::run_worker(tmp_, args);
-  EXPECT_TRUE(test::exited_ok(run.status)) << run.err;
+  EXPECT_TRUE(run.status.success()) << run.err;
 }
 
 }  // namespace

@@ -21,7 +21,6 @@ namespace hearth {
 namespace {
 
 using json = nlohmann::json;
-using test::Process;
 using test::ServerProcess;
 using test::WorkerRun;
 
@@ -37,7 +36,7 @@ class References {
                                               test::generation_args(seed, max_tokens, ignore_eos)));
       it = runs_.emplace(key, std::move(run)).first;
     }
-    EXPECT_TRUE(test::exited_ok(it->second.status)) << it->second.err;
+    EXPECT_TRUE(it->second.status.success()) << it->second.err;
     return it->second;
   }
 
@@ -74,14 +73,10 @@ void expect_same_stream(const std::string& got, const WorkerRun& want, const std
 
 // A served worker whose stdout is read through a one-page pipe: once it is a few dozen tokens
 // ahead of the reader it blocks, mid-generation, still holding its lease.
-std::unique_ptr<Process> start_stalled_worker(const ServerProcess& server, int seed,
-                                              int max_tokens) {
-  Process::Options options;
-  options.pipe_stdout = true;
-  options.pipe_bytes = 4096;
-  auto worker =
-      std::make_unique<Process>(served(server, seed, max_tokens, /*ignore_eos=*/true), options);
-  return worker;
+std::unique_ptr<ChildProcess> start_stalled_worker(const ServerProcess& server, int seed,
+                                                   int max_tokens) {
+  return std::make_unique<ChildProcess>(
+      test::start_piped(served(server, seed, max_tokens, /*ignore_eos=*/true)));
 }
 
 int lease_count(ServerProcess& server) {
@@ -93,18 +88,17 @@ TEST(ServerProcess, SixteenConcurrentWorkersMatchSingleProcessMode) {
   constexpr int kWorkers = 16, kTokens = 24;
   const int connections_before = server.stats()["broker"]["connections_total"].get<int>();
   test::TempDir out;
-  std::vector<std::unique_ptr<Process>> workers;
+  std::vector<ChildProcess> workers;
   for (int i = 0; i < kWorkers; ++i) {
-    Process::Options options;
-    options.stdout_file = out / ("w" + std::to_string(i) + ".out");
-    options.stderr_file = out / ("w" + std::to_string(i) + ".err");
-    workers.push_back(std::make_unique<Process>(served(server, i % 4, kTokens), options));
+    workers.push_back(ChildProcess::spawn(
+        ChildProcess::Options(served(server, i % 4, kTokens))
+            .stdout_to(ChildProcess::Stream::file(out / ("w" + std::to_string(i) + ".out")))
+            .stderr_to(ChildProcess::Stream::file(out / ("w" + std::to_string(i) + ".err")))));
   }
   for (int i = 0; i < kWorkers; ++i) {
-    const int status = workers[i]->wait();
-    EXPECT_TRUE(test::exited_ok(status))
-        << "worker " << i << ": " << test::describe_status(status) << "\n"
-        << test::read_file(out / ("w" + std::to_string(i) + ".err"));
+    const ExitStatus status = workers[i].wait();
+    EXPECT_TRUE(status.success()) << "worker " << i << ": " << status.describe() << "\n"
+                                  << test::read_file(out / ("w" + std::to_string(i) + ".err"));
     expect_same_stream(test::read_file(out / ("w" + std::to_string(i) + ".out")),
                        references().get(i % 4, kTokens), "worker " + std::to_string(i));
   }
@@ -120,14 +114,14 @@ TEST(ServerProcess, SixteenConcurrentWorkersMatchSingleProcessMode) {
 TEST(ServerProcess, WorkerKilledMidGenerationReleasesItsLease) {
   ServerProcess server;
   auto worker = start_stalled_worker(server, 5, 400);
-  ASSERT_TRUE(worker->read_line()) << "the worker produced no token\n" << server.log();
+  ASSERT_TRUE(test::next_line(*worker)) << "the worker produced no token\n" << server.log();
   json stats = server.stats();
   ASSERT_EQ(stats["leases"], 1);
   ASSERT_EQ(stats["workers"][0]["pid"], worker->pid());
   EXPECT_TRUE(worker->running()) << "expected the worker to be stalled mid-generation";
 
   const pid_t pid = worker->pid();
-  worker->signal(SIGKILL);
+  worker->kill_group();
   worker->wait();
   EXPECT_TRUE(test::eventually([&] { return lease_count(server) == 0; })) << server.stats().dump();
   stats = server.stats();
@@ -138,7 +132,7 @@ TEST(ServerProcess, WorkerKilledMidGenerationReleasesItsLease) {
   // Healthy: the next worker gets the same stream as single-process mode.
   test::TempDir tmp;
   const WorkerRun again = test::run_worker(tmp, served_args(server, 5, 16));
-  EXPECT_TRUE(test::exited_ok(again.status)) << again.err;
+  EXPECT_TRUE(again.status.success()) << again.err;
   expect_same_stream(again.out, references().get(5, 16), "worker after the kill");
   EXPECT_TRUE(server.process().running());
 }
@@ -147,12 +141,12 @@ TEST(ServerProcess, WorkersFinishTheirStreamsWhenTheServerIsKilled) {
   constexpr int kWorkers = 3, kTokens = 160;  // the one-page pipe stalls a worker after ~60
   auto server = std::make_unique<ServerProcess>();
   const std::string socket = server->socket();
-  std::vector<std::unique_ptr<Process>> workers;
+  std::vector<std::unique_ptr<ChildProcess>> workers;
   std::vector<std::string> first_lines;
   for (int i = 0; i < kWorkers; ++i)
     workers.push_back(start_stalled_worker(*server, 10 + i, kTokens));
   for (auto& w : workers) {
-    auto line = w->read_line();
+    auto line = test::next_line(*w);
     ASSERT_TRUE(line) << "a worker produced no token";
     first_lines.push_back(*line + "\n");
   }
@@ -163,9 +157,9 @@ TEST(ServerProcess, WorkersFinishTheirStreamsWhenTheServerIsKilled) {
   server->process().wait();
 
   for (int i = 0; i < kWorkers; ++i) {
-    const std::string out = first_lines[i] + workers[i]->read_rest();
-    const int status = workers[i]->wait();
-    EXPECT_TRUE(test::exited_ok(status)) << "worker " << i << ": " << test::describe_status(status);
+    const std::string out = first_lines[i] + test::rest_of_output(*workers[i]);
+    const ExitStatus status = workers[i]->wait();
+    EXPECT_TRUE(status.success()) << "worker " << i << ": " << status.describe();
     const test::Stream stream = test::parse_stream(out);
     EXPECT_EQ(stream.tokens.size(), size_t(kTokens)) << "worker " << i;
     expect_same_stream(out, references().get(10 + i, kTokens, true), "worker " + std::to_string(i));
@@ -175,8 +169,7 @@ TEST(ServerProcess, WorkersFinishTheirStreamsWhenTheServerIsKilled) {
   test::TempDir tmp;
   const WorkerRun late =
       test::run_worker(tmp, {"--server", socket, "--model", "tiny", "--prompt", "hi"});
-  EXPECT_TRUE(WIFEXITED(late.status) && WEXITSTATUS(late.status) == 1)
-      << test::describe_status(late.status);
+  EXPECT_TRUE(late.status.exited_with(1)) << late.status.describe();
   EXPECT_NE(late.err.find("hearth-worker: error: hearth server not running at " + socket),
             std::string::npos)
       << late.err;
@@ -255,7 +248,7 @@ TEST(ServerProcess, GarbageOnTheSocketLeavesTheServerServing) {
   EXPECT_TRUE(server.process().running());
   test::TempDir tmp;
   const WorkerRun run = test::run_worker(tmp, served_args(server, 1, 8));
-  EXPECT_TRUE(test::exited_ok(run.status)) << run.err;
+  EXPECT_TRUE(run.status.success()) << run.err;
   expect_same_stream(run.out, references().get(1, 8), "worker after the garbage");
   EXPECT_EQ(server.stats()["leases"], 0);
 }
@@ -318,7 +311,7 @@ TEST(ServerProcess, AdminShutdownIsGraceful) {
   ipc::Client admin = test::connect_client(server.socket());
   EXPECT_EQ(admin.server_hello()["admin"], true);
   EXPECT_EQ(admin.call(ipc::op::kShutdown).body["stopping"], true);
-  EXPECT_TRUE(test::exited_ok(server.process().wait())) << server.log();
+  EXPECT_TRUE(server.process().wait().success()) << server.log();
   struct stat st {};
   EXPECT_NE(::stat(server.socket().c_str(), &st), 0) << "the socket file should be gone";
 }
@@ -331,7 +324,7 @@ TEST(ServerProcess, CtlListsLoadsUnloadsAndStopsTheServer) {
   };
   auto served_names = [&] {
     const test::WorkerRun run = ctl({"list"});
-    EXPECT_EQ(run.status, 0) << run.err;
+    EXPECT_TRUE(run.status.success()) << run.err;
     const json reply = json::parse(run.out);
     std::vector<std::string> names;
     for (const json& m : reply["models"]) names.push_back(m["name"]);
@@ -340,29 +333,27 @@ TEST(ServerProcess, CtlListsLoadsUnloadsAndStopsTheServer) {
   EXPECT_EQ(served_names(), std::vector<std::string>{"tiny"});
 
   test::WorkerRun run = ctl({"load", test::tiny_model_dir().string(), "--name", "second"});
-  ASSERT_EQ(run.status, 0) << run.err;
+  ASSERT_TRUE(run.status.success()) << run.err;
   EXPECT_EQ(json::parse(run.out)["model"]["name"], "second");
   EXPECT_EQ(served_names(), (std::vector<std::string>{"second", "tiny"}));
   run = ctl({"stats"});
-  EXPECT_EQ(run.status, 0) << run.err;
+  EXPECT_TRUE(run.status.success()) << run.err;
   EXPECT_EQ(json::parse(run.out)["pid"], server.pid());
 
-  auto refused = [](const test::WorkerRun& r) {
-    return WIFEXITED(r.status) && WEXITSTATUS(r.status) == 1;
-  };
+  auto refused = [](const test::WorkerRun& r) { return r.status.exited_with(1); };
   run = ctl({"unload", "nosuch"});
-  EXPECT_TRUE(refused(run)) << test::describe_status(run.status);
+  EXPECT_TRUE(refused(run)) << run.status.describe();
   EXPECT_NE(run.err.find("hearth-ctl: error: "), std::string::npos) << run.err;
   EXPECT_NE(run.err.find("nosuch"), std::string::npos) << run.err;
   run = ctl({"unload", "second"});
-  EXPECT_EQ(run.status, 0) << run.err;
+  EXPECT_TRUE(run.status.success()) << run.err;
   EXPECT_EQ(served_names(), std::vector<std::string>{"tiny"});
 
   run = ctl({"shutdown"});
-  EXPECT_EQ(run.status, 0) << run.err;
-  EXPECT_TRUE(test::exited_ok(server.process().wait())) << server.log();
+  EXPECT_TRUE(run.status.success()) << run.err;
+  EXPECT_TRUE(server.process().wait().success()) << server.log();
   run = ctl({"list"});
-  EXPECT_TRUE(refused(run)) << test::describe_status(run.status);
+  EXPECT_TRUE(refused(run)) << run.status.describe();
   EXPECT_NE(run.err.find("not running"), std::string::npos) << run.err;
 }
 
@@ -408,11 +399,11 @@ TEST(ServerProcess, StartupErrorsAreClear) {
   test::TempDir tmp;
   auto start = [&](const std::vector<std::string>& args) {
     ServerProcess server(args, /*wait=*/false);
-    const int status = server.process().wait();
+    const ExitStatus status = server.process().wait();
     return std::pair(status, server.log());
   };
   auto [s1, log1] = start({"--backend", "memfd", "--model", tmp.path() + "/nowhere"});
-  EXPECT_EQ(WEXITSTATUS(s1), 1);
+  EXPECT_TRUE(s1.exited_with(1)) << s1.describe();
   EXPECT_NE(log1.find("hearth-server: error: " + tmp.path() + "/nowhere: not a model directory"),
             std::string::npos)
       << log1;
@@ -425,12 +416,11 @@ TEST(ServerProcess, StartupErrorsAreClear) {
 
   // A live server's socket is never taken over.
   ServerProcess live;
-  Process::Options options;
-  options.stderr_file = tmp / "second.log";
-  Process second({test::binary("hearth-server"), "--socket", live.socket(), "--backend", "memfd",
-                  "--model", test::tiny_model_dir().string()},
-                 options);
-  EXPECT_EQ(WEXITSTATUS(second.wait()), 1);
+  ChildProcess second = ChildProcess::spawn(
+      ChildProcess::Options({test::binary("hearth-server"), "--socket", live.socket(), "--backend",
+                             "memfd", "--model", test::tiny_model_dir().string()})
+          .stderr_to(ChildProcess::Stream::file(tmp / "second.log")));
+  EXPECT_TRUE(second.wait().exited_with(1));
   const std::string second_log = test::read_file(tmp / "second.log");
   EXPECT_NE(second_log.find("already running at " + live.socket()), std::string::npos)
       << second_log;
@@ -444,12 +434,11 @@ TEST(ServerProcess, SocketMistakesFailBeforeAnyModelIsRead) {
   const std::string open_dir = tmp.path() + "/open";
   ASSERT_EQ(::mkdir(open_dir.c_str(), 0755), 0);
   ASSERT_EQ(::chmod(open_dir.c_str(), 0755), 0);
-  Process::Options options;
-  options.stderr_file = tmp / "server.log";
-  Process server({test::binary("hearth-server"), "--socket", open_dir + "/sock", "--backend",
-                  "memfd", "--model", tmp.path() + "/no-such-model"},
-                 options);
-  EXPECT_EQ(WEXITSTATUS(server.wait()), 1);
+  ChildProcess server = ChildProcess::spawn(
+      ChildProcess::Options({test::binary("hearth-server"), "--socket", open_dir + "/sock",
+                             "--backend", "memfd", "--model", tmp.path() + "/no-such-model"})
+          .stderr_to(ChildProcess::Stream::file(tmp / "server.log")));
+  EXPECT_TRUE(server.wait().exited_with(1));
   const std::string log = test::read_file(tmp / "server.log");
   EXPECT_NE(log.find("socket directory " + open_dir + " has mode 0755"), std::string::npos) << log;
   EXPECT_EQ(log.find("no-such-model"), std::string::npos) << log;
@@ -462,11 +451,10 @@ TEST(ServerProcess, StaleSocketOfAKilledServerIsReplaced) {
   first->process().wait();
   struct stat st {};
   ASSERT_EQ(::stat(socket.c_str(), &st), 0) << "a killed server leaves its socket file";
-  Process::Options options;
-  options.stderr_file = socket + ".restart.log";
-  Process restarted({test::binary("hearth-server"), "--socket", socket, "--backend", "memfd",
-                     "--model", test::tiny_model_dir().string() + ":tiny"},
-                    options);
+  ChildProcess restarted = ChildProcess::spawn(
+      ChildProcess::Options({test::binary("hearth-server"), "--socket", socket, "--backend",
+                             "memfd", "--model", test::tiny_model_dir().string() + ":tiny"})
+          .stderr_to(ChildProcess::Stream::file(socket + ".restart.log")));
   EXPECT_TRUE(test::eventually([&] {
     try {
       return test::connect_client(socket).call(ipc::op::kList).body["models"].size() == 1;

@@ -5,11 +5,7 @@
 // (through a deliberately small pipe, so a worker that is not read stalls mid-generation), and
 // reading a process's descriptors and memory from /proc.
 
-#include <fcntl.h>
-#include <poll.h>
 #include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -25,12 +21,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ipc/child_process.h"
 #include "ipc/client.h"
 #include "ipc/errors.h"
 #include "tests/ipc/test_util.h"
 #include "tests/support/paths.h"
-
-extern char** environ;
 
 namespace hearth::test {
 
@@ -58,113 +53,32 @@ inline std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-// A child process. Its stdout goes to a pipe this side reads (small, when asked, so that the
-// child blocks once it is a few lines ahead) or to a file; stderr always to a file. Killed
-// with SIGKILL on destruction if still running.
-class Process {
- public:
-  struct Options {
-    bool pipe_stdout = false;
-    int pipe_bytes = 0;       // > 0: shrink the pipe to this (the kernel rounds up to a page)
-    std::string stdout_file;  // when not piped ("" = /dev/null)
-    std::string stderr_file;  // "" = /dev/null
-  };
-
-  Process(const std::vector<std::string>& args, const Options& options) {
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    UniqueFd write_end;
-    if (options.pipe_stdout) {
-      int fds[2];
-      if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
-      stdout_.reset(fds[0]);
-      write_end.reset(fds[1]);
-      if (options.pipe_bytes > 0) ::fcntl(fds[0], F_SETPIPE_SZ, options.pipe_bytes);
-      posix_spawn_file_actions_adddup2(&actions, write_end.get(), STDOUT_FILENO);
-    } else {
-      posix_spawn_file_actions_addopen(
-          &actions, STDOUT_FILENO,
-          options.stdout_file.empty() ? "/dev/null" : options.stdout_file.c_str(),
-          O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    }
-    posix_spawn_file_actions_addopen(
-        &actions, STDERR_FILENO,
-        options.stderr_file.empty() ? "/dev/null" : options.stderr_file.c_str(),
-        O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    std::vector<std::string> storage = args;
-    std::vector<char*> argv;
-    for (std::string& a : storage) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    const int rc = ::posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&actions);
-    if (rc != 0)
-      throw std::runtime_error("posix_spawn " + args[0] + " failed: " + std::strerror(rc));
-  }
-  ~Process() {
-    if (pid_ > 0) {
-      ::kill(pid_, SIGKILL);
-      wait();
-    }
-  }
-  Process(const Process&) = delete;
-  Process& operator=(const Process&) = delete;
-
-  pid_t pid() const { return pid_; }
-  bool running() const { return pid_ > 0 && ::waitpid(pid_, nullptr, WNOHANG) == 0; }
-  void signal(int signum) const { ::kill(pid_, signum); }
-
-  // The next stdout line, or nullopt at EOF or after `limit`.
-  std::optional<std::string> read_line(std::chrono::milliseconds limit = kPatience) {
-    const auto deadline = std::chrono::steady_clock::now() + limit;
-    for (;;) {
-      if (const size_t nl = buffer_.find('\n'); nl != std::string::npos) {
-        std::string line = buffer_.substr(0, nl);
-        buffer_.erase(0, nl + 1);
-        return line;
-      }
-      if (eof_ || std::chrono::steady_clock::now() > deadline) return std::nullopt;
-      pollfd p{stdout_.get(), POLLIN, 0};
-      if (::poll(&p, 1, 50) <= 0) continue;
-      char chunk[4096];
-      const ssize_t n = ::read(stdout_.get(), chunk, sizeof chunk);
-      if (n <= 0)
-        eof_ = true;
-      else
-        buffer_.append(chunk, size_t(n));
-    }
-  }
-  // Everything left on stdout, up to EOF.
-  std::string read_rest() {
-    std::string out;
-    while (auto line = read_line()) out += *line + "\n";
-    out += buffer_;
-    buffer_.clear();
-    return out;
-  }
-
-  // Waits for the process to end; returns its wait status.
-  int wait() {
-    int status = 0;
-    if (pid_ > 0) ::waitpid(pid_, &status, 0);
-    pid_ = -1;
-    return status;
-  }
-
- private:
-  pid_t pid_ = -1;
-  UniqueFd stdout_;
-  std::string buffer_;
-  bool eof_ = false;
-};
-
-inline bool exited_ok(int status) {
-  return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+inline std::chrono::steady_clock::time_point patience_deadline() {
+  return std::chrono::steady_clock::now() + kPatience;
 }
 
-inline std::string describe_status(int status) {
-  if (WIFEXITED(status)) return "exit " + std::to_string(WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) return std::string("signal ") + strsignal(WTERMSIG(status));
-  return "status " + std::to_string(status);
+// A worker (or another binary) whose stdout the test reads through a deliberately small pipe,
+// so that a worker nobody reads blocks once it is a few lines ahead; stderr to `stderr_file`.
+inline ChildProcess start_piped(const std::vector<std::string>& argv,
+                                const std::string& stderr_file = "") {
+  using Stream = ChildProcess::Stream;
+  return ChildProcess::spawn(
+      ChildProcess::Options(argv)
+          .stdout_to(Stream::pipe(4096))
+          .stderr_to(stderr_file.empty() ? Stream::null() : Stream::file(stderr_file)));
+}
+
+// The next line of a piped stdout, or nullopt at its end (or when the test ran out of patience).
+inline std::optional<std::string> next_line(ChildProcess& p) {
+  return p.stdout_pipe().read_line(patience_deadline());
+}
+
+// Everything left on a piped stdout, up to its end, however long the child takes while it
+// keeps writing (patience runs per line).
+inline std::string rest_of_output(ChildProcess& p) {
+  std::string out;
+  while (auto line = p.stdout_pipe().read_line(patience_deadline())) out += *line + "\n";
+  return out;
 }
 
 inline ipc::Client connect_client(const std::string& socket, const std::string& name = "test") {
@@ -184,9 +98,8 @@ class ServerProcess {
       extra = {"--backend", "memfd", "--model", tiny_model_dir().string() + ":tiny"};
     std::vector<std::string> args = {binary("hearth-server"), "--socket", socket_};
     args.insert(args.end(), extra.begin(), extra.end());
-    Process::Options options;
-    options.stderr_file = log_;
-    process_.emplace(args, options);
+    process_.emplace(ChildProcess::spawn(
+        ChildProcess::Options(args).stderr_to(ChildProcess::Stream::file(log_))));
     if (wait) wait_ready();
   }
 
@@ -207,7 +120,7 @@ class ServerProcess {
 
   const std::string& socket() const { return socket_; }
   std::string log() const { return read_file(log_); }
-  Process& process() { return *process_; }
+  ChildProcess& process() { return *process_; }
   pid_t pid() const { return process_->pid(); }
   const TempDir& dir() const { return dir_; }
 
@@ -217,12 +130,12 @@ class ServerProcess {
   TempDir dir_;
   std::string socket_;
   std::string log_;
-  std::optional<Process> process_;
+  std::optional<ChildProcess> process_;
 };
 
 // What a run of hearth-worker (or another of hearth's binaries) produced.
 struct WorkerRun {
-  int status = 0;
+  ExitStatus status;
   std::string out, err;
 };
 
@@ -231,12 +144,11 @@ inline WorkerRun run_binary(const std::string& name, const TempDir& dir,
                             const std::vector<std::string>& args) {
   static int counter = 0;
   const std::string base = dir / (name + std::to_string(counter++));
-  Process::Options options;
-  options.stdout_file = base + ".out";
-  options.stderr_file = base + ".err";
   std::vector<std::string> argv = {binary(name)};
   argv.insert(argv.end(), args.begin(), args.end());
-  Process p(argv, options);
+  ChildProcess p = ChildProcess::spawn(ChildProcess::Options(argv)
+                                           .stdout_to(ChildProcess::Stream::file(base + ".out"))
+                                           .stderr_to(ChildProcess::Stream::file(base + ".err")));
   WorkerRun run;
   run.status = p.wait();
   run.out = read_file(base + ".out");

@@ -73,9 +73,7 @@ class TamperingTest : public ::testing::Test {
   }
 
   static void expect_refused(const test::WorkerRun& run, const std::string& message) {
-    EXPECT_TRUE(WIFEXITED(run.status) && WEXITSTATUS(run.status) == 1)
-        << test::describe_status(run.status) << "\n"
-        << run.err;
+    EXPECT_TRUE(run.status.exited_with(1)) << run.status.describe() << "\n" << run.err;
     EXPECT_NE(run.err.find("hearth-worker: error: "), std::string::npos) << run.err;
     EXPECT_NE(run.err.find(message), std::string::npos) << run.err;
     EXPECT_EQ(run.out.find("\"token\""), std::string::npos) << "generated on refused weights";
@@ -89,7 +87,7 @@ class TamperingTest : public ::testing::Test {
 TEST_F(TamperingTest, HonestServerWorks) {
   const test::WorkerRun run =
       run_against([](const ipc::Request&, broker::Reply&) {}, {"--verify-weights"});
-  EXPECT_TRUE(test::exited_ok(run.status)) << run.err;
+  EXPECT_TRUE(run.status.success()) << run.err;
   EXPECT_EQ(test::parse_stream(run.out).tokens.size(), 4u);
 }
 
@@ -134,7 +132,7 @@ TEST_F(TamperingTest, WrongBytesAreCaughtByVerifyWeights) {
       2, [](uint64_t b) { return memfd_of(b, kRequiredWeightSeals, 'x'); }, victim_bytes_);
   expect_refused(run_against(edit, {"--verify-weights"}), "tensor '" + victim_ + "': xxh3");
   // Without verification the bytes are taken on trust, as documented: the run completes.
-  EXPECT_TRUE(test::exited_ok(run_against(edit).status));
+  EXPECT_TRUE(run_against(edit).status.success());
 }
 
 TEST_F(TamperingTest, TamperedManifestsAreRefused) {

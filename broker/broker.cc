@@ -216,10 +216,21 @@ void Broker::admit(UniqueFd socket) {
         "too many clients (at most " + std::to_string(options_.max_clients) + "); try again later");
     return;
   }
+  const auto held = clients_per_uid_.find(peer.uid);
+  if (peer.uid != admin_uid_ && held != clients_per_uid_.end() &&
+      held->second >= options_.max_clients_per_uid) {
+    const std::string limit = std::to_string(options_.max_clients_per_uid);
+    log("refused " + who + ": its uid already has " + limit + " connections");
+    refuse(socket, ipc::ErrorCode::kBusy,
+           "uid " + std::to_string(peer.uid) + " already has " + limit +
+               " connections to this server (at most " + limit + " per uid); try again later");
+    return;
+  }
 
   const ClientId id = next_client_id_++;
   const Connection::Limits limits{options_.max_request_bytes, options_.max_output_bytes,
-                                  options_.max_output_fds, options_.idle_timeout};
+                                  options_.max_output_fds, options_.idle_timeout,
+                                  options_.quiet_timeout};
   std::unique_ptr<Connection> owned;
   try {
     owned = std::make_unique<Connection>(loop_.get(), std::move(socket),
@@ -231,6 +242,7 @@ void Broker::admit(UniqueFd socket) {
   }
   Connection& connection = *owned;
   connections_.emplace(id, std::move(owned));
+  ++clients_per_uid_[peer.uid];
   ++stats_.connections_total;
   try {
     handler_.on_connect(connection.session());
@@ -361,7 +373,10 @@ void Broker::on_closed(Connection& connection, std::string_view reason, bool dro
     log(describe(session) + " dropped: " + std::string(reason));
   }
   auto node = connections_.extract(session.id());
-  if (!node.empty()) retired_.push_back(std::move(node.mapped()));
+  if (node.empty()) return;
+  if (const auto it = clients_per_uid_.find(session.uid()); it != clients_per_uid_.end())
+    if (--it->second == 0) clients_per_uid_.erase(it);
+  retired_.push_back(std::move(node.mapped()));
 }
 
 void Broker::reap() {

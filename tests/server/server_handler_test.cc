@@ -105,6 +105,31 @@ TEST_F(ServerHandlerTest, DisconnectEndsTheLease) {
   EXPECT_EQ(observer.call(ipc::op::kStats).body["leases_total"], 1);
 }
 
+// A worker's connection is its lease: it may sit quiet as long as it holds one, while a client
+// that holds none is dropped after the quiet timeout, and so is the worker once it releases.
+TEST_F(ServerHandlerTest, QuietClientsAreKeptOnlyWhileTheyHoldALease) {
+  broker::BrokerOptions options;
+  options.quiet_timeout = std::chrono::milliseconds(300);
+  test::InProcessServer server(options, model_dir_.path());
+  ipc::Client worker = connect(server.socket(), "worker");
+  const std::uint64_t ids[] = {0};
+  worker.import_allocations("tiny", ids);
+  ipc::Client idle = connect(server.socket(), "idle");
+  auto dropped_for_idling = [&] {
+    int n = 0;
+    for (const std::string& line : server.logs())
+      n += line.find("dropped: idle for 300 ms without holding a lease") != std::string::npos;
+    return n;
+  };
+  ASSERT_TRUE(test::eventually([&] { return dropped_for_idling() == 1; }));
+  // The worker has been quiet longer than `idle` was, and is still served.
+  EXPECT_EQ(worker.call(ipc::op::kStats).body["leases"], 1);
+  EXPECT_THROW(idle.call(ipc::op::kList), ipc::IpcError);
+  worker.call(ipc::op::kRelease, {{"model", "tiny"}});
+  ASSERT_TRUE(test::eventually([&] { return dropped_for_idling() == 2; }));
+  EXPECT_THROW(worker.call(ipc::op::kList), ipc::IpcError);
+}
+
 TEST_F(ServerHandlerTest, AdminLoadAndUnload) {
   test::InProcessServer server({}, model_dir_.path());
   test::TempDir second;

@@ -127,6 +127,7 @@ broker::Reply ServerHandler::import(broker::Session& session, const ipc::Request
   }
   Client& client = clients_[session.id()];
   if (client.leases.insert(req.model).second) ++leases_total_;
+  session.set_holds_lease(true);  // the broker keeps a quiet worker that holds a lease
   ++imports_total_;
   descriptors_total_ += fds.size();
   return Reply::ok(ipc::make_import_result(req.allocations), std::move(fds));
@@ -136,6 +137,7 @@ broker::Reply ServerHandler::release(broker::Session& session, const ipc::Reques
   const std::string& model = ipc::string_field(request.body, "model");
   const auto it = clients_.find(session.id());
   const bool released = it != clients_.end() && it->second.leases.erase(model) > 0;
+  session.set_holds_lease(it != clients_.end() && !it->second.leases.empty());
   return Reply::ok({{"model", model}, {"released", released}});
 }
 

@@ -51,8 +51,8 @@ int run(int argc, char** argv) {
   std::vector<uid_t> allow_uids;
   uid_t admin_uid = ::geteuid();
   int device = 0, threads = 4;
-  size_t max_clients = 256;
-  int idle_timeout_ms = 10'000;
+  size_t max_clients = 256, max_clients_per_uid = 64;
+  int idle_timeout_ms = 10'000, quiet_timeout_ms = 60'000;
   bool quiet = false;
   app.add_option("--model", model_args,
                  "model directory to serve, as DIR or DIR:NAME (default name: the directory's "
@@ -72,9 +72,16 @@ int run(int argc, char** argv) {
   app.add_option("--threads", threads, "threads that copy and checksum weights")
       ->check(CLI::Range(1, 64));
   app.add_option("--max-clients", max_clients, "connections served at once");
-  app.add_option(
-      "--idle-timeout-ms", idle_timeout_ms,
-      "drop a client that stalls mid-request this long (a quiet client holding a lease is kept)");
+  app.add_option("--max-clients-per-uid", max_clients_per_uid,
+                 "connections one uid may hold at once (the admin uid is not capped)")
+      ->check(CLI::Range(size_t{1}, size_t{1} << 20));
+  app.add_option("--idle-timeout-ms", idle_timeout_ms,
+                 "the time a client has to send its hello, each whole request and to read each "
+                 "reply; a client that trickles bytes is dropped all the same");
+  app.add_option("--quiet-timeout-ms", quiet_timeout_ms,
+                 "drop a connected client that holds no lease and sends nothing this long (a "
+                 "worker holding a lease is never dropped for being quiet)")
+      ->check(CLI::Range(1, 24 * 3600 * 1000));
   app.add_flag("--quiet", quiet, "no progress lines");
   CLI11_PARSE(app, argc, argv);
 
@@ -100,7 +107,9 @@ int run(int argc, char** argv) {
   options.socket_path = socket;
   options.server_name = "hearth-server";
   options.max_clients = max_clients;
+  options.max_clients_per_uid = max_clients_per_uid;
   options.idle_timeout = std::chrono::milliseconds(idle_timeout_ms);
+  options.quiet_timeout = std::chrono::milliseconds(quiet_timeout_ms);
   options.admin_uid = admin_uid;
   if (!allow_uids.empty()) {
     // The server's own uid and the admin's always get in; the listed ones are added to them.

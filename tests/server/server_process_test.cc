@@ -395,6 +395,41 @@ TEST(ServerProcess, SocketAndDirectoryArePrivate) {
   EXPECT_EQ(shared.stats()["models"].size(), 1u);  // the server's own uid still gets in
 }
 
+// An admin uid other than the server's is let in like an --allow-uid: without that, the 0700
+// directory and 0600 socket would lock out the very uid that administers the server.
+TEST(ServerProcess, AnAdminUidOfItsOwnCanReachTheSocket) {
+  ServerProcess server({"--backend", "memfd", "--admin-uid", "4243"});
+  struct stat st {};
+  ASSERT_EQ(::stat(server.socket().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0666u);
+  ASSERT_EQ(::stat(std::filesystem::path(server.socket()).parent_path().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0711u);
+  EXPECT_NE(server.log().find("admin uid 4243 is not the server's: the socket is opened to it"),
+            std::string::npos)
+      << server.log();
+  EXPECT_EQ(server.stats()["models"].size(), 0u);  // the server's own uid still gets in
+}
+
+// A socket directory that exists already is never loosened; if it keeps the allowed uids out,
+// the server says so.
+TEST(ServerProcess, WarnsWhenAnExistingDirectoryKeepsAllowedUidsOut) {
+  test::TempDir tmp;
+  const std::string dir = tmp / "private";
+  ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
+  ChildProcess server = ChildProcess::spawn(
+      ChildProcess::Options({test::binary("hearth-server"), "--socket", dir + "/sock", "--backend",
+                             "memfd", "--allow-uid", "4242"})
+          .stderr_to(ChildProcess::Stream::file(tmp / "server.log")));
+  ASSERT_TRUE(test::eventually([&] {
+    return test::read_file(tmp / "server.log").find("ready:") != std::string::npos;
+  })) << test::read_file(tmp / "server.log");
+  EXPECT_NE(test::read_file(tmp / "server.log")
+                .find("warning: socket directory " + dir +
+                      " has mode 0700: the other allowed uids cannot reach the socket"),
+            std::string::npos)
+      << test::read_file(tmp / "server.log");
+}
+
 TEST(ServerProcess, StartupErrorsAreClear) {
   test::TempDir tmp;
   auto start = [&](const std::vector<std::string>& args) {

@@ -1,9 +1,11 @@
 // hearth-server: loads models once (one allocation per tensor, on the GPU with the vmm backend
 // or in sealed memfds) and shares them with hearth-worker processes over a Unix socket.
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <set>
 #include <string>
 #include <thread>
@@ -30,6 +32,20 @@ void raise_descriptor_limit() {
   if (::getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur < limit.rlim_max) {
     limit.rlim_cur = limit.rlim_max;
     ::setrlimit(RLIMIT_NOFILE, &limit);
+  }
+}
+
+// An existing socket directory may be stricter than 0711 (the server never loosens one it did
+// not create); then the other allowed uids cannot reach the socket, which deserves a word.
+void warn_if_others_cannot_enter(const std::string& socket) {
+  std::string dir = std::filesystem::path(socket).parent_path().string();
+  if (dir.empty()) dir = ".";
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) == 0 && (st.st_mode & S_IXOTH) == 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", unsigned(st.st_mode & 07777));
+    log_line("warning: socket directory " + dir + " has mode " + mode +
+             ": the other allowed uids cannot reach the socket (chmod o+x " + dir + ")");
   }
 }
 
@@ -111,21 +127,26 @@ int run(int argc, char** argv) {
   options.idle_timeout = std::chrono::milliseconds(idle_timeout_ms);
   options.quiet_timeout = std::chrono::milliseconds(quiet_timeout_ms);
   options.admin_uid = admin_uid;
-  if (!allow_uids.empty()) {
-    // The server's own uid and the admin's always get in; the listed ones are added to them.
-    std::set<uid_t> allowed(allow_uids.begin(), allow_uids.end());
-    allowed.insert(::geteuid());
-    allowed.insert(admin_uid);
+  // The server's own uid and the admin's always get in; --allow-uid adds to them. Letting any
+  // other uid in takes a socket and a directory it can reach: an admin uid of its own, without
+  // --allow-uid, would otherwise be locked out by the 0700 directory.
+  std::set<uid_t> allowed(allow_uids.begin(), allow_uids.end());
+  allowed.insert(::geteuid());
+  allowed.insert(admin_uid);
+  if (allowed.size() > 1) {
     options.allowed_uids.assign(allowed.begin(), allowed.end());
     options.listen.socket_mode = 0666;
     options.listen.directory_mode = 0711;
-  } else if (admin_uid != ::geteuid()) {
-    options.allowed_uids = {::geteuid(), admin_uid};
+    if (allow_uids.empty())
+      log_line("admin uid " + std::to_string(admin_uid) +
+               " is not the server's: the socket is opened to it (0666 in a 0711 directory; "
+               "every peer's uid is still checked)");
   }
   // Binding first checks the socket's directory (owner, mode), takes the path's lock and clears a
   // stale socket: a mistake there fails in milliseconds, not after minutes of loading. Clients
   // that connect meanwhile wait in the backlog until the loop runs.
   hearth::broker::Broker broker(options, handler);
+  if (allowed.size() > 1) warn_if_others_cannot_enter(socket);
   for (const hearth::ModelSpec& spec : specs)
     handler.add_model(hearth::load_served_model(spec, serve));
   log_line("ready: serving " + std::to_string(specs.size()) + " model(s) on " + socket + " (" +

@@ -130,6 +130,23 @@ TEST_F(ServerHandlerTest, QuietClientsAreKeptOnlyWhileTheyHoldALease) {
   EXPECT_THROW(worker.call(ipc::op::kList), ipc::IpcError);
 }
 
+// Every load runs on a thread of its own; that thread is joined as soon as its answer is
+// delivered, not at shutdown, so load/unload cycles do not pile up dead threads and stacks.
+TEST_F(ServerHandlerTest, LoadThreadsAreJoinedWhenTheirLoadIsDone) {
+  test::InProcessServer server({}, model_dir_.path());
+  ipc::ClientOptions slow;
+  slow.timeout = std::chrono::seconds(120);
+  ipc::Client admin = ipc::Client::connect(server.socket(), slow);
+  for (int cycle = 0; cycle < 5; ++cycle) {
+    admin.call(ipc::op::kLoad, {{"dir", model_dir_.path()}, {"name", "again"}});
+    // A load that fails is a load all the same.
+    call_error(admin, ipc::op::kLoad, {{"dir", model_dir_.path() + "/missing"}, {"name", "no"}});
+    admin.call(ipc::op::kUnload, {{"model", "again"}});
+  }
+  EXPECT_TRUE(test::eventually([&] { return server.handler().load_threads() == 0; }))
+      << server.handler().load_threads() << " load threads not joined after 10 loads";
+}
+
 TEST_F(ServerHandlerTest, AdminLoadAndUnload) {
   test::InProcessServer server({}, model_dir_.path());
   test::TempDir second;

@@ -11,6 +11,7 @@
 #include "ipc/fd_passing.h"
 #include "ipc/frame.h"
 #include "ipc/peer_credentials.h"
+#include "ipc/printable.h"
 #include "ipc/protocol.h"
 
 namespace hearth::broker {
@@ -21,14 +22,6 @@ constexpr int kMaxAcceptsPerWakeup = 64;
 // After accept fails (usually out of descriptors), wait this long before trying again rather
 // than spinning on a listening socket that stays readable.
 constexpr std::uint64_t kAcceptRetryMs = 100;
-
-// At most `max` bytes of `text`, cut at a UTF-8 character boundary (it goes into JSON replies).
-std::string truncate_utf8(std::string_view text, std::size_t max) {
-  if (text.size() <= max) return std::string(text);
-  std::size_t end = max;
-  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;
-  return std::string(text.substr(0, end)) + "...";
-}
 
 }  // namespace
 
@@ -287,7 +280,7 @@ void Broker::on_frame(Connection& connection, ipc::Frame frame) {
   if (!ipc::is_known_op(request.op)) {
     send_reply(connection, request.id,
                Reply::error(ipc::ErrorCode::kUnknownOp,
-                            "unknown op '" + truncate_utf8(request.op, 64) + "'"));
+                            "unknown op '" + ipc::printable(request.op, 64) + "'"));
     return;
   }
   if (ipc::is_admin_op(request.op) && !session.is_admin()) {
@@ -321,7 +314,7 @@ void Broker::greet(Connection& connection, const ipc::Request& request) {
   try {
     ipc::check_protocol_version(request.body, "client");
     session.client_name_ =
-        truncate_utf8(ipc::optional_string_field(request.body, "client").value_or(""), 128);
+        ipc::printable(ipc::optional_string_field(request.body, "client").value_or(""), 128);
   } catch (const ipc::ProtocolError& e) {
     connection.fail(request.id, e.code(), e.message());
     return;
@@ -361,7 +354,7 @@ void Broker::send_reply(Connection& connection, ipc::RequestId id, Reply reply) 
     reply.fds.clear();
     frame = ipc::encode_frame(ipc::make_error_reply(
         id, ipc::ErrorCode::kInternal,
-        std::string("the server could not encode its reply: ") + truncate_utf8(e.what(), 256)));
+        std::string("the server could not encode its reply: ") + ipc::printable(e.what(), 256)));
   }
   connection.send(std::move(frame), std::move(reply.fds));
 }
@@ -474,7 +467,8 @@ std::string Broker::describe(const Session& session) const {
 }
 
 void Broker::log(const std::string& line) const {
-  if (options_.log) options_.log(line);
+  // Lines quote what clients sent (names, ops, bad bytes): one line each, nothing raw.
+  if (options_.log) options_.log(ipc::printable(line));
 }
 
 }  // namespace hearth::broker

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "ipc/fd_passing.h"
+#include "ipc/printable.h"
 
 namespace hearth::broker {
 namespace {
@@ -151,15 +152,9 @@ void Connection::send(std::string frame, std::vector<UniqueFd> fds) {
 
 void Connection::fail(std::optional<ipc::RequestId> id, ipc::ErrorCode code, std::string message) {
   if (closed_) return;
-  std::string frame;
-  try {
-    frame = ipc::encode_frame(ipc::make_error_reply(id, code, message));
-  } catch (const ipc::IpcError&) {
-    // Only a message that is not UTF-8 gets here; the code alone still says what happened.
-    frame = ipc::encode_frame(ipc::make_error_reply(id, code, "(unprintable message)"));
-  }
+  std::string frame = ipc::encode_frame(ipc::make_error_reply(id, code, message));
   closing_ = true;
-  closing_reason_ = std::string(ipc::to_string(code)) + ": " + message;
+  closing_reason_ = std::string(ipc::to_string(code)) + ": " + ipc::printable(message, 512);
   closing_dropped_ = true;
   deferred_.clear();  // a broken connection does not wait for them; complete() will refuse
   if (out_.empty()) output_since_ = now();

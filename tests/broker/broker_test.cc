@@ -215,6 +215,21 @@ TEST_F(Garbage, InvalidJson) {
   expect_error_and_close(socket.get(), ErrorCode::kBadRequest);
 }
 
+// The parser's complaint quotes the bad bytes; the reply says which, rather than
+// "(unprintable message)".
+TEST_F(Garbage, BytesThatAreNotUtf8) {
+  UniqueFd socket = raw_connect(server_.path());
+  const std::string payload = "{\"op\": \"hello\", \"id\": \xff\xfe}";
+  write_all(socket.get(), header(static_cast<std::uint32_t>(payload.size())) + payload);
+  const Outcome outcome = outcome_of(socket.get());
+  ASSERT_TRUE(outcome.error);
+  EXPECT_EQ(outcome.error->code, ErrorCode::kBadRequest);
+  EXPECT_NE(outcome.error->message.find("invalid JSON"), std::string::npos)
+      << outcome.error->message;
+  EXPECT_NE(outcome.error->message.find("\\xff"), std::string::npos) << outcome.error->message;
+  EXPECT_TRUE(outcome.closed);
+}
+
 TEST_F(Garbage, JsonThatIsNotAnObject) {
   for (const std::string payload : {"[1,2,3]", "42", "\"hello\"", "null"}) {
     UniqueFd socket = raw_connect(server_.path());

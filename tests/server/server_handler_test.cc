@@ -171,6 +171,14 @@ TEST_F(ServerHandlerTest, AdminLoadAndUnload) {
   EXPECT_EQ(e.code(), ErrorCode::kBadRequest);
   EXPECT_NE(e.message().find("cannot load 'missing'"), std::string::npos) << e.message();
   EXPECT_NE(e.message().find("no such directory"), std::string::npos) << e.message();
+  for (const std::string& dir :
+       std::vector<std::string>{"", "relative/model", std::string("/tmp/a\0b", 8)}) {
+    e = call_error(admin, ipc::op::kLoad, {{"dir", dir}});
+    EXPECT_EQ(e.code(), ErrorCode::kBadRequest) << e.message();
+    EXPECT_NE(e.message().find("'dir' must be the absolute path of a model directory"),
+              std::string::npos)
+        << e.message();
+  }
   e = call_error(admin, ipc::op::kLoad, {{"dir", second.path()}, {"name", "bad name"}});
   EXPECT_EQ(e.code(), ErrorCode::kBadRequest);
   e = call_error(admin, ipc::op::kLoad,

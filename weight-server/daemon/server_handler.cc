@@ -195,6 +195,11 @@ broker::Reply ServerHandler::stats(broker::Session& session) const {
 
 broker::Reply ServerHandler::load(broker::Session& session, const ipc::Request& request) {
   const std::string& dir = ipc::string_field(request.body, "dir");
+  // The server's working directory means nothing to the client (hearth-ctl sends absolute
+  // paths), and a path with a NUL byte cannot be opened as given.
+  if (dir.empty() || dir.front() != '/' || dir.find('\0') != std::string::npos)
+    throw ProtocolError(ErrorCode::kBadRequest,
+                        "'dir' must be the absolute path of a model directory, not " + named(dir));
   ModelSpec spec;
   spec.dir = dir;
   spec.name = ipc::optional_string_field(request.body, "name").value_or(default_model_name(dir));

@@ -89,6 +89,13 @@ int run(int argc, char** argv) {
   app.add_flag("--verify-weights", verify_weights,
                "served mode: check the xxh3 of every imported tensor against the manifest")
       ->needs(server_opt);
+  uid_t server_uid = 0;
+  auto* server_uid_opt =
+      app.add_option("--server-uid", server_uid,
+                     "served mode: the uid the server must run as (default: yours, root's, or "
+                     "the owner of a socket directory only it can write to)")
+          ->needs(server_opt)
+          ->check(CLI::Range(uid_t{0}, uid_t(-2)));
   auto* prompt_opt =
       app.add_option("--prompt", prompt,
                      "prompt text (special tokens added as the tokenizer's post-processor says)");
@@ -140,6 +147,7 @@ int run(int argc, char** argv) {
   // and runs while the descriptors arrive and are mapped.
   std::shared_ptr<hearth::CudaWarmup> warmup;
   hearth::ServedModelOptions served{verify_weights};
+  if (*server_uid_opt) served.server_uid = server_uid;
   served.on_device = [&](const hearth::Manifest& manifest, int device) {
     if (profile.engine.backend == "cpu") return;
     for (const hearth::ManifestTensor& t : manifest.tensors)

@@ -430,6 +430,25 @@ TEST(ServerProcess, WarnsWhenAnExistingDirectoryKeepsAllowedUidsOut) {
       << test::read_file(tmp / "server.log");
 }
 
+// Clients check who serves at the socket (SO_PEERCRED) before they say hello.
+TEST(ServerProcess, ClientsRefuseAServerOfAnotherUidThanNamed) {
+  ServerProcess server;
+  test::TempDir tmp;
+  const std::string self = std::to_string(::geteuid()), other = std::to_string(::geteuid() + 1);
+  const std::string refusal = "runs as uid " + self + ", not as the expected uid " + other;
+  const WorkerRun worker = test::run_worker(tmp, {"--server", server.socket(), "--server-uid",
+                                                  other, "--model", "tiny", "--prompt", "hi"});
+  EXPECT_TRUE(worker.status.exited_with(1)) << worker.status.describe();
+  EXPECT_NE(worker.err.find(refusal), std::string::npos) << worker.err;
+  WorkerRun ctl = test::run_binary("hearth-ctl", tmp,
+                                   {"--socket", server.socket(), "--server-uid", other, "list"});
+  EXPECT_TRUE(ctl.status.exited_with(1)) << ctl.status.describe();
+  EXPECT_NE(ctl.err.find(refusal), std::string::npos) << ctl.err;
+  ctl = test::run_binary("hearth-ctl", tmp,
+                         {"--socket", server.socket(), "--server-uid", self, "list"});
+  EXPECT_TRUE(ctl.status.success()) << ctl.err;
+}
+
 TEST(ServerProcess, StartupErrorsAreClear) {
   test::TempDir tmp;
   auto start = [&](const std::vector<std::string>& args) {

@@ -449,6 +449,29 @@ TEST(ServerProcess, ClientsRefuseAServerOfAnotherUidThanNamed) {
   EXPECT_TRUE(ctl.status.success()) << ctl.err;
 }
 
+// Limits that would make a server nobody can use (0), wrap (negative counts) or switch a
+// timeout off (-1) are refused before anything starts, naming the flag.
+TEST(ServerProcess, FlagsOutOfRangeAreRefused) {
+  test::TempDir tmp;
+  const std::vector<std::vector<std::string>> bad = {
+      {"--max-clients", "0"},     {"--max-clients", "-5"},       {"--max-clients-per-uid", "0"},
+      {"--idle-timeout-ms", "0"}, {"--idle-timeout-ms", "-1"},   {"--quiet-timeout-ms", "-1"},
+      {"--device", "-1"},         {"--admin-uid", "4294967295"}, {"--allow-uid", "4294967295"},
+  };
+  for (const auto& flag : bad) {
+    const std::string log = tmp / "server.log";
+    std::vector<std::string> argv = {test::binary("hearth-server"), "--socket",
+                                     tmp / "run/hearth.sock", "--backend", "memfd"};
+    argv.insert(argv.end(), flag.begin(), flag.end());
+    ChildProcess server =
+        ChildProcess::spawn(ChildProcess::Options(argv).stderr_to(ChildProcess::Stream::file(log)));
+    const auto status = server.wait_until(std::chrono::steady_clock::now() + test::kPatience);
+    ASSERT_TRUE(status) << flag[0] << " " << flag[1] << " was accepted: the server started";
+    EXPECT_FALSE(status->success()) << flag[0] << " " << flag[1];
+    EXPECT_NE(test::read_file(log).find(flag[0]), std::string::npos) << test::read_file(log);
+  }
+}
+
 TEST(ServerProcess, StartupErrorsAreClear) {
   test::TempDir tmp;
   auto start = [&](const std::vector<std::string>& args) {

@@ -58,7 +58,13 @@ std::string resolve_backend(const std::string& requested) {
   return requested;
 }
 
+constexpr size_t kMaxClients = 65536;
+
 int run(int argc, char** argv) {
+  // Every limit is range-checked: 0 would start a server nobody can use, a negative count would
+  // wrap, and a negative timeout would disable it. (uid_t)-1 means "no uid" to the kernel.
+  const CLI::Range kTimeoutMs(100, 24 * 3600 * 1000);
+  const CLI::Range kUid(uid_t{0}, uid_t(-2));
   CLI::App app{
       "hearth-server: load models once and share their weights with hearth-worker processes"};
   app.set_version_flag("--version", "hearth-server 0.1.0");
@@ -81,23 +87,27 @@ int run(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "vmm", "memfd"}));
   app.add_option("--allow-uid", allow_uids,
                  "also let this uid connect (repeatable; widens the socket to 0666 and a new "
-                 "directory to 0711; every peer's uid is still checked)");
+                 "directory to 0711; every peer's uid is still checked)")
+      ->check(kUid);
   app.add_option("--admin-uid", admin_uid,
-                 "uid allowed to load, unload and shut down (default: the server's)");
-  app.add_option("--device", device, "CUDA device for the vmm backend");
+                 "uid allowed to load, unload and shut down (default: the server's)")
+      ->check(kUid);
+  app.add_option("--device", device, "CUDA device for the vmm backend")->check(CLI::Range(0, 1023));
   app.add_option("--threads", threads, "threads that copy and checksum weights")
       ->check(CLI::Range(1, 64));
-  app.add_option("--max-clients", max_clients, "connections served at once");
+  app.add_option("--max-clients", max_clients, "connections served at once")
+      ->check(CLI::Range(size_t{1}, kMaxClients));
   app.add_option("--max-clients-per-uid", max_clients_per_uid,
                  "connections one uid may hold at once (the admin uid is not capped)")
-      ->check(CLI::Range(size_t{1}, size_t{1} << 20));
+      ->check(CLI::Range(size_t{1}, kMaxClients));
   app.add_option("--idle-timeout-ms", idle_timeout_ms,
                  "the time a client has to send its hello, each whole request and to read each "
-                 "reply; a client that trickles bytes is dropped all the same");
+                 "reply; a client that trickles bytes is dropped all the same")
+      ->check(kTimeoutMs);
   app.add_option("--quiet-timeout-ms", quiet_timeout_ms,
                  "drop a connected client that holds no lease and sends nothing this long (a "
                  "worker holding a lease is never dropped for being quiet)")
-      ->check(CLI::Range(1, 24 * 3600 * 1000));
+      ->check(kTimeoutMs);
   app.add_flag("--quiet", quiet, "no progress lines");
   CLI11_PARSE(app, argc, argv);
 

@@ -4,11 +4,11 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
-#include <sstream>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "worker/cli_values.h"
 #include "worker/engine/backend_factory.h"
 #include "worker/engine/generator.h"
 #include "worker/engine/model_weights.h"
@@ -21,26 +21,6 @@ namespace {
 
 using json = nlohmann::json;
 using hearth::Profile;
-
-std::vector<int32_t> parse_token_list(const std::string& text) {
-  std::vector<int32_t> ids;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    size_t used = 0;
-    long long v = 0;
-    try {
-      v = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != item.size() || v < 0 || v > INT32_MAX)
-      throw std::runtime_error("--prompt-tokens: '" + item + "' is not a token id");
-    ids.push_back(int32_t(v));
-  }
-  if (ids.empty()) throw std::runtime_error("--prompt-tokens: no token ids given");
-  return ids;
-}
 
 // `--set key=value`: the value is JSON when it parses as JSON, else a string.
 void apply_setting(Profile& profile, const std::string& setting) {
@@ -112,7 +92,17 @@ int run(int argc, char** argv) {
   auto* minp_opt = app.add_option("--min-p", flags.request.sampling.min_p, "0 = off");
   auto* rep_opt =
       app.add_option("--repetition-penalty", flags.request.sampling.repetition_penalty, "1 = off");
-  auto* seed_opt = app.add_option("--seed", flags.request.sampling.seed, "sampling seed");
+  // NaN would reach the profile as JSON null: refused here, where the flag can be named.
+  const CLI::Validator finite([](std::string& s) { return hearth::finite_number_error(s); },
+                              "NUMBER");
+  for (CLI::Option* o : {temp_opt, topp_opt, minp_opt, rep_opt}) o->check(finite);
+  std::string seed;
+  auto* seed_opt = app.add_option("--seed", seed, "sampling seed, 0 to 2^64-1")
+                       ->check(CLI::Validator(
+                           [](std::string& s) {
+                             return hearth::parse_unsigned(s) ? "" : "'" + s + "' is not a seed";
+                           },
+                           "UINT64"));
   auto* ctx_opt =
       app.add_option("--context-length", flags.engine.context_length, "KV cache length");
   auto* backend_opt = app.add_option("--backend", flags.engine.backend, "auto | cpu | cuda");
@@ -136,7 +126,7 @@ int run(int argc, char** argv) {
   if (*topp_opt) overrides["top_p"] = flags.request.sampling.top_p;
   if (*minp_opt) overrides["min_p"] = flags.request.sampling.min_p;
   if (*rep_opt) overrides["repetition_penalty"] = flags.request.sampling.repetition_penalty;
-  if (*seed_opt) overrides["seed"] = flags.request.sampling.seed;
+  if (*seed_opt) overrides["seed"] = *hearth::parse_unsigned(seed);
   if (*ctx_opt) overrides["context_length"] = flags.engine.context_length;
   if (*backend_opt) overrides["backend"] = flags.engine.backend;
   if (*layout_opt) overrides["weights_layout"] = flags.engine.weights_layout;
@@ -168,7 +158,7 @@ int run(int argc, char** argv) {
   hearth::GenerationRequest request;
   request.settings = profile.request;
   if (*tokens_opt) {
-    request.prompt = parse_token_list(prompt_tokens);
+    request.prompt = hearth::parse_token_list(prompt_tokens, "--prompt-tokens");
   } else {
     if (!tokenizer)
       throw std::runtime_error(model_arg +

@@ -110,12 +110,28 @@ TEST(WorkerCli, BadInputIsAClearErrorAndNonZeroExit) {
       {"--model " + kModel + " --prompt hi --set temprature=1", "unknown profile key 'temprature'"},
       {"--model " + kModel + " --prompt hi --profile /nonexistent.json", "/nonexistent.json"},
       {"--model " + kModel + " --backend cpu --prompt hi --context-length 100000", "exceeds"},
+      // Values that used to be taken wrongly: wrapped, saturated, null, or a dropped item.
+      {"--model " + kModel + " --prompt hi --seed -1", "'-1' is not a seed"},
+      {"--model " + kModel + " --prompt hi --seed 18446744073709551616", "is not a seed"},
+      {"--model " + kModel + " --prompt hi --seed 1e23", "'1e23' is not a seed"},
+      {"--model " + kModel + " --prompt hi --temperature nan", "'nan' is not a finite number"},
+      {"--model " + kModel + " --prompt hi --top-p inf", "'inf' is not a finite number"},
+      {"--model " + kModel + " --prompt hi --min-p -nan", "is not a finite number"},
+      {"--model " + kModel + " --backend cpu --prompt-tokens 5,", "'5,' has an empty item"},
+      {"--model " + kModel + " --prompt hi --profile /tmp", "/tmp: is a directory, not a file"},
   };
   for (const Case& c : cases) {
     Result r = worker(c.args);
     EXPECT_NE(r.exit_code, 0) << c.args;
     EXPECT_NE(r.err.find(c.message), std::string::npos) << c.args << "\n" << r.err;
   }
+}
+
+TEST(WorkerCli, TheWholeSeedRangeIsAccepted) {
+  Result r = worker("--model " + kModel +
+                    " --backend cpu --prompt-tokens 1,2 --max-tokens 1 --temperature 0.8 "
+                    "--seed 18446744073709551615");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
 TEST(WorkerCli, CudaWithoutADeviceSaysSo) {

@@ -13,6 +13,7 @@
 #include "worker/engine/generator.h"
 #include "worker/engine/model_weights.h"
 #include "worker/output_sink.h"
+#include "worker/prompt_file.h"
 #include "worker/engine/profile.h"
 #include "worker/tokenizer/tokenizer.h"
 #include "worker/worker_model.h"
@@ -81,7 +82,12 @@ int run(int argc, char** argv) {
                      "prompt text (special tokens added as the tokenizer's post-processor says)");
   auto* tokens_opt = app.add_option("--prompt-tokens", prompt_tokens,
                                     "prompt as comma-separated token ids, used exactly");
-  prompt_opt->excludes(tokens_opt);
+  std::string prompt_file;
+  auto* file_opt = app.add_option("--prompt-file", prompt_file,
+                                  "prompt text from a file, or - for stdin, exactly as given "
+                                  "(for prompts too long for the command line)");
+  prompt_opt->excludes(tokens_opt)->excludes(file_opt);
+  tokens_opt->excludes(file_opt);
   app.add_option("--profile", profile_path, "profile JSON file (flags override it)");
   auto* max_opt =
       app.add_option("--max-tokens", flags.request.max_tokens, "tokens to generate at most");
@@ -114,7 +120,9 @@ int run(int argc, char** argv) {
   app.add_option("--dump-logits", dump_logits, "write the prompt's last-position logits as JSON");
   CLI11_PARSE(app, argc, argv);
 
-  if (!*prompt_opt && !*tokens_opt) throw std::runtime_error("give --prompt or --prompt-tokens");
+  if (!*prompt_opt && !*tokens_opt && !*file_opt)
+    throw std::runtime_error("give --prompt, --prompt-file or --prompt-tokens");
+  if (*file_opt) prompt = hearth::read_prompt_file(prompt_file);
 
   Profile profile = profile_path.empty() ? Profile{} : hearth::load_profile_file(profile_path);
   for (const std::string& s : settings) apply_setting(profile, s);

@@ -11,6 +11,7 @@
 #include "ipc/fd_passing.h"
 #include "ipc/frame.h"
 #include "ipc/peer_credentials.h"
+#include "ipc/printable.h"
 #include "ipc/protocol.h"
 
 namespace hearth::broker {
@@ -21,14 +22,6 @@ constexpr int kMaxAcceptsPerWakeup = 64;
 // After accept fails (usually out of descriptors), wait this long before trying again rather
 // than spinning on a listening socket that stays readable.
 constexpr std::uint64_t kAcceptRetryMs = 100;
-
-// At most `max` bytes of `text`, cut at a UTF-8 character boundary (it goes into JSON replies).
-std::string truncate_utf8(std::string_view text, std::size_t max) {
-  if (text.size() <= max) return std::string(text);
-  std::size_t end = max;
-  while (end > 0 && (static_cast<unsigned char>(text[end]) & 0xC0) == 0x80) --end;
-  return std::string(text.substr(0, end)) + "...";
-}
 
 }  // namespace
 
@@ -216,10 +209,21 @@ void Broker::admit(UniqueFd socket) {
         "too many clients (at most " + std::to_string(options_.max_clients) + "); try again later");
     return;
   }
+  const auto held = clients_per_uid_.find(peer.uid);
+  if (peer.uid != admin_uid_ && held != clients_per_uid_.end() &&
+      held->second >= options_.max_clients_per_uid) {
+    const std::string limit = std::to_string(options_.max_clients_per_uid);
+    log("refused " + who + ": its uid already has " + limit + " connections");
+    refuse(socket, ipc::ErrorCode::kBusy,
+           "uid " + std::to_string(peer.uid) + " already has " + limit +
+               " connections to this server (at most " + limit + " per uid); try again later");
+    return;
+  }
 
   const ClientId id = next_client_id_++;
   const Connection::Limits limits{options_.max_request_bytes, options_.max_output_bytes,
-                                  options_.max_output_fds, options_.idle_timeout};
+                                  options_.max_output_fds, options_.idle_timeout,
+                                  options_.quiet_timeout};
   std::unique_ptr<Connection> owned;
   try {
     owned = std::make_unique<Connection>(loop_.get(), std::move(socket),
@@ -231,6 +235,7 @@ void Broker::admit(UniqueFd socket) {
   }
   Connection& connection = *owned;
   connections_.emplace(id, std::move(owned));
+  ++clients_per_uid_[peer.uid];
   ++stats_.connections_total;
   try {
     handler_.on_connect(connection.session());
@@ -275,7 +280,7 @@ void Broker::on_frame(Connection& connection, ipc::Frame frame) {
   if (!ipc::is_known_op(request.op)) {
     send_reply(connection, request.id,
                Reply::error(ipc::ErrorCode::kUnknownOp,
-                            "unknown op '" + truncate_utf8(request.op, 64) + "'"));
+                            "unknown op '" + ipc::printable(request.op, 64) + "'"));
     return;
   }
   if (ipc::is_admin_op(request.op) && !session.is_admin()) {
@@ -309,7 +314,7 @@ void Broker::greet(Connection& connection, const ipc::Request& request) {
   try {
     ipc::check_protocol_version(request.body, "client");
     session.client_name_ =
-        truncate_utf8(ipc::optional_string_field(request.body, "client").value_or(""), 128);
+        ipc::printable(ipc::optional_string_field(request.body, "client").value_or(""), 128);
   } catch (const ipc::ProtocolError& e) {
     connection.fail(request.id, e.code(), e.message());
     return;
@@ -349,7 +354,7 @@ void Broker::send_reply(Connection& connection, ipc::RequestId id, Reply reply) 
     reply.fds.clear();
     frame = ipc::encode_frame(ipc::make_error_reply(
         id, ipc::ErrorCode::kInternal,
-        std::string("the server could not encode its reply: ") + truncate_utf8(e.what(), 256)));
+        std::string("the server could not encode its reply: ") + ipc::printable(e.what(), 256)));
   }
   connection.send(std::move(frame), std::move(reply.fds));
 }
@@ -361,7 +366,10 @@ void Broker::on_closed(Connection& connection, std::string_view reason, bool dro
     log(describe(session) + " dropped: " + std::string(reason));
   }
   auto node = connections_.extract(session.id());
-  if (!node.empty()) retired_.push_back(std::move(node.mapped()));
+  if (node.empty()) return;
+  if (const auto it = clients_per_uid_.find(session.uid()); it != clients_per_uid_.end())
+    if (--it->second == 0) clients_per_uid_.erase(it);
+  retired_.push_back(std::move(node.mapped()));
 }
 
 void Broker::reap() {
@@ -459,7 +467,8 @@ std::string Broker::describe(const Session& session) const {
 }
 
 void Broker::log(const std::string& line) const {
-  if (options_.log) options_.log(line);
+  // Lines quote what clients sent (names, ops, bad bytes): one line each, nothing raw.
+  if (options_.log) options_.log(ipc::printable(line));
 }
 
 }  // namespace hearth::broker

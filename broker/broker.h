@@ -104,6 +104,7 @@ class Broker : private Connection::Owner {
   UvHandle<uv_timer_t> shutdown_timer_;
   UvHandle<uv_check_t> reaper_;
   std::map<ClientId, std::unique_ptr<Connection>> connections_;
+  std::map<uid_t, std::size_t> clients_per_uid_;  // connections_ counted by peer uid
   // Closed connections. `reaper_` (a check handle: after each round of I/O callbacks) tells the
   // handler they are gone and frees them.
   std::vector<std::unique_ptr<Connection>> retired_;

@@ -26,10 +26,17 @@ struct BrokerOptions {
   std::size_t max_request_bytes = std::size_t{1} << 20;
   std::size_t max_reply_bytes = ipc::kDefaultMaxFrameBytes;
   std::size_t max_clients = 256;  // further connections get "busy" and are closed
-  // A client is dropped when it makes no progress for this long while the broker waits on it:
-  // before its hello, in the middle of a frame, or with replies it is not reading. A client
-  // that is quiet between requests is never dropped: a worker's connection is its lease.
+  // Connections one uid may hold at once (the admin uid excepted: it owns the server), so that
+  // one allowed user cannot take every slot. Further connections from it get "busy".
+  std::size_t max_clients_per_uid = 64;
+  // A deadline, not an idle timer: a client must send its hello, each complete frame (counted
+  // from the frame's first byte) and read each batch of replies within this long, or it is
+  // dropped. Trickling a byte at a time does not extend it.
   std::chrono::milliseconds idle_timeout{10'000};
+  // A greeted client with no request in flight that holds no lease (Session::holds_lease) is
+  // dropped after this long without a request. A worker's connection is its lease: once it
+  // holds one it may stay quiet for as long as it runs.
+  std::chrono::milliseconds quiet_timeout{60'000};
   // Replies queued for one client beyond what its socket holds. The broker stops reading a
   // client's requests while its replies back up, so this bounds replies that complete later.
   std::size_t max_output_bytes = ipc::kDefaultMaxFrameBytes;

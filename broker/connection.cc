@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "ipc/fd_passing.h"
+#include "ipc/printable.h"
 
 namespace hearth::broker {
 namespace {
@@ -21,6 +22,7 @@ std::string describe(std::size_t n, const char* unit) {
 Connection::Connection(uv_loop_t* loop, UniqueFd socket, Session session, const Limits& limits,
                        Owner& owner)
     : socket_(std::move(socket)),
+      loop_(loop),
       session_(std::move(session)),
       limits_(limits),
       owner_(owner),
@@ -34,6 +36,7 @@ Connection::Connection(uv_loop_t* loop, UniqueFd socket, Session session, const 
 }
 
 void Connection::start() {
+  accepted_at_ = last_progress_at_ = now();
   after_io(false);
 }
 
@@ -76,15 +79,20 @@ bool Connection::read_frames() {
       return progress;
     }
     progress = true;
+    const bool was_mid_frame = reader_.mid_frame();
     if (!reader_.feed(std::span(buffer.data(), r.bytes), std::move(fds))) {
       fail(std::nullopt, reader_.error()->code, reader_.error()->message);
       return progress;
     }
+    bool completed = false;
     while (auto frame = reader_.pop()) {
       ++frames;
+      completed = true;
       owner_.on_frame(*this, std::move(*frame));
       if (closed_) return progress;
     }
+    // A new frame's deadline runs from its first byte; bytes that follow do not extend it.
+    if (reader_.mid_frame() && (!was_mid_frame || completed)) frame_started_at_ = now();
   }
   return progress;
 }
@@ -134,6 +142,7 @@ void Connection::send(std::string frame, std::vector<UniqueFd> fds) {
           true);
     return;
   }
+  if (out_.empty()) output_since_ = now();
   out_bytes_ += frame.size();
   out_fds_ += fds.size();
   out_.push_back(OutFrame{std::move(frame), 0, std::move(fds)});
@@ -143,17 +152,12 @@ void Connection::send(std::string frame, std::vector<UniqueFd> fds) {
 
 void Connection::fail(std::optional<ipc::RequestId> id, ipc::ErrorCode code, std::string message) {
   if (closed_) return;
-  std::string frame;
-  try {
-    frame = ipc::encode_frame(ipc::make_error_reply(id, code, message));
-  } catch (const ipc::IpcError&) {
-    // Only a message that is not UTF-8 gets here; the code alone still says what happened.
-    frame = ipc::encode_frame(ipc::make_error_reply(id, code, "(unprintable message)"));
-  }
+  std::string frame = ipc::encode_frame(ipc::make_error_reply(id, code, message));
   closing_ = true;
-  closing_reason_ = std::string(ipc::to_string(code)) + ": " + message;
+  closing_reason_ = std::string(ipc::to_string(code)) + ": " + ipc::printable(message, 512);
   closing_dropped_ = true;
   deferred_.clear();  // a broken connection does not wait for them; complete() will refuse
+  if (out_.empty()) output_since_ = now();
   out_bytes_ += frame.size();
   out_.push_back(OutFrame{std::move(frame), 0, {}});
   const bool progress = flush();
@@ -202,26 +206,65 @@ void Connection::after_io(bool progress) {
     poll_events_ = events;
   }
 
-  if (waiting_on_client()) {
-    if (progress || !timer_running_) {
-      uv_timer_start(
-          timer_.get(), [](uv_timer_t* h) { static_cast<Connection*>(h->data)->on_idle_timeout(); },
-          static_cast<std::uint64_t>(limits_.idle_timeout.count()), 0);
-      timer_running_ = true;
-    }
-  } else if (timer_running_) {
+  if (progress) last_progress_at_ = now();
+  const std::optional<std::uint64_t> deadline = next_deadline(nullptr);
+  if (deadline == armed_deadline_) return;
+  armed_deadline_ = deadline;
+  if (!deadline) {
     uv_timer_stop(timer_.get());
-    timer_running_ = false;
+    return;
   }
+  const std::uint64_t t = now();
+  uv_timer_start(
+      timer_.get(), [](uv_timer_t* h) { static_cast<Connection*>(h->data)->on_deadline(); },
+      *deadline > t ? *deadline - t : 0, 0);
 }
 
-void Connection::on_idle_timeout() {
-  timer_running_ = false;
+bool Connection::quiet() const {
+  return greeted_ && reading() && !reader_.mid_frame() && deferred_.empty() &&
+         !session_.holds_lease();
+}
+
+std::optional<std::uint64_t> Connection::next_deadline(std::string* why) const {
+  if (closed_) return std::nullopt;
+  const auto frame_ms = static_cast<std::uint64_t>(limits_.idle_timeout.count());
+  const auto quiet_ms = static_cast<std::uint64_t>(limits_.quiet_timeout.count());
+  std::optional<std::uint64_t> earliest;
+  auto consider = [&](std::uint64_t at, auto&& reason) {
+    if (earliest && *earliest <= at) return;
+    earliest = at;
+    if (why) *why = reason();
+  };
+  auto within = [](const char* what, std::uint64_t ms) {
+    return std::string(what) + " within " + std::to_string(ms) + " ms";
+  };
+  // While the broker holds back (replies queued, or closing), the client is not to blame for
+  // an unfinished hello or frame; the reply deadline applies instead.
+  if (reading() && !greeted_)
+    consider(accepted_at_ + frame_ms, [&] { return within("sent no hello", frame_ms); });
+  if (reading() && reader_.mid_frame())
+    consider(frame_started_at_ + frame_ms,
+             [&] { return within("did not finish the frame it started", frame_ms); });
+  if (!out_.empty())
+    consider(output_since_ + frame_ms, [&] {
+      return "not reading its replies: still unread after " + std::to_string(frame_ms) + " ms";
+    });
+  if (quiet())
+    consider(last_progress_at_ + quiet_ms, [&] {
+      return "idle for " + std::to_string(quiet_ms) + " ms without holding a lease";
+    });
+  return earliest;
+}
+
+void Connection::on_deadline() {
+  armed_deadline_.reset();
   if (closed_) return;
-  std::string why = !out_.empty()         ? "not reading its replies"
-                    : reader_.mid_frame() ? "stalled in the middle of a frame"
-                                          : "sent no hello";
-  why += " for " + std::to_string(limits_.idle_timeout.count()) + " ms";
+  std::string why;
+  const std::optional<std::uint64_t> deadline = next_deadline(&why);
+  if (!deadline || *deadline > now()) {
+    after_io(false);  // what the client owed changed since the timer was set: re-arm
+    return;
+  }
   if (out_.empty()) {
     // Best effort: the socket has room, since nothing of ours is waiting in it.
     const std::string frame =

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <deque>
 #include <optional>
 #include <string>
@@ -23,7 +24,9 @@ namespace hearth::broker {
 
 // Internal to the broker: one client's socket on the event loop. It reads a frame at a time,
 // queues encoded replies and writes them as the socket drains, stops reading while replies back
-// up, and drops a client that makes no progress while the broker waits on it.
+// up, and drops a client that misses a deadline: its hello, each frame and each batch of replies
+// must be done within idle_timeout, and a greeted client that holds no lease must not sit quiet
+// longer than quiet_timeout.
 class Connection {
  public:
   // Receives what a Connection has to report; implemented by the Broker.
@@ -42,7 +45,8 @@ class Connection {
     std::size_t max_frame_bytes;
     std::size_t max_output_bytes;
     std::size_t max_output_fds;
-    std::chrono::milliseconds idle_timeout;
+    std::chrono::milliseconds idle_timeout;   // hello, one frame, one batch of replies
+    std::chrono::milliseconds quiet_timeout;  // greeted, nothing in flight, no lease
   };
 
   Connection(uv_loop_t* loop, UniqueFd socket, Session session, const Limits& limits, Owner& owner);
@@ -54,7 +58,7 @@ class Connection {
   bool greeted() const { return greeted_; }
   void set_greeted() { greeted_ = true; }
 
-  // Starts watching the socket and the idle timer.
+  // Starts watching the socket and the deadlines.
   void start();
   // Queues one encoded frame and its FDs. Drops the client if its queue is over the limits.
   void send(std::string frame, std::vector<UniqueFd> fds);
@@ -77,16 +81,22 @@ class Connection {
   };
 
   void on_poll(int status, int events);
-  void on_idle_timeout();
+  void on_deadline();
   bool read_frames();
   bool flush();
-  // Re-arms the poll mask and the idle timer after I/O, and closes a finished connection.
+  // Re-arms the poll mask and the deadline timer after I/O, and closes a finished connection.
   void after_io(bool progress);
   bool reading() const { return !closing_ && out_.empty(); }
-  bool waiting_on_client() const { return !greeted_ || reader_.mid_frame() || !out_.empty(); }
+  // Greeted, nothing in flight either way, no lease: the quiet deadline runs.
+  bool quiet() const;
+  // The earliest deadline that applies now (loop time, ms) and, if `why` is given, what the
+  // client failed to do by then.
+  std::optional<std::uint64_t> next_deadline(std::string* why) const;
+  std::uint64_t now() const { return uv_now(loop_); }
 
   // Declared before the handles: the handles are closed first, then the descriptor.
   UniqueFd socket_;
+  uv_loop_t* loop_;
   Session session_;
   Limits limits_;
   Owner& owner_;
@@ -101,7 +111,13 @@ class Connection {
   std::string closing_reason_;
   bool closing_dropped_ = false;
   int poll_events_ = 0;
-  bool timer_running_ = false;
+  // Loop times (ms): when the connection was accepted, when the frame being read began, since
+  // when replies have been waiting, and the last progress in either direction.
+  std::uint64_t accepted_at_ = 0;
+  std::uint64_t frame_started_at_ = 0;
+  std::uint64_t output_since_ = 0;
+  std::uint64_t last_progress_at_ = 0;
+  std::optional<std::uint64_t> armed_deadline_;
   UvHandle<uv_poll_t> poll_;
   UvHandle<uv_timer_t> timer_;
 };

@@ -30,6 +30,11 @@ class Session {
   bool is_admin() const { return admin_; }
   // The name the client gave in hello (e.g. "hearth-worker"); empty before hello.
   const std::string& client_name() const { return client_name_; }
+  // Whether the client holds something its connection keeps alive (a lease), as the handler
+  // says. A client that holds nothing and sends nothing for BrokerOptions::quiet_timeout is
+  // dropped; one that holds a lease may stay quiet as long as it likes.
+  bool holds_lease() const { return holds_lease_; }
+  void set_holds_lease(bool holds) { holds_lease_ = holds; }
   Broker& broker() const { return *broker_; }
 
  private:
@@ -39,6 +44,7 @@ class Session {
   ipc::PeerCredentials peer_;
   bool admin_;
   std::string client_name_;
+  bool holds_lease_ = false;
 };
 
 }  // namespace hearth::broker

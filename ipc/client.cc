@@ -1,9 +1,14 @@
 #include "ipc/client.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <filesystem>
 #include <utility>
 
 #include "ipc/errors.h"
+#include "ipc/peer_credentials.h"
 #include "ipc/unix_socket.h"
 
 namespace hearth::ipc {
@@ -11,8 +16,36 @@ namespace hearth::ipc {
 Client::Client(UniqueFd socket, ClientOptions options) noexcept
     : socket_(std::move(socket)), options_(std::move(options)) {}
 
+void check_server_uid(int socket, const std::string& path, std::optional<uid_t> expected) {
+  const uid_t peer = peer_credentials(socket).uid;
+  const std::string who = "the server at " + path + " runs as uid " + std::to_string(peer);
+  if (expected) {
+    if (peer != *expected)
+      throw IpcError(who + ", not as the expected uid " + std::to_string(*expected));
+    return;
+  }
+  const uid_t self = ::geteuid();
+  if (peer == self || peer == 0) return;
+  // Another user's server is trusted where only that user could have put the socket: in a
+  // directory (not a link to one) it owns and nobody else may write to.
+  std::string dir = std::filesystem::path(path).parent_path().string();
+  if (dir.empty()) dir = ".";
+  struct stat st {};
+  if (::lstat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == peer &&
+      (st.st_mode & (S_IWGRP | S_IWOTH)) == 0)
+    return;
+  throw IpcError(who + ": not this process's uid (" + std::to_string(self) +
+                 "), not root, and not the owner of a socket directory only it can write to, so "
+                 "anyone could have put it there; if uid " +
+                 std::to_string(peer) +
+                 " is the server you mean, name it (hearth-worker and hearth-ctl: --server-uid " +
+                 std::to_string(peer) + ")");
+}
+
 Client Client::connect(const std::string& socket_path, ClientOptions options) {
-  Client client(connect_unix(socket_path), std::move(options));
+  UniqueFd socket = connect_unix(socket_path);
+  check_server_uid(socket.get(), socket_path, options.server_uid);
+  Client client(std::move(socket), std::move(options));
   Frame reply = client.call(op::kHello, make_hello_args(client.options_.name));
   check_protocol_version(reply.body, "server");
   client.hello_ = std::move(reply.body);

@@ -1,7 +1,10 @@
 #pragma once
 
 #include <chrono>
+#include <sys/types.h>
+
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -20,7 +23,15 @@ struct ClientOptions {
   // How long one request may wait for its reply. A slow admin op (load) needs more.
   std::chrono::milliseconds timeout{30'000};
   std::size_t max_frame_bytes = kDefaultMaxFrameBytes;  // largest reply accepted
+  // Who must be serving at the socket (SO_PEERCRED, checked before hello). Unset: this
+  // process's own uid, root, or the owner of the socket's directory when only that owner can
+  // write there; anyone else could have put a socket in the way.
+  std::optional<uid_t> server_uid;
 };
+
+// Throws IpcError unless the peer of `socket` (connected to `path`) runs as a uid the client
+// can trust, as ClientOptions::server_uid describes.
+void check_server_uid(int socket, const std::string& path, std::optional<uid_t> expected);
 
 // A blocking connection to a hearth server, as used by workers and tools: one request in flight
 // at a time, replies matched by id, FDs attached to replies handed over. Not thread-safe. After

@@ -1,5 +1,7 @@
 #include "ipc/protocol.h"
 
+#include "ipc/printable.h"
+
 #include <algorithm>
 #include <array>
 
@@ -75,7 +77,8 @@ nlohmann::json make_error_reply(std::optional<RequestId> id, ErrorCode code,
   nlohmann::json reply = nlohmann::json::object();
   reply["id"] = id ? nlohmann::json(*id) : nlohmann::json(nullptr);
   reply["ok"] = false;
-  reply["error"] = {{"code", to_string(code)}, {"message", message}};
+  reply["error"] = {{"code", to_string(code)},
+                    {"message", printable(message, kMaxErrorMessageBytes)}};
   return reply;
 }
 

@@ -63,7 +63,10 @@ nlohmann::json make_request(std::string_view op, RequestId id,
                             nlohmann::json args = nlohmann::json::object());
 // {"id": id, "ok": true, ...fields}
 nlohmann::json make_ok_reply(RequestId id, nlohmann::json fields = nlohmann::json::object());
-// {"id": id or null, "ok": false, "error": {"code": ..., "message": ...}}
+// {"id": id or null, "ok": false, "error": {"code": ..., "message": ...}}. The message may quote
+// a peer's bytes, so it is made printable (ipc/printable.h) and cut at kMaxErrorMessageBytes:
+// an error reply can always be encoded.
+inline constexpr std::size_t kMaxErrorMessageBytes = 4096;
 nlohmann::json make_error_reply(std::optional<RequestId> id, ErrorCode code,
                                 std::string_view message);
 

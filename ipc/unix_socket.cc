@@ -44,8 +44,16 @@ void prepare_directory(const std::string& dir, mode_t mode) {
   } else if (errno != EEXIST) {
     throw_errno("cannot create socket directory " + dir, errno);
   }
+  // lstat: a symbolic link would make the checks below describe its target, which whoever
+  // can replace the link (its own directory's owner) may swap after they pass.
   struct stat st {};
-  if (::stat(dir.c_str(), &st) != 0) throw_errno("stat " + dir, errno);
+  if (::lstat(dir.c_str(), &st) != 0) throw_errno("stat " + dir, errno);
+  if (S_ISLNK(st.st_mode)) {
+    std::error_code ec;
+    const std::string target = std::filesystem::canonical(dir, ec).string();
+    throw IpcError("socket directory " + dir + " is a symbolic link" +
+                   (ec ? std::string() : " (to " + target + ")") + "; give the directory itself");
+  }
   if (!S_ISDIR(st.st_mode)) throw IpcError("socket directory " + dir + " is not a directory");
   if (st.st_uid != ::geteuid()) {
     throw IpcError("socket directory " + dir + " belongs to uid " + std::to_string(st.st_uid) +

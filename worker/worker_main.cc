@@ -5,15 +5,16 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
-#include <sstream>
 
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
 #include "weight-server/model/read_file.h"
+#include "worker/cli_values.h"
 #include "worker/engine/backend_factory.h"
 #include "worker/engine/engine.h"
 #include "worker/engine/model_weights.h"
+#include "worker/prompt_file.h"
 #include "worker/engine/profile.h"
 #include "worker/engine_server.h"
 #include "worker/output_sink.h"
@@ -25,26 +26,6 @@ namespace {
 
 using json = nlohmann::json;
 using hearth::Profile;
-
-std::vector<int32_t> parse_token_list(const std::string& text) {
-  std::vector<int32_t> ids;
-  std::stringstream ss(text);
-  std::string item;
-  while (std::getline(ss, item, ',')) {
-    size_t used = 0;
-    long long v = 0;
-    try {
-      v = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != item.size() || v < 0 || v > INT32_MAX)
-      throw std::runtime_error("--prompt-tokens: '" + item + "' is not a token id");
-    ids.push_back(int32_t(v));
-  }
-  if (ids.empty()) throw std::runtime_error("--prompt-tokens: no token ids given");
-  return ids;
-}
 
 // `--set key=value`: the value is JSON when it parses as JSON, else a string.
 void apply_setting(Profile& profile, const std::string& setting) {
@@ -119,22 +100,34 @@ int run(int argc, char** argv) {
   app.add_flag("--verify-weights", verify_weights,
                "served mode: check the xxh3 of every imported tensor against the manifest")
       ->needs(server_opt);
+  uid_t server_uid = 0;
+  auto* server_uid_opt =
+      app.add_option("--server-uid", server_uid,
+                     "served mode: the uid the server must run as (default: yours, root's, or "
+                     "the owner of a socket directory only it can write to)")
+          ->needs(server_opt)
+          ->check(CLI::Range(uid_t{0}, uid_t(-2)));
   auto* prompt_opt =
       app.add_option("--prompt", prompt,
                      "prompt text (special tokens added as the tokenizer's post-processor says)");
   auto* tokens_opt = app.add_option("--prompt-tokens", prompt_tokens,
                                     "prompt as comma-separated token ids, used exactly");
-  prompt_opt->excludes(tokens_opt);
+  std::string prompt_file;
+  auto* file_opt = app.add_option("--prompt-file", prompt_file,
+                                  "prompt text from a file, or - for stdin, exactly as given "
+                                  "(for prompts too long for the command line)");
+  prompt_opt->excludes(tokens_opt)->excludes(file_opt);
+  tokens_opt->excludes(file_opt);
   auto* requests_opt = app.add_option(
       "--requests", requests_path,
       "JSONL file of requests run together in one engine: one object per line with \"id\", "
       "\"prompt\" or \"prompt_tokens\", and any request setting; writes JSONL events with ids");
-  requests_opt->excludes(prompt_opt)->excludes(tokens_opt);
+  requests_opt->excludes(prompt_opt)->excludes(tokens_opt)->excludes(file_opt);
   auto* serve_opt = app.add_option(
       "--serve", serve_socket,
       "serve requests from many clients on this socket (submit, events, cancel over the hearth "
       "protocol) until idle or SIGTERM");
-  serve_opt->excludes(prompt_opt)->excludes(tokens_opt)->excludes(requests_opt);
+  serve_opt->excludes(prompt_opt)->excludes(tokens_opt)->excludes(requests_opt)->excludes(file_opt);
   app.add_option("--idle-exit", idle_exit_s,
                  "--serve: exit after this many seconds with no request in flight (0: never)")
       ->needs(serve_opt)
@@ -150,7 +143,17 @@ int run(int argc, char** argv) {
   auto* minp_opt = app.add_option("--min-p", flags.request.sampling.min_p, "0 = off");
   auto* rep_opt =
       app.add_option("--repetition-penalty", flags.request.sampling.repetition_penalty, "1 = off");
-  auto* seed_opt = app.add_option("--seed", flags.request.sampling.seed, "sampling seed");
+  // NaN would reach the profile as JSON null: refused here, where the flag can be named.
+  const CLI::Validator finite([](std::string& s) { return hearth::finite_number_error(s); },
+                              "NUMBER");
+  for (CLI::Option* o : {temp_opt, topp_opt, minp_opt, rep_opt}) o->check(finite);
+  std::string seed;
+  auto* seed_opt = app.add_option("--seed", seed, "sampling seed, 0 to 2^64-1")
+                       ->check(CLI::Validator(
+                           [](std::string& s) {
+                             return hearth::parse_unsigned(s) ? "" : "'" + s + "' is not a seed";
+                           },
+                           "UINT64"));
   auto* ctx_opt =
       app.add_option("--context-length", flags.engine.context_length, "KV cache length");
   auto* backend_opt = app.add_option("--backend", flags.engine.backend, "auto | cpu | cuda");
@@ -165,8 +168,9 @@ int run(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   if (*serve_opt) hearth::block_stop_signals();  // before any thread starts: serve() waits for them
-  if (!*prompt_opt && !*tokens_opt && !*requests_opt && !*serve_opt)
-    throw std::runtime_error("give --prompt, --prompt-tokens, --requests or --serve");
+  if (!*prompt_opt && !*tokens_opt && !*file_opt && !*requests_opt && !*serve_opt)
+    throw std::runtime_error(
+        "give --prompt, --prompt-file, --prompt-tokens, --requests or --serve");
   if (*serve_opt && !dump_logits.empty())
     throw std::runtime_error("--dump-logits needs a single prompt");
   if (*requests_opt) {
@@ -177,6 +181,7 @@ int run(int argc, char** argv) {
     if (!dump_logits.empty()) throw std::runtime_error("--dump-logits needs a single prompt");
     format = "jsonl";
   }
+  if (*file_opt) prompt = hearth::read_prompt_file(prompt_file);
 
   Profile profile = profile_path.empty() ? Profile{} : hearth::load_profile_file(profile_path);
   for (const std::string& s : settings) apply_setting(profile, s);
@@ -188,7 +193,7 @@ int run(int argc, char** argv) {
   if (*topp_opt) overrides["top_p"] = flags.request.sampling.top_p;
   if (*minp_opt) overrides["min_p"] = flags.request.sampling.min_p;
   if (*rep_opt) overrides["repetition_penalty"] = flags.request.sampling.repetition_penalty;
-  if (*seed_opt) overrides["seed"] = flags.request.sampling.seed;
+  if (*seed_opt) overrides["seed"] = *hearth::parse_unsigned(seed);
   if (*ctx_opt) overrides["context_length"] = flags.engine.context_length;
   if (*backend_opt) overrides["backend"] = flags.engine.backend;
   if (*layout_opt) overrides["weights_layout"] = flags.engine.weights_layout;
@@ -199,6 +204,7 @@ int run(int argc, char** argv) {
   // and runs while the descriptors arrive and are mapped.
   std::shared_ptr<hearth::CudaWarmup> warmup;
   hearth::ServedModelOptions served{verify_weights};
+  if (*server_uid_opt) served.server_uid = server_uid;
   served.on_device = [&](const hearth::Manifest& manifest, int device) {
     if (profile.engine.backend == "cpu") return;
     for (const hearth::ManifestTensor& t : manifest.tensors)
@@ -223,7 +229,7 @@ int run(int argc, char** argv) {
     request_lines =
         hearth::parse_request_lines(hearth::read_file(requests_path), profile.request, tok);
   } else if (*tokens_opt) {
-    prompt_ids = parse_token_list(prompt_tokens);
+    prompt_ids = hearth::parse_token_list(prompt_tokens, "--prompt-tokens");
   } else {
     if (!tokenizer)
       throw std::runtime_error(model_arg +

@@ -30,6 +30,7 @@ WorkerModel attach_served_model(const std::string& socket, const std::string& na
   const auto start = std::chrono::steady_clock::now();
   ipc::ClientOptions client_options;
   client_options.name = "hearth-worker";
+  client_options.server_uid = options.server_uid;
   auto client = std::make_shared<ipc::Client>(ipc::Client::connect(socket, client_options));
   WorkerModel m;
   m.connect_ms =

@@ -2,9 +2,12 @@
 // whether opened from a directory (single-process mode) or received from a weight server.
 #pragma once
 
+#include <sys/types.h>
+
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,6 +42,8 @@ struct ServedModelOptions {
   bool verify_weights = false;  // xxh3 of every imported tensor against the manifest
   // vmm: the device is known and the descriptors are about to be received (ImportOptions).
   std::function<void(const Manifest&, int device)> on_device = nullptr;
+  // The uid the server must run as (ipc::ClientOptions::server_uid); unset: the default rule.
+  std::optional<uid_t> server_uid = std::nullopt;
 };
 
 // Served mode: connects to the hearth-server at `socket` ("hearth server not running at PATH"

@@ -215,6 +215,21 @@ TEST_F(Garbage, InvalidJson) {
   expect_error_and_close(socket.get(), ErrorCode::kBadRequest);
 }
 
+// The parser's complaint quotes the bad bytes; the reply says which, rather than
+// "(unprintable message)".
+TEST_F(Garbage, BytesThatAreNotUtf8) {
+  UniqueFd socket = raw_connect(server_.path());
+  const std::string payload = "{\"op\": \"hello\", \"id\": \xff\xfe}";
+  write_all(socket.get(), header(static_cast<std::uint32_t>(payload.size())) + payload);
+  const Outcome outcome = outcome_of(socket.get());
+  ASSERT_TRUE(outcome.error);
+  EXPECT_EQ(outcome.error->code, ErrorCode::kBadRequest);
+  EXPECT_NE(outcome.error->message.find("invalid JSON"), std::string::npos)
+      << outcome.error->message;
+  EXPECT_NE(outcome.error->message.find("\\xff"), std::string::npos) << outcome.error->message;
+  EXPECT_TRUE(outcome.closed);
+}
+
 TEST_F(Garbage, JsonThatIsNotAnObject) {
   for (const std::string payload : {"[1,2,3]", "42", "\"hello\"", "null"}) {
     UniqueFd socket = raw_connect(server_.path());
@@ -340,6 +355,119 @@ TEST(Broker, RefusesClientsBeyondTheLimit) {
     }
   }));
   expect_served(b);
+}
+
+// Writes `bytes` one at a time, `gap` apart, until all are sent or the server hangs up.
+void trickle(int socket, const std::string& bytes, std::chrono::milliseconds gap) {
+  for (char c : bytes) {
+    if (::send(socket, &c, 1, MSG_NOSIGNAL) != 1) return;
+    std::this_thread::sleep_for(gap);
+  }
+}
+
+// Each byte well inside the limit, the whole frame far beyond it: a deadline, not an idle timer.
+TEST(Broker, AHelloTrickledAByteAtATimeMissesItsDeadline) {
+  broker::BrokerOptions options;
+  options.idle_timeout = 300ms;
+  InProcessBroker server(options);
+  UniqueFd socket = raw_connect(server.path());
+  trickle(socket.get(),
+          ipc::encode_frame(ipc::make_request(ipc::op::kHello, 1, ipc::make_hello_args("slow"))),
+          30ms);
+  const Outcome outcome = outcome_of(socket.get());
+  ASSERT_TRUE(outcome.error) << "the trickled hello was accepted";
+  EXPECT_EQ(outcome.error->code, ErrorCode::kTimeout);
+  EXPECT_EQ(outcome.error->message, "sent no hello within 300 ms");
+  EXPECT_TRUE(outcome.closed);
+}
+
+TEST(Broker, AFrameTrickledAfterHelloMissesItsDeadline) {
+  broker::BrokerOptions options;
+  options.idle_timeout = 300ms;
+  InProcessBroker server(options);
+  UniqueFd socket = raw_connect(server.path());
+  raw_hello(socket.get());
+  trickle(socket.get(), ipc::encode_frame(ipc::make_request(ipc::op::kList, 2)), 30ms);
+  const Outcome outcome = outcome_of(socket.get());
+  ASSERT_TRUE(outcome.error) << "the trickled request was answered";
+  EXPECT_EQ(outcome.error->code, ErrorCode::kTimeout);
+  EXPECT_EQ(outcome.error->message, "did not finish the frame it started within 300 ms");
+  EXPECT_TRUE(outcome.closed);
+}
+
+TEST(Broker, AGreetedClientHoldingNoLeaseIsDroppedWhenIdle) {
+  broker::BrokerOptions options;
+  options.quiet_timeout = 300ms;
+  InProcessBroker server(options);
+  ipc::Client worker = server.client("worker");  // takes a lease: may stay quiet
+  const std::vector<std::uint64_t> ids = {1};
+  ASSERT_EQ(worker.import_allocations("test", ids).size(), 1u);
+  // A client whose request is in flight is not idle, however long the reply takes.
+  server.handler().hold_replies();
+  UniqueFd waiting = raw_connect(server.path());
+  raw_hello(waiting.get());
+  ipc::send_frame(waiting.get(), ipc::make_request(ipc::op::kStats, 2, {{"later", true}}));
+  UniqueFd idle = raw_connect(server.path());
+  raw_hello(idle.get());
+
+  const Outcome outcome = outcome_of(idle.get());
+  ASSERT_TRUE(outcome.error) << "an idle client without a lease was kept";
+  EXPECT_EQ(outcome.error->code, ErrorCode::kTimeout);
+  EXPECT_EQ(outcome.error->message, "idle for 300 ms without holding a lease");
+  EXPECT_TRUE(outcome.closed);
+
+  server.handler().release_replies();
+  ipc::ReceiveOptions patience;
+  patience.timeout = kPatience;
+  const auto reply = ipc::receive_frame(waiting.get(), patience);
+  ASSERT_TRUE(reply);
+  EXPECT_TRUE(ipc::parse_reply_status(reply->body).ok);
+  expect_served(worker);
+  // Once it lets go of its lease, the worker is an idle client like any other.
+  const auto worker_id = worker.server_hello()["client_id"].get<broker::ClientId>();
+  worker.call(ipc::op::kRelease, {{"model", "test"}});
+  EXPECT_TRUE(eventually([&] {
+    for (const TestHandler::Event& e : server.handler().disconnects())
+      if (e.id == worker_id) return true;
+    return false;
+  }));
+}
+
+TEST(Broker, OneUidCannotTakeEverySlot) {
+  broker::BrokerOptions options;
+  options.admin_uid = ::geteuid() + 1;  // the cap spares the admin; we are not it here
+  options.max_clients_per_uid = 2;
+  InProcessBroker server(options);
+  std::optional<ipc::Client> a = server.client();
+  ipc::Client b = server.client();
+  try {
+    server.client();
+    FAIL() << "a third connection from one uid was admitted";
+  } catch (const ipc::ProtocolError& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kBusy);
+    EXPECT_NE(e.message().find("uid " + std::to_string(::geteuid()) +
+                               " already has 2 connections to this server (at most 2 per uid)"),
+              std::string::npos)
+        << e.message();
+  }
+  a.reset();
+  EXPECT_TRUE(eventually([&] {
+    try {
+      server.client();
+      return true;
+    } catch (const ipc::ProtocolError&) {
+      return false;
+    }
+  }));
+  expect_served(b);
+}
+
+TEST(Broker, TheAdminUidIsNotCappedPerUid) {
+  broker::BrokerOptions options;
+  options.max_clients_per_uid = 1;  // we are the admin (the server's own uid)
+  InProcessBroker server(options);
+  ipc::Client a = server.client(), b = server.client(), c = server.client();
+  expect_served(c);
 }
 
 TEST(Broker, RefusesUidsOutsideTheAllowList) {

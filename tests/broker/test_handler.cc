@@ -59,6 +59,7 @@ Reply TestHandler::handle(broker::Session& session, const ipc::Request& request)
     require_model(ipc::string_field(request.body, "model"));
     std::lock_guard lock(mutex_);
     leases_.erase(session.id());
+    session.set_holds_lease(false);
     return Reply::ok();
   }
   if (op == ipc::op::kLoad) {
@@ -83,6 +84,7 @@ Reply TestHandler::import(broker::Session& session, const ipc::Request& request)
     std::lock_guard lock(mutex_);
     leases_[session.id()] = 1;
   }
+  session.set_holds_lease(true);
   return Reply::ok(ipc::make_import_result(import.allocations), std::move(fds));
 }
 

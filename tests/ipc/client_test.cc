@@ -1,6 +1,13 @@
 #include "ipc/client.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
 
 #include <atomic>
 #include <functional>
@@ -214,6 +221,100 @@ TEST(Client, AShortImportFailsAndClosesWhatArrived) {
     EXPECT_THROW(client.import_allocations("tiny", ids), IpcError);
   }
   EXPECT_EQ(test::count_open_fds(), baseline);
+}
+
+TEST(Client, RefusesAServerThatDoesNotRunAsTheExpectedUid) {
+  test::TempDir tmp;
+  UnixListener listener = UnixListener::listen(tmp / "hearth.sock");  // never answers
+  ClientOptions options;
+  options.server_uid = ::geteuid() + 1;
+  try {
+    Client::connect(listener.path(), options);
+    FAIL() << "connected to a server of the wrong uid";
+  } catch (const IpcError& e) {
+    EXPECT_NE(
+        std::string(e.what()).find("runs as uid " + std::to_string(::geteuid()) +
+                                   ", not as the expected uid " + std::to_string(::geteuid() + 1)),
+        std::string::npos)
+        << e.what();
+  }
+  FakeServer server([](int) {});
+  options.server_uid = ::geteuid();
+  EXPECT_EQ(Client::connect(server.path(), options).server_hello()["server"], "fake");
+}
+
+// A server run by another uid, in a directory under a 0711 parent: listens as `uid` at
+// `dir`/hearth.sock until destroyed.
+class ForeignServer {
+ public:
+  ForeignServer(const std::string& dir, uid_t uid) : path_(dir + "/hearth.sock") {
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      if (::setgid(uid) != 0 || ::setuid(uid) != 0) ::_exit(2);
+      UniqueFd fd(::socket(AF_UNIX, SOCK_STREAM, 0));
+      sockaddr_un addr{};
+      addr.sun_family = AF_UNIX;
+      std::strncpy(addr.sun_path, path_.c_str(), sizeof(addr.sun_path) - 1);
+      if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+          ::listen(fd.get(), 8) != 0)
+        ::_exit(3);
+      for (;;) ::pause();
+    }
+  }
+  ~ForeignServer() {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+  // Connected once the server listens.
+  UniqueFd connect() const {
+    for (int i = 0; i < 2000; ++i) {
+      try {
+        return connect_unix(path_);
+      } catch (const IpcError&) {
+        std::this_thread::sleep_for(5ms);
+      }
+    }
+    throw std::runtime_error("the foreign server never listened");
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  pid_t pid_ = -1;
+};
+
+// The default policy with a server of another uid; setting that up needs root.
+TEST(Client, TrustsAnotherUidsServerOnlyInADirectoryOnlyItCanWrite) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run a server as another uid";
+  constexpr uid_t kNobody = 65534;
+  test::TempDir tmp;
+  ASSERT_EQ(::chmod(tmp.path().c_str(), 0711), 0);
+
+  const std::string owned = tmp / "owned";  // the server's own 0711 directory: trusted
+  ASSERT_EQ(::mkdir(owned.c_str(), 0711), 0);
+  ASSERT_EQ(::chown(owned.c_str(), kNobody, kNobody), 0);
+  {
+    ForeignServer server(owned, kNobody);
+    UniqueFd socket = server.connect();
+    EXPECT_NO_THROW(check_server_uid(socket.get(), server.path(), std::nullopt));
+  }
+
+  const std::string open = tmp / "open";  // like /tmp: anyone could have put a socket there
+  ASSERT_EQ(::mkdir(open.c_str(), 0777), 0);
+  ASSERT_EQ(::chmod(open.c_str(), 01777), 0);
+  ForeignServer server(open, kNobody);
+  UniqueFd socket = server.connect();
+  try {
+    check_server_uid(socket.get(), server.path(), std::nullopt);
+    ADD_FAILURE() << "trusted a server in a directory anyone can write to";
+  } catch (const IpcError& e) {
+    EXPECT_NE(std::string(e.what()).find("runs as uid 65534: not this process's uid (0), not "
+                                         "root, and not the owner of a socket directory"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("--server-uid 65534"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(check_server_uid(socket.get(), server.path(), kNobody));  // named: trusted
 }
 
 }  // namespace

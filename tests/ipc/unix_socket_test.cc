@@ -78,6 +78,19 @@ TEST(UnixSocket, RefusesADirectoryOthersCanEnter) {
   EXPECT_NE(::access((tmp / "hearth.sock").c_str(), F_OK), 0);
 }
 
+TEST(UnixSocket, RefusesASocketDirectoryThatIsASymbolicLink) {
+  test::TempDir tmp;
+  ASSERT_EQ(::mkdir((tmp / "real").c_str(), 0700), 0);
+  ASSERT_EQ(::symlink((tmp / "real").c_str(), (tmp / "link").c_str()), 0);
+  const std::string text = message_of([&] { UnixListener::listen(tmp / "link/hearth.sock"); });
+  EXPECT_NE(text.find("socket directory " + tmp / "link" + " is a symbolic link (to " +
+                      tmp / "real" + ")"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(::access((tmp / "real/hearth.sock").c_str(), F_OK), 0);
+  EXPECT_NE(::access((tmp / "link/hearth.sock.lock").c_str(), F_OK), 0);
+}
+
 TEST(UnixSocket, RefusesADirectoryOwnedBySomeoneElse) {
   if (::geteuid() != 0) GTEST_SKIP() << "needs root to give the directory away";
   test::TempDir tmp;

@@ -105,6 +105,48 @@ TEST_F(ServerHandlerTest, DisconnectEndsTheLease) {
   EXPECT_EQ(observer.call(ipc::op::kStats).body["leases_total"], 1);
 }
 
+// A worker's connection is its lease: it may sit quiet as long as it holds one, while a client
+// that holds none is dropped after the quiet timeout, and so is the worker once it releases.
+TEST_F(ServerHandlerTest, QuietClientsAreKeptOnlyWhileTheyHoldALease) {
+  broker::BrokerOptions options;
+  options.quiet_timeout = std::chrono::milliseconds(300);
+  test::InProcessServer server(options, model_dir_.path());
+  ipc::Client worker = connect(server.socket(), "worker");
+  const std::uint64_t ids[] = {0};
+  worker.import_allocations("tiny", ids);
+  ipc::Client idle = connect(server.socket(), "idle");
+  auto dropped_for_idling = [&] {
+    int n = 0;
+    for (const std::string& line : server.logs())
+      n += line.find("dropped: idle for 300 ms without holding a lease") != std::string::npos;
+    return n;
+  };
+  ASSERT_TRUE(test::eventually([&] { return dropped_for_idling() == 1; }));
+  // The worker has been quiet longer than `idle` was, and is still served.
+  EXPECT_EQ(worker.call(ipc::op::kStats).body["leases"], 1);
+  EXPECT_THROW(idle.call(ipc::op::kList), ipc::IpcError);
+  worker.call(ipc::op::kRelease, {{"model", "tiny"}});
+  ASSERT_TRUE(test::eventually([&] { return dropped_for_idling() == 2; }));
+  EXPECT_THROW(worker.call(ipc::op::kList), ipc::IpcError);
+}
+
+// Every load runs on a thread of its own; that thread is joined as soon as its answer is
+// delivered, not at shutdown, so load/unload cycles do not pile up dead threads and stacks.
+TEST_F(ServerHandlerTest, LoadThreadsAreJoinedWhenTheirLoadIsDone) {
+  test::InProcessServer server({}, model_dir_.path());
+  ipc::ClientOptions slow;
+  slow.timeout = std::chrono::seconds(120);
+  ipc::Client admin = ipc::Client::connect(server.socket(), slow);
+  for (int cycle = 0; cycle < 5; ++cycle) {
+    admin.call(ipc::op::kLoad, {{"dir", model_dir_.path()}, {"name", "again"}});
+    // A load that fails is a load all the same.
+    call_error(admin, ipc::op::kLoad, {{"dir", model_dir_.path() + "/missing"}, {"name", "no"}});
+    admin.call(ipc::op::kUnload, {{"model", "again"}});
+  }
+  EXPECT_TRUE(test::eventually([&] { return server.handler().load_threads() == 0; }))
+      << server.handler().load_threads() << " load threads not joined after 10 loads";
+}
+
 TEST_F(ServerHandlerTest, AdminLoadAndUnload) {
   test::InProcessServer server({}, model_dir_.path());
   test::TempDir second;
@@ -129,6 +171,14 @@ TEST_F(ServerHandlerTest, AdminLoadAndUnload) {
   EXPECT_EQ(e.code(), ErrorCode::kBadRequest);
   EXPECT_NE(e.message().find("cannot load 'missing'"), std::string::npos) << e.message();
   EXPECT_NE(e.message().find("no such directory"), std::string::npos) << e.message();
+  for (const std::string& dir :
+       std::vector<std::string>{"", "relative/model", std::string("/tmp/a\0b", 8)}) {
+    e = call_error(admin, ipc::op::kLoad, {{"dir", dir}});
+    EXPECT_EQ(e.code(), ErrorCode::kBadRequest) << e.message();
+    EXPECT_NE(e.message().find("'dir' must be the absolute path of a model directory"),
+              std::string::npos)
+        << e.message();
+  }
   e = call_error(admin, ipc::op::kLoad, {{"dir", second.path()}, {"name", "bad name"}});
   EXPECT_EQ(e.code(), ErrorCode::kBadRequest);
   e = call_error(admin, ipc::op::kLoad,

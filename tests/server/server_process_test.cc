@@ -395,6 +395,83 @@ TEST(ServerProcess, SocketAndDirectoryArePrivate) {
   EXPECT_EQ(shared.stats()["models"].size(), 1u);  // the server's own uid still gets in
 }
 
+// An admin uid other than the server's is let in like an --allow-uid: without that, the 0700
+// directory and 0600 socket would lock out the very uid that administers the server.
+TEST(ServerProcess, AnAdminUidOfItsOwnCanReachTheSocket) {
+  ServerProcess server({"--backend", "memfd", "--admin-uid", "4243"});
+  struct stat st {};
+  ASSERT_EQ(::stat(server.socket().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0666u);
+  ASSERT_EQ(::stat(std::filesystem::path(server.socket()).parent_path().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0711u);
+  EXPECT_NE(server.log().find("admin uid 4243 is not the server's: the socket is opened to it"),
+            std::string::npos)
+      << server.log();
+  EXPECT_EQ(server.stats()["models"].size(), 0u);  // the server's own uid still gets in
+}
+
+// A socket directory that exists already is never loosened; if it keeps the allowed uids out,
+// the server says so.
+TEST(ServerProcess, WarnsWhenAnExistingDirectoryKeepsAllowedUidsOut) {
+  test::TempDir tmp;
+  const std::string dir = tmp / "private";
+  ASSERT_EQ(::mkdir(dir.c_str(), 0700), 0);
+  ChildProcess server = ChildProcess::spawn(
+      ChildProcess::Options({test::binary("hearth-server"), "--socket", dir + "/sock", "--backend",
+                             "memfd", "--allow-uid", "4242"})
+          .stderr_to(ChildProcess::Stream::file(tmp / "server.log")));
+  ASSERT_TRUE(test::eventually([&] {
+    return test::read_file(tmp / "server.log").find("ready:") != std::string::npos;
+  })) << test::read_file(tmp / "server.log");
+  EXPECT_NE(test::read_file(tmp / "server.log")
+                .find("warning: socket directory " + dir +
+                      " has mode 0700: the other allowed uids cannot reach the socket"),
+            std::string::npos)
+      << test::read_file(tmp / "server.log");
+}
+
+// Clients check who serves at the socket (SO_PEERCRED) before they say hello.
+TEST(ServerProcess, ClientsRefuseAServerOfAnotherUidThanNamed) {
+  ServerProcess server;
+  test::TempDir tmp;
+  const std::string self = std::to_string(::geteuid()), other = std::to_string(::geteuid() + 1);
+  const std::string refusal = "runs as uid " + self + ", not as the expected uid " + other;
+  const WorkerRun worker = test::run_worker(tmp, {"--server", server.socket(), "--server-uid",
+                                                  other, "--model", "tiny", "--prompt", "hi"});
+  EXPECT_TRUE(worker.status.exited_with(1)) << worker.status.describe();
+  EXPECT_NE(worker.err.find(refusal), std::string::npos) << worker.err;
+  WorkerRun ctl = test::run_binary("hearth-ctl", tmp,
+                                   {"--socket", server.socket(), "--server-uid", other, "list"});
+  EXPECT_TRUE(ctl.status.exited_with(1)) << ctl.status.describe();
+  EXPECT_NE(ctl.err.find(refusal), std::string::npos) << ctl.err;
+  ctl = test::run_binary("hearth-ctl", tmp,
+                         {"--socket", server.socket(), "--server-uid", self, "list"});
+  EXPECT_TRUE(ctl.status.success()) << ctl.err;
+}
+
+// Limits that would make a server nobody can use (0), wrap (negative counts) or switch a
+// timeout off (-1) are refused before anything starts, naming the flag.
+TEST(ServerProcess, FlagsOutOfRangeAreRefused) {
+  test::TempDir tmp;
+  const std::vector<std::vector<std::string>> bad = {
+      {"--max-clients", "0"},     {"--max-clients", "-5"},       {"--max-clients-per-uid", "0"},
+      {"--idle-timeout-ms", "0"}, {"--idle-timeout-ms", "-1"},   {"--quiet-timeout-ms", "-1"},
+      {"--device", "-1"},         {"--admin-uid", "4294967295"}, {"--allow-uid", "4294967295"},
+  };
+  for (const auto& flag : bad) {
+    const std::string log = tmp / "server.log";
+    std::vector<std::string> argv = {test::binary("hearth-server"), "--socket",
+                                     tmp / "run/hearth.sock", "--backend", "memfd"};
+    argv.insert(argv.end(), flag.begin(), flag.end());
+    ChildProcess server =
+        ChildProcess::spawn(ChildProcess::Options(argv).stderr_to(ChildProcess::Stream::file(log)));
+    const auto status = server.wait_until(std::chrono::steady_clock::now() + test::kPatience);
+    ASSERT_TRUE(status) << flag[0] << " " << flag[1] << " was accepted: the server started";
+    EXPECT_FALSE(status->success()) << flag[0] << " " << flag[1];
+    EXPECT_NE(test::read_file(log).find(flag[0]), std::string::npos) << test::read_file(log);
+  }
+}
+
 TEST(ServerProcess, StartupErrorsAreClear) {
   test::TempDir tmp;
   auto start = [&](const std::vector<std::string>& args) {

@@ -73,9 +73,12 @@ inline std::optional<std::string> next_line(ChildProcess& p) {
   return p.stdout_pipe().read_line(patience_deadline());
 }
 
-// Everything left on a piped stdout, up to its end.
+// Everything left on a piped stdout, up to its end, however long the child takes while it
+// keeps writing (patience runs per line).
 inline std::string rest_of_output(ChildProcess& p) {
-  return p.stdout_pipe().read_to_end(patience_deadline());
+  std::string out;
+  while (auto line = p.stdout_pipe().read_line(patience_deadline())) out += *line + "\n";
+  return out;
 }
 
 inline ipc::Client connect_client(const std::string& socket, const std::string& name = "test") {

@@ -106,19 +106,65 @@ TEST(WorkerCli, BadInputIsAClearErrorAndNonZeroExit) {
   };
   const Case cases[] = {
       {"--model " + kModel + " --backend cpu",
-       "give --prompt, --prompt-tokens, --requests or --serve"},
+       "give --prompt, --prompt-file, --prompt-tokens, --requests or --serve"},
+      {"--model " + kModel + " --prompt-file /nonexistent.txt", "/nonexistent.txt"},
+      {"--model " + kModel + " --prompt-file /tmp", "/tmp: is a directory, not a file"},
+      {"--model " + kModel + " --prompt hi --prompt-file /etc/hostname", "excludes"},
       {"--model " + kModel + " --backend cpu --prompt-tokens 1,x,3", "'x' is not a token id"},
       {"--model " + kModel + " --backend cpu --prompt-tokens 1,99999", "outside the vocabulary"},
       {"--model /nonexistent/model --prompt hi", "/nonexistent/model"},
       {"--model " + kModel + " --prompt hi --set temprature=1", "unknown profile key 'temprature'"},
       {"--model " + kModel + " --prompt hi --profile /nonexistent.json", "/nonexistent.json"},
       {"--model " + kModel + " --backend cpu --prompt hi --context-length 100000", "exceeds"},
+      // Values that used to be taken wrongly: wrapped, saturated, null, or a dropped item.
+      {"--model " + kModel + " --prompt hi --seed -1", "'-1' is not a seed"},
+      {"--model " + kModel + " --prompt hi --seed 18446744073709551616", "is not a seed"},
+      {"--model " + kModel + " --prompt hi --seed 1e23", "'1e23' is not a seed"},
+      {"--model " + kModel + " --prompt hi --temperature nan", "'nan' is not a finite number"},
+      {"--model " + kModel + " --prompt hi --top-p inf", "'inf' is not a finite number"},
+      {"--model " + kModel + " --prompt hi --min-p -nan", "is not a finite number"},
+      {"--model " + kModel + " --backend cpu --prompt-tokens 5,", "'5,' has an empty item"},
+      {"--model " + kModel + " --prompt hi --profile /tmp", "/tmp: is a directory, not a file"},
   };
   for (const Case& c : cases) {
     Result r = worker(c.args);
     EXPECT_NE(r.exit_code, 0) << c.args;
     EXPECT_NE(r.err.find(c.message), std::string::npos) << c.args << "\n" << r.err;
   }
+}
+
+TEST(WorkerCli, TheWholeSeedRangeIsAccepted) {
+  Result r = worker("--model " + kModel +
+                    " --backend cpu --prompt-tokens 1,2 --max-tokens 1 --temperature 0.8 "
+                    "--seed 18446744073709551615");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
+// --prompt-file FILE and --prompt-file - (stdin) give the prompt's bytes exactly as --prompt
+// does; stdin carries prompts far beyond the 128 KiB a single argument may hold.
+TEST(WorkerCli, PromptFromAFileOrStdin) {
+  const std::string dir = testing::TempDir();
+  const std::string file = dir + "/worker_cli_prompt.txt";
+  std::ofstream(file, std::ios::binary) << "A computer";
+  const std::string args = "--model " + kModel +
+                           " --backend cpu --temperature 0 --max-tokens 4 --format jsonl "
+                           "--set ignore_eos=true ";
+  Result direct = worker(args + "--prompt 'A computer'");
+  ASSERT_EQ(direct.exit_code, 0) << direct.err;
+  Result from_file = worker(args + "--prompt-file " + file);
+  ASSERT_EQ(from_file.exit_code, 0) << from_file.err;
+  Result from_stdin = worker(args + "--prompt-file - < " + file);
+  ASSERT_EQ(from_stdin.exit_code, 0) << from_stdin.err;
+  auto tokens = [](const std::string& out) { return out.substr(0, out.find("{\"done\"")); };
+  EXPECT_EQ(tokens(from_file.out), tokens(direct.out));
+  EXPECT_EQ(tokens(from_stdin.out), tokens(direct.out));
+
+  // 1 MiB of text: too long for argv, read whole from stdin and tokenized; what stops it is
+  // the context length, not the way in.
+  std::ofstream(file, std::ios::binary) << std::string(1 << 20, 'a');
+  Result big = worker(args + "--prompt-file - < " + file);
+  EXPECT_NE(big.exit_code, 0);
+  EXPECT_NE(big.err.find("context"), std::string::npos) << big.err;
 }
 
 TEST(WorkerCli, CudaWithoutADeviceSaysSo) {

@@ -27,6 +27,12 @@ int run(int argc, char** argv) {
   app.add_option("--socket", socket, "the server's Unix socket")->required();
   app.add_option("--timeout", timeout_s, "seconds to wait for the reply (a load may take long)")
       ->check(CLI::PositiveNumber);
+  uid_t server_uid = 0;
+  auto* server_uid_opt =
+      app.add_option("--server-uid", server_uid,
+                     "the uid the server must run as (default: yours, root's, or the owner of a "
+                     "socket directory only it can write to)")
+          ->check(CLI::Range(uid_t{0}, uid_t(-2)));
   CLI::App* list = app.add_subcommand("list", "models served, with their lease counts");
   CLI::App* stats = app.add_subcommand("stats", "models, bytes, clients, leases, uptime");
   CLI::App* load = app.add_subcommand("load", "admin: load a model directory and serve it");
@@ -60,6 +66,7 @@ int run(int argc, char** argv) {
   hearth::ipc::ClientOptions options;
   options.name = "hearth-ctl";
   options.timeout = std::chrono::seconds(timeout_s);
+  if (*server_uid_opt) options.server_uid = server_uid;
   hearth::ipc::Client client = hearth::ipc::Client::connect(socket, options);
   json reply = client.call(request, std::move(args)).body;
   reply.erase("id");

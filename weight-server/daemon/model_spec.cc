@@ -5,6 +5,7 @@
 namespace hearth {
 
 std::string default_model_name(const std::filesystem::path& dir) {
+  if (dir.empty()) return "";  // std::filesystem::absolute throws on it; no name is invalid
   const std::filesystem::path p = std::filesystem::absolute(dir).lexically_normal();
   std::string name = p.filename().string();
   if (name.empty()) name = p.parent_path().filename().string();  // "dir/" has an empty filename

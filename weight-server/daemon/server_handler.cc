@@ -36,13 +36,30 @@ void ServerHandler::add_model(std::unique_ptr<ServedModel> model) {
 }
 
 void ServerHandler::finish_loads() {
-  std::vector<std::thread> threads;
+  std::map<uint64_t, std::thread> threads;
   {
     std::lock_guard lock(loads_mutex_);
     broker_ = nullptr;
     threads.swap(loaders_);
   }
-  for (std::thread& t : threads) t.join();
+  for (auto& [id, t] : threads) t.join();
+}
+
+void ServerHandler::join_loader(uint64_t id) {
+  std::thread done;
+  {
+    std::lock_guard lock(loads_mutex_);
+    auto node = loaders_.extract(id);
+    if (node.empty()) return;
+    done = std::move(node.mapped());
+  }
+  // The thread posted this answer as its last act: it is returning, if not gone already.
+  done.join();
+}
+
+size_t ServerHandler::load_threads() {
+  std::lock_guard lock(loads_mutex_);
+  return loaders_.size();
 }
 
 void ServerHandler::log(const std::string& line) const {
@@ -127,6 +144,7 @@ broker::Reply ServerHandler::import(broker::Session& session, const ipc::Request
   }
   Client& client = clients_[session.id()];
   if (client.leases.insert(req.model).second) ++leases_total_;
+  session.set_holds_lease(true);  // the broker keeps a quiet worker that holds a lease
   ++imports_total_;
   descriptors_total_ += fds.size();
   return Reply::ok(ipc::make_import_result(req.allocations), std::move(fds));
@@ -136,6 +154,7 @@ broker::Reply ServerHandler::release(broker::Session& session, const ipc::Reques
   const std::string& model = ipc::string_field(request.body, "model");
   const auto it = clients_.find(session.id());
   const bool released = it != clients_.end() && it->second.leases.erase(model) > 0;
+  session.set_holds_lease(it != clients_.end() && !it->second.leases.empty());
   return Reply::ok({{"model", model}, {"released", released}});
 }
 
@@ -176,6 +195,11 @@ broker::Reply ServerHandler::stats(broker::Session& session) const {
 
 broker::Reply ServerHandler::load(broker::Session& session, const ipc::Request& request) {
   const std::string& dir = ipc::string_field(request.body, "dir");
+  // The server's working directory means nothing to the client (hearth-ctl sends absolute
+  // paths), and a path with a NUL byte cannot be opened as given.
+  if (dir.empty() || dir.front() != '/' || dir.find('\0') != std::string::npos)
+    throw ProtocolError(ErrorCode::kBadRequest,
+                        "'dir' must be the absolute path of a model directory, not " + named(dir));
   ModelSpec spec;
   spec.dir = dir;
   spec.name = ipc::optional_string_field(request.body, "name").value_or(default_model_name(dir));
@@ -194,36 +218,43 @@ broker::Reply ServerHandler::load(broker::Session& session, const ipc::Request& 
   loading_.insert(spec.name);
   const broker::ClientId client = session.id();
   const ipc::RequestId id = request.id;
+  const uint64_t load_id = next_load_id_++;
+  // Held while the thread is stored: it cannot reach its own post (which takes the lock) first.
   std::lock_guard lock(loads_mutex_);
   broker_ = &session.broker();
-  loaders_.emplace_back([this, spec, options, client, id] {
-    std::shared_ptr<ServedModel> model;
-    std::string failure;
-    try {
-      model = load_served_model(spec, options);
-    } catch (const std::exception& e) {
-      failure = e.what();
-    }
-    std::lock_guard lock(loads_mutex_);
-    if (broker_ == nullptr) return;  // the server stopped while this loaded
-    broker::Broker* broker = broker_;
-    broker->post([this, broker, spec, model, failure, client, id] {
-      loading_.erase(spec.name);
-      Reply reply;
-      if (model) {
-        json summary = model->summary();
-        models_.emplace(spec.name, model);
-        log("serving " + named(spec.name) + " (loaded by an admin request)");
-        reply = Reply::ok({{"model", std::move(summary)}});
-      } else {
-        log("loading " + named(spec.name) + " failed: " + failure);
-        reply = Reply::error(ErrorCode::kBadRequest, "cannot load " + named(spec.name) + " from " +
-                                                         spec.dir.string() + ": " + failure);
-      }
-      broker->complete(client, id, std::move(reply));
-    });
-  });
+  loaders_.emplace(load_id,
+                   std::thread(&ServerHandler::run_load, this, load_id, spec, options, client, id));
   return Reply::deferred();
+}
+
+void ServerHandler::run_load(uint64_t load_id, const ModelSpec& spec, const ServeOptions& options,
+                             broker::ClientId client, ipc::RequestId id) {
+  std::shared_ptr<ServedModel> model;
+  std::string failure;
+  try {
+    model = load_served_model(spec, options);
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  std::lock_guard lock(loads_mutex_);
+  if (broker_ == nullptr) return;  // the server stopped while this loaded
+  broker::Broker* broker = broker_;
+  broker->post([this, broker, load_id, spec, model, failure, client, id] {
+    join_loader(load_id);
+    loading_.erase(spec.name);
+    Reply reply;
+    if (model) {
+      json summary = model->summary();
+      models_.emplace(spec.name, model);
+      log("serving " + named(spec.name) + " (loaded by an admin request)");
+      reply = Reply::ok({{"model", std::move(summary)}});
+    } else {
+      log("loading " + named(spec.name) + " failed: " + failure);
+      reply = Reply::error(ErrorCode::kBadRequest, "cannot load " + named(spec.name) + " from " +
+                                                       spec.dir.string() + ": " + failure);
+    }
+    broker->complete(client, id, std::move(reply));
+  });
 }
 
 broker::Reply ServerHandler::unload(const ipc::Request& request) {

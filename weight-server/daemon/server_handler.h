@@ -38,6 +38,9 @@ class ServerHandler final : public broker::Handler {
   // and before the broker is destroyed.
   void finish_loads();
 
+  // Load threads not yet joined: those still loading, and those whose answer is on its way.
+  size_t load_threads();
+
   broker::Reply handle(broker::Session& session, const ipc::Request& request) override;
   void on_connect(broker::Session& session) override;
   void on_disconnect(broker::Session& session) override;
@@ -58,6 +61,11 @@ class ServerHandler final : public broker::Handler {
   broker::Reply unload(const ipc::Request& request);
 
   const ServedModel& find(const std::string& name) const;
+  // A load's own thread: loads, then posts the answer to the loop thread, which joins it.
+  void run_load(uint64_t load_id, const ModelSpec& spec, const ServeOptions& options,
+                broker::ClientId client, ipc::RequestId id);
+  // Loop thread: joins the thread of load `id`, whose answer is being delivered.
+  void join_loader(uint64_t id);
   size_t lease_count(const std::string& model) const;
   void log(const std::string& line) const;
 
@@ -73,7 +81,10 @@ class ServerHandler final : public broker::Handler {
   // Load threads reach the broker through this, under the mutex, until finish_loads().
   std::mutex loads_mutex_;
   broker::Broker* broker_ = nullptr;
-  std::vector<std::thread> loaders_;
+  // One thread per load in progress, by load id; joined when its answer is delivered, or by
+  // finish_loads() when the server stops first.
+  std::map<uint64_t, std::thread> loaders_;
+  uint64_t next_load_id_ = 0;
 };
 
 }  // namespace hearth

@@ -1,9 +1,11 @@
 // hearth-server: loads models once (one allocation per tensor, on the GPU with the vmm backend
 // or in sealed memfds) and shares them with hearth-worker processes over a Unix socket.
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <set>
 #include <string>
 #include <thread>
@@ -33,6 +35,20 @@ void raise_descriptor_limit() {
   }
 }
 
+// An existing socket directory may be stricter than 0711 (the server never loosens one it did
+// not create); then the other allowed uids cannot reach the socket, which deserves a word.
+void warn_if_others_cannot_enter(const std::string& socket) {
+  std::string dir = std::filesystem::path(socket).parent_path().string();
+  if (dir.empty()) dir = ".";
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) == 0 && (st.st_mode & S_IXOTH) == 0) {
+    char mode[8];
+    std::snprintf(mode, sizeof mode, "%04o", unsigned(st.st_mode & 07777));
+    log_line("warning: socket directory " + dir + " has mode " + mode +
+             ": the other allowed uids cannot reach the socket (chmod o+x " + dir + ")");
+  }
+}
+
 std::string resolve_backend(const std::string& requested) {
   std::string why;
   const bool gpu = hearth::vmm_gpu_available(&why);
@@ -42,7 +58,13 @@ std::string resolve_backend(const std::string& requested) {
   return requested;
 }
 
+constexpr size_t kMaxClients = 65536;
+
 int run(int argc, char** argv) {
+  // Every limit is range-checked: 0 would start a server nobody can use, a negative count would
+  // wrap, and a negative timeout would disable it. (uid_t)-1 means "no uid" to the kernel.
+  const CLI::Range kTimeoutMs(100, 24 * 3600 * 1000);
+  const CLI::Range kUid(uid_t{0}, uid_t(-2));
   CLI::App app{
       "hearth-server: load models once and share their weights with hearth-worker processes"};
   app.set_version_flag("--version", "hearth-server 0.1.0");
@@ -51,8 +73,8 @@ int run(int argc, char** argv) {
   std::vector<uid_t> allow_uids;
   uid_t admin_uid = ::geteuid();
   int device = 0, threads = 4;
-  size_t max_clients = 256;
-  int idle_timeout_ms = 10'000;
+  size_t max_clients = 256, max_clients_per_uid = 64;
+  int idle_timeout_ms = 10'000, quiet_timeout_ms = 60'000;
   bool quiet = false;
   app.add_option("--model", model_args,
                  "model directory to serve, as DIR or DIR:NAME (default name: the directory's "
@@ -65,16 +87,27 @@ int run(int argc, char** argv) {
       ->check(CLI::IsMember({"auto", "vmm", "memfd"}));
   app.add_option("--allow-uid", allow_uids,
                  "also let this uid connect (repeatable; widens the socket to 0666 and a new "
-                 "directory to 0711; every peer's uid is still checked)");
+                 "directory to 0711; every peer's uid is still checked)")
+      ->check(kUid);
   app.add_option("--admin-uid", admin_uid,
-                 "uid allowed to load, unload and shut down (default: the server's)");
-  app.add_option("--device", device, "CUDA device for the vmm backend");
+                 "uid allowed to load, unload and shut down (default: the server's)")
+      ->check(kUid);
+  app.add_option("--device", device, "CUDA device for the vmm backend")->check(CLI::Range(0, 1023));
   app.add_option("--threads", threads, "threads that copy and checksum weights")
       ->check(CLI::Range(1, 64));
-  app.add_option("--max-clients", max_clients, "connections served at once");
-  app.add_option(
-      "--idle-timeout-ms", idle_timeout_ms,
-      "drop a client that stalls mid-request this long (a quiet client holding a lease is kept)");
+  app.add_option("--max-clients", max_clients, "connections served at once")
+      ->check(CLI::Range(size_t{1}, kMaxClients));
+  app.add_option("--max-clients-per-uid", max_clients_per_uid,
+                 "connections one uid may hold at once (the admin uid is not capped)")
+      ->check(CLI::Range(size_t{1}, kMaxClients));
+  app.add_option("--idle-timeout-ms", idle_timeout_ms,
+                 "the time a client has to send its hello, each whole request and to read each "
+                 "reply; a client that trickles bytes is dropped all the same")
+      ->check(kTimeoutMs);
+  app.add_option("--quiet-timeout-ms", quiet_timeout_ms,
+                 "drop a connected client that holds no lease and sends nothing this long (a "
+                 "worker holding a lease is never dropped for being quiet)")
+      ->check(kTimeoutMs);
   app.add_flag("--quiet", quiet, "no progress lines");
   CLI11_PARSE(app, argc, argv);
 
@@ -100,23 +133,30 @@ int run(int argc, char** argv) {
   options.socket_path = socket;
   options.server_name = "hearth-server";
   options.max_clients = max_clients;
+  options.max_clients_per_uid = max_clients_per_uid;
   options.idle_timeout = std::chrono::milliseconds(idle_timeout_ms);
+  options.quiet_timeout = std::chrono::milliseconds(quiet_timeout_ms);
   options.admin_uid = admin_uid;
-  if (!allow_uids.empty()) {
-    // The server's own uid and the admin's always get in; the listed ones are added to them.
-    std::set<uid_t> allowed(allow_uids.begin(), allow_uids.end());
-    allowed.insert(::geteuid());
-    allowed.insert(admin_uid);
+  // The server's own uid and the admin's always get in; --allow-uid adds to them. Letting any
+  // other uid in takes a socket and a directory it can reach: an admin uid of its own, without
+  // --allow-uid, would otherwise be locked out by the 0700 directory.
+  std::set<uid_t> allowed(allow_uids.begin(), allow_uids.end());
+  allowed.insert(::geteuid());
+  allowed.insert(admin_uid);
+  if (allowed.size() > 1) {
     options.allowed_uids.assign(allowed.begin(), allowed.end());
     options.listen.socket_mode = 0666;
     options.listen.directory_mode = 0711;
-  } else if (admin_uid != ::geteuid()) {
-    options.allowed_uids = {::geteuid(), admin_uid};
+    if (allow_uids.empty())
+      log_line("admin uid " + std::to_string(admin_uid) +
+               " is not the server's: the socket is opened to it (0666 in a 0711 directory; "
+               "every peer's uid is still checked)");
   }
   // Binding first checks the socket's directory (owner, mode), takes the path's lock and clears a
   // stale socket: a mistake there fails in milliseconds, not after minutes of loading. Clients
   // that connect meanwhile wait in the backlog until the loop runs.
   hearth::broker::Broker broker(options, handler);
+  if (allowed.size() > 1) warn_if_others_cannot_enter(socket);
   for (const hearth::ModelSpec& spec : specs)
     handler.add_model(hearth::load_served_model(spec, serve));
   log_line("ready: serving " + std::to_string(specs.size()) + " model(s) on " + socket + " (" +

@@ -1,0 +1,54 @@
+// The strict readers behind hearth-worker's flags: every value reads exactly or is refused.
+#include "worker/cli_values.h"
+
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+
+namespace hearth {
+namespace {
+
+TEST(CliValues, UnsignedIsDigitsOnlyAndNeverWraps) {
+  EXPECT_EQ(parse_unsigned("0"), 0u);
+  EXPECT_EQ(parse_unsigned("18446744073709551615"), UINT64_MAX);
+  for (const char* bad : {"", "-1", "+1", " 1", "1 ", "1e23", "0x10", "1.0", "18446744073709551616",
+                          "99999999999999999999999"})
+    EXPECT_EQ(parse_unsigned(bad), std::nullopt) << bad;
+  EXPECT_EQ(parse_unsigned("2147483647", INT32_MAX), INT32_MAX);
+  EXPECT_EQ(parse_unsigned("2147483648", INT32_MAX), std::nullopt);
+}
+
+TEST(CliValues, OnlyFiniteNumbersPass) {
+  for (const char* good : {"0", "0.8", "1e-3", "-2", "100"})
+    EXPECT_EQ(finite_number_error(good), "") << good;
+  EXPECT_EQ(finite_number_error("nan"), "'nan' is not a finite number");
+  EXPECT_EQ(finite_number_error("-inf"), "'-inf' is not a finite number");
+  EXPECT_EQ(finite_number_error("1e999"), "'1e999' is not a finite number");
+  EXPECT_EQ(finite_number_error("0.8x"), "'0.8x' is not a number");
+  EXPECT_EQ(finite_number_error(""), "'' is not a number");
+}
+
+TEST(CliValues, TokenListsHaveNoEmptyItems) {
+  EXPECT_EQ(parse_token_list("5", "--t"), std::vector<int32_t>({5}));
+  EXPECT_EQ(parse_token_list("1,2,2147483647", "--t"), std::vector<int32_t>({1, 2, 2147483647}));
+  auto message = [](const char* text) {
+    try {
+      parse_token_list(text, "--prompt-tokens");
+    } catch (const std::runtime_error& e) {
+      return std::string(e.what());
+    }
+    return std::string("(accepted)");
+  };
+  EXPECT_EQ(message("5,"),
+            "--prompt-tokens: '5,' has an empty item (token ids are separated by single commas)");
+  EXPECT_NE(message(",5").find("has an empty item"), std::string::npos);
+  EXPECT_NE(message("1,,2").find("has an empty item"), std::string::npos);
+  EXPECT_NE(message("").find("has an empty item"), std::string::npos);
+  EXPECT_EQ(message("1,-2"), "--prompt-tokens: '-2' is not a token id (0 to 2147483647)");
+  EXPECT_EQ(message("2147483648"),
+            "--prompt-tokens: '2147483648' is not a token id (0 to 2147483647)");
+  EXPECT_EQ(message(" 7"), "--prompt-tokens: ' 7' is not a token id (0 to 2147483647)");
+}
+
+}  // namespace
+}  // namespace hearth

@@ -1,0 +1,25 @@
+// Strict readers for hearth-worker's command-line values: a value either reads exactly as
+// written or is refused with a message that quotes it. Nothing wraps, saturates, rounds or
+// drops a trailing separator.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace hearth {
+
+// Decimal digits only (no sign, space or exponent), at most `max`; nullopt otherwise.
+std::optional<uint64_t> parse_unsigned(std::string_view text, uint64_t max = UINT64_MAX);
+
+// Empty when `text` is a finite decimal number; otherwise why it is not ("'nan' is not a
+// finite number").
+std::string finite_number_error(const std::string& text);
+
+// "1,2,3": token ids from 0 to INT32_MAX. Throws std::runtime_error naming `flag` and the
+// offending item for anything else, an empty item ("5,", "1,,2") or an empty list included.
+std::vector<int32_t> parse_token_list(std::string_view text, std::string_view flag);
+
+}  // namespace hearth

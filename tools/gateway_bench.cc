@@ -63,7 +63,11 @@ Sample run_one(httplib::Client& client, const json& body) {
       }
       if (chunk.contains("usage") && chunk["usage"].is_object())
         s.tokens = chunk["usage"].value("completion_tokens", s.tokens);
-      if (chunk["choices"].empty() || chunk["choices"][0].value("text", "").empty()) continue;
+      // A token arrived: its chunk carries text or (asked for below) its logprob. Synthetic
+      // tokenizers decode many tokens to nothing, so text alone would undercount them.
+      if (chunk["choices"].empty()) continue;
+      const json& choice = chunk["choices"][0];
+      if (choice.value("text", "").empty() && choice["logprobs"].is_null()) continue;
       const auto now = Clock::now();
       if (!last)
         s.ttft_s = std::chrono::duration<double>(now - start).count();
@@ -132,6 +136,7 @@ int run(int argc, char** argv) {
                            {"temperature", 0},
                            {"ignore_eos", true},
                            {"stream", true},
+                           {"logprobs", 0},  // one chunk per token, for the latencies
                            {"stream_options", {{"include_usage", true}}}};
         Sample s = run_one(client, body);
         std::lock_guard lock(mutex);

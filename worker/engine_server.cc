@@ -101,6 +101,10 @@ class EngineServer final : public broker::Handler {
                         "a serving hearth-worker does not handle '" + request.op + "'");
   }
 
+  // A client of a serving worker (the gateway) may stay quiet between requests for as long as
+  // it likes: its connection is its subscription, and the worker has its own idle exit.
+  void on_connect(broker::Session& session) override { session.set_holds_lease(true); }
+
   void on_disconnect(broker::Session& session) override {
     clients_.erase(session.id());
     push({Command::kDisconnect, session.id(), 0, {}, {}});

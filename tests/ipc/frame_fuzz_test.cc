@@ -9,6 +9,7 @@
 #include <functional>
 
 #include "ipc/frame.h"
+#include "ipc/json_limits.h"
 
 namespace hearth::fuzz {
 namespace {
@@ -72,7 +73,7 @@ TEST(FrameFuzz, DeepNesting) {
     for (std::size_t i = 0; i < levels; ++i) s += close;
     return s;
   };
-  const std::size_t limit = ipc::kMaxJsonDepth;
+  const std::size_t limit = kMaxJsonDepth;
   for (const std::size_t depth : {limit - 1, limit, limit + 1, limit * 2, std::size_t{100'000}}) {
     // Inside a request ({"x": ...} is one level), as arrays and as objects.
     for (const auto& [open, close] : {std::pair<std::string, std::string>{"[", "]"},

@@ -48,7 +48,12 @@ class ServingWorker {
     throw std::runtime_error("hearth-worker --serve did not start listening within 30 s");
   }
 
-  ipc::Client connect() const { return ipc::Client::connect(socket_, {"test", 120s}); }
+  ipc::Client connect() const {
+    ipc::ClientOptions options;
+    options.name = "test";
+    options.timeout = 120s;
+    return ipc::Client::connect(socket_, options);
+  }
   ChildProcess& process() { return *process_; }
 
  private:

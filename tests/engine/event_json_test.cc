@@ -13,11 +13,24 @@ namespace {
 
 using json = nlohmann::json;
 
+TEST(EventJson, HeldBackTextIsWrittenAsVisible) {
+  TokenOutput t;
+  t.token = 5;
+  t.text = "ab";
+  t.visible = "a";  // "b" may start a stop string
+  EXPECT_EQ(token_event_json("r", t)["visible"], "a");
+  FinishOutput f;
+  f.final_visible = "b";
+  EXPECT_EQ(done_event_json("r", f)["visible"], "b");
+  EXPECT_FALSE(done_event_json("r", FinishOutput{}).contains("visible"));
+}
+
 TEST(EventJson, TokenEventsRoundTrip) {
   TokenOutput t;
   t.token = 42;
   t.logprob = -0.25f;
   t.text = "h\xc3\xa9";
+  t.visible = t.text;  // no stop string holds anything back: no "visible" field
   t.top_logprobs = {{42, -0.25f}, {7, -1.5f}};
   const json j = token_event_json("r1", t);
   EXPECT_EQ(

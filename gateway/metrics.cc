@@ -56,23 +56,23 @@ Metrics::Metrics()
                     .Help("KV-cache usage. 1 means 100 percent usage.")
                     .Register(*registry_)),
       prefix_queries_(BuildCounter()
-                          .Name("hearth:prefix_cache_queries")
+                          .Name("hearth:prefix_cache_queries_total")
                           .Help("Prefix cache queries, in tokens.")
                           .Register(*registry_)),
       prefix_hits_(BuildCounter()
-                       .Name("hearth:prefix_cache_hits")
+                       .Name("hearth:prefix_cache_hits_total")
                        .Help("Prefix cache hits, in tokens.")
                        .Register(*registry_)),
       prompt_tokens_(BuildCounter()
-                         .Name("hearth:prompt_tokens")
+                         .Name("hearth:prompt_tokens_total")
                          .Help("Prefill tokens processed.")
                          .Register(*registry_)),
       generation_tokens_(BuildCounter()
-                             .Name("hearth:generation_tokens")
+                             .Name("hearth:generation_tokens_total")
                              .Help("Generation tokens processed.")
                              .Register(*registry_)),
       success_(BuildCounter()
-                   .Name("hearth:request_success")
+                   .Name("hearth:request_success_total")
                    .Help("Finished requests, by finish reason.")
                    .Register(*registry_)),
       ttft_(BuildHistogram()

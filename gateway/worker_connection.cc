@@ -35,9 +35,15 @@ WorkerConnection::WorkerConnection(UniqueFd socket) : socket_(std::move(socket))
 }
 
 WorkerConnection::~WorkerConnection() {
-  // Wakes the reader (its receive returns end of stream), then waits for it.
+  // Wakes the reader (its receive returns end of stream), then waits for it. The last owner can
+  // be a request's callback running on the reader itself, once the worker died (fail_all): the
+  // reader touches no member after those callbacks, so it is left to finish on its own.
   ::shutdown(socket_.get(), SHUT_RDWR);
-  if (reader_.joinable()) reader_.join();
+  if (!reader_.joinable()) return;
+  if (reader_.get_id() == std::this_thread::get_id())
+    reader_.detach();
+  else
+    reader_.join();
 }
 
 void WorkerConnection::read_loop() {

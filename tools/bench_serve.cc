@@ -224,9 +224,9 @@ json serve_bench(const ServeBenchOptions& o) {
 
   const std::string label = o.label.empty() ? o.model_dir : o.label;
   std::printf(
-      "\n| %s | output tok/s | TTFT p50 / p99 ms | ITL p50 / p99 ms | decode step ms: forward + "
+      "\n| %s%s | output tok/s | TTFT p50 / p99 ms | ITL p50 / p99 ms | decode step ms: forward + "
       "sample (roofline) | KV peak | of roofline (%.0f GB/s) |\n|---|---|---|---|---|---|---|\n",
-      label.c_str(), o.copy_gbps);
+      label.c_str(), opt.engine.batch_invariant ? "" : " (batch_invariant: false)", o.copy_gbps);
   for (const json& l : levels) {
     const json& d = l["decode_step"];
     const double fwd = d.is_null() ? 0 : d["forward_ms"].get<double>(),
@@ -252,6 +252,8 @@ json serve_bench(const ServeBenchOptions& o) {
         {"max_running", opt.engine.max_running},
         {"kv_block_size", opt.engine.kv_block_size},
         {"cuda_graphs", opt.engine.cuda_graphs},
+        {"matmul_tiling", opt.engine.matmul_tiling},
+        {"batch_invariant", opt.engine.batch_invariant},
         {"kv_pool_blocks", backend.kv_pool().num_blocks},
         {"kv_pool_gb", backend.kv_pool_bytes() / 1e9},
         {"workspace_gb", (backend.workspace_bytes() - backend.kv_pool_bytes()) / 1e9},

@@ -133,6 +133,19 @@ TEST(CudaBatch, MatchesCpuOnProductionHeadShapesInChunks) {
   }
 }
 
+// batch_invariant: false hands steps of more than 64 rows to cuBLASLt (prefill here, with gate
+// and up as separate GEMMs and SwiGLU after them): not the same bits, but the same model.
+TEST(CudaBatch, NonInvariantCublasPathMatchesCpu) {
+  HEARTH_REQUIRE_GPU();
+  const json cfg = {{"hidden_size", 512}, {"num_attention_heads", 4},  {"num_key_value_heads", 1},
+                    {"head_dim", 128},    {"intermediate_size", 1024}, {"vocab_size", 3000}};
+  std::vector<int32_t> prompt(300);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 7919) % 2999);
+  EngineOptions o = options(256);
+  o.batch_invariant = false;
+  check_against_cpu(synth("cublas", cfg), prompt, 10, "batch_invariant false", o);
+}
+
 // ---- Batch invariance through the engine ----------------------------------------------------
 
 struct Outcome {

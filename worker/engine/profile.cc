@@ -218,6 +218,11 @@ const std::map<std::string, Setter>& setters() {
         [](Profile& p, const json& v, const std::string& l) {
           p.engine.matmul_tiling = one_of(v, l, "matmul_tiling", {"auto", "tuned"});
         }}},
+      {"batch_invariant",
+       {KeyKind::Engine,
+        [](Profile& p, const json& v, const std::string& l) {
+          p.engine.batch_invariant = boolean(v, l, "batch_invariant");
+        }}},
   };
   return table;
 }
@@ -297,7 +302,8 @@ json profile_to_json(const Profile& p) {
               {"kv_cache_dtype", p.engine.kv_cache_dtype},
               {"weights_layout", p.engine.weights_layout},
               {"decode_gemv", p.engine.decode_gemv},
-              {"matmul_tiling", p.engine.matmul_tiling}};
+              {"matmul_tiling", p.engine.matmul_tiling},
+              {"batch_invariant", p.engine.batch_invariant}};
 }
 
 }  // namespace hearth

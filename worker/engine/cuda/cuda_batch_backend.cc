@@ -24,6 +24,9 @@ constexpr int kMaxStepTokens = 8192;
 constexpr int kSampleRowsPerPass = 64;
 // The KV pool's default share of the memory left free once everything else is allocated.
 constexpr double kDefaultPoolFraction = 0.9;
+// batch_invariant: false hands steps of more rows than this to cuBLASLt; below it the
+// weight-streaming Skinny tiles are as fast, and decode steps of few sequences stay invariant.
+constexpr int kCublasMinRows = 65;
 
 kernels::Half half_type(DType t, const std::string& name) {
   if (t == DType::BF16) return kernels::Half::BF16;
@@ -178,6 +181,12 @@ CudaBatchBackend::CudaBatchBackend(std::shared_ptr<const WeightStore> store,
                               size_t(max_seqs_ + 1) * 4);
   host_results_ = PinnedBuffer(size_t(max_seqs_) * 8);
 
+  if (!options_.batch_invariant) {
+    gemm_ = std::make_unique<kernels::Gemm>(type_);
+    gemm_->warm_up();  // before any decode graph is captured
+    gate16_ = alloc(T * inter * 2);
+    up16_ = alloc(T * inter * 2);
+  }
   if (options_.matmul_tiling == "tuned")
     tune_matmuls();
   else if (options_.matmul_tiling != "auto")
@@ -287,7 +296,29 @@ void CudaBatchBackend::matmul(MatmulShape shape, MatmulEpilogue epilogue, const 
   args.a = a, args.w = w, args.w_up = w_up, args.m = m, args.n = n, args.k = k, args.out = out;
   args.workspace = matmul_ws_.get(), args.workspace_bytes = matmul_ws_bytes_;
   args.tiles = tiles_[shape][matmul_band(m)];
-  kernels::batch_matmul(type_, epilogue, args, stream_.get());
+  if (gemm_ && m >= kCublasMinRows)
+    cublas_matmul(epilogue, a, w, w_up, out, m, n, k);
+  else
+    kernels::batch_matmul(type_, epilogue, args, stream_.get());
+}
+
+void CudaBatchBackend::cublas_matmul(MatmulEpilogue epilogue, const void* a, const void* w,
+                                     const void* w_up, void* out, int m, int n, int k) {
+  using Out = kernels::Gemm::Out;
+  cudaStream_t st = stream_.get();
+  switch (epilogue) {
+    case MatmulEpilogue::StoreF32:
+      return gemm_->run(w, a, out, m, n, k, Out::F32, st);
+    case MatmulEpilogue::StoreHalf:
+      return gemm_->run(w, a, out, m, n, k, Out::Half, st);
+    case MatmulEpilogue::AccumulateF32:
+      return gemm_->run(w, a, out, m, n, k, Out::F32Accumulate, st);
+    case MatmulEpilogue::SwiGLU:
+      gemm_->run(w, a, gate16_.get(), m, n, k, Out::Half, st);
+      gemm_->run(w_up, a, up16_.get(), m, n, k, Out::Half, st);
+      kernels::swiglu(type_, gate16_.get(), up16_.get(), out, int64_t(m) * n, st, false);
+      return;
+  }
 }
 
 // Times every tiling of every matrix of the step at the top of each band of row counts it

@@ -25,6 +25,7 @@
 #include "kernels/batch_ops.h"
 #include "kernels/cuda_handles.h"
 #include "kernels/device_buffer.h"
+#include "kernels/gemm.h"
 #include "weight-server/model/weight_store.h"
 #include "worker/engine/backend.h"
 #include "worker/engine/engine_options.h"
@@ -100,6 +101,9 @@ class CudaBatchBackend final : public Backend {
   void layer(int l, const StepShape& shape, const kernels::PagedAttentionArgs& attention);
   void matmul(MatmulShape shape, kernels::MatmulEpilogue epilogue, const void* a, const void* w,
               const void* w_up, void* out, int m, int n, int k);
+  // batch_invariant: false, large steps: cuBLASLt, whose kernel choice depends on M.
+  void cublas_matmul(kernels::MatmulEpilogue epilogue, const void* a, const void* w,
+                     const void* w_up, void* out, int m, int n, int k);
   void tune_matmuls();
   void upload_meta(int seqs);
   template <typename T>
@@ -148,6 +152,10 @@ class CudaBatchBackend final : public Backend {
   size_t seen_capacity_ = 0;  // tokens sample_seen_ and host_seen_ hold
 
   TilingTable tiles_{};  // Auto everywhere unless tuned
+
+  // batch_invariant: false only: cuBLASLt and the 16-bit gate/up outputs SwiGLU then combines.
+  std::unique_ptr<kernels::Gemm> gemm_;
+  DeviceBuffer gate16_, up16_;
 
   // Decode graphs by (sequences, key-length bound).
   std::map<std::pair<int, int>, CudaGraphExec> graphs_;

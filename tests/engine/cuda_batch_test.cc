@@ -133,8 +133,8 @@ TEST(CudaBatch, MatchesCpuOnProductionHeadShapesInChunks) {
   }
 }
 
-// batch_invariant: false hands steps of more than 64 rows to cuBLASLt (prefill here, with gate
-// and up as separate GEMMs and SwiGLU after them): not the same bits, but the same model.
+// batch_invariant: false runs the projections through cuBLASLt (gate and up as separate GEMMs,
+// SwiGLU after them), prefill chunks and decodes alike: not the same bits, but the same model.
 TEST(CudaBatch, NonInvariantCublasPathMatchesCpu) {
   HEARTH_REQUIRE_GPU();
   const json cfg = {{"hidden_size", 512}, {"num_attention_heads", 4},  {"num_key_value_heads", 1},

@@ -39,10 +39,10 @@ struct EngineOptions {
   // shape) or "tuned" (timed on the device at start-up, ~1 s on 8B). Every tiling gives the
   // same bits; this is speed only.
   std::string matmul_tiling = "auto";
-  // Batched engine: false lets steps of more than 64 rows run their projections through
-  // cuBLASLt (gate and up as two GEMMs, then SwiGLU) instead of batch_matmul. Faster prompt
-  // chunks and large decode batches, but a row's bits then depend on how many rows share its
-  // step, so a request's tokens depend on what else runs. For comparison only: off by default.
+  // Batched engine: false runs the projections through cuBLASLt (gate and up as two GEMMs,
+  // then SwiGLU) instead of batch_matmul: faster, above all for prompt chunks and large decode
+  // batches, but cuBLASLt picks its kernel by M, so a row's bits depend on how many rows share
+  // its step and a request's tokens on what else runs. For comparison only: off by default.
   bool batch_invariant = true;
 };
 

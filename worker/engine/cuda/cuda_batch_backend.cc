@@ -24,9 +24,6 @@ constexpr int kMaxStepTokens = 8192;
 constexpr int kSampleRowsPerPass = 64;
 // The KV pool's default share of the memory left free once everything else is allocated.
 constexpr double kDefaultPoolFraction = 0.9;
-// batch_invariant: false hands steps of more rows than this to cuBLASLt; below it the
-// weight-streaming Skinny tiles are as fast, and decode steps of few sequences stay invariant.
-constexpr int kCublasMinRows = 65;
 
 kernels::Half half_type(DType t, const std::string& name) {
   if (t == DType::BF16) return kernels::Half::BF16;
@@ -296,7 +293,7 @@ void CudaBatchBackend::matmul(MatmulShape shape, MatmulEpilogue epilogue, const 
   args.a = a, args.w = w, args.w_up = w_up, args.m = m, args.n = n, args.k = k, args.out = out;
   args.workspace = matmul_ws_.get(), args.workspace_bytes = matmul_ws_bytes_;
   args.tiles = tiles_[shape][matmul_band(m)];
-  if (gemm_ && m >= kCublasMinRows)
+  if (gemm_)
     cublas_matmul(epilogue, a, w, w_up, out, m, n, k);
   else
     kernels::batch_matmul(type_, epilogue, args, stream_.get());

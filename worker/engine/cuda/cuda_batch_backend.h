@@ -101,7 +101,7 @@ class CudaBatchBackend final : public Backend {
   void layer(int l, const StepShape& shape, const kernels::PagedAttentionArgs& attention);
   void matmul(MatmulShape shape, kernels::MatmulEpilogue epilogue, const void* a, const void* w,
               const void* w_up, void* out, int m, int n, int k);
-  // batch_invariant: false, large steps: cuBLASLt, whose kernel choice depends on M.
+  // batch_invariant: false: cuBLASLt, whose kernel choice (and so the bits) depends on M.
   void cublas_matmul(kernels::MatmulEpilogue epilogue, const void* a, const void* w,
                      const void* w_up, void* out, int m, int n, int k);
   void tune_matmuls();

@@ -2,6 +2,7 @@
 
 #include <numeric>
 #include <stdexcept>
+#include <string>
 
 namespace hearth {
 
@@ -17,6 +18,38 @@ std::vector<SampleResult> Backend::sample(std::span<const SampleRequest> request
     if (r.top_logprobs > 0) out.top = top_logprobs(l, r.top_logprobs);
   }
   return results;
+}
+
+void Backend::check_batch(const ForwardBatch& batch) const {
+  if (batch.entries.empty()) throw std::runtime_error("forward needs at least one sequence");
+  const int max_seqs = max_sequences(), context = context_length(), vocab = vocab_size();
+  const KvPoolShape kv = kv_pool();
+  if (max_seqs > 0 && int64_t(batch.entries.size()) > max_seqs)
+    throw std::runtime_error("a forward of " + std::to_string(batch.entries.size()) +
+                             " sequences exceeds max_running (" + std::to_string(max_seqs) + ")");
+  for (size_t e = 0; e < batch.entries.size(); ++e) {
+    const ForwardEntry& entry = batch.entries[e];
+    const std::string where = "batch entry " + std::to_string(e) + ": ";
+    const int n = int(entry.tokens.size());
+    if (n == 0) throw std::runtime_error(where + "forward needs at least one token");
+    if (entry.start_pos < 0 || int64_t(entry.start_pos) + n > context)
+      throw std::runtime_error(where + "context length " + std::to_string(context) +
+                               " exceeded: " + std::to_string(int64_t(entry.start_pos) + n) +
+                               " positions requested");
+    for (int32_t t : entry.tokens)
+      if (t < 0 || t >= vocab)
+        throw std::runtime_error(where + "token id " + std::to_string(t) +
+                                 " is outside the vocabulary (" + std::to_string(vocab) + ")");
+    const int64_t blocks = (int64_t(entry.start_pos) + n + kv.block_size - 1) / kv.block_size;
+    if (int64_t(entry.block_table.size()) < blocks)
+      throw std::runtime_error(where + "its block table has " +
+                               std::to_string(entry.block_table.size()) + " blocks, " +
+                               std::to_string(blocks) + " are needed");
+    for (int64_t b = 0; b < blocks; ++b)
+      if (entry.block_table[b] < 0 || entry.block_table[b] >= kv.num_blocks)
+        throw std::runtime_error(where + "KV block " + std::to_string(entry.block_table[b]) +
+                                 " is outside the pool of " + std::to_string(kv.num_blocks));
+  }
 }
 
 std::span<const float> forward_alone(Backend& backend, std::span<const int32_t> tokens,

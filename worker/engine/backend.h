@@ -79,6 +79,11 @@ class Backend {
   // One result per request, in order. The default samples on the host from logits(entry).
   virtual std::vector<SampleResult> sample(std::span<const SampleRequest> requests);
 
+ protected:
+  // What forward() promises to refuse, checked against this backend's limits (context, vocab,
+  // pool, max_sequences): throws std::runtime_error naming the entry.
+  void check_batch(const ForwardBatch& batch) const;
+
  private:
   Sampler host_sampler_;
 };

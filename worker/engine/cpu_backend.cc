@@ -124,35 +124,8 @@ float* CpuBackend::v_slot(int layer, int32_t block, int offset, int kv_head) con
                       c_.head_dim];
 }
 
-void CpuBackend::check(const ForwardBatch& batch) const {
-  if (batch.entries.empty()) throw std::runtime_error("forward needs at least one sequence");
-  for (size_t e = 0; e < batch.entries.size(); ++e) {
-    const ForwardEntry& entry = batch.entries[e];
-    const std::string where = "batch entry " + std::to_string(e) + ": ";
-    const int n = int(entry.tokens.size());
-    if (n == 0) throw std::runtime_error(where + "forward needs at least one token");
-    if (entry.start_pos < 0 || int64_t(entry.start_pos) + n > context_)
-      throw std::runtime_error(where + "context length " + std::to_string(context_) +
-                               " exceeded: " + std::to_string(int64_t(entry.start_pos) + n) +
-                               " positions requested");
-    for (int32_t t : entry.tokens)
-      if (t < 0 || t >= c_.vocab)
-        throw std::runtime_error(where + "token id " + std::to_string(t) +
-                                 " is outside the vocabulary (" + std::to_string(c_.vocab) + ")");
-    const int64_t blocks = (int64_t(entry.start_pos) + n + kv_.block_size - 1) / kv_.block_size;
-    if (int64_t(entry.block_table.size()) < blocks)
-      throw std::runtime_error(where + "its block table has " +
-                               std::to_string(entry.block_table.size()) + " blocks, " +
-                               std::to_string(blocks) + " are needed");
-    for (int64_t b = 0; b < blocks; ++b)
-      if (entry.block_table[b] < 0 || entry.block_table[b] >= kv_.num_blocks)
-        throw std::runtime_error(where + "KV block " + std::to_string(entry.block_table[b]) +
-                                 " is outside the pool of " + std::to_string(kv_.num_blocks));
-  }
-}
-
 void CpuBackend::forward(const ForwardBatch& batch) {
-  check(batch);
+  check_batch(batch);
   rows_.clear();
   tables_.clear();
   for (int e = 0; e < int(batch.entries.size()); ++e) {

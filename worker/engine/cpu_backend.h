@@ -39,7 +39,6 @@ class CpuBackend final : public Backend {
     int entry;
     int pos;
   };
-  void check(const ForwardBatch& batch) const;
   void attention(const LayerWeights& L, int layer);
   void mlp(const LayerWeights& L, int n);
   float* k_slot(int layer, int32_t block, int offset, int kv_head) const;

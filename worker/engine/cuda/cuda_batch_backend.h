@@ -92,7 +92,6 @@ class CudaBatchBackend final : public Backend {
 
   DeviceBuffer alloc(size_t bytes);
   const float* upload_vector(const WeightRef& v);
-  void check(const ForwardBatch& batch) const;
   void run_substep(const ForwardBatch& batch, size_t first, size_t last, int first_token,
                    int last_token, int& logits_row);
   bool graphable(const ForwardBatch& batch) const;

@@ -48,16 +48,17 @@ struct Tiles {
 // K step are picked per row count so that the (tile, slice) blocks of the common shapes fit in
 // one wave: 4 stages of 128 give 4 blocks per SM at 16 rows, where 5 stages (3 per SM) left a
 // second, mostly idle wave (q/o_proj 19.8 -> 14.8 us, down_proj 56 -> 44 us at one row).
-// SwiGLU tiles stream twice the weight rows and keep their own best. None of this changes the
-// arithmetic (see the top of the file).
+// SwiGLU tiles stream twice the weight rows and keep their own best. At 32 and 64 rows the
+// warps split the rows too (2 x 2, 4 x 1), so each loads less of A per MMA from shared memory.
+// None of this changes the arithmetic (see the top of the file).
 template <int kBM>
 using SkinnyTiles = std::conditional_t<
     kBM == 16, Tiles<16, 32, 128, 1, 4, 4>,
-    std::conditional_t<kBM == 32, Tiles<32, 32, 128, 1, 4, 3>, Tiles<64, 32, 256, 1, 4, 2>>>;
+    std::conditional_t<kBM == 32, Tiles<32, 32, 128, 2, 2, 3>, Tiles<64, 32, 256, 4, 1, 2>>>;
 template <int kBM>
 using SkinnySwigluTiles = std::conditional_t<
     kBM == 16, Tiles<16, 64, 128, 1, 4, 5>,
-    std::conditional_t<kBM == 32, Tiles<32, 64, 256, 1, 4, 2>, Tiles<64, 64, 128, 1, 4, 3>>>;
+    std::conditional_t<kBM == 32, Tiles<32, 64, 256, 2, 2, 2>, Tiles<64, 64, 128, 4, 1, 3>>>;
 // Medium: 64 x 128 blocks. With K slices spread over blocks (M <= 256, few weight rows), or
 // walking them itself.
 using MediumSpreadTiles = Tiles<64, 128, 32, 2, 2, 4>;

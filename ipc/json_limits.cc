@@ -1,4 +1,5 @@
 #include "ipc/json_limits.h"
+#include "ipc/utf8.h"
 
 namespace hearth {
 
@@ -85,41 +86,6 @@ nlohmann::json parse_json(std::string_view text, std::string_view what, int max_
   } catch (const nlohmann::json::exception& e) {
     fail(what, "invalid JSON: " + parse_error_reason(e.what()));
   }
-}
-
-std::optional<size_t> find_invalid_utf8(std::string_view text) {
-  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
-  const size_t n = text.size();
-  size_t i = 0;
-  while (i < n) {
-    const unsigned char c = s[i];
-    if (c < 0x80) {
-      ++i;
-      continue;
-    }
-    // Lead byte: the sequence length and the range its second byte must lie in (Unicode
-    // table 3-7), which excludes overlong forms, surrogates and values above U+10FFFF.
-    size_t len = 0;
-    unsigned char lo = 0x80, hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) {
-      len = 2;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-      len = 3;
-      if (c == 0xE0) lo = 0xA0;
-      if (c == 0xED) hi = 0x9F;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-      len = 4;
-      if (c == 0xF0) lo = 0x90;
-      if (c == 0xF4) hi = 0x8F;
-    } else {
-      return i;
-    }
-    if (n - i < len || s[i + 1] < lo || s[i + 1] > hi) return i;
-    for (size_t k = 2; k < len; ++k)
-      if ((s[i + k] & 0xC0) != 0x80) return i;
-    i += len;
-  }
-  return std::nullopt;
 }
 
 std::string json_excerpt(const nlohmann::json& value, size_t max_chars) {

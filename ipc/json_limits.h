@@ -39,10 +39,6 @@ nlohmann::json parse_json(std::string_view text, std::string_view what,
                           int max_depth = kMaxJsonDepth,
                           const nlohmann::json::parser_callback_t& callback = nullptr);
 
-// The offset of the first byte of `text` that is not part of well-formed UTF-8 (overlong
-// forms, surrogates and code points above U+10FFFF are ill-formed), or nullopt.
-std::optional<size_t> find_invalid_utf8(std::string_view text);
-
 // `value` as compact JSON for an error message: at most about `max_chars` characters (then
 // "..."), invalid UTF-8 replaced, built without recursing deeper than `max_chars`.
 std::string json_excerpt(const nlohmann::json& value, size_t max_chars = 80);

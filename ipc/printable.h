@@ -7,11 +7,9 @@
 #include <string>
 #include <string_view>
 
-namespace hearth::ipc {
+#include "ipc/utf8.h"
 
-// Whether `text` is well-formed UTF-8: no stray continuation bytes, truncated or overlong
-// sequences, surrogates, or code points above U+10FFFF.
-bool is_valid_utf8(std::string_view text);
+namespace hearth::ipc {
 
 // `text` with every byte that is not part of well-formed UTF-8, and every control character
 // (C0 and DEL), written as \xNN; the rest passes unchanged. Longer than `max_bytes`: cut at a

@@ -8,13 +8,16 @@
 #include <string_view>
 #include <vector>
 
+#include "ipc/utf8.h"
+
 namespace hearth::jinja::text {
 
 // Decodes the code point at s[i] and advances i. Input is validated UTF-8 (template source
 // and JSON strings both are), so a malformed byte decodes as itself rather than failing.
 char32_t decode(std::string_view s, size_t& i);
-void append_utf8(std::string& out, char32_t cp);
-bool is_valid_utf8(std::string_view s);
+// Encoding and validation are the project's one definition.
+using hearth::append_utf8;
+using hearth::is_valid_utf8;
 
 // Number of code points (Python len()).
 size_t length(std::string_view s);

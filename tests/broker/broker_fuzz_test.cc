@@ -48,7 +48,7 @@ TEST(BrokerFuzz, MutatedFramesFromManyClients) {
       const ipc::ReplyStatus status = ipc::parse_reply_status(frame->body);
       (status.ok ? answered : refused)++;
       if (!status.ok) {
-        EXPECT_TRUE(ipc::is_valid_utf8(status.message)) << "case " << c;
+        EXPECT_TRUE(is_valid_utf8(status.message)) << "case " << c;
       }
     }
   }

@@ -227,7 +227,7 @@ TEST_F(Garbage, BytesThatAreNotUtf8) {
   EXPECT_EQ(outcome.error->code, ErrorCode::kBadRequest);
   EXPECT_NE(outcome.error->message.find("invalid JSON"), std::string::npos)
       << outcome.error->message;
-  EXPECT_TRUE(ipc::is_valid_utf8(outcome.error->message)) << outcome.error->message;
+  EXPECT_TRUE(is_valid_utf8(outcome.error->message)) << outcome.error->message;
   EXPECT_EQ(outcome.error->message.find("unprintable"), std::string::npos)
       << outcome.error->message;
   EXPECT_TRUE(outcome.closed);

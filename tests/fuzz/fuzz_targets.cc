@@ -6,6 +6,7 @@
 #include <string>
 
 #include "ipc/json_limits.h"
+#include "ipc/utf8.h"
 #include "weight-server/model/hf_model.h"
 #include "weight-server/model/model_config.h"
 #include "weight-server/model/safetensors.h"

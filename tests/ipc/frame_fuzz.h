@@ -120,8 +120,7 @@ inline std::string check_frame_bytes(std::string_view bytes, std::uint64_t split
     const std::string reply = ipc::encode_frame(
         ipc::make_error_reply(std::nullopt, ipc::ErrorCode::kBadRequest,
                               whole.error ? whole.error->message : std::string(bytes)));
-    if (!ipc::is_valid_utf8(reply.substr(ipc::kFrameHeaderBytes)))
-      return "an error reply is not UTF-8";
+    if (!is_valid_utf8(reply.substr(ipc::kFrameHeaderBytes))) return "an error reply is not UTF-8";
   } catch (const std::exception& e) {
     return std::string("unexpected exception: ") + e.what();
   }

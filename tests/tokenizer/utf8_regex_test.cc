@@ -120,7 +120,7 @@ TEST(Unicode, NfcComposesAndLeavesStableTextAlone) {
   // the slow path with a CJK character after each one.
   for (uint32_t cp = 0; cp < 0x300; ++cp) {
     std::string s;
-    utf8_append(s, cp);
+    append_utf8(s, cp);
     s += "\xE4\xB8\x80";
     ASSERT_EQ(nfc(s), s) << "U+" << std::hex << cp;
   }

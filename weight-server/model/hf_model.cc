@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ipc/json_limits.h"
+#include "ipc/utf8.h"
 #include "weight-server/model/model_directory.h"
 
 namespace hearth {

@@ -20,7 +20,7 @@ ByteLevelAlphabet::ByteLevelAlphabet() {
   for (int b = 0; b < 256; ++b) {
     const uint32_t cp = visible(b) ? static_cast<uint32_t>(b) : next++;
     std::string s;
-    utf8_append(s, cp);
+    append_utf8(s, cp);
     len_[b] = static_cast<uint8_t>(s.size());
     for (size_t k = 0; k < s.size(); ++k) utf8_[b][k] = s[k];
     byte_of_[cp] = static_cast<int16_t>(b);

@@ -210,7 +210,7 @@ class StripStage final : public DecodeSink {
  public:
   StripStage(DecodeSink& next, uint32_t content, size_t start, size_t stop)
       : next_(next), content_(content), start_(start), stop_(stop) {
-    utf8_append(content_utf8_, content);
+    append_utf8(content_utf8_, content);
   }
   void begin_token() override {
     lead_left_ = start_;
@@ -306,7 +306,7 @@ class ReplaceStage final : public DecodeSink {
  public:
   ReplaceStage(DecodeSink& next, const Pattern& pattern, const std::string& content)
       : next_(next), pattern_(pattern), content_(content), single_(pattern.single_char()) {
-    if (single_) utf8_append(single_utf8_, *single_);
+    if (single_) append_utf8(single_utf8_, *single_);
   }
   void begin_token() override {
     if (single_) {

@@ -108,7 +108,7 @@ class MetaspacePreTokenizer final : public PreTokenizer {
  public:
   MetaspacePreTokenizer(uint32_t replacement, PrependScheme scheme, bool split)
       : replacement_(replacement), scheme_(scheme), split_(split) {
-    utf8_append(replacement_utf8_, replacement);
+    append_utf8(replacement_utf8_, replacement);
   }
 
   void pre_tokenize(PreTokenized& pt) const override {

@@ -75,50 +75,6 @@ size_t repair(const unsigned char* p, size_t n, bool final, std::string& out) {
 
 }  // namespace
 
-void utf8_append(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out.push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
-
-bool is_valid_utf8(std::string_view s) {
-  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
-  const size_t n = s.size();
-  size_t i = 0;
-  while (i < n) {
-    // Eight ASCII bytes at a time: most of prose and code (and of every input to encode).
-    for (uint64_t word; i + 8 <= n; i += 8) {
-      std::memcpy(&word, p + i, 8);
-      if (word & 0x8080808080808080ull) break;
-    }
-    if (i == n) break;
-    if (p[i] < 0x80) {
-      ++i;
-      continue;
-    }
-    const LeadInfo info = lead_info(p[i]);
-    if (info.length == 0 || i + info.length > n) return false;
-    if (p[i + 1] < info.lo || p[i + 1] > info.hi) return false;
-    for (size_t k = 2; k < info.length; ++k) {
-      if (p[i + k] < 0x80 || p[i + k] > 0xBF) return false;
-    }
-    i += info.length;
-  }
-  return true;
-}
-
 std::string repair_utf8(std::string_view s) {
   std::string out;
   out.reserve(s.size());

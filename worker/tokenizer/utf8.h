@@ -1,11 +1,14 @@
-// UTF-8 helpers for the tokenizer: decoding code points, validation, and repair of ill-formed
-// input by U+FFFD substitution (whole and incremental, so streaming and batch decode agree).
+// UTF-8 helpers for the tokenizer: decoding code points and repair of ill-formed input by
+// U+FFFD substitution (whole and incremental, so streaming and batch decode agree). Validation
+// and encoding are the project's one definition, ipc/utf8.h.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
 #include <string_view>
+
+#include "ipc/utf8.h"
 
 namespace hearth::tok {
 
@@ -38,10 +41,6 @@ inline uint32_t utf8_decode(std::string_view s, size_t i, size_t* len) {
   *len = 4;
   return ((b0 & 0x07u) << 18) | (cont(1) << 12) | (cont(2) << 6) | cont(3);
 }
-
-void utf8_append(std::string& out, uint32_t cp);
-
-bool is_valid_utf8(std::string_view s);
 
 // Replaces each maximal ill-formed subsequence by one U+FFFD, the Unicode "best practice" that
 // Python's errors="replace" and Rust's String::from_utf8_lossy both follow. Valid input comes

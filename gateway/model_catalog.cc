@@ -4,6 +4,8 @@
 
 #include "ipc/client.h"
 #include "weight-server/sharing/manifest.h"
+#include "weight-server/sharing/model_import.h"
+#include "worker/tokenizer/tokenizer_loader.h"
 
 namespace hearth::gateway {
 
@@ -11,14 +13,14 @@ using json = nlohmann::json;
 
 namespace {
 
-json parse_optional_json(const std::string& text, const std::string& what) {
+json parse_optional_json(std::string_view text, const std::string& what) {
   if (text.empty()) return json::object();
   json j = json::parse(text, nullptr, false);
   if (j.is_discarded()) throw std::runtime_error(what + " is not valid JSON");
   return j;
 }
 
-ModelEntry entry_from_manifest(const Manifest& m,
+ModelEntry entry_from_manifest(const Manifest& m, const SharedFiles& files,
                                const std::function<void(const std::string&)>& log,
                                const std::optional<std::string>& chat_template) {
   ModelEntry e;
@@ -27,15 +29,22 @@ ModelEntry entry_from_manifest(const Manifest& m,
   e.created = std::chrono::duration_cast<std::chrono::seconds>(
                   std::chrono::system_clock::now().time_since_epoch())
                   .count();
-  if (m.tokenizer_json.empty())
+  TokenizerInputs inputs;
+  inputs.json = files.text(kTokenizerJsonFile);
+  inputs.image = files.bytes(kTokenizerImageFile);
+  inputs.image_owner = files.owner(kTokenizerImageFile);
+  inputs.image_refusal = files.image_refusal();
+  inputs.warn = log;
+  std::optional<LoadedTokenizer> loaded = load_tokenizer(inputs);
+  if (!loaded)
     throw std::runtime_error("model '" + m.model +
                              "' has no tokenizer.json: the gateway needs one to serve it");
-  e.tokenizer = std::make_shared<const Tokenizer>(Tokenizer::from_json(m.tokenizer_json));
+  e.tokenizer = std::make_shared<const Tokenizer>(std::move(loaded->tokenizer));
   e.defaults = GenerationDefaults::from_generation_config(
-      parse_optional_json(m.generation_config_json, m.model + ": generation_config.json"));
+      parse_optional_json(files.text(kGenerationConfigFile), m.model + ": generation_config.json"));
 
   const json tokenizer_config =
-      parse_optional_json(m.tokenizer_config_json, m.model + ": tokenizer_config.json");
+      parse_optional_json(files.text(kTokenizerConfigFile), m.model + ": tokenizer_config.json");
   try {
     ChatTemplateConfig config;
     if (chat_template) {
@@ -70,9 +79,9 @@ ModelCatalog ModelCatalog::load(const std::string& socket,
   ModelCatalog catalog;
   for (const json& summary : listed.body.at("models")) {
     const std::string name = summary.at("name").get<std::string>();
-    const ipc::Frame reply = client.call(ipc::op::kManifest, json{{"model", name}});
-    const Manifest manifest = parse_manifest(reply.body.at("manifest"));
-    catalog.models_.emplace(name, entry_from_manifest(manifest, log, chat_template));
+    const FetchedManifest fetched = fetch_manifest(client, name);
+    catalog.models_.emplace(
+        name, entry_from_manifest(fetched.manifest, fetched.files, log, chat_template));
   }
   return catalog;
 }

@@ -18,8 +18,9 @@
 namespace hearth::ipc {
 
 inline constexpr std::size_t kFrameHeaderBytes = 4;
-// The default payload limit. Large enough for a manifest that carries tokenizer files inline
-// (a Llama 3 tokenizer.json alone is ~9 MB); the broker uses a much smaller one for requests.
+// The default payload limit, generous for any reply (a manifest's tokenizer and config files
+// travel as memfds beside it since manifest version 2); the broker uses a much smaller one for
+// requests.
 inline constexpr std::size_t kDefaultMaxFrameBytes = std::size_t{64} << 20;
 // A frame's JSON is refused deeper than kMaxJsonDepth (json_limits.h): nlohmann's copy and dump
 // recurse, so a hostile peer could otherwise exhaust the stack with a small frame of brackets.

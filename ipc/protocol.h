@@ -26,7 +26,7 @@ namespace op {
 inline constexpr std::string_view kHello =
     "hello";  // {version, client} -> {version, server, client_id, admin}
 inline constexpr std::string_view kList = "list";          // models being served
-inline constexpr std::string_view kManifest = "manifest";  // {model} -> the model's manifest
+inline constexpr std::string_view kManifest = "manifest";  // {model} -> manifest + file FDs
 inline constexpr std::string_view kImport = "import";      // see ImportRequest
 inline constexpr std::string_view kRelease = "release";    // {model}: end this client's lease
 inline constexpr std::string_view kStats = "stats";

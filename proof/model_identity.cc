@@ -8,6 +8,8 @@
 #include "weight-server/sharing/checksum.h"
 #include "weight-server/model/hf_model.h"
 #include "weight-server/sharing/manifest.h"
+#include "weight-server/sharing/model_import.h"
+#include "worker/tokenizer/tokenizer_loader.h"
 
 namespace hearth::proof {
 
@@ -33,7 +35,7 @@ std::string weights_digest(std::vector<std::pair<std::string, std::string>> name
   return xxh3_bytes(listing);
 }
 
-json file_entry(const std::string& content) {
+json file_entry(std::string_view content) {
   if (content.empty()) return nullptr;
   return {{"bytes", content.size()}, {"xxh3", xxh3_bytes(content)}};
 }
@@ -75,7 +77,10 @@ ModelIdentity identify_model_dir(const std::filesystem::path& dir) {
              {"tokenizer", file_entry(model.tokenizer_json())}};
   if (!model.tokenizer_json().empty()) {
     try {
-      id.tokenizer = Tokenizer::from_json(model.tokenizer_json());
+      TokenizerInputs inputs;
+      inputs.json = model.tokenizer_json();
+      inputs.cache = TokenizerCacheOptions{};
+      id.tokenizer = std::move(load_tokenizer(inputs)->tokenizer);
     } catch (const std::exception& e) {
       throw std::runtime_error((dir / "tokenizer.json").string() + ": " + e.what());
     }
@@ -84,18 +89,18 @@ ModelIdentity identify_model_dir(const std::filesystem::path& dir) {
 }
 
 ModelIdentity identify_served_model(const std::string& socket, const std::string& name) {
-  Manifest manifest;
+  FetchedManifest fetched;
   try {
     ipc::ClientOptions options;
     options.name = "hearth-proof";
     ipc::Client client = ipc::Client::connect(socket, options);
-    const json reply = client.call(ipc::op::kManifest, {{"model", name}}).body;
-    if (!reply.contains("manifest")) throw std::runtime_error("the reply holds no manifest");
-    manifest = parse_manifest(reply["manifest"]);
+    fetched = fetch_manifest(client, name);
   } catch (const std::exception& e) {
     throw std::runtime_error("cannot read the manifest of model '" + name +
                              "' from the server at " + socket + ": " + e.what());
   }
+  const Manifest& manifest = fetched.manifest;
+  const SharedFiles& shared = fetched.files;
   ModelIdentity id;
   std::vector<std::pair<std::string, std::string>> tensors;
   json checksums = json::array();
@@ -110,17 +115,22 @@ ModelIdentity identify_served_model(const std::string& socket, const std::string
              {"gpu_uuid", manifest.gpu_uuid.empty() ? json() : json(manifest.gpu_uuid)},
              {"architecture", manifest.architecture},
              {"files",
-              {{"tokenizer.json", file_entry(manifest.tokenizer_json)},
-               {"tokenizer_config.json", file_entry(manifest.tokenizer_config_json)},
-               {"generation_config.json", file_entry(manifest.generation_config_json)}}},
+              {{"tokenizer.json", file_entry(shared.text(kTokenizerJsonFile))},
+               {"tokenizer_config.json", file_entry(shared.text(kTokenizerConfigFile))},
+               {"generation_config.json", file_entry(shared.text(kGenerationConfigFile))}}},
              {"tensors", tensors.size()},
              {"tensor_bytes", manifest.tensor_bytes()},
              {"tensor_checksums", checksums},
              {"weights_digest", weights_digest(tensors)},
-             {"tokenizer", file_entry(manifest.tokenizer_json)}};
-  if (!manifest.tokenizer_json.empty()) {
+             {"tokenizer", file_entry(shared.text(kTokenizerJsonFile))}};
+  if (!shared.text(kTokenizerJsonFile).empty()) {
     try {
-      id.tokenizer = Tokenizer::from_json(manifest.tokenizer_json);
+      TokenizerInputs inputs;
+      inputs.json = shared.text(kTokenizerJsonFile);
+      inputs.image = shared.bytes(kTokenizerImageFile);
+      inputs.image_owner = shared.owner(kTokenizerImageFile);
+      inputs.image_refusal = shared.image_refusal();
+      id.tokenizer = std::move(load_tokenizer(inputs)->tokenizer);
     } catch (const std::exception& e) {
       throw std::runtime_error("the tokenizer.json of served model '" + name + "': " + e.what());
     }

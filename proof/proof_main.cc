@@ -16,6 +16,7 @@
 #include "ipc/child_process.h"
 #include "proof/machine_info.h"
 #include "proof/model_identity.h"
+#include "worker/tokenizer/tokenizer_loader.h"
 #include "proof/report.h"
 #include "proof/report_diff.h"
 #include "proof/runner.h"
@@ -145,7 +146,7 @@ int run_command(const RunArgs& args, const std::string& command) {
                                             : identify_served_model(args.server, args.model);
   if (!args.tokenizer.empty()) {
     try {
-      model.tokenizer = hearth::Tokenizer::from_file(args.tokenizer);
+      model.tokenizer = hearth::load_tokenizer_file(args.tokenizer).tokenizer;
     } catch (const std::exception& e) {
       throw std::runtime_error("--tokenizer " + args.tokenizer + ": " + e.what());
     }

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -159,6 +160,8 @@ json measure_attach(const Settings& s) {
 
 json measure_first_token(const Settings& s) {
   std::vector<double> first, exit_ms, reported_attach, reported_load, reported_ttft;
+  std::map<std::string, std::vector<double>> timeline;  // the worker's own start-up steps
+  std::string tokenizer_origin;
   json last;
   for (int r = 0; r < s.worker_runs; ++r) {
     std::vector<std::string> args = {s.worker, "--server", s.socket, "--model",
@@ -182,8 +185,17 @@ json measure_first_token(const Settings& s) {
       reported_load.push_back(last.value("load_ms", 0.0));
       reported_ttft.push_back(last.value("ttft_ms", 0.0));
     }
+    if (done.is_object() && done.contains("timeline") && done["timeline"].is_object())
+      for (const auto& [step, value] : done["timeline"].items()) {
+        if (value.is_number()) timeline[step].push_back(value.get<double>());
+        if (value.is_string()) tokenizer_origin = value.get<std::string>();
+      }
   }
+  json steps = json::object();
+  for (auto& [step, values] : timeline) steps[step] = summarize(values);
   return {{"start_to_first_token_ms", summarize(first)},
+          {"worker_timeline_ms", std::move(steps)},
+          {"tokenizer", tokenizer_origin},
           {"start_to_exit_ms", summarize(exit_ms)},
           {"worker_reported",
            {{"attach_ms", summarize(reported_attach)},
@@ -267,10 +279,21 @@ void print_table(const json& r) {
   if (r["attach"]["verified"].get<bool>())
     std::fprintf(stderr, "  %-38s %10.2f ms\n", "verify every checksum",
                  r["attach"]["verify_ms"].get<double>());
-  if (r.contains("worker"))
+  if (r.contains("worker")) {
     std::fprintf(stderr, "  %-38s %10.2f ms (median of %d)\n", "worker start to first token",
                  ms(r["worker"]["start_to_first_token_ms"]),
                  r["settings"]["worker_runs"].get<int>());
+    // The worker's own timeline: when each step was done, from its main(), in order.
+    std::vector<std::pair<double, std::string>> steps;
+    for (const auto& [step, stat] : r["worker"]["worker_timeline_ms"].items())
+      steps.emplace_back(ms(stat), step);
+    std::sort(steps.begin(), steps.end());
+    for (const auto& [at, step] : steps)
+      std::fprintf(stderr, "    %-36s %10.2f ms%s\n", ("worker " + step).c_str(), at,
+                   step == "tokenizer_ms"
+                       ? (" (" + r["worker"]["tokenizer"].get<std::string>() + ")").c_str()
+                       : "");
+  }
   const json& load = r["server_load"];
   if (load.is_object())
     std::fprintf(stderr, "  %-38s %10.2f GB/s (%.2f s whole load)\n", "server upload (copy)",

@@ -10,12 +10,14 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "tools/synth_model.h"
+#include "tools/synth_real_tokenizer.h"
 #include "tools/synth_tokenizer.h"
 #include "weight-server/model/dtype.h"
 #include "weight-server/model/hf_model.h"
@@ -282,9 +284,28 @@ SynthResult write_synthetic_model(const fs::path& out_dir, const SynthOptions& o
   config["torch_dtype"] = torch_dtype;
   if (opt.config_overrides.is_object())
     for (const auto& [k, v] : opt.config_overrides.items()) config[k] = v;
+  // A real tokenizer's ids must all have an embedding row: a preset too small for them grows
+  // (models pad their vocabularies, so a larger one is kept).
+  std::optional<RealTokenizer> real;
+  if (!opt.tokenizer_path.empty()) {
+    real = read_real_tokenizer(opt.tokenizer_path);
+    const int64_t vocab = config["vocab_size"].get<int64_t>();
+    if (real->vocab_needed > vocab) {
+      if (opt.config_overrides.is_object() && opt.config_overrides.contains("vocab_size"))
+        throw std::runtime_error("vocab_size " + std::to_string(vocab) + " is too small for " +
+                                 opt.tokenizer_path + " (its ids need " +
+                                 std::to_string(real->vocab_needed) + ")");
+      config["vocab_size"] = real->vocab_needed;
+      if (opt.progress)
+        std::fprintf(stderr, "hearth-synth: vocab_size %lld -> %lld for the tokenizer's ids\n",
+                     static_cast<long long>(vocab), static_cast<long long>(real->vocab_needed));
+    }
+  }
   const SynthTokenizer tok = make_synth_tokenizer(int(config["vocab_size"]));
-  config["bos_token_id"] = tok.bos_id;
-  config["eos_token_id"] = tok.eos_id;
+  const int64_t bos_id = real && real->bos_id ? *real->bos_id : tok.bos_id;
+  const int64_t eos_id = real && real->eos_id ? *real->eos_id : tok.eos_id;
+  config["bos_token_id"] = bos_id;
+  config["eos_token_id"] = eos_id;
   const ModelConfig cfg = parse_model_config(config, opt.preset);
 
   std::vector<TensorPlan> tensors;
@@ -390,17 +411,14 @@ SynthResult write_synthetic_model(const fs::path& out_dir, const SynthOptions& o
   }
   write_file(out_dir / "config.json", config.dump(2));
   write_file(out_dir / "generation_config.json",
-             json{{"bos_token_id", tok.bos_id}, {"eos_token_id", tok.eos_id}}.dump(2));
-  if (opt.tokenizer_path.empty()) {
+             json{{"bos_token_id", bos_id}, {"eos_token_id", eos_id}}.dump(2));
+  if (!real) {
     write_file(out_dir / "tokenizer.json", tok.tokenizer_json);
     write_file(out_dir / "tokenizer_config.json", tok.tokenizer_config_json);
   } else {
-    fs::copy_file(opt.tokenizer_path, out_dir / "tokenizer.json",
-                  fs::copy_options::overwrite_existing);
-    const fs::path cfg_path = fs::path(opt.tokenizer_path).parent_path() / "tokenizer_config.json";
-    if (fs::exists(cfg_path))
-      fs::copy_file(cfg_path, out_dir / "tokenizer_config.json",
-                    fs::copy_options::overwrite_existing);
+    write_file(out_dir / "tokenizer.json", real->tokenizer_json);
+    if (!real->tokenizer_config_json.empty())
+      write_file(out_dir / "tokenizer_config.json", real->tokenizer_config_json);
   }
   return {cfg, total_bytes,
           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count()};

@@ -20,8 +20,10 @@ struct SynthOptions {
   std::string preset = "tiny-llama";
   DType dtype = DType::BF16;
   uint64_t seed = 0;
-  double shard_gb = 0;              // > 0: shards of about this size plus an index
-  std::string tokenizer_path;       // copy this tokenizer.json instead of the generated one
+  double shard_gb = 0;  // > 0: shards of about this size plus an index
+  // A real tokenizer.json (or a directory holding one, with its tokenizer_config.json) instead
+  // of the generated one; vocab_size grows to hold its ids, BOS/EOS follow its config.
+  std::string tokenizer_path;
   int threads = 0;                  // 0: one per core
   bool progress = false;            // progress lines on stderr
   nlohmann::json config_overrides;  // config.json keys to replace (tests use it)

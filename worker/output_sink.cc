@@ -24,8 +24,14 @@ void TextSink::write(const RequestOutput& output) {
 void JsonlSink::write(const RequestOutput& output) {
   std::string lines;
   for (const TokenOutput& t : output.tokens) lines += event_line(token_event_json(output.id, t));
-  if (output.finish)
-    lines += event_line(done_event_json(output.id, *output.finish, extra_timings_));
+  // Marked as the first token is about to be written, before a final event in the same write
+  // (max_tokens 1) reads the timeline.
+  if (timeline_ && !output.tokens.empty()) timeline_->mark("first_token_ms");
+  if (output.finish) {
+    nlohmann::json done = done_event_json(output.id, *output.finish, extra_timings_);
+    if (timeline_) done["timeline"] = timeline_->json();
+    lines += event_line(done);
+  }
   put(out_, lines);
 }
 

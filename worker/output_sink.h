@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "worker/engine/request_output.h"
+#include "worker/startup_timeline.h"
 
 namespace hearth {
 
@@ -29,14 +30,17 @@ class TextSink final : public OutputSink {
 // One event per token and one final event per request, each line flushed as it is written.
 class JsonlSink final : public OutputSink {
  public:
-  // `extra_timings` (e.g. load_ms) is merged into every final event's timings.
-  JsonlSink(std::FILE* out, nlohmann::json extra_timings)
-      : out_(out), extra_timings_(std::move(extra_timings)) {}
+  // `extra_timings` (e.g. load_ms) is merged into every final event's timings. `timeline`, when
+  // given, gets "first_token_ms" when the first token is written and goes into every final
+  // event as "timeline".
+  JsonlSink(std::FILE* out, nlohmann::json extra_timings, StartupTimeline* timeline = nullptr)
+      : out_(out), extra_timings_(std::move(extra_timings)), timeline_(timeline) {}
   void write(const RequestOutput& output) override;
 
  private:
   std::FILE* out_;
   nlohmann::json extra_timings_;
+  StartupTimeline* timeline_;
 };
 
 }  // namespace hearth

@@ -19,6 +19,7 @@
 #include "worker/engine_server.h"
 #include "worker/output_sink.h"
 #include "worker/request_file.h"
+#include "worker/startup_timeline.h"
 #include "worker/tokenizer/tokenizer.h"
 #include "worker/worker_model.h"
 
@@ -211,16 +212,35 @@ int run(int argc, char** argv) {
       if (t.info.name == hearth::kEmbeddingWeight)
         warmup = hearth::start_cuda_warmup(device, t.info.dtype);
   };
+  hearth::StartupTimeline timeline(process_start);
+  const auto opening = std::chrono::steady_clock::now();
   hearth::WorkerModel model = *server_opt
                                   ? hearth::attach_served_model(server_socket, model_arg, served)
                                   : hearth::open_model_dir(model_arg);
+  if (model.server) {
+    // The import's steps follow one another; their durations place them on the timeline.
+    const hearth::ImportTimings& t = model.import_timings;
+    double at = model.connect_ms;
+    timeline.mark_after("connect_ms", opening, at);
+    timeline.mark_after("manifest_ms", opening, at += t.manifest_ms);
+    if (t.gpu_ms > 0) timeline.mark_after("gpu_ms", opening, at += t.gpu_ms);
+    timeline.mark_after("import_ms", opening, at += t.import_ms);
+    timeline.mark_after("map_ms", opening, at += t.map_ms);
+    if (verify_weights) timeline.mark_after("verify_ms", opening, at += t.verify_ms);
+  } else {
+    timeline.mark("open_ms");
+  }
   // Served weights run where they live: memfd mappings on the CPU engine, VMM allocations on
   // the CUDA one. `auto` would otherwise pick cuda on a GPU machine for memfd weights it has no
   // directory to upload from.
   if (model.server && profile.engine.backend == "auto")
     profile.engine.backend = model.store->residence() == hearth::Residence::Device ? "cuda" : "cpu";
   std::optional<hearth::Tokenizer> tokenizer;
-  if (!model.tokenizer_json.empty()) tokenizer = hearth::Tokenizer::from_json(model.tokenizer_json);
+  if (std::optional<hearth::LoadedTokenizer> loaded = hearth::load_model_tokenizer(model)) {
+    tokenizer = std::move(loaded->tokenizer);
+    timeline.note("tokenizer", hearth::origin_name(loaded->origin));
+  }
+  timeline.mark("tokenizer_ms");
 
   const hearth::Tokenizer* tok = tokenizer ? &*tokenizer : nullptr;
   std::vector<int32_t> prompt_ids;
@@ -236,9 +256,11 @@ int run(int argc, char** argv) {
                                ": the model has no tokenizer.json; use --prompt-tokens");
     prompt_ids = tokenizer->encode(prompt, /*add_special_tokens=*/true);
   }
+  timeline.mark("prompt_ms");
 
   std::unique_ptr<hearth::Backend> backend =
       hearth::make_backend(profile.engine, model.weights(), warmup);
+  timeline.mark("engine_ms");
   const double load_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - process_start)
           .count();
@@ -257,7 +279,7 @@ int run(int argc, char** argv) {
                          {"verify_ms", t.verify_ms}};
   }
   if (format == "jsonl")
-    sink = std::make_unique<hearth::JsonlSink>(stdout, std::move(timings));
+    sink = std::make_unique<hearth::JsonlSink>(stdout, std::move(timings), &timeline);
   else
     sink = std::make_unique<hearth::TextSink>(stdout);
 

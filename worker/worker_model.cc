@@ -40,13 +40,27 @@ WorkerModel attach_served_model(const std::string& socket, const std::string& na
   import.on_device = options.on_device;
   ImportedModel imported = import_served_model(*client, name, import);
   m.name = imported.manifest.model;
-  m.tokenizer_json = std::move(imported.manifest.tokenizer_json);
-  m.tokenizer_config_json = std::move(imported.manifest.tokenizer_config_json);
-  m.generation_config_json = std::move(imported.manifest.generation_config_json);
+  m.files = std::make_shared<const SharedFiles>(std::move(imported.files));
+  m.tokenizer_json = m.files->text(kTokenizerJsonFile);
+  m.tokenizer_config_json = m.files->text(kTokenizerConfigFile);
+  m.generation_config_json = m.files->text(kGenerationConfigFile);
   m.store = std::move(imported.store);
   m.import_timings = imported.timings;
   m.server = std::move(client);
   return m;
+}
+
+std::optional<LoadedTokenizer> load_model_tokenizer(const WorkerModel& model) {
+  TokenizerInputs inputs;
+  inputs.json = model.tokenizer_json;
+  if (model.files) {
+    inputs.image = model.files->bytes(kTokenizerImageFile);
+    inputs.image_owner = model.files->owner(kTokenizerImageFile);
+    inputs.image_refusal = model.files->image_refusal();
+  } else {
+    inputs.cache = TokenizerCacheOptions{};
+  }
+  return load_tokenizer(inputs);
 }
 
 std::vector<int32_t> end_of_sequence_ids(const WorkerModel& model, const Tokenizer* tokenizer) {

@@ -14,6 +14,7 @@
 #include "weight-server/sharing/model_import.h"
 #include "weight-server/model/weight_store.h"
 #include "worker/engine/engine_weights.h"
+#include "worker/tokenizer/tokenizer_loader.h"
 
 namespace hearth {
 
@@ -26,7 +27,11 @@ struct WorkerModel {
   std::string name;
   std::shared_ptr<const WeightStore> store;
   std::shared_ptr<const HfModel> source;  // single-process mode: the directory, for uploads
-  std::string tokenizer_json, tokenizer_config_json, generation_config_json;
+  // Into `source` (single-process) or `files` (served), which keep it alive; empty when absent.
+  std::string_view tokenizer_json;
+  std::string tokenizer_config_json, generation_config_json;  // "" when absent
+  // Served mode: the files the server shared with the manifest, the tokenizer image among them.
+  std::shared_ptr<const SharedFiles> files;
   // Served mode: the connection to the server, held open as this worker's lease on the weights
   // until the model is dropped. Nothing reads it while generating, so a server that exits
   // meanwhile goes unnoticed: the mappings outlive it.
@@ -50,6 +55,11 @@ struct ServedModelOptions {
 // when nobody listens), fetches `name`'s manifest, imports and maps every tensor.
 WorkerModel attach_served_model(const std::string& socket, const std::string& name,
                                 const ServedModelOptions& options = {});
+
+// The model's tokenizer (nullopt when it has none) through load_tokenizer: served, from the
+// server's image (falling back to parsing the shared tokenizer.json, with one line on stderr);
+// single-process, through the image cache.
+std::optional<LoadedTokenizer> load_model_tokenizer(const WorkerModel& model);
 
 // End-of-sequence ids: generation_config.json's, else config.json's, plus the tokenizer
 // config's eos_token when the tokenizer knows it.

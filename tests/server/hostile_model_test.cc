@@ -191,10 +191,19 @@ TEST_F(HostileModel, ModelPathsThatAreNotUtf8AreRefused) {
 }
 
 // Issue 12: a tokenizer.json over the reply frame's 64 MiB loaded, then could not be attached.
-TEST_F(HostileModel, FilesTooLargeToAttachAreRefusedAtLoad) {
-  write(dir() / "tokenizer.json",
-        "{\"padding\": \"" + std::string(ipc::kDefaultMaxFrameBytes, 'x') + "\"}");
-  expect_refused({"tokenizer.json", "manifest"});
+// Issue 16: files travel as memfds beside the manifest, so such a file no longer limits it; one
+// hearth cannot build a tokenizer from is shared without an image.
+TEST_F(HostileModel, FilesLargerThanAFrameAreSharedBesideTheManifest) {
+  const std::string text =
+      "{\"padding\": \"" + std::string(ipc::kDefaultMaxFrameBytes, 'x') + "\"}";
+  write(dir() / "tokenizer.json", text);
+  const std::unique_ptr<ServedModel> served = load();
+  expect_attachable(*served);
+  const Manifest m = parse_manifest(served->manifest);
+  ASSERT_NE(m.file("tokenizer.json"), nullptr);
+  EXPECT_EQ(m.file("tokenizer.json")->bytes, text.size());
+  EXPECT_EQ(m.file("tokenizer.image"), nullptr);
+  EXPECT_LT(served->manifest.dump().size(), size_t(1) << 20);
 }
 
 // Issue 12: 1024 heads x head_dim 4194304 wrapped q_dim to 0; the server happened to refuse the

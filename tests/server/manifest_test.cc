@@ -43,7 +43,21 @@ TEST_F(ManifestTest, RoundTripsWhatTheServerBuilds) {
   EXPECT_EQ(m.backend, "memfd");
   EXPECT_EQ(m.gpu_uuid, "");
   EXPECT_EQ(m.config.hidden, served_->store->config().hidden);
-  EXPECT_EQ(m.tokenizer_json, read_file(std::string(dir_->path()) + "/tokenizer.json"));
+  // The files travel as memfds beside the manifest; it names them by size and checksum.
+  const std::string tokenizer = read_file(std::string(dir_->path()) + "/tokenizer.json");
+  const ManifestFile* file = m.file("tokenizer.json");
+  ASSERT_NE(file, nullptr);
+  EXPECT_EQ(file->bytes, tokenizer.size());
+  EXPECT_EQ(file->xxh3,
+            xxh3_checksum(std::as_bytes(std::span(tokenizer.data(), tokenizer.size()))));
+  EXPECT_EQ(manifest().dump().find("merges"), std::string::npos) << "tokenizer.json inline";
+  ASSERT_NE(m.file("tokenizer.image"), nullptr);
+  ASSERT_NE(m.file("generation_config.json"), nullptr);
+  ASSERT_EQ(m.files.size(), served_->files.memfds.size());
+  for (size_t i = 0; i < m.files.size(); ++i) {
+    EXPECT_EQ(m.files[i].fd, i);
+    EXPECT_EQ(m.files[i].bytes, served_->files.memfds[i].size()) << m.files[i].name;
+  }
   ASSERT_EQ(m.tensors.size(), served_->store->tensors().size());
   for (size_t i = 0; i < m.tensors.size(); ++i) {
     const StoredTensor& t = served_->store->tensors()[i];
@@ -65,7 +79,8 @@ struct Tamper {
 
 TEST_F(ManifestTest, RefusesTamperedManifests) {
   const std::vector<Tamper> cases = {
-      {"newer version", [](json& j) { j["version"] = 2; }, "version 2 is not supported"},
+      {"newer version", [](json& j) { j["version"] = 3; }, "version 3 is not supported"},
+      {"version 1 (files inline)", [](json& j) { j["version"] = 1; }, "version 1 is not supported"},
       {"other format", [](json& j) { j["format"] = "gguf"; }, "'format'"},
       {"unknown backend", [](json& j) { j["backend"] = "rdma"; }, "unknown backend 'rdma'"},
       {"vmm without a GPU", [](json& j) { j["backend"] = "vmm"; }, "needs the GPU's 'gpu_uuid'"},
@@ -124,8 +139,21 @@ TEST_F(ManifestTest, RefusesTamperedManifests) {
       {"allocation id not a number", [](json& j) { j["tensors"][0]["allocation"] = "0"; },
        "'allocation'"},
       {"tensor not an object", [](json& j) { j["tensors"][0] = 7; }, "tensors[0]: not an object"},
-      {"tokenizer not text", [](json& j) { j["files"]["tokenizer.json"] = 1; },
-       "files['tokenizer.json']"},
+      {"file entry not an object", [](json& j) { j["files"]["tokenizer.json"] = "{}"; },
+       "files['tokenizer.json']: not an object or null"},
+      {"unknown file", [](json& j) { j["files"]["vocab.txt"] = nullptr; },
+       "unknown file 'vocab.txt'"},
+      {"empty file", [](json& j) { j["files"]["tokenizer.json"]["bytes"] = 0; },
+       "'bytes' 0 is not in 1.."},
+      {"file checksum", [](json& j) { j["files"]["tokenizer.json"]["xxh3"] = "0x12"; },
+       "files['tokenizer.json']: 'xxh3' is '0x12'"},
+      {"descriptor used twice",
+       [](json& j) { j["files"]["tokenizer.image"]["fd"] = j["files"]["tokenizer.json"]["fd"]; },
+       "is used twice"},
+      {"descriptor index gap", [](json& j) { j["files"]["tokenizer.json"] = nullptr; },
+       "leaves a gap"},
+      {"descriptor index out of range", [](json& j) { j["files"]["tokenizer.json"]["fd"] = 9; },
+       "'fd' 9 is out of range"},
   };
   for (const Tamper& c : cases) {
     json j = manifest();

@@ -8,10 +8,13 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <functional>
 
 #include "in_process_server.h"
 #include "server_test_support.h"
+#include "weight-server/sharing/checksum.h"
+#include "weight-server/sharing/manifest.h"
 #include "weight-server/sharing/sealed_memfd.h"
 
 namespace hearth {
@@ -46,6 +49,23 @@ UniqueFd memfd_of(uint64_t bytes, int seals, char fill = 0) {
   return fd;
 }
 
+// The bytes of a received descriptor.
+std::string contents_of(int fd) {
+  std::string bytes;
+  char buf[65536];
+  for (off_t at = 0;;) {
+    const ssize_t n = ::pread(fd, buf, sizeof buf, at);
+    if (n < 0) throw std::runtime_error("pread");
+    if (n == 0) return bytes;
+    bytes.append(buf, size_t(n));
+    at += n;
+  }
+}
+
+std::span<const std::byte> bytes_of(const std::string& s) {
+  return std::as_bytes(std::span(s.data(), s.size()));
+}
+
 class TamperingTest : public ::testing::Test {
  protected:
   void SetUp() override { write_synthetic_model(model_dir_.path(), SynthOptions{}); }
@@ -59,6 +79,9 @@ class TamperingTest : public ::testing::Test {
     std::vector<std::string> args = {"--server",        server.socket(), "--model",      "tiny",
                                      "--prompt-tokens", "1,2,3",         "--max-tokens", "4",
                                      "--backend",       "cpu",           "--format",     "jsonl"};
+    // A text prompt (the tokenizer's tests) replaces the token ids.
+    if (std::find(extra.begin(), extra.end(), "--prompt") != extra.end())
+      args.erase(args.begin() + 4, args.begin() + 6);
     args.insert(args.end(), extra.begin(), extra.end());
     return test::run_worker(tmp_, args);
   }
@@ -69,6 +92,18 @@ class TamperingTest : public ::testing::Test {
     return [=](const ipc::Request& request, broker::Reply& reply) {
       if (request.op != ipc::op::kImport || reply.fds.size() <= victim) return;
       reply.fds[victim] = make(bytes);
+    };
+  }
+
+  // Replaces the descriptor of shared file `name` in the manifest reply by `make(original)`;
+  // `make` may also edit the manifest's entry for the file.
+  static LyingHandler::Edit replace_file(const std::string& name,
+                                         std::function<UniqueFd(int original, json& entry)> make) {
+    return [=](const ipc::Request& request, broker::Reply& reply) {
+      if (request.op != ipc::op::kManifest) return;
+      json& entry = reply.fields["manifest"]["files"][name];
+      const size_t fd = entry["fd"].get<size_t>();
+      reply.fds.at(fd) = make(reply.fds.at(fd).get(), entry);
     };
   }
 
@@ -159,6 +194,112 @@ TEST_F(TamperingTest, TamperedManifestsAreRefused) {
       "differs from the manifest's 0000000000000000");
   expect_refused(run_against(edit_manifest([](json& m) { m["model"] = "other"; })),
                  "got the manifest of 'other'");
+}
+
+// Issue 16: the tokenizer files and the server's tokenizer image arrive as sealed memfds.
+TEST_F(TamperingTest, WorkerTokenizesThroughTheSharedImage) {
+  const test::WorkerRun run =
+      run_against([](const ipc::Request&, broker::Reply&) {}, {"--prompt", "hello world"});
+  ASSERT_TRUE(run.status.success()) << run.err;
+  const test::Stream s = test::parse_stream(run.out);
+  EXPECT_EQ(s.tokens.size(), 4u);
+  EXPECT_EQ(s.done["timeline"]["tokenizer"], "shared-image") << s.done.dump();
+  EXPECT_GT(s.done["prompt_tokens"].get<int>(), 2);
+  EXPECT_EQ(run.err.find("refused"), std::string::npos) << run.err;
+}
+
+TEST_F(TamperingTest, RefusedImageFallsBackToTheSharedTokenizerJson) {
+  const std::vector<std::string> prompt = {"--prompt", "hello world"};
+  const test::WorkerRun honest = run_against([](const ipc::Request&, broker::Reply&) {}, prompt);
+  ASSERT_TRUE(honest.status.success()) << honest.err;
+  const std::string tokens = test::parse_stream(honest.out).tokens.empty()
+                                 ? ""
+                                 : test::parse_stream(honest.out).tokens.front();
+  auto flipped = [](int original) {
+    std::string bytes = contents_of(original);
+    bytes[bytes.size() / 2] ^= 0x5a;
+    return bytes;
+  };
+  struct Case {
+    const char* what;
+    LyingHandler::Edit edit;
+    const char* reason;
+  };
+  const std::vector<Case> cases = {
+      {"corrupted",
+       replace_file("tokenizer.image",
+                    [&](int fd, json&) {
+                      return SealedMemfd::create("bad", bytes_of(flipped(fd))).duplicate();
+                    }),
+       "differs from the manifest's"},
+      {"truncated",
+       replace_file(
+           "tokenizer.image",
+           [](int fd, json&) {
+             const std::string b = contents_of(fd);
+             return SealedMemfd::create("short", bytes_of(b.substr(0, b.size() / 2))).duplicate();
+           }),
+       "the received memfd holds"},
+      {"unsealed",
+       replace_file("tokenizer.image",
+                    [](int fd, json&) { return memfd_of(contents_of(fd).size(), 0); }),
+       "is not sealed"},
+      // A server that lies consistently (its manifest has the corrupted bytes' checksum): the
+      // image's own checksum catches it.
+      {"corrupted, manifest agreeing",
+       replace_file("tokenizer.image",
+                    [&](int fd, json& entry) {
+                      const std::string b = flipped(fd);
+                      entry["xxh3"] = checksum_to_hex(xxh3_checksum(bytes_of(b)));
+                      return SealedMemfd::create("bad", bytes_of(b)).duplicate();
+                    }),
+       "tokenizer image: "},
+  };
+  for (const Case& c : cases) {
+    const test::WorkerRun run = run_against(c.edit, prompt);
+    ASSERT_TRUE(run.status.success()) << c.what << ": " << run.err;
+    const test::Stream s = test::parse_stream(run.out);
+    EXPECT_EQ(s.done["timeline"]["tokenizer"], "parsed") << c.what;
+    ASSERT_FALSE(s.tokens.empty()) << c.what;
+    EXPECT_EQ(s.tokens.front(), tokens) << c.what << ": the fallback tokenizes differently";
+    EXPECT_EQ(s.done["prompt_tokens"], test::parse_stream(honest.out).done["prompt_tokens"]);
+    const std::string warning = "the shared tokenizer image was refused";
+    const size_t at = run.err.find(warning);
+    EXPECT_NE(at, std::string::npos) << c.what << ": " << run.err;
+    EXPECT_EQ(run.err.find(warning, at + 1), std::string::npos) << c.what << ": said twice";
+    EXPECT_NE(run.err.find(c.reason), std::string::npos) << c.what << ": " << run.err;
+  }
+}
+
+TEST_F(TamperingTest, BadFileMemfdsAreRefused) {
+  const std::vector<std::string> prompt = {"--prompt", "hello world"};
+  expect_refused(
+      run_against(replace_file("tokenizer.json",
+                               [](int fd, json&) { return memfd_of(contents_of(fd).size(), 0); }),
+                  prompt),
+      "shared file tokenizer.json: the received memfd is not sealed");
+  expect_refused(
+      run_against(replace_file("tokenizer.json",
+                               [](int fd, json&) {
+                                 std::string b = contents_of(fd);
+                                 b.pop_back();
+                                 return SealedMemfd::create("short", bytes_of(b)).duplicate();
+                               }),
+                  prompt),
+      "shared file tokenizer.json: the received memfd holds");
+  expect_refused(
+      run_against(replace_file("generation_config.json",
+                               [](int fd, json&) {
+                                 std::string b = contents_of(fd);
+                                 b[0] = ' ';
+                                 return SealedMemfd::create("edited", bytes_of(b)).duplicate();
+                               }),
+                  prompt),
+      "shared file generation_config.json: xxh3");
+  expect_refused(run_against([](const ipc::Request& request, broker::Reply& reply) {
+                   if (request.op == ipc::op::kManifest) reply.fds.pop_back();
+                 }),
+                 "names 4 files but its reply carried 3 descriptors");
 }
 
 TEST_F(TamperingTest, MissingDescriptorsAreRefused) {

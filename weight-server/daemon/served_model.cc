@@ -8,6 +8,7 @@
 #include "weight-server/sharing/memfd_store.h"
 #include "weight-server/model/parallel_for.h"
 #include "weight-server/sharing/vmm_backend.h"
+#include "worker/tokenizer/tokenizer.h"
 
 namespace hearth {
 
@@ -18,6 +19,24 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+std::span<const std::byte> bytes_of(std::string_view text) {
+  return std::as_bytes(std::span(text.data(), text.size()));
+}
+
+// The tokenizer image of the model's tokenizer.json, built once here so that workers map it
+// instead of parsing the JSON. A tokenizer hearth cannot load gets no image: the model is still
+// served, and a worker that needs the tokenizer reports the parser's own error.
+std::vector<std::byte> tokenizer_image(const HfModel& model,
+                                       const std::function<void(const std::string&)>& log) {
+  if (model.tokenizer_json().empty()) return {};
+  try {
+    return Tokenizer::build_image(model.tokenizer_json());
+  } catch (const std::exception& e) {
+    log("no tokenizer image for " + model.dir().string() + ": " + e.what());
+    return {};
+  }
 }
 
 template <typename... Args>
@@ -43,27 +62,10 @@ json ServedModel::summary() const {
               {"write_seconds", t.seconds},
               {"copy_seconds", t.copy_seconds},
               {"copy_gb_per_s", t.copy_seconds > 0 ? double(t.bytes) / 1e9 / t.copy_seconds : 0.0},
-              {"checksum_seconds", checksum_seconds}}}};
+              {"checksum_seconds", checksum_seconds},
+              {"tokenizer_image_seconds", image_seconds}}}};
   if (!store->gpu_uuid().empty()) s["gpu_uuid"] = store->gpu_uuid();
   return s;
-}
-
-Manifest build_manifest(const std::string& name, const HfModel& model, const ExportableStore& store,
-                        const std::vector<uint64_t>& checksums) {
-  Manifest m;
-  m.model = name;
-  m.backend = store.backend_name();
-  m.gpu_uuid = store.gpu_uuid();
-  m.architecture = json::parse(model.config_json());
-  m.config = store.config();
-  m.tokenizer_json = model.tokenizer_json();
-  m.tokenizer_config_json = model.tokenizer_config_json();
-  m.generation_config_json = model.generation_config_json();
-  for (size_t i = 0; i < store.tensors().size(); ++i) {
-    const StoredTensor& t = store.tensors()[i];
-    m.tensors.push_back(ManifestTensor{t.info, t.alloc_bytes, t.alloc_id, checksums.at(i)});
-  }
-  return m;
 }
 
 std::unique_ptr<ServedModel> load_served_model(const ModelSpec& spec, const ServeOptions& options) {
@@ -100,9 +102,19 @@ std::unique_ptr<ServedModel> load_served_model(const ModelSpec& spec, const Serv
   });
   served->checksum_seconds = seconds_since(hashing);
 
+  const Clock::time_point imaging = Clock::now();
+  const std::vector<std::byte> image = tokenizer_image(model, log);
+  served->image_seconds = seconds_since(imaging);
+  served->files =
+      share_files(spec.name, {{kTokenizerJsonFile, bytes_of(model.tokenizer_json())},
+                              {kTokenizerConfigFile, bytes_of(model.tokenizer_config_json())},
+                              {kGenerationConfigFile, bytes_of(model.generation_config_json())},
+                              {kTokenizerImageFile, image}});
+
   // Round-tripped through the parser, so the server never hands out a manifest its own workers
   // would refuse.
-  served->manifest = manifest_to_json(build_manifest(spec.name, model, store, checksums));
+  served->manifest =
+      manifest_to_json(build_manifest(spec.name, model, store, checksums, served->files.entries));
   parse_manifest(served->manifest);
   served->total_seconds = seconds_since(start);
 
@@ -110,7 +122,8 @@ std::unique_ptr<ServedModel> load_served_model(const ModelSpec& spec, const Serv
   log("loaded '" + spec.name + "': " + std::to_string(store.tensors().size()) + " tensors, " +
       format("%.3f GB in %.2f s (copy %.2f GB/s)", double(t.bytes) / 1e9, served->total_seconds,
              t.copy_seconds > 0 ? double(t.bytes) / 1e9 / t.copy_seconds : 0.0) +
-      format(", checksums %.2f s", served->checksum_seconds) +
+      format(", checksums %.2f s, tokenizer image %.2f s", served->checksum_seconds,
+             served->image_seconds) +
       (store.gpu_uuid().empty() ? "" : " on " + store.gpu_uuid()));
   return served;
 }

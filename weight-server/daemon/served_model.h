@@ -1,6 +1,7 @@
-// A model as the server holds it: its weights in exportable allocations (memfd or vmm) and the
-// manifest workers receive. Loading reads the directory once, writes or uploads every tensor,
-// and checksums the bytes as stored.
+// A model as the server holds it: its weights in exportable allocations (memfd or vmm), its
+// small files in sealed memfds and the manifest workers receive. Loading reads the directory
+// once, writes or uploads every tensor, checksums the bytes as stored, and builds the tokenizer
+// image once so that no worker has to parse tokenizer.json.
 #pragma once
 
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include "weight-server/sharing/exportable_store.h"
 #include "weight-server/model/hf_model.h"
 #include "weight-server/sharing/manifest.h"
+#include "weight-server/sharing/shared_files.h"
 #include "weight-server/daemon/model_spec.h"
 
 namespace hearth {
@@ -22,7 +24,9 @@ struct ServedModel {
   std::string name;
   std::filesystem::path dir;
   std::unique_ptr<ExportableStore> store;
+  SharedFileSet files;          // attached to every manifest reply
   nlohmann::json manifest;      // manifest_to_json, built once
+  double image_seconds = 0;     // building the tokenizer image
   double open_seconds = 0;      // reading and validating the directory
   double checksum_seconds = 0;  // hashing every tensor as stored
   double total_seconds = 0;     // the whole load
@@ -41,10 +45,5 @@ struct ServeOptions {
 
 // Throws std::runtime_error naming the directory, tensor or device at fault.
 std::unique_ptr<ServedModel> load_served_model(const ModelSpec& spec, const ServeOptions& options);
-
-// The manifest of `store`, loaded from `model` under `name`; `checksums[i]` belongs to
-// store.tensors()[i].
-Manifest build_manifest(const std::string& name, const HfModel& model, const ExportableStore& store,
-                        const std::vector<uint64_t>& checksums);
 
 }  // namespace hearth

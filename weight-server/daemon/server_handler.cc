@@ -121,7 +121,8 @@ broker::Reply ServerHandler::list() const {
 }
 
 broker::Reply ServerHandler::manifest(const ipc::Request& request) const {
-  return Reply::ok({{"manifest", find(ipc::string_field(request.body, "model")).manifest}});
+  const ServedModel& model = find(ipc::string_field(request.body, "model"));
+  return Reply::ok({{"manifest", model.manifest}}, model.files.duplicates());
 }
 
 broker::Reply ServerHandler::import(broker::Session& session, const ipc::Request& request) {

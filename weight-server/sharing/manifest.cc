@@ -7,6 +7,7 @@
 
 #include "ipc/json_limits.h"
 #include "weight-server/model/hf_model.h"
+#include "weight-server/model/read_file.h"
 #include "weight-server/sharing/checksum.h"
 
 namespace hearth {
@@ -50,20 +51,44 @@ class Reader {
       fail(where + "'" + key + "' is not a non-negative integer");
     return v.get<uint64_t>();
   }
-  // A file's content, or "" when the field is absent or null. The worker parses it later, so
-  // its depth is bounded like any other JSON's.
-  std::string optional_text(const json& files, const char* key) const {
-    const auto it = files.find(key);
-    if (it == files.end() || it->is_null()) return "";
-    if (!it->is_string()) fail("files['" + std::string(key) + "'] is not a string");
-    try {
-      check_json_depth(it->get_ref<const std::string&>(), std::string("files['") + key + "']");
-    } catch (const JsonError& e) {
-      fail(e.what());
-    }
-    return it->get<std::string>();
-  }
 };
+
+// files: {name: {"bytes", "xxh3", "fd"} or null}. The descriptors are attached in index order,
+// so the indexes must be exactly 0..n-1 for the worker to match them.
+std::vector<ManifestFile> parse_files(const Reader& r, const json& files) {
+  if (!files.is_object()) r.fail("'files' is not an object");
+  std::vector<ManifestFile> out;
+  for (const auto& [name, entry] : files.items()) {
+    const std::string where = "files['" + name + "']: ";
+    if (std::find(std::begin(kManifestFileNames), std::end(kManifestFileNames), name) ==
+        std::end(kManifestFileNames))
+      r.fail("unknown file '" + name + "'");
+    if (entry.is_null()) continue;
+    if (!entry.is_object()) r.fail(where + "not an object or null");
+    ManifestFile f;
+    f.name = name;
+    f.bytes = r.unsigned_int(entry, "bytes", where);
+    if (f.bytes == 0 || f.bytes > kMaxTextFileBytes)
+      r.fail(where + "'bytes' " + std::to_string(f.bytes) + " is not in 1.." +
+             std::to_string(kMaxTextFileBytes));
+    const std::string checksum = r.string(entry, "xxh3", where);
+    const auto value = checksum_from_hex(checksum);
+    if (!value) r.fail(where + "'xxh3' is '" + checksum + "', not 16 lower-case hex digits");
+    f.xxh3 = *value;
+    const uint64_t fd = r.unsigned_int(entry, "fd", where);
+    if (fd >= std::size(kManifestFileNames))
+      r.fail(where + "'fd' " + std::to_string(fd) + " is out of range");
+    f.fd = uint32_t(fd);
+    out.push_back(std::move(f));
+  }
+  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.fd < b.fd; });
+  for (size_t i = 0; i < out.size(); ++i)
+    if (out[i].fd != i)
+      r.fail("files['" + out[i].name + "']: 'fd' " + std::to_string(out[i].fd) +
+             (i > 0 && out[i - 1].fd == out[i].fd ? " is used twice" : " leaves a gap") +
+             " (the indexes must be 0.." + std::to_string(out.size() - 1) + ")");
+  return out;
+}
 
 ManifestTensor parse_tensor(const Reader& r, const json& t, size_t index) {
   std::string where = "tensors[" + std::to_string(index) + "]: ";
@@ -140,17 +165,10 @@ void check_fits_in_a_reply(const Manifest& m, const json& j) {
   } catch (const json::exception& e) {
     throw std::runtime_error("manifest of model '" + m.model + "' cannot be encoded: " + e.what());
   }
-  if (bytes <= kMaxManifestBytes) return;
-  const std::pair<const char*, size_t> files[] = {
-      {"tokenizer.json", m.tokenizer_json.size()},
-      {"tokenizer_config.json", m.tokenizer_config_json.size()},
-      {"generation_config.json", m.generation_config_json.size()}};
-  const auto largest = *std::max_element(std::begin(files), std::end(files),
-                                         [](auto a, auto b) { return a.second < b.second; });
-  throw std::runtime_error("model '" + m.model + "': its manifest would be " +
-                           std::to_string(bytes) + " bytes, more than the " +
-                           std::to_string(kMaxManifestBytes) + " a reply can carry to a worker (" +
-                           largest.first + " is " + std::to_string(largest.second) + " bytes)");
+  if (bytes > kMaxManifestBytes)
+    throw std::runtime_error("model '" + m.model + "': its manifest would be " +
+                             std::to_string(bytes) + " bytes, more than the " +
+                             std::to_string(kMaxManifestBytes) + " a reply can carry to a worker");
 }
 
 }  // namespace
@@ -167,11 +185,33 @@ uint64_t Manifest::allocation_bytes() const {
   return n;
 }
 
+const ManifestFile* Manifest::file(std::string_view name) const {
+  for (const ManifestFile& f : files)
+    if (f.name == name) return &f;
+  return nullptr;
+}
+
 std::vector<uint64_t> Manifest::allocation_ids() const {
   std::vector<uint64_t> ids;
   ids.reserve(tensors.size());
   for (const ManifestTensor& t : tensors) ids.push_back(t.allocation);
   return ids;
+}
+
+Manifest build_manifest(const std::string& name, const HfModel& model, const ExportableStore& store,
+                        const std::vector<uint64_t>& checksums, std::vector<ManifestFile> files) {
+  Manifest m;
+  m.model = name;
+  m.backend = store.backend_name();
+  m.gpu_uuid = store.gpu_uuid();
+  m.architecture = json::parse(model.config_json());
+  m.config = store.config();
+  m.files = std::move(files);
+  for (size_t i = 0; i < store.tensors().size(); ++i) {
+    const StoredTensor& t = store.tensors()[i];
+    m.tensors.push_back(ManifestTensor{t.info, t.alloc_bytes, t.alloc_id, checksums.at(i)});
+  }
+  return m;
 }
 
 json manifest_to_json(const Manifest& m) {
@@ -186,16 +226,17 @@ json manifest_to_json(const Manifest& m) {
                        {"xxh3", checksum_to_hex(t.xxh3)}});
   }
   auto text = [](const std::string& s) { return s.empty() ? json(nullptr) : json(s); };
+  json files = json::object();
+  for (std::string_view name : kManifestFileNames) files[std::string(name)] = nullptr;
+  for (const ManifestFile& f : m.files)
+    files[f.name] = {{"bytes", f.bytes}, {"xxh3", checksum_to_hex(f.xxh3)}, {"fd", f.fd}};
   json j = {{"format", kManifestFormat},
             {"version", kManifestVersion},
             {"model", m.model},
             {"backend", m.backend},
             {"gpu_uuid", text(m.gpu_uuid)},
             {"architecture", m.architecture},
-            {"files",
-             {{"tokenizer.json", text(m.tokenizer_json)},
-              {"tokenizer_config.json", text(m.tokenizer_config_json)},
-              {"generation_config.json", text(m.generation_config_json)}}},
+            {"files", std::move(files)},
             {"tensor_bytes", m.tensor_bytes()},
             {"allocation_bytes", m.allocation_bytes()},
             {"tensors", std::move(tensors)}};
@@ -234,11 +275,7 @@ Manifest parse_manifest(const json& j) {
   m.config =
       parse_model_config(m.architecture, "manifest of model '" + m.model + "': architecture");
 
-  const json& files = r.field(j, "files", "");
-  if (!files.is_object()) r.fail("'files' is not an object");
-  m.tokenizer_json = r.optional_text(files, "tokenizer.json");
-  m.tokenizer_config_json = r.optional_text(files, "tokenizer_config.json");
-  m.generation_config_json = r.optional_text(files, "generation_config.json");
+  m.files = parse_files(r, r.field(j, "files", ""));
 
   const json& tensors = r.field(j, "tensors", "");
   if (!tensors.is_array()) r.fail("'tensors' is not an array");

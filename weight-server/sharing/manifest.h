@@ -1,25 +1,31 @@
 // The manifest: everything a worker needs to run a served model without its directory. The
-// model's name, its architecture (config.json as an object), the tokenizer and generation files,
-// the allocation backend, the GPU the allocations live on, and one entry per tensor: name,
-// dtype, shape, bytes, allocation bytes, allocation id and the xxh3 checksum of the bytes as
-// stored. It arrives over a socket from another process, so parsing checks every field and the
-// tensor list against the architecture before anything is mapped.
+// model's name, its architecture (config.json as an object), the allocation backend, the GPU the
+// allocations live on, one entry per shared file (tokenizer.json, tokenizer_config.json,
+// generation_config.json and the tokenizer image the server built: name, size, xxh3 and the
+// index of its sealed memfd among the descriptors of the manifest reply) and one entry per
+// tensor: name, dtype, shape, bytes, allocation bytes, allocation id and the xxh3 checksum of
+// the bytes as stored. It arrives over a socket from another process, so parsing checks every
+// field and the tensor list against the architecture before anything is mapped.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "ipc/frame.h"
+#include "weight-server/model/hf_model.h"
 #include "weight-server/model/model_config.h"
 #include "weight-server/model/safetensors.h"
+#include "weight-server/sharing/exportable_store.h"
 
 namespace hearth {
 
 // Bumped on any change a reader of an older version would misread.
-inline constexpr int kManifestVersion = 1;
+// 2: the files travel as sealed memfds beside the manifest, no longer inline as text.
+inline constexpr int kManifestVersion = 2;
 inline constexpr const char* kManifestFormat = "hearth-manifest";
 // The largest manifest a `manifest` reply can carry: a frame, less room for the reply around it.
 inline constexpr size_t kMaxManifestBytes = ipc::kDefaultMaxFrameBytes - 4096;
@@ -31,27 +37,53 @@ struct ManifestTensor {
   uint64_t xxh3 = 0;              // of the info.bytes stored bytes
 };
 
+// The files a manifest may name, in the order their descriptors are attached.
+inline constexpr std::string_view kTokenizerJsonFile = "tokenizer.json";
+inline constexpr std::string_view kTokenizerConfigFile = "tokenizer_config.json";
+inline constexpr std::string_view kGenerationConfigFile = "generation_config.json";
+// The server's tokenizer image of tokenizer.json (worker/tokenizer/README.md).
+inline constexpr std::string_view kTokenizerImageFile = "tokenizer.image";
+inline constexpr std::string_view kManifestFileNames[] = {
+    kTokenizerJsonFile, kTokenizerConfigFile, kGenerationConfigFile, kTokenizerImageFile};
+
+// A file shared as a sealed memfd attached to the manifest reply; absent files are not listed
+// (an empty file is absent).
+struct ManifestFile {
+  std::string name;    // one of kManifestFileNames
+  uint64_t bytes = 0;  // > 0
+  uint64_t xxh3 = 0;   // of the bytes
+  uint32_t fd = 0;     // index among the manifest reply's descriptors
+};
+
 struct Manifest {
   std::string model;
   std::string backend;   // "memfd" | "vmm"
   std::string gpu_uuid;  // vmm: the device holding the allocations; memfd: empty
   nlohmann::json architecture = nlohmann::json::object();  // config.json
   ModelConfig config;                                      // parsed from `architecture`
-  std::string tokenizer_json, tokenizer_config_json, generation_config_json;  // "" when absent
-  std::vector<ManifestTensor> tensors;  // in the architecture's order
+  std::vector<ManifestFile> files;                         // fd i is files[i]
+  std::vector<ManifestTensor> tensors;                     // in the architecture's order
+
+  const ManifestFile* file(std::string_view name) const;  // null when absent
 
   uint64_t tensor_bytes() const;
   uint64_t allocation_bytes() const;
   std::vector<uint64_t> allocation_ids() const;
 };
 
-// The manifest as JSON. Throws std::runtime_error naming the largest file when it would not fit
-// in a reply (kMaxManifestBytes), so that a server refuses such a model when loading it.
+// The manifest of `store`, loaded from `model` under `name`; `checksums[i]` belongs to
+// store.tensors()[i]; `files` are the shared files, their `fd` their index.
+Manifest build_manifest(const std::string& name, const HfModel& model, const ExportableStore& store,
+                        const std::vector<uint64_t>& checksums, std::vector<ManifestFile> files);
+
+// The manifest as JSON. Throws std::runtime_error when it would not fit in a reply
+// (kMaxManifestBytes), so that a server refuses such a model when loading it.
 nlohmann::json manifest_to_json(const Manifest& manifest);
 
-// Reads and validates a manifest: format and version, field types, backend, dtype/shape/bytes
-// consistency, unique allocation ids, and exactly the tensors (names and shapes) that
-// expected_tensors() gives for the architecture. Throws std::runtime_error naming the model,
+// Reads and validates a manifest: format and version, field types, backend, known file names
+// with distinct descriptor indexes 0..n-1, dtype/shape/bytes consistency, unique allocation
+// ids, and exactly the tensors (names and shapes) that expected_tensors() gives for the
+// architecture. Throws std::runtime_error naming the model,
 // the tensor and the field at fault.
 Manifest parse_manifest(const nlohmann::json& json);
 

@@ -24,19 +24,28 @@ double ms_since(Clock::time_point& mark) {
 
 }  // namespace
 
-ImportedModel import_served_model(ipc::Client& client, const std::string& model,
-                                  const ImportOptions& options) {
-  ImportedModel out;
-  Clock::time_point mark = Clock::now();
+FetchedManifest fetch_manifest(ipc::Client& client, const std::string& model) {
   ipc::Frame reply = client.call(ipc::op::kManifest, {{"model", model}});
   const auto it = reply.body.find("manifest");
   if (it == reply.body.end())
     throw std::runtime_error("the server's reply to 'manifest' for model '" + model +
                              "' carries no manifest");
+  FetchedManifest out;
   out.manifest = parse_manifest(*it);
   if (out.manifest.model != model)
     throw std::runtime_error("asked the server for model '" + model +
                              "' and got the manifest of '" + out.manifest.model + "'");
+  out.files = SharedFiles::receive(out.manifest, std::move(reply.fds));
+  return out;
+}
+
+ImportedModel import_served_model(ipc::Client& client, const std::string& model,
+                                  const ImportOptions& options) {
+  ImportedModel out;
+  Clock::time_point mark = Clock::now();
+  FetchedManifest fetched = fetch_manifest(client, model);
+  out.manifest = std::move(fetched.manifest);
+  out.files = std::move(fetched.files);
   out.timings.manifest_ms = ms_since(mark);
 
   // The GPU is checked before importing anything: a worker on the wrong device should fail

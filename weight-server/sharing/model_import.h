@@ -1,4 +1,5 @@
-// A worker attaching to a served model: fetch and check the manifest, check the GPU, import one
+// A worker attaching to a served model: fetch and check the manifest and map the files sent
+// with it (shared_files.h), check the GPU, import one
 // descriptor per tensor and map them (memfd: read-only mmap; vmm: import + reserve + map), and
 // optionally recompute every tensor's checksum. The connection it runs on is the worker's
 // lease; keep it open for as long as the weights are used.
@@ -11,6 +12,7 @@
 
 #include "ipc/client.h"
 #include "weight-server/sharing/manifest.h"
+#include "weight-server/sharing/shared_files.h"
 #include "weight-server/model/weight_store.h"
 
 namespace hearth {
@@ -25,15 +27,25 @@ struct ImportOptions {
 
 // Milliseconds per step, for the attach benchmark and the worker's timings.
 struct ImportTimings {
-  double manifest_ms = 0;  // request, receive and validate the manifest
+  double manifest_ms = 0;  // request, receive and validate the manifest, map its files
   double gpu_ms = 0;       // vmm: find the device, create the CUDA context
   double import_ms = 0;    // receive every descriptor
   double map_ms = 0;       // check and map them
   double verify_ms = 0;    // recompute checksums (when asked)
 };
 
+struct FetchedManifest {
+  Manifest manifest;
+  SharedFiles files;
+};
+
+// Asks the server for `model`'s manifest, validates it and checks and maps the files its reply
+// carries. Throws as import_served_model does.
+FetchedManifest fetch_manifest(ipc::Client& client, const std::string& model);
+
 struct ImportedModel {
   Manifest manifest;
+  SharedFiles files;
   std::shared_ptr<const WeightStore> store;
   ImportTimings timings;
 };

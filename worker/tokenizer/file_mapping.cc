@@ -28,11 +28,14 @@ struct Fd {
 }  // namespace
 
 FileMapping::FileMapping(const std::filesystem::path& path) {
-  const Fd file{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  // O_NONBLOCK: opening a FIFO would otherwise wait for a writer; it is refused below instead.
+  const Fd file{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY)};
   if (file.fd < 0) fail(path, "open");
   struct stat st {};
   if (::fstat(file.fd, &st) != 0) fail(path, "stat");
-  if (!S_ISREG(st.st_mode)) throw std::runtime_error(path.string() + ": not a regular file");
+  if (!S_ISREG(st.st_mode))
+    throw std::runtime_error(path.string() +
+                             ": not a regular file (a directory, FIFO, socket or device)");
   size_ = static_cast<size_t>(st.st_size);
   if (size_ == 0) return;  // mmap refuses empty lengths; an empty view is what the file holds
   // MAP_POPULATE: every byte is about to be read (checksum, hashing), so fault it in at once.

@@ -1,7 +1,6 @@
 #include "tokenizer.h"
 
-#include <fstream>
-#include <sstream>
+#include <memory>
 #include <stdexcept>
 
 #include "digest.h"
@@ -75,13 +74,16 @@ std::filesystem::path tokenizer_json_path(const std::filesystem::path& path) {
 
 Tokenizer Tokenizer::from_file(const std::filesystem::path& path) {
   const std::filesystem::path file = tokenizer_json_path(path);
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw std::runtime_error("cannot open tokenizer file " + file.string());
-  std::ostringstream content;
-  content << in.rdbuf();
-  if (in.bad()) throw std::runtime_error("cannot read tokenizer file " + file.string());
+  // The tokenizer library's own whole-file reader (weight-server/'s read_file is a layer it may
+  // not use): a mapping, which refuses FIFOs and other non-regular files rather than blocking.
+  std::unique_ptr<tok::FileMapping> content;
   try {
-    return from_json(content.str());
+    content = std::make_unique<tok::FileMapping>(file);
+  } catch (const std::runtime_error& e) {
+    throw std::runtime_error(std::string("cannot open tokenizer file ") + e.what());
+  }
+  try {
+    return from_json(content->text());
   } catch (const std::runtime_error& e) {
     throw std::runtime_error(file.string() + ": " + e.what());
   }

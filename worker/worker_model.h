@@ -26,6 +26,7 @@ struct WorkerModel {
   std::string name;
   std::shared_ptr<const WeightStore> store;
   std::shared_ptr<const HfModel> source;  // single-process mode: the directory, for uploads
+  std::string identity;                   // for the prefix cache's domain (model_identity.h)
   std::string tokenizer_json, tokenizer_config_json, generation_config_json;
   // Served mode: the connection to the server, held open as this worker's lease on the weights
   // until the model is dropped. Nothing reads it while generating, so a server that exits

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "worker/engine/cache_domain.h"
 #include "worker/engine/stop_matcher.h"
 #include "worker/tokenizer/tokenizer.h"
 
@@ -39,12 +40,14 @@ struct Engine::Live {
 };
 
 Engine::Engine(Backend& backend, const EngineOptions& options, const Tokenizer* tokenizer,
-               std::vector<int32_t> eos_ids)
+               std::vector<int32_t> eos_ids, std::string_view model_identity)
     : backend_(backend),
       tokenizer_(tokenizer),
       eos_ids_(std::move(eos_ids)),
-      kv_(backend.kv_pool().num_blocks, backend.kv_pool().block_size),
-      scheduler_(scheduler_options(options, backend), kv_) {}
+      kv_(backend.kv_pool().num_blocks, backend.kv_pool().block_size,
+          options.prefix_cache && backend.paged_kv()),
+      scheduler_(scheduler_options(options, backend), kv_),
+      cache_domain_(cache_domain_key(options, backend.name(), model_identity)) {}
 
 Engine::~Engine() = default;
 
@@ -86,6 +89,8 @@ void Engine::submit(Request request) {
   l.seq.id = next_sequence_++;
   l.seq.tokens = l.request.prompt;
   l.seq.prompt_tokens = prompt;
+  if (kv_.prefix_caching())
+    l.seq.chain_root = chain_root_key(cache_domain_, l.request.settings.cache_salt);
   live_.emplace(l.request.id, std::move(live));
   if (max_tokens == 0) {  // nothing to compute
     RequestOutput out;
@@ -130,6 +135,7 @@ void Engine::finish(Live& live, FinishReason reason, std::string error, RequestO
   f.error = std::move(error);
   f.prompt_tokens = live.seq.prompt_tokens;
   f.generated_tokens = live.seq.generated();
+  f.cached_tokens = live.seq.cached_prompt_tokens;
   f.preemptions = live.seq.preemptions;
   if (live.scheduled) f.timings.queue_ms = ms_between(live.submitted, *live.scheduled);
   if (live.scheduled && live.prompt_done)
@@ -212,6 +218,7 @@ std::vector<RequestOutput> Engine::step() {
     for (size_t i = 0; i < schedule.chunks.size(); ++i) {
       const ScheduledChunk& c = schedule.chunks[i];
       c.seq->computed = c.start + c.count;
+      kv_.cache_full_blocks(*c.seq, c.start, c.seq->computed);
       counters_.forwarded_tokens += c.count;
       if (!c.wants_logits()) continue;
       const Live& live = *by_sequence_.at(c.seq->id);
@@ -249,6 +256,10 @@ EngineStats Engine::stats() const {
   s.kv_blocks_total = kv_.pool().total();
   s.kv_block_size = kv_.block_size();
   s.preemptions = scheduler_.preemptions();
+  s.prefix_cache_queries = scheduler_.prefix_cache_queries();
+  s.prefix_cache_hits = scheduler_.prefix_cache_hits();
+  s.prefix_cache_blocks = kv_.cached_blocks();
+  s.prefix_cache_evicted_blocks = kv_.evicted_blocks();
   return s;
 }
 

@@ -19,6 +19,7 @@
 // prompt when it is admitted (and again when re-admitted after a preemption: its blocks stayed
 // cached), and again before each later chunk of its prompt, so two requests sharing a prefix
 // share its blocks as soon as one of them has computed them, while both are in flight.
+// Sequences admitted in the same step each compute what they share: no block is cached yet.
 //
 // The schedule is a function of the order of add()/remove() calls and the options alone. Hits
 // change only how much work a step does, never a token: a cached block holds exactly the bits a

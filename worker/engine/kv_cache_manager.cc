@@ -56,6 +56,12 @@ const BlockKey& KvCacheManager::block_key(Sequence& seq, int block) {
   return seq.block_keys[block];
 }
 
+int KvCacheManager::next_lookup_block(const Sequence& seq) const {
+  const int j = seq.computed / block_size_;
+  const int last_token = int(seq.tokens.size()) - 1;
+  return prefix_cache_on_ && (j + 1) * block_size_ <= last_token ? j : -1;
+}
+
 int KvCacheManager::reuse_cached_blocks(Sequence& seq) {
   if (!prefix_cache_on_) return 0;
   const int before = seq.computed;

@@ -48,6 +48,10 @@ class KvCacheManager {
   // seq.computed past them. A partly computed last block is swapped for the cached full one.
   // Returns the tokens found (0 with caching off).
   int reuse_cached_blocks(Sequence& seq);
+  // The block a lookup for `seq` would try next, and its key; -1 when its next lookup cannot
+  // find anything (caching off, or the next block would hold its last token).
+  int next_lookup_block(const Sequence& seq) const;
+  const BlockKey& block_key(Sequence& seq, int block);
   // Registers the blocks of `seq` that became full when positions [from, to) were computed.
   void cache_full_blocks(Sequence& seq, int from, int to);
   // Forgets every cached block nobody holds (they stay free); the rest stay cached.
@@ -57,8 +61,6 @@ class KvCacheManager {
   uint64_t evicted_blocks() const { return evicted_; }
 
  private:
-  const BlockKey& block_key(Sequence& seq, int block);
-
   KvBlockPool pool_;
   int block_size_;
   bool prefix_cache_on_;

@@ -66,7 +66,17 @@ Schedule Scheduler::schedule() {
   Schedule out;
   const uint64_t step = ++steps_;
   int budget = options_.max_batch_tokens;
+  // Prefix caching: the keys of the blocks this step's chunks complete.
+  std::unordered_set<BlockKey, BlockKeyHash> completing;
+  const int block_size = kv_.block_size();
+  auto waits_for_block = [&](Sequence& seq) {
+    const int j = kv_.next_lookup_block(seq);
+    return j >= 0 && completing.contains(kv_.block_key(seq, j));
+  };
   auto take = [&](Sequence& seq, int count) {
+    if (kv_.prefix_caching())
+      for (int j = seq.computed / block_size; (j + 1) * block_size <= seq.computed + count; ++j)
+        completing.insert(kv_.block_key(seq, j));
     out.chunks.push_back({&seq, seq.computed, count});
     seq.scheduled_step = step;
     seq.computed_high = std::max(seq.computed_high, seq.computed + count);
@@ -85,6 +95,7 @@ Schedule Scheduler::schedule() {
       if (!decodes) {
         const int from = seq->computed;
         count_hit(*seq, from, kv_.reuse_cached_blocks(*seq));
+        if (waits_for_block(*seq)) continue;
       }
       const int count = std::min(seq->pending(), budget);
       if (reserve(*seq, seq->computed + count, step, out)) take(*seq, count);
@@ -99,7 +110,7 @@ Schedule Scheduler::schedule() {
     const int from = seq.computed, brought = seq.pending();
     const int found = kv_.reuse_cached_blocks(seq);
     const int count = std::min(seq.pending(), budget);
-    if (!kv_.allocate(seq.id, seq.computed + count)) {
+    if (waits_for_block(seq) || !kv_.allocate(seq.id, seq.computed + count)) {
       kv_.free(seq.id);  // the blocks it found stay cached for its next try
       seq.computed = from;
       break;

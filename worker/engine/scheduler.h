@@ -18,8 +18,11 @@
 // With prefix caching (kv_cache_manager.h), a sequence takes the cached blocks that continue its
 // prompt when it is admitted (and again when re-admitted after a preemption: its blocks stayed
 // cached), and again before each later chunk of its prompt, so two requests sharing a prefix
-// share its blocks as soon as one of them has computed them, while both are in flight.
-// Sequences admitted in the same step each compute what they share: no block is cached yet.
+// share its blocks as soon as one of them has computed them, while both are in flight. A
+// sequence whose next block another sequence completes in this very step waits a step to find
+// it rather than compute it twice: a running one skips the step, a waiting one stays at the
+// head of the queue (so a burst of requests with one prompt computes the prompt once). Such a
+// wait ends when that block is registered, at the end of the step.
 //
 // The schedule is a function of the order of add()/remove() calls and the options alone. Hits
 // change only how much work a step does, never a token: a cached block holds exactly the bits a
@@ -30,6 +33,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <unordered_set>
 #include <vector>
 
 #include "worker/engine/kv_cache_manager.h"

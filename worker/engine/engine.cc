@@ -218,7 +218,6 @@ std::vector<RequestOutput> Engine::step() {
     for (size_t i = 0; i < schedule.chunks.size(); ++i) {
       const ScheduledChunk& c = schedule.chunks[i];
       c.seq->computed = c.start + c.count;
-      kv_.cache_full_blocks(*c.seq, c.start, c.seq->computed);
       counters_.forwarded_tokens += c.count;
       if (!c.wants_logits()) continue;
       const Live& live = *by_sequence_.at(c.seq->id);
@@ -228,6 +227,10 @@ std::vector<RequestOutput> Engine::step() {
       sampled.push_back(c.seq->id);
     }
     const std::vector<SampleResult> results = backend_.sample(samples);
+    // Only now, with the step known to have worked (a GPU reports a failed forward when it is
+    // waited on), do the blocks it filled become findable, and before a finish frees them.
+    for (const ScheduledChunk& c : schedule.chunks)
+      kv_.cache_full_blocks(*c.seq, c.start, c.start + c.count);
     const Clock::time_point done = Clock::now();
     for (size_t i = 0; i < results.size(); ++i) {
       Live& live = *by_sequence_.at(sampled[i]);
@@ -237,6 +240,8 @@ std::vector<RequestOutput> Engine::step() {
       emit_token(live, results[i], out);
     }
   } catch (const std::exception& e) {
+    // Nothing is guaranteed about the pool after a failed step: no cached block is trusted.
+    kv_.forget_cached_blocks();
     std::vector<RequestOutput> failed =
         fail_step(ids, std::string("the ") + backend_.name() + " backend failed: " + e.what());
     for (RequestOutput& f : failed) outputs.push_back(std::move(f));

@@ -56,6 +56,8 @@ class KvCacheManager {
   void cache_full_blocks(Sequence& seq, int from, int to);
   // Forgets every cached block nobody holds (they stay free); the rest stay cached.
   void drop_unused_cached_blocks();
+  // Forgets every cached block; those held stay with their holders, unshared from now on.
+  void forget_cached_blocks() { cache_.clear(); }
 
   int cached_blocks() const { return cache_.size(); }  // held or not
   uint64_t evicted_blocks() const { return evicted_; }

@@ -48,6 +48,7 @@ TEST(PrefixCacheKeys, TheDomainCoversModelBackendAndNumericsOptionsOnly) {
   EXPECT_NE(with([](EngineOptions& o) { o.cuda_engine = "single"; }), d);
   EXPECT_NE(with([](EngineOptions& o) { o.decode_gemv = "cublas"; }), d);
   EXPECT_NE(with([](EngineOptions& o) { o.weights_layout = "packed"; }), d);
+  EXPECT_NE(with([](EngineOptions& o) { o.batch_invariant = false; }), d);
   // Options that change no bits leave the domain alone, so such engines could share.
   EXPECT_EQ(with([](EngineOptions& o) { o.matmul_tiling = "tuned"; }), d);
   EXPECT_EQ(with([](EngineOptions& o) { o.cuda_graphs = false; }), d);

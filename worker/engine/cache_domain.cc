@@ -20,6 +20,7 @@ BlockKey cache_domain_key(const EngineOptions& options, std::string_view backend
   field("kv_cache_dtype", options.kv_cache_dtype);
   field("decode_gemv", options.decode_gemv);
   field("weights_layout", options.weights_layout);
+  field("batch_invariant", options.batch_invariant ? "true" : "false");
   const XXH128_hash_t h = XXH3_128bits(text.data(), text.size());
   return {h.low64, h.high64};
 }

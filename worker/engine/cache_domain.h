@@ -4,11 +4,14 @@
 //
 // It covers the model's identity (the worker's; served mode: the manifest's tensor checksums),
 // the resolved backend (the cpu backend computes in fp32, the cuda one in bf16/f16), and the
-// engine options that change numerics: cuda_engine, kv_cache_dtype, decode_gemv and
-// weights_layout (the last believed bit-neutral, but cheap to keep apart). The weights' dtype
-// is part of the model identity. Left out because they change no bits: matmul_tiling (every
-// tiling gives the same bits), cuda_graphs, the batch and pool limits (the kernels are batch-
-// and chunk-invariant) and context_length; kv_block_size shapes the chain itself.
+// engine options that change numerics: cuda_engine, kv_cache_dtype, decode_gemv,
+// batch_invariant and weights_layout (the last believed bit-neutral, but cheap to keep apart).
+// The weights' dtype is part of the model identity. With batch_invariant off a block's bits
+// depend on what shared its steps, so a hit gives a block as good as a recomputed one but not
+// the same bits; that engine promises no bit-identity anyway. Left out because they change no bits:
+// matmul_tiling (every tiling gives the same bits), cuda_graphs, the batch and pool limits (the
+// kernels are batch- and chunk-invariant) and context_length; kv_block_size shapes the chain
+// itself.
 //
 // Today a cache lives and dies with one engine, whose domain never changes; the domain is what
 // keeps keys meaningful once blocks are shared beyond one engine (DESIGN.md: prefixes exported

@@ -247,7 +247,8 @@ int run(int argc, char** argv) {
                "instead: the batched engine serving --concurrency levels of a fixed workload");
   app.add_option("--concurrency", concurrency, "with --serve-bench: requests at once (a,b,...)");
   app.add_option("--prompt-tokens", prompt_tokens, "with --serve-bench: tokens per prompt");
-  app.add_option("--output-tokens", output_tokens, "with --serve-bench: tokens generated each");
+  app.add_option("--output-tokens", output_tokens,
+                 "with --serve-bench: tokens generated each (256; 128 with --shared-prefix)");
   app.add_option("--temperature", temperature, "with --serve-bench: 0 for greedy");
   hearth::bench::PrefixBenchOptions prefix;
   hearth::bench::add_prefix_bench_flags(app, prefix);

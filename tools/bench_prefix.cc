@@ -147,12 +147,16 @@ json describe_host() {
 void add_prefix_bench_flags(CLI::App& app, PrefixBenchOptions& o) {
   app.add_option("--shared-prefix", o.prefix_tokens,
                  "with --serve-bench: the prefix-caching workload, with this many prefix tokens "
-                 "(2000 is the reference)");
+                 "(2000 is the reference)")
+      ->capture_default_str();
   app.add_option("--suffix-tokens", o.suffix_tokens,
-                 "with --shared-prefix: each request's own tokens after the prefix");
-  app.add_option("--prefix-requests", o.requests, "with --shared-prefix: requests per run");
+                 "with --shared-prefix: each request's own tokens after the prefix")
+      ->capture_default_str();
+  app.add_option("--prefix-requests", o.requests, "with --shared-prefix: requests per run")
+      ->capture_default_str();
   app.add_option("--prefix-concurrency", o.concurrency,
-                 "with --shared-prefix: requests in the engine at once");
+                 "with --shared-prefix: requests in the engine at once")
+      ->capture_default_str();
 }
 
 json prefix_bench(const PrefixBenchOptions& o) {

@@ -25,7 +25,8 @@ int run(int argc, char** argv) {
   app.add_option("--label", o.label, "model label in the report (default: the directory)");
   app.add_flag("--serve-bench", serve, "the engine serving a workload (needs --shared-prefix here)")
       ->required();
-  app.add_option("--output-tokens", o.output_tokens, "tokens generated per request");
+  app.add_option("--output-tokens", o.output_tokens, "tokens generated per request")
+      ->capture_default_str();
   app.add_option("--set", settings, "engine option key=value (repeatable)");
   app.add_option("--json", json_path, "also write the JSON report here");
   hearth::bench::add_prefix_bench_flags(app, o);

@@ -48,9 +48,10 @@ class KvCacheManager {
   // seq.computed past them. A partly computed last block is swapped for the cached full one.
   // Returns the tokens found (0 with caching off).
   int reuse_cached_blocks(Sequence& seq);
-  // The block a lookup for `seq` would try next, and its key; -1 when its next lookup cannot
-  // find anything (caching off, or the next block would hold its last token).
+  // The block a lookup for `seq` would try next; -1 when its next lookup cannot find anything
+  // (caching off, or that block would hold its last token).
   int next_lookup_block(const Sequence& seq) const;
+  // The chain key of `seq`'s block `block` (its tokens must be known), computed once.
   const BlockKey& block_key(Sequence& seq, int block);
   // Registers the blocks of `seq` that became full when positions [from, to) were computed.
   void cache_full_blocks(Sequence& seq, int from, int to);

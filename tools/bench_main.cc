@@ -1,8 +1,9 @@
 // hearth-bench: decode and prefill speed of the CUDA engine on a model directory, against the
 // hardware ceilings (device-to-device copy bandwidth for decode, dense bf16 matmul rate for
 // prefill). Prints a table and one JSON object with the machine, model and settings. Other
-// modes: --batch-kernels (the continuous-batching kernels alone) and --serve-bench (the
-// batched engine serving many requests at once, bench_serve.h).
+// modes: --batch-kernels (the continuous-batching kernels alone), --serve-bench (the batched
+// engine serving many requests at once, bench_serve.h) and --serve-bench --shared-prefix (what
+// prefix caching buys and costs, bench_prefix.h).
 #include <cuda_runtime.h>
 #include <unistd.h>
 
@@ -19,6 +20,7 @@
 #include "kernels/device_buffer.h"
 #include "kernels/ops.h"
 #include "tools/bench_batch_kernels.h"
+#include "tools/bench_prefix.h"
 #include "tools/bench_serve.h"
 #include "worker/engine/cuda/cuda_backend.h"
 #include "worker/engine/profile.h"
@@ -245,8 +247,11 @@ int run(int argc, char** argv) {
                "instead: the batched engine serving --concurrency levels of a fixed workload");
   app.add_option("--concurrency", concurrency, "with --serve-bench: requests at once (a,b,...)");
   app.add_option("--prompt-tokens", prompt_tokens, "with --serve-bench: tokens per prompt");
-  app.add_option("--output-tokens", output_tokens, "with --serve-bench: tokens generated each");
+  app.add_option("--output-tokens", output_tokens,
+                 "with --serve-bench: tokens generated each (256; 128 with --shared-prefix)");
   app.add_option("--temperature", temperature, "with --serve-bench: 0 for greedy");
+  hearth::bench::PrefixBenchOptions prefix;
+  hearth::bench::add_prefix_bench_flags(app, prefix);
   CLI11_PARSE(app, argc, argv);
   auto write_json = [&](const json& report) {
     if (json_path.empty()) return;
@@ -274,6 +279,17 @@ int run(int argc, char** argv) {
     json v = json::parse(s.substr(eq + 1), nullptr, false);
     if (v.is_discarded()) v = s.substr(eq + 1);
     hearth::apply_profile_json(profile, json{{s.substr(0, eq), v}}, "--set");
+  }
+  if (serve && app.count("--shared-prefix") > 0) {
+    prefix.model_dir = model_dir, prefix.label = label, prefix.engine = profile.engine;
+    if (app.count("--output-tokens") > 0) prefix.output_tokens = output_tokens;
+    prefix.machine = hearth::bench::describe_host();
+    cudaDeviceProp prop{};
+    if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) prefix.machine["gpu"] = prop.name;
+    const json report = hearth::bench::prefix_bench(prefix);
+    std::printf("%s\n", report.dump().c_str());
+    write_json(report);
+    return 0;
   }
   if (serve) {
     hearth::bench::ServeBenchOptions o;

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Runs the GPU half of hearth's evidence on a machine with a CUDA device: the GPU-labelled
 # tests, then hearth-bench on seeded synthetic models with the shapes of Llama-3.2-1B and
-# Llama-3.1-8B, and (serve) the batched engine's serving benchmark on them.
-# Usage: tools/gpu-check.sh BIN_DIR OUT_DIR [tests|bench|serve|all]
+# Llama-3.1-8B, (serve) the batched engine's serving benchmark on them, and (prefix) the
+# prefix-caching workload on them (hearth-bench --serve-bench --shared-prefix 2000).
+# Usage: tools/gpu-check.sh BIN_DIR OUT_DIR [tests|bench|serve|prefix|all]
 # HEARTH_BENCH_PRESETS picks the models (default: llama-3.2-1b llama-3.1-8b).
 set -uo pipefail
 bin=$(cd "$1" && pwd); out=$2; what=${3:-all}
@@ -37,6 +38,16 @@ if [ "$what" = serve ] || [ "$what" = all ]; then
     "$bin/hearth-bench" --serve-bench --model "$models/$preset" --json "$out/serve-$preset.json" \
       ${HEARTH_SERVE_ARGS:-} > "$out/serve-$preset.txt" 2> >(tee "$out/serve-$preset.err" | grep -v "^upload" >&2) || status=1
     grep "^|" "$out/serve-$preset.txt"
+  done
+fi
+if [ "$what" = prefix ] || [ "$what" = all ]; then
+  for preset in $presets; do
+    [ -f "$models/$preset/config.json" ] || "$bin/hearth-synth" --preset "$preset" --out "$models/$preset" 2>&1 | tail -1
+    echo "== prefix $preset"
+    "$bin/hearth-bench" --serve-bench --shared-prefix 2000 --model "$models/$preset" \
+      --json "$out/prefix-$preset.json" ${HEARTH_PREFIX_ARGS:-} > "$out/prefix-$preset.txt" \
+      2> >(tee "$out/prefix-$preset.err" | grep -v "^upload" >&2) || status=1
+    grep -E "^\||cache off / on" "$out/prefix-$preset.txt"
   done
 fi
 exit $status

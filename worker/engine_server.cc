@@ -50,7 +50,11 @@ json stats_json(const EngineStats& s) {
           {"forwarded_tokens", s.forwarded_tokens},
           {"generated_tokens", s.generated_tokens},
           {"preemptions", s.preemptions},
-          {"finished", s.finished}};
+          {"finished", s.finished},
+          {"prefix_cache_queries", s.prefix_cache_queries},
+          {"prefix_cache_hits", s.prefix_cache_hits},
+          {"prefix_cache_blocks", s.prefix_cache_blocks},
+          {"prefix_cache_evicted_blocks", s.prefix_cache_evicted_blocks}};
 }
 
 class EngineServer final : public broker::Handler {

@@ -283,7 +283,8 @@ int run(int argc, char** argv) {
   else
     sink = std::make_unique<hearth::TextSink>(stdout);
 
-  hearth::Engine engine(*backend, profile.engine, tok, hearth::end_of_sequence_ids(model, tok));
+  hearth::Engine engine(*backend, profile.engine, tok, hearth::end_of_sequence_ids(model, tok),
+                        model.identity);
   if (*serve_opt) {
     hearth::ServeOptions serve;
     serve.socket_path = serve_socket;

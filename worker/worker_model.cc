@@ -8,6 +8,7 @@
 #include "ipc/json_limits.h"
 #include "weight-server/model/hf_model.h"
 #include "weight-server/model/host_store.h"
+#include "worker/model_identity.h"
 #include "worker/tokenizer/tokenizer.h"
 
 namespace hearth {
@@ -22,6 +23,7 @@ WorkerModel open_model_dir(const std::filesystem::path& dir) {
   m.generation_config_json = hf->generation_config_json();
   m.store = std::make_shared<HostStore>(hf);
   m.source = hf;
+  m.identity = model_identity(*hf);
   return m;
 }
 
@@ -40,6 +42,7 @@ WorkerModel attach_served_model(const std::string& socket, const std::string& na
   import.on_device = options.on_device;
   ImportedModel imported = import_served_model(*client, name, import);
   m.name = imported.manifest.model;
+  m.identity = model_identity(imported.manifest);
   m.files = std::make_shared<const SharedFiles>(std::move(imported.files));
   m.tokenizer_json = m.files->text(kTokenizerJsonFile);
   m.tokenizer_config_json = m.files->text(kTokenizerConfigFile);

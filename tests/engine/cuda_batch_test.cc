@@ -312,6 +312,47 @@ TEST_F(CudaBatchEngine, PreemptionAndWaitingKeepTheTokens) {
   expect_same(got, alone(requests), "small pool");
 }
 
+// Prefix caching: 48 requests behind shared prefixes of 0 to 600 tokens (inside a block, on a
+// block's edge, across attention splits) get the same bits with the cache on and off, whether
+// the shared blocks came from a request still in flight, a finished one, or were kept through
+// a preemption (the second pool is too small for them all).
+TEST_F(CudaBatchEngine, PrefixCacheDoesNotChangeBits) {
+  HEARTH_REQUIRE_GPU();
+  std::vector<Request> requests = mixed_requests(48, 3000);
+  std::mt19937 rng(99);
+  std::vector<int32_t> prefix(600);
+  for (int32_t& t : prefix) t = int32_t(rng() % 3000);
+  const int shared[] = {0, 15, 16, 200, 513, 600};
+  for (size_t i = 0; i < requests.size(); ++i) {
+    std::vector<int32_t>& p = requests[i].prompt;
+    p.insert(p.begin(), prefix.begin(), prefix.begin() + shared[i % 6]);
+    p.resize(std::min<size_t>(p.size(), kContext - 40));
+  }
+  for (const EngineOptions& base : {options(256, 48), options(256, 24, 2000)}) {
+    EngineOptions off = base;
+    off.prefix_cache = false;
+    const std::map<std::string, Outcome> want = run(*backend(off), off, requests);
+    auto b = backend(base);
+    Engine engine(*b, base, nullptr, {});
+    for (const Request& r : requests) engine.submit(r);
+    std::map<std::string, Outcome> got;
+    int cached = 0;
+    while (engine.has_work())
+      for (const RequestOutput& step : engine.step()) {
+        Outcome& r = got[step.id];
+        for (const TokenOutput& t : step.tokens) {
+          r.tokens.push_back(t.token);
+          r.logprobs.push_back(t.logprob);
+        }
+        if (step.finish) r.reason = step.finish->reason, cached += step.finish->cached_tokens;
+      }
+    const std::string what = "pool " + std::to_string(base.kv_pool_tokens);
+    expect_same(got, want, what);
+    EXPECT_GT(cached, 0) << what;
+    EXPECT_EQ(engine.stats().kv_blocks_used, 0) << what;
+  }
+}
+
 // ---- The backend's checks and the factory ---------------------------------------------------
 
 TEST_F(CudaBatchEngine, RefusesBadEntriesNamingThem) {

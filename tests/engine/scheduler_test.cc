@@ -10,8 +10,8 @@ namespace hearth {
 namespace {
 
 struct Fixture {
-  Fixture(int blocks, int block_size, SchedulerOptions options)
-      : kv(blocks, block_size), scheduler(options, kv) {}
+  Fixture(int blocks, int block_size, SchedulerOptions options, bool prefix_cache = false)
+      : kv(blocks, block_size, prefix_cache), scheduler(options, kv) {}
   Sequence& add(int prompt) {
     auto s = std::make_unique<Sequence>();
     s->id = seqs.size() + 1;
@@ -26,6 +26,7 @@ struct Fixture {
     Schedule s = scheduler.schedule();
     for (const ScheduledChunk& c : s.chunks) {
       c.seq->computed = c.start + c.count;
+      kv.cache_full_blocks(*c.seq, c.start, c.seq->computed);
       if (c.wants_logits()) c.seq->tokens.push_back(2);
     }
     return s;
@@ -102,6 +103,47 @@ TEST(Scheduler, TheSameSubmissionsGiveTheSameSchedule) {
     return steps;
   };
   EXPECT_EQ(trace(), trace());
+}
+
+// Prefix caching: a waiting sequence whose next block another sequence completes this step
+// waits at the head of the queue, then starts where the cache leaves it.
+TEST(Scheduler, ASequenceWaitsAStepForABlockBeingComputed) {
+  Fixture f(32, 4, {64, 8}, /*prefix_cache=*/true);
+  Sequence& a = f.add(13);
+  Sequence& b = f.add(13);  // the same tokens
+  Sequence& c = f.add(5);
+  EXPECT_EQ(shape(f.step()), (Shape{{a.id, 13}}));  // b would compute what a computes; c waits
+  EXPECT_EQ(f.scheduler.waiting(), 2);
+  const Schedule s = f.step();
+  EXPECT_EQ(shape(s), (Shape{{a.id, 1}, {b.id, 1}, {c.id, 1}}));  // c's first block is a's too
+  EXPECT_EQ(s.chunks[1].start, 12);
+  EXPECT_EQ(b.cached_prompt_tokens, 12);
+  EXPECT_EQ(c.cached_prompt_tokens, 4);
+  EXPECT_EQ(f.scheduler.prefix_cache_hits(), 16u);
+  EXPECT_EQ(f.scheduler.prefix_cache_queries(), 13u + 13 + 5);
+}
+
+// A running sequence in its prompt looks again before each chunk: blocks another sequence
+// computed meanwhile are taken, its own partly computed block swapped for the cached one.
+TEST(Scheduler, APromptLooksAgainBeforeEachChunk) {
+  Fixture f(32, 4, {6, 8}, /*prefix_cache=*/true);
+  Sequence& b = f.add(13);
+  EXPECT_EQ(shape(f.step()), (Shape{{b.id, 6}}));
+  // Meanwhile another engine user computed and released the same 12 tokens.
+  Sequence other;
+  other.id = 99;
+  other.tokens = b.tokens;
+  other.prompt_tokens = 13;
+  ASSERT_TRUE(f.kv.allocate(other.id, 12));
+  f.kv.cache_full_blocks(other, 0, 12);
+  const int32_t cached_block1 = f.kv.block_table(other.id)[1];
+  f.kv.free(other.id);
+  const Schedule s = f.step();
+  EXPECT_EQ(shape(s), (Shape{{b.id, 1}}));
+  EXPECT_EQ(s.chunks[0].start, 12);
+  EXPECT_EQ(f.kv.block_table(b.id)[1], cached_block1);
+  EXPECT_EQ(b.cached_prompt_tokens, 6);
+  EXPECT_EQ(f.scheduler.prefix_cache_hits(), 6u);
 }
 
 TEST(Scheduler, RefusesOptionsThatCannotMakeProgress) {

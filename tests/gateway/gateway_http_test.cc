@@ -85,6 +85,31 @@ TEST_F(Gateway, CompletionHasOpenAIsShapeAndUsage) {
   EXPECT_EQ(j["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>() >= 0, true);
 }
 
+// A prompt sent again is served from the worker's prefix cache: the same text, usage reports
+// the cached prompt tokens, and the metrics count the hits.
+TEST_F(Gateway, ARepeatedPromptReportsCachedTokens) {
+  const std::string prompt =
+      "The lighthouse keeper counted the ships that passed each night, and wrote their names in "
+      "a book that nobody else had ever read, until one winter";
+  std::vector<json> replies;
+  for (int i = 0; i < 2; ++i) {
+    const auto r = gw().post("/v1/completions", completion(prompt, 6, {{"temperature", 0}}));
+    ASSERT_EQ(r.status, 200) << r.body;
+    replies.push_back(r.parsed());
+  }
+  EXPECT_EQ(replies[0]["usage"]["prompt_tokens_details"]["cached_tokens"], 0);
+  const int cached = replies[1]["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>();
+  EXPECT_GE(cached, 16);  // at least one whole block
+  EXPECT_LT(cached, replies[1]["usage"]["prompt_tokens"].get<int>());
+  EXPECT_EQ(replies[1]["choices"][0]["text"], replies[0]["choices"][0]["text"]);
+  const std::string metrics = gw().get("/metrics").body;
+  const size_t at = metrics.find("hearth:prefix_cache_hits_total{");
+  ASSERT_NE(at, std::string::npos) << metrics;
+  const size_t value = metrics.find("} ", at);
+  ASSERT_NE(value, std::string::npos);
+  EXPECT_GE(std::stod(metrics.substr(value + 2)), double(cached)) << metrics.substr(at, 120);
+}
+
 TEST_F(Gateway, StreamingAndNonStreamingGiveTheSameText) {
   for (const json& params : {json{{"temperature", 0}}, json{{"temperature", 0.9}, {"seed", 7}}}) {
     json body = completion("Never", 24, params);

@@ -219,6 +219,38 @@ TEST(WorkerServe, CancelAndDisconnectEndRequestsAndFreeTheirBlocks) {
   EXPECT_LT(stats["generated_tokens"].get<int>(), 400) << "the orphan ran to the end";
 }
 
+// A prompt sent again finds its blocks: the final event says how many prompt tokens came from
+// the cache, the stats op counts queries and hits (what the gateway's metrics read), and the
+// tokens are those of the first time.
+TEST(WorkerServe, ARepeatedPromptIsServedFromThePrefixCache) {
+  TempDir dir;
+  ServingWorker worker(dir, {"--quiet"});
+  ipc::Client client = worker.connect();
+  const std::string prompt =
+      "Once upon a time, in a village at the edge of the forest, there lived an old programmer "
+      "who had never seen the sea, and every morning he wrote";
+  const json greedy = {{"temperature", 0}, {"max_tokens", 8}};
+  std::map<std::string, std::vector<Event>> events;
+  for (const char* id : {"first", "again"}) {
+    client.call("submit", {{"request", request(id, prompt, greedy)}});
+    for (auto& [k, v] : collect(client, 1)) events[k] = std::move(v);
+  }
+  ASSERT_TRUE(events.contains("first") && events.contains("again"));
+  const DoneEvent& first = events.at("first").back().summary;
+  const DoneEvent& again = events.at("again").back().summary;
+  EXPECT_EQ(first.cached_tokens, 0);
+  EXPECT_GE(again.cached_tokens, 16);  // at least one whole block of the default 16
+  EXPECT_LT(again.cached_tokens, again.prompt_tokens);  // never the last token
+  EXPECT_EQ(tokens_of(events.at("again")), tokens_of(events.at("first")));
+  const json stats = client.call("stats").body;
+  EXPECT_EQ(stats["prefix_cache_hits"], again.cached_tokens) << stats.dump();
+  EXPECT_EQ(stats["prefix_cache_queries"], first.prompt_tokens + again.prompt_tokens)
+      << stats.dump();
+  EXPECT_GT(stats["prefix_cache_blocks"].get<int>(), 0) << stats.dump();
+  EXPECT_EQ(stats["prefix_cache_evicted_blocks"], 0) << stats.dump();
+  EXPECT_EQ(stats["kv_blocks_used"], 0) << stats.dump();
+}
+
 TEST(WorkerServe, SigtermEndsInFlightRequestsWithAnErrorEvent) {
   TempDir dir;
   ServingWorker worker(dir, {"--quiet"});

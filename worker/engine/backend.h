@@ -65,6 +65,9 @@ class Backend {
   virtual KvPoolShape kv_pool() const = 0;
   // Sequences one forward may hold; 0 when only the KV pool limits them.
   virtual int max_sequences() const { return 0; }
+  // True when every position's keys and values live in the block its table names, so a block
+  // one sequence computed can serve another (prefix caching).
+  virtual bool paged_kv() const { return true; }
 
   // Runs every entry's tokens through the model, writing their keys and values into the blocks
   // their tables name (a position's slot is overwritten, so a caller may recompute it), and

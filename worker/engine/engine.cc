@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "worker/engine/cache_domain.h"
 #include "worker/engine/stop_matcher.h"
 #include "worker/tokenizer/tokenizer.h"
 
@@ -39,12 +40,14 @@ struct Engine::Live {
 };
 
 Engine::Engine(Backend& backend, const EngineOptions& options, const Tokenizer* tokenizer,
-               std::vector<int32_t> eos_ids)
+               std::vector<int32_t> eos_ids, std::string_view model_identity)
     : backend_(backend),
       tokenizer_(tokenizer),
       eos_ids_(std::move(eos_ids)),
-      kv_(backend.kv_pool().num_blocks, backend.kv_pool().block_size),
-      scheduler_(scheduler_options(options, backend), kv_) {}
+      kv_(backend.kv_pool().num_blocks, backend.kv_pool().block_size,
+          options.prefix_cache && backend.paged_kv()),
+      scheduler_(scheduler_options(options, backend), kv_),
+      cache_domain_(cache_domain_key(options, backend.name(), model_identity)) {}
 
 Engine::~Engine() = default;
 
@@ -86,6 +89,8 @@ void Engine::submit(Request request) {
   l.seq.id = next_sequence_++;
   l.seq.tokens = l.request.prompt;
   l.seq.prompt_tokens = prompt;
+  if (kv_.prefix_caching())
+    l.seq.chain_root = chain_root_key(cache_domain_, l.request.settings.cache_salt);
   live_.emplace(l.request.id, std::move(live));
   if (max_tokens == 0) {  // nothing to compute
     RequestOutput out;
@@ -130,6 +135,7 @@ void Engine::finish(Live& live, FinishReason reason, std::string error, RequestO
   f.error = std::move(error);
   f.prompt_tokens = live.seq.prompt_tokens;
   f.generated_tokens = live.seq.generated();
+  f.cached_tokens = live.seq.cached_prompt_tokens;
   f.preemptions = live.seq.preemptions;
   if (live.scheduled) f.timings.queue_ms = ms_between(live.submitted, *live.scheduled);
   if (live.scheduled && live.prompt_done)
@@ -221,6 +227,10 @@ std::vector<RequestOutput> Engine::step() {
       sampled.push_back(c.seq->id);
     }
     const std::vector<SampleResult> results = backend_.sample(samples);
+    // Only now, with the step known to have worked (a GPU reports a failed forward when it is
+    // waited on), do the blocks it filled become findable, and before a finish frees them.
+    for (const ScheduledChunk& c : schedule.chunks)
+      kv_.cache_full_blocks(*c.seq, c.start, c.start + c.count);
     const Clock::time_point done = Clock::now();
     for (size_t i = 0; i < results.size(); ++i) {
       Live& live = *by_sequence_.at(sampled[i]);
@@ -230,6 +240,8 @@ std::vector<RequestOutput> Engine::step() {
       emit_token(live, results[i], out);
     }
   } catch (const std::exception& e) {
+    // Nothing is guaranteed about the pool after a failed step: no cached block is trusted.
+    kv_.forget_cached_blocks();
     std::vector<RequestOutput> failed =
         fail_step(ids, std::string("the ") + backend_.name() + " backend failed: " + e.what());
     for (RequestOutput& f : failed) outputs.push_back(std::move(f));
@@ -249,6 +261,10 @@ EngineStats Engine::stats() const {
   s.kv_blocks_total = kv_.pool().total();
   s.kv_block_size = kv_.block_size();
   s.preemptions = scheduler_.preemptions();
+  s.prefix_cache_queries = scheduler_.prefix_cache_queries();
+  s.prefix_cache_hits = scheduler_.prefix_cache_hits();
+  s.prefix_cache_blocks = kv_.cached_blocks();
+  s.prefix_cache_evicted_blocks = kv_.evicted_blocks();
   return s;
 }
 

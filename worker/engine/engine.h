@@ -15,6 +15,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -38,15 +39,21 @@ struct EngineStats {
   uint64_t generated_tokens = 0;
   uint64_t preemptions = 0;
   uint64_t finished = 0;  // requests ended for any reason
+  // Prefix caching: tokens admitted sequences brought (queries) and found cached (hits), full
+  // blocks cached now (held or free), and cached blocks evicted for reuse so far.
+  uint64_t prefix_cache_queries = 0, prefix_cache_hits = 0;
+  int prefix_cache_blocks = 0;
+  uint64_t prefix_cache_evicted_blocks = 0;
 };
 
 class Engine {
  public:
   // `backend` must outlive the engine, which is then its KV pool's only user. `tokenizer` may be
   // null: token ids only, and stop strings never match. A request ends when it samples one of
-  // `eos_ids` (unless it sets ignore_eos).
+  // `eos_ids` (unless it sets ignore_eos). `model_identity` names the weights' exact bits (the
+  // worker's: e.g. the manifest's checksums) for the prefix cache's domain (cache_domain.h).
   Engine(Backend& backend, const EngineOptions& options, const Tokenizer* tokenizer,
-         std::vector<int32_t> eos_ids);
+         std::vector<int32_t> eos_ids, std::string_view model_identity = {});
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -75,6 +82,10 @@ class Engine {
   bool has_work() const;
   EngineStats stats() const;
   int max_running() const { return scheduler_.options().max_running; }
+  bool prefix_caching() const { return kv_.prefix_caching(); }
+  // Forgets the cached blocks no request holds (e.g. before a memory check); tokens are
+  // unaffected, later requests only find less.
+  void drop_prefix_cache() { kv_.drop_unused_cached_blocks(); }
 
  private:
   struct Live;
@@ -93,6 +104,7 @@ class Engine {
   std::unordered_map<std::string, std::unique_ptr<Live>> live_;
   std::unordered_map<SequenceId, Live*> by_sequence_;  // the scheduled ones
   std::vector<RequestOutput> pending_;                 // finishes to return with the next step
+  BlockKey cache_domain_;
   SequenceId next_sequence_ = 1;
   EngineStats counters_;
 };

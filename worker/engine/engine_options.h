@@ -27,6 +27,12 @@ struct EngineOptions {
   int max_batch_tokens = 2048;
   int max_running = 256;
 
+  // Prefix caching: full KV blocks stay findable by a hash of everything before them, so
+  // requests that share a prompt prefix compute it once (kv_cache_manager.h). It changes no
+  // token; off means no lookups and no registration. Engines whose KV does not live in the
+  // paged pool (cuda_engine "single") never cache.
+  bool prefix_cache = true;
+
   // CUDA engine options. cuda_engine: "batched" runs many sequences per step over the paged
   // pool (batch-invariant kernels); "single" is the one-sequence engine with its own contiguous
   // cache (cuBLASLt prefill, fused GEMV decode).

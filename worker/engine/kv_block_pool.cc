@@ -34,14 +34,21 @@ void KvBlockPool::push_back_free(int32_t block) {
 
 int32_t KvBlockPool::pop_front_free() {
   const int32_t block = head_;
-  head_ = next_[block];
-  if (head_ != kNone)
-    prev_[head_] = kNone;
+  unlink_free(block);
+  return block;
+}
+
+void KvBlockPool::unlink_free(int32_t block) {
+  if (prev_[block] != kNone)
+    next_[prev_[block]] = next_[block];
   else
-    tail_ = kNone;
+    head_ = next_[block];
+  if (next_[block] != kNone)
+    prev_[next_[block]] = prev_[block];
+  else
+    tail_ = prev_[block];
   prev_[block] = next_[block] = kNone;
   --free_count_;
-  return block;
 }
 
 bool KvBlockPool::allocate(int n, std::vector<int32_t>& out) {
@@ -59,6 +66,11 @@ void KvBlockPool::retain(int32_t block) {
   if (refs_[block] == 0)
     throw std::logic_error("KV block " + std::to_string(block) + " is free: nothing to share");
   ++refs_[block];
+}
+
+void KvBlockPool::reuse(int32_t block) {
+  check(block);
+  if (refs_[block]++ == 0) unlink_free(block);
 }
 
 void KvBlockPool::release(int32_t block) {

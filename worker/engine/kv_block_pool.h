@@ -3,11 +3,12 @@
 // same slot in every layer's keys and values.
 //
 // Free blocks wait in a queue: allocation takes from the front, release appends to the back.
-// Prefix caching (later) keeps the contents of released blocks findable by hash; the queue
-// order then makes the least recently released block the first to be reused, and a cache hit
-// can take a block out of the middle of the queue, which is why it is an intrusive doubly
-// linked list (O(1) everywhere) rather than a stack. Ref counts let two sequences share one
-// block. Nothing here allocates after construction, and running out is an answer, not an error.
+// Prefix caching (prefix_cache.h) keeps the contents of released blocks findable by hash; the
+// queue order makes the least recently released block the first to be reused (evicted), and a
+// cache hit takes a block out of the middle of the queue (reuse()), which is why it is an
+// intrusive doubly linked list (O(1) everywhere) rather than a stack. Ref counts let two sequences
+// share one block. Nothing here allocates after construction, and running out is an answer, not an
+// error.
 #pragma once
 
 #include <cstdint>
@@ -29,6 +30,9 @@ class KvBlockPool {
 
   // Adds an owner to a used block.
   void retain(int32_t block);
+  // Adds an owner to a block, used or free; a free block leaves the free queue wherever it is
+  // in it (a prefix-cache hit on a block nobody holds).
+  void reuse(int32_t block);
   // Drops one owner; the last one returns the block to the back of the free queue.
   void release(int32_t block);
 
@@ -38,6 +42,7 @@ class KvBlockPool {
   void check(int32_t block) const;
   void push_back_free(int32_t block);
   int32_t pop_front_free();
+  void unlink_free(int32_t block);
 
   static constexpr int32_t kNone = -1;
   std::vector<int32_t> refs_;

@@ -1,6 +1,13 @@
 // Which KV blocks each sequence holds: its block table, grown as the sequence grows and freed
 // all at once when it finishes, is cancelled or is preempted. Position p of a sequence lives in
 // block_table[p / block_size] at offset p % block_size.
+//
+// With prefix caching on, every full block a sequence computes is registered in a PrefixCache
+// (prefix_cache.h) and stays findable after its owners release it: it waits in the pool's free
+// queue, least recently released first, and is evicted (its entry dropped) only when allocation
+// takes it for something else. So a full pool evicts cached blocks before anyone has to wait.
+// A sequence finds the cached blocks that continue its computed prefix and holds them like its
+// own; nobody writes to a full block once computed, so sharing needs no copy.
 #pragma once
 
 #include <cstdint>
@@ -9,22 +16,24 @@
 #include <vector>
 
 #include "worker/engine/kv_block_pool.h"
+#include "worker/engine/prefix_cache.h"
 
 namespace hearth {
 
 using SequenceId = uint64_t;
+struct Sequence;
 
 class KvCacheManager {
  public:
-  KvCacheManager(int num_blocks, int block_size);
+  KvCacheManager(int num_blocks, int block_size, bool prefix_cache = false);
 
   int block_size() const { return block_size_; }
   int blocks_for(int64_t tokens) const { return int((tokens + block_size_ - 1) / block_size_); }
 
   // Blocks `seq` would have to take to cover `tokens` positions (0 if it already does).
   int blocks_needed(SequenceId seq, int tokens) const;
-  // Grows `seq`'s table to cover `tokens` positions. Returns false, changing nothing, when the
-  // pool lacks the blocks.
+  // Grows `seq`'s table to cover `tokens` positions, evicting the cached blocks it takes.
+  // Returns false, changing nothing, when the pool lacks the blocks.
   bool allocate(SequenceId seq, int tokens);
   // Releases every block `seq` holds, newest first (a sequence's tail is the least worth
   // keeping for prefix reuse, so it should be the first reused).
@@ -33,9 +42,33 @@ class KvCacheManager {
   std::span<const int32_t> block_table(SequenceId seq) const;
   const KvBlockPool& pool() const { return pool_; }
 
+  bool prefix_caching() const { return prefix_cache_on_; }
+  // Takes the longest run of cached blocks that continues `seq`'s computed tokens, in whole
+  // blocks and never covering its last token (whose logits the next step needs), and advances
+  // seq.computed past them. A partly computed last block is swapped for the cached full one.
+  // Returns the tokens found (0 with caching off).
+  int reuse_cached_blocks(Sequence& seq);
+  // The block a lookup for `seq` would try next; -1 when its next lookup cannot find anything
+  // (caching off, or that block would hold its last token).
+  int next_lookup_block(const Sequence& seq) const;
+  // The chain key of `seq`'s block `block` (its tokens must be known), computed once.
+  const BlockKey& block_key(Sequence& seq, int block);
+  // Registers the blocks of `seq` that became full when positions [from, to) were computed.
+  void cache_full_blocks(Sequence& seq, int from, int to);
+  // Forgets every cached block nobody holds (they stay free); the rest stay cached.
+  void drop_unused_cached_blocks();
+  // Forgets every cached block; those held stay with their holders, unshared from now on.
+  void forget_cached_blocks() { cache_.clear(); }
+
+  int cached_blocks() const { return cache_.size(); }  // held or not
+  uint64_t evicted_blocks() const { return evicted_; }
+
  private:
   KvBlockPool pool_;
   int block_size_;
+  bool prefix_cache_on_;
+  PrefixCache cache_;
+  uint64_t evicted_ = 0;
   std::unordered_map<SequenceId, std::vector<int32_t>> tables_;
 };
 

@@ -188,6 +188,11 @@ const std::map<std::string, Setter>& setters() {
         [](Profile& p, const json& v, const std::string& l) {
           p.engine.max_running = int(integer(v, l, "max_running", 1, 1 << 16));
         }}},
+      {"prefix_cache",
+       {KeyKind::Engine,
+        [](Profile& p, const json& v, const std::string& l) {
+          p.engine.prefix_cache = boolean(v, l, "prefix_cache");
+        }}},
       {"cuda_engine",
        {KeyKind::Engine,
         [](Profile& p, const json& v, const std::string& l) {
@@ -297,6 +302,7 @@ json profile_to_json(const Profile& p) {
               {"kv_pool_fraction", p.engine.kv_pool_fraction},
               {"max_batch_tokens", p.engine.max_batch_tokens},
               {"max_running", p.engine.max_running},
+              {"prefix_cache", p.engine.prefix_cache},
               {"cuda_engine", p.engine.cuda_engine},
               {"cuda_graphs", p.engine.cuda_graphs},
               {"kv_cache_dtype", p.engine.kv_cache_dtype},

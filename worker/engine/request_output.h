@@ -37,7 +37,7 @@ struct FinishOutput {
   std::string error;  // reason Error: what went wrong
   int prompt_tokens = 0;
   int generated_tokens = 0;
-  int cached_tokens = 0;  // prompt tokens served from a prefix cache (none yet)
+  int cached_tokens = 0;  // prompt tokens found in the prefix cache, not computed
   int preemptions = 0;    // times the request lost its KV and was recomputed
   RequestTimings timings;
   std::string final_visible;  // held-back text released at the end (never part of a stop string)

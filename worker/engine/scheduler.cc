@@ -54,13 +54,32 @@ bool Scheduler::reserve(Sequence& seq, int tokens, uint64_t step, Schedule& out)
   return true;
 }
 
+void Scheduler::count_hit(Sequence& seq, int from, int found) {
+  prefix_hits_ += uint64_t(found);
+  // Prompt positions found before this request ever computed them (not a recompute's).
+  const int first = std::max(from, seq.computed_high);
+  seq.cached_prompt_tokens += std::max(0, std::min(from + found, seq.prompt_tokens) - first);
+  seq.computed_high = std::max(seq.computed_high, from + found);
+}
+
 Schedule Scheduler::schedule() {
   Schedule out;
   const uint64_t step = ++steps_;
   int budget = options_.max_batch_tokens;
+  // Prefix caching: the keys of the blocks this step's chunks complete.
+  std::unordered_set<BlockKey, BlockKeyHash> completing;
+  const int block_size = kv_.block_size();
+  auto waits_for_block = [&](Sequence& seq) {
+    const int j = kv_.next_lookup_block(seq);
+    return j >= 0 && completing.contains(kv_.block_key(seq, j));
+  };
   auto take = [&](Sequence& seq, int count) {
+    if (kv_.prefix_caching())
+      for (int j = seq.computed / block_size; (j + 1) * block_size <= seq.computed + count; ++j)
+        completing.insert(kv_.block_key(seq, j));
     out.chunks.push_back({&seq, seq.computed, count});
     seq.scheduled_step = step;
+    seq.computed_high = std::max(seq.computed_high, seq.computed + count);
     out.tokens += count;
     budget -= count;
   };
@@ -73,6 +92,11 @@ Schedule Scheduler::schedule() {
       if (budget == 0) break;
       if (seq->status != SequenceStatus::Running || seq->scheduled_step == step) continue;
       if ((seq->pending() == 1) != decodes) continue;
+      if (!decodes) {
+        const int from = seq->computed;
+        count_hit(*seq, from, kv_.reuse_cached_blocks(*seq));
+        if (waits_for_block(*seq)) continue;
+      }
       const int count = std::min(seq->pending(), budget);
       if (reserve(*seq, seq->computed + count, step, out)) take(*seq, count);
     }
@@ -83,8 +107,16 @@ Schedule Scheduler::schedule() {
   while (out.preempted.empty() && budget > 0 && !waiting_.empty() &&
          int(running_.size()) < options_.max_running) {
     Sequence& seq = *waiting_.front();
+    const int from = seq.computed, brought = seq.pending();
+    const int found = kv_.reuse_cached_blocks(seq);
     const int count = std::min(seq.pending(), budget);
-    if (!kv_.allocate(seq.id, seq.computed + count)) break;
+    if (waits_for_block(seq) || !kv_.allocate(seq.id, seq.computed + count)) {
+      kv_.free(seq.id);  // the blocks it found stay cached for its next try
+      seq.computed = from;
+      break;
+    }
+    if (kv_.prefix_caching()) prefix_queries_ += uint64_t(brought);
+    count_hit(seq, from, found);
     waiting_.pop_front();
     running_.push_back(&seq);
     seq.status = SequenceStatus::Running;

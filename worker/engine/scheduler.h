@@ -15,11 +15,25 @@
 // have been). The oldest running sequence therefore always progresses, and since the engine
 // admits only sequences that fit the pool on their own, every sequence finishes.
 //
-// The schedule is a function of the order of add()/remove() calls and the options alone.
+// With prefix caching (kv_cache_manager.h), a sequence takes the cached blocks that continue its
+// prompt when it is admitted (and again when re-admitted after a preemption: its blocks stayed
+// cached), and again before each later chunk of its prompt, so two requests sharing a prefix
+// share its blocks as soon as one of them has computed them, while both are in flight. A
+// sequence whose next block another sequence completes in this very step waits a step to find
+// it rather than compute it twice: a running one skips the step, a waiting one stays at the
+// head of the queue (so a burst of requests with one prompt computes the prompt once). Such a
+// wait ends when that block is registered, at the end of the step.
+//
+// The schedule is a function of the order of add()/remove() calls and the options alone. Hits
+// change only how much work a step does, never a token: a cached block holds exactly the bits a
+// recomputation would write (batch- and chunk-invariant kernels, and a cache domain that keeps
+// apart every option that changes numerics), so the schedule may differ with the cache on and
+// off, or with what ran before, and the tokens may not.
 #pragma once
 
 #include <cstdint>
 #include <deque>
+#include <unordered_set>
 #include <vector>
 
 #include "worker/engine/kv_cache_manager.h"
@@ -64,6 +78,9 @@ class Scheduler {
   int running() const { return int(running_.size()); }
   int waiting() const { return int(waiting_.size()); }
   uint64_t preemptions() const { return preemptions_; }
+  // Prefix caching, in tokens: brought by admitted sequences, and found in the cache.
+  uint64_t prefix_cache_queries() const { return prefix_queries_; }
+  uint64_t prefix_cache_hits() const { return prefix_hits_; }
   const SchedulerOptions& options() const { return options_; }
 
  private:
@@ -71,6 +88,8 @@ class Scheduler {
   // when `seq` itself had to be preempted.
   bool reserve(Sequence& seq, int tokens, uint64_t step, Schedule& out);
   void preempt(Sequence& seq, Schedule& out);
+  // Counts `found` tokens that `seq` took from the cache starting at position `from`.
+  void count_hit(Sequence& seq, int from, int found);
 
   SchedulerOptions options_;
   KvCacheManager& kv_;
@@ -78,6 +97,7 @@ class Scheduler {
   std::deque<Sequence*> waiting_;
   uint64_t preemptions_ = 0;
   uint64_t steps_ = 0;
+  uint64_t prefix_queries_ = 0, prefix_hits_ = 0;
 };
 
 }  // namespace hearth

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "worker/engine/kv_cache_manager.h"
+#include "worker/engine/prefix_cache.h"
 
 namespace hearth {
 
@@ -22,6 +23,14 @@ struct Sequence {
   SequenceStatus status = SequenceStatus::Waiting;
   int preemptions = 0;
   uint64_t scheduled_step = 0;  // the scheduler's: the last step that ran this sequence
+
+  // Prefix caching (prefix_cache.h): the root of this sequence's key chain (cache domain and
+  // cache_salt) and the keys of its first full blocks, computed when first needed (tokens are
+  // only ever appended, so a key once computed stays right).
+  BlockKey chain_root;
+  std::vector<BlockKey> block_keys;
+  int cached_prompt_tokens = 0;  // prompt tokens found in the cache rather than computed
+  int computed_high = 0;         // the most tokens ever computed or found (recomputes are not hits)
 
   int pending() const { return int(tokens.size()) - computed; }
   int generated() const { return int(tokens.size()) - prompt_tokens; }

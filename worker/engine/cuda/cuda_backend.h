@@ -40,6 +40,7 @@ class CudaBackend final : public Backend {
   // paged CUDA backend replaces it.
   KvPoolShape kv_pool() const override { return kv_; }
   int max_sequences() const override { return 1; }
+  bool paged_kv() const override { return false; }  // one contiguous cache of its own
   void forward(const ForwardBatch& batch) override;
   std::span<const float> logits(int entry) override;
   std::vector<SampleResult> sample(std::span<const SampleRequest> requests) override;

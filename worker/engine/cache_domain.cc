@@ -1,0 +1,28 @@
+#include "worker/engine/cache_domain.h"
+
+#include <xxhash.h>
+
+#include <string>
+
+namespace hearth {
+
+BlockKey cache_domain_key(const EngineOptions& options, std::string_view backend_name,
+                          std::string_view model_identity) {
+  // One line per field, so no two different settings can spell the same text.
+  std::string text = "hearth cache domain v1\n";
+  auto field = [&](std::string_view name, std::string_view value) {
+    text.append(name).append("=").append(std::to_string(value.size())).append(":");
+    text.append(value).append("\n");
+  };
+  field("model", model_identity);
+  field("backend", backend_name);
+  field("cuda_engine", options.cuda_engine);
+  field("kv_cache_dtype", options.kv_cache_dtype);
+  field("decode_gemv", options.decode_gemv);
+  field("weights_layout", options.weights_layout);
+  field("batch_invariant", options.batch_invariant ? "true" : "false");
+  const XXH128_hash_t h = XXH3_128bits(text.data(), text.size());
+  return {h.low64, h.high64};
+}
+
+}  // namespace hearth

@@ -161,7 +161,11 @@ json build_report(const ReportContext& ctx, const std::vector<RunResult>& result
             {"concurrency", opt.concurrency},
             {"repeat", opt.repeat},
             {"timeout_s", opt.timeout.count() / 1000.0},
-            {"text_source", ctx.detokenizer->source()}}},
+            {"text_source", ctx.detokenizer->source()},
+            {"batched", opt.batched},
+            {"batched_workers",
+             opt.batched ? batched_workers_json(plan_batched_workers(*ctx.profiles), *ctx.profiles)
+                         : json()}}},
           {"profiles", profile_list},
           {"summary",
            {{"verdict", verdict},

@@ -15,6 +15,7 @@
 #include "proof/build_info.h"
 #include "proof/checksum.h"
 #include "ipc/child_process.h"
+#include "ipc/cli_values.h"
 #include "proof/machine_info.h"
 #include "proof/model_identity.h"
 #include "proof/report.h"
@@ -287,7 +288,9 @@ int run(int argc, char** argv) {
   run_cmd
       ->add_option("--timeout", r.timeout_s,
                    "seconds one worker may take before it is killed (default 600)")
-      ->check(CLI::Range(0.001, 7 * 24 * 3600.0));
+      ->check(CLI::Range(0.001, 7 * 24 * 3600.0))
+      ->check(CLI::Validator([](std::string& s) { return hearth::finite_number_error(s); },
+                             "SECONDS"));  // Range lets NaN through
   run_cmd->add_option("--out", r.out, "report folder: report.json, report.md, runs/")->required();
   run_cmd->add_option("--worker", r.worker,
                       "hearth-worker binary (default: the one next to hearth-proof)");

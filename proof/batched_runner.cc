@@ -33,18 +33,17 @@ json request_json(const RunFiles& files, const SuitePrompt& prompt, const ProofP
   return request;
 }
 
-// Why a request of a worker that ended has no final event.
-std::string unfinished_reason(const std::optional<WaitOutcome>& waited,
-                              const std::string& stderr_text, const std::string& stream_error) {
-  if (!waited) return {};
-  if (!waited->error.empty()) return "batched worker " + waited->error;
-  if (!waited->exit.success()) {
+// Why a batched worker's results cannot be trusted, or empty when they can: it was killed, it
+// failed (a worker running --requests exits 0 even when requests fail, so anything else is a
+// crash) or its stream could not be read to the end.
+std::string worker_failure(const WaitOutcome& waited, const std::string& stderr_text,
+                           const std::string& stream_error) {
+  if (!waited.error.empty()) return "batched worker " + waited.error;
+  if (!waited.exit.success()) {
     const std::string why = failure_line(stderr_text);
-    return "batched worker " + waited->exit.describe() + (why.empty() ? "" : ": " + why) +
-           " (before this request finished)";
+    return "batched worker " + waited.exit.describe() + (why.empty() ? "" : ": " + why);
   }
-  if (!stream_error.empty()) return stream_error;
-  return "the batched worker exited without finishing this request";
+  return stream_error;
 }
 
 class WorkerRun {
@@ -121,13 +120,18 @@ class WorkerRun {
     for (const auto& [id, _] : stream.events)
       if (!ids_.contains(id) && stream.error.empty())
         stream.error = "worker output names request '" + id + "', which was never sent";
-    const std::string unfinished = unfinished_reason(waited, stderr_text, stream.error);
+    // A failed worker fails every request, finished or not: a crash must never pass unseen.
+    const std::string failure = worker_failure(waited, stderr_text, stream.error);
     for (const auto& [id, i] : ids_) {
       RunResult& r = results[i];
       fs::create_directories(r.stdout_path.parent_path());
-      write_file_atomically(r.stdout_path, stream.events[id]);
-      if (!stream.finished.contains(id)) {
-        r.error = unfinished;
+      write_file_atomically(r.stdout_path, stream.events[id]);  // kept, even when it failed
+      const bool finished = stream.finished.contains(id);
+      if (!failure.empty()) {
+        r.error = failure +
+                  (finished ? " (after this request finished)" : " (before this request finished)");
+      } else if (!finished) {
+        r.error = "the batched worker exited without finishing this request";
       } else {
         try {
           Generation g = parse_worker_output(stream.events[id]);

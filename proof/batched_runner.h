@@ -12,9 +12,11 @@
 
 namespace hearth::proof {
 
-// One result per spec, in the specs' order. A worker that crashes, hangs past the timeout (which
-// bounds the whole worker) or writes a malformed stream fails every request it had not finished,
-// each with the reason; an interrupt kills it and marks the workers not started "not run".
+// One result per spec, in the specs' order. A request the worker refuses or fails is an error
+// for that run alone. A worker that crashes, hangs past the timeout (which bounds the whole
+// worker) or writes a malformed stream fails every one of its requests, each with the reason
+// (and whether the request had finished first); an interrupt kills it and marks the workers not
+// started "not run".
 std::vector<RunResult> run_batched(const std::vector<RunSpec>& specs, const Suite& suite,
                                    const std::vector<ProofProfile>& profiles,
                                    const RunnerOptions& options);

@@ -197,6 +197,25 @@ TEST_F(ProofBatched, ACrashingWorkerFailsEveryRequestItHeld) {
   EXPECT_TRUE(no_worker_left()) << "a worker outlived the run";
 }
 
+TEST_F(ProofBatched, AWorkerThatFailsAfterFinishingEveryRequestStillFailsThem) {
+  // The whole stream, then exit status 3: a crash must not pass unseen behind complete output.
+  const std::string worker =
+      script("late.sh", "\"" + (bin_dir() / "hearth-worker").string() + "\" \"$@\"; exit 3");
+  const CommandResult r =
+      run("out", {"greedy.json", "sampled.json"}, {"--batched", "--worker", worker});
+  EXPECT_EQ(r.exit_code(), 2) << r.out << r.err;
+  const json rep = report("out");
+  EXPECT_EQ(rep["summary"]["failed_runs"], 8);
+  for (const json& p : rep["prompts"]) {
+    for (const json& run : p["runs"]) {
+      EXPECT_EQ(run["error"], "batched worker exit status 3 (after this request finished)");
+      // Its output is kept for the post-mortem.
+      EXPECT_NE(read_file(dir_ / "out" / run["stdout"].get<std::string>()).find("\"done\""),
+                std::string::npos);
+    }
+  }
+}
+
 TEST_F(ProofBatched, TheTimeoutBoundsTheWholeWorker) {
   const std::string worker = script("hang.sh", "sleep 1000");
   const CommandResult r = run("out", {"greedy.json", "sampled.json"},
@@ -206,7 +225,9 @@ TEST_F(ProofBatched, TheTimeoutBoundsTheWholeWorker) {
   EXPECT_EQ(rep["summary"]["failed_runs"], 8);
   for (const json& p : rep["prompts"]) {
     for (const json& run : p["runs"]) {
-      EXPECT_EQ(run["error"], "batched worker timed out after 1 s; the worker was killed");
+      EXPECT_EQ(run["error"],
+                "batched worker timed out after 1 s; the worker was killed (before this request "
+                "finished)");
     }
   }
   EXPECT_TRUE(no_worker_left()) << "a hung worker outlived it";
@@ -233,7 +254,8 @@ TEST_F(ProofBatched, InterruptKillsTheWorkerAndStillWritesTheReport) {
   EXPECT_EQ(status->code, 2) << read_file(dir_ / "proof.err");
   const json rep = report("out");
   for (const json& p : rep["prompts"]) {
-    EXPECT_EQ(p["runs"][0]["error"], "batched worker interrupted: the worker was killed");
+    EXPECT_EQ(p["runs"][0]["error"],
+              "batched worker interrupted: the worker was killed (before this request finished)");
     EXPECT_EQ(p["runs"][1]["error"], "not run: the proof run was interrupted");
   }
   EXPECT_TRUE(no_worker_left());

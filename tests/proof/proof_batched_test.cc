@@ -98,6 +98,7 @@ TEST_F(ProofBatched, BatchedIsTheSameAsAloneForGreedyAndSampledProfiles) {
 
   const json rb = report("batched");
   EXPECT_EQ(rb["settings"]["batched"], true);
+  EXPECT_TRUE(rb["settings"]["concurrency"].is_null()) << "no workers run side by side";
   ASSERT_EQ(rb["settings"]["batched_workers"].size(), 1u);
   EXPECT_EQ(rb["settings"]["batched_workers"][0]["profiles"], json({"greedy", "sampled"}));
   EXPECT_EQ(rb["settings"]["batched_workers"][0]["engine_options"]["backend"], "cpu");

@@ -11,9 +11,11 @@
 
 #include <CLI/CLI.hpp>
 
+#include "proof/batched_plan.h"
 #include "proof/build_info.h"
 #include "proof/checksum.h"
 #include "ipc/child_process.h"
+#include "ipc/cli_values.h"
 #include "proof/machine_info.h"
 #include "proof/model_identity.h"
 #include "worker/tokenizer/tokenizer_loader.h"
@@ -33,7 +35,7 @@ struct RunArgs {
   std::string suite, contract = "exact", model, server, out, worker, tokenizer;
   int budget = 0, concurrency = 1, repeat = 1;
   double timeout_s = 600;
-  bool quiet = false;
+  bool quiet = false, batched = false;
 };
 
 struct DiffArgs {
@@ -167,6 +169,7 @@ int run_command(const RunArgs& args, const std::string& command) {
                    args.server.empty() ? std::nullopt : std::optional<std::string>(args.server)};
   options.concurrency = args.concurrency;
   options.repeat = args.repeat;
+  options.batched = args.batched;
   options.timeout = std::chrono::milliseconds(int64_t(args.timeout_s * 1000));
   if (args.budget > 0) options.budget = args.budget;
   options.runs_dir = out / "runs";
@@ -178,6 +181,21 @@ int run_command(const RunArgs& args, const std::string& command) {
       std::fprintf(stderr, "[%zu/%zu] %s %s r%d: %s (%.0f ms)\n", done, total,
                    suite.prompts[r.spec.prompt].id.c_str(), profiles[r.spec.profile].label.c_str(),
                    r.spec.repeat, what.c_str(), r.wall_ms);
+    };
+  if (!args.quiet)
+    options.on_worker = [&](size_t index, const std::vector<BatchedWorker>& workers,
+                            size_t requests) {
+      std::string labels;
+      for (size_t p : workers[index].profiles)
+        labels += (labels.empty() ? "" : ", ") + profiles[p].label;
+      std::fprintf(stderr, "batched worker %zu of %zu: %zu requests, profiles %s", index + 1,
+                   workers.size(), requests, labels.c_str());
+      if (index > 0)
+        std::fprintf(
+            stderr, " (its own worker: engine options differ from worker 1's: %s)",
+            engine_option_differences(workers[0].engine_options, workers[index].engine_options)
+                .c_str());
+      std::fprintf(stderr, "\n");
     };
 
   ReportContext ctx;
@@ -253,16 +271,27 @@ int run(int argc, char** argv) {
       ->required();
   run_cmd->add_option("--server", r.server,
                       "hearth-server socket: run served workers on its weights");
-  run_cmd->add_option("--concurrency", r.concurrency, "workers running at once (default 1)")
-      ->check(CLI::Range(1, 1024));
+  CLI::Option* concurrency =
+      run_cmd
+          ->add_option("--concurrency", r.concurrency,
+                       "workers running at once (default 1); refused with --batched")
+          ->check(CLI::Range(1, 1024));
+  run_cmd
+      ->add_flag("--batched", r.batched,
+                 "every run a request of one hearth-worker --requests, all at once (one worker "
+                 "per set of engine options; the profiles' max_running bounds how many run "
+                 "together); --timeout then bounds each worker")
+      ->excludes(concurrency);
   run_cmd
       ->add_option("--repeat", r.repeat,
                    "runs per profile, each checked against the first (default 1)")
       ->check(CLI::Range(1, 1000));
   run_cmd
       ->add_option("--timeout", r.timeout_s,
-                   "seconds one worker run may take before it is killed (default 600)")
-      ->check(CLI::Range(0.001, 7 * 24 * 3600.0));
+                   "seconds one worker may take before it is killed (default 600)")
+      ->check(CLI::Range(0.001, 7 * 24 * 3600.0))
+      ->check(CLI::Validator([](std::string& s) { return hearth::finite_number_error(s); },
+                             "SECONDS"));  // Range lets NaN through
   run_cmd->add_option("--out", r.out, "report folder: report.json, report.md, runs/")->required();
   run_cmd->add_option("--worker", r.worker,
                       "hearth-worker binary (default: the one next to hearth-proof)");

@@ -158,10 +158,14 @@ json build_report(const ReportContext& ctx, const std::vector<RunResult>& result
            {{"contract", ctx.contract.name()},
             {"repeat_contract", repeat_contract().name()},
             {"budget", opt.budget ? json(*opt.budget) : json()},
-            {"concurrency", opt.concurrency},
+            {"concurrency", opt.batched ? json() : json(opt.concurrency)},  // batched: n/a
             {"repeat", opt.repeat},
             {"timeout_s", opt.timeout.count() / 1000.0},
-            {"text_source", ctx.detokenizer->source()}}},
+            {"text_source", ctx.detokenizer->source()},
+            {"batched", opt.batched},
+            {"batched_workers",
+             opt.batched ? batched_workers_json(plan_batched_workers(*ctx.profiles), *ctx.profiles)
+                         : json()}}},
           {"profiles", profile_list},
           {"summary",
            {{"verdict", verdict},

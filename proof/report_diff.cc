@@ -50,8 +50,9 @@ json context_differences(const json& a, const json& b) {
       json::json_pointer("/model/tokenizer/xxh3"), json::json_pointer("/model/backend"),
       json::json_pointer("/hearth/git_commit"),    json::json_pointer("/hearth/worker/xxh3"),
       json::json_pointer("/settings/budget"),      json::json_pointer("/settings/concurrency"),
-      json::json_pointer("/settings/contract"),    json::json_pointer("/settings/repeat"),
-      json::json_pointer("/machine/hostname"),     json::json_pointer("/machine/gpus")};
+      json::json_pointer("/settings/batched"),     json::json_pointer("/settings/contract"),
+      json::json_pointer("/settings/repeat"),      json::json_pointer("/machine/hostname"),
+      json::json_pointer("/machine/gpus")};
   json out = json::array();
   for (const auto& k : keys) {
     const json va = a.contains(k) ? a.at(k) : json(), vb = b.contains(k) ? b.at(k) : json();

@@ -80,8 +80,20 @@ void header(std::ostringstream& md, const json& r) {
      << " (repeats: " << str(set.at("repeat_contract")) << "; text from "
      << str(set.at("text_source")) << ") |\n";
   md << "| budget | " << str(set.at("budget")) << " tokens per prompt |\n";
-  md << "| concurrency / repeat | " << str(set.at("concurrency")) << " / " << str(set.at("repeat"))
-     << " |\n";
+  if (set.value("batched", false)) {
+    md << "| batched / repeat | yes: ";
+    const json& workers = set.at("batched_workers");
+    for (size_t w = 0; w < workers.size(); ++w) {
+      std::string labels;
+      for (const json& l : workers[w].at("profiles"))
+        labels += (labels.empty() ? "" : ", ") + str(l);
+      md << (w ? "; " : "") << "worker " << w + 1 << " ran " << cell(labels);
+    }
+    md << " / " << str(set.at("repeat")) << " |\n";
+  } else {
+    md << "| concurrency / repeat | " << str(set.at("concurrency")) << " / "
+       << str(set.at("repeat")) << " |\n";
+  }
   if (m.value("mode", "") == "served")
     md << "| model | served: " << cell(str(m.at("name"))) << " at " << cell(str(m.at("socket")))
        << " (" << str(m.value("backend", json())) << " backend)";

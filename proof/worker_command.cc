@@ -24,4 +24,15 @@ std::vector<std::string> worker_command(const std::filesystem::path& worker,
   return argv;
 }
 
+std::vector<std::string> batched_worker_command(const std::filesystem::path& worker,
+                                                const ModelSource& source,
+                                                const std::filesystem::path& profile,
+                                                const std::filesystem::path& requests) {
+  std::vector<std::string> argv{worker.string()};
+  if (source.server) argv.insert(argv.end(), {"--server", *source.server});
+  argv.insert(argv.end(), {"--model", source.model, "--profile", profile.string(), "--requests",
+                           requests.string(), "--format", "jsonl"});
+  return argv;
+}
+
 }  // namespace hearth::proof

@@ -1,5 +1,6 @@
-// The hearth-worker command line for one run of one profile on one prompt, in single-process
-// (`--model DIR`) or served (`--server SOCKET --model NAME`) mode.
+// The hearth-worker command line for one run of one profile on one prompt, or for a batched
+// worker running many, in single-process (`--model DIR`) or served (`--server SOCKET --model
+// NAME`) mode.
 #pragma once
 
 #include <filesystem>
@@ -21,5 +22,12 @@ struct ModelSource {
 std::vector<std::string> worker_command(const std::filesystem::path& worker,
                                         const ModelSource& source, const ProofProfile& profile,
                                         const SuitePrompt& prompt, std::optional<int> token_limit);
+
+// A batched worker: `--requests FILE` (every run one request line) under a profile holding the
+// worker's engine options.
+std::vector<std::string> batched_worker_command(const std::filesystem::path& worker,
+                                                const ModelSource& source,
+                                                const std::filesystem::path& profile,
+                                                const std::filesystem::path& requests);
 
 }  // namespace hearth::proof

@@ -99,4 +99,35 @@ std::vector<std::pair<std::string, Generation>> parse_batched_worker_output(
   return out;
 }
 
+BatchedStream split_batched_worker_output(std::string_view jsonl) {
+  BatchedStream out;
+  size_t line_no = 0;
+  while (!jsonl.empty() && out.error.empty()) {
+    ++line_no;
+    const std::string where = "worker output line " + std::to_string(line_no) + ": ";
+    const size_t nl = jsonl.find('\n');
+    if (nl == std::string_view::npos) {
+      out.error = where + "cut off (the worker stopped in the middle of it)";
+      break;
+    }
+    const std::string_view line = jsonl.substr(0, nl + 1);
+    jsonl.remove_prefix(nl + 1);
+    if (line.size() == 1) continue;
+    try {
+      const Event event = parse_event_line(line.substr(0, line.size() - 1));
+      if (event.id.empty())
+        out.error = where + "an event without an \"id\" in a batched stream";
+      else if (out.finished.contains(event.id))
+        out.error = where + "output for request '" + event.id + "' after its final summary";
+      else {
+        out.events[event.id] += line;
+        if (event.done) out.finished.insert(event.id);
+      }
+    } catch (const std::runtime_error& e) {
+      out.error = where + e.what();
+    }
+  }
+  return out;
+}
+
 }  // namespace hearth::proof

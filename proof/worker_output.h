@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
+#include <set>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -38,5 +40,14 @@ Generation parse_worker_output(std::string_view jsonl);
 // Generation per request id, in the order the requests finished. Throws as above, and on an
 // event without an id, events for a request after its summary, or a request left unfinished.
 std::vector<std::pair<std::string, Generation>> parse_batched_worker_output(std::string_view jsonl);
+
+// A batched stream cut into its requests' events, as far as it can be read: for a worker that
+// crashed, hung or wrote garbage, the requests that finished before that are still whole.
+struct BatchedStream {
+  std::map<std::string, std::string> events;  // request id -> its lines, newline-terminated
+  std::set<std::string> finished;             // ids whose final event was read
+  std::string error;  // why reading stopped early (naming the line); empty when it read it all
+};
+BatchedStream split_batched_worker_output(std::string_view jsonl);
 
 }  // namespace hearth::proof

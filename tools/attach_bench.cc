@@ -314,9 +314,11 @@ int run(int argc, char** argv) {
   std::string json_path;
   app.add_option("--socket", s.socket, "the server's socket")->required();
   app.add_option("--model", s.model, "a model the server serves")->required();
-  app.add_option("--runs", s.runs, "attach measurements");
-  app.add_option("--worker-runs", s.worker_runs, "worker start-to-first-token measurements");
-  app.add_option("--workers", s.holders, "processes attached at once for the memory measurement");
+  app.add_option("--runs", s.runs, "attach measurements")->check(CLI::Range(1, 100'000));
+  app.add_option("--worker-runs", s.worker_runs, "worker start-to-first-token measurements")
+      ->check(CLI::Range(1, 10'000));
+  app.add_option("--workers", s.holders, "processes attached at once for the memory measurement")
+      ->check(CLI::Range(1, 1024));
   app.add_option("--worker", s.worker,
                  "hearth-worker to start (default: the one beside this tool)");
   app.add_option("--backend", s.backend,

@@ -15,6 +15,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "ipc/cli_values.h"
 #include "weight-server/model/device_store.h"
 #include "weight-server/model/hf_model.h"
 #include "kernels/device_buffer.h"
@@ -220,15 +221,23 @@ int run(int argc, char** argv) {
   app.add_option("--label", label, "model label in the report (default: directory name)");
   app.add_option("--decode-contexts", decode_list,
                  "contexts to decode at (tokens already in the cache)");
-  app.add_option("--decode-tokens", decode_tokens, "tokens decoded per measurement");
+  app.add_option("--decode-tokens", decode_tokens, "tokens decoded per measurement")
+      ->check(CLI::Range(1, 1 << 20));
   app.add_option("--prefill", prefill_list, "prompt lengths to prefill");
-  app.add_option("--repeats", repeats, "prefill repetitions (median reported)");
+  app.add_option("--repeats", repeats, "prefill repetitions (median reported)")
+      ->check(CLI::Range(1, 1000));
   app.add_option("--weights-layout", layout, "per-tensor | packed")
       ->check(CLI::IsMember({"per-tensor", "packed"}));
   app.add_option("--set", settings, "profile key=value (repeatable)");
-  app.add_option("--copy-gbps", copy_gbps, "decode ceiling: device-to-device copy bandwidth, GB/s");
+  const CLI::Validator finite([](std::string& s) { return hearth::finite_number_error(s); },
+                              "NUMBER");
+  app.add_option("--copy-gbps", copy_gbps, "decode ceiling: device-to-device copy bandwidth, GB/s")
+      ->check(finite)
+      ->check(CLI::PositiveNumber);
   app.add_option("--matmul-tflops", matmul_tflops,
-                 "prefill ceiling: dense bf16 matmul rate, TFLOP/s");
+                 "prefill ceiling: dense bf16 matmul rate, TFLOP/s")
+      ->check(finite)
+      ->check(CLI::PositiveNumber);
   app.add_option("--json", json_path, "also write the JSON report here");
   bool kernels = false;
   app.add_flag("--kernels", kernels,

@@ -9,8 +9,8 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "ipc/cli_values.h"
 #include "weight-server/model/read_file.h"
-#include "worker/cli_values.h"
 #include "worker/engine/backend_factory.h"
 #include "worker/engine/engine.h"
 #include "worker/engine/model_weights.h"

@@ -398,6 +398,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"BudgetZero", {"--budget", "0"}, "--budget"},
         BadInput{"ConcurrencyZero", {"--concurrency", "0"}, "--concurrency"},
         BadInput{"TimeoutNegative", {"--timeout", "-1"}, "--timeout"},
+        BadInput{"TimeoutNaN", {"--timeout", "nan"}, "'nan' is not a finite number"},
         BadInput{"UnknownOption", {"--bogus", "1"}, "--bogus"}),
     [](const ::testing::TestParamInfo<BadInput>& info) { return info.param.name; });
 

@@ -105,6 +105,57 @@ TEST(ProofServed, ServedWorkersMatchSingleProcessWorkers) {
   EXPECT_EQ(d.out, "hearth-proof diff: SAME (exact): 6 prompts: 6 same, 0 changed, 0 error\n");
 }
 
+TEST(ProofServed, ABatchedServedWorkerMatchesAloneSingleProcessWorkers) {
+  if (!fs::exists(bin_dir() / "hearth-server")) GTEST_SKIP() << "hearth-server is not built";
+  TempDir dir;
+  Server server(dir.path());
+  write_file(dir / "greedy.json", R"({"temperature": 0, "backend": "cpu"})");
+  write_file(dir / "sampled.json",
+             R"({"temperature": 0.8, "top_k": 40, "seed": 11, "backend": "cpu"})");
+  write_file(dir / "suite.jsonl",
+             "{\"id\":\"fox\",\"prompt\":\"The quick brown fox\"}\n"
+             "{\"id\":\"ids\",\"prompt_tokens\":[0,300,301,302]}\n");
+  auto run = [&](const std::string& out, std::vector<std::string> extra) {
+    std::vector<std::string> args = {(bin_dir() / "hearth-proof").string(),
+                                     "run",
+                                     "--suite",
+                                     (dir / "suite.jsonl").string(),
+                                     "--budget",
+                                     "8",
+                                     "--profile",
+                                     (dir / "greedy.json").string(),
+                                     "--profile",
+                                     (dir / "sampled.json").string(),
+                                     "--repeat",
+                                     "2",
+                                     "--out",
+                                     (dir / out).string(),
+                                     "--quiet"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_command(args, dir.path(), 600s);
+  };
+  const CommandResult batched =
+      run("served-batched", {"--batched", "--server", server.socket(), "--model", "fortunes"});
+  EXPECT_EQ(batched.exit_code(), 1) << batched.out << batched.err;  // greedy != sampled
+  const CommandResult alone = run("single-alone", {"--model", default_model().string()});
+  EXPECT_EQ(alone.exit_code(), 1) << alone.out << alone.err;
+
+  const json rb = read_json(dir / "served-batched" / "report.json");
+  EXPECT_EQ(rb["model"]["mode"], "served");
+  EXPECT_EQ(rb["settings"]["batched"], true);
+  EXPECT_EQ(rb["summary"]["failed_runs"], 0);
+  for (const json& p : rb["prompts"])
+    for (const json& run : p["runs"])
+      EXPECT_TRUE(run["timings"].contains("attach_ms")) << "not a served worker";
+  for (const char* contract : {"exact", "logprob:0"}) {
+    const CommandResult d =
+        run_command({(bin_dir() / "hearth-proof").string(), "diff", (dir / "single-alone").string(),
+                     (dir / "served-batched").string(), "--contract", contract},
+                    dir.path());
+    EXPECT_EQ(d.exit_code(), 0) << d.out << d.err;
+  }
+}
+
 TEST(ProofServed, AnUnknownServedModelIsRefusedUpFront) {
   if (!fs::exists(bin_dir() / "hearth-server")) GTEST_SKIP() << "hearth-server is not built";
   TempDir dir;

@@ -108,5 +108,35 @@ TEST(WorkerOutput, SplitsABatchedStreamByRequest) {
           "line 2: output for request 'a' after its final summary");
 }
 
+TEST(WorkerOutput, CutsABatchedStreamIntoRequestsAsFarAsItCanBeRead) {
+  const std::string b_token = std::string(R"({"id":"b","token":2,"logprob":-2})") + "\n";
+  const std::string b_done =
+      std::string(R"({"id":"b","done":true,"stop":"eos","generated_tokens":1})") + "\n";
+  const std::string a_token = std::string(R"({"id":"a","token":1,"logprob":-1})") + "\n";
+  // Whole: each request's lines, in order, and which finished.
+  BatchedStream whole = split_batched_worker_output(a_token + b_token + "\n" + b_done);
+  EXPECT_EQ(whole.error, "");
+  EXPECT_EQ(whole.events["b"], b_token + b_done);
+  EXPECT_EQ(whole.events["a"], a_token);
+  EXPECT_EQ(whole.finished, (std::set<std::string>{"b"}));
+  EXPECT_EQ(parse_worker_output(whole.events["b"]).tokens, (std::vector<int32_t>{2}));
+
+  // A worker that died mid-line or wrote garbage: what came before is kept, nothing after.
+  BatchedStream cut = split_batched_worker_output(b_token + b_done + R"({"id":"a","tok)");
+  EXPECT_EQ(cut.error, "worker output line 3: cut off (the worker stopped in the middle of it)");
+  EXPECT_EQ(cut.finished, (std::set<std::string>{"b"}));
+  BatchedStream garbage =
+      split_batched_worker_output(b_token + "Segmentation fault\n" + b_done + a_token);
+  EXPECT_NE(garbage.error.find("worker output line 2: "), std::string::npos) << garbage.error;
+  EXPECT_TRUE(garbage.finished.empty());
+  EXPECT_FALSE(garbage.events.contains("a"));
+  EXPECT_EQ(split_batched_worker_output(b_done + b_token).error,
+            "worker output line 2: output for request 'b' after its final summary");
+  EXPECT_EQ(split_batched_worker_output(R"({"token":1})"
+                                        "\n")
+                .error,
+            "worker output line 1: an event without an \"id\" in a batched stream");
+}
+
 }  // namespace
 }  // namespace hearth::proof

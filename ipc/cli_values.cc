@@ -1,4 +1,4 @@
-#include "worker/cli_values.h"
+#include "ipc/cli_values.h"
 
 #include <cerrno>
 #include <cmath>

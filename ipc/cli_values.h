@@ -1,6 +1,7 @@
-// Strict readers for hearth-worker's command-line values: a value either reads exactly as
-// written or is refused with a message that quotes it. Nothing wraps, saturates, rounds or
-// drops a trailing separator.
+// Strict readers for command-line values, for every binary's flags: a value either reads
+// exactly as written or is refused with a message that quotes it. Nothing wraps, saturates,
+// rounds or drops a trailing separator. (CLI11 alone takes "-1" for an unsigned flag as
+// 2^64-1, and "nan" for any floating-point one.)
 #pragma once
 
 #include <cstdint>

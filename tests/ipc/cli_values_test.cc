@@ -1,5 +1,5 @@
 // The strict readers behind hearth-worker's flags: every value reads exactly or is refused.
-#include "worker/cli_values.h"
+#include "ipc/cli_values.h"
 
 #include <gtest/gtest.h>
 

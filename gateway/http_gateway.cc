@@ -1,6 +1,7 @@
 #include "gateway/http_gateway.h"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <random>
 
@@ -118,6 +119,10 @@ HttpGateway::HttpGateway(HttpOptions options, const ModelCatalog& catalog, Worke
   server_->set_read_timeout(options_.read_timeout);
   server_->set_write_timeout(std::chrono::seconds(30));
   server_->set_keep_alive_timeout(5);
+  server_->set_socket_options([this](int sock) {
+    httplib::default_socket_options(sock);
+    listen_fd_ = sock;
+  });
   routes();
 }
 
@@ -132,6 +137,15 @@ void HttpGateway::bind() {
   if (port_ <= 0)
     throw std::runtime_error("cannot listen on " + options_.host + ":" +
                              std::to_string(options_.port) + " (in use, or not a local address)");
+  // cpp-httplib listens with a backlog of 5 (a constant compiled into Debian's library): a burst
+  // of clients connecting at once overflows the accept queue and some of them are dropped
+  // before any reply (64 at once did: the kernel's ListenOverflows counter). listen() again on
+  // the bound socket raises the backlog to the system's limit.
+  int accepting = 0;
+  socklen_t len = sizeof accepting;
+  if (listen_fd_ >= 0 &&
+      ::getsockopt(listen_fd_, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &len) == 0 && accepting)
+    ::listen(listen_fd_, SOMAXCONN);
 }
 
 void HttpGateway::run() {

@@ -54,6 +54,7 @@ class HttpGateway {
   Metrics& metrics_;
   std::unique_ptr<httplib::Server> server_;
   int port_ = 0;
+  int listen_fd_ = -1;  // the socket httplib bound, so bind() can widen its backlog
   std::atomic<int> in_flight_{0};
   std::atomic<uint64_t> next_id_{0};
 };

@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "worker/engine/backend_factory.h"
+#include "tools/bench_stats.h"
 #include "worker/engine/engine.h"
 #include "worker/engine/profile.h"
 #include "worker/worker_model.h"
@@ -22,23 +23,6 @@ namespace hearth::bench {
 namespace {
 
 using json = nlohmann::json;
-using Clock = std::chrono::steady_clock;
-
-double ms_between(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double, std::milli>(b - a).count();
-}
-
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t i = std::min(v.size() - 1, size_t(p * double(v.size() - 1) + 0.5));
-  return v[i];
-}
-
-double mean(const std::vector<double>& v) {
-  return v.empty() ? 0 : std::accumulate(v.begin(), v.end(), 0.0) / double(v.size());
-}
-
 // Token ids spread over the vocabulary (never 0), different for each `salt`.
 std::vector<int32_t> tokens(int n, int vocab, uint64_t salt) {
   std::vector<int32_t> t(n);

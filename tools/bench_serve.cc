@@ -9,6 +9,7 @@
 #include "weight-server/model/device_store.h"
 #include "weight-server/model/hf_model.h"
 #include "worker/engine/cuda/cuda_batch_backend.h"
+#include "tools/bench_stats.h"
 #include "worker/engine/engine.h"
 
 namespace hearth::bench {
@@ -16,18 +17,6 @@ namespace hearth::bench {
 namespace {
 
 using json = nlohmann::json;
-using Clock = std::chrono::steady_clock;
-
-double ms_between(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double, std::milli>(b - a).count();
-}
-
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t i = std::min(v.size() - 1, size_t(p * double(v.size() - 1) + 0.5));
-  return v[i];
-}
 
 // Bytes of the matrices one forward pass streams (everything but the embedding table).
 uint64_t weight_bytes(const ModelConfig& c) {

@@ -1,0 +1,30 @@
+// The few statistics the benchmarks report: elapsed milliseconds, nearest-rank percentiles and
+// means, one definition for every table.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <numeric>
+#include <vector>
+
+namespace hearth::bench {
+
+using Clock = std::chrono::steady_clock;
+
+inline double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+// `p` in [0, 1]; 0 for no samples.
+inline double percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t i = std::min(v.size() - 1, size_t(p * double(v.size() - 1) + 0.5));
+  return v[i];
+}
+
+inline double mean(const std::vector<double>& v) {
+  return v.empty() ? 0 : std::accumulate(v.begin(), v.end(), 0.0) / double(v.size());
+}
+
+}  // namespace hearth::bench

@@ -27,7 +27,7 @@ struct WorkerModel {
   std::string name;
   std::shared_ptr<const WeightStore> store;
   std::shared_ptr<const HfModel> source;  // single-process mode: the directory, for uploads
-  std::string identity;  // for the prefix cache's domain (model_identity.h)
+  std::string identity;                   // for the prefix cache's domain (model_identity.h)
   // Into `source` (single-process) or `files` (served), which keep it alive; empty when absent.
   std::string_view tokenizer_json;
   std::string tokenizer_config_json, generation_config_json;  // "" when absent

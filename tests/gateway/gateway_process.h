@@ -95,12 +95,16 @@ class GatewayProcess {
   Reply post(const std::string& path, const json& body,
              const httplib::Headers& headers = {}) const {
     auto r = client()->Post(path.c_str(), headers, body.dump(), "application/json");
-    if (!r) throw std::runtime_error("no HTTP response from the gateway for " + path);
+    if (!r)
+      throw std::runtime_error("no HTTP response from the gateway for " + path + " (" +
+                               httplib::to_string(r.error()) + ")");
     return {r->status, r->body, r->headers};
   }
   Reply get(const std::string& path, const httplib::Headers& headers = {}) const {
     auto r = client()->Get(path.c_str(), headers);
-    if (!r) throw std::runtime_error("no HTTP response from the gateway for " + path);
+    if (!r)
+      throw std::runtime_error("no HTTP response from the gateway for " + path + " (" +
+                               httplib::to_string(r.error()) + ")");
     return {r->status, r->body, r->headers};
   }
 

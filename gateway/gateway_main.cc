@@ -21,6 +21,7 @@
 #include "gateway/model_catalog.h"
 #include "gateway/server_supervisor.h"
 #include "gateway/worker_pool.h"
+#include "ipc/main_guard.h"
 #include "weight-server/model/read_file.h"
 
 namespace fs = std::filesystem;
@@ -196,10 +197,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "hearth-gateway: error: %s\n", e.what());
-    return 1;
-  }
+  return hearth::run_main("hearth-gateway", [&] { return run(argc, argv); });
 }

@@ -11,6 +11,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "ipc/main_guard.h"
 #include "proof/batched_plan.h"
 #include "proof/build_info.h"
 #include "proof/checksum.h"
@@ -327,11 +328,6 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "hearth-proof: error: %s\n", e.what());
-    return kExitError;
-  }
+  return hearth::run_main(
+      "hearth-proof", [&] { return run(argc, argv); }, kExitError);
 }

@@ -24,6 +24,7 @@
 
 #include "ipc/child_process.h"
 #include "ipc/client.h"
+#include "ipc/main_guard.h"
 #include "weight-server/sharing/model_import.h"
 #include "weight-server/sharing/vmm_backend.h"
 
@@ -360,10 +361,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "hearth-attach-bench: error: %s\n", e.what());
-    return 1;
-  }
+  return hearth::run_main("hearth-attach-bench", [&] { return run(argc, argv); });
 }

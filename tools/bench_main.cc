@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ipc/cli_values.h"
+#include "ipc/main_guard.h"
 #include "weight-server/model/device_store.h"
 #include "weight-server/model/hf_model.h"
 #include "kernels/device_buffer.h"
@@ -462,10 +463,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "hearth-bench: error: %s\n", e.what());
-    return 1;
-  }
+  return hearth::run_main("hearth-bench", [&] { return run(argc, argv); });
 }

@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "ipc/main_guard.h"
 #include "tools/bench_prefix.h"
 #include "worker/engine/profile.h"
 
@@ -58,10 +59,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "hearth-bench: %s\n", e.what());
-    return 1;
-  }
+  return hearth::run_main("hearth-bench", [&] { return run(argc, argv); });
 }

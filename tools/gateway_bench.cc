@@ -17,10 +17,14 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "ipc/main_guard.h"
+#include "tools/bench_stats.h"
+
 namespace {
 
 using json = nlohmann::json;
-using Clock = std::chrono::steady_clock;
+using hearth::bench::Clock;
+using hearth::bench::percentile;
 
 struct Sample {
   bool ok = false;
@@ -29,13 +33,6 @@ struct Sample {
   int tokens = 0;
   std::vector<double> itl_s;
 };
-
-double percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t i = std::min(v.size() - 1, size_t(p / 100.0 * double(v.size())));
-  return v[i];
-}
 
 // One streaming request, timing each SSE chunk that carries text.
 Sample run_one(httplib::Client& client, const json& body) {
@@ -175,25 +172,20 @@ int run(int argc, char** argv) {
       {"wall_s", wall},
       {"output_tokens", tokens},
       {"output_tokens_per_s", tokens / wall},
-      {"ttft_ms", {{"p50", percentile(ttft, 50) * 1e3}, {"p99", percentile(ttft, 99) * 1e3}}},
-      {"itl_ms", {{"p50", percentile(itl, 50) * 1e3}, {"p99", percentile(itl, 99) * 1e3}}},
-      {"e2e_s", {{"p50", percentile(e2e, 50)}, {"p99", percentile(e2e, 99)}}}};
+      {"ttft_ms", {{"p50", percentile(ttft, 0.50) * 1e3}, {"p99", percentile(ttft, 0.99) * 1e3}}},
+      {"itl_ms", {{"p50", percentile(itl, 0.50) * 1e3}, {"p99", percentile(itl, 0.99) * 1e3}}},
+      {"e2e_s", {{"p50", percentile(e2e, 0.50)}, {"p99", percentile(e2e, 0.99)}}}};
   std::printf("%s\n", report.dump(2).c_str());
   std::printf(
       "\n| concurrency | requests ok | output tok/s | TTFT p50 / p99 ms | ITL p50 / p99 ms |\n"
       "| --- | --- | --- | --- | --- |\n| %d | %d/%zu | %.1f | %.1f / %.1f | %.2f / %.2f |\n",
-      concurrency, ok, samples.size(), tokens / wall, percentile(ttft, 50) * 1e3,
-      percentile(ttft, 99) * 1e3, percentile(itl, 50) * 1e3, percentile(itl, 99) * 1e3);
+      concurrency, ok, samples.size(), tokens / wall, percentile(ttft, 0.50) * 1e3,
+      percentile(ttft, 0.99) * 1e3, percentile(itl, 0.50) * 1e3, percentile(itl, 0.99) * 1e3);
   return ok == int(samples.size()) ? 0 : 1;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "hearth-gateway-bench: error: %s\n", e.what());
-    return 1;
-  }
+  return hearth::run_main("hearth-gateway-bench", [&] { return run(argc, argv); });
 }

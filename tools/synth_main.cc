@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 
 #include "ipc/cli_values.h"
+#include "ipc/main_guard.h"
 #include "tools/synth_model.h"
 
 namespace {
@@ -53,10 +54,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "hearth-synth: error: %s\n", e.what());
-    return 1;
-  }
+  return hearth::run_main("hearth-synth", [&] { return run(argc, argv); });
 }

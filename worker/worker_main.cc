@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ipc/cli_values.h"
+#include "ipc/main_guard.h"
 #include "weight-server/model/read_file.h"
 #include "worker/engine/backend_factory.h"
 #include "worker/engine/engine.h"
@@ -321,11 +322,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "hearth-worker: error: %s\n", e.what());
-    return 1;
-  }
+  return hearth::run_main("hearth-worker", [&] { return run(argc, argv); });
 }

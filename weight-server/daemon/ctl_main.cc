@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ipc/client.h"
+#include "ipc/main_guard.h"
 #include "ipc/protocol.h"
 
 namespace {
@@ -78,11 +79,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fflush(stdout);
-    std::fprintf(stderr, "hearth-ctl: error: %s\n", e.what());
-    return 1;
-  }
+  return hearth::run_main("hearth-ctl", [&] { return run(argc, argv); });
 }

@@ -14,6 +14,7 @@
 #include <CLI/CLI.hpp>
 
 #include "broker/broker.h"
+#include "ipc/main_guard.h"
 #include "weight-server/daemon/model_spec.h"
 #include "weight-server/daemon/server_handler.h"
 #include "weight-server/sharing/vmm_backend.h"
@@ -169,10 +170,5 @@ int run(int argc, char** argv) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "hearth-server: error: %s\n", e.what());
-    return 1;
-  }
+  return hearth::run_main("hearth-server", [&] { return run(argc, argv); });
 }

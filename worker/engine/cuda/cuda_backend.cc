@@ -19,12 +19,6 @@ using kernels::GemvEpilogue;
 // (Gemm::warm_up). The extra bytes cost ~1% at 64 tokens; longer prompts stay 16-bit.
 constexpr int kShortPrefill = 64;
 
-kernels::Half half_type(DType t, const std::string& name) {
-  if (t == DType::BF16) return kernels::Half::BF16;
-  if (t == DType::F16) return kernels::Half::F16;
-  throw std::runtime_error("the cuda backend needs bf16 or f16 matrices; '" + name + "' is f32");
-}
-
 }  // namespace
 
 CudaBackend::CudaBackend(std::shared_ptr<const WeightStore> store, const EngineOptions& options,
@@ -43,38 +37,15 @@ CudaBackend::CudaBackend(std::shared_ptr<const WeightStore> store, const EngineO
     throw std::runtime_error("kv_block_size must be positive, got " +
                              std::to_string(options_.kv_block_size));
   kv_ = {options_.kv_block_size, (context_ + options_.kv_block_size - 1) / options_.kv_block_size};
-  const ModelWeights w = bind_weights(*store_);
-  type_ = half_type(w.embed.dtype, std::string(w.embed.name));
+  stream_ = make_stream();
+  weights_ = CudaWeights::bind(*store_, c_);
+  workspace_bytes_ += weights_.copied_bytes();
+  type_ = weights_.type();
   const std::string expect = options_.kv_cache_dtype;
   if (expect != "auto" && (expect == "bf16") != (type_ == kernels::Half::BF16))
     throw std::runtime_error("kv_cache_dtype " + expect +
                              " differs from the weights' type; the cuda "
                              "backend keeps the cache in the weights' 16-bit type");
-
-  auto matrix = [&](const WeightRef& m) {
-    if (half_type(m.dtype, std::string(m.name)) != type_)
-      throw std::runtime_error("the cuda backend needs every matrix in one 16-bit type; '" +
-                               std::string(m.name) + "' differs from the embedding");
-    return m.data;
-  };
-  auto vector = [&](const WeightRef& v) { return v ? upload_vector(v) : nullptr; };
-  stream_ = make_stream();
-  embed_ = w.embed.data;
-  lm_head_ = matrix(w.lm_head);
-  final_norm_ = vector(w.final_norm);
-  for (const LayerWeights& lw : w.layers) {
-    LayerRefs L{};
-    L.wq = matrix(lw.wq), L.wk = matrix(lw.wk), L.wv = matrix(lw.wv), L.wo = matrix(lw.wo);
-    L.w_gate = matrix(lw.w_gate), L.w_up = matrix(lw.w_up), L.w_down = matrix(lw.w_down);
-    L.attn_norm = vector(lw.attn_norm), L.mlp_norm = vector(lw.mlp_norm);
-    L.bq = vector(lw.bq), L.bk = vector(lw.bk), L.bv = vector(lw.bv);
-    L.q_norm = vector(lw.q_norm), L.k_norm = vector(lw.k_norm);
-    layers_.push_back(L);
-  }
-  const std::vector<float> inv = rope_inverse_frequencies(c_);
-  inv_freq_ = alloc(inv.size() * sizeof(float));
-  HEARTH_CUDA_CHECK(
-      cudaMemcpy(inv_freq_.get(), inv.data(), inv.size() * sizeof(float), cudaMemcpyHostToDevice));
 
   const size_t h = c_.hidden, qd = c_.q_dim(), kvd = c_.kv_dim(), inter = c_.intermediate;
   const size_t P = chunk_, e = 2;  // 16-bit element size
@@ -126,18 +97,6 @@ DeviceBuffer CudaBackend::alloc(size_t bytes) {
   return DeviceBuffer(bytes);
 }
 
-const float* CudaBackend::upload_vector(const WeightRef& v) {
-  // Norm weights and biases are tiny: kept as fp32 copies whatever their stored type.
-  const size_t n = size_t(v.rows) * v.cols;
-  std::vector<uint8_t> raw(n * dtype_size(v.dtype));
-  HEARTH_CUDA_CHECK(cudaMemcpy(raw.data(), v.data, raw.size(), cudaMemcpyDeviceToHost));
-  std::vector<float> f(n);
-  for (size_t i = 0; i < n; ++i) f[i] = load_as_f32(raw.data(), v.dtype, i);
-  vectors_.push_back(alloc(n * 4));
-  HEARTH_CUDA_CHECK(cudaMemcpy(vectors_.back().get(), f.data(), n * 4, cudaMemcpyHostToDevice));
-  return vectors_.back().get<float>();
-}
-
 void* CudaBackend::k_cache(int l) const {
   return k_cache_.get<std::byte>() + size_t(l) * c_.n_kv_heads * context_ * c_.head_dim * 2;
 }
@@ -185,7 +144,7 @@ void CudaBackend::gemv(GemvEpilogue epilogue, const GemvArgs& a) {
 }
 
 void CudaBackend::layer_decode(int l) {
-  const LayerRefs& L = layers_[l];
+  const CudaLayerWeights& L = weights_.layer(l);
   const int h = c_.hidden;
   const float eps = float(c_.rms_eps);
   const int* pos = &params_.get<Params>()->pos;
@@ -198,7 +157,7 @@ void CudaBackend::layer_decode(int l) {
   qkv.prefetch = true;
   if (!c_.qk_norm) {
     qkv.bias[0] = L.bq, qkv.bias[1] = L.bk, qkv.bias[2] = L.bv;
-    qkv.inv_freq = inv_freq_.get<float>(), qkv.pos = pos, qkv.head_dim = c_.head_dim,
+    qkv.inv_freq = weights_.inv_freq(), qkv.pos = pos, qkv.head_dim = c_.head_dim,
     qkv.context = context_;
     qkv.q_out = q16_.get(), qkv.k_cache = k_cache(l), qkv.v_cache = v_cache(l);
     gemv(GemvEpilogue::QkvRope, qkv);
@@ -209,7 +168,7 @@ void CudaBackend::layer_decode(int l) {
     kernels::QkvRopeArgs r;
     r.q = q32_.get<float>(), r.k = k32_.get<float>(), r.v = v32_.get<float>();
     r.bq = L.bq, r.bk = L.bk, r.bv = L.bv, r.q_norm = L.q_norm, r.k_norm = L.k_norm;
-    r.inv_freq = inv_freq_.get<float>(), r.start_pos = pos;
+    r.inv_freq = weights_.inv_freq(), r.start_pos = pos;
     r.n = 1, r.n_heads = c_.n_heads, r.n_kv_heads = c_.n_kv_heads, r.head_dim = c_.head_dim;
     r.context = context_, r.eps = eps;
     r.q_out = q16_.get(), r.k_cache = k_cache(l), r.v_cache = v_cache(l);
@@ -241,15 +200,16 @@ void CudaBackend::layer_decode(int l) {
 
 void CudaBackend::lm_head(int row, int parity) {
   GemvArgs a;
-  a.w[0] = lm_head_, a.rows[0] = c_.vocab, a.out[0] = logits_[parity].get<float>(), a.k = c_.hidden;
-  a.x_norm = x_.get<float>() + size_t(row) * c_.hidden, a.norm_weight = final_norm_,
+  a.w[0] = weights_.lm_head(), a.rows[0] = c_.vocab, a.out[0] = logits_[parity].get<float>(),
+  a.k = c_.hidden;
+  a.x_norm = x_.get<float>() + size_t(row) * c_.hidden, a.norm_weight = weights_.final_norm(),
   a.eps = float(c_.rms_eps);
   gemv(GemvEpilogue::Store, a);
 }
 
 void CudaBackend::decode_step(int parity) {
-  kernels::embedding(type_, embed_, &params_.get<Params>()->token, 1, c_.hidden, x_.get<float>(),
-                     stream_.get());
+  kernels::embedding(type_, weights_.embed(), &params_.get<Params>()->token, 1, c_.hidden,
+                     x_.get<float>(), stream_.get());
   for (int l = 0; l < c_.n_layers; ++l) layer_decode(l);
   lm_head(0, parity);
 }
@@ -277,7 +237,7 @@ void CudaBackend::launch_decode(int parity) {
 
 void CudaBackend::layer_prefill(int l, int n, int start_pos) {
   using Out = kernels::Gemm::Out;
-  const LayerRefs& L = layers_[l];
+  const CudaLayerWeights& L = weights_.layer(l);
   const int h = c_.hidden, qd = c_.q_dim(), kvd = c_.kv_dim(), inter = c_.intermediate;
   kernels::rmsnorm(type_, x_.get<float>(), L.attn_norm, n, h, float(c_.rms_eps), xn_.get(),
                    stream_.get());
@@ -288,7 +248,7 @@ void CudaBackend::layer_prefill(int l, int n, int start_pos) {
   kernels::QkvRopeArgs r;
   r.q = q32_.get<float>(), r.k = k32_.get<float>(), r.v = v32_.get<float>();
   r.bq = L.bq, r.bk = L.bk, r.bv = L.bv, r.q_norm = L.q_norm, r.k_norm = L.k_norm;
-  r.inv_freq = inv_freq_.get<float>();
+  r.inv_freq = weights_.inv_freq();
   r.start_pos = &params_.get<Params>()->pos;
   r.n = n, r.n_heads = c_.n_heads, r.n_kv_heads = c_.n_kv_heads, r.head_dim = c_.head_dim;
   r.context = context_, r.eps = float(c_.rms_eps);
@@ -315,7 +275,7 @@ void CudaBackend::layer_prefill(int l, int n, int start_pos) {
 }
 
 void CudaBackend::prefill_chunk(int n, int start_pos) {
-  kernels::embedding(type_, embed_, tokens_.get<int32_t>(), n, c_.hidden, x_.get<float>(),
+  kernels::embedding(type_, weights_.embed(), tokens_.get<int32_t>(), n, c_.hidden, x_.get<float>(),
                      stream_.get());
   for (int l = 0; l < c_.n_layers; ++l) layer_prefill(l, n, start_pos);
   lm_head(n - 1, current_);

@@ -17,6 +17,7 @@
 #include "kernels/ops.h"
 #include "worker/engine/backend.h"
 #include "worker/engine/cuda/cuda_warmup.h"
+#include "worker/engine/cuda/cuda_weights.h"
 #include "worker/engine/model_weights.h"
 #include "worker/engine/engine_options.h"
 #include "weight-server/model/weight_store.h"
@@ -61,12 +62,7 @@ class CudaBackend final : public Backend {
   const WeightStore& store() const { return *store_; }
 
  private:
-  struct LayerRefs {
-    const void *wq, *wk, *wv, *wo, *w_gate, *w_up, *w_down;
-    const float *attn_norm, *mlp_norm, *bq, *bk, *bv, *q_norm, *k_norm;
-  };
   DeviceBuffer alloc(size_t bytes);
-  const float* upload_vector(const WeightRef& v);
   void decode_step(int parity);              // token and position from params_
   void launch_decode(int parity);            // eagerly, or by replaying the captured graph
   void prefill_chunk(int n, int start_pos);  // tokens already in d_tokens_
@@ -87,12 +83,7 @@ class CudaBackend final : public Backend {
   CudaStream stream_;  // declared before the buffers and handles below: destroyed after them
   std::unique_ptr<kernels::Gemm> gemm_;
 
-  std::vector<LayerRefs> layers_;
-  const void* embed_ = nullptr;
-  const void* lm_head_ = nullptr;
-  const float* final_norm_ = nullptr;
-  std::vector<DeviceBuffer> vectors_;  // norms and biases as fp32
-  DeviceBuffer inv_freq_;
+  CudaWeights weights_;
 
   size_t workspace_bytes_ = 0;
   DeviceBuffer x_, xn_, q32_, k32_, v32_, q16_, att_, gate_, up_, act_;

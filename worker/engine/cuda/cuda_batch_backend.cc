@@ -25,12 +25,6 @@ constexpr int kSampleRowsPerPass = 64;
 // The KV pool's default share of the memory left free once everything else is allocated.
 constexpr double kDefaultPoolFraction = 0.9;
 
-kernels::Half half_type(DType t, const std::string& name) {
-  if (t == DType::BF16) return kernels::Half::BF16;
-  if (t == DType::F16) return kernels::Half::F16;
-  throw std::runtime_error("the cuda backend needs bf16 or f16 matrices; '" + name + "' is f32");
-}
-
 size_t align_up(size_t v, size_t to = 256) {
   return (v + to - 1) / to * to;
 }
@@ -81,8 +75,10 @@ CudaBatchBackend::CudaBatchBackend(std::shared_ptr<const WeightStore> store,
                              std::to_string(options_.kv_block_size));
   if (context_ < 1) throw std::runtime_error("context_length must be positive");
 
-  const ModelWeights w = bind_weights(*store_);
-  type_ = half_type(w.embed.dtype, std::string(w.embed.name));
+  stream_ = make_stream();
+  weights_ = CudaWeights::bind(*store_, c_);
+  workspace_bytes_ += weights_.copied_bytes();
+  type_ = weights_.type();
   const std::string expect = options_.kv_cache_dtype;
   if (expect != "auto" && (expect == "bf16") != (type_ == kernels::Half::BF16))
     throw std::runtime_error("kv_cache_dtype " + expect +
@@ -93,33 +89,6 @@ CudaBatchBackend::CudaBatchBackend(std::shared_ptr<const WeightStore> store,
   max_step_seqs_ = std::min(max_tokens_, max_seqs_);
   const int block = options_.kv_block_size;
   max_blocks_ = (context_ + block - 1) / block;
-
-  auto matrix = [&](const WeightRef& m) {
-    if (half_type(m.dtype, std::string(m.name)) != type_)
-      throw std::runtime_error("the cuda backend needs every matrix in one 16-bit type; '" +
-                               std::string(m.name) + "' differs from the embedding");
-    if (reinterpret_cast<uintptr_t>(m.data) % 16 != 0)
-      throw std::runtime_error("'" + std::string(m.name) + "' is not 16-byte aligned on the GPU");
-    return m.data;
-  };
-  auto vector = [&](const WeightRef& v) { return v ? upload_vector(v) : nullptr; };
-  stream_ = make_stream();
-  embed_ = w.embed.data;
-  lm_head_ = matrix(w.lm_head);
-  final_norm_ = vector(w.final_norm);
-  for (const LayerWeights& lw : w.layers) {
-    LayerRefs L{};
-    L.wq = matrix(lw.wq), L.wk = matrix(lw.wk), L.wv = matrix(lw.wv), L.wo = matrix(lw.wo);
-    L.w_gate = matrix(lw.w_gate), L.w_up = matrix(lw.w_up), L.w_down = matrix(lw.w_down);
-    L.attn_norm = vector(lw.attn_norm), L.mlp_norm = vector(lw.mlp_norm);
-    L.bq = vector(lw.bq), L.bk = vector(lw.bk), L.bv = vector(lw.bv);
-    L.q_norm = vector(lw.q_norm), L.k_norm = vector(lw.k_norm);
-    layers_.push_back(L);
-  }
-  const std::vector<float> inv = rope_inverse_frequencies(c_);
-  inv_freq_ = alloc(inv.size() * sizeof(float));
-  HEARTH_CUDA_CHECK(
-      cudaMemcpy(inv_freq_.get(), inv.data(), inv.size() * sizeof(float), cudaMemcpyHostToDevice));
 
   // Activations for one sub-step of T tokens, S sequences.
   const size_t T = max_tokens_, S = max_step_seqs_, h = c_.hidden, qd = c_.q_dim(),
@@ -228,18 +197,6 @@ DeviceBuffer CudaBatchBackend::alloc(size_t bytes) {
   return DeviceBuffer(bytes);
 }
 
-const float* CudaBatchBackend::upload_vector(const WeightRef& v) {
-  // Norm weights and biases are tiny: kept as fp32 copies whatever their stored type.
-  const size_t n = size_t(v.rows) * v.cols;
-  std::vector<uint8_t> raw(n * dtype_size(v.dtype));
-  HEARTH_CUDA_CHECK(cudaMemcpy(raw.data(), v.data, raw.size(), cudaMemcpyDeviceToHost));
-  std::vector<float> f(n);
-  for (size_t i = 0; i < n; ++i) f[i] = load_as_f32(raw.data(), v.dtype, i);
-  vectors_.push_back(alloc(n * 4));
-  HEARTH_CUDA_CHECK(cudaMemcpy(vectors_.back().get(), f.data(), n * 4, cudaMemcpyHostToDevice));
-  return vectors_.back().get<float>();
-}
-
 void* CudaBatchBackend::k_pool(int l) const {
   return k_pool_.get<char>() + size_t(l) * kv_.num_blocks * kv_.block_size * c_.kv_dim() * 2;
 }
@@ -311,7 +268,7 @@ void CudaBatchBackend::tune_matmuls() {
       {kDown, MatmulEpilogue::AccumulateF32, h, c_.intermediate, T, act_.get(), x_.get()},
       {kLmHead, MatmulEpilogue::StoreF32, c_.vocab, h, S, xgn_.get(), logits_.get()}};
   auto weight = [&](MatmulShape shape, int i) -> std::pair<const void*, const void*> {
-    const LayerRefs& L = layers_[i % layers_.size()];
+    const CudaLayerWeights& L = weights_.layer(i % weights_.num_layers());
     switch (shape) {
       case kQ:
         return {L.wq, nullptr};
@@ -324,7 +281,7 @@ void CudaBatchBackend::tune_matmuls() {
       case kDown:
         return {L.w_down, nullptr};
       default:
-        return {lm_head_, nullptr};
+        return {weights_.lm_head(), nullptr};
     }
   };
   const kernels::MatmulTiles candidates[] = {
@@ -384,7 +341,7 @@ void CudaBatchBackend::tune_matmuls() {
 
 void CudaBatchBackend::layer(int l, const StepShape& s,
                              const kernels::PagedAttentionArgs& attention) {
-  const LayerRefs& L = layers_[l];
+  const CudaLayerWeights& L = weights_.layer(l);
   const int T = s.tokens, h = c_.hidden, qd = c_.q_dim(), kvd = c_.kv_dim();
   const float eps = float(c_.rms_eps);
   cudaStream_t st = stream_.get();
@@ -397,7 +354,7 @@ void CudaBatchBackend::layer(int l, const StepShape& s,
   kernels::PagedKvWriteArgs kw;
   kw.q = q32_.get<float>(), kw.k = k32_.get<float>(), kw.v = v32_.get<float>();
   kw.bq = L.bq, kw.bk = L.bk, kw.bv = L.bv, kw.q_norm = L.q_norm, kw.k_norm = L.k_norm;
-  kw.inv_freq = inv_freq_.get<float>();
+  kw.inv_freq = weights_.inv_freq();
   kw.pos = dev_meta<int>(layout_.pos), kw.slot = dev_meta<int>(layout_.slot);
   kw.num_tokens = T, kw.n_heads = c_.n_heads, kw.n_kv_heads = c_.n_kv_heads,
   kw.head_dim = c_.head_dim, kw.block_size = kv_.block_size, kw.eps = eps;
@@ -418,8 +375,8 @@ void CudaBatchBackend::layer(int l, const StepShape& s,
 
 void CudaBatchBackend::launch(const StepShape& s) {
   cudaStream_t st = stream_.get();
-  kernels::embedding(type_, embed_, dev_meta<int32_t>(layout_.tokens), s.tokens, c_.hidden,
-                     x_.get<float>(), st);
+  kernels::embedding(type_, weights_.embed(), dev_meta<int32_t>(layout_.tokens), s.tokens,
+                     c_.hidden, x_.get<float>(), st);
   kernels::PagedAttentionArgs at;
   at.q = q16_.get();
   at.query_start = dev_meta<int>(layout_.query_start);
@@ -437,9 +394,9 @@ void CudaBatchBackend::launch(const StepShape& s) {
   if (s.rows == 0) return;
   kernels::gather_rows(x_.get<float>(), dev_meta<int32_t>(layout_.rows), s.rows, c_.hidden,
                        xg_.get<float>(), st);
-  kernels::rmsnorm(type_, xg_.get<float>(), final_norm_, s.rows, c_.hidden, float(c_.rms_eps),
-                   xgn_.get(), st);
-  matmul(kLmHead, MatmulEpilogue::StoreF32, xgn_.get(), lm_head_, nullptr,
+  kernels::rmsnorm(type_, xg_.get<float>(), weights_.final_norm(), s.rows, c_.hidden,
+                   float(c_.rms_eps), xgn_.get(), st);
+  matmul(kLmHead, MatmulEpilogue::StoreF32, xgn_.get(), weights_.lm_head(), nullptr,
          logits_.get<float>() + size_t(s.logits_row) * c_.vocab, s.rows, c_.vocab, c_.hidden);
 }
 

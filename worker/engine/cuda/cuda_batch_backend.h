@@ -28,6 +28,7 @@
 #include "kernels/gemm.h"
 #include "weight-server/model/weight_store.h"
 #include "worker/engine/backend.h"
+#include "worker/engine/cuda/cuda_weights.h"
 #include "worker/engine/engine_options.h"
 #include "worker/engine/model_weights.h"
 
@@ -75,10 +76,6 @@ class CudaBatchBackend final : public Backend {
   const TilingTable& matmul_tiling() const { return tiles_; }
 
  private:
-  struct LayerRefs {
-    const void *wq, *wk, *wv, *wo, *w_gate, *w_up, *w_down;
-    const float *attn_norm, *mlp_norm, *bq, *bk, *bv, *q_norm, *k_norm;
-  };
   // One sub-step as the kernels see it: sizes known to the host.
   struct StepShape {
     int tokens = 0, seqs = 0, rows = 0;  // rows: tokens whose logits are computed
@@ -91,7 +88,6 @@ class CudaBatchBackend final : public Backend {
   };
 
   DeviceBuffer alloc(size_t bytes);
-  const float* upload_vector(const WeightRef& v);
   void run_substep(const ForwardBatch& batch, size_t first, size_t last, int first_token,
                    int last_token, int& logits_row);
   bool graphable(const ForwardBatch& batch) const;
@@ -128,12 +124,7 @@ class CudaBatchBackend final : public Backend {
   int max_blocks_;     // block-table row length: one full context
   CudaStream stream_;  // declared before the buffers and handles below: destroyed after them
 
-  std::vector<LayerRefs> layers_;
-  const void* embed_ = nullptr;
-  const void* lm_head_ = nullptr;
-  const float* final_norm_ = nullptr;
-  std::vector<DeviceBuffer> vectors_;  // norms and biases as fp32
-  DeviceBuffer inv_freq_;
+  CudaWeights weights_;
 
   size_t workspace_bytes_ = 0, kv_pool_bytes_ = 0;
   size_t matmul_ws_bytes_ = 0, attention_scratch_bytes_ = 0, sample_scratch_bytes_ = 0;

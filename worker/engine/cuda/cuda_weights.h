@@ -1,0 +1,52 @@
+// The model's weights as both CUDA backends (single-sequence and batched) read them: the 16-bit
+// matrices where the store placed them, never copied; norms and biases as small fp32 copies
+// whatever their stored type; RoPE's inverse frequencies. Bound once at start-up.
+#pragma once
+
+#include <vector>
+
+#include "kernels/device_buffer.h"
+#include "kernels/ops.h"
+#include "weight-server/model/model_config.h"
+#include "weight-server/model/weight_store.h"
+#include "worker/engine/model_weights.h"
+
+namespace hearth {
+
+struct CudaLayerWeights {
+  const void *wq, *wk, *wv, *wo, *w_gate, *w_up, *w_down;
+  const float *attn_norm, *mlp_norm;
+  const float *bq, *bk, *bv;     // Qwen2 only, else null
+  const float *q_norm, *k_norm;  // Qwen3 only, else null
+};
+
+class CudaWeights {
+ public:
+  CudaWeights() = default;
+  // Refuses f32 matrices, matrices of another 16-bit type than the embedding's, and matrices
+  // not 16-byte aligned (the kernels load 16 bytes at a time).
+  static CudaWeights bind(const WeightStore& store, const ModelConfig& config);
+
+  kernels::Half type() const { return type_; }  // the embedding's, and so every matrix's
+  const void* embed() const { return embed_; }
+  const void* lm_head() const { return lm_head_; }  // the embedding itself when tied
+  const float* final_norm() const { return final_norm_; }
+  const CudaLayerWeights& layer(int l) const { return layers_[l]; }
+  int num_layers() const { return int(layers_.size()); }
+  const float* inv_freq() const { return inv_freq_.get<float>(); }
+  size_t copied_bytes() const { return copied_bytes_; }  // the fp32 copies, on the GPU
+
+ private:
+  const float* upload_as_f32(const WeightRef& v);
+
+  kernels::Half type_ = kernels::Half::BF16;
+  const void* embed_ = nullptr;
+  const void* lm_head_ = nullptr;
+  const float* final_norm_ = nullptr;
+  std::vector<CudaLayerWeights> layers_;
+  std::vector<DeviceBuffer> copies_;  // norms and biases as fp32
+  DeviceBuffer inv_freq_;
+  size_t copied_bytes_ = 0;
+};
+
+}  // namespace hearth

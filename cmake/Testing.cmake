@@ -12,6 +12,8 @@ function(hearth_add_test name)
   if(NOT labels)
     set(labels unit)
   endif()
+  # Tokenizer images the tests' workers cache go to the build tree, not the user's ~/.cache.
   gtest_discover_tests(${name} DISCOVERY_MODE PRE_TEST DISCOVERY_TIMEOUT 60
-    PROPERTIES LABELS "${labels}" TIMEOUT 600)
+    PROPERTIES LABELS "${labels}" TIMEOUT 600
+               ENVIRONMENT HEARTH_TOKENIZER_IMAGE_CACHE=${PROJECT_BINARY_DIR}/tokenizer-images)
 endfunction()

@@ -40,12 +40,8 @@ CudaBackend::CudaBackend(std::shared_ptr<const WeightStore> store, const EngineO
   stream_ = make_stream();
   weights_ = CudaWeights::bind(*store_, c_);
   workspace_bytes_ += weights_.copied_bytes();
+  weights_.check_kv_cache_dtype(options_.kv_cache_dtype);
   type_ = weights_.type();
-  const std::string expect = options_.kv_cache_dtype;
-  if (expect != "auto" && (expect == "bf16") != (type_ == kernels::Half::BF16))
-    throw std::runtime_error("kv_cache_dtype " + expect +
-                             " differs from the weights' type; the cuda "
-                             "backend keeps the cache in the weights' 16-bit type");
 
   const size_t h = c_.hidden, qd = c_.q_dim(), kvd = c_.kv_dim(), inter = c_.intermediate;
   const size_t P = chunk_, e = 2;  // 16-bit element size

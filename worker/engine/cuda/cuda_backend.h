@@ -18,7 +18,6 @@
 #include "worker/engine/backend.h"
 #include "worker/engine/cuda/cuda_warmup.h"
 #include "worker/engine/cuda/cuda_weights.h"
-#include "worker/engine/model_weights.h"
 #include "worker/engine/engine_options.h"
 #include "weight-server/model/weight_store.h"
 

@@ -78,12 +78,8 @@ CudaBatchBackend::CudaBatchBackend(std::shared_ptr<const WeightStore> store,
   stream_ = make_stream();
   weights_ = CudaWeights::bind(*store_, c_);
   workspace_bytes_ += weights_.copied_bytes();
+  weights_.check_kv_cache_dtype(options_.kv_cache_dtype);
   type_ = weights_.type();
-  const std::string expect = options_.kv_cache_dtype;
-  if (expect != "auto" && (expect == "bf16") != (type_ == kernels::Half::BF16))
-    throw std::runtime_error("kv_cache_dtype " + expect +
-                             " differs from the weights' type; the cuda backend keeps the cache "
-                             "in the weights' 16-bit type");
   max_tokens_ = std::clamp(options_.max_batch_tokens, 1, kMaxStepTokens);
   max_seqs_ = std::max(options_.max_running, 1);
   max_step_seqs_ = std::min(max_tokens_, max_seqs_);

@@ -30,7 +30,6 @@
 #include "worker/engine/backend.h"
 #include "worker/engine/cuda/cuda_weights.h"
 #include "worker/engine/engine_options.h"
-#include "worker/engine/model_weights.h"
 
 namespace hearth {
 

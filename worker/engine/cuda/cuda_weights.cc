@@ -46,10 +46,22 @@ CudaWeights CudaWeights::bind(const WeightStore& store, const ModelConfig& confi
   }
   const std::vector<float> inv = rope_inverse_frequencies(config);
   cw.inv_freq_ = DeviceBuffer(inv.size() * sizeof(float));
-  cw.copied_bytes_ += inv.size() * sizeof(float);
   HEARTH_CUDA_CHECK(cudaMemcpy(cw.inv_freq_.get(), inv.data(), inv.size() * sizeof(float),
                                cudaMemcpyHostToDevice));
   return cw;
+}
+
+size_t CudaWeights::copied_bytes() const {
+  size_t bytes = inv_freq_.bytes();
+  for (const DeviceBuffer& b : copies_) bytes += b.bytes();
+  return bytes;
+}
+
+void CudaWeights::check_kv_cache_dtype(const std::string& kv_cache_dtype) const {
+  if (kv_cache_dtype != "auto" && (kv_cache_dtype == "bf16") != (type_ == kernels::Half::BF16))
+    throw std::runtime_error("kv_cache_dtype " + kv_cache_dtype +
+                             " differs from the weights' type; the cuda backend keeps the cache "
+                             "in the weights' 16-bit type");
 }
 
 const float* CudaWeights::upload_as_f32(const WeightRef& v) {
@@ -59,7 +71,6 @@ const float* CudaWeights::upload_as_f32(const WeightRef& v) {
   std::vector<float> f(n);
   for (size_t i = 0; i < n; ++i) f[i] = load_as_f32(raw.data(), v.dtype, i);
   copies_.emplace_back(n * sizeof(float));
-  copied_bytes_ += n * sizeof(float);
   HEARTH_CUDA_CHECK(
       cudaMemcpy(copies_.back().get(), f.data(), n * sizeof(float), cudaMemcpyHostToDevice));
   return copies_.back().get<float>();

@@ -3,6 +3,7 @@
 // whatever their stored type; RoPE's inverse frequencies. Bound once at start-up.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "kernels/device_buffer.h"
@@ -34,7 +35,10 @@ class CudaWeights {
   const CudaLayerWeights& layer(int l) const { return layers_[l]; }
   int num_layers() const { return int(layers_.size()); }
   const float* inv_freq() const { return inv_freq_.get<float>(); }
-  size_t copied_bytes() const { return copied_bytes_; }  // the fp32 copies, on the GPU
+  size_t copied_bytes() const;  // the fp32 copies and the frequencies, on the GPU
+  // The KV cache is kept in the weights' 16-bit type: an engine option asking for the other
+  // one ("bf16" or "f16"; "auto" follows the weights) is refused.
+  void check_kv_cache_dtype(const std::string& kv_cache_dtype) const;
 
  private:
   const float* upload_as_f32(const WeightRef& v);
@@ -46,7 +50,6 @@ class CudaWeights {
   std::vector<CudaLayerWeights> layers_;
   std::vector<DeviceBuffer> copies_;  // norms and biases as fp32
   DeviceBuffer inv_freq_;
-  size_t copied_bytes_ = 0;
 };
 
 }  // namespace hearth

@@ -2,6 +2,7 @@
 
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cstdio>
 
 #include "gateway/http/socket_io.h"
@@ -11,8 +12,11 @@ namespace hearth::http {
 namespace {
 
 constexpr size_t kReadBlock = 64 << 10;
-constexpr size_t kDrainBytes = 256 << 10;  // what refuse() reads after answering, at most
-constexpr auto kDrainTime = std::chrono::seconds(1);
+// What refuse() reads and drops after answering: a body whose Content-Length was refused as
+// too large is drained whole (clients such as cpp-httplib's write it all before reading the
+// answer), anything else up to kDrainBytes; never longer than kDrainTime.
+constexpr size_t kDrainBytes = 256 << 10;
+constexpr auto kDrainTime = std::chrono::seconds(5);
 
 std::string status_line(int status) {
   return "HTTP/1.1 " + std::to_string(status) + " " + reason_phrase(status) + "\r\n";
@@ -90,7 +94,9 @@ bool Connection::read_request() {
       case RequestParser::Status::Complete:
         return true;
       case RequestParser::Status::Error:
-        refuse(parser_.request(), parser_.error().status, parser_.error().message);
+        refuse(parser_.request(), parser_.error().status, parser_.error().message,
+               parser_.error().status == 413 ? std::max(parser_.declared_length(), kDrainBytes)
+                                             : kDrainBytes);
         return false;
       case RequestParser::Status::HeadComplete:
         // The client waits for this before sending its body (curl does for bodies over 1 KiB);
@@ -115,7 +121,8 @@ bool Connection::read_request() {
     if (r == IoResult::Timeout && parser_.started()) {
       refuse(parser_.request(), 408,
              "the request did not arrive within " +
-                 std::to_string(service_.options.request_timeout.count()) + " ms");
+                 std::to_string(service_.options.request_timeout.count()) + " ms",
+             kDrainBytes);
     }
     return false;  // idle past keep-alive, closed by the client, or the server is stopping
   }
@@ -230,7 +237,7 @@ bool Connection::send_stream(const Request&, Response& res, std::string head, bo
   return ok;
 }
 
-void Connection::refuse(const Request& req, int status, const std::string& message) {
+void Connection::refuse(const Request& req, int status, const std::string& message, size_t drain) {
   Response res;
   res.status = status;
   res.error_message = message;
@@ -240,13 +247,13 @@ void Connection::refuse(const Request& req, int status, const std::string& messa
     const auto deadline = Clock::now() + kDrainTime;
     size_t drained = 0;
     std::string sink;
-    while (drained < kDrainBytes) {
+    while (drained < drain) {
       size_t got = 0;
       sink.clear();
       if (read_some(fd_.get(), service_.stop_fd, sink, kReadBlock, deadline, got) != IoResult::Ok)
         break;
       drained += got;
-      service_.stats.bytes_read += got;
+      service_.stats.bytes_discarded += got;
     }
   }
 }

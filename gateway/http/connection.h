@@ -28,8 +28,10 @@ class Connection {
   bool send_stream(const Request& req, Response& res, std::string head, bool chunked);
   bool write(std::string_view data);
   // Answers a refused request and closes: our side first, then what the client still sends is
-  // drained for a moment (bounded) so our answer is read rather than lost to a reset.
-  void refuse(const Request& req, int status, const std::string& message);
+  // read and dropped (at most `drain` bytes, for a few seconds at most), so a client that
+  // writes its whole body before reading gets our answer rather than a reset. Nothing of it
+  // is kept.
+  void refuse(const Request& req, int status, const std::string& message, size_t drain);
 
   UniqueFd fd_;
   Service& service_;

@@ -1,6 +1,7 @@
 #include "gateway/http/request_parser.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <vector>
 
 namespace hearth::http {
@@ -65,7 +66,7 @@ void RequestParser::reset() {
   started_ = seen_request_line_ = expect_continue_ = false;
   keep_alive_ = true;
   body_ = Body::None;
-  remaining_ = 0;
+  remaining_ = declared_length_ = 0;
   chunked_.reset();
 }
 
@@ -248,6 +249,7 @@ RequestParser::Status RequestParser::end_of_head() {
     while (digits.size() > 1 && digits.front() == '0') digits.remove_prefix(1);
     uint64_t length = 0;
     for (char c : digits.substr(0, 19)) length = length * 10 + uint64_t(c - '0');
+    declared_length_ = digits.size() > 19 ? SIZE_MAX : size_t(length);
     if (digits.size() > 19 || length > limits_.max_body_bytes)
       return fail(413, "the body (Content-Length " + std::string(digits.substr(0, 24)) +
                            ") is larger than " + std::to_string(limits_.max_body_bytes) + " bytes");

@@ -51,6 +51,8 @@ class RequestParser {
   // Whether the connection may carry another request after this one.
   bool keep_alive() const { return keep_alive_; }
   bool has_body() const { return body_ != Body::None; }
+  // The Content-Length the head declared (even one refused as too large; saturated), or 0.
+  size_t declared_length() const { return declared_length_; }
 
  private:
   enum class State { Head, Body, Done, Failed };
@@ -74,6 +76,7 @@ class RequestParser {
   bool keep_alive_ = true;
   Body body_ = Body::None;
   size_t remaining_ = 0;  // Content-Length bytes still to read
+  size_t declared_length_ = 0;
   std::optional<ChunkedDecoder> chunked_;
 };
 

@@ -31,8 +31,9 @@ using ErrorHook = std::function<void(const Request&, Response&)>;
 using ExceptionHook = std::function<void(const Request&, Response&, std::exception_ptr)>;
 
 struct ServerStats {
-  std::atomic<uint64_t> bytes_read{0};  // from every client socket
-  std::atomic<uint64_t> requests{0};    // handed to a handler (or the pre-routing hook)
+  std::atomic<uint64_t> bytes_read{0};       // parsed from client sockets
+  std::atomic<uint64_t> bytes_discarded{0};  // read and dropped after a refusal
+  std::atomic<uint64_t> requests{0};         // handed to a handler (or the pre-routing hook)
   std::atomic<uint64_t> connections{0};
 };
 

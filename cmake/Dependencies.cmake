@@ -10,13 +10,18 @@ find_package(CLI11 REQUIRED)
 if(BUILD_TESTING OR NOT DEFINED BUILD_TESTING)
   find_package(GTest REQUIRED)
 endif()
-# The gateway's HTTP server (cpp-httplib, as llama.cpp's server) and Prometheus registry. Without
-# them hearth-gateway is not built, and configuring says so.
-pkg_check_modules(HTTPLIB IMPORTED_TARGET cpp-httplib)
+# The gateway's Prometheus registry. Without it hearth-gateway is not built, and configuring says
+# so. (Its HTTP server is hearth's own, gateway/http/.)
 pkg_check_modules(PROMETHEUS IMPORTED_TARGET prometheus-cpp-core)
-if(HTTPLIB_FOUND AND PROMETHEUS_FOUND)
+if(PROMETHEUS_FOUND)
   set(HEARTH_HAVE_GATEWAY ON)
 else()
   set(HEARTH_HAVE_GATEWAY OFF)
-  message(STATUS "hearth-gateway will not be built: install libcpp-httplib-dev and prometheus-cpp-dev")
+  message(STATUS "hearth-gateway will not be built: install prometheus-cpp-dev")
+endif()
+# cpp-httplib's client only: the gateway's end-to-end tests and hearth-gateway-bench use it.
+pkg_check_modules(HTTPLIB IMPORTED_TARGET cpp-httplib)
+if(NOT HTTPLIB_FOUND)
+  message(STATUS "the gateway's HTTP tests and hearth-gateway-bench will not be built: "
+                 "install libcpp-httplib-dev")
 endif()

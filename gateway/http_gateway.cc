@@ -1,12 +1,10 @@
 #include "gateway/http_gateway.h"
 
-#include <httplib.h>
-#include <sys/socket.h>
-
 #include <random>
 
 #include "gateway/api_error.h"
 #include "gateway/completion_session.h"
+#include "gateway/http/server.h"
 #include "ipc/json_limits.h"
 
 namespace hearth::gateway {
@@ -23,7 +21,7 @@ int64_t unix_now() {
       .count();
 }
 
-void send_error(httplib::Response& res, const ApiError& e) {
+void send_error(http::Response& res, const ApiError& e) {
   res.status = e.status();
   if (e.retry_after_s()) res.set_header("Retry-After", std::to_string(*e.retry_after_s()));
   res.set_content(e.body().dump(), "application/json");
@@ -31,7 +29,7 @@ void send_error(httplib::Response& res, const ApiError& e) {
 
 // The request body as JSON, no deeper than the ipc limit: nlohmann copies and prints
 // recursively, so a small body of nested brackets must not reach them.
-ordered_json parse_body(const httplib::Request& req) {
+ordered_json parse_body(const http::Request& req) {
   const auto limit = [](int depth, ordered_json::parse_event_t, ordered_json&) {
     if (depth > kMaxJsonDepth)
       throw ApiError(400, "invalid_request_error",
@@ -112,44 +110,26 @@ HttpGateway::HttpGateway(HttpOptions options, const ModelCatalog& catalog, Worke
       catalog_(catalog),
       pool_(pool),
       metrics_(metrics),
-      server_(std::make_unique<httplib::Server>()) {
-  const int threads = options_.max_connections;
-  server_->new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
-  server_->set_payload_max_length(options_.max_body_bytes);
-  server_->set_read_timeout(options_.read_timeout);
-  server_->set_write_timeout(std::chrono::seconds(30));
-  server_->set_keep_alive_timeout(5);
-  server_->set_socket_options([this](int sock) {
-    httplib::default_socket_options(sock);
-    listen_fd_ = sock;
-  });
+      server_(std::make_unique<http::Server>([this] {
+        http::ServerOptions o;
+        o.max_connections = options_.max_connections;
+        o.limits.max_body_bytes = options_.max_body_bytes;
+        o.request_timeout = options_.read_timeout;
+        o.write_timeout = std::chrono::seconds(30);
+        o.keep_alive_timeout = std::chrono::seconds(5);
+        return o;
+      }())) {
   routes();
 }
 
 HttpGateway::~HttpGateway() = default;
 
 void HttpGateway::bind() {
-  if (options_.port == 0) {
-    port_ = server_->bind_to_any_port(options_.host);
-  } else {
-    port_ = server_->bind_to_port(options_.host, options_.port) ? options_.port : -1;
-  }
-  if (port_ <= 0)
-    throw std::runtime_error("cannot listen on " + options_.host + ":" +
-                             std::to_string(options_.port) + " (in use, or not a local address)");
-  // cpp-httplib listens with a backlog of 5 (a constant compiled into Debian's library): a burst
-  // of clients connecting at once overflows the accept queue and some of them are dropped
-  // before any reply (64 at once did: the kernel's ListenOverflows counter). listen() again on
-  // the bound socket raises the backlog to the system's limit.
-  int accepting = 0;
-  socklen_t len = sizeof accepting;
-  if (listen_fd_ >= 0 &&
-      ::getsockopt(listen_fd_, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &len) == 0 && accepting)
-    ::listen(listen_fd_, SOMAXCONN);
+  port_ = server_->bind(options_.host, options_.port);  // listens with a SOMAXCONN backlog
 }
 
 void HttpGateway::run() {
-  server_->listen_after_bind();
+  server_->run();
 }
 
 void HttpGateway::stop() {
@@ -157,49 +137,47 @@ void HttpGateway::stop() {
 }
 
 void HttpGateway::routes() {
-  httplib::Server& s = *server_;
+  http::Server& s = *server_;
 
-  s.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+  s.set_pre_routing_handler([this](const http::Request& req, http::Response& res) {
     const bool protected_path =
         req.path.rfind("/v1/", 0) == 0 || req.path == "/tokenize" || req.path == "/detokenize";
     if (options_.api_key && protected_path &&
         req.get_header_value("Authorization") != "Bearer " + *options_.api_key) {
       send_error(res, ApiError(401, "authentication_error",
                                "a valid API key is required (Authorization: Bearer KEY)"));
-      return httplib::Server::HandlerResponse::Handled;
+      return http::HandlerResponse::Handled;
     }
-    return httplib::Server::HandlerResponse::Unhandled;
+    return http::HandlerResponse::Unhandled;
   });
 
-  // Statuses httplib answers itself (413, 404 route, 400 bad request line) get OpenAI bodies.
-  s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+  // Statuses the server answers itself (400, 404, 405, 408, 413, 431, ...) get OpenAI bodies
+  // naming what was wrong.
+  s.set_error_handler([](const http::Request&, http::Response& res) {
     if (!res.body.empty()) return;
-    std::string message = "HTTP " + std::to_string(res.status);
-    if (res.status == 404) message = "no route for " + req.method + " " + req.path;
-    if (res.status == 413) message = "the request body is too large";
-    if (res.status == 400) message = "malformed HTTP request";
+    const std::string message =
+        res.error_message.empty() ? "HTTP " + std::to_string(res.status) : res.error_message;
     res.set_content(ApiError(res.status, "invalid_request_error", message).body().dump(),
                     "application/json");
   });
 
-  s.set_exception_handler(
-      [](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
-        try {
-          std::rethrow_exception(ep);
-        } catch (const ApiError& e) {
-          send_error(res, e);
-        } catch (const std::exception& e) {
-          send_error(res, ApiError(500, "server_error", e.what()));
-        } catch (...) {
-          send_error(res, ApiError(500, "server_error", "unknown failure"));
-        }
-      });
+  s.set_exception_handler([](const http::Request&, http::Response& res, std::exception_ptr ep) {
+    try {
+      std::rethrow_exception(ep);
+    } catch (const ApiError& e) {
+      send_error(res, e);
+    } catch (const std::exception& e) {
+      send_error(res, ApiError(500, "server_error", e.what()));
+    } catch (...) {
+      send_error(res, ApiError(500, "server_error", "unknown failure"));
+    }
+  });
 
-  s.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+  s.Get("/health", [](const http::Request&, http::Response& res) {
     res.set_content("{}", "application/json");
   });
 
-  s.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+  s.Get("/metrics", [this](const http::Request&, http::Response& res) {
     const WorkerPoolStats w = pool_.stats();
     metrics_.set_workers(w.alive, w.restarts);
     for (const auto& [model, connection] : pool_.connections()) {
@@ -220,7 +198,7 @@ void HttpGateway::routes() {
     res.set_content(metrics_.render(), "text/plain; version=0.0.4");
   });
 
-  s.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+  s.Get("/v1/models", [this](const http::Request&, http::Response& res) {
     json data = json::array();
     for (const std::string& name : catalog_.names()) {
       const ModelEntry& m = *catalog_.find(name);
@@ -240,7 +218,7 @@ void HttpGateway::routes() {
   });
 
   auto completion = [this](Endpoint endpoint) {
-    return [this, endpoint](const httplib::Request& req, httplib::Response& res) {
+    return [this, endpoint](const http::Request& req, http::Response& res) {
       const ordered_json body = parse_body(req);
       const std::string model_field =
           body.is_object() && body.contains("model") && body["model"].is_string()
@@ -283,8 +261,10 @@ void HttpGateway::routes() {
       res.set_header("Cache-Control", "no-cache");
       res.set_chunked_content_provider(
           "text/event-stream",
-          [session, deadline](size_t, httplib::DataSink& sink) {
+          [session, deadline](size_t, http::DataSink& sink) {
             while (true) {
+              // A client that left is noticed while waiting for tokens, not at the next write.
+              if (sink.client_gone()) return false;
               if (Clock::now() > deadline) {
                 session->cancel();
                 const std::string timeout =
@@ -310,7 +290,7 @@ void HttpGateway::routes() {
   s.Post("/v1/completions", completion(Endpoint::Completions));
   s.Post("/v1/chat/completions", completion(Endpoint::ChatCompletions));
 
-  s.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+  s.Post("/tokenize", [this](const http::Request& req, http::Response& res) {
     const ordered_json body = parse_body(req);
     if (!body.is_object() || !body.contains("model") || !body["model"].is_string())
       throw bad_param("model", "is required");
@@ -337,7 +317,7 @@ void HttpGateway::routes() {
         "application/json");
   });
 
-  s.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+  s.Post("/detokenize", [this](const http::Request& req, http::Response& res) {
     const ordered_json body = parse_body(req);
     if (!body.is_object() || !body.contains("model") || !body["model"].is_string())
       throw bad_param("model", "is required");

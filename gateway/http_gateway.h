@@ -1,8 +1,8 @@
 // The HTTP side of hearth-gateway: OpenAI's /v1/completions, /v1/chat/completions and
-// /v1/models, vLLM's /tokenize and /detokenize, /health and /metrics, on cpp-httplib (the
-// server llama.cpp's llama-server uses: one header, a thread per connection, chunked responses
-// for SSE). Requests are checked here, tokenized with the model's own tokenizer, and run by the
-// worker pool; every limit answers with an OpenAI-shaped error.
+// /v1/models, vLLM's /tokenize and /detokenize, /health and /metrics, on hearth's own HTTP/1.1
+// server (gateway/http/: a thread per connection, chunked responses for SSE). Requests are checked
+// here, tokenized with the model's own tokenizer, and run by the worker pool; every limit answers
+// with an OpenAI-shaped error.
 #pragma once
 
 #include <atomic>
@@ -15,7 +15,7 @@
 #include "gateway/model_catalog.h"
 #include "gateway/worker_pool.h"
 
-namespace httplib {
+namespace hearth::http {
 class Server;
 }
 
@@ -28,7 +28,7 @@ struct HttpOptions {
   size_t max_body_bytes = 16u << 20;   // 413 above
   int max_connections = 512;           // handler threads; connections beyond wait in the backlog
   int max_in_flight = 1024;            // requests admitted at once; 429 + Retry-After beyond
-  std::chrono::seconds read_timeout{15};      // a client silent this long mid-request is dropped
+  std::chrono::seconds read_timeout{15};      // a whole request (head and body) must arrive in it
   std::chrono::seconds request_timeout{600};  // a generation running longer is cancelled (504)
 };
 
@@ -52,9 +52,8 @@ class HttpGateway {
   const ModelCatalog& catalog_;
   WorkerPool& pool_;
   Metrics& metrics_;
-  std::unique_ptr<httplib::Server> server_;
+  std::unique_ptr<http::Server> server_;
   int port_ = 0;
-  int listen_fd_ = -1;  // the socket httplib bound, so bind() can widen its backlog
   std::atomic<int> in_flight_{0};
   std::atomic<uint64_t> next_id_{0};
 };

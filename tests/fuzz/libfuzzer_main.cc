@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "tests/fuzz/fuzz_targets.h"
+#include "tests/fuzz/http_request_target.h"
 
 namespace {
 
@@ -15,6 +16,7 @@ bool run(std::string_view data) {
   if (target == "config") return config_json(data);
   if (target == "tokenizer") return tokenizer_json(data);
   if (target == "safetensors") return safetensors(data);
+  if (target == "http_request") return http_request(data);
   return profile_json(data);
 }
 

@@ -72,9 +72,7 @@ std::vector<int32_t> tokenize(const ModelEntry& model, const PromptInput& p,
   } else {
     ids = p.tokens;
   }
-  if (ids.empty())
-    throw bad_param(r.endpoint == Endpoint::ChatCompletions ? "messages" : "prompt",
-                    "gives no tokens");
+  check_prompt_fits(r, ids.size(), model.context_length);
   return ids;
 }
 

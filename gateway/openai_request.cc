@@ -4,6 +4,7 @@
 #include <set>
 
 #include "gateway/api_error.h"
+#include "ipc/protocol.h"
 
 namespace hearth::gateway {
 
@@ -121,12 +122,12 @@ void refuse_unless(bool ok, const Field& f, const std::string& why) {
 std::vector<std::string> stop_strings(const Field& v) {
   std::vector<std::string> out;
   if (v.is_string()) {
-    out.push_back(v.string(SIZE_MAX));
+    out.push_back(v.string(kMaxStopStringBytes));
   } else {
     if (!v.is_array()) v.fail("must be a string or an array of strings");
     if (v.array().size() > kMaxStopStrings)
       v.fail("at most " + std::to_string(kMaxStopStrings) + " stop strings");
-    for (const Field& s : v.items()) out.push_back(s.string(SIZE_MAX));
+    for (const Field& s : v.items()) out.push_back(s.string(kMaxStopStringBytes));
   }
   for (const std::string& s : out)
     if (s.empty()) v.fail("stop strings must be non-empty strings");
@@ -247,7 +248,7 @@ CompletionRequest parse_completion_request(const ordered_json& body, Endpoint en
     r.settings.max_tokens = int(b["max_completion_tokens"].integer(1, kMaxTokensCap));
   if (b["stop"].present()) r.settings.stop = stop_strings(b["stop"]);
   if (b["ignore_eos"].present()) r.settings.ignore_eos = b["ignore_eos"].boolean();
-  if (b["cache_salt"].present()) r.cache_salt = b["cache_salt"].string(SIZE_MAX);
+  if (b["cache_salt"].present()) r.cache_salt = b["cache_salt"].string(kMaxCacheSaltBytes);
 
   if (b["n"].present()) r.n = int(b["n"].integer(1, kMaxChoices));
   if (const Field f = b["best_of"]; f.present())
@@ -272,6 +273,27 @@ CompletionRequest parse_completion_request(const ordered_json& body, Endpoint en
     r.top_logprobs = int(b["logprobs"].integer(0, kMaxTopLogprobs));
   }
   return r;
+}
+
+void check_prompt_fits(const CompletionRequest& r, size_t prompt_tokens, int context_length) {
+  const char* param = r.endpoint == Endpoint::ChatCompletions ? "messages" : "prompt";
+  if (prompt_tokens == 0) throw bad_param(param, "gives no tokens");
+  if (context_length > 0 && prompt_tokens >= size_t(context_length))
+    throw bad_param(param, "is " + std::to_string(prompt_tokens) +
+                               " tokens, which leaves no room in the model's context of " +
+                               std::to_string(context_length) + " tokens");
+}
+
+void check_submit_size(const CompletionRequest& r, const json& submit_request) {
+  const size_t bytes =
+      ipc::make_request(ipc::op::kSubmit, UINT64_MAX, json{{"request", submit_request}})
+          .dump(-1, ' ', false, json::error_handler_t::replace)
+          .size();
+  if (bytes > kWorkerMaxRequestBytes)
+    throw bad_param(r.endpoint == Endpoint::ChatCompletions ? "messages" : "prompt",
+                    "the request would be " + std::to_string(bytes) +
+                        " bytes for the worker, more than its limit of " +
+                        std::to_string(kWorkerMaxRequestBytes) + " bytes");
 }
 
 nlohmann::json worker_request_json(const CompletionRequest& r, const std::string& id,

@@ -19,6 +19,16 @@ namespace hearth::gateway {
 // A model name is a short word (NAME or NAME:PROFILE); longer is refused before any lookup.
 inline constexpr size_t kMaxModelNameBytes = 256;
 
+// Bounds on what a request may carry to a worker, so that no field can grow the worker's submit
+// frame past its limit (a frame over it costs the gateway's whole connection to the worker,
+// and with it every other stream on that connection).
+inline constexpr size_t kMaxCacheSaltBytes = 1024;
+inline constexpr size_t kMaxStopStringBytes = 1024;
+// The largest request frame a worker reads: broker::BrokerOptions::max_request_bytes, which
+// `hearth-worker --serve` leaves at its default (the gateway may not include broker/; a test
+// checks the two agree).
+inline constexpr size_t kWorkerMaxRequestBytes = size_t{1} << 20;
+
 enum class Endpoint { Completions, ChatCompletions };
 
 // Sampling defaults a model's generation_config.json gives (vLLM's --generation-config auto):
@@ -71,6 +81,14 @@ CompletionRequest parse_completion_request(const nlohmann::ordered_json& body, E
 // Chat messages checked (an array of objects with a known role, content a string, null or
 // text parts) and copied for the chat template, each content joined into one string.
 nlohmann::ordered_json read_chat_messages(const Field& messages);
+
+// A 400 naming "prompt" (or "messages") for a prompt of no tokens or of `context_length` or
+// more, which no worker could run: checked here so that it never reaches one.
+void check_prompt_fits(const CompletionRequest& request, size_t prompt_tokens, int context_length);
+
+// A 400 naming "prompt" (or "messages") when `submit_request` (worker_request_json's) would
+// make a submit frame over kWorkerMaxRequestBytes.
+void check_submit_size(const CompletionRequest& request, const nlohmann::json& submit_request);
 
 // Splits "NAME:PROFILE" (the profile part optional).
 std::pair<std::string, std::string> split_model_profile(const std::string& model);

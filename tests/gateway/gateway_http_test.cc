@@ -344,6 +344,54 @@ TEST_F(Gateway, WrongTypesAreA400NamingTheField) {
   }
 }
 
+// Issue 21: a 2 MB cache_salt, or a text prompt of more than 1 MiB of token ids, made a submit
+// frame over the worker's limit; the worker dropped the gateway's connection and every stream
+// on it ended with an error (the sender got 503). Now the gateway refuses them with a 400
+// naming the field before anything reaches the worker, and a stream running beside them ends
+// as it would alone.
+TEST_F(Gateway, AnOversizedRequestIsA400AndLeavesOtherStreamsAlone) {
+  std::string words;
+  for (int i = 0; i < 150000; ++i) words += "the cat ";  // ~300k tokens: over 1 MiB of ids
+  const std::vector<std::pair<json, std::string>> oversized = {
+      {completion("x", 4, {{"cache_salt", std::string(2 << 20, 's')}}), "cache_salt"},
+      {completion(words, 4), "prompt"},
+      {completion("x", 4, {{"stop", {std::string(4096, 'z')}}}), "stop[0]"},
+  };
+  const std::string stream_body =
+      completion("Beside", 120, {{"ignore_eos", true}, {"stream", true}, {"temperature", 0}})
+          .dump();
+  std::string body;
+  bool sent = false;
+  std::vector<GatewayProcess::Reply> replies;
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.set_header("Content-Type", "application/json");
+  req.body = stream_body;
+  // Once the stream's first bytes arrive its request is in the worker: send the others then.
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    body.append(data, n);
+    if (!sent) {
+      sent = true;
+      for (const auto& [big, param] : oversized)
+        replies.push_back(gw().post("/v1/completions", big));
+    }
+    return true;
+  };
+  httplib::Response res;
+  httplib::Error err;
+  ASSERT_TRUE(gw().client()->send(req, res, err)) << httplib::to_string(err);
+  ASSERT_EQ(replies.size(), oversized.size());
+  for (size_t i = 0; i < replies.size(); ++i) {
+    EXPECT_EQ(replies[i].status, 400) << replies[i].body;
+    EXPECT_EQ(replies[i].parsed()["error"]["param"], oversized[i].second) << replies[i].body;
+  }
+  const auto events = sse_events(body);
+  for (const json& e : events) EXPECT_FALSE(e.is_object() && e.contains("error")) << e;
+  EXPECT_EQ(streamed_choice(events, 0, false).second, "length") << body;
+  EXPECT_NE(gw().get("/metrics").body.find("hearth:worker_restarts 0"), std::string::npos);
+}
+
 TEST_F(Gateway, MalformedHttpAndJsonAreRefusedAndTheServerCarriesOn) {
   auto c = gw().client();
   auto bad_json = c->Post("/v1/completions", "{\"model\": ", "application/json");

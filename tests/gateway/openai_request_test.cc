@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "broker/broker_options.h"
 #include "gateway/api_error.h"
 #include "gateway/openai_request.h"
 #include "gateway/request_json.h"
@@ -215,6 +216,58 @@ TEST(CompletionRequest, InvalidUtf8InEachStringFieldIsRefusedAsTheBody) {
               "the body is not valid UTF-8 (at byte " + std::to_string(body.find('\xff')) + ")");
     EXPECT_NO_THROW((void)e.body().dump());
   }
+}
+
+TEST(CompletionRequest, FieldsThatTravelToTheWorkerAreBounded) {
+  const auto with = [](const std::string& key, const ordered_json& value) {
+    ordered_json body = {{"model", "fortunes"}, {"prompt", "x"}};
+    body[key] = value;
+    return body;
+  };
+  const auto parse = [](const ordered_json& body) {
+    return parse_completion_request(body, Endpoint::Completions, {});
+  };
+  EXPECT_NO_THROW(parse(with("cache_salt", std::string(kMaxCacheSaltBytes, 's'))));
+  expect_400(error_of([&] { parse(with("cache_salt", std::string(2 << 20, 's'))); }), "cache_salt",
+             "a 2 MB salt");
+  EXPECT_NO_THROW(parse(with("stop", std::string(kMaxStopStringBytes, 'z'))));
+  expect_400(error_of([&] { parse(with("stop", std::string(kMaxStopStringBytes + 1, 'z'))); }),
+             "stop", "a long stop string");
+  expect_400(error_of([&] {
+               parse(with("stop", ordered_json::array({"a", std::string(4096, 'z')})));
+             }),
+             "stop[1]", "a long stop string in a list");
+  expect_400(
+      error_of([&] { parse(with("stop", ordered_json(std::vector<std::string>(17, "a")))); }),
+      "stop", "17 stop strings");
+}
+
+TEST(CompletionRequest, APromptMustLeaveRoomInTheContext) {
+  const CompletionRequest text = parse_completion_request(
+      parse_request_body(R"({"model": "m", "prompt": "x"})"), Endpoint::Completions, {});
+  EXPECT_NO_THROW(check_prompt_fits(text, 511, 512));
+  expect_400(error_of([&] { check_prompt_fits(text, 512, 512); }), "prompt", "512 of 512");
+  expect_400(error_of([&] { check_prompt_fits(text, 300000, 512); }), "prompt", "300k of 512");
+  expect_400(error_of([&] { check_prompt_fits(text, 0, 512); }), "prompt", "empty");
+  const CompletionRequest chat = parse_completion_request(
+      parse_request_body(R"({"model": "m", "messages": [{"role": "user", "content": "x"}]})"),
+      Endpoint::ChatCompletions, {});
+  expect_400(error_of([&] { check_prompt_fits(chat, 9000, 512); }), "messages", "chat");
+}
+
+// The last guard: whatever the bounds, no submit frame over the worker's limit is sent.
+TEST(CompletionRequest, ASubmitOverTheWorkersFrameLimitIsA400) {
+  const CompletionRequest r = parse_completion_request(
+      parse_request_body(R"({"model": "m", "prompt": "x"})"), Endpoint::Completions, {});
+  const std::vector<int32_t> small(1000, 4095);
+  EXPECT_NO_THROW(check_submit_size(r, worker_request_json(r, "cmpl-1-0", small, 1)));
+  const std::vector<int32_t> big(300000, 4095);  // 1.5 MB of ids
+  expect_400(error_of([&] { check_submit_size(r, worker_request_json(r, "cmpl-1-0", big, 1)); }),
+             "prompt", "300k ids");
+}
+
+TEST(CompletionRequest, TheGatewayKnowsTheWorkersFrameLimit) {
+  EXPECT_EQ(kWorkerMaxRequestBytes, broker::BrokerOptions{}.max_request_bytes);
 }
 
 TEST(TokenRequests, WrongTypesAreA400NamingTheField) {

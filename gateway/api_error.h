@@ -1,16 +1,38 @@
 // An error answered to an HTTP client in OpenAI's shape:
 //   {"error": {"message": ..., "type": ..., "param": ..., "code": ...}}
 // with the HTTP status that goes with it. Thrown anywhere below the HTTP layer, which turns it
-// into the response; any other exception is a 500.
+// into the response; any other exception is a 500. The body is built so that dumping it can
+// never throw: a message may quote what a client sent (or a library's text about it), so any
+// byte that is not well-formed UTF-8 becomes U+FFFD.
 #pragma once
 
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
+#include "ipc/utf8.h"
+
 namespace hearth::gateway {
+
+// `text` with each byte that does not start a well-formed character replaced by U+FFFD.
+inline std::string valid_utf8(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  while (!text.empty()) {
+    const size_t n = utf8_char_length(text);
+    if (n == 0) {
+      out += "\xEF\xBF\xBD";
+      text.remove_prefix(1);
+    } else {
+      out.append(text.substr(0, n));
+      text.remove_prefix(n);
+    }
+  }
+  return out;
+}
 
 class ApiError : public std::runtime_error {
  public:
@@ -29,9 +51,9 @@ class ApiError : public std::runtime_error {
 
   nlohmann::json body() const {
     return {{"error",
-             {{"message", what()},
-              {"type", type_},
-              {"param", param_.empty() ? nlohmann::json() : nlohmann::json(param_)},
+             {{"message", valid_utf8(what())},
+              {"type", valid_utf8(type_)},
+              {"param", param_.empty() ? nlohmann::json() : nlohmann::json(valid_utf8(param_))},
               {"code", nlohmann::json()}}}};
   }
 

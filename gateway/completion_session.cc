@@ -59,20 +59,26 @@ CompletionSession::CompletionSession(CompletionRequest request, ResponseMeta met
 
 void CompletionSession::start(const std::vector<std::vector<int32_t>>& prompts, uint64_t seed) {
   std::weak_ptr<CompletionSession> weak = weak_from_this();
+  // Every choice's submit is built and checked before the first is sent: one the worker could
+  // not read is a 400 here, not a submit that costs the connection.
+  std::vector<json> submits;
   for (size_t i = 0; i < choices_.size(); ++i) {
-    const size_t prompt = i / size_t(request_.n);
     // Choice j of a prompt samples with seed + j: n choices differ, and each is reproducible
     // by asking for it alone with that seed.
     const uint64_t choice_seed = seed + uint64_t(i % size_t(request_.n));
+    submits.push_back(worker_request_json(request_, request_ids_[i],
+                                          prompts[i / size_t(request_.n)], choice_seed));
+    check_submit_size(request_, submits.back());
+  }
+  for (size_t i = 0; i < choices_.size(); ++i) {
     {
       std::lock_guard lock(mutex_);
-      choices_[i].prompt_tokens = int(prompts[prompt].size());
+      choices_[i].prompt_tokens = int(prompts[i / size_t(request_.n)].size());
     }
     try {
-      worker_->submit(worker_request_json(request_, request_ids_[i], prompts[prompt], choice_seed),
-                      [weak, i](const json& event) {
-                        if (auto self = weak.lock()) self->on_event(int(i), event);
-                      });
+      worker_->submit(std::move(submits[i]), [weak, i](const json& event) {
+        if (auto self = weak.lock()) self->on_event(int(i), event);
+      });
     } catch (const ipc::IpcError& e) {
       for (size_t j = 0; j < i; ++j) worker_->cancel(request_ids_[j]);
       throw submit_error(e);

@@ -5,7 +5,8 @@
 #include "gateway/api_error.h"
 #include "gateway/completion_session.h"
 #include "gateway/http/server.h"
-#include "ipc/json_limits.h"
+#include "gateway/request_json.h"
+#include "gateway/token_request.h"
 
 namespace hearth::gateway {
 
@@ -21,27 +22,12 @@ int64_t unix_now() {
       .count();
 }
 
+// Never throws for any message: ApiError::body() holds only valid UTF-8.
 void send_error(http::Response& res, const ApiError& e) {
   res.status = e.status();
   if (e.retry_after_s()) res.set_header("Retry-After", std::to_string(*e.retry_after_s()));
-  res.set_content(e.body().dump(), "application/json");
-}
-
-// The request body as JSON, no deeper than the ipc limit: nlohmann copies and prints
-// recursively, so a small body of nested brackets must not reach them.
-ordered_json parse_body(const http::Request& req) {
-  const auto limit = [](int depth, ordered_json::parse_event_t, ordered_json&) {
-    if (depth > kMaxJsonDepth)
-      throw ApiError(400, "invalid_request_error",
-                     "the body is nested deeper than " + std::to_string(kMaxJsonDepth) + " levels");
-    return true;
-  };
-  try {
-    return ordered_json::parse(req.body, limit);
-  } catch (const ordered_json::exception& e) {
-    throw ApiError(400, "invalid_request_error",
-                   std::string("the body is not valid JSON: ") + e.what());
-  }
+  res.set_content(e.body().dump(-1, ' ', false, json::error_handler_t::replace),
+                  "application/json");
 }
 
 const ModelEntry& find_model(const ModelCatalog& catalog, const std::string& name) {
@@ -84,10 +70,29 @@ std::vector<int32_t> tokenize(const ModelEntry& model, const PromptInput& p,
   } else {
     ids = p.tokens;
   }
-  if (ids.empty())
-    throw bad_param(r.endpoint == Endpoint::ChatCompletions ? "messages" : "prompt",
-                    "gives no tokens");
+  check_prompt_fits(r, ids.size(), model.context_length);
   return ids;
+}
+
+// /tokenize and /detokenize: their bodies checked, then the model's tokenizer.
+std::string tokenize_response(const ModelCatalog& catalog, const ordered_json& body) {
+  const TokenizeRequest r = parse_tokenize_request(body);
+  const ModelEntry& model = find_model(catalog, split_model_profile(r.model).first);
+  const std::vector<int32_t> ids =
+      r.prompt ? model.tokenizer->encode(*r.prompt, r.add_special_tokens)
+               : model.tokenizer->encode(
+                     render_chat(model, r.messages, r.add_generation_prompt, json::object()),
+                     r.add_special_tokens);
+  return json{{"count", ids.size()}, {"max_model_len", model.context_length}, {"tokens", ids}}
+      .dump();
+}
+
+std::string detokenize_response(const ModelCatalog& catalog, const ordered_json& body) {
+  const DetokenizeRequest r = parse_detokenize_request(body);
+  const ModelEntry& model = find_model(catalog, split_model_profile(r.model).first);
+  check_vocabulary(r.tokens, model.tokenizer->vocab_size(), "tokens");
+  return json{{"prompt", model.tokenizer->decode(r.tokens, false)}}.dump(
+      -1, ' ', false, json::error_handler_t::replace);
 }
 
 // Decrements the in-flight count when the last owner lets go (the handler, or the stream).
@@ -219,11 +224,8 @@ void HttpGateway::routes() {
 
   auto completion = [this](Endpoint endpoint) {
     return [this, endpoint](const http::Request& req, http::Response& res) {
-      const ordered_json body = parse_body(req);
-      const std::string model_field =
-          body.is_object() && body.contains("model") && body["model"].is_string()
-              ? body["model"].get<std::string>()
-              : "";
+      const ordered_json body = parse_request_body(req.body);
+      const std::string model_field = request_model(body);
       const ModelEntry& model = find_model(catalog_, split_model_profile(model_field).first);
       CompletionRequest request = parse_completion_request(body, endpoint, model.defaults);
       std::vector<std::vector<int32_t>> prompts;
@@ -291,47 +293,11 @@ void HttpGateway::routes() {
   s.Post("/v1/chat/completions", completion(Endpoint::ChatCompletions));
 
   s.Post("/tokenize", [this](const http::Request& req, http::Response& res) {
-    const ordered_json body = parse_body(req);
-    if (!body.is_object() || !body.contains("model") || !body["model"].is_string())
-      throw bad_param("model", "is required");
-    const ModelEntry& model = find_model(catalog_, split_model_profile(body["model"]).first);
-    std::vector<int32_t> ids;
-    if (body.contains("messages")) {
-      CompletionRequest chat = parse_completion_request(
-          ordered_json{{"model", body["model"]},
-                       {"messages", body["messages"]},
-                       {"add_generation_prompt", body.value("add_generation_prompt", true)}},
-          Endpoint::ChatCompletions, {});
-      const std::string text = render_chat(model, chat.prompts[0].messages,
-                                           chat.add_generation_prompt, chat.template_extra);
-      ids = model.tokenizer->encode(text, body.value("add_special_tokens", false));
-    } else if (body.contains("prompt") && body["prompt"].is_string()) {
-      ids = model.tokenizer->encode(body["prompt"].get<std::string>(),
-                                    body.value("add_special_tokens", true));
-    } else {
-      throw bad_param("prompt", "give a prompt (string) or messages");
-    }
-    res.set_content(
-        json{{"count", ids.size()}, {"max_model_len", model.context_length}, {"tokens", ids}}
-            .dump(),
-        "application/json");
+    res.set_content(tokenize_response(catalog_, parse_request_body(req.body)), "application/json");
   });
 
   s.Post("/detokenize", [this](const http::Request& req, http::Response& res) {
-    const ordered_json body = parse_body(req);
-    if (!body.is_object() || !body.contains("model") || !body["model"].is_string())
-      throw bad_param("model", "is required");
-    const ModelEntry& model = find_model(catalog_, split_model_profile(body["model"]).first);
-    if (!body.contains("tokens") || !body["tokens"].is_array())
-      throw bad_param("tokens", "must be an array of token ids");
-    std::vector<int32_t> ids;
-    for (const ordered_json& t : body["tokens"]) {
-      if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > INT32_MAX)
-        throw bad_param("tokens", "token ids must be integers >= 0");
-      ids.push_back(int32_t(t.get<int64_t>()));
-    }
-    res.set_content(json{{"prompt", model.tokenizer->decode(ids, false)}}.dump(
-                        -1, ' ', false, json::error_handler_t::replace),
+    res.set_content(detokenize_response(catalog_, parse_request_body(req.body)),
                     "application/json");
   });
 }

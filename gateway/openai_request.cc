@@ -4,6 +4,7 @@
 #include <set>
 
 #include "gateway/api_error.h"
+#include "ipc/protocol.h"
 
 namespace hearth::gateway {
 
@@ -12,9 +13,9 @@ using ordered_json = nlohmann::ordered_json;
 
 namespace {
 
-constexpr int kMaxChoices = 16;      // n (and prompts x n for batched completions)
-constexpr int kMaxStopStrings = 16;  // OpenAI allows 4; vLLM any number
-constexpr int kMaxTopLogprobs = 20;  // as OpenAI
+constexpr int kMaxChoices = 16;         // n (and prompts x n for batched completions)
+constexpr size_t kMaxStopStrings = 16;  // OpenAI allows 4; vLLM any number
+constexpr int kMaxTopLogprobs = 20;     // as OpenAI
 constexpr int kMaxTokensCap = 1 << 20;
 
 // Fields a client may send that change nothing here: accepted and ignored, as OpenAI ignores
@@ -48,133 +49,89 @@ const std::set<std::string> kChatOnly = {
     "messages", "max_completion_tokens", "top_logprobs",        "add_generation_prompt",
     "tools",    "tool_choice",           "chat_template_kwargs"};
 
-bool present(const ordered_json& body, const char* key) {
-  auto it = body.find(key);
-  return it != body.end() && !it->is_null();
+// A prompt's token ids, when `v` looks like some (an array whose first item is a number).
+bool is_token_list(const Field& v) {
+  return v.is_array() && !v.array().empty() && v.array().front().is_number();
 }
 
-double number(const ordered_json& body, const char* key, double lo, double hi) {
-  const ordered_json& v = body.at(key);
-  if (!v.is_number()) throw bad_param(key, "must be a number, got " + v.dump());
-  const double d = v.get<double>();
-  if (!std::isfinite(d) || d < lo || d > hi)
-    throw bad_param(
-        key, "must be in [" + json(lo).dump() + ", " + json(hi).dump() + "], got " + v.dump());
-  return d;
+PromptInput one_prompt(const Field& p) {
+  if (p.is_string()) return {p.string(SIZE_MAX), {}, {}};
+  return {std::nullopt, p.token_ids(), {}};
 }
 
-int64_t integer(const ordered_json& body, const char* key, int64_t lo, int64_t hi) {
-  const ordered_json& v = body.at(key);
-  if (!v.is_number_integer()) throw bad_param(key, "must be an integer, got " + v.dump());
-  if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX))
-    throw bad_param(key, "is out of range");
-  const int64_t i = v.get<int64_t>();
-  if (i < lo || i > hi)
-    throw bad_param(key, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
-                             "], got " + v.dump());
-  return i;
-}
-
-bool boolean(const ordered_json& body, const char* key) {
-  const ordered_json& v = body.at(key);
-  if (!v.is_boolean()) throw bad_param(key, "must be true or false, got " + v.dump());
-  return v.get<bool>();
-}
-
-std::vector<int32_t> token_list(const ordered_json& v, const std::string& param) {
-  std::vector<int32_t> out;
-  for (const ordered_json& t : v) {
-    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() > INT32_MAX)
-      throw bad_param(param, "token ids must be integers >= 0, got " + t.dump());
-    out.push_back(int32_t(t.get<int64_t>()));
-  }
-  if (out.empty()) throw bad_param(param, "must not be empty");
-  return out;
-}
-
-bool is_token_list(const ordered_json& v) {
-  return v.is_array() && !v.empty() && v.front().is_number();
-}
-
-std::vector<PromptInput> read_prompts(const ordered_json& body) {
-  if (!present(body, "prompt")) throw bad_param("prompt", "is required");
-  const ordered_json& p = body.at("prompt");
+std::vector<PromptInput> read_prompts(const Field& p) {
+  static const std::string kShape =
+      "must be a string, an array of strings, an array of token ids or an array of such arrays";
+  if (!p.present()) p.fail("is required");
   std::vector<PromptInput> out;
-  if (p.is_string()) {
-    out.push_back({p.get<std::string>(), {}, {}});
-  } else if (is_token_list(p)) {
-    out.push_back({std::nullopt, token_list(p, "prompt"), {}});
-  } else if (p.is_array() && !p.empty()) {
-    for (const ordered_json& one : p) {
-      if (one.is_string())
-        out.push_back({one.get<std::string>(), {}, {}});
-      else if (is_token_list(one))
-        out.push_back({std::nullopt, token_list(one, "prompt"), {}});
-      else
-        throw bad_param("prompt",
-                        "must be a string, an array of strings, an array of token ids or an "
-                        "array of such arrays");
+  if (p.is_string() || is_token_list(p)) {
+    out.push_back(one_prompt(p));
+  } else if (p.is_array() && !p.array().empty()) {
+    for (const Field& one : p.items()) {
+      if (!one.is_string() && !is_token_list(one)) one.fail(kShape);
+      out.push_back(one_prompt(one));
     }
   } else {
-    throw bad_param("prompt",
-                    "must be a string, an array of strings, an array of token ids or an array "
-                    "of such arrays");
+    p.fail(kShape);
   }
   return out;
 }
 
 // Chat message content: a string, null, or text parts (joined with newlines, as vLLM does).
-ordered_json message_content(const ordered_json& content, size_t index) {
-  const std::string param = "messages[" + std::to_string(index) + "].content";
-  if (content.is_string() || content.is_null()) return content;
-  if (!content.is_array()) throw bad_param(param, "must be a string or an array of parts");
+ordered_json message_content(const Field& content) {
+  if (!content.present()) return ordered_json();
+  if (content.is_string()) return content.string(SIZE_MAX);
+  if (!content.is_array()) content.fail("must be a string or an array of parts");
   std::string text;
-  for (const ordered_json& part : content) {
-    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
-        !part["text"].is_string())
-      throw bad_param(param, "only text parts ({\"type\": \"text\", \"text\": ...}) are supported");
+  for (const Field& part : content.items()) {
+    part.object();
+    const Field type = part["type"];
+    if (!type.is_string() || type.string(SIZE_MAX) != "text")
+      type.fail("only text parts ({\"type\": \"text\", \"text\": ...}) are supported, got " +
+                type.describe());
     if (!text.empty()) text += "\n";
-    text += part["text"].get<std::string>();
+    text += part["text"].string(SIZE_MAX);
   }
   return text;
 }
 
-ordered_json read_messages(const ordered_json& body) {
-  if (!present(body, "messages")) throw bad_param("messages", "is required");
-  const ordered_json& in = body.at("messages");
-  if (!in.is_array() || in.empty()) throw bad_param("messages", "must be a non-empty array");
+}  // namespace
+
+ordered_json read_chat_messages(const Field& messages) {
   static const std::set<std::string> kRoles = {"system", "developer", "user", "assistant", "tool"};
+  if (!messages.is_array() || messages.array().empty())
+    messages.fail("must be a non-empty array, got " + messages.describe());
   ordered_json out = ordered_json::array();
-  for (size_t i = 0; i < in.size(); ++i) {
-    const ordered_json& m = in[i];
-    const std::string at = "messages[" + std::to_string(i) + "]";
-    if (!m.is_object()) throw bad_param(at, "must be an object");
-    if (!m.contains("role") || !m["role"].is_string() || !kRoles.count(m["role"]))
-      throw bad_param(at + ".role", "must be one of system, developer, user, assistant, tool");
-    ordered_json copy = m;  // keeps name, tool_calls, tool_call_id for the template
-    copy["content"] = message_content(m.contains("content") ? m["content"] : ordered_json(), i);
+  for (const Field& m : messages.items()) {
+    const Field role = m["role"];  // also refuses a message that is not an object
+    if (!role.is_string() || !kRoles.count(role.string(SIZE_MAX)))
+      role.fail("must be one of system, developer, user, assistant, tool, got " + role.describe());
+    ordered_json copy = m.object();  // keeps name, tool_calls, tool_call_id for the template
+    copy["content"] = message_content(m["content"]);
     out.push_back(std::move(copy));
   }
   return out;
 }
 
-std::vector<std::string> stop_strings(const ordered_json& body) {
-  const ordered_json& v = body.at("stop");
-  std::vector<std::string> out;
-  const ordered_json list = v.is_string() ? ordered_json::array({v}) : v;
-  if (!list.is_array()) throw bad_param("stop", "must be a string or an array of strings");
-  if (int(list.size()) > kMaxStopStrings)
-    throw bad_param("stop", "at most " + std::to_string(kMaxStopStrings) + " stop strings");
-  for (const ordered_json& s : list) {
-    if (!s.is_string() || s.get<std::string>().empty())
-      throw bad_param("stop", "stop strings must be non-empty strings");
-    out.push_back(s.get<std::string>());
-  }
-  return out;
+namespace {
+
+void refuse_unless(bool ok, const Field& f, const std::string& why) {
+  if (!ok) f.fail(why);
 }
 
-void refuse_unless(bool ok, const char* param, const std::string& why) {
-  if (!ok) throw bad_param(param, why);
+std::vector<std::string> stop_strings(const Field& v) {
+  std::vector<std::string> out;
+  if (v.is_string()) {
+    out.push_back(v.string(kMaxStopStringBytes));
+  } else {
+    if (!v.is_array()) v.fail("must be a string or an array of strings");
+    if (v.array().size() > kMaxStopStrings)
+      v.fail("at most " + std::to_string(kMaxStopStrings) + " stop strings");
+    for (const Field& s : v.items()) out.push_back(s.string(kMaxStopStringBytes));
+  }
+  for (const std::string& s : out)
+    if (s.empty()) v.fail("stop strings must be non-empty strings");
+  return out;
 }
 
 }  // namespace
@@ -204,49 +161,48 @@ std::pair<std::string, std::string> split_model_profile(const std::string& model
   return {model.substr(0, colon), model.substr(colon + 1)};
 }
 
+std::string request_model(const ordered_json& body) {
+  const Field model = Field(body, "")["model"];
+  if (!model.present()) model.fail("is required (a model name, or NAME:PROFILE)");
+  std::string name = model.string(kMaxModelNameBytes);
+  if (name.empty()) model.fail("must not be empty (a model name, or NAME:PROFILE)");
+  return name;
+}
+
 CompletionRequest parse_completion_request(const ordered_json& body, Endpoint endpoint,
                                            const GenerationDefaults& defaults) {
   if (!body.is_object())
     throw ApiError(400, "invalid_request_error", "the body must be a JSON object");
+  const Field b(body, "");
   const bool chat = endpoint == Endpoint::ChatCompletions;
-  for (const auto& [key, _] : body.items()) {
+  for (const std::string& key : b.keys()) {
     if (kCommon.count(key) || kIgnored.count(key)) continue;
     if ((chat ? kChatOnly : kCompletionsOnly).count(key)) continue;
-    throw bad_param(key, "is not a parameter of this endpoint");
+    b[key].fail("is not a parameter of this endpoint");
   }
 
   CompletionRequest r;
   r.endpoint = endpoint;
-  if (!present(body, "model") || !body["model"].is_string() ||
-      body["model"].get<std::string>().empty())
-    throw bad_param("model", "is required (a model name, or NAME:PROFILE)");
-  r.model = body["model"].get<std::string>();
+  r.model = request_model(body);
   std::tie(r.model_name, r.profile) = split_model_profile(r.model);
 
   if (chat) {
     PromptInput p;
-    p.messages = read_messages(body);
+    p.messages = read_chat_messages(b["messages"]);
     r.prompts.push_back(std::move(p));
-    if (present(body, "add_generation_prompt"))
-      r.add_generation_prompt = boolean(body, "add_generation_prompt");
-    if (present(body, "tools")) {
-      if (!body["tools"].is_array()) throw bad_param("tools", "must be an array");
-      r.template_extra["tools"] = body["tools"];
-    }
-    if (present(body, "tool_choice")) {
-      const ordered_json& c = body["tool_choice"];
-      refuse_unless(c.is_string() && (c == "none" || c == "auto"), "tool_choice",
+    if (b["add_generation_prompt"].present())
+      r.add_generation_prompt = b["add_generation_prompt"].boolean();
+    if (b["tools"].present()) r.template_extra["tools"] = b["tools"].array();
+    if (const Field c = b["tool_choice"]; c.present())
+      refuse_unless(c.is_string() && (c.string(SIZE_MAX) == "none" || c.string(SIZE_MAX) == "auto"),
+                    c,
                     "only \"none\" and \"auto\" are supported (hearth does not parse tool calls)");
-    }
-    if (present(body, "chat_template_kwargs")) {
-      if (!body["chat_template_kwargs"].is_object())
-        throw bad_param("chat_template_kwargs", "must be an object");
-      for (const auto& [k, v] : body["chat_template_kwargs"].items()) r.template_extra[k] = v;
-    }
+    if (const Field kwargs = b["chat_template_kwargs"]; kwargs.present())
+      for (const auto& [k, v] : kwargs.object().items()) r.template_extra[k] = v;
   } else {
-    r.prompts = read_prompts(body);
-    refuse_unless(!present(body, "echo") || !boolean(body, "echo"), "echo", "is not supported");
-    refuse_unless(!present(body, "suffix"), "suffix", "is not supported");
+    r.prompts = read_prompts(b["prompt"]);
+    refuse_unless(!b["echo"].present() || !b["echo"].boolean(), b["echo"], "is not supported");
+    refuse_unless(!b["suffix"].present(), b["suffix"], "is not supported");
   }
 
   // Sampling: the request's value, else the model's generation_config.json, else hearth's.
@@ -256,76 +212,88 @@ CompletionRequest parse_completion_request(const ordered_json& body, Endpoint en
   if (defaults.top_k) s.top_k = std::max(0, *defaults.top_k);
   if (defaults.min_p) s.min_p = *defaults.min_p;
   if (defaults.repetition_penalty) s.repetition_penalty = *defaults.repetition_penalty;
-  if (present(body, "temperature")) s.temperature = float(number(body, "temperature", 0, 100));
-  if (present(body, "top_p")) {
-    s.top_p = float(number(body, "top_p", 0, 1));
-    refuse_unless(s.top_p > 0, "top_p", "must be greater than 0");
+  if (b["temperature"].present()) s.temperature = float(b["temperature"].number(0, 100));
+  if (const Field top_p = b["top_p"]; top_p.present()) {
+    s.top_p = float(top_p.number(0, 1));
+    refuse_unless(s.top_p > 0, top_p, "must be greater than 0");
   }
-  if (present(body, "top_k")) {
-    const int64_t k = integer(body, "top_k", -1, 1 << 30);
+  if (b["top_k"].present()) {
+    const int64_t k = b["top_k"].integer(-1, 1 << 30);
     s.top_k = k < 0 ? 0 : int(k);  // -1 is vLLM's "off"
   }
-  if (present(body, "min_p")) s.min_p = float(number(body, "min_p", 0, 1));
-  if (present(body, "repetition_penalty"))
-    s.repetition_penalty = float(number(body, "repetition_penalty", 1e-3, 100));
-  if (present(body, "seed")) {
-    const ordered_json& v = body["seed"];
-    if (!v.is_number_integer()) throw bad_param("seed", "must be an integer, got " + v.dump());
+  if (b["min_p"].present()) s.min_p = float(b["min_p"].number(0, 1));
+  if (b["repetition_penalty"].present())
+    s.repetition_penalty = float(b["repetition_penalty"].number(1e-3, 100));
+  if (b["seed"].present()) {
     // OpenAI's seed is a signed 64-bit integer; its bits are the Philox key.
-    s.seed = v.is_number_unsigned() ? v.get<uint64_t>() : uint64_t(v.get<int64_t>());
+    s.seed = b["seed"].bits64();
     r.seed_given = true;
   }
   for (const char* penalty : {"frequency_penalty", "presence_penalty"})
-    if (present(body, penalty))
-      refuse_unless(number(body, penalty, -2, 2) == 0, penalty,
-                    "is not supported (use repetition_penalty)");
-  if (present(body, "logit_bias"))
-    refuse_unless(body["logit_bias"].is_object() && body["logit_bias"].empty(), "logit_bias",
-                  "is not supported");
-  if (present(body, "response_format"))
-    refuse_unless(
-        body["response_format"].is_object() && body["response_format"].value("type", "") == "text",
-        "response_format", "only {\"type\": \"text\"} is supported");
-
-  const char* max_key =
-      chat && present(body, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
-  if (present(body, max_key)) r.settings.max_tokens = int(integer(body, max_key, 1, kMaxTokensCap));
-  if (present(body, "stop")) r.settings.stop = stop_strings(body);
-  if (present(body, "ignore_eos")) r.settings.ignore_eos = boolean(body, "ignore_eos");
-  if (present(body, "cache_salt")) {
-    if (!body["cache_salt"].is_string()) throw bad_param("cache_salt", "must be a string");
-    r.cache_salt = body["cache_salt"].get<std::string>();
+    if (const Field f = b[penalty]; f.present())
+      refuse_unless(f.number(-2, 2) == 0, f, "is not supported (use repetition_penalty)");
+  if (const Field f = b["logit_bias"]; f.present())
+    refuse_unless(f.object().empty(), f, "is not supported");
+  if (const Field f = b["response_format"]; f.present()) {
+    const Field type = f["type"];  // also refuses a response_format that is not an object
+    refuse_unless(type.is_string() && type.string(SIZE_MAX) == "text", type,
+                  "only {\"type\": \"text\"} is supported, got " + type.describe());
   }
 
-  if (present(body, "n")) r.n = int(integer(body, "n", 1, kMaxChoices));
-  if (present(body, "best_of"))
-    refuse_unless(integer(body, "best_of", 1, kMaxChoices) == r.n, "best_of",
+  // Both names are read, so a wrong one is never let through beside a right one; chat's
+  // max_completion_tokens wins (OpenAI's newer name).
+  if (b["max_tokens"].present())
+    r.settings.max_tokens = int(b["max_tokens"].integer(1, kMaxTokensCap));
+  if (chat && b["max_completion_tokens"].present())
+    r.settings.max_tokens = int(b["max_completion_tokens"].integer(1, kMaxTokensCap));
+  if (b["stop"].present()) r.settings.stop = stop_strings(b["stop"]);
+  if (b["ignore_eos"].present()) r.settings.ignore_eos = b["ignore_eos"].boolean();
+  if (b["cache_salt"].present()) r.cache_salt = b["cache_salt"].string(kMaxCacheSaltBytes);
+
+  if (b["n"].present()) r.n = int(b["n"].integer(1, kMaxChoices));
+  if (const Field f = b["best_of"]; f.present())
+    refuse_unless(f.integer(1, kMaxChoices) == r.n, f,
                   "must equal n (hearth returns every choice it generates)");
   if (int(r.prompts.size()) * r.n > kMaxChoices)
-    throw bad_param("n", "prompts x n must be at most " + std::to_string(kMaxChoices));
-  if (present(body, "stream")) r.stream = boolean(body, "stream");
-  if (present(body, "stream_options")) {
-    const ordered_json& o = body["stream_options"];
-    refuse_unless(r.stream, "stream_options", "is only allowed with stream: true");
-    if (!o.is_object()) throw bad_param("stream_options", "must be an object");
-    if (o.contains("include_usage")) {
-      if (!o["include_usage"].is_boolean())
-        throw bad_param("stream_options.include_usage", "must be true or false");
-      r.include_usage = o["include_usage"].get<bool>();
-    }
+    b["n"].fail("prompts x n must be at most " + std::to_string(kMaxChoices));
+  if (b["stream"].present()) r.stream = b["stream"].boolean();
+  if (const Field o = b["stream_options"]; o.present()) {
+    refuse_unless(r.stream, o, "is only allowed with stream: true");
+    if (o["include_usage"].present()) r.include_usage = o["include_usage"].boolean();
   }
 
   if (chat) {
-    if (present(body, "logprobs")) r.want_logprobs = boolean(body, "logprobs");
-    if (present(body, "top_logprobs")) {
-      refuse_unless(r.want_logprobs, "top_logprobs", "needs logprobs: true");
-      r.top_logprobs = int(integer(body, "top_logprobs", 0, kMaxTopLogprobs));
+    if (b["logprobs"].present()) r.want_logprobs = b["logprobs"].boolean();
+    if (const Field f = b["top_logprobs"]; f.present()) {
+      refuse_unless(r.want_logprobs, f, "needs logprobs: true");
+      r.top_logprobs = int(f.integer(0, kMaxTopLogprobs));
     }
-  } else if (present(body, "logprobs")) {
+  } else if (b["logprobs"].present()) {
     r.want_logprobs = true;
-    r.top_logprobs = int(integer(body, "logprobs", 0, kMaxTopLogprobs));
+    r.top_logprobs = int(b["logprobs"].integer(0, kMaxTopLogprobs));
   }
   return r;
+}
+
+void check_prompt_fits(const CompletionRequest& r, size_t prompt_tokens, int context_length) {
+  const char* param = r.endpoint == Endpoint::ChatCompletions ? "messages" : "prompt";
+  if (prompt_tokens == 0) throw bad_param(param, "gives no tokens");
+  if (context_length > 0 && prompt_tokens >= size_t(context_length))
+    throw bad_param(param, "is " + std::to_string(prompt_tokens) +
+                               " tokens, which leaves no room in the model's context of " +
+                               std::to_string(context_length) + " tokens");
+}
+
+void check_submit_size(const CompletionRequest& r, const json& submit_request) {
+  const size_t bytes =
+      ipc::make_request(ipc::op::kSubmit, UINT64_MAX, json{{"request", submit_request}})
+          .dump(-1, ' ', false, json::error_handler_t::replace)
+          .size();
+  if (bytes > kWorkerMaxRequestBytes)
+    throw bad_param(r.endpoint == Endpoint::ChatCompletions ? "messages" : "prompt",
+                    "the request would be " + std::to_string(bytes) +
+                        " bytes for the worker, more than its limit of " +
+                        std::to_string(kWorkerMaxRequestBytes) + " bytes");
 }
 
 nlohmann::json worker_request_json(const CompletionRequest& r, const std::string& id,

@@ -11,9 +11,23 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gateway/request_json.h"
 #include "worker/engine/request_settings.h"
 
 namespace hearth::gateway {
+
+// A model name is a short word (NAME or NAME:PROFILE); longer is refused before any lookup.
+inline constexpr size_t kMaxModelNameBytes = 256;
+
+// Bounds on what a request may carry to a worker, so that no field can grow the worker's submit
+// frame past its limit (a frame over it costs the gateway's whole connection to the worker,
+// and with it every other stream on that connection).
+inline constexpr size_t kMaxCacheSaltBytes = 1024;
+inline constexpr size_t kMaxStopStringBytes = 1024;
+// The largest request frame a worker reads: broker::BrokerOptions::max_request_bytes, which
+// `hearth-worker --serve` leaves at its default (the gateway may not include broker/; a test
+// checks the two agree).
+inline constexpr size_t kWorkerMaxRequestBytes = size_t{1} << 20;
 
 enum class Endpoint { Completions, ChatCompletions };
 
@@ -54,10 +68,27 @@ struct CompletionRequest {
   nlohmann::ordered_json template_extra = nlohmann::ordered_json::object();  // tools, ...
 };
 
-// Throws ApiError (400) naming the field. Whether prompt + max_tokens fits the context is the
-// worker's check (it knows its context length), answered as a 400 too.
+// The body's "model" (NAME or NAME:PROFILE), read first to find the model whose defaults the
+// rest needs. Throws a 400 naming "model" when it is missing, not a string, empty or too long.
+std::string request_model(const nlohmann::ordered_json& body);
+
+// Throws ApiError (400) naming the field: every read goes through request_json.h's Field.
+// Whether prompt + max_tokens fits the context is the worker's check (its context may be
+// shorter than the model's), answered as a 400 too.
 CompletionRequest parse_completion_request(const nlohmann::ordered_json& body, Endpoint endpoint,
                                            const GenerationDefaults& defaults);
+
+// Chat messages checked (an array of objects with a known role, content a string, null or
+// text parts) and copied for the chat template, each content joined into one string.
+nlohmann::ordered_json read_chat_messages(const Field& messages);
+
+// A 400 naming "prompt" (or "messages") for a prompt of no tokens or of `context_length` or
+// more, which no worker could run: checked here so that it never reaches one.
+void check_prompt_fits(const CompletionRequest& request, size_t prompt_tokens, int context_length);
+
+// A 400 naming "prompt" (or "messages") when `submit_request` (worker_request_json's) would
+// make a submit frame over kWorkerMaxRequestBytes.
+void check_submit_size(const CompletionRequest& request, const nlohmann::json& submit_request);
 
 // Splits "NAME:PROFILE" (the profile part optional).
 std::pair<std::string, std::string> split_model_profile(const std::string& model);

@@ -2,6 +2,7 @@
 
 #include <sys/socket.h>
 
+#include "gateway/openai_request.h"
 #include "ipc/frame.h"
 #include "ipc/protocol.h"
 #include "ipc/unix_socket.h"
@@ -132,7 +133,10 @@ uint64_t WorkerConnection::send(const std::string& op, json args) {
   }
   try {
     std::lock_guard write(write_mutex_);
-    ipc::send_frame(socket_.get(), ipc::make_request(op, id, std::move(args)));
+    // Never more than the worker reads: a frame over its limit would cost the whole
+    // connection (every request on it); encode_frame refuses it before a byte is sent.
+    ipc::send_frame(socket_.get(), ipc::make_request(op, id, std::move(args)), {},
+                    kWorkerMaxRequestBytes);
   } catch (...) {
     std::lock_guard lock(mutex_);
     replies_.erase(id);

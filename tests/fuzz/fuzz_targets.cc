@@ -5,6 +5,10 @@
 #include <span>
 #include <string>
 
+#include "gateway/api_error.h"
+#include "gateway/openai_request.h"
+#include "gateway/request_json.h"
+#include "gateway/token_request.h"
 #include "ipc/json_limits.h"
 #include "ipc/utf8.h"
 #include "weight-server/model/hf_model.h"
@@ -116,6 +120,73 @@ bool profile_json(std::string_view data) {
   apply_profile_json(again, profile_to_json(profile), "again");
   check(profile_to_json(again) == profile_to_json(profile), "a profile does not round-trip");
   return true;
+}
+
+namespace {
+
+// A refused request: a 400 that names a field or says what is wrong, in a body that dumps.
+bool refused(const gateway::ApiError& e) {
+  check(e.status() == 400, "status " + std::to_string(e.status()) + ": " + e.what());
+  check(!e.param().empty() || *e.what() != '\0', "an error that names nothing");
+  try {
+    (void)e.body().dump();
+  } catch (const std::exception& x) {
+    throw FuzzBug(std::string("the error body does not dump: ") + x.what());
+  }
+  return false;
+}
+
+// An accepted completion request: within every bound, and what it sends a worker fits its
+// frame (checked, as the gateway does, before anything is sent).
+void check_completion(const gateway::CompletionRequest& r) {
+  check(r.n >= 1 && r.prompts.size() * size_t(r.n) <= 16, "n or the prompts out of range");
+  check(r.settings.max_tokens >= 1, "max_tokens below 1");
+  check(r.cache_salt.size() <= gateway::kMaxCacheSaltBytes, "cache_salt over its bound");
+  check(r.settings.stop.size() <= 16, "too many stop strings");
+  for (const std::string& s : r.settings.stop)
+    check(!s.empty() && s.size() <= gateway::kMaxStopStringBytes, "a stop string out of bounds");
+  for (const gateway::PromptInput& p : r.prompts) {
+    // A text prompt's stand-in ids: one per byte, as many as it could possibly have.
+    const std::vector<int32_t> ids =
+        p.text ? std::vector<int32_t>(p.text->size() + 1, 1) : p.tokens;
+    gateway::check_prompt_fits(r, ids.size(), 4096);
+    gateway::check_submit_size(r, gateway::worker_request_json(r, "cmpl-0-0", ids, 1));
+  }
+}
+
+}  // namespace
+
+bool gateway_request(std::string_view data) {
+  nlohmann::ordered_json body;
+  try {
+    body = gateway::parse_request_body(data);
+  } catch (const gateway::ApiError& e) {
+    return refused(e);
+  }
+  bool accepted = false;
+  for (const gateway::Endpoint endpoint :
+       {gateway::Endpoint::Completions, gateway::Endpoint::ChatCompletions}) {
+    try {
+      check_completion(gateway::parse_completion_request(body, endpoint, {}));
+      accepted = true;
+    } catch (const gateway::ApiError& e) {
+      refused(e);
+    }
+  }
+  try {
+    gateway::parse_tokenize_request(body);
+    accepted = true;
+  } catch (const gateway::ApiError& e) {
+    refused(e);
+  }
+  try {
+    const gateway::DetokenizeRequest d = gateway::parse_detokenize_request(body);
+    gateway::check_vocabulary(d.tokens, 4096, "tokens");
+    accepted = true;
+  } catch (const gateway::ApiError& e) {
+    refused(e);
+  }
+  return accepted;
 }
 
 }  // namespace hearth::fuzz

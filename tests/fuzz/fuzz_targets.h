@@ -1,5 +1,6 @@
 // Fuzz targets for the files a stranger's model directory or a user hands hearth: config.json,
-// tokenizer.json, safetensors headers and profiles. Each takes arbitrary bytes and runs them
+// tokenizer.json, safetensors headers and profiles; and the request bodies an HTTP client
+// hands the gateway. Each takes arbitrary bytes and runs them
 // through the loader as hearth does. Refusing an input is fine, with a std::runtime_error whose
 // message names the file and is valid UTF-8 (it may travel in a JSON reply); anything else is a
 // bug: another exception, a crash, a sanitizer report, a hang, or an accepted input whose
@@ -23,5 +24,9 @@ bool config_json(std::string_view data);
 bool tokenizer_json(std::string_view data);
 bool safetensors(std::string_view data);
 bool profile_json(std::string_view data);
+// A request body as hearth-gateway reads it, for every endpoint: /v1/completions and
+// /v1/chat/completions (parse_completion_request, then the bounds of what goes to a worker),
+// /tokenize and /detokenize. A refusal must be an ApiError 400 whose body dumps.
+bool gateway_request(std::string_view data);
 
 }  // namespace hearth::fuzz

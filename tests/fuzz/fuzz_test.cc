@@ -24,6 +24,7 @@ struct Target {
   bool (*run)(std::string_view);
   size_t mutations;                  // sized so each target takes seconds under ASan on 2 cores
   bool safetensors_framing = false;  // the JSON is a header behind an 8-byte length
+  bool typed_values = false;         // half the cases replace a value (mutate_json_value)
 };
 
 std::ostream& operator<<(std::ostream& os, const Target& t) {
@@ -95,6 +96,10 @@ TEST_P(Fuzz, MutationsLoadOrAreRefusedCleanly) {
     if (t.safetensors_framing && c % 2) {  // raw bytes: the length field and the data too
       input = seed;
       mutate(input, rng);
+    } else if (t.typed_values && c % 2) {  // values of other types, then maybe bytes too
+      input = seed;
+      for (size_t e = 1 + rng.below(3); e > 0; --e) mutate_json_value(input, rng);
+      if (rng.below(4) == 0) mutate(input, rng);
     } else {
       std::string text = text_of(t, seed);
       mutate(text, rng);
@@ -125,7 +130,9 @@ INSTANTIATE_TEST_SUITE_P(Targets, Fuzz,
                          ::testing::Values(Target{"config", config_json, 16000},
                                            Target{"tokenizer", tokenizer_json, 2000},
                                            Target{"safetensors", safetensors, 20000, true},
-                                           Target{"profile", profile_json, 20000}),
+                                           Target{"profile", profile_json, 20000},
+                                           Target{"gateway_request", gateway_request, 20000, false,
+                                                  true}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

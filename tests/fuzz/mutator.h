@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 namespace hearth::fuzz {
 
 struct Rng {
@@ -139,6 +141,52 @@ inline std::string nest(const std::string& s, size_t depth, Rng& rng) {
   }
   out.insert(std::min(at, out.size()), deep);
   return out;
+}
+
+// A structure-aware edit for JSON text whose fields have types (request bodies): one value
+// anywhere in the document replaced by a value of another type or an edge case, or one member
+// removed. Byte edits rarely turn `true` into `5` and still parse; this does every time. Text
+// that does not parse is left as it is.
+inline void mutate_json_value(std::string& s, Rng& rng) {
+  using ordered_json = nlohmann::ordered_json;
+  ordered_json doc = ordered_json::parse(s, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) return;
+  std::vector<ordered_json*> values = {&doc};
+  for (size_t i = 0; i < values.size(); ++i)  // breadth first: every value of the document
+    if (values[i]->is_structured())
+      for (ordered_json& child : *values[i]) values.push_back(&child);
+  ordered_json& target = *values[rng.below(values.size())];
+  if (target.is_object() && !target.empty() && rng.below(4) == 0) {
+    auto it = target.begin();
+    std::advance(it, rng.below(target.size()));
+    target.erase(it.key());
+  } else {
+    static const std::vector<ordered_json> replacements = {
+        nullptr,
+        true,
+        false,
+        0,
+        -1,
+        5,
+        1.5,
+        1e308,
+        uint64_t(18446744073709551615ull),
+        int64_t(INT64_MIN),
+        "",
+        "x",
+        "text",
+        ordered_json::array(),
+        ordered_json::array({5}),
+        ordered_json::array({"x"}),
+        ordered_json::array({ordered_json::array({1, 2})}),
+        ordered_json::object(),
+        ordered_json{{"type", 5}},
+        ordered_json{{"type", "text"}, {"text", "x"}},
+        ordered_json{{"role", "user"}, {"content", ordered_json::array({5})}},
+        std::string(2000, 'a')};
+    target = replacements[rng.below(replacements.size())];
+  }
+  s = doc.dump();
 }
 
 }  // namespace hearth::fuzz

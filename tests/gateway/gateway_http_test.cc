@@ -259,6 +259,139 @@ TEST_F(Gateway, BadRequestsNameTheField) {
   EXPECT_EQ(too_long.status, 400) << too_long.body;
 }
 
+// Raw bytes, which need not be JSON or UTF-8 (json::dump refuses to write invalid UTF-8).
+GatewayProcess::Reply post_raw(const GatewayProcess& gw, const std::string& path,
+                               const std::string& body) {
+  auto r = gw.client()->Post(path.c_str(), body, "application/json");
+  if (!r)
+    throw std::runtime_error("no HTTP response from the gateway for " + path + " (" +
+                             httplib::to_string(r.error()) + "): did it crash?\n" + gw.log_text());
+  return {r->status, r->body, r->headers};
+}
+
+// Issue 21: a raw invalid byte anywhere in a body made the parse error's text (which quoted it)
+// throw out of the 400's dump: std::terminate, the gateway gone. Now it is refused before
+// anything reads the body, naming the byte.
+TEST_F(Gateway, InvalidUtf8AnywhereInTheBodyIsA400AndTheGatewayCarriesOn) {
+  const std::string chat = "/v1/chat/completions";
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"/v1/completions", "{\"model\":\"fortunes\",\"prompt\":\"\xff\"}"},
+      {"/v1/completions", "{\"model\":\"fortunes\",\"prompt\":\"ok\",\"stop\":[\"\xc3\"]}"},
+      {"/v1/completions", "{\"model\":\"fort\xed\xa0\x80unes\",\"prompt\":\"x\"}"},
+      {chat, "{\"model\":\"fortunes\",\"messages\":[{\"role\":\"user\",\"content\":\"\xfe\"}]}"},
+      {chat, "{\"model\":\"fortunes\",\"messages\":[{\"role\":\"us\xc0\x80\",\"content\":\"x\"}]}"},
+      {"/tokenize", "{\"model\":\"fortunes\",\"prompt\":\"\xf4\x90\x80\x80\"}"},
+      {"/detokenize", "{\"model\":\"fortunes\",\"tokens\":[1],\"x\":\"\xff\"}"},
+      {"/v1/completions", "\xff{}"},
+  };
+  for (const auto& [path, body] : cases) {
+    const auto r = post_raw(gw(), path, body);
+    EXPECT_EQ(r.status, 400) << path << " " << r.body;
+    const json e = r.parsed();
+    ASSERT_TRUE(e.is_object() && e.contains("error")) << r.body;
+    const std::string message = e["error"]["message"];
+    const size_t at = body.find_first_of("\xff\xfe\xc3\xc0\xed\xf4");
+    EXPECT_EQ(message, "the body is not valid UTF-8 (at byte " + std::to_string(at) + ")");
+  }
+  EXPECT_EQ(gw().get("/health").status, 200);
+}
+
+// Issue 21: wrong JSON types reached nlohmann's .value()/.get<>() and came back as 500s quoting
+// a json.exception; an id past the vocabulary detokenized to "" with 200; a missing model was a
+// 404. Each is now a 400 that names the field.
+TEST_F(Gateway, WrongTypesAreA400NamingTheField) {
+  const json user = {{{"role", "user"}, {"content", "Hi"}}};
+  struct Case {
+    std::string path;
+    json body;
+    std::string param;
+  };
+  const std::vector<Case> cases = {
+      {"/tokenize",
+       {{"model", "fortunes"}, {"prompt", "x"}, {"add_special_tokens", "x"}},
+       "add_special_tokens"},
+      {"/tokenize",
+       {{"model", "fortunes"}, {"messages", user}, {"add_generation_prompt", 5}},
+       "add_generation_prompt"},
+      {"/tokenize", {{"model", "fortunes"}, {"prompt", 5}}, "prompt"},
+      {"/tokenize", {{"prompt", "x"}}, "model"},
+      {"/detokenize", {{"model", "fortunes"}, {"tokens", {4096}}}, "tokens"},
+      {"/detokenize", {{"model", "fortunes"}, {"tokens", {"a"}}}, "tokens"},
+      {"/v1/chat/completions",
+       {{"model", "fortunes"}, {"messages", {{{"role", "user"}, {"content", {{{"type", 5}}}}}}}},
+       "messages[0].content[0].type"},
+      {"/v1/chat/completions",
+       {{"model", "fortunes"},
+        {"messages", user},
+        {"max_completion_tokens", 4},
+        {"max_tokens", "abc"}},
+       "max_tokens"},
+      {"/v1/completions", completion("x", 4, {{"response_format", {{"type", 5}}}}),
+       "response_format.type"},
+      {"/v1/completions", completion("x", 4, {{"response_format", 5}}), "response_format"},
+      {"/v1/completions", {{"prompt", "x"}}, "model"},
+      {"/v1/completions", completion("x", 4, {{"model", 5}}), "model"},
+      {"/v1/chat/completions", {{"model", nullptr}, {"messages", user}}, "model"},
+  };
+  for (const Case& c : cases) {
+    const auto r = gw().post(c.path, c.body);
+    EXPECT_EQ(r.status, 400) << c.path << " " << c.body << " -> " << r.body;
+    const json e = r.parsed();
+    ASSERT_TRUE(e.contains("error")) << r.body;
+    EXPECT_EQ(e["error"]["param"], c.param) << c.body << " -> " << r.body;
+    EXPECT_EQ(e["error"]["message"].get<std::string>().find("json.exception"), std::string::npos)
+        << r.body;
+  }
+}
+
+// Issue 21: a 2 MB cache_salt, or a text prompt of more than 1 MiB of token ids, made a submit
+// frame over the worker's limit; the worker dropped the gateway's connection and every stream
+// on it ended with an error (the sender got 503). Now the gateway refuses them with a 400
+// naming the field before anything reaches the worker, and a stream running beside them ends
+// as it would alone.
+TEST_F(Gateway, AnOversizedRequestIsA400AndLeavesOtherStreamsAlone) {
+  std::string words;
+  for (int i = 0; i < 150000; ++i) words += "the cat ";  // ~300k tokens: over 1 MiB of ids
+  const std::vector<std::pair<json, std::string>> oversized = {
+      {completion("x", 4, {{"cache_salt", std::string(2 << 20, 's')}}), "cache_salt"},
+      {completion(words, 4), "prompt"},
+      {completion("x", 4, {{"stop", {std::string(4096, 'z')}}}), "stop[0]"},
+  };
+  const std::string stream_body =
+      completion("Beside", 120, {{"ignore_eos", true}, {"stream", true}, {"temperature", 0}})
+          .dump();
+  std::string body;
+  bool sent = false;
+  std::vector<GatewayProcess::Reply> replies;
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.set_header("Content-Type", "application/json");
+  req.body = stream_body;
+  // Once the stream's first bytes arrive its request is in the worker: send the others then.
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    body.append(data, n);
+    if (!sent) {
+      sent = true;
+      for (const auto& [big, param] : oversized)
+        replies.push_back(gw().post("/v1/completions", big));
+    }
+    return true;
+  };
+  httplib::Response res;
+  httplib::Error err;
+  ASSERT_TRUE(gw().client()->send(req, res, err)) << httplib::to_string(err);
+  ASSERT_EQ(replies.size(), oversized.size());
+  for (size_t i = 0; i < replies.size(); ++i) {
+    EXPECT_EQ(replies[i].status, 400) << replies[i].body;
+    EXPECT_EQ(replies[i].parsed()["error"]["param"], oversized[i].second) << replies[i].body;
+  }
+  const auto events = sse_events(body);
+  for (const json& e : events) EXPECT_FALSE(e.is_object() && e.contains("error")) << e;
+  EXPECT_EQ(streamed_choice(events, 0, false).second, "length") << body;
+  EXPECT_NE(gw().get("/metrics").body.find("hearth:worker_restarts 0"), std::string::npos);
+}
+
 TEST_F(Gateway, MalformedHttpAndJsonAreRefusedAndTheServerCarriesOn) {
   auto c = gw().client();
   auto bad_json = c->Post("/v1/completions", "{\"model\": ", "application/json");

@@ -1,0 +1,320 @@
+// The gateway's request reading, without HTTP: a body's bytes to a checked request. Every
+// failure must be an ApiError 400 naming the field (never nlohmann's exceptions, which the HTTP
+// layer turned into 500s), and every error body must dump, whatever the client sent.
+
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "broker/broker_options.h"
+#include "gateway/api_error.h"
+#include "gateway/openai_request.h"
+#include "gateway/request_json.h"
+#include "gateway/token_request.h"
+#include "ipc/utf8.h"
+
+namespace hearth::gateway {
+namespace {
+
+using ordered_json = nlohmann::ordered_json;
+
+// The ApiError `f` throws (status 0 when it throws none).
+template <typename F>
+ApiError error_of(F&& f) {
+  try {
+    f();
+  } catch (const ApiError& e) {
+    return e;
+  }
+  return ApiError(0, "", "no error");
+}
+
+ApiError completion_error(const std::string& body, Endpoint endpoint = Endpoint::Completions) {
+  return error_of([&] { parse_completion_request(parse_request_body(body), endpoint, {}); });
+}
+
+// Every refusal: a 400, and a body that dumps.
+void expect_400(const ApiError& e, const std::string& param, const std::string& context) {
+  EXPECT_EQ(e.status(), 400) << context << ": " << e.what();
+  EXPECT_EQ(e.param(), param) << context << ": " << e.what();
+  EXPECT_NO_THROW((void)e.body().dump()) << context;
+  EXPECT_EQ(std::string(e.what()).find("json.exception"), std::string::npos) << e.what();
+}
+
+TEST(RequestBody, InvalidUtf8IsRefusedNamingTheByteBeforeAnythingElse) {
+  const std::vector<std::string> bodies = {
+      "{\"model\":\"fortunes\",\"prompt\":\"\xff\"}",  // the 36 bytes of issue 21
+      "\xc0\x80",                                      // overlong, and not JSON either
+      "{\"prompt\":\"\xed\xa0\x80\"}",                 // a surrogate
+      "{\"prompt\":\"\xf4\x90\x80\x80\"}",             // past U+10FFFF
+      "{\"a\":\"\xe2\x82\"}",                          // truncated
+      "[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[\xff",
+  };
+  for (const std::string& body : bodies) {
+    const ApiError e = error_of([&] { parse_request_body(body); });
+    EXPECT_EQ(e.status(), 400);
+    EXPECT_EQ(std::string(e.what()), "the body is not valid UTF-8 (at byte " +
+                                         std::to_string(*find_invalid_utf8(body)) + ")");
+    EXPECT_NO_THROW((void)e.body().dump());
+  }
+}
+
+TEST(RequestBody, NotJsonTooDeepOrNotAnObjectIsA400ThatNeverQuotesTheBody) {
+  const ApiError syntax = error_of([] { parse_request_body("{\"model\": \"secret-words"); });
+  EXPECT_EQ(syntax.status(), 400);
+  EXPECT_NE(std::string(syntax.what()).find("not valid JSON"), std::string::npos);
+  EXPECT_EQ(std::string(syntax.what()).find("secret-words"), std::string::npos) << syntax.what();
+  const ApiError deep = error_of([] { parse_request_body(std::string(100000, '[')); });
+  EXPECT_EQ(deep.status(), 400);
+  EXPECT_NE(std::string(deep.what()).find("nested deeper"), std::string::npos) << deep.what();
+  for (const char* body : {"[1]", "\"x\"", "5", "null"}) {
+    const ApiError e = error_of([&] { parse_request_body(body); });
+    EXPECT_EQ(e.status(), 400) << body;
+    EXPECT_NE(std::string(e.what()).find("must be a JSON object"), std::string::npos);
+  }
+  EXPECT_NO_THROW(parse_request_body("{\"model\": \"caf\xc3\xa9\"}"));
+}
+
+TEST(RequestBody, AnErrorBodyDumpsWhateverItsMessageHolds) {
+  const ApiError e(500, "server_error", "bad \xff bytes \xc3", "p\xfe");
+  const std::string dumped = e.body().dump();
+  EXPECT_NE(dumped.find("bad \xEF\xBF\xBD bytes \xEF\xBF\xBD"), std::string::npos) << dumped;
+  EXPECT_NE(dumped.find("p\xEF\xBF\xBD"), std::string::npos);
+}
+
+TEST(RequestBody, ExcerptsAreShortAndValid) {
+  EXPECT_EQ(excerpt(ordered_json(5)), "5");
+  EXPECT_EQ(excerpt(ordered_json::array({1, 2})), "an array of 2 items");
+  EXPECT_EQ(excerpt(ordered_json::object()), "an object");
+  // A long string is cut at a character boundary (é is two bytes; 40 would split one).
+  std::string s = "a";
+  for (int i = 0; i < 100; ++i) s += "\xc3\xa9";
+  const std::string cut = excerpt(ordered_json(s));
+  EXPECT_LT(cut.size(), 50u);
+  EXPECT_TRUE(is_valid_utf8(cut)) << cut;
+  EXPECT_EQ(cut.substr(cut.size() - 3), "...");
+}
+
+struct WrongType {
+  Endpoint endpoint;
+  std::string field_json;  // the members that make the body wrong
+  std::string param;
+};
+
+// Every field each endpoint reads, of a type it does not take.
+TEST(CompletionRequest, EveryFieldOfTheWrongTypeIsA400NamingIt) {
+  const auto C = Endpoint::Completions;
+  const auto H = Endpoint::ChatCompletions;
+  const std::vector<WrongType> cases = {
+      {C, R"("prompt": 5)", "prompt"},
+      {C, R"("prompt": {})", "prompt"},
+      {C, R"("prompt": [])", "prompt"},
+      {C, R"("prompt": [1, "a"])", "prompt"},
+      {C, R"("prompt": [1.5])", "prompt"},
+      {C, R"("prompt": [-1])", "prompt"},
+      {C, R"("prompt": [4294967296])", "prompt"},
+      {C, R"("prompt": ["x", {}])", "prompt[1]"},
+      {C, R"("prompt": ["x", [1, null]])", "prompt[1]"},
+      {C, R"("prompt": "x", "temperature": "hot")", "temperature"},
+      {C, R"("prompt": "x", "temperature": [1])", "temperature"},
+      {C, R"("prompt": "x", "top_p": "1")", "top_p"},
+      {C, R"("prompt": "x", "top_k": 1.5)", "top_k"},
+      {C, R"("prompt": "x", "min_p": true)", "min_p"},
+      {C, R"("prompt": "x", "repetition_penalty": {})", "repetition_penalty"},
+      {C, R"("prompt": "x", "seed": "1")", "seed"},
+      {C, R"("prompt": "x", "seed": 1.5)", "seed"},
+      {C, R"("prompt": "x", "max_tokens": "abc")", "max_tokens"},
+      {C, R"("prompt": "x", "max_tokens": 18446744073709551615)", "max_tokens"},
+      {C, R"("prompt": "x", "stop": 5)", "stop"},
+      {C, R"("prompt": "x", "stop": [5])", "stop[0]"},
+      {C, R"("prompt": "x", "stop": {"a": "b"})", "stop"},
+      {C, R"("prompt": "x", "n": "2")", "n"},
+      {C, R"("prompt": "x", "best_of": [])", "best_of"},
+      {C, R"("prompt": "x", "stream": "yes")", "stream"},
+      {C, R"("prompt": "x", "stream": true, "stream_options": 5)", "stream_options"},
+      {C, R"("prompt": "x", "stream": true, "stream_options": {"include_usage": 1})",
+       "stream_options.include_usage"},
+      {C, R"("prompt": "x", "logprobs": true)", "logprobs"},
+      {C, R"("prompt": "x", "ignore_eos": "no")", "ignore_eos"},
+      {C, R"("prompt": "x", "cache_salt": 5)", "cache_salt"},
+      {C, R"("prompt": "x", "frequency_penalty": "0")", "frequency_penalty"},
+      {C, R"("prompt": "x", "presence_penalty": [])", "presence_penalty"},
+      {C, R"("prompt": "x", "logit_bias": [])", "logit_bias"},
+      {C, R"("prompt": "x", "response_format": 5)", "response_format"},
+      {C, R"("prompt": "x", "response_format": {"type": 5})", "response_format.type"},
+      {C, R"("prompt": "x", "echo": "no")", "echo"},
+      {H, R"("messages": "hi")", "messages"},
+      {H, R"("messages": [5])", "messages[0]"},
+      {H, R"("messages": [{"role": 5, "content": "x"}])", "messages[0].role"},
+      {H, R"("messages": [{"content": "x"}])", "messages[0].role"},
+      {H, R"("messages": [{"role": "user", "content": 5}])", "messages[0].content"},
+      {H, R"("messages": [{"role": "user", "content": [5]}])", "messages[0].content[0]"},
+      {H, R"("messages": [{"role": "user", "content": [{"type": 5}]}])",
+       "messages[0].content[0].type"},
+      {H, R"("messages": [{"role": "user", "content": [{"type": "text", "text": 5}]}])",
+       "messages[0].content[0].text"},
+      {H, R"("messages": [{"role": "user", "content": [{"type": "image_url"}]}])",
+       "messages[0].content[0].type"},
+      {H, R"("messages": [{"role": "user", "content": "x"}], "add_generation_prompt": 5)",
+       "add_generation_prompt"},
+      {H, R"("messages": [{"role": "user", "content": "x"}], "tools": {})", "tools"},
+      {H, R"("messages": [{"role": "user", "content": "x"}], "tool_choice": 5)", "tool_choice"},
+      {H, R"("messages": [{"role": "user", "content": "x"}], "chat_template_kwargs": [])",
+       "chat_template_kwargs"},
+      {H, R"("messages": [{"role": "user", "content": "x"}], "logprobs": 2)", "logprobs"},
+      {H, R"("messages": [{"role": "user", "content": "x"}], "max_completion_tokens": 4,
+             "max_tokens": "abc")",
+       "max_tokens"},
+      {H, R"("messages": [{"role": "user", "content": "x"}], "max_completion_tokens": "4")",
+       "max_completion_tokens"},
+  };
+  for (const WrongType& c : cases) {
+    const std::string body = R"({"model": "fortunes", )" + c.field_json + "}";
+    expect_400(completion_error(body, c.endpoint), c.param, body);
+  }
+}
+
+TEST(CompletionRequest, AMissingOrWrongModelIsA400NamingModel) {
+  const std::vector<std::string> bodies = {
+      R"({"prompt": "x"})", R"({"model": 5, "prompt": "x"})", R"({"model": null, "prompt": "x"})",
+      R"({"model": "", "prompt": "x"})", R"({"model": ["fortunes"], "prompt": "x"})"};
+  for (const std::string& body : bodies) {
+    expect_400(error_of([&] { request_model(parse_request_body(body)); }), "model", body);
+    expect_400(completion_error(body), "model", body);
+  }
+  const std::string long_name(kMaxModelNameBytes + 1, 'm');
+  expect_400(error_of([&] {
+               request_model(ordered_json{{"model", long_name}});
+             }),
+             "model", "long name");
+  EXPECT_EQ(request_model(ordered_json{{"model", "fortunes:small"}}), "fortunes:small");
+}
+
+// Every string field's value is checked as UTF-8 with the body, before the field is read.
+TEST(CompletionRequest, InvalidUtf8InEachStringFieldIsRefusedAsTheBody) {
+  const std::vector<std::string> fields = {
+      R"("model": "BAD", "prompt": "x")",
+      R"("model": "fortunes", "prompt": "BAD")",
+      R"("model": "fortunes", "prompt": ["ok", "BAD"])",
+      R"("model": "fortunes", "prompt": "x", "stop": "BAD")",
+      R"("model": "fortunes", "prompt": "x", "stop": ["BAD"])",
+      R"("model": "fortunes", "prompt": "x", "cache_salt": "BAD")",
+      R"("model": "fortunes", "prompt": "x", "user": "BAD")",
+      R"("model": "fortunes", "prompt": "x", "BAD": 1)",
+      R"("model": "fortunes", "messages": [{"role": "BAD", "content": "x"}])",
+      R"("model": "fortunes", "messages": [{"role": "user", "content": "BAD"}])",
+      R"("model": "fortunes", "messages": [{"role": "user", "content": [{"type": "text", "text": "BAD"}]}])",
+      R"("model": "fortunes", "messages": [{"role": "user", "content": "x", "name": "BAD"}])",
+  };
+  for (const std::string& f : fields) {
+    std::string body = "{" + f + "}";
+    body.replace(body.find("BAD"), 3, "a\xff");
+    const ApiError e = completion_error(body);
+    EXPECT_EQ(e.status(), 400) << body;
+    EXPECT_EQ(std::string(e.what()),
+              "the body is not valid UTF-8 (at byte " + std::to_string(body.find('\xff')) + ")");
+    EXPECT_NO_THROW((void)e.body().dump());
+  }
+}
+
+TEST(CompletionRequest, FieldsThatTravelToTheWorkerAreBounded) {
+  const auto with = [](const std::string& key, const ordered_json& value) {
+    ordered_json body = {{"model", "fortunes"}, {"prompt", "x"}};
+    body[key] = value;
+    return body;
+  };
+  const auto parse = [](const ordered_json& body) {
+    return parse_completion_request(body, Endpoint::Completions, {});
+  };
+  EXPECT_NO_THROW(parse(with("cache_salt", std::string(kMaxCacheSaltBytes, 's'))));
+  expect_400(error_of([&] { parse(with("cache_salt", std::string(2 << 20, 's'))); }), "cache_salt",
+             "a 2 MB salt");
+  EXPECT_NO_THROW(parse(with("stop", std::string(kMaxStopStringBytes, 'z'))));
+  expect_400(error_of([&] { parse(with("stop", std::string(kMaxStopStringBytes + 1, 'z'))); }),
+             "stop", "a long stop string");
+  expect_400(error_of([&] {
+               parse(with("stop", ordered_json::array({"a", std::string(4096, 'z')})));
+             }),
+             "stop[1]", "a long stop string in a list");
+  expect_400(
+      error_of([&] { parse(with("stop", ordered_json(std::vector<std::string>(17, "a")))); }),
+      "stop", "17 stop strings");
+}
+
+TEST(CompletionRequest, APromptMustLeaveRoomInTheContext) {
+  const CompletionRequest text = parse_completion_request(
+      parse_request_body(R"({"model": "m", "prompt": "x"})"), Endpoint::Completions, {});
+  EXPECT_NO_THROW(check_prompt_fits(text, 511, 512));
+  expect_400(error_of([&] { check_prompt_fits(text, 512, 512); }), "prompt", "512 of 512");
+  expect_400(error_of([&] { check_prompt_fits(text, 300000, 512); }), "prompt", "300k of 512");
+  expect_400(error_of([&] { check_prompt_fits(text, 0, 512); }), "prompt", "empty");
+  const CompletionRequest chat = parse_completion_request(
+      parse_request_body(R"({"model": "m", "messages": [{"role": "user", "content": "x"}]})"),
+      Endpoint::ChatCompletions, {});
+  expect_400(error_of([&] { check_prompt_fits(chat, 9000, 512); }), "messages", "chat");
+}
+
+// The last guard: whatever the bounds, no submit frame over the worker's limit is sent.
+TEST(CompletionRequest, ASubmitOverTheWorkersFrameLimitIsA400) {
+  const CompletionRequest r = parse_completion_request(
+      parse_request_body(R"({"model": "m", "prompt": "x"})"), Endpoint::Completions, {});
+  const std::vector<int32_t> small(1000, 4095);
+  EXPECT_NO_THROW(check_submit_size(r, worker_request_json(r, "cmpl-1-0", small, 1)));
+  const std::vector<int32_t> big(300000, 4095);  // 1.5 MB of ids
+  expect_400(error_of([&] { check_submit_size(r, worker_request_json(r, "cmpl-1-0", big, 1)); }),
+             "prompt", "300k ids");
+}
+
+TEST(CompletionRequest, TheGatewayKnowsTheWorkersFrameLimit) {
+  EXPECT_EQ(kWorkerMaxRequestBytes, broker::BrokerOptions{}.max_request_bytes);
+}
+
+TEST(TokenRequests, WrongTypesAreA400NamingTheField) {
+  const std::vector<std::pair<std::string, std::string>> tokenize = {
+      {R"({"model": "m", "prompt": "x", "add_special_tokens": "x"})", "add_special_tokens"},
+      {R"({"model": "m", "messages": [{"role": "user", "content": "x"}],
+           "add_generation_prompt": 5})",
+       "add_generation_prompt"},
+      {R"({"model": "m", "messages": [{"role": "user", "content": [{"type": 5}]}]})",
+       "messages[0].content[0].type"},
+      {R"({"model": "m", "prompt": 5})", "prompt"},
+      {R"({"model": "m"})", "prompt"},
+      {R"({"prompt": "x"})", "model"},
+      {R"({"model": 5, "prompt": "x"})", "model"},
+  };
+  for (const auto& [body, param] : tokenize)
+    expect_400(error_of([&] { parse_tokenize_request(parse_request_body(body)); }), param, body);
+  const std::vector<std::pair<std::string, std::string>> detokenize = {
+      {R"({"model": "m", "tokens": "1 2"})", "tokens"},
+      {R"({"model": "m", "tokens": [1, "a"]})", "tokens"},
+      {R"({"model": "m", "tokens": [-1]})", "tokens"},
+      {R"({"model": "m", "tokens": [1.5]})", "tokens"},
+      {R"({"model": "m"})", "tokens"},
+      {R"({"tokens": [1]})", "model"},
+  };
+  for (const auto& [body, param] : detokenize)
+    expect_400(error_of([&] { parse_detokenize_request(parse_request_body(body)); }), param, body);
+
+  const TokenizeRequest t = parse_tokenize_request(
+      parse_request_body(R"({"model": "m", "prompt": "x", "add_special_tokens": false})"));
+  EXPECT_EQ(t.prompt, "x");
+  EXPECT_FALSE(t.add_special_tokens);
+  const TokenizeRequest m = parse_tokenize_request(
+      parse_request_body(R"({"model": "m", "messages": [{"role": "user", "content": "x"}]})"));
+  EXPECT_FALSE(m.prompt);
+  EXPECT_FALSE(m.add_special_tokens);
+  EXPECT_TRUE(m.add_generation_prompt);
+  EXPECT_TRUE(parse_detokenize_request(parse_request_body(R"({"model": "m", "tokens": []})"))
+                  .tokens.empty());
+}
+
+TEST(TokenRequests, IdsPastTheVocabularyAreA400) {
+  EXPECT_NO_THROW(check_vocabulary({0, 4095}, 4096, "tokens"));
+  const ApiError e = error_of([] { check_vocabulary({5, 4096}, 4096, "tokens"); });
+  expect_400(e, "tokens", "4096 of 4096");
+  EXPECT_NE(std::string(e.what()).find("4096 at position 1"), std::string::npos) << e.what();
+}
+
+}  // namespace
+}  // namespace hearth::gateway

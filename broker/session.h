@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "ipc/peer_credentials.h"
 
@@ -26,6 +27,7 @@ class Session {
   uid_t uid() const { return peer_.uid; }
   gid_t gid() const { return peer_.gid; }
   pid_t pid() const { return peer_.pid; }
+  const std::vector<gid_t>& groups() const { return peer_.groups; }
   // The peer runs as the broker's admin uid (by default the server's own): admin ops allowed.
   bool is_admin() const { return admin_; }
   // The name the client gave in hello (e.g. "hearth-worker"); empty before hello.

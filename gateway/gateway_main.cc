@@ -19,6 +19,7 @@
 #include "gateway/http_gateway.h"
 #include "gateway/metrics.h"
 #include "gateway/model_catalog.h"
+#include "gateway/runtime_dir.h"
 #include "gateway/server_supervisor.h"
 #include "gateway/worker_pool.h"
 #include "ipc/main_guard.h"
@@ -41,25 +42,6 @@ fs::path own_dir() {
   const fs::path self = fs::read_symlink("/proc/self/exe", ec);
   return ec ? fs::current_path() : self.parent_path();
 }
-
-// A private directory for worker sockets and logs, removed at exit.
-class RuntimeDir {
- public:
-  explicit RuntimeDir(const std::string& under) {
-    std::string pattern = (fs::path(under) / "hearth-gateway-XXXXXX").string();
-    if (!::mkdtemp(pattern.data()))
-      throw std::runtime_error("cannot create a runtime directory under " + under);
-    path_ = pattern;  // mkdtemp makes it 0700
-  }
-  ~RuntimeDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
 
 std::string read_api_key(const std::string& path) {
   std::string key = hearth::read_file(path, 4096);
@@ -136,7 +118,7 @@ int run(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
 
-  RuntimeDir runtime(runtime_under);
+  hearth::gateway::RuntimeDir runtime(runtime_under);
   std::optional<hearth::gateway::ServerSupervisor> own_server;
   if (!models.empty()) {
     hearth::gateway::SupervisorOptions s;

@@ -3,7 +3,8 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,9 +13,12 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
+#include <exception>
 #include <stdexcept>
 #include <thread>
 #include <utility>
+
+#include "ipc/spawn_thread.h"
 
 extern char** environ;
 
@@ -23,31 +27,6 @@ namespace hearth {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-// posix_spawn's attribute and file-action objects, destroyed on every path.
-class SpawnSetup {
- public:
-  SpawnSetup() {
-    posix_spawnattr_init(&attr_);
-    posix_spawn_file_actions_init(&actions_);
-  }
-  ~SpawnSetup() {
-    posix_spawn_file_actions_destroy(&actions_);
-    posix_spawnattr_destroy(&attr_);
-  }
-  SpawnSetup(const SpawnSetup&) = delete;
-  SpawnSetup& operator=(const SpawnSetup&) = delete;
-  posix_spawnattr_t* attr() { return &attr_; }
-  posix_spawn_file_actions_t* actions() { return &actions_; }
-
- private:
-  posix_spawnattr_t attr_;
-  posix_spawn_file_actions_t actions_;
-};
-
-void check(int rc, const char* what) {
-  if (rc != 0) throw std::runtime_error(std::string(what) + ": " + std::strerror(rc));
-}
 
 UniqueFd open_file(const std::filesystem::path& path, int flags) {
   const int fd = ::open(path.c_str(), flags | O_CLOEXEC, 0644);
@@ -112,6 +91,118 @@ std::vector<char*> pointers(std::vector<std::string>& strings) {
   return out;
 }
 
+// What a forked child does before exec, prepared by the parent: the child may only make
+// system calls (another thread may hold the allocator's lock at the fork).
+struct ForkPlan {
+  std::string path;  // resolved: no PATH search in the child
+  std::vector<std::string> args, env;
+  std::vector<char*> argv, envp;
+  std::pair<int, int> wiring[3];  // {the child's end (or -1: inherit), the stream it becomes}
+};
+
+// Why a child could not exec: the step and its errno, sent up a close-on-exec pipe.
+struct ForkFailure {
+  int step;
+  int error;
+};
+constexpr const char* kForkSteps[] = {
+    "prctl(PR_SET_PDEATHSIG)", "setpgid", "dup2", "fcntl", "close_range", "sigprocmask", ""};
+
+[[noreturn]] void child_fail(int report, int step) {
+  const ForkFailure f{step, errno};
+  [[maybe_unused]] const ssize_t n = ::write(report, &f, sizeof f);
+  ::_exit(127);
+}
+
+// The child between fork and exec: system calls only.
+[[noreturn]] void exec_child(const ForkPlan& plan, pid_t parent, int report) {
+  // Dies with its parent (the spawn thread, which lives as long as the parent process). If the
+  // parent died before this took effect, we were already re-parented: exit now.
+  if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) child_fail(report, 0);
+  if (::getppid() != parent) ::_exit(127);
+  // Own process group, so a timeout can kill a wrapper and all it started.
+  if (::setpgid(0, 0) != 0) child_fail(report, 1);
+  for (const auto& [fd, target] : plan.wiring) {
+    if (fd < 0) continue;
+    if (fd == target) {
+      if (::fcntl(fd, F_SETFD, 0) != 0) child_fail(report, 3);
+    } else if (::dup2(fd, target) < 0) {
+      child_fail(report, 2);
+    }
+  }
+  // Other threads open files without O_CLOEXEC (std::ofstream); none of them belongs in a
+  // child. `report` is close-on-exec and needed until then.
+  if (report > 3 && ::syscall(SYS_close_range, 3u, unsigned(report - 1), 0u) != 0)
+    child_fail(report, 4);
+  if (::syscall(SYS_close_range, unsigned(report + 1), ~0u, 0u) != 0) child_fail(report, 4);
+  // Default dispositions for what the parent handles (a handler must not run in the child
+  // before exec) and for the signals it may ignore; then an empty mask.
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  for (int sig = 1; sig < NSIG; ++sig) {
+    struct sigaction old {};
+    if (::sigaction(sig, nullptr, &old) != 0) continue;
+    const bool handled =
+        (old.sa_flags & SA_SIGINFO) || (old.sa_handler != SIG_DFL && old.sa_handler != SIG_IGN);
+    const bool reset =
+        sig == SIGINT || sig == SIGTERM || sig == SIGPIPE || sig == SIGHUP || sig == SIGQUIT;
+    if (handled || reset) ::sigaction(sig, &dfl, nullptr);
+  }
+  sigset_t none;
+  sigemptyset(&none);
+  if (::sigprocmask(SIG_SETMASK, &none, nullptr) != 0) child_fail(report, 5);
+  ::execve(plan.path.c_str(), plan.argv.data(), plan.envp.data());
+  child_fail(report, 6);
+}
+
+// Forks and execs `plan` (on the spawn thread); the pid, or throws naming the program.
+pid_t fork_exec(const ForkPlan& plan) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0)
+    throw std::runtime_error(std::string("pipe2: ") + std::strerror(errno));
+  UniqueFd report_read(fds[0]), report_write(fds[1]);
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid < 0)
+    throw std::runtime_error("cannot start " + plan.args[0] + ": fork: " + std::strerror(errno));
+  if (pid == 0) exec_child(plan, parent, report_write.get());
+  report_write.reset();
+  // EOF: the exec happened (the pipe closed on exec); a ForkFailure: it did not.
+  ForkFailure failure{};
+  ssize_t n;
+  do {
+    n = ::read(report_read.get(), &failure, sizeof failure);
+  } while (n < 0 && errno == EINTR);
+  if (n <= 0) return pid;
+  int status = 0;
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  const std::string step = kForkSteps[failure.step];
+  throw std::runtime_error("cannot start " + plan.args[0] + ": " +
+                           (step.empty() ? "" : step + ": ") + std::strerror(failure.error));
+}
+
+// `program` as posix_spawnp would find it: as given when it has a '/', else the first
+// executable file of that name in $PATH.
+std::string resolve_program(const std::string& program) {
+  if (program.find('/') != std::string::npos) return program;
+  const char* env = std::getenv("PATH");
+  const std::string_view path = env ? env : "/usr/local/bin:/usr/bin:/bin";
+  int error = ENOENT;
+  for (size_t begin = 0; begin <= path.size();) {
+    const size_t end = std::min(path.find(':', begin), path.size());
+    const std::string dir(path.substr(begin, end - begin));
+    const std::string candidate = (dir.empty() ? "." : dir) + "/" + program;
+    struct stat st {};
+    if (::stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode)) {
+      if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+      error = EACCES;
+    }
+    begin = end + 1;
+  }
+  throw std::runtime_error("cannot start " + program + ": " + std::strerror(error));
+}
+
 }  // namespace
 
 std::string ExitStatus::describe() const {
@@ -168,43 +259,33 @@ std::string PipeReader::read_to_end(Clock::time_point deadline) {
 
 ChildProcess ChildProcess::spawn(const Options& options) {
   if (options.argv.empty()) throw std::runtime_error("spawn: no program given");
-  SpawnSetup setup;
-  const std::string program = options.argv[0];
   UniqueFd parent_in, parent_out, parent_err;
   const UniqueFd in = child_end(options.in, /*is_input=*/true, parent_in);
   const UniqueFd out = child_end(options.out, false, parent_out);
   const UniqueFd err = child_end(options.err, false, parent_err);
-  const std::pair<const UniqueFd*, int> wiring[] = {
-      {&in, STDIN_FILENO}, {&out, STDOUT_FILENO}, {&err, STDERR_FILENO}};
-  for (const auto& [fd, target] : wiring) {
-    if (*fd)
-      check(posix_spawn_file_actions_adddup2(setup.actions(), fd->get(), target),
-            "posix_spawn_file_actions_adddup2");
-  }
-  // Other threads open files without O_CLOEXEC (std::ofstream); none of them belongs in a child.
-  check(posix_spawn_file_actions_addclosefrom_np(setup.actions(), 3),
-        "posix_spawn_file_actions_addclosefrom_np");
 
-  // Own process group (so a timeout can kill a wrapper and all it started); default signal
-  // dispositions and an empty mask, whatever the parent itself blocks or ignores.
-  check(posix_spawnattr_setpgroup(setup.attr(), 0), "posix_spawnattr_setpgroup");
-  sigset_t none, defaults;
-  sigemptyset(&none);
-  sigemptyset(&defaults);
-  for (int sig : {SIGINT, SIGTERM, SIGPIPE, SIGHUP, SIGQUIT}) sigaddset(&defaults, sig);
-  check(posix_spawnattr_setsigmask(setup.attr(), &none), "posix_spawnattr_setsigmask");
-  check(posix_spawnattr_setsigdefault(setup.attr(), &defaults), "posix_spawnattr_setsigdefault");
-  check(posix_spawnattr_setflags(
-            setup.attr(), POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF),
-        "posix_spawnattr_setflags");
+  ForkPlan plan;
+  plan.path = resolve_program(options.argv[0]);
+  plan.args = options.argv;
+  plan.env = child_environment(options.env);
+  plan.argv = pointers(plan.args);
+  plan.envp = pointers(plan.env);
+  plan.wiring[0] = {in ? in.get() : -1, STDIN_FILENO};
+  plan.wiring[1] = {out ? out.get() : -1, STDOUT_FILENO};
+  plan.wiring[2] = {err ? err.get() : -1, STDERR_FILENO};
 
-  std::vector<std::string> args = options.argv;
-  std::vector<std::string> env = child_environment(options.env);
-  std::vector<char*> argv = pointers(args), envp = pointers(env);
+  // Forked by the spawn thread, so the child's parent-death signal means the death of this
+  // process, not of whichever thread asked (spawn_thread.h).
   pid_t pid = -1;
-  const int rc =
-      posix_spawnp(&pid, program.c_str(), setup.actions(), setup.attr(), argv.data(), envp.data());
-  if (rc != 0) throw std::runtime_error("cannot start " + program + ": " + std::strerror(rc));
+  std::exception_ptr failure;
+  SpawnThread::instance().run([&] {
+    try {
+      pid = fork_exec(plan);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  });
+  if (failure) std::rethrow_exception(failure);
   ChildProcess child(pid);
   child.stdin_ = std::move(parent_in);
   if (parent_out) child.stdout_.emplace(std::move(parent_out));

@@ -1,9 +1,11 @@
-// A child process its parent owns: started with posix_spawn in a process group of its own, its
-// standard streams wired as asked (a file, a pipe the parent reads or writes, /dev/null, or the
-// parent's own), no other descriptor of the parent's. Owning it means reaping it: the
-// destructor kills the whole group and waits, so no child (nor anything a wrapper script
-// started) outlives its owner, and none is left a zombie. Used by the proof harness, the
-// benchmarks and the tests, and by anything that starts workers.
+// A child process its parent owns: forked by the process's spawn thread into a process group
+// of its own, its standard streams wired as asked (a file, a pipe the parent reads or writes,
+// /dev/null, or the parent's own), no other descriptor of the parent's. Owning it means reaping
+// it: the destructor kills the whole group and waits, so no child (nor anything a wrapper
+// script started) outlives its owner, and none is left a zombie. A parent that dies without
+// running destructors (SIGKILL, a crash) takes its children with it: each gets SIGKILL from
+// the kernel when the parent process dies (PR_SET_PDEATHSIG; spawn_thread.h says why a thread).
+// Used by the proof harness, the benchmarks and the tests, and by anything that starts workers.
 #pragma once
 
 #include <sys/types.h>

@@ -14,7 +14,16 @@ PeerCredentials peer_credentials(int socket) {
   if (::getsockopt(socket, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
     throw_errno("getsockopt(SO_PEERCRED)", errno);
   }
-  return {cred.uid, cred.gid, cred.pid};
+  PeerCredentials peer{cred.uid, cred.gid, cred.pid, {}};
+  // The size is asked first: a process may be in up to NGROUPS_MAX (65536) groups.
+  socklen_t bytes = 0;
+  if (::getsockopt(socket, SOL_SOCKET, SO_PEERGROUPS, nullptr, &bytes) != 0 && errno == ERANGE &&
+      bytes > 0) {
+    peer.groups.resize(bytes / sizeof(gid_t));
+    if (::getsockopt(socket, SOL_SOCKET, SO_PEERGROUPS, peer.groups.data(), &bytes) != 0) bytes = 0;
+    peer.groups.resize(bytes / sizeof(gid_t));
+  }
+  return peer;
 }
 
 }  // namespace hearth::ipc

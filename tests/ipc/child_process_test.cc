@@ -3,9 +3,15 @@
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <cstring>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -204,6 +210,59 @@ TEST_F(ChildProcessTest, SignalReachesTheProcess) {
   EXPECT_TRUE(s.signaled);
   EXPECT_EQ(s.code, SIGTERM);
   EXPECT_FALSE(s.exited_with(0));
+}
+
+// The parent process dies without running a destructor (as by SIGKILL or a crash): its child
+// must die too (PR_SET_PDEATHSIG), not be re-parented to init and run on.
+TEST_F(ChildProcessTest, AChildDiesWithItsParentProcess) {
+  int fds[2];
+  ASSERT_EQ(::pipe2(fds, O_CLOEXEC), 0);
+  UniqueFd read_end(fds[0]), write_end(fds[1]);
+  const pid_t parent = ::fork();
+  ASSERT_GE(parent, 0);
+  if (parent == 0) {
+    pid_t child = -1;
+    try {
+      // Leaked on purpose: the process ends without destructors.
+      child =
+          (new ChildProcess(ChildProcess::spawn(ChildProcess::Options({"sleep", "1000"}))))->pid();
+    } catch (...) {
+    }
+    [[maybe_unused]] const ssize_t n = ::write(write_end.get(), &child, sizeof child);
+    ::_exit(0);
+  }
+  write_end.reset();
+  pid_t child = -1;
+  ASSERT_EQ(::read(read_end.get(), &child, sizeof child), ssize_t(sizeof child));
+  ASSERT_GT(child, 0);
+  const UniqueFd child_fd(int(::syscall(SYS_pidfd_open, child, 0)));
+  ASSERT_TRUE(child_fd) << std::strerror(errno);
+  int status = 0;
+  ASSERT_EQ(::waitpid(parent, &status, 0), parent);
+  pollfd p{child_fd.get(), POLLIN, 0};
+  const bool exited = ::poll(&p, 1, 30'000) == 1;
+  if (!exited) ::kill(child, SIGKILL);  // do not leave it behind for the next test
+  EXPECT_TRUE(exited) << "the child outlived its parent process";
+}
+
+// The parent-death signal follows the thread that forked; a child started from a thread that
+// has since exited must still run (spawns happen on the process's own spawn thread).
+TEST_F(ChildProcessTest, AChildOutlivesTheThreadThatStartedIt) {
+  std::optional<ChildProcess> child;
+  pid_t tid = 0;
+  std::thread([&] {
+    tid = ::gettid();
+    child.emplace(ChildProcess::spawn(
+        ChildProcess::Options({"cat"}).stdin_from(Stream::pipe()).stdout_to(Stream::pipe())));
+  }).join();
+  ASSERT_TRUE(child);
+  // The thread is released (and any parent-death signal sent) once its task entry is gone.
+  const std::string task = "/proc/self/task/" + std::to_string(tid);
+  const auto deadline = in(30s);
+  while (::access(task.c_str(), F_OK) == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(1ms);
+  child->write_stdin("still here\n");
+  EXPECT_EQ(child->stdout_pipe().read_line(in(30s)), "still here");
 }
 
 }  // namespace

@@ -104,6 +104,52 @@ TEST_F(TokenizerCache, AnEditedTokenizerJsonMisses) {
   EXPECT_TRUE(warnings_.empty());
 }
 
+json config_c() {  // config_a with another merge: "ba" is one token
+  return toy_config({"a", "b", "ab", " ", "ba"}, {"a b", "b a"});
+}
+
+// The cache stays within its byte budget: adding an image removes the least recently used
+// (a hit counts as a use), never the image just added.
+TEST_F(TokenizerCache, AddingAnImageRemovesTheLeastRecentlyUsedBeyondTheBudget) {
+  const fs::path dir = root_ / "cache";
+  const fs::path a = load_tokenizer_cached(config_a().dump(), options(dir)).image;
+  const fs::path b = load_tokenizer_cached(config_b().dump(), options(dir)).image;
+  const uint64_t size_c =
+      fs::file_size(load_tokenizer_cached(config_c().dump(), options(root_ / "scratch")).image);
+  // a older than b: without the hit below, a would go first.
+  const auto now = fs::file_time_type::clock::now();
+  fs::last_write_time(a, now - std::chrono::hours(2));
+  fs::last_write_time(b, now - std::chrono::hours(1));
+  EXPECT_EQ(load_tokenizer_cached(config_a().dump(), options(dir)).source,
+            TokenizerSource::kCacheHit);
+
+  TokenizerCacheOptions budget = options(dir);
+  budget.max_bytes = fs::file_size(a) + size_c;  // room for two of the three
+  const CachedTokenizer c = load_tokenizer_cached(config_c().dump(), budget);
+  EXPECT_EQ(c.source, TokenizerSource::kBuilt);
+  EXPECT_TRUE(fs::exists(a)) << "the recently used image was removed";
+  EXPECT_FALSE(fs::exists(b)) << "the least recently used image was kept over the budget";
+  EXPECT_TRUE(fs::exists(c.image));
+  EXPECT_TRUE(warnings_.empty());
+}
+
+// A budget smaller than one image keeps only the newest; a process that has a removed image
+// mapped keeps using it (it is unlinked, never truncated).
+TEST_F(TokenizerCache, ATrimmedImageStaysUsableWhereItIsMapped) {
+  const fs::path dir = root_ / "cache";
+  TokenizerCacheOptions none = options(dir);
+  none.max_bytes = 0;
+  const CachedTokenizer built = load_tokenizer_cached(config_a().dump(), none);
+  ASSERT_TRUE(fs::exists(built.image));  // the image just added stays, whatever the budget
+  const CachedTokenizer mapped = load_tokenizer_cached(config_a().dump(), none);
+  ASSERT_EQ(mapped.source, TokenizerSource::kCacheHit);
+  const CachedTokenizer other = load_tokenizer_cached(config_b().dump(), none);
+  EXPECT_FALSE(fs::exists(built.image));
+  EXPECT_EQ(files_in(dir), std::vector<fs::path>{other.image});
+  EXPECT_EQ(mapped.tokenizer.encode("ab", false), (std::vector<int32_t>{2}));
+  EXPECT_TRUE(warnings_.empty());
+}
+
 TEST_F(TokenizerCache, ADamagedImageIsReportedAndReplaced) {
   const fs::path dir = root_ / "cache";
   const std::string text = config_a().dump();

@@ -78,7 +78,19 @@ std::unique_ptr<ServedModel> load_served_model(const ModelSpec& spec, const Serv
   served->dir = spec.dir;
   log("loading '" + spec.name + "' from " + spec.dir.string() + " (" + options.backend +
       " backend)");
-  const HfModel model = HfModel::open(spec.dir);
+  const HfModel model = [&] {
+    if (!options.open_as) return HfModel::open(spec.dir);
+    // Every file is opened here (the shards are mapped): after this, the rights no longer
+    // matter, and the server's own identity comes back.
+    const FileIdentityScope as_requester(*options.open_as);
+    try {
+      return HfModel::open(spec.dir);
+    } catch (const std::runtime_error& e) {
+      throw std::runtime_error(std::string(e.what()) +
+                               " (opened with the rights of the requester, " +
+                               options.open_as->describe() + ")");
+    }
+  }();
   served->open_seconds = seconds_since(start);
 
   if (options.backend == "memfd") {

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -17,6 +18,7 @@
 #include "weight-server/sharing/manifest.h"
 #include "weight-server/sharing/shared_files.h"
 #include "weight-server/daemon/model_spec.h"
+#include "weight-server/daemon/requester_identity.h"
 
 namespace hearth {
 
@@ -41,6 +43,9 @@ struct ServeOptions {
   int threads = 4;                // writers/uploaders and hashers
   bool progress = false;
   std::function<void(std::string_view)> log;  // progress and summary lines; null: silent
+  // Whose rights open the model's files: an admin `load` opens them as the admin
+  // (requester_identity.h); unset, as the server (its own --model directories).
+  std::optional<Requester> open_as;
 };
 
 // Throws std::runtime_error naming the directory, tensor or device at fault.

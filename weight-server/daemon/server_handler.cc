@@ -216,6 +216,10 @@ broker::Reply ServerHandler::load(broker::Session& session, const ipc::Request& 
     throw ProtocolError(ErrorCode::kBadRequest,
                         "unknown backend " + named(options.backend) + " (memfd or vmm)");
 
+  // The files are opened with the requester's rights, never the server's: a root server must
+  // not read a root-only directory for an admin who cannot (requester_identity.h).
+  options.open_as = Requester{session.uid(), session.gid(), session.groups()};
+
   loading_.insert(spec.name);
   const broker::ClientId client = session.id();
   const ipc::RequestId id = request.id;

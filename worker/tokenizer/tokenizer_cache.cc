@@ -1,12 +1,15 @@
 #include "tokenizer_cache.h"
 
+#include <charconv>
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <memory>
 #include <stdexcept>
 #include <vector>
 
 #include "atomic_file.h"
+#include "cache_budget.h"
 #include "digest.h"
 #include "file_mapping.h"
 #include "image_reader.h"
@@ -40,9 +43,28 @@ std::optional<Tokenizer> open_cached(const std::filesystem::path& path, const to
     }
     return Tokenizer::from_image(mapping->bytes(), mapping);
   } catch (const std::exception& e) {
+    // Removed by another process's trim since we looked: a plain miss.
+    if (!std::filesystem::exists(path, ec)) return std::nullopt;
     report(options, "ignoring " + path.string() + ": " + e.what() + "; rebuilding it");
     return std::nullopt;
   }
+}
+
+// The budget of `options`, of $HEARTH_TOKENIZER_IMAGE_CACHE_MAX_MB, or the default.
+uint64_t cache_budget(const TokenizerCacheOptions& options) {
+  if (options.max_bytes) return *options.max_bytes;
+  const char* env = std::getenv("HEARTH_TOKENIZER_IMAGE_CACHE_MAX_MB");
+  if (env == nullptr || *env == '\0') return tok::kDefaultImageCacheBudget;
+  uint64_t mb = 0;
+  const char* end = env + std::strlen(env);
+  const auto [at, error] = std::from_chars(env, end, mb);
+  if (error != std::errc() || at != end || mb > (uint64_t(1) << 40)) {
+    report(options, "HEARTH_TOKENIZER_IMAGE_CACHE_MAX_MB='" + std::string(env) +
+                        "' is not a number of MiB from 0 to 2^40; using " +
+                        std::to_string(tok::kDefaultImageCacheBudget >> 20));
+    return tok::kDefaultImageCacheBudget;
+  }
+  return mb << 20;
 }
 
 }  // namespace
@@ -80,6 +102,7 @@ CachedTokenizer load_tokenizer_cached(std::string_view tokenizer_json,
   const std::filesystem::path image_path =
       *dir / (tok::to_hex(key) + ".v" + std::to_string(tok::kImageVersion) + ".tokimg");
   if (std::optional<Tokenizer> hit = open_cached(image_path, key, options)) {
+    tok::mark_image_used(image_path);  // the least recently used go first
     return {std::move(*hit), TokenizerSource::kCacheHit, image_path};
   }
 
@@ -91,6 +114,7 @@ CachedTokenizer load_tokenizer_cached(std::string_view tokenizer_json,
   try {
     tok::create_directories(*dir, 0700);
     tok::write_file_atomically(image_path, *image, 0644);
+    tok::trim_image_cache(*dir, cache_budget(options), image_path);
   } catch (const std::exception& e) {
     report(options, std::string(e.what()) + "; continuing without the cache");
     return {std::move(tokenizer), TokenizerSource::kParsed, {}};

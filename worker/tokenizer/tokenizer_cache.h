@@ -9,6 +9,7 @@
 // a failed write each cost one line on stderr (or to `warn`) and the tokenizer is parsed.
 #pragma once
 
+#include <cstdint>
 #include <filesystem>
 #include <functional>
 #include <optional>
@@ -25,6 +26,9 @@ struct TokenizerCacheOptions {
   std::filesystem::path dir;
   // Receives each problem with the cache as one line; null: written to stderr.
   std::function<void(const std::string&)> warn;
+  // The images' byte budget: adding one removes the least recently used beyond it
+  // (cache_budget.h). Unset: $HEARTH_TOKENIZER_IMAGE_CACHE_MAX_MB, else 128 MiB.
+  std::optional<uint64_t> max_bytes;
 };
 
 // $HEARTH_TOKENIZER_IMAGE_CACHE (a directory, or "off" to disable the cache), else
@@ -47,7 +51,7 @@ struct CachedTokenizer {
 // The tokenizer of a tokenizer.json document, through the cache. Throws only what
 // Tokenizer::from_json throws for the document itself. Images are written atomically (a
 // temporary file renamed into place, mode 0644; directories created 0700), so concurrent
-// processes may share a cache.
+// processes may share a cache; adding an image trims the cache to its budget.
 CachedTokenizer load_tokenizer_cached(std::string_view tokenizer_json,
                                       const TokenizerCacheOptions& options = {});
 

@@ -37,6 +37,11 @@ namespace {
   fail(label, "tensor '" + tensor + "': " + what);
 }
 
+// "must be EXPECTED, got TYPE VALUE": a present field of the wrong type is not a missing one.
+std::string must_be(const std::string& expected, const json& got) {
+  return "must be " + expected + ", got " + got.type_name() + " " + json_excerpt(got, 40);
+}
+
 uint64_t read_u64_le(const std::byte* p) {
   uint64_t v = 0;
   for (int i = 7; i >= 0; --i) v = (v << 8) | std::to_integer<uint64_t>(p[i]);
@@ -71,7 +76,8 @@ TensorInfo parse_tensor_info(const std::string& name, const json& desc, const st
   info.name = name;
 
   auto dtype_it = desc.find("dtype");
-  if (dtype_it == desc.end() || !dtype_it->is_string()) fail_tensor(label, name, "missing dtype");
+  if (dtype_it == desc.end()) fail_tensor(label, name, "missing dtype");
+  if (!dtype_it->is_string()) fail_tensor(label, name, "dtype " + must_be("a string", *dtype_it));
   auto dtype = parse_dtype(dtype_it->get<std::string>());
   if (!dtype)
     fail_tensor(
@@ -80,10 +86,12 @@ TensorInfo parse_tensor_info(const std::string& name, const json& desc, const st
   info.dtype = *dtype;
 
   auto shape_it = desc.find("shape");
-  if (shape_it == desc.end() || !shape_it->is_array()) fail_tensor(label, name, "missing shape");
+  if (shape_it == desc.end()) fail_tensor(label, name, "missing shape");
+  if (!shape_it->is_array()) fail_tensor(label, name, "shape " + must_be("an array", *shape_it));
   uint64_t numel = 1;
   for (const json& d : *shape_it) {
-    if (!d.is_number_unsigned()) fail_tensor(label, name, "shape entries must be integers >= 0");
+    if (!d.is_number_unsigned())
+      fail_tensor(label, name, "shape entries " + must_be("integers >= 0", d));
     uint64_t dim = d.get<uint64_t>();
     if (dim > uint64_t(std::numeric_limits<int64_t>::max()) ||
         (dim != 0 && numel > std::numeric_limits<uint64_t>::max() / dim))

@@ -151,8 +151,9 @@ HfModel HfModel::open(const fs::path& dir) {
     if (!file.valid())
       throw std::runtime_error(files.path_of(name).string() +
                                ": no such file (model.safetensors.index.json lists it)");
-    auto shard =
-        std::make_shared<SafetensorsFile>(SafetensorsFile::open(file.get(), files.path_of(name)));
+    // The layout is checked once the names are: a missing tensor is then named, not a gap.
+    auto shard = std::make_shared<SafetensorsFile>(
+        SafetensorsFile::open(file.get(), files.path_of(name), SafetensorsFile::Layout::kDeferred));
     for (const SafetensorsEntry& e : shard->header().tensors) {
       if (found.contains(e.info.name))
         throw std::runtime_error((dir / name).string() + ": tensor '" + e.info.name +
@@ -186,6 +187,7 @@ HfModel HfModel::open(const fs::path& dir) {
       throw std::runtime_error((dir / t.shard).string() + ": unexpected tensor '" + name +
                                "' for " + m.config_.architecture_name);
   }
+  for (const auto& shard : m.shards_) shard->check_layout();
   return m;
 }
 

@@ -144,10 +144,30 @@ TEST(HfModel, RefusesIndexEntriesOutsideTheDirectory) {
 
 TEST(HfModel, EosIdsPreferGenerationConfig) {
   ModelConfig c;
+  c.vocab = 16;
   c.eos_ids = {2};
   EXPECT_EQ(eos_token_ids(c, ""), std::vector<int>{2});
   EXPECT_EQ(eos_token_ids(c, R"({"eos_token_id":[7,9]})"), (std::vector<int>{7, 9}));
   EXPECT_EQ(eos_token_ids(c, R"({"eos_token_id":5})"), std::vector<int>{5});
+  EXPECT_EQ(eos_token_ids(c, R"({"eos_token_id":null})"), std::vector<int>{2});
+}
+
+// Issue 21: generation_config.json's ids were dropped when not integers and taken when out of
+// range, so a model could load with an end-of-sequence id it can never produce.
+TEST(HfModel, GenerationConfigIdsMustBeWithinTheVocabulary) {
+  ModelConfig c;
+  c.vocab = 16;
+  EXPECT_THROW(eos_token_ids(c, R"({"eos_token_id":[99999999999,-5]})"), std::runtime_error);
+  const fs::path dir = synth("generation_ids");
+  const int vocab = HfModel::open(dir).config().vocab;
+  const std::string bound = "from 0 to " + std::to_string(vocab - 1);
+  std::ofstream(dir / "generation_config.json", std::ios::trunc)
+      << R"({"eos_token_id": [99999999999, -5]})";
+  expect_open_error(dir, {"generation_config.json", "eos_token_id 99999999999", bound});
+  std::ofstream(dir / "generation_config.json", std::ios::trunc) << R"({"bos_token_id": "x"})";
+  expect_open_error(dir, {"generation_config.json", "bos_token_id must be a token id", bound});
+  std::ofstream(dir / "generation_config.json", std::ios::trunc) << R"({"eos_token_id": 3})";
+  EXPECT_NO_THROW(HfModel::open(dir));
 }
 
 // Issue 21: a tensor missing from a header, its bytes left in place, read as "gap of 128

@@ -32,8 +32,8 @@ class JsonError : public std::runtime_error {
 // brackets inside strings do not count. `what` names the text ("config.json"); "" for none.
 void check_json_depth(std::string_view text, std::string_view what, int max_depth = kMaxJsonDepth);
 
-// Throws JsonError "WHAT: contains a NUL byte at offset N" or "WHAT: not valid UTF-8 at offset
-// N" for text that cannot be JSON for those reasons, which the parser would misreport.
+// Throws JsonError "WHAT: invalid JSON: contains a NUL byte at offset N" or "WHAT: invalid
+// JSON: not valid UTF-8 at offset N", reasons the parser would misreport.
 void check_json_text(std::string_view text, std::string_view what);
 
 // check_json_text and check_json_depth, then parses (with nlohmann's `callback`, if any). A syntax

@@ -208,7 +208,8 @@ TEST(Profile, ANulByteIsNamedWithItsOffset) {
     load_profile_file(path);
     FAIL();
   } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find("nul_profile.json: contains a NUL byte at offset 0"),
+    EXPECT_NE(std::string(e.what()).find(
+                  "nul_profile.json: invalid JSON: contains a NUL byte at offset 0"),
               std::string::npos)
         << e.what();
   }

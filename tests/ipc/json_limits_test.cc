@@ -56,14 +56,15 @@ TEST(JsonLimits, NulBytesAndInvalidUtf8AreNamedWithTheirOffset) {
   using namespace std::string_literals;
   EXPECT_NE(error_of([] {
               parse_json("\0{\"a\": 1}"s, "profile.json");
-            }).find("profile.json: contains a NUL byte at offset 0"),
+            }).find("profile.json: invalid JSON: contains a NUL byte at offset 0"),
             std::string::npos);
   EXPECT_NE(error_of([] { parse_json("{}\0garbage"s, "x"); }).find("NUL byte at offset 2"),
             std::string::npos);
   EXPECT_NE(error_of([] { parse_json("{\"a\": \"b\0\"}"s, "x"); }).find("NUL byte at offset 8"),
             std::string::npos);
   const std::string utf8 = error_of([] { parse_json("{\"a\": \"\xff\"}", "x.json"); });
-  EXPECT_NE(utf8.find("x.json: not valid UTF-8 at offset 7"), std::string::npos) << utf8;
+  EXPECT_NE(utf8.find("x.json: invalid JSON: not valid UTF-8 at offset 7"), std::string::npos)
+      << utf8;
   EXPECT_EQ(error_of([] { parse_json("\0"s, "x"); }).find("end of input"), std::string::npos);
 }
 

@@ -161,7 +161,8 @@ TEST(WorkerRequests, LinesThatAreNotJsonSayWhy) {
                            R"({"id":"c","prompt_tokens":[1]})" + "\n";
   const std::vector<RequestLine> lines = parse_request_lines(text, RequestSettings{}, nullptr);
   ASSERT_EQ(lines.size(), 3u);
-  EXPECT_NE(lines[0].error.find("line 1: contains a NUL byte at offset 0"), std::string::npos)
+  EXPECT_NE(lines[0].error.find("line 1: invalid JSON: contains a NUL byte at offset 0"),
+            std::string::npos)
       << lines[0].error;
   EXPECT_NE(lines[1].error.find("line 2: invalid JSON"), std::string::npos) << lines[1].error;
   EXPECT_EQ(lines[2].error, "");

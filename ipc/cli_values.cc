@@ -28,6 +28,18 @@ std::string finite_number_error(const std::string& text) {
   return {};
 }
 
+std::string integer_range_error(std::string_view text, int64_t lo, int64_t hi) {
+  const bool negative = text.starts_with('-');
+  // The magnitude is read exactly (never wrapped or saturated); 128 bits hold its negation.
+  const std::optional<uint64_t> magnitude = parse_unsigned(text.substr(negative ? 1 : 0));
+  if (magnitude) {
+    const __int128 value = negative ? -static_cast<__int128>(*magnitude) : *magnitude;
+    if (value >= lo && value <= hi) return {};
+  }
+  return "'" + std::string(text) + "' is not an integer from " + std::to_string(lo) + " to " +
+         std::to_string(hi);
+}
+
 std::vector<int32_t> parse_token_list(std::string_view text, std::string_view flag) {
   const std::string where(flag);
   std::vector<int32_t> ids;

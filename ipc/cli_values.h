@@ -19,6 +19,11 @@ std::optional<uint64_t> parse_unsigned(std::string_view text, uint64_t max = UIN
 // finite number").
 std::string finite_number_error(const std::string& text);
 
+// Empty when `text` is a decimal integer (an optional '-', then digits) from `lo` to `hi`;
+// otherwise "'TEXT' is not an integer from LO to HI", for a flag's check (cli_checks.h), which
+// CLI11 prefixes with the flag's name.
+std::string integer_range_error(std::string_view text, int64_t lo, int64_t hi);
+
 // "1,2,3": token ids from 0 to INT32_MAX. Throws std::runtime_error naming `flag` and the
 // offending item for anything else, an empty item ("5,", "1,,2") or an empty list included.
 std::vector<int32_t> parse_token_list(std::string_view text, std::string_view flag);

@@ -78,8 +78,20 @@ void check_json_depth(std::string_view text, std::string_view what, int max_dept
   }
 }
 
+void check_json_text(std::string_view text, std::string_view what) {
+  // nlohmann reads a NUL as the end of its input: "\0{...}" would be "unexpected end of input"
+  // and "{}\0..." would parse as {} with the rest ignored. JSON text never holds a raw NUL.
+  if (const size_t nul = text.find('\0'); nul != std::string_view::npos)
+    fail(what, "invalid JSON: contains a NUL byte at offset " + std::to_string(nul) +
+                   " (JSON text has none)");
+  if (const auto at = find_invalid_utf8(text))
+    fail(what, "invalid JSON: not valid UTF-8 at offset " + std::to_string(*at) +
+                   " (JSON text is UTF-8)");
+}
+
 nlohmann::json parse_json(std::string_view text, std::string_view what, int max_depth,
                           const nlohmann::json::parser_callback_t& callback) {
+  check_json_text(text, what);
   check_json_depth(text, what, max_depth);
   try {
     return nlohmann::json::parse(text, callback);

@@ -32,9 +32,13 @@ class JsonError : public std::runtime_error {
 // brackets inside strings do not count. `what` names the text ("config.json"); "" for none.
 void check_json_depth(std::string_view text, std::string_view what, int max_depth = kMaxJsonDepth);
 
-// check_json_depth, then parses (with nlohmann's `callback`, if any). A syntax error is
-// "WHAT: invalid JSON: REASON at line L, column C": the text itself is never quoted, so a file
-// that should not be readable does not leak through the message, which stays valid UTF-8.
+// Throws JsonError "WHAT: invalid JSON: contains a NUL byte at offset N" or "WHAT: invalid
+// JSON: not valid UTF-8 at offset N", reasons the parser would misreport.
+void check_json_text(std::string_view text, std::string_view what);
+
+// check_json_text and check_json_depth, then parses (with nlohmann's `callback`, if any). A syntax
+// error is "WHAT: invalid JSON: REASON at line L, column C": the text itself is never quoted, so a
+// file that should not be readable does not leak through the message, which stays valid UTF-8.
 nlohmann::json parse_json(std::string_view text, std::string_view what,
                           int max_depth = kMaxJsonDepth,
                           const nlohmann::json::parser_callback_t& callback = nullptr);

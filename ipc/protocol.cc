@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 
 #include "ipc/fd_passing.h"
+#include "ipc/json_limits.h"
 
 namespace hearth::ipc {
 namespace {
@@ -135,15 +137,28 @@ nlohmann::json make_hello_args(std::string_view client_name) {
 }
 
 void check_protocol_version(const nlohmann::json& message, std::string_view peer) {
+  const std::string supported =
+      " (this build speaks protocol version " + std::to_string(kProtocolVersion) + ")";
+  const auto refuse = [&](const std::string& why) {
+    throw ProtocolError(ErrorCode::kVersionMismatch, "the " + std::string(peer) + why + supported);
+  };
   const nlohmann::json* version = find(message, "version");
-  if (version == nullptr || !version->is_number_integer()) {
-    throw ProtocolError(ErrorCode::kVersionMismatch,
-                        "the " + std::string(peer) + " did not state a protocol version");
+  if (version == nullptr || version->is_null()) refuse(" did not state a protocol version");
+  // Each wrong kind of value said as what it is: "1", 1.0 and 2^64+1 (which JSON parsers read
+  // as a float) are not versions this build could speak.
+  if (version->is_number_float()) {
+    const double v = version->get<double>();
+    if (v == std::floor(v) && std::fabs(v) >= 9223372036854775808.0)
+      refuse("'s protocol version " + json_excerpt(*version) + " is out of range");
+    refuse("'s protocol version must be an integer, got " + json_excerpt(*version));
   }
-  if (version->get<std::int64_t>() != kProtocolVersion) {
-    throw ProtocolError(ErrorCode::kVersionMismatch,
-                        "the " + std::string(peer) + " speaks protocol version " + version->dump() +
-                            ", this build speaks version " + std::to_string(kProtocolVersion));
+  if (!version->is_number_integer()) {
+    refuse("'s protocol version must be an integer, got " + std::string(version->type_name()) +
+           " " + json_excerpt(*version));
+  }
+  if (version->is_number_unsigned() ? version->get<std::uint64_t>() != kProtocolVersion
+                                    : version->get<std::int64_t>() != kProtocolVersion) {
+    refuse(" speaks protocol version " + version->dump());
   }
 }
 

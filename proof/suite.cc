@@ -5,6 +5,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "ipc/json_limits.h"
 #include "proof/checksum.h"
 #include "weight-server/model/read_file.h"
 
@@ -78,9 +79,9 @@ Suite load_suite(const std::filesystem::path& path) {
     const LineError fail(path, line_no);
     json obj;
     try {
-      obj = json::parse(line);
-    } catch (const json::exception& e) {
-      fail(std::string("invalid JSON: ") + e.what());
+      obj = parse_json(line, "");
+    } catch (const JsonError& e) {
+      fail(e.what());
     }
     if (!obj.is_object()) fail("each line must be a JSON object");
 

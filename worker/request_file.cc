@@ -2,6 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "ipc/json_limits.h"
 #include "worker/engine/profile.h"
 #include "worker/tokenizer/tokenizer.h"
 
@@ -59,8 +60,10 @@ std::vector<RequestLine> parse_request_lines(std::string_view text, const Reques
     RequestLine& out = lines.emplace_back();
     out.line = number;
     const std::string where = "line " + std::to_string(number);
-    const json obj = json::parse(line, nullptr, false);
+    json obj;
     try {
+      // Through the one reader of outside JSON: depth, NUL bytes and UTF-8 are named.
+      obj = parse_json(line, where);
       out.request = request_from_json(obj, defaults, tokenizer, where);
     } catch (const std::exception& e) {
       // Name the request in its error event if the line says who it is.

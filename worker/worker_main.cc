@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "ipc/cli_checks.h"
 #include "ipc/cli_values.h"
 #include "ipc/main_guard.h"
 #include "weight-server/model/read_file.h"
@@ -137,10 +138,12 @@ int run(int argc, char** argv) {
   app.add_flag("--quiet", quiet, "--serve: no log lines on stderr");
   app.add_option("--profile", profile_path, "profile JSON file (flags override it)");
   auto* max_opt =
-      app.add_option("--max-tokens", flags.request.max_tokens, "tokens to generate at most");
+      app.add_option("--max-tokens", flags.request.max_tokens, "tokens to generate at most")
+          ->check(hearth::integer_in(0, hearth::kMaxTokensLimit));
   auto* temp_opt =
       app.add_option("--temperature", flags.request.sampling.temperature, "0 = greedy");
-  auto* topk_opt = app.add_option("--top-k", flags.request.sampling.top_k, "0 = off");
+  auto* topk_opt = app.add_option("--top-k", flags.request.sampling.top_k, "0 = off")
+                       ->check(hearth::integer_in(0, hearth::kMaxTopK));
   auto* topp_opt = app.add_option("--top-p", flags.request.sampling.top_p, "1 = off");
   auto* minp_opt = app.add_option("--min-p", flags.request.sampling.min_p, "0 = off");
   auto* rep_opt =
@@ -156,8 +159,8 @@ int run(int argc, char** argv) {
                              return hearth::parse_unsigned(s) ? "" : "'" + s + "' is not a seed";
                            },
                            "UINT64"));
-  auto* ctx_opt =
-      app.add_option("--context-length", flags.engine.context_length, "KV cache length");
+  auto* ctx_opt = app.add_option("--context-length", flags.engine.context_length, "KV cache length")
+                      ->check(hearth::integer_in(0, hearth::kMaxContextLength));
   auto* backend_opt = app.add_option("--backend", flags.engine.backend, "auto | cpu | cuda");
   auto* layout_opt = app.add_option("--weights-layout", flags.engine.weights_layout,
                                     "cuda, single-process: per-tensor (VMM, default) | packed");

@@ -264,6 +264,39 @@ TEST_F(Garbage, AnotherProtocolVersion) {
   expect_error_and_close(socket.get(), ErrorCode::kVersionMismatch);
 }
 
+// Issue 21: these read as "the client did not state a protocol version".
+TEST_F(Garbage, AVersionOfTheWrongTypeOrOutOfRangeIsNamed) {
+  const std::pair<std::string, std::string> cases[] = {
+      {R"("1")", "must be an integer, got string"},
+      {"1.0", "must be an integer, got 1.0"},
+      {"18446744073709551617", "out of range"},
+  };
+  for (const auto& [version, expected] : cases) {
+    UniqueFd socket = raw_connect(server_.path());
+    const std::string payload = R"({"op":"hello","id":1,"version":)" + version + "}";
+    write_all(socket.get(), header(uint32_t(payload.size())) + payload);
+    const Outcome outcome = outcome_of(socket.get());
+    ASSERT_TRUE(outcome.error) << version;
+    EXPECT_EQ(outcome.error->code, ErrorCode::kVersionMismatch) << outcome.error->message;
+    EXPECT_NE(outcome.error->message.find(expected), std::string::npos) << outcome.error->message;
+    EXPECT_NE(outcome.error->message.find("speaks protocol version 1"), std::string::npos);
+    EXPECT_TRUE(outcome.closed);
+  }
+}
+
+// Issue 21: a frame that starts with NUL read as "unexpected end of input".
+TEST_F(Garbage, AFrameWithANulByteIsNamed) {
+  UniqueFd socket = raw_connect(server_.path());
+  const std::string payload = std::string(1, '\0') + R"({"op":"hello","id":1,"version":1})";
+  write_all(socket.get(), header(uint32_t(payload.size())) + payload);
+  const Outcome outcome = outcome_of(socket.get());
+  ASSERT_TRUE(outcome.error);
+  EXPECT_EQ(outcome.error->code, ErrorCode::kBadRequest);
+  EXPECT_NE(outcome.error->message.find("NUL byte at offset 0"), std::string::npos)
+      << outcome.error->message;
+  EXPECT_TRUE(outcome.closed);
+}
+
 TEST_F(Garbage, AnUnknownOpIsAnsweredAndTheConnectionStays) {
   UniqueFd socket = raw_connect(server_.path());
   raw_hello(socket.get());

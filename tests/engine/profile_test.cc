@@ -200,6 +200,27 @@ TEST(Profile, FileErrorsNameTheFile) {
   EXPECT_THROW(load_profile_file(testing::TempDir() + "/no_such_profile.json"), std::runtime_error);
 }
 
+// Issue 21: a profile starting with NUL read as "unexpected end of input".
+TEST(Profile, ANulByteIsNamedWithItsOffset) {
+  const std::string path = testing::TempDir() + "/nul_profile.json";
+  std::ofstream(path, std::ios::binary) << std::string(1, '\0') << R"({"temperature": 0})";
+  try {
+    load_profile_file(path);
+    FAIL();
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "nul_profile.json: invalid JSON: contains a NUL byte at offset 0"),
+              std::string::npos)
+        << e.what();
+  }
+  try {
+    parse_profile(std::string(R"({"temperature": 0})") + '\0', "inline");
+    FAIL();
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("NUL byte at offset 18"), std::string::npos) << e.what();
+  }
+}
+
 // Issue 12: a deeply nested value used to crash the worker while the error message printed it.
 TEST(Profile, DeeplyNestedValuesAreRefusedWithoutRecursing) {
   const std::string path = testing::TempDir() + "/deep_profile.json";

@@ -28,6 +28,24 @@ TEST(CliValues, OnlyFiniteNumbersPass) {
   EXPECT_EQ(finite_number_error(""), "'' is not a number");
 }
 
+// Issue 21: CLI11 said "Could not convert" for an int flag's 2147483648, without the range.
+TEST(CliValues, IntegerRangeErrorsNameTheRange) {
+  for (const char* good : {"0", "5", "16777216", "-0"})
+    EXPECT_EQ(integer_range_error(good, 0, 1 << 24), "") << good;
+  EXPECT_EQ(integer_range_error("-9223372036854775808", INT64_MIN, INT64_MAX), "");
+  EXPECT_EQ(integer_range_error("9223372036854775807", INT64_MIN, INT64_MAX), "");
+  EXPECT_EQ(integer_range_error("2147483648", 0, 1 << 24),
+            "'2147483648' is not an integer from 0 to 16777216");
+  for (const char* bad :
+       {"-1", "16777217", "18446744073709551616", "1e3", "1.0", "", "-", "x", "+1", " 1", "--1"})
+    EXPECT_NE(integer_range_error(bad, 0, 1 << 24).find("is not an integer from 0 to 16777216"),
+              std::string::npos)
+        << bad;
+  EXPECT_NE(integer_range_error("-9223372036854775809", INT64_MIN, INT64_MAX), "");
+  EXPECT_NE(integer_range_error("-5", -4, 4), "");
+  EXPECT_EQ(integer_range_error("-4", -4, 4), "");
+}
+
 TEST(CliValues, TokenListsHaveNoEmptyItems) {
   EXPECT_EQ(parse_token_list("5", "--t"), std::vector<int32_t>({5}));
   EXPECT_EQ(parse_token_list("1,2,2147483647", "--t"), std::vector<int32_t>({1, 2, 2147483647}));

@@ -50,6 +50,24 @@ TEST(JsonLimits, SyntaxErrorsNameThePlaceButNeverQuoteTheText) {
   EXPECT_FALSE(find_invalid_utf8(bytes)) << bytes;
 }
 
+// Issue 21: nlohmann reads a NUL as the end of its input, so "\0{}" was "unexpected end of
+// input" and "{}\0..." parsed as {}. Both now name the byte and where it is.
+TEST(JsonLimits, NulBytesAndInvalidUtf8AreNamedWithTheirOffset) {
+  using namespace std::string_literals;
+  EXPECT_NE(error_of([] {
+              parse_json("\0{\"a\": 1}"s, "profile.json");
+            }).find("profile.json: invalid JSON: contains a NUL byte at offset 0"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_json("{}\0garbage"s, "x"); }).find("NUL byte at offset 2"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_json("{\"a\": \"b\0\"}"s, "x"); }).find("NUL byte at offset 8"),
+            std::string::npos);
+  const std::string utf8 = error_of([] { parse_json("{\"a\": \"\xff\"}", "x.json"); });
+  EXPECT_NE(utf8.find("x.json: invalid JSON: not valid UTF-8 at offset 7"), std::string::npos)
+      << utf8;
+  EXPECT_EQ(error_of([] { parse_json("\0"s, "x"); }).find("end of input"), std::string::npos);
+}
+
 TEST(JsonLimits, FindsTheFirstByteThatIsNotUtf8) {
   EXPECT_FALSE(find_invalid_utf8("plain, caf\xc3\xa9, \xe2\x82\xac, \xf0\x9f\x98\x80"));
   EXPECT_EQ(find_invalid_utf8("ab\xff"), 2u);

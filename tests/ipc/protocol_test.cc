@@ -126,6 +126,37 @@ TEST(Protocol, ChecksTheProtocolVersion) {
             ErrorCode::kVersionMismatch);
 }
 
+// Issue 21: a version of the wrong type or out of range read as "did not state a protocol
+// version". Each is now named as what it is, beside the version this build speaks.
+TEST(Protocol, AWrongVersionSaysWhatIsWrongWithIt) {
+  const auto message_of = [](const std::string& hello) {
+    try {
+      check_protocol_version(json::parse(hello), "client");
+    } catch (const ProtocolError& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kVersionMismatch) << hello;
+      return std::string(e.message());
+    }
+    ADD_FAILURE() << "accepted " << hello;
+    return std::string();
+  };
+  const std::pair<std::string, std::vector<std::string>> cases[] = {
+      {R"({"version": "1"})", {"must be an integer", "got string \"1\""}},
+      {R"({"version": 1.0})", {"must be an integer", "got 1.0"}},
+      {R"({"version": 18446744073709551617})", {"out of range"}},
+      {R"({"version": -1})", {"speaks protocol version -1"}},
+      {R"({"version": 18446744073709551615})", {"speaks protocol version 18446744073709551615"}},
+      {R"({"version": [1]})", {"must be an integer", "got array"}},
+      {R"({})", {"did not state a protocol version"}},
+  };
+  for (const auto& [hello, fragments] : cases) {
+    const std::string message = message_of(hello);
+    for (const std::string& f : fragments)
+      EXPECT_NE(message.find(f), std::string::npos) << hello << ": " << message;
+    EXPECT_NE(message.find("this build speaks protocol version 1"), std::string::npos) << message;
+    EXPECT_EQ(message.find("did not state"), hello == "{}" ? 11u : std::string::npos) << message;
+  }
+}
+
 TEST(Protocol, FieldAccessorsNameTheBadField) {
   const json body = {{"s", "text"}, {"n", 5}, {"neg", -5}};
   EXPECT_EQ(string_field(body, "s"), "text");

@@ -75,7 +75,10 @@ TEST_F(SuiteTest, RefusesBadLinesNamingTheLine) {
   expect_error("{\"id\":\"a\",\"prompt\":\"x\",\"max_token\":5}\n", "unknown key \"max_token\"");
   expect_error("", "the suite has no prompts");
   expect_error("\n  \n", "the suite has no prompts");
-  expect_error("{\"id\":\"a\",\"prompt\":\"caf\xC3\"}\n", "invalid JSON");  // not UTF-8
+  expect_error("{\"id\":\"a\",\"prompt\":\"caf\xC3\"}\n", "not valid UTF-8 at offset 23");
+  // Issue 21: nlohmann reads NUL as the end of input ("unexpected end of input").
+  expect_error(std::string(1, '\0') + "{\"id\":\"a\",\"prompt\":\"x\"}\n",
+               "s.jsonl:1: invalid JSON: contains a NUL byte at offset 0");
 }
 
 TEST_F(SuiteTest, RefusesPromptsTooLongForACommandLine) {

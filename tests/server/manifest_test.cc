@@ -126,6 +126,13 @@ TEST_F(ManifestTest, RefusesTamperedManifests) {
       {"bad checksum", [](json& j) { j["tensors"][0]["xxh3"] = "xyz"; },
        "not 16 lower-case hex digits"},
       {"bad dtype", [](json& j) { j["tensors"][0]["dtype"] = "I8"; }, "unsupported dtype 'I8'"},
+      // Issue 21: wrong types are named as what they are.
+      {"dtype a number", [](json& j) { j["tensors"][0]["dtype"] = 5; },
+       "'dtype' must be a string, got number 5"},
+      {"shape a string", [](json& j) { j["tensors"][0]["shape"] = "64"; },
+       "'shape' must be an array of at most 8 sizes, got string \"64\""},
+      {"bytes a string", [](json& j) { j["tensors"][0]["bytes"] = "12"; },
+       "'bytes' must be a non-negative integer, got string \"12\""},
       {"negative size",
        [](json& j) {
          j["tensors"][0]["shape"] = {-4, 64};

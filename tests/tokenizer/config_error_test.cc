@@ -167,6 +167,23 @@ TEST(ConfigErrors, MissingVocabularyEntries) {
       {"added_tokens[0]", "'content'"});
 }
 
+// Issue 21: an added token's declared id of 2^31-1 was silently replaced by the next free id.
+// The vocabulary here is the model's 3 tokens and one added: ids 0 to 3.
+TEST(ConfigErrors, AddedTokenIdsMustBeWithinTheVocabulary) {
+  const auto added = [](int64_t id) {
+    return [id](json& c) {
+      c["added_tokens"] = {{{"id", id}, {"content", "<x>"}, {"special", true}}};
+    };
+  };
+  expect_refused(added(2147483647), {"tokenizer.json", "added_tokens[0].id",
+                                     "2147483647 is outside the vocabulary", "ids 0 to 3"});
+  expect_refused(added(4), {"added_tokens[0].id", "4 is outside the vocabulary (ids 0 to 3"});
+  json config = toy_config({"a", "b", "ab"}, {"a b"});
+  added(3)(config);
+  const Tokenizer tokenizer = Tokenizer::from_json(config.dump());
+  EXPECT_EQ(tokenizer.token_to_id("<x>"), 3);
+}
+
 TEST(ConfigErrors, FromFileNamesThePath) {
   try {
     Tokenizer::from_file("/nonexistent/model/dir");

@@ -130,8 +130,8 @@ TEST(AddedTokens, SplitTheRawTextLeftmostLongest) {
 TEST(AddedTokens, StripFlagsAbsorbWhitespace) {
   json config = toy_config(letters(), {});
   config["added_tokens"] = {
-      {{"id", 100}, {"content", "<m>"}, {"lstrip", true}, {"rstrip", true}, {"normalized", false}},
-      {{"id", 101}, {"content", "<l>"}, {"lstrip", true}, {"normalized", false}},
+      {{"id", 35}, {"content", "<m>"}, {"lstrip", true}, {"rstrip", true}, {"normalized", false}},
+      {{"id", 36}, {"content", "<l>"}, {"lstrip", true}, {"normalized", false}},
   };
   const Tokenizer tok = load(config);
   EXPECT_EQ(tok.encode("a \t <m> \n b", false), ids(tok, {"a", "<m>", "b"}));
@@ -143,7 +143,7 @@ TEST(AddedTokens, StripFlagsAbsorbWhitespace) {
 TEST(AddedTokens, SingleWordOnlyMatchesWholeWords) {
   json config = toy_config(letters(), {});
   config["added_tokens"] = {
-      {{"id", 100}, {"content", "ab"}, {"single_word", true}, {"normalized", false}}};
+      {{"id", 35}, {"content", "ab"}, {"single_word", true}, {"normalized", false}}};
   const Tokenizer tok = load(config);
   EXPECT_EQ(tok.encode("ab c", false), ids(tok, {"ab", " ", "c"}));
   EXPECT_EQ(tok.encode("xab", false), ids(tok, {"x", "a", "b"}));
@@ -157,8 +157,8 @@ TEST(AddedTokens, NormalizedTokensMatchNormalizedText) {
   json config = toy_config(letters(), {});
   config["normalizer"] = {{"type", "Replace"}, {"pattern", {{"String", "@"}}}, {"content", "ab"}};
   config["added_tokens"] = {
-      {{"id", 100}, {"content", "ab"}, {"normalized", true}},
-      {{"id", 101}, {"content", "@"}, {"normalized", false}},
+      {{"id", 35}, {"content", "ab"}, {"normalized", true}},
+      {{"id", 36}, {"content", "@"}, {"normalized", false}},
   };
   Tokenizer tok = load(config);
   EXPECT_EQ(tok.encode("x@y", false), ids(tok, {"x", "@", "y"}));  // raw token wins first
@@ -186,7 +186,7 @@ TEST(Normalizers, PrependReplaceAndNfc) {
 TEST(PreTokenizers, MetaspacePrependSchemes) {
   json config = toy_config(letters(), {});
   config["added_tokens"] = {
-      {{"id", 100}, {"content", "<s>"}, {"special", true}, {"normalized", false}}};
+      {{"id", 35}, {"content", "<s>"}, {"special", true}, {"normalized", false}}};
   const std::string m = "\xE2\x96\x81";
   config["pre_tokenizer"] = {
       {"type", "Metaspace"}, {"replacement", m}, {"prepend_scheme", "first"}, {"split", false}};
@@ -306,11 +306,12 @@ TEST(Encode, InvalidUtf8IsRepairedNotRejected) {
 
 TEST(AddedTokens, IdsAreAssignedAsTheReferenceDoes) {
   // Contents outside the model vocabulary get consecutive ids from its size up, whatever the
-  // file declares (HF only warns); contents inside keep the model's id.
+  // file declares within the vocabulary (HF only warns); contents inside keep the model's id.
+  // (A declared id beyond the vocabulary is refused: config_error_test.cc.)
   json config = toy_config({"a", "b"}, {});
-  config["added_tokens"] = {{{"id", 7}, {"content", "<x>"}},
+  config["added_tokens"] = {{{"id", 4}, {"content", "<x>"}},
                             {{"id", 0}, {"content", "b"}},
-                            {{"id", 9}, {"content", "<y>"}}};
+                            {{"id", 3}, {"content", "<y>"}}};
   const Tokenizer tok = load(config);
   EXPECT_EQ(tok.token_to_id("<x>"), 2);
   EXPECT_EQ(tok.token_to_id("b"), 1);

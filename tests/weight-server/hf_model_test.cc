@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <iterator>
+
+#include <nlohmann/json.hpp>
 
 #include "tests/support/safetensors_builder.h"
 #include "tools/synth_model.h"
@@ -141,10 +144,54 @@ TEST(HfModel, RefusesIndexEntriesOutsideTheDirectory) {
 
 TEST(HfModel, EosIdsPreferGenerationConfig) {
   ModelConfig c;
+  c.vocab = 16;
   c.eos_ids = {2};
   EXPECT_EQ(eos_token_ids(c, ""), std::vector<int>{2});
   EXPECT_EQ(eos_token_ids(c, R"({"eos_token_id":[7,9]})"), (std::vector<int>{7, 9}));
   EXPECT_EQ(eos_token_ids(c, R"({"eos_token_id":5})"), std::vector<int>{5});
+  EXPECT_EQ(eos_token_ids(c, R"({"eos_token_id":null})"), std::vector<int>{2});
+}
+
+// Issue 21: generation_config.json's ids were dropped when not integers and taken when out of
+// range, so a model could load with an end-of-sequence id it can never produce.
+TEST(HfModel, GenerationConfigIdsMustBeWithinTheVocabulary) {
+  ModelConfig c;
+  c.vocab = 16;
+  EXPECT_THROW(eos_token_ids(c, R"({"eos_token_id":[99999999999,-5]})"), std::runtime_error);
+  const fs::path dir = synth("generation_ids");
+  const int vocab = HfModel::open(dir).config().vocab;
+  const std::string bound = "from 0 to " + std::to_string(vocab - 1);
+  std::ofstream(dir / "generation_config.json", std::ios::trunc)
+      << R"({"eos_token_id": [99999999999, -5]})";
+  expect_open_error(dir, {"generation_config.json", "eos_token_id 99999999999", bound});
+  std::ofstream(dir / "generation_config.json", std::ios::trunc) << R"({"bos_token_id": "x"})";
+  expect_open_error(dir, {"generation_config.json", "bos_token_id must be a token id", bound});
+  std::ofstream(dir / "generation_config.json", std::ios::trunc) << R"({"eos_token_id": 3})";
+  EXPECT_NO_THROW(HfModel::open(dir));
+}
+
+// Issue 21: a tensor missing from a header, its bytes left in place, read as "gap of 128
+// unaccounted bytes": the names are matched against the config before the bytes are counted.
+TEST(HfModel, ATensorMissingFromTheHeaderIsNamedNotCountedAsAGap) {
+  const fs::path dir = synth("header_without_norm");
+  const fs::path file = dir / "model.safetensors";
+  std::string bytes;
+  {
+    std::ifstream in(file, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = header_len << 8 | uint8_t(bytes[size_t(i)]);
+  nlohmann::json header = nlohmann::json::parse(bytes.substr(8, header_len));
+  for (const char* name : {"model.layers.0.input_layernorm.weight", "model.norm.weight"}) {
+    nlohmann::json edited = header;
+    ASSERT_EQ(edited.erase(name), 1u) << name;
+    std::string text = edited.dump();
+    text.resize(header_len, ' ');  // same length: the data and its offsets stay where they were
+    std::ofstream(file, std::ios::binary | std::ios::trunc)
+        << bytes.substr(0, 8) << text << bytes.substr(8 + header_len);
+    expect_open_error(dir, {std::string("missing tensor '") + name + "'"});
+  }
 }
 
 }  // namespace

@@ -95,6 +95,34 @@ TEST(ModelConfig, RefusesWhatItDoesNotImplement) {
 
 // Issue 12: sizes whose products wrapped passed every check (1024 heads x head_dim 4194304
 // made q_dim 0, and the CPU engine then wrote through a null pointer).
+// Issue 21: eos ids [99999999999, -5] and bos_token_id "x" were accepted (dropped or wrapped).
+TEST(ModelConfig, TokenIdsMustBeWithinTheVocabulary) {
+  json c = llama();
+  c["bos_token_id"] = 1;
+  c["eos_token_id"] = json::array({2, 99});
+  ModelConfig parsed = parse_model_config(c, "x");
+  EXPECT_EQ(parsed.bos_ids, std::vector<int>{1});
+  EXPECT_EQ(parsed.eos_ids, (std::vector<int>{2, 99}));
+  c["bos_token_id"] = nullptr;  // HF writes null for "none"
+  EXPECT_TRUE(parse_model_config(c, "x").bos_ids.empty());
+
+  const std::string bound = "integers from 0 to 99, below the model's vocab_size 100";
+  c["eos_token_id"] = json::parse("[99999999999, -5]");
+  expect_refused(c, "eos_token_id 99999999999 is outside the vocabulary");
+  expect_refused(c, bound);
+  c["eos_token_id"] = json::array({2, -5});
+  expect_refused(c, "eos_token_id -5 is outside the vocabulary");
+  c["eos_token_id"] = 100;
+  expect_refused(c, "eos_token_id 100 is outside the vocabulary (token ids are " + bound);
+  c["eos_token_id"] = json::parse("18446744073709551615");
+  expect_refused(c, "eos_token_id 18446744073709551615 is outside the vocabulary");
+  c["eos_token_id"] = 2;
+  c["bos_token_id"] = "x";
+  expect_refused(c, "bos_token_id must be a token id or a list of them, got string \"x\"");
+  c["bos_token_id"] = json::array({1.5});
+  expect_refused(c, "bos_token_id must be a token id or a list of them, got number 1.5");
+}
+
 TEST(ModelConfig, RefusesSizesWhoseProductsOverflow) {
   json c = llama();
   c["num_attention_heads"] = 1024;

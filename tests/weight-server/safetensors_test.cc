@@ -113,6 +113,25 @@ TEST(Safetensors, RefusesMalformedDescriptions) {
       {"unexpected field 'x'"});
 }
 
+// Issue 21: a field of the wrong type read as a missing one ("missing dtype").
+TEST(Safetensors, WrongTypesAreNamedNotCalledMissing) {
+  expect_error(safetensors_image(R"({"w":{"dtype":5,"shape":[1],"data_offsets":[0,4]}})", 4),
+               {"'w'", "dtype must be a string, got number 5"});
+  expect_error(safetensors_image(R"({"w":{"dtype":"F32","shape":"1","data_offsets":[0,4]}})", 4),
+               {"'w'", "shape must be an array, got string \"1\""});
+  expect_error(safetensors_image(R"({"w":{"dtype":"F32","shape":["1"],"data_offsets":[0,4]}})", 4),
+               {"'w'", "shape entries must be integers >= 0, got string \"1\""});
+  for (const char* header : {R"({"w":{"dtype":5,"shape":[1],"data_offsets":[0,4]}})",
+                             R"({"w":{"dtype":"F32","shape":{},"data_offsets":[0,4]}})"}) {
+    try {
+      parse_safetensors(safetensors_image(header, 4), "t.safetensors");
+      ADD_FAILURE() << header;
+    } catch (const std::runtime_error& e) {
+      EXPECT_EQ(std::string(e.what()).find("missing"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(Safetensors, RefusesShapeOverflow) {
   expect_error(
       safetensors_image(

@@ -125,6 +125,12 @@ TEST(WorkerCli, BadInputIsAClearErrorAndNonZeroExit) {
       {"--model " + kModel + " --prompt hi --min-p -nan", "is not a finite number"},
       {"--model " + kModel + " --backend cpu --prompt-tokens 5,", "'5,' has an empty item"},
       {"--model " + kModel + " --prompt hi --profile /tmp", "/tmp: is a directory, not a file"},
+      // Issue 21: "Could not convert", without the range.
+      {"--model " + kModel + " --prompt hi --max-tokens 2147483648",
+       "--max-tokens: '2147483648' is not an integer from 0 to 16777216"},
+      {"--model " + kModel + " --prompt hi --top-k -1", "--top-k: '-1' is not an integer from 0"},
+      {"--model " + kModel + " --prompt hi --context-length 1e9",
+       "--context-length: '1e9' is not an integer from 0 to 1048576"},
   };
   for (const Case& c : cases) {
     Result r = worker(c.args);

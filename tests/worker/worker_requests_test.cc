@@ -9,6 +9,7 @@
 #include "ipc/client.h"
 #include "proof/worker_output.h"
 #include "tests/proof/proof_test_util.h"
+#include "worker/request_file.h"
 
 namespace hearth::proof::testing {
 namespace {
@@ -150,6 +151,22 @@ TEST(WorkerRequests, TopLogprobsComeWithTheTokensThatAskedForThem) {
     }
   }
   EXPECT_EQ(with_top, 20);
+}
+
+// Issue 21: a line that nlohmann could not parse (a NUL reads as its end of input) was only
+// "not a JSON object"; each line now goes through the one reader of outside JSON.
+TEST(WorkerRequests, LinesThatAreNotJsonSayWhy) {
+  const std::string text = std::string(1, '\0') + R"({"id":"a","prompt_tokens":[1]})" + "\n" +
+                           R"({"id":"b","prompt_tokens":[1]}x)" + "\n" +
+                           R"({"id":"c","prompt_tokens":[1]})" + "\n";
+  const std::vector<RequestLine> lines = parse_request_lines(text, RequestSettings{}, nullptr);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_NE(lines[0].error.find("line 1: invalid JSON: contains a NUL byte at offset 0"),
+            std::string::npos)
+      << lines[0].error;
+  EXPECT_NE(lines[1].error.find("line 2: invalid JSON"), std::string::npos) << lines[1].error;
+  EXPECT_EQ(lines[2].error, "");
+  EXPECT_EQ(lines[2].request.id, "c");
 }
 
 TEST(WorkerRequests, BadUsageIsAClearError) {

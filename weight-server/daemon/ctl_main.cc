@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "ipc/cli_checks.h"
 #include "ipc/client.h"
 #include "ipc/main_guard.h"
 #include "ipc/protocol.h"
@@ -27,7 +28,7 @@ int run(int argc, char** argv) {
   int timeout_s = 600;
   app.add_option("--socket", socket, "the server's Unix socket")->required();
   app.add_option("--timeout", timeout_s, "seconds to wait for the reply (a load may take long)")
-      ->check(CLI::PositiveNumber);
+      ->check(hearth::integer_in(1, 7 * 24 * 3600));
   uid_t server_uid = 0;
   auto* server_uid_opt =
       app.add_option("--server-uid", server_uid,

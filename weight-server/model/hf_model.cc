@@ -81,21 +81,14 @@ std::vector<ExpectedTensor> expected_tensors(const ModelConfig& c) {
   return out;
 }
 
-std::vector<int> eos_token_ids(const ModelConfig& config, const std::string& generation_config) {
+std::vector<int> eos_token_ids(const ModelConfig& config, const std::string& generation_config,
+                               const std::string& label) {
   if (!generation_config.empty()) {
-    json g;
-    try {
-      g = parse_json(generation_config, "generation_config.json");
-    } catch (const JsonError&) {
-      // Checked when the model was loaded; unreadable here means no ids from it.
-    }
-    if (g.is_object() && g.contains("eos_token_id")) {
-      std::vector<int> ids;
-      const json& e = g["eos_token_id"];
-      if (e.is_number_integer()) ids.push_back(e.get<int>());
-      if (e.is_array())
-        for (const json& v : e)
-          if (v.is_number_integer()) ids.push_back(v.get<int>());
+    const json g = parse_json(generation_config, label);
+    if (g.is_object()) {
+      // Checked as config.json's are: an id the model cannot produce is an error, not ignored.
+      token_id_list(g, "bos_token_id", config.vocab, label);
+      std::vector<int> ids = token_id_list(g, "eos_token_id", config.vocab, label);
       if (!ids.empty()) return ids;
     }
   }
@@ -132,8 +125,9 @@ HfModel HfModel::open(const fs::path& dir) {
   m.tokenizer_json_ = text_file("tokenizer.json");
   m.tokenizer_config_json_ = text_file("tokenizer_config.json");
   m.generation_config_json_ = text_file("generation_config.json");
-  if (!m.generation_config_json_.empty())
-    parse_json(m.generation_config_json_, files.path_of("generation_config.json").string());
+  // Its token ids are checked against the vocabulary now, not first in a worker.
+  eos_token_ids(m.config_, m.generation_config_json_,
+                files.path_of("generation_config.json").string());
 
   std::vector<std::string> shard_names;
   if (const auto index = files.read("model.safetensors.index.json"))
@@ -151,8 +145,9 @@ HfModel HfModel::open(const fs::path& dir) {
     if (!file.valid())
       throw std::runtime_error(files.path_of(name).string() +
                                ": no such file (model.safetensors.index.json lists it)");
-    auto shard =
-        std::make_shared<SafetensorsFile>(SafetensorsFile::open(file.get(), files.path_of(name)));
+    // The layout is checked once the names are: a missing tensor is then named, not a gap.
+    auto shard = std::make_shared<SafetensorsFile>(
+        SafetensorsFile::open(file.get(), files.path_of(name), SafetensorsFile::Layout::kDeferred));
     for (const SafetensorsEntry& e : shard->header().tensors) {
       if (found.contains(e.info.name))
         throw std::runtime_error((dir / name).string() + ": tensor '" + e.info.name +
@@ -186,6 +181,7 @@ HfModel HfModel::open(const fs::path& dir) {
       throw std::runtime_error((dir / t.shard).string() + ": unexpected tensor '" + name +
                                "' for " + m.config_.architecture_name);
   }
+  for (const auto& shard : m.shards_) shard->check_layout();
   return m;
 }
 

@@ -58,8 +58,9 @@ struct ExpectedTensor {
 };
 std::vector<ExpectedTensor> expected_tensors(const ModelConfig& config);
 
-// End-of-sequence ids from generation_config.json, falling back to config.json's.
-std::vector<int> eos_token_ids(const ModelConfig& config,
-                               const std::string& generation_config_json);
+// End-of-sequence ids from generation_config.json, falling back to config.json's. Throws
+// (naming `label`) for a file that is not JSON or holds a bos or eos id outside the vocabulary.
+std::vector<int> eos_token_ids(const ModelConfig& config, const std::string& generation_config_json,
+                               const std::string& label = "generation_config.json");
 
 }  // namespace hearth

@@ -60,17 +60,6 @@ bool bool_or(const json& obj, const char* key, bool fallback, const std::string&
   return it->get<bool>();
 }
 
-std::vector<int> id_list(const json& obj, const char* key) {
-  auto it = obj.find(key);
-  std::vector<int> ids;
-  if (it == obj.end()) return ids;
-  if (it->is_number_integer()) ids.push_back(it->get<int>());
-  if (it->is_array())
-    for (const json& v : *it)
-      if (v.is_number_integer()) ids.push_back(v.get<int>());
-  return ids;
-}
-
 // transformers 5 writes RoPE settings as `rope_parameters`; older configs use `rope_theta` and
 // `rope_scaling`. Both describe the same thing.
 void parse_rope(const json& cfg, ModelConfig& c, const std::string& label) {
@@ -111,6 +100,33 @@ void parse_rope(const json& cfg, ModelConfig& c, const std::string& label) {
 }
 
 }  // namespace
+
+std::vector<int> token_id_list(const json& object, const char* key, int vocab,
+                               const std::string& label) {
+  const auto it = object.find(key);
+  if (it == object.end() || it->is_null()) return {};
+  const auto bound = " (token ids are integers from 0 to " + std::to_string(vocab - 1) +
+                     ", below the model's vocab_size " + std::to_string(vocab) + ")";
+  const auto id_of = [&](const json& v) {
+    if (!v.is_number_integer())
+      refuse(label, std::string(key) + " must be a token id or a list of them, got " +
+                        v.type_name() + " " + json_excerpt(v, 40) + bound);
+    // Unsigned values beyond INT64_MAX read as negative here, and are refused as such.
+    const int64_t id =
+        v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX) ? -1 : v.get<int64_t>();
+    if (id < 0 || id >= vocab)
+      refuse(label,
+             std::string(key) + " " + json_excerpt(v, 40) + " is outside the vocabulary" + bound);
+    return static_cast<int>(id);
+  };
+  std::vector<int> ids;
+  if (it->is_array()) {
+    for (const json& v : *it) ids.push_back(id_of(v));
+  } else {
+    ids.push_back(id_of(*it));
+  }
+  return ids;
+}
 
 const char* architecture_name(Architecture arch) {
   switch (arch) {
@@ -202,8 +218,8 @@ ModelConfig parse_model_config(const json& cfg, const std::string& label) {
   for (const float f : rope_inverse_frequencies(c))
     if (!std::isfinite(f))
       refuse(label, "rope_theta and the rope scaling give frequencies that are not finite");
-  c.bos_ids = id_list(cfg, "bos_token_id");
-  c.eos_ids = id_list(cfg, "eos_token_id");
+  c.bos_ids = token_id_list(cfg, "bos_token_id", c.vocab, label);
+  c.eos_ids = token_id_list(cfg, "eos_token_id", c.vocab, label);
   if (c.parameter_count() > kMaxParameters)
     refuse(label, "the sizes imply " + std::to_string(c.parameter_count()) +
                       " parameters, more than the " + std::to_string(kMaxParameters) +

@@ -63,6 +63,12 @@ struct ModelConfig {
 // errors.
 ModelConfig parse_model_config(const nlohmann::json& config, const std::string& label);
 
+// The token ids under `key` (bos_token_id, eos_token_id): none if absent or null, else one id
+// or a list of them, each in [0, vocab). Anything else is refused with a message that names
+// `label` (the file), the key and the bound.
+std::vector<int> token_id_list(const nlohmann::json& object, const char* key, int vocab,
+                               const std::string& label);
+
 // The inverse frequencies RoPE rotates head dimension pairs (i, i + head_dim/2) by, including
 // any scaling. One table shared by the CPU engine and the CUDA kernels.
 std::vector<float> rope_inverse_frequencies(const ModelConfig& config);

@@ -37,6 +37,11 @@ namespace {
   fail(label, "tensor '" + tensor + "': " + what);
 }
 
+// "must be EXPECTED, got TYPE VALUE": a present field of the wrong type is not a missing one.
+std::string must_be(const std::string& expected, const json& got) {
+  return "must be " + expected + ", got " + got.type_name() + " " + json_excerpt(got, 40);
+}
+
 uint64_t read_u64_le(const std::byte* p) {
   uint64_t v = 0;
   for (int i = 7; i >= 0; --i) v = (v << 8) | std::to_integer<uint64_t>(p[i]);
@@ -71,7 +76,8 @@ TensorInfo parse_tensor_info(const std::string& name, const json& desc, const st
   info.name = name;
 
   auto dtype_it = desc.find("dtype");
-  if (dtype_it == desc.end() || !dtype_it->is_string()) fail_tensor(label, name, "missing dtype");
+  if (dtype_it == desc.end()) fail_tensor(label, name, "missing dtype");
+  if (!dtype_it->is_string()) fail_tensor(label, name, "dtype " + must_be("a string", *dtype_it));
   auto dtype = parse_dtype(dtype_it->get<std::string>());
   if (!dtype)
     fail_tensor(
@@ -80,10 +86,12 @@ TensorInfo parse_tensor_info(const std::string& name, const json& desc, const st
   info.dtype = *dtype;
 
   auto shape_it = desc.find("shape");
-  if (shape_it == desc.end() || !shape_it->is_array()) fail_tensor(label, name, "missing shape");
+  if (shape_it == desc.end()) fail_tensor(label, name, "missing shape");
+  if (!shape_it->is_array()) fail_tensor(label, name, "shape " + must_be("an array", *shape_it));
   uint64_t numel = 1;
   for (const json& d : *shape_it) {
-    if (!d.is_number_unsigned()) fail_tensor(label, name, "shape entries must be integers >= 0");
+    if (!d.is_number_unsigned())
+      fail_tensor(label, name, "shape entries " + must_be("integers >= 0", d));
     uint64_t dim = d.get<uint64_t>();
     if (dim > uint64_t(std::numeric_limits<int64_t>::max()) ||
         (dim != 0 && numel > std::numeric_limits<uint64_t>::max() / dim))
@@ -112,7 +120,8 @@ TensorInfo parse_tensor_info(const std::string& name, const json& desc, const st
 
 }  // namespace
 
-SafetensorsHeader parse_safetensors(std::span<const std::byte> file, const std::string& label) {
+SafetensorsHeader parse_safetensors_tensors(std::span<const std::byte> file,
+                                            const std::string& label) {
   if (file.size() < 8)
     fail(label, "too short for a safetensors file (" + std::to_string(file.size()) + " bytes)");
   uint64_t header_len = read_u64_le(file.data());
@@ -130,11 +139,8 @@ SafetensorsHeader parse_safetensors(std::span<const std::byte> file, const std::
   const uint64_t data_start = 8 + header_len;
   const uint64_t data_size = file.size() - data_start;
   SafetensorsHeader result;
-  struct Range {
-    uint64_t begin, end;
-    size_t index;
-  };
-  std::vector<Range> ranges;
+  result.data_start = data_start;
+  result.data_size = data_size;
   for (const auto& [name, desc] : header.items()) {
     if (name == "__metadata__") {
       if (!desc.is_object()) fail(label, "__metadata__ is not an object");
@@ -152,10 +158,24 @@ SafetensorsHeader parse_safetensors(std::span<const std::byte> file, const std::
                       ") run past the end of the data (" + std::to_string(data_size) + " bytes)");
     if ((data_start + begin) % dtype_size(info.dtype) != 0)
       fail_tensor(label, name, "data is not aligned to its element size");
-    ranges.push_back({begin, end, result.tensors.size()});
     result.tensors.push_back({std::move(info), data_start + begin});
   }
 
+  return result;
+}
+
+void check_safetensors_layout(const SafetensorsHeader& header, const std::string& label) {
+  struct Range {
+    uint64_t begin, end;
+    size_t index;
+  };
+  std::vector<Range> ranges;
+  ranges.reserve(header.tensors.size());
+  for (size_t i = 0; i < header.tensors.size(); ++i) {
+    const SafetensorsEntry& e = header.tensors[i];
+    const uint64_t begin = e.file_offset - header.data_start;
+    ranges.push_back({begin, begin + e.info.bytes, i});
+  }
   // Tensors must tile the data region exactly, as the reference implementation requires:
   // overlapping tensors would alias, and gaps hide unaccounted bytes.
   std::sort(ranges.begin(), ranges.end(), [](const Range& a, const Range& b) {
@@ -163,7 +183,7 @@ SafetensorsHeader parse_safetensors(std::span<const std::byte> file, const std::
   });
   uint64_t cursor = 0;
   for (const Range& r : ranges) {
-    const std::string& name = result.tensors[r.index].info.name;
+    const std::string& name = header.tensors[r.index].info.name;
     if (r.begin < cursor) fail_tensor(label, name, "data overlaps another tensor");
     if (r.begin > cursor)
       fail_tensor(
@@ -171,9 +191,15 @@ SafetensorsHeader parse_safetensors(std::span<const std::byte> file, const std::
           "gap of " + std::to_string(r.begin - cursor) + " unaccounted bytes before this tensor");
     cursor = r.end;
   }
-  if (cursor != data_size)
-    fail(label, std::to_string(data_size - cursor) + " trailing bytes after the last tensor");
-  return result;
+  if (cursor != header.data_size)
+    fail(label,
+         std::to_string(header.data_size - cursor) + " trailing bytes after the last tensor");
+}
+
+SafetensorsHeader parse_safetensors(std::span<const std::byte> file, const std::string& label) {
+  SafetensorsHeader header = parse_safetensors_tensors(file, label);
+  check_safetensors_layout(header, label);
+  return header;
 }
 
 SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
@@ -184,12 +210,17 @@ SafetensorsFile SafetensorsFile::open(const std::filesystem::path& path) {
   return f;
 }
 
-SafetensorsFile SafetensorsFile::open(int fd, const std::filesystem::path& path) {
+SafetensorsFile SafetensorsFile::open(int fd, const std::filesystem::path& path, Layout layout) {
   SafetensorsFile f;
   f.path_ = path;
   f.mapping_ = MappedFile::map_file(fd, path);
-  f.header_ = parse_safetensors(f.mapping_.bytes(), path.string());
+  f.header_ = parse_safetensors_tensors(f.mapping_.bytes(), path.string());
+  if (layout == Layout::kCheck) f.check_layout();
   return f;
+}
+
+void SafetensorsFile::check_layout() const {
+  check_safetensors_layout(header_, path_.string());
 }
 
 }  // namespace hearth

@@ -34,6 +34,8 @@ struct SafetensorsEntry {
 struct SafetensorsHeader {
   std::vector<SafetensorsEntry> tensors;  // in file order
   std::map<std::string, std::string> metadata;
+  uint64_t data_start = 0;  // the data region: after the length and the header
+  uint64_t data_size = 0;
 };
 
 // Largest header accepted; the reference implementation uses the same bound.
@@ -42,13 +44,24 @@ inline constexpr uint64_t kMaxSafetensorsHeaderBytes = 100ull << 20;
 // Parses and validates the header of a whole file image. `label` names the file in errors.
 // Throws std::runtime_error on any malformed, inconsistent or unsupported content.
 SafetensorsHeader parse_safetensors(std::span<const std::byte> file, const std::string& label);
+// The two halves of parse_safetensors: every tensor's description and range (each within the
+// data), then the layout (the tensors tile the data region exactly, with no overlap or gap).
+SafetensorsHeader parse_safetensors_tensors(std::span<const std::byte> file,
+                                            const std::string& label);
+void check_safetensors_layout(const SafetensorsHeader& header, const std::string& label);
 
 // A mapped safetensors file with its validated header.
 class SafetensorsFile {
  public:
   static SafetensorsFile open(const std::filesystem::path& path);
+  // Whether open() checks the layout. A model defers it until it has matched the tensors'
+  // names against its config, so that a tensor missing from a header is named, not reported as
+  // the gap its bytes leave. Until check_layout() the tensors may overlap.
+  enum class Layout { kCheck, kDeferred };
   // A file already open (e.g. beneath a model directory); `path` names it in errors.
-  static SafetensorsFile open(int fd, const std::filesystem::path& path);
+  static SafetensorsFile open(int fd, const std::filesystem::path& path,
+                              Layout layout = Layout::kCheck);
+  void check_layout() const;
 
   const std::filesystem::path& path() const { return path_; }
   const SafetensorsHeader& header() const { return header_; }

@@ -35,6 +35,11 @@ class Reader {
     throw std::runtime_error("manifest of model '" + model + "': " + what);
   }
 
+  // "EXPECTATION, got TYPE VALUE": a wrong type is said as what it is.
+  static std::string got(const std::string& expectation, const json& v) {
+    return expectation + ", got " + v.type_name() + " " + json_excerpt(v, 40);
+  }
+
   const json& field(const json& object, const char* key, const std::string& where) const {
     const auto it = object.find(key);
     if (it == object.end()) fail(where + "has no '" + key + "'");
@@ -42,13 +47,13 @@ class Reader {
   }
   std::string string(const json& object, const char* key, const std::string& where = "") const {
     const json& v = field(object, key, where);
-    if (!v.is_string()) fail(where + "'" + key + "' is not a string");
+    if (!v.is_string()) fail(where + "'" + key + "' " + got("must be a string", v));
     return v.get<std::string>();
   }
   uint64_t unsigned_int(const json& object, const char* key, const std::string& where = "") const {
     const json& v = field(object, key, where);
     if (!v.is_number_unsigned() && !(v.is_number_integer() && v.get<int64_t>() >= 0))
-      fail(where + "'" + key + "' is not a non-negative integer");
+      fail(where + "'" + key + "' " + got("must be a non-negative integer", v));
     return v.get<uint64_t>();
   }
 };
@@ -103,7 +108,9 @@ ManifestTensor parse_tensor(const Reader& r, const json& t, size_t index) {
   out.info.dtype = *parsed;
   const json& shape = r.field(t, "shape", where);
   if (!shape.is_array() || shape.size() > kMaxDims)
-    r.fail(where + "'shape' is not an array of at most " + std::to_string(kMaxDims) + " sizes");
+    r.fail(
+        where + "'shape' " +
+        Reader::got("must be an array of at most " + std::to_string(kMaxDims) + " sizes", shape));
   uint64_t numel = 1;
   for (const json& d : shape) {
     if (!d.is_number_integer() || d.get<int64_t>() <= 0 || d.get<int64_t>() > (int64_t{1} << 40))

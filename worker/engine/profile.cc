@@ -87,7 +87,7 @@ const std::map<std::string, Setter>& setters() {
       {"top_k",
        {KeyKind::Request,
         [](Profile& p, const json& v, const std::string& l) {
-          p.request.sampling.top_k = int(integer(v, l, "top_k", 0, 1 << 30));
+          p.request.sampling.top_k = int(integer(v, l, "top_k", 0, kMaxTopK));
         }}},
       {"top_p",
        {KeyKind::Request,
@@ -118,7 +118,7 @@ const std::map<std::string, Setter>& setters() {
       {"max_tokens",
        {KeyKind::Request,
         [](Profile& p, const json& v, const std::string& l) {
-          p.request.max_tokens = int(integer(v, l, "max_tokens", 0, 1 << 24));
+          p.request.max_tokens = int(integer(v, l, "max_tokens", 0, kMaxTokensLimit));
         }}},
       {"stop",
        {KeyKind::Request,
@@ -156,7 +156,7 @@ const std::map<std::string, Setter>& setters() {
       {"context_length",
        {KeyKind::Engine,
         [](Profile& p, const json& v, const std::string& l) {
-          p.engine.context_length = int(integer(v, l, "context_length", 0, 1 << 20));
+          p.engine.context_length = int(integer(v, l, "context_length", 0, kMaxContextLength));
         }}},
       {"kv_block_size",
        {KeyKind::Engine,

@@ -15,6 +15,11 @@
 
 namespace hearth {
 
+// The ranges of the integer keys that are also command-line flags, so both say the same.
+inline constexpr int kMaxTokensLimit = 1 << 24;    // max_tokens
+inline constexpr int kMaxTopK = 1 << 30;           // top_k
+inline constexpr int kMaxContextLength = 1 << 20;  // context_length
+
 struct Profile {
   std::string name;  // free-form label for reports
   RequestSettings request;

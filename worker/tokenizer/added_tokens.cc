@@ -120,6 +120,16 @@ AddedVocabulary AddedVocabulary::from_json(const Json& list, const std::string& 
     if (!id.is_number_unsigned() || id.get<uint64_t>() > INT32_MAX) {
       config_error(at + ".id", "expected a non-negative 32-bit id");
     }
+    // Ids are reassigned below, so a wild declared id used to be dropped without a word. The
+    // vocabulary is the model's tokens and the added ones: no consistent file goes beyond.
+    const uint64_t last = model.vocab_size() + list.size() - 1;
+    std::string_view known;
+    if (id.get<uint64_t>() > last && !model.id_to_token(int32_t(id.get<uint64_t>()), &known)) {
+      config_error(at + ".id", std::to_string(id.get<uint64_t>()) +
+                                   " is outside the vocabulary (ids 0 to " + std::to_string(last) +
+                                   ": the model's " + std::to_string(model.vocab_size()) +
+                                   " tokens and " + std::to_string(list.size()) + " added ones)");
+    }
     t.id = static_cast<int32_t>(id.get<uint64_t>());
     declared.push_back(std::move(t));
   }

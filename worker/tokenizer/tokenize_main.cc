@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "atomic_file.h"
+#include "ipc/json_limits.h"
 #include "tokenizer.h"
 #include "tokenizer_cache.h"
 
@@ -35,9 +36,9 @@ int run(const hearth::Tokenizer& tokenizer, bool decode, bool add_special, bool 
     ++line_no;
     json value;
     try {
-      value = json::parse(line);
-    } catch (const json::parse_error& e) {
-      return fail(line_no, std::string("not valid JSON: ") + e.what());
+      value = hearth::parse_json(line, "");
+    } catch (const hearth::JsonError& e) {
+      return fail(line_no, e.what());
     }
     if (!decode) {
       if (!value.is_string()) return fail(line_no, "expected a JSON string");

@@ -4,6 +4,7 @@
 // 2^64-1, and "nan" for any floating-point one.)
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -18,6 +19,11 @@ std::optional<uint64_t> parse_unsigned(std::string_view text, uint64_t max = UIN
 // Empty when `text` is a finite decimal number; otherwise why it is not ("'nan' is not a
 // finite number").
 std::string finite_number_error(const std::string& text);
+
+// A duration in seconds, a finite decimal number from 0 to `max_seconds`, in whole
+// milliseconds; nullopt otherwise, a positive value under 1 ms included (it would read as 0,
+// which flags like --idle-exit take as "never").
+std::optional<std::chrono::milliseconds> parse_seconds(const std::string& text, double max_seconds);
 
 // "1,2,3": token ids from 0 to INT32_MAX. Throws std::runtime_error naming `flag` and the
 // offending item for anything else, an empty item ("5,", "1,,2") or an empty list included.

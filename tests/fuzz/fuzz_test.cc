@@ -125,7 +125,8 @@ INSTANTIATE_TEST_SUITE_P(Targets, Fuzz,
                          ::testing::Values(Target{"config", config_json, 16000},
                                            Target{"tokenizer", tokenizer_json, 2000},
                                            Target{"safetensors", safetensors, 20000, true},
-                                           Target{"profile", profile_json, 20000}),
+                                           Target{"profile", profile_json, 20000},
+                                           Target{"serve", serve_request, 20000}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -15,6 +15,7 @@ bool run(std::string_view data) {
   if (target == "config") return config_json(data);
   if (target == "tokenizer") return tokenizer_json(data);
   if (target == "safetensors") return safetensors(data);
+  if (target == "serve") return serve_request(data);
   return profile_json(data);
 }
 

@@ -14,9 +14,9 @@ inline constexpr std::size_t kMaxRequestIdBytes = 256;
 // One events reply carries at most this many bytes of events (at least one event); the rest
 // stay queued and the reply says "more": true.
 inline constexpr std::size_t kMaxEventsReplyBytes = std::size_t{4} << 20;
-// Undelivered events one client may have queued before its requests are held (not scheduled,
-// KV kept) until it reads: a slow reader slows only itself.
-inline constexpr std::size_t kDefaultMaxQueuedEventBytes = std::size_t{16} << 20;
+// Undelivered events one client may have queued (as JSON text) before its requests are held
+// (not scheduled, KV kept) until it reads: a slow reader slows only itself.
+inline constexpr std::size_t kDefaultMaxQueuedEventBytes = std::size_t{4} << 20;
 // Room in a submit frame for everything but the prompt's token ids: the envelope, the settings,
 // stop strings and cache_salt.
 inline constexpr std::size_t kSubmitOverheadBytes = std::size_t{1} << 20;

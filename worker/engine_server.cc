@@ -151,15 +151,10 @@ class EngineServer final : public broker::Handler {
     bool held = false;            // kHold: hold the client's requests, or let them go
   };
 
-  // An event waiting for its client, with its size as it will travel.
-  struct QueuedEvent {
-    json event;
-    size_t bytes = 0;
-  };
-
-  // What the loop thread keeps per client.
+  // What the loop thread keeps per client. Events wait as JSON text: a parsed event with 20
+  // top logprobs takes ~20 times its text's size, which the bound would not see.
   struct ClientState {
-    std::deque<QueuedEvent> events;
+    std::deque<std::string> events;
     size_t queued_bytes = 0;
     bool held = false;                      // its requests are held until it reads
     std::optional<ipc::RequestId> waiting;  // a deferred events call
@@ -197,11 +192,11 @@ class EngineServer final : public broker::Handler {
     json list = json::array();
     size_t bytes = 0;
     while (!c.events.empty()) {
-      QueuedEvent& e = c.events.front();
-      if (!list.empty() && bytes + e.bytes > reply_bytes()) break;
-      bytes += e.bytes;
-      c.queued_bytes -= e.bytes;
-      list.push_back(std::move(e.event));
+      const std::string& e = c.events.front();
+      if (!list.empty() && bytes + e.size() > reply_bytes()) break;
+      bytes += e.size();
+      c.queued_bytes -= e.size();
+      list.push_back(json::parse(e));  // our own text: it parses
       c.events.pop_front();
     }
     if (c.held && c.queued_bytes <= options_.max_queued_event_bytes / 2) {
@@ -211,10 +206,10 @@ class EngineServer final : public broker::Handler {
     return {{"events", std::move(list)}, {"more", !c.events.empty()}};
   }
 
-  void enqueue(ClientState& c, json event) {
-    const size_t bytes = event.dump(-1, ' ', false, json::error_handler_t::replace).size() + 1;
-    c.queued_bytes += bytes;
-    c.events.push_back({std::move(event), bytes});
+  void enqueue(ClientState& c, const json& event) {
+    std::string text = event.dump(-1, ' ', false, json::error_handler_t::replace);
+    c.queued_bytes += text.size();
+    c.events.push_back(std::move(text));
   }
 
   // Loop thread: a step's outputs reach their clients.

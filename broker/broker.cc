@@ -227,7 +227,7 @@ void Broker::admit(UniqueFd socket) {
   std::unique_ptr<Connection> owned;
   try {
     owned = std::make_unique<Connection>(loop_.get(), std::move(socket),
-                                         Session(*this, id, peer, peer.uid == admin_uid_), limits,
+                                         Session(*this, id, peer, is_admin(peer)), limits,
                                          static_cast<Connection::Owner&>(*this));
   } catch (const std::exception& e) {
     log("could not set up a connection for " + who + ": " + e.what());
@@ -284,11 +284,12 @@ void Broker::on_frame(Connection& connection, ipc::Frame frame) {
     return;
   }
   if (ipc::is_admin_op(request.op) && !session.is_admin()) {
-    send_reply(connection, request.id,
-               Reply::error(ipc::ErrorCode::kUnauthorized,
-                            "'" + request.op + "' is an admin operation: only uid " +
-                                std::to_string(admin_uid_) + " may call it (you are uid " +
-                                std::to_string(session.uid()) + ")"));
+    send_reply(
+        connection, request.id,
+        Reply::error(ipc::ErrorCode::kUnauthorized,
+                     "'" + request.op + "' is an admin operation: only " + admin_description() +
+                         " may call it (you are uid " + std::to_string(session.uid()) + ", pid " +
+                         std::to_string(session.pid()) + ")"));
     return;
   }
   if (request.op == ipc::op::kShutdown) {
@@ -320,11 +321,12 @@ void Broker::greet(Connection& connection, const ipc::Request& request) {
     return;
   }
   connection.set_greeted();
-  send_reply(connection, request.id,
-             Reply::ok({{"version", ipc::kProtocolVersion},
-                        {"server", options_.server_name},
-                        {"client_id", session.id()},
-                        {"admin", session.is_admin()}}));
+  nlohmann::json fields = options_.hello_fields;
+  fields.update({{"version", ipc::kProtocolVersion},
+                 {"server", options_.server_name},
+                 {"client_id", session.id()},
+                 {"admin", session.is_admin()}});
+  send_reply(connection, request.id, Reply::ok(std::move(fields)));
 }
 
 void Broker::send_reply(Connection& connection, ipc::RequestId id, Reply reply) {
@@ -453,6 +455,17 @@ void Broker::maybe_stop() {
   shutdown_timer_.reset();
   reaper_.reset();
   log("stopped");
+}
+
+std::string Broker::admin_description() const {
+  if (options_.admin_pid)
+    return "process " + std::to_string(*options_.admin_pid) + " (uid " +
+           std::to_string(admin_uid_) + ")";
+  return "uid " + std::to_string(admin_uid_);
+}
+
+bool Broker::is_admin(const ipc::PeerCredentials& peer) const {
+  return peer.uid == admin_uid_ && (!options_.admin_pid || peer.pid == *options_.admin_pid);
 }
 
 bool Broker::uid_allowed(uid_t uid) const {

@@ -86,6 +86,8 @@ class Broker : private Connection::Owner {
   void maybe_stop();
   void run_posted();
   bool uid_allowed(uid_t uid) const;
+  bool is_admin(const ipc::PeerCredentials& peer) const;
+  std::string admin_description() const;  // who may call admin ops, for refusals
   std::string describe(const Session& session) const;
   void log(const std::string& line) const;
 

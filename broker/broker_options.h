@@ -10,6 +10,8 @@
 #include <string_view>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "ipc/fd_passing.h"
 #include "ipc/frame.h"
 #include "ipc/unix_socket.h"
@@ -46,6 +48,11 @@ struct BrokerOptions {
   std::vector<uid_t> allowed_uids;
   // The uid whose clients may call admin ops; default: the server's effective uid.
   std::optional<uid_t> admin_uid;
+  // When set, admin ops also need this peer pid (e.g. a serving worker's parent, the process
+  // that supervises it): other processes of the admin uid are ordinary clients.
+  std::optional<pid_t> admin_pid;
+  // Fields the hello reply carries besides the broker's own (e.g. a worker's request limits).
+  nlohmann::json hello_fields = nlohmann::json::object();
   // SIGTERM/SIGINT start a graceful shutdown, a second one forces it. Watched from the
   // Broker's construction on (they take effect once run() is called).
   bool handle_signals = true;

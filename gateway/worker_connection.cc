@@ -5,6 +5,7 @@
 #include "gateway/openai_request.h"
 #include "ipc/frame.h"
 #include "ipc/protocol.h"
+#include "ipc/serve_limits.h"
 #include "ipc/unix_socket.h"
 
 namespace hearth::gateway {
@@ -28,10 +29,18 @@ std::unique_ptr<WorkerConnection> WorkerConnection::connect(const std::string& s
   const ipc::ReplyStatus status = ipc::parse_reply_status(reply->body);
   if (!status.ok) throw ipc::ProtocolError(status.code, status.message);
   ipc::check_protocol_version(reply->body, "worker");
-  return std::unique_ptr<WorkerConnection>(new WorkerConnection(std::move(socket)));
+  // The worker's request frame limit (a larger frame would end the whole connection); a worker
+  // that does not state one takes the broker's default.
+  size_t max_request_bytes = ipc::kSubmitOverheadBytes;
+  if (const auto it = reply->body.find("max_request_bytes");
+      it != reply->body.end() && it->is_number_unsigned())
+    max_request_bytes = it->get<size_t>();
+  return std::unique_ptr<WorkerConnection>(
+      new WorkerConnection(std::move(socket), max_request_bytes));
 }
 
-WorkerConnection::WorkerConnection(UniqueFd socket) : socket_(std::move(socket)) {
+WorkerConnection::WorkerConnection(UniqueFd socket, size_t max_request_bytes)
+    : socket_(std::move(socket)), max_request_bytes_(max_request_bytes) {
   reader_ = std::thread([this] { read_loop(); });
 }
 
@@ -59,6 +68,7 @@ void WorkerConnection::read_loop() {
         continue;
       }
       bool events_reply = false;
+      std::optional<std::string> refused_cancel;  // the request whose cancel the worker refused
       {
         std::lock_guard lock(mutex_);
         if (poll_id_ && *poll_id_ == *status.id) {
@@ -67,7 +77,15 @@ void WorkerConnection::read_loop() {
         } else if (auto it = replies_.find(*status.id); it != replies_.end()) {
           it->second = std::move(frame->body);
           replied_.notify_all();
+        } else if (auto c = cancels_.find(*status.id); c != cancels_.end()) {
+          if (!status.ok) refused_cancel = c->second;
+          cancels_.erase(c);
         }
+      }
+      if (refused_cancel) {
+        // Never swallowed: the request may still be running, so its caller hears of it.
+        end_request(*refused_cancel, "the worker refused to cancel the request: " + status.message);
+        continue;
       }
       if (!events_reply) continue;
       if (!status.ok)
@@ -96,6 +114,18 @@ void WorkerConnection::dispatch_events(const json& events) {
     }
     callback(event);
   }
+}
+
+void WorkerConnection::end_request(const std::string& id, const std::string& why) {
+  EventCallback callback;
+  {
+    std::lock_guard lock(mutex_);
+    auto it = requests_.find(id);
+    if (it == requests_.end()) return;  // it ended meanwhile
+    callback = std::move(it->second);
+    requests_.erase(it);
+  }
+  callback(json{{"id", id}, {"done", true}, {"stop", "error"}, {"error", why}});
 }
 
 void WorkerConnection::poll_events_locked() {
@@ -162,6 +192,17 @@ json WorkerConnection::wait_reply(uint64_t id) {
 
 void WorkerConnection::submit(const json& request, EventCallback on_event) {
   const std::string request_id = request.at("id").get<std::string>();
+  json args = {{"request", request}};
+  // Checked here, not by the worker: a frame over its limit would end every stream on the
+  // connection.
+  const size_t bytes =
+      args.dump(-1, ' ', false, json::error_handler_t::replace).size() + 64;  // + the envelope
+  if (bytes > max_request_bytes_)
+    throw ipc::ProtocolError(ipc::ErrorCode::kTooLarge,
+                             "the request is " + std::to_string(bytes) +
+                                 " bytes as the worker would receive it, more than its limit of " +
+                                 std::to_string(max_request_bytes_) +
+                                 " (a long cache_salt, stop strings or prompt?)");
   {
     // Registered before sending: the first event can arrive before the reply is read.
     std::lock_guard lock(mutex_);
@@ -172,7 +213,7 @@ void WorkerConnection::submit(const json& request, EventCallback on_event) {
     requests_[request_id] = std::move(on_event);
   }
   try {
-    wait_reply(send(std::string(ipc::op::kSubmit), json{{"request", request}}));
+    wait_reply(send(std::string(ipc::op::kSubmit), std::move(args)));
   } catch (...) {
     std::lock_guard lock(mutex_);
     requests_.erase(request_id);
@@ -184,10 +225,21 @@ void WorkerConnection::submit(const json& request, EventCallback on_event) {
 
 void WorkerConnection::cancel(const std::string& request_id) {
   try {
-    // Not waited for: the request's last event says when it is gone.
-    const uint64_t id = send(std::string(ipc::op::kCancel), json{{"id", request_id}});
-    std::lock_guard lock(mutex_);
-    replies_.erase(id);
+    // Not waited for: the request's last event says when it is gone. ("id" is the envelope's.)
+    const uint64_t id = send(std::string(ipc::op::kCancel), json{{"request_id", request_id}});
+    std::optional<json> reply;  // if the reader saw it already
+    {
+      std::lock_guard lock(mutex_);
+      auto it = replies_.find(id);
+      reply = std::move(it->second);
+      replies_.erase(it);
+      if (!reply) cancels_[id] = request_id;  // the reader takes it from there
+    }
+    if (reply) {
+      const ipc::ReplyStatus status = ipc::parse_reply_status(*reply);
+      if (!status.ok)
+        end_request(request_id, "the worker refused to cancel the request: " + status.message);
+    }
   } catch (const std::exception&) {
     // Dead or dying: fail_all ends the request.
   }

@@ -35,12 +35,15 @@ class WorkerConnection {
   WorkerConnection& operator=(const WorkerConnection&) = delete;
 
   // Submits `request` (its "id" is the request id) and waits for the worker to accept it.
-  // Throws ipc::ProtocolError with the worker's code (bad_request, busy, shutting_down) or
-  // ipc::IpcError when the worker is gone. After acceptance, `on_event` receives every event.
+  // Throws ipc::ProtocolError with the worker's code (bad_request, busy, shutting_down), or
+  // too_large without sending when the request is over the worker's frame limit (its hello's
+  // "max_request_bytes"), or ipc::IpcError when the worker is gone. After acceptance, `on_event`
+  // receives every event.
   void submit(const nlohmann::json& request, EventCallback on_event);
 
   // Asks the worker to stop the request (its KV blocks are freed at once); its last event then
-  // says "cancelled". Never throws: a dead worker has nothing left to cancel.
+  // says "cancelled". Never throws: a dead worker has nothing left to cancel. Should the worker
+  // refuse the cancel, the request ends with an error event saying so.
   void cancel(const std::string& request_id);
 
   // Sends an op and waits for its reply body (e.g. stats). Throws like submit.
@@ -48,9 +51,10 @@ class WorkerConnection {
 
   bool alive() const;
   size_t in_flight() const;
+  size_t max_request_bytes() const { return max_request_bytes_; }
 
  private:
-  explicit WorkerConnection(UniqueFd socket);
+  WorkerConnection(UniqueFd socket, size_t max_request_bytes);
   void read_loop();
   // Sends {op, id, ...args}; returns the id. The reply arrives in replies_.
   uint64_t send(const std::string& op, nlohmann::json args);
@@ -59,14 +63,18 @@ class WorkerConnection {
   // Keeps one events call waiting while requests are in flight. Called with mutex_ held.
   void poll_events_locked();
   void dispatch_events(const nlohmann::json& events);
+  // Ends a request in flight with an error event (no-op if it already ended).
+  void end_request(const std::string& id, const std::string& why);
 
   UniqueFd socket_;
+  size_t max_request_bytes_;
   std::mutex write_mutex_;
   mutable std::mutex mutex_;
   std::condition_variable replied_;
   uint64_t next_id_ = 1;
   std::map<uint64_t, std::optional<nlohmann::json>> replies_;  // awaited call ids
   std::map<std::string, EventCallback> requests_;              // in flight, by request id
+  std::map<uint64_t, std::string> cancels_;                    // unanswered cancels' requests
   std::optional<uint64_t> poll_id_;                            // the events call waiting
   bool dead_ = false;
   std::string death_;

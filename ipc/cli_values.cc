@@ -40,6 +40,18 @@ std::string integer_range_error(std::string_view text, int64_t lo, int64_t hi) {
          std::to_string(hi);
 }
 
+std::optional<std::chrono::milliseconds> parse_seconds(const std::string& text,
+                                                       double max_seconds) {
+  // Decimal only: strtod also reads hexadecimal ("0x10p0").
+  if (text.find_first_not_of("0123456789.eE+-") != std::string::npos) return std::nullopt;
+  if (!finite_number_error(text).empty()) return std::nullopt;
+  const double seconds = std::strtod(text.c_str(), nullptr);
+  if (!(seconds >= 0 && seconds <= max_seconds)) return std::nullopt;
+  const double ms = std::round(seconds * 1000);
+  if (seconds > 0 && ms < 1) return std::nullopt;
+  return std::chrono::milliseconds(int64_t(ms));
+}
+
 std::vector<int32_t> parse_token_list(std::string_view text, std::string_view flag) {
   const std::string where(flag);
   std::vector<int32_t> ids;

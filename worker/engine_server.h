@@ -2,12 +2,22 @@
 // the hearth protocol (ipc frames, served by the broker) and runs them all in one engine.
 //
 //   submit {"request": {"id", "prompt" | "prompt_tokens", settings...}} -> {"request_id"}
-//          a refused request answers ok:false, bad_request, naming the request and field
-//   events {} -> {"events": [...]}: this client's events since its last call, in order, each
-//          as event_json.h writes it; while the client has requests in flight and nothing is
-//          ready, the reply waits (a long poll). Nothing in flight: an empty list at once.
+//          a refused request answers ok:false, bad_request, naming the request and field. The
+//          request is read (its prompt tokenized) off the loop thread: a long prompt stalls no
+//          other client. Ids are at most ipc::kMaxRequestIdBytes (ipc/serve_limits.h).
+//   events {} -> {"events": [...], "more": bool}: this client's events since its last call, in
+//          order, each as event_json.h writes it, at most ipc::kMaxEventsReplyBytes of them
+//          ("more": the rest are queued; call again). While the client has requests in flight
+//          and nothing is ready, the reply waits (a long poll). Nothing in flight: an empty
+//          list at once. A client whose undelivered events pass ServeOptions::
+//          max_queued_event_bytes has its requests held (not scheduled, their KV kept, their
+//          tokens unchanged) until it reads: a slow reader slows only itself, nothing is dropped.
 //   cancel {"request_id"} -> {"cancelled": true|false}
-//   stats  {} -> the engine's counters
+//   stats  {} -> the engine's counters ("aborted": requests cancelled, by cancel or a
+//          disconnect; "held": requests held for a slow reader)
+//   shutdown: only the worker's parent process (its supervisor) may send it; SIGTERM stays.
+// Each op takes exactly its fields: another is a bad_request naming it (serve_protocol.h). The
+// hello reply states the request frame limit, "max_request_bytes" (ipc::max_submit_bytes).
 //
 // ("id" is the protocol envelope's own request number, hence "request_id" outside events.)
 // Request ids belong to the client that chose them: two clients may both say "r1". A client
@@ -19,7 +29,10 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <string>
+
+#include "ipc/serve_limits.h"
 
 #include "worker/engine/engine.h"
 
@@ -31,6 +44,11 @@ struct ServeOptions {
   std::string socket_path;
   std::chrono::milliseconds idle_exit{0};  // 0: never
   bool quiet = false;                      // no broker log lines on stderr
+  // The request frame limit: ipc::max_submit_bytes for the model, so any prompt up to the
+  // context length fits.
+  std::size_t max_request_bytes = ipc::kSubmitOverheadBytes;
+  // Per client: undelivered events beyond this hold its requests until it reads.
+  std::size_t max_queued_event_bytes = ipc::kDefaultMaxQueuedEventBytes;
 };
 
 // Blocks SIGTERM and SIGINT in the calling thread and the threads it starts from then on, so

@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ipc/json_limits.h"
+#include "ipc/serve_limits.h"
 #include "worker/engine/profile.h"
 #include "worker/tokenizer/tokenizer.h"
 
@@ -18,6 +19,10 @@ Request request_from_json(json obj, const RequestSettings& defaults, const Token
   Request request;
   request.id = obj["id"].get<std::string>();
   obj.erase("id");
+  // Every event repeats the id: a long one would multiply every client's memory and traffic.
+  if (request.id.size() > ipc::kMaxRequestIdBytes)
+    throw std::runtime_error(where + ": \"id\" is " + std::to_string(request.id.size()) +
+                             " bytes (at most " + std::to_string(ipc::kMaxRequestIdBytes) + ")");
   const std::string label = where + " (request '" + request.id + "')";
 
   const bool has_text = obj.contains("prompt"), has_tokens = obj.contains("prompt_tokens");

@@ -30,6 +30,9 @@ namespace {
 using json = nlohmann::json;
 using hearth::Profile;
 
+// --idle-exit's bound: about 11.6 days, far from any overflow of a clock's milliseconds.
+constexpr double kMaxIdleExitSeconds = 1e6;
+
 // `--set key=value`: the value is JSON when it parses as JSON, else a string.
 void apply_setting(Profile& profile, const std::string& setting) {
   const size_t eq = setting.find('=');
@@ -88,7 +91,7 @@ int run(int argc, char** argv) {
   app.set_version_flag("--version", "hearth-worker 0.1.0");
   std::string model_arg, prompt, prompt_tokens, profile_path, format = "text", dump_logits;
   std::string requests_path, serve_socket;
-  double idle_exit_s = 0;
+  std::string idle_exit_arg = "0";
   bool quiet = false;
   std::vector<std::string> settings, stops;
   Profile flags;  // values given on the command line
@@ -131,10 +134,23 @@ int run(int argc, char** argv) {
       "serve requests from many clients on this socket (submit, events, cancel over the hearth "
       "protocol) until idle or SIGTERM");
   serve_opt->excludes(prompt_opt)->excludes(tokens_opt)->excludes(requests_opt)->excludes(file_opt);
-  app.add_option("--idle-exit", idle_exit_s,
-                 "--serve: exit after this many seconds with no request in flight (0: never)")
+  app.add_option("--idle-exit", idle_exit_arg,
+                 "--serve: exit after this many seconds with no request in flight, 0 (never) or "
+                 "0.001 to 1000000")
       ->needs(serve_opt)
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Validator(
+          [](std::string& s) {
+            return hearth::parse_seconds(s, kMaxIdleExitSeconds)
+                       ? ""
+                       : "'" + s + "' is not 0 or a number of seconds from 0.001 to 1000000";
+          },
+          "SECONDS"));
+  size_t event_buffer_kb = hearth::ipc::kDefaultMaxQueuedEventBytes >> 10;
+  app.add_option("--event-buffer-kb", event_buffer_kb,
+                 "--serve: undelivered events per client, in KiB, beyond which its requests wait "
+                 "until it reads")
+      ->needs(serve_opt)
+      ->check(CLI::Range(size_t{1}, size_t{1} << 20));
   app.add_flag("--quiet", quiet, "--serve: no log lines on stderr");
   app.add_option("--profile", profile_path, "profile JSON file (flags override it)");
   auto* max_opt =
@@ -292,8 +308,11 @@ int run(int argc, char** argv) {
   if (*serve_opt) {
     hearth::ServeOptions serve;
     serve.socket_path = serve_socket;
-    serve.idle_exit = std::chrono::milliseconds(int64_t(idle_exit_s * 1000));
+    serve.idle_exit = *hearth::parse_seconds(idle_exit_arg, kMaxIdleExitSeconds);
     serve.quiet = quiet;
+    serve.max_request_bytes =
+        hearth::ipc::max_submit_bytes(backend->context_length(), backend->vocab_size());
+    serve.max_queued_event_bytes = event_buffer_kb << 10;
     hearth::serve(engine, serve, profile.request, tok);
     return 0;
   }

@@ -352,6 +352,45 @@ TEST_F(EngineTest, CancellationFreesBlocksAtOnce) {
   EXPECT_FALSE(engine.has_work());
 }
 
+// A held request is not scheduled but keeps its KV; the others pass it (held waiting ones
+// included, max_running lets only some run), and once let go it writes exactly its tokens.
+TEST_F(EngineTest, HeldRequestsWaitKeepTheirBlocksAndGiveTheSameTokens) {
+  const Model& m = synthetic_llama3();
+  CpuBackend backend(m.model.store, kContext, roomy(16));
+  EngineOptions options;
+  options.max_running = 12;  // the last eight wait
+  Engine engine(backend, options, &*m.tokenizer, m.eos);
+  for (const Request& r : *requests_) engine.submit(r);
+  std::map<std::string, Result> results;
+  for (const RequestOutput& out : engine.step()) results[out.id].add(out);
+  const std::vector<std::string> held = {"r0", "r3", "r12", "r19"};  // running and waiting
+  for (const std::string& id : held) EXPECT_TRUE(engine.hold(id, true)) << id;
+  EXPECT_FALSE(engine.hold("nobody", true));
+  EXPECT_EQ(engine.stats().held, 4);
+  const size_t r0_tokens = results["r0"].tokens.size();
+  // Everyone else finishes while the held ones wait; r0 keeps its blocks all along.
+  while (engine.can_step()) {
+    for (const RequestOutput& out : engine.step()) {
+      EXPECT_EQ(std::count(held.begin(), held.end(), out.id), 0) << out.id << " ran while held";
+      results[out.id].add(out);
+    }
+    EXPECT_GT(engine.stats().kv_blocks_used, 0);
+  }
+  EXPECT_TRUE(engine.has_work());
+  EXPECT_EQ(results["r0"].tokens.size(), r0_tokens);
+  for (const Request& r : *requests_) {
+    if (std::count(held.begin(), held.end(), r.id) == 0) {
+      EXPECT_EQ(results[r.id], alone_->at(r.id)) << r.id;
+    }
+  }
+  for (const std::string& id : held) EXPECT_TRUE(engine.hold(id, false)) << id;
+  EXPECT_EQ(engine.stats().held, 0);
+  while (engine.has_work())
+    for (const RequestOutput& out : engine.step()) results[out.id].add(out);
+  for (const std::string& id : held) EXPECT_EQ(results[id], alone_->at(id)) << id;
+  EXPECT_EQ(engine.stats().kv_blocks_used, 0);
+}
+
 TEST_F(EngineTest, BadRequestsAreRefusedByFieldAndOthersFinish) {
   const Model& m = synthetic_llama3();
   CpuBackend backend(m.model.store, kContext, {16, 4});  // 64 positions

@@ -1,6 +1,8 @@
 #include "tests/fuzz/fuzz_targets.h"
 
 #include <cmath>
+#include <fstream>
+#include <sstream>
 #include <optional>
 #include <span>
 #include <string>
@@ -9,12 +11,17 @@
 #include "gateway/openai_request.h"
 #include "gateway/request_json.h"
 #include "gateway/token_request.h"
+#include "ipc/errors.h"
 #include "ipc/json_limits.h"
+#include "ipc/protocol.h"
+#include "ipc/serve_limits.h"
 #include "ipc/utf8.h"
 #include "weight-server/model/hf_model.h"
 #include "weight-server/model/model_config.h"
 #include "weight-server/model/safetensors.h"
 #include "worker/engine/profile.h"
+#include "worker/engine/request.h"
+#include "worker/serve_protocol.h"
 #include "worker/tokenizer/tokenizer.h"
 
 namespace hearth::fuzz {
@@ -31,6 +38,18 @@ void check_refusal(const std::runtime_error& e, std::string_view label) {
   check(message.find(label) != std::string_view::npos,
         "the error does not name " + std::string(label) + ": " + std::string(message));
   check(!find_invalid_utf8(message), "the error is not valid UTF-8: " + std::string(message));
+}
+
+// The default model's tokenizer, read once.
+const Tokenizer& default_tokenizer() {
+  static const Tokenizer tokenizer = [] {
+    std::ifstream in(std::string(HEARTH_SOURCE_DIR) + "/models/hearth-tiny-fortunes/tokenizer.json",
+                     std::ios::binary);
+    std::ostringstream text;
+    text << in.rdbuf();
+    return Tokenizer::from_json(text.str());
+  }();
+  return tokenizer;
 }
 
 }  // namespace
@@ -150,7 +169,8 @@ void check_completion(const gateway::CompletionRequest& r) {
     const std::vector<int32_t> ids =
         p.text ? std::vector<int32_t>(p.text->size() + 1, 1) : p.tokens;
     gateway::check_prompt_fits(r, ids.size(), 4096);
-    gateway::check_submit_size(r, gateway::worker_request_json(r, "cmpl-0-0", ids, 1));
+    gateway::check_submit_size(r, gateway::worker_request_json(r, "cmpl-0-0", ids, 1),
+                               ipc::max_submit_bytes(4096, 4096));
   }
 }
 
@@ -187,6 +207,44 @@ bool gateway_request(std::string_view data) {
     refused(e);
   }
   return accepted;
-}
+  bool serve_request(std::string_view data) {
+    // As the broker hands a frame to the worker: parsed within the depth limit, the envelope
+    // checked (its refusals are the broker's, not the worker's).
+    ipc::Request request;
+    try {
+      request = ipc::parse_request(parse_json(data, "frame"));
+    } catch (const std::runtime_error&) {
+      return false;
+    }
+    const std::string op = request.op;
+    try {
+      if (op == ipc::op::kSubmit) {
+        RequestSettings defaults;
+        const Request r =
+            submit_request(submit_request_object(request.body), defaults, &default_tokenizer());
+        check(!r.id.empty() && r.id.size() <= ipc::kMaxRequestIdBytes, "an id out of bounds");
+        check(!find_invalid_utf8(r.id), "an id that is not UTF-8");
+        for (const int32_t t : r.prompt) check(t >= 0, "a negative token id");
+        // The engine's own checks refuse with a RequestError naming the field, nothing else.
+        try {
+          check_request_settings(r.id, r.settings);
+        } catch (const RequestError& e) {
+          check(!e.field().empty(), "a settings refusal names no field");
+        }
+      } else if (op == ipc::op::kCancel) {
+        const std::string id = cancel_request_id(request.body);
+        check(!id.empty() && id.size() <= ipc::kMaxRequestIdBytes, "a cancel id out of bounds");
+      } else if (op == ipc::op::kEvents || op == ipc::op::kStats) {
+        check_no_arguments(request.body, op);
+      } else {
+        return false;  // the worker answers unknown_op without reading the body
+      }
+    } catch (const ipc::ProtocolError& e) {
+      check(e.code() == ipc::ErrorCode::kBadRequest, "a refusal that is not bad_request");
+      check_refusal(e, op);
+      return false;
+    }
+    return true;
+  }
 
 }  // namespace hearth::fuzz

@@ -132,7 +132,8 @@ INSTANTIATE_TEST_SUITE_P(Targets, Fuzz,
                                            Target{"safetensors", safetensors, 20000, true},
                                            Target{"profile", profile_json, 20000},
                                            Target{"gateway_request", gateway_request, 20000, false,
-                                                  true}),
+                                                  true},
+                                           Target{"serve", serve_request, 20000}),
                          [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

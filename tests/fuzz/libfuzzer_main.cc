@@ -18,6 +18,7 @@ bool run(std::string_view data) {
   if (target == "safetensors") return safetensors(data);
   if (target == "http_request") return http_request(data);
   if (target == "gateway_request") return gateway_request(data);
+  if (target == "serve") return serve_request(data);
   return profile_json(data);
 }
 

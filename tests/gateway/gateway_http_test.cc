@@ -6,6 +6,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 #include <future>
 #include <regex>
@@ -13,6 +14,7 @@
 
 #include <gtest/gtest.h>
 
+#include "ipc/client.h"
 #include "tests/gateway/gateway_process.h"
 
 namespace hearth::test {
@@ -473,6 +475,56 @@ TEST_F(Gateway, AClientThatDisconnectsMidStreamFreesItsSlot) {
     if (!freed) std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   EXPECT_TRUE(freed) << gw().get("/metrics").body;
+}
+
+// The gateway's cancel reaches the worker. It once sent {"id": ...}, which the worker refused
+// (it reads "request_id") and the refusal went unseen: a dropped stream ran to its end. Asked
+// over the worker's own socket, its stats count the request aborted, and it stopped long
+// before its 480 tokens (a pool that drains by itself would show neither).
+TEST(GatewayWorkers, ADroppedStreamIsCancelledAtTheWorker) {
+  GatewayProcess gw;
+  ASSERT_EQ(gw.post("/v1/completions", completion("Warm", 1)).status, 200);  // a worker runs
+  std::smatch m;
+  const std::string log = gw.log_text();
+  ASSERT_TRUE(std::regex_search(log, m, std::regex(R"(worker fortunes started \(pid (\d+))")))
+      << log;
+  // The worker's socket, from its command line (NUL-separated arguments).
+  std::ifstream cmdline("/proc/" + m[1].str() + "/cmdline");
+  std::vector<std::string> args;
+  for (std::string arg; std::getline(cmdline, arg, '\0');) args.push_back(arg);
+  const auto serve = std::find(args.begin(), args.end(), "--serve");
+  ASSERT_TRUE(serve != args.end() && serve + 1 != args.end());
+  ipc::ClientOptions options;
+  options.name = "test";
+  ipc::Client worker = ipc::Client::connect(*(serve + 1), options);
+
+  const std::string payload =
+      completion("Dropped", 480, {{"ignore_eos", true}, {"stream", true}}).dump();
+  const std::string request =
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+      "application/json\r\nContent-Length: " +
+      std::to_string(payload.size()) + "\r\n\r\n" + payload;
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(uint16_t(gw.port()));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::write(fd, request.data(), request.size()), ssize_t(request.size()));
+  char buf[4096];
+  ASSERT_GT(::read(fd, buf, sizeof buf), 0);
+  ::close(fd);
+  // Until the request has ended, one way or the other.
+  json stats;
+  for (int tries = 0; tries < 6000; ++tries) {
+    stats = worker.call("stats").body;
+    if (stats["finished"] == 2) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_EQ(stats["finished"], 2) << stats.dump();
+  EXPECT_EQ(stats["aborted"], 1) << stats.dump();
+  EXPECT_EQ(stats["running"], 0) << stats.dump();
+  EXPECT_LT(stats["generated_tokens"].get<int>(), 1 + 480) << stats.dump();
 }
 
 TEST(GatewayLimits, AnApiKeyIsRequiredWhenConfigured) {

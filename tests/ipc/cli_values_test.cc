@@ -46,6 +46,20 @@ TEST(CliValues, IntegerRangeErrorsNameTheRange) {
   EXPECT_EQ(integer_range_error("-4", -4, 4), "");
 }
 
+// --idle-exit's reader: "1e10" once meant 10^13 ms (an overflow, exiting at once), "1e300" and
+// "nan" silently never, "inf" a 310-digit bound.
+TEST(CliValues, SecondsAreFiniteInRangeAndWholeMilliseconds) {
+  using std::chrono::milliseconds;
+  EXPECT_EQ(parse_seconds("0", 1e6), milliseconds(0));
+  EXPECT_EQ(parse_seconds("0.5", 1e6), milliseconds(500));
+  EXPECT_EQ(parse_seconds("0.001", 1e6), milliseconds(1));
+  EXPECT_EQ(parse_seconds("1e6", 1e6), milliseconds(1'000'000'000));
+  EXPECT_EQ(parse_seconds("300", 1e6), milliseconds(300'000));
+  for (const char* bad : {"1e10", "1e300", "nan", "inf", "-inf", "-1", "-0.5", "1000000.001",
+                          "0.0001", "", "5s", "0x10p0"})
+    EXPECT_EQ(parse_seconds(bad, 1e6), std::nullopt) << bad;
+}
+
 TEST(CliValues, TokenListsHaveNoEmptyItems) {
   EXPECT_EQ(parse_token_list("5", "--t"), std::vector<int32_t>({5}));
   EXPECT_EQ(parse_token_list("1,2,2147483647", "--t"), std::vector<int32_t>({1, 2, 2147483647}));

@@ -7,8 +7,10 @@
 #include <signal.h>
 
 #include <thread>
+#include <tuple>
 
 #include "ipc/client.h"
+#include "ipc/serve_limits.h"
 #include "proof/worker_output.h"
 #include "tests/proof/proof_test_util.h"
 #include "worker/engine/event_json.h"
@@ -175,6 +177,12 @@ TEST(WorkerServe, RefusedRequestsNameTheField) {
        "request 'b': max_tokens: 3 prompt tokens + 600 max_tokens exceed the context length 512"},
       {{{"request", {{"prompt", "no id"}}}}, "\"id\" must be a non-empty string"},
       {json::object(), "submit needs a \"request\""},
+      {{{"request", "hi"}}, "submit: \"request\" must be a JSON object"},
+      {{{"request", request("c", "hi", json::object())}, {"stream", true}},
+       "submit: unknown field 'stream' (it takes request)"},
+      // Every event repeats the id: a 600 KB one made each event 600 KB.
+      {{{"request", request(std::string(257, 'x'), "hi", json::object())}},
+       "submit: \"id\" is 257 bytes (at most 256)"},
   };
   for (const auto& [args, message] : bad) {
     try {
@@ -185,8 +193,136 @@ TEST(WorkerServe, RefusedRequestsNameTheField) {
       EXPECT_NE(e.message().find(message), std::string::npos) << e.message();
     }
   }
+  // Cancel, events and stats take exactly their fields: the gateway once sent {"id": ...}
+  // for cancel, which the worker refused, and the refusal went unseen.
+  const std::tuple<std::string, json, std::string> bad_ops[] = {
+      {"cancel", json::object(), "cancel needs a \"request_id\""},
+      {"cancel", {{"request_id", 5}}, "cancel: \"request_id\" must be a non-empty string"},
+      {"cancel",
+       {{"request_id", "a"}, {"ids", {"a"}}},
+       "cancel: unknown field 'ids' (it takes request_id)"},
+      {"events", {{"wait", false}}, "events: unknown field 'wait' (it takes no arguments)"},
+      {"stats", {{"reset", true}}, "stats: unknown field 'reset' (it takes no arguments)"},
+  };
+  for (const auto& [op, args, message] : bad_ops) {
+    try {
+      client.call(op, args);
+      ADD_FAILURE() << op << " accepted " << args.dump();
+    } catch (const ipc::ProtocolError& e) {
+      EXPECT_EQ(e.code(), ipc::ErrorCode::kBadRequest);
+      EXPECT_NE(e.message().find(message), std::string::npos) << e.message();
+    }
+  }
   // The connection is still good, and nothing is in flight: events answers at once.
   EXPECT_TRUE(client.call("events").body["events"].empty());
+}
+
+// The hello reply states the request frame limit, room for a prompt of the whole context (512
+// positions, ids under 4,096) beside 1 MiB of everything else; such a submit is accepted (with
+// max_tokens 0 it ends at once, no prefill to wait for).
+TEST(WorkerServe, HelloStatesLimitsAndAWholeContextPromptFits) {
+  TempDir dir;
+  ServingWorker worker(dir, {"--quiet"});
+  ipc::Client client = worker.connect();
+  const json hello = client.server_hello();
+  EXPECT_EQ(hello["max_request_bytes"], ipc::max_submit_bytes(512, 4096)) << hello.dump();
+  EXPECT_EQ(hello["max_request_id_bytes"], ipc::kMaxRequestIdBytes);
+  json r = {{"id", "whole"},
+            {"prompt_tokens", std::vector<int32_t>(512, 4095)},
+            {"max_tokens", 0},
+            {"cache_salt", std::string(900'000, 's')}};
+  EXPECT_EQ(client.call("submit", {{"request", r}}).body["request_id"], "whole");
+  EXPECT_EQ(tokens_of(collect(client, 1).at("whole")).stop, "length");
+}
+
+// A client that does not read its events: once they pass --event-buffer-kb its requests are
+// held (the engine keeps their KV, schedules them no more) instead of its queue growing without
+// bound; every events reply is bounded and says when more is waiting; reading lets them run
+// again, and every event arrives: none dropped.
+TEST(WorkerServe, ASlowReaderIsHeldAndLosesNothing) {
+  TempDir dir;
+  ServingWorker worker(dir, {"--quiet", "--event-buffer-kb", "8"});
+  ipc::Client slow = worker.connect();
+  ipc::Client watcher = worker.connect();
+  constexpr int kRequests = 4, kTokens = 40;
+  for (int i = 0; i < kRequests; ++i)
+    slow.call(
+        "submit",
+        {{"request", request("r" + std::to_string(i), "A computer",
+                             {{"max_tokens", kTokens}, {"ignore_eos", true}, {"logprobs", 20}})}});
+  // All four held, well before they could finish: 160 events with 20 logprobs are ~120 KB.
+  json stats;
+  for (int i = 0; i < 30000; ++i) {
+    stats = watcher.call("stats").body;
+    if (stats["held"] == kRequests || stats["finished"] != 0) break;
+    std::this_thread::sleep_for(1ms);
+  }
+  ASSERT_EQ(stats["held"], kRequests) << stats.dump();
+  EXPECT_EQ(stats["running"], kRequests) << stats.dump();  // still holding their KV
+  EXPECT_GT(stats["kv_blocks_used"].get<int>(), 0) << stats.dump();
+  EXPECT_LT(stats["generated_tokens"].get<int>(), kRequests * kTokens) << stats.dump();
+
+  std::map<std::string, std::vector<Event>> got;
+  int done = 0;
+  bool saw_more = false;
+  while (done < kRequests) {
+    const json reply = slow.call("events").body;
+    ASSERT_FALSE(reply["events"].empty());
+    EXPECT_LE(reply["events"].dump().size(), size_t{8 << 10} + 4096);
+    saw_more |= reply["more"].get<bool>();
+    for (const json& e : reply["events"]) {
+      Event event = event_from_json(e);
+      done += event.done;
+      got[event.id].push_back(std::move(event));
+    }
+  }
+  EXPECT_TRUE(saw_more);
+  ASSERT_EQ(got.size(), size_t(kRequests));
+  for (const auto& [id, events] : got) {
+    ASSERT_EQ(events.size(), size_t(kTokens + 1)) << id;
+    EXPECT_EQ(events.back().summary.stop, "length") << id;
+    EXPECT_EQ(events.back().summary.generated_tokens, kTokens) << id;
+  }
+  stats = watcher.call("stats").body;
+  EXPECT_EQ(stats["held"], 0) << stats.dump();
+  EXPECT_EQ(stats["kv_blocks_used"], 0) << stats.dump();
+}
+
+// Only the worker's parent (its supervisor) may stop it with a request: another process of the
+// same uid is refused, naming who may; SIGTERM still works for anyone allowed to signal it.
+TEST(WorkerServe, OnlyTheParentMayShutTheWorkerDown) {
+  TempDir dir;
+  ServingWorker worker(dir, {"--quiet"});
+  const CommandResult other = run_command({(bin_dir() / "hearth-ctl").string(), "--socket",
+                                           (dir / "sock" / "worker.sock").string(), "shutdown"},
+                                          dir.path());
+  EXPECT_NE(other.exit_code(), 0);
+  EXPECT_NE(other.err.find("'shutdown' is an admin operation: only process " +
+                           std::to_string(::getpid())),
+            std::string::npos)
+      << other.err;
+  ipc::Client parent = worker.connect();  // this test started the worker
+  EXPECT_EQ(parent.call("shutdown").body["stopping"], true);
+  const auto status = worker.process().wait_until(std::chrono::steady_clock::now() + 60s);
+  ASSERT_TRUE(status) << "the worker did not exit";
+  EXPECT_EQ(status->code, 0);
+}
+
+// --idle-exit is read strictly: a value out of range once overflowed (exit at once) or meant
+// "never" without a word.
+TEST(WorkerServe, IdleExitValuesOutOfRangeAreRefused) {
+  TempDir dir;
+  for (const char* bad : {"1e10", "1e300", "nan", "inf", "-1", "0.0001", "0x10"}) {
+    const CommandResult r =
+        run_command({(bin_dir() / "hearth-worker").string(), "--model", default_model().string(),
+                     "--serve", (dir / "never.sock").string(), "--idle-exit", bad},
+                    dir.path());
+    EXPECT_NE(r.exit_code(), 0) << bad;
+    EXPECT_NE(r.err.find("'" + std::string(bad) +
+                         "' is not 0 or a number of seconds from 0.001 to 1000000"),
+              std::string::npos)
+        << bad << ": " << r.err;
+  }
 }
 
 TEST(WorkerServe, CancelAndDisconnectEndRequestsAndFreeTheirBlocks) {
@@ -211,12 +347,13 @@ TEST(WorkerServe, CancelAndDisconnectEndRequestsAndFreeTheirBlocks) {
   json stats;
   for (int i = 0; i < 3000; ++i) {
     stats = client.call("stats").body;
-    if (stats["running"] == 0 && stats["waiting"] == 0) break;
+    if (stats["running"] == 0 && stats["waiting"] == 0 && stats["finished"] == 2) break;
     std::this_thread::sleep_for(10ms);
   }
   EXPECT_EQ(stats["running"], 0) << stats.dump();
   EXPECT_EQ(stats["kv_blocks_used"], 0) << stats.dump();
   EXPECT_LT(stats["generated_tokens"].get<int>(), 400) << "the orphan ran to the end";
+  EXPECT_EQ(stats["aborted"], 2) << stats.dump();  // the cancel and the disconnect
 }
 
 // A prompt sent again finds its blocks: the final event says how many prompt tokens came from

@@ -120,6 +120,15 @@ bool Engine::fail(const std::string& id, const std::string& error) {
   return true;
 }
 
+bool Engine::hold(const std::string& id, bool held) {
+  auto it = live_.find(id);
+  if (it == live_.end()) return false;
+  Sequence& seq = it->second->seq;
+  if (seq.held != held) held_ += held ? 1 : -1;
+  seq.held = held;
+  return true;
+}
+
 std::vector<std::string> Engine::live_ids() const {
   std::vector<std::string> ids;
   ids.reserve(live_.size());
@@ -150,6 +159,8 @@ void Engine::finish(Live& live, FinishReason reason, std::string error, RequestO
     f.final_visible += live.matcher.flush();
   }
   ++counters_.finished;
+  if (reason == FinishReason::Cancelled) ++counters_.cancelled;
+  if (live.seq.held) --held_;
   scheduler_.remove(live.seq);
   by_sequence_.erase(live.seq.id);
   live_.erase(live.request.id);  // `live` is gone from here on
@@ -253,8 +264,13 @@ bool Engine::has_work() const {
   return !live_.empty() || !pending_.empty();
 }
 
+bool Engine::can_step() const {
+  return !pending_.empty() || int(live_.size()) > held_;
+}
+
 EngineStats Engine::stats() const {
   EngineStats s = counters_;
+  s.held = held_;
   s.running = scheduler_.running();
   s.waiting = scheduler_.waiting();
   s.kv_blocks_used = kv_.pool().used();

@@ -38,7 +38,9 @@ struct EngineStats {
   uint64_t forwarded_tokens = 0;  // tokens run through the model (prompts, decodes, recomputes)
   uint64_t generated_tokens = 0;
   uint64_t preemptions = 0;
-  uint64_t finished = 0;  // requests ended for any reason
+  uint64_t finished = 0;   // requests ended for any reason
+  uint64_t cancelled = 0;  // of those, ended by cancel()
+  int held = 0;            // live requests held now (hold())
   // Prefix caching: tokens admitted sequences brought (queries) and found cached (hits), full
   // blocks cached now (held or free), and cached blocks evicted for reuse so far.
   uint64_t prefix_cache_queries = 0, prefix_cache_hits = 0;
@@ -70,6 +72,10 @@ class Engine {
   // The same, but the request ends with reason error and `error` as its message (e.g. "the
   // worker is shutting down").
   bool fail(const std::string& id, const std::string& error);
+  // Holds a live request (`held`) or lets it run again: a held request is not scheduled but
+  // keeps its KV blocks, so holding delays its tokens without changing them (e.g. while its
+  // client is not reading). False when no live request has this id.
+  bool hold(const std::string& id, bool held);
   // The ids of every live request, in no particular order.
   std::vector<std::string> live_ids() const;
 
@@ -80,6 +86,8 @@ class Engine {
 
   // True while any request is live or an output is still to be returned.
   bool has_work() const;
+  // True when step() can do something: an output to return or a live request not held.
+  bool can_step() const;
   EngineStats stats() const;
   int max_running() const { return scheduler_.options().max_running; }
   bool prefix_caching() const { return kv_.prefix_caching(); }
@@ -106,6 +114,7 @@ class Engine {
   std::vector<RequestOutput> pending_;                 // finishes to return with the next step
   BlockKey cache_domain_;
   SequenceId next_sequence_ = 1;
+  int held_ = 0;
   EngineStats counters_;
 };
 

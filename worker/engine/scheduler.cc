@@ -91,6 +91,7 @@ Schedule Scheduler::schedule() {
     for (Sequence* seq : running) {
       if (budget == 0) break;
       if (seq->status != SequenceStatus::Running || seq->scheduled_step == step) continue;
+      if (seq->held) continue;
       if ((seq->pending() == 1) != decodes) continue;
       if (!decodes) {
         const int from = seq->computed;
@@ -102,11 +103,15 @@ Schedule Scheduler::schedule() {
     }
   }
 
-  // New (and preempted) sequences, in queue order, while everything allows. A step that had
-  // to preempt admits nobody: the pool is full.
-  while (out.preempted.empty() && budget > 0 && !waiting_.empty() &&
-         int(running_.size()) < options_.max_running) {
-    Sequence& seq = *waiting_.front();
+  // New (and preempted) sequences, in queue order, while everything allows; held ones are
+  // passed over. A step that had to preempt admits nobody: the pool is full.
+  for (auto it = waiting_.begin(); out.preempted.empty() && budget > 0 && it != waiting_.end() &&
+                                   int(running_.size()) < options_.max_running;) {
+    Sequence& seq = **it;
+    if (seq.held) {
+      ++it;
+      continue;
+    }
     const int from = seq.computed, brought = seq.pending();
     const int found = kv_.reuse_cached_blocks(seq);
     const int count = std::min(seq.pending(), budget);
@@ -117,7 +122,7 @@ Schedule Scheduler::schedule() {
     }
     if (kv_.prefix_caching()) prefix_queries_ += uint64_t(brought);
     count_hit(seq, from, found);
-    waiting_.pop_front();
+    it = waiting_.erase(it);
     running_.push_back(&seq);
     seq.status = SequenceStatus::Running;
     take(seq, count);

@@ -6,7 +6,9 @@
 // it, oldest first; then, if nobody was preempted this step, waiting sequences are admitted in
 // arrival order while the budget, max_running and the KV pool allow, each with as much of its
 // prompt as the budget leaves. A sequence that will not fit waits (the queue is FIFO: nobody
-// jumps it), it never fails.
+// jumps it), it never fails. A held sequence (Sequence::held) is passed over wherever it is:
+// running, it keeps its blocks (it may still be preempted like any other); waiting, the ones
+// behind it may be admitted first. Holding changes when a sequence runs, never its tokens.
 //
 // When a running sequence needs a block and the pool has none, the most recently admitted
 // running sequence not yet scheduled this step is preempted: its blocks are freed and it goes

@@ -23,6 +23,9 @@ struct Sequence {
   SequenceStatus status = SequenceStatus::Waiting;
   int preemptions = 0;
   uint64_t scheduled_step = 0;  // the scheduler's: the last step that ran this sequence
+  // Held by its owner (e.g. a client that does not read its events): never scheduled, but it
+  // keeps its KV blocks and its place; others go past it.
+  bool held = false;
 
   // Prefix caching (prefix_cache.h): the root of this sequence's key chain (cache domain and
   // cache_salt) and the keys of its first full blocks, computed when first needed (tokens are

@@ -1,0 +1,30 @@
+// The bodies of a serving worker's requests (engine_server.h), checked before anything is
+// queued: each op takes exactly its own fields, of the right type and size; anything else is
+// ProtocolError(kBadRequest) naming the op and the field. The submit's request object itself is
+// read by request_from_json (request_file.h) with submit_request, off the loop thread. Kept
+// apart from the server, free of sockets, so the fuzz target runs exactly this code.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "worker/engine/request.h"
+
+namespace hearth {
+
+class Tokenizer;
+
+// submit {"request": {...}}: the request object (not yet read).
+const nlohmann::json& submit_request_object(const nlohmann::json& body);
+// cancel {"request_id": ID}: the id, a non-empty string of at most ipc::kMaxRequestIdBytes.
+std::string cancel_request_id(const nlohmann::json& body);
+// events {} and stats {}: no arguments.
+void check_no_arguments(const nlohmann::json& body, std::string_view op);
+// The request object of a submit, as the engine takes it: request_from_json's refusals become
+// ProtocolError(kBadRequest) with its message.
+Request submit_request(nlohmann::json request, const RequestSettings& defaults,
+                       const Tokenizer* tokenizer);
+
+}  // namespace hearth

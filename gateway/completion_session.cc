@@ -68,7 +68,7 @@ void CompletionSession::start(const std::vector<std::vector<int32_t>>& prompts, 
     const uint64_t choice_seed = seed + uint64_t(i % size_t(request_.n));
     submits.push_back(worker_request_json(request_, request_ids_[i],
                                           prompts[i / size_t(request_.n)], choice_seed));
-    check_submit_size(request_, submits.back());
+    check_submit_size(request_, submits.back(), worker_->max_request_bytes());
   }
   for (size_t i = 0; i < choices_.size(); ++i) {
     {

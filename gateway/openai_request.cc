@@ -284,16 +284,17 @@ void check_prompt_fits(const CompletionRequest& r, size_t prompt_tokens, int con
                                std::to_string(context_length) + " tokens");
 }
 
-void check_submit_size(const CompletionRequest& r, const json& submit_request) {
+void check_submit_size(const CompletionRequest& r, const json& submit_request,
+                       size_t max_frame_bytes) {
   const size_t bytes =
       ipc::make_request(ipc::op::kSubmit, UINT64_MAX, json{{"request", submit_request}})
           .dump(-1, ' ', false, json::error_handler_t::replace)
           .size();
-  if (bytes > kWorkerMaxRequestBytes)
+  if (bytes > max_frame_bytes)
     throw bad_param(r.endpoint == Endpoint::ChatCompletions ? "messages" : "prompt",
                     "the request would be " + std::to_string(bytes) +
                         " bytes for the worker, more than its limit of " +
-                        std::to_string(kWorkerMaxRequestBytes) + " bytes");
+                        std::to_string(max_frame_bytes) + " bytes");
 }
 
 nlohmann::json worker_request_json(const CompletionRequest& r, const std::string& id,

@@ -24,10 +24,6 @@ inline constexpr size_t kMaxModelNameBytes = 256;
 // and with it every other stream on that connection).
 inline constexpr size_t kMaxCacheSaltBytes = 1024;
 inline constexpr size_t kMaxStopStringBytes = 1024;
-// The largest request frame a worker reads: broker::BrokerOptions::max_request_bytes, which
-// `hearth-worker --serve` leaves at its default (the gateway may not include broker/; a test
-// checks the two agree).
-inline constexpr size_t kWorkerMaxRequestBytes = size_t{1} << 20;
 
 enum class Endpoint { Completions, ChatCompletions };
 
@@ -87,8 +83,10 @@ nlohmann::ordered_json read_chat_messages(const Field& messages);
 void check_prompt_fits(const CompletionRequest& request, size_t prompt_tokens, int context_length);
 
 // A 400 naming "prompt" (or "messages") when `submit_request` (worker_request_json's) would
-// make a submit frame over kWorkerMaxRequestBytes.
-void check_submit_size(const CompletionRequest& request, const nlohmann::json& submit_request);
+// make a submit frame over `max_frame_bytes`, the limit the worker states in its hello
+// (WorkerConnection::max_request_bytes, ipc::max_submit_bytes).
+void check_submit_size(const CompletionRequest& request, const nlohmann::json& submit_request,
+                       size_t max_frame_bytes);
 
 // Splits "NAME:PROFILE" (the profile part optional).
 std::pair<std::string, std::string> split_model_profile(const std::string& model);

@@ -166,7 +166,7 @@ uint64_t WorkerConnection::send(const std::string& op, json args) {
     // Never more than the worker reads: a frame over its limit would cost the whole
     // connection (every request on it); encode_frame refuses it before a byte is sent.
     ipc::send_frame(socket_.get(), ipc::make_request(op, id, std::move(args)), {},
-                    kWorkerMaxRequestBytes);
+                    max_request_bytes_);
   } catch (...) {
     std::lock_guard lock(mutex_);
     replies_.erase(id);
@@ -193,16 +193,6 @@ json WorkerConnection::wait_reply(uint64_t id) {
 void WorkerConnection::submit(const json& request, EventCallback on_event) {
   const std::string request_id = request.at("id").get<std::string>();
   json args = {{"request", request}};
-  // Checked here, not by the worker: a frame over its limit would end every stream on the
-  // connection.
-  const size_t bytes =
-      args.dump(-1, ' ', false, json::error_handler_t::replace).size() + 64;  // + the envelope
-  if (bytes > max_request_bytes_)
-    throw ipc::ProtocolError(ipc::ErrorCode::kTooLarge,
-                             "the request is " + std::to_string(bytes) +
-                                 " bytes as the worker would receive it, more than its limit of " +
-                                 std::to_string(max_request_bytes_) +
-                                 " (a long cache_salt, stop strings or prompt?)");
   {
     // Registered before sending: the first event can arrive before the reply is read.
     std::lock_guard lock(mutex_);

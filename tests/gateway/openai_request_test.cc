@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "broker/broker_options.h"
+#include "ipc/serve_limits.h"
 #include "gateway/api_error.h"
 #include "gateway/openai_request.h"
 #include "gateway/request_json.h"
@@ -259,15 +259,13 @@ TEST(CompletionRequest, APromptMustLeaveRoomInTheContext) {
 TEST(CompletionRequest, ASubmitOverTheWorkersFrameLimitIsA400) {
   const CompletionRequest r = parse_completion_request(
       parse_request_body(R"({"model": "m", "prompt": "x"})"), Endpoint::Completions, {});
+  const size_t kLimit = ipc::max_submit_bytes(512, 4096);  // the default model's worker
   const std::vector<int32_t> small(1000, 4095);
-  EXPECT_NO_THROW(check_submit_size(r, worker_request_json(r, "cmpl-1-0", small, 1)));
+  EXPECT_NO_THROW(check_submit_size(r, worker_request_json(r, "cmpl-1-0", small, 1), kLimit));
   const std::vector<int32_t> big(300000, 4095);  // 1.5 MB of ids
-  expect_400(error_of([&] { check_submit_size(r, worker_request_json(r, "cmpl-1-0", big, 1)); }),
-             "prompt", "300k ids");
-}
-
-TEST(CompletionRequest, TheGatewayKnowsTheWorkersFrameLimit) {
-  EXPECT_EQ(kWorkerMaxRequestBytes, broker::BrokerOptions{}.max_request_bytes);
+  expect_400(
+      error_of([&] { check_submit_size(r, worker_request_json(r, "cmpl-1-0", big, 1), kLimit); }),
+      "prompt", "300k ids");
 }
 
 TEST(TokenRequests, WrongTypesAreA400NamingTheField) {

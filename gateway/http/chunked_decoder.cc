@@ -1,6 +1,7 @@
 #include "gateway/http/chunked_decoder.h"
 
 #include <algorithm>
+#include <cstdint>
 
 namespace hearth::http {
 

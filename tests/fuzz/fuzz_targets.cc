@@ -207,44 +207,46 @@ bool gateway_request(std::string_view data) {
     refused(e);
   }
   return accepted;
-  bool serve_request(std::string_view data) {
-    // As the broker hands a frame to the worker: parsed within the depth limit, the envelope
-    // checked (its refusals are the broker's, not the worker's).
-    ipc::Request request;
-    try {
-      request = ipc::parse_request(parse_json(data, "frame"));
-    } catch (const std::runtime_error&) {
-      return false;
-    }
-    const std::string op = request.op;
-    try {
-      if (op == ipc::op::kSubmit) {
-        RequestSettings defaults;
-        const Request r =
-            submit_request(submit_request_object(request.body), defaults, &default_tokenizer());
-        check(!r.id.empty() && r.id.size() <= ipc::kMaxRequestIdBytes, "an id out of bounds");
-        check(!find_invalid_utf8(r.id), "an id that is not UTF-8");
-        for (const int32_t t : r.prompt) check(t >= 0, "a negative token id");
-        // The engine's own checks refuse with a RequestError naming the field, nothing else.
-        try {
-          check_request_settings(r.id, r.settings);
-        } catch (const RequestError& e) {
-          check(!e.field().empty(), "a settings refusal names no field");
-        }
-      } else if (op == ipc::op::kCancel) {
-        const std::string id = cancel_request_id(request.body);
-        check(!id.empty() && id.size() <= ipc::kMaxRequestIdBytes, "a cancel id out of bounds");
-      } else if (op == ipc::op::kEvents || op == ipc::op::kStats) {
-        check_no_arguments(request.body, op);
-      } else {
-        return false;  // the worker answers unknown_op without reading the body
-      }
-    } catch (const ipc::ProtocolError& e) {
-      check(e.code() == ipc::ErrorCode::kBadRequest, "a refusal that is not bad_request");
-      check_refusal(e, op);
-      return false;
-    }
-    return true;
+}
+
+bool serve_request(std::string_view data) {
+  // As the broker hands a frame to the worker: parsed within the depth limit, the envelope
+  // checked (its refusals are the broker's, not the worker's).
+  ipc::Request request;
+  try {
+    request = ipc::parse_request(parse_json(data, "frame"));
+  } catch (const std::runtime_error&) {
+    return false;
   }
+  const std::string op = request.op;
+  try {
+    if (op == ipc::op::kSubmit) {
+      RequestSettings defaults;
+      const Request r =
+          submit_request(submit_request_object(request.body), defaults, &default_tokenizer());
+      check(!r.id.empty() && r.id.size() <= ipc::kMaxRequestIdBytes, "an id out of bounds");
+      check(!find_invalid_utf8(r.id), "an id that is not UTF-8");
+      for (const int32_t t : r.prompt) check(t >= 0, "a negative token id");
+      // The engine's own checks refuse with a RequestError naming the field, nothing else.
+      try {
+        check_request_settings(r.id, r.settings);
+      } catch (const RequestError& e) {
+        check(!e.field().empty(), "a settings refusal names no field");
+      }
+    } else if (op == ipc::op::kCancel) {
+      const std::string id = cancel_request_id(request.body);
+      check(!id.empty() && id.size() <= ipc::kMaxRequestIdBytes, "a cancel id out of bounds");
+    } else if (op == ipc::op::kEvents || op == ipc::op::kStats) {
+      check_no_arguments(request.body, op);
+    } else {
+      return false;  // the worker answers unknown_op without reading the body
+    }
+  } catch (const ipc::ProtocolError& e) {
+    check(e.code() == ipc::ErrorCode::kBadRequest, "a refusal that is not bad_request");
+    check_refusal(e, op);
+    return false;
+  }
+  return true;
+}
 
 }  // namespace hearth::fuzz

@@ -1,5 +1,6 @@
 #include "tests/fuzz/http_request_target.h"
 
+#include <cstdint>
 #include <set>
 #include <string>
 #include <vector>

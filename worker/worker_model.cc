@@ -14,7 +14,11 @@
 namespace hearth {
 
 WorkerModel open_model_dir(const std::filesystem::path& dir) {
-  auto hf = std::make_shared<const HfModel>(HfModel::open(dir));
+  // tokenizer.json is opened from its cached image, built from these bytes when they parsed,
+  // or parsed now: either way its checks are the parser's, not another pass here.
+  HfOpenOptions options;
+  options.check_tokenizer_json = false;
+  auto hf = std::make_shared<const HfModel>(HfModel::open(dir, options));
   WorkerModel m;
   m.name = std::filesystem::absolute(dir).lexically_normal().filename().string();
   if (m.name.empty()) m.name = std::filesystem::absolute(dir).parent_path().filename().string();

@@ -2,8 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <cstdio>
 #include <fstream>
 #include <iterator>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -140,6 +143,49 @@ TEST(HfModel, RefusesIndexEntriesOutsideTheDirectory) {
   std::ofstream(dir / "model.safetensors.index.json")
       << R"({"weight_map":{"model.norm.weight":"../../etc/passwd"}})";
   expect_open_error(dir, {"outside the model directory"});
+}
+
+// The file a mapping of this process holding `p` maps ("" when none does or it is anonymous).
+std::string mapped_path_of(const void* p) {
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);) {
+    uintptr_t begin = 0, end = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx", &begin, &end) != 2 || at < begin || at >= end)
+      continue;
+    const size_t slash = line.find('/');
+    return slash == std::string::npos ? "" : line.substr(slash);
+  }
+  return "";
+}
+
+// Issue 21: every worker copied a 100 MB tokenizer.json into its own memory at open. The text
+// is now the file's own pages, shared with the page cache and every other worker.
+TEST(HfModel, MapsTokenizerJsonInsteadOfCopyingIt) {
+  const fs::path dir = synth("mapped_tokenizer");
+  const HfModel m = HfModel::open(dir);
+  ASSERT_FALSE(m.tokenizer_json().empty());
+  EXPECT_EQ(mapped_path_of(m.tokenizer_json().data()),
+            fs::canonical(dir / "tokenizer.json").string());
+  std::ifstream file(dir / "tokenizer.json", std::ios::binary);
+  std::stringstream text;
+  text << file.rdbuf();
+  EXPECT_EQ(m.tokenizer_json(), text.str());
+}
+
+// Issue 21: a worker also checked all of tokenizer.json's UTF-8 and nesting at every open, even
+// when it then opened the tokenizer's image; those checks are the parser's, run when an image is
+// built. The server, which shares the file, still checks at load.
+TEST(HfModel, AWorkersOpenLeavesTokenizerJsonToTheTokenizer) {
+  const fs::path dir = synth("unchecked_tokenizer");
+  for (const std::string& text :
+       {std::string("{\"model\": \"caf\xe9\"}"), std::string(100000, '[')}) {
+    std::ofstream(dir / "tokenizer.json", std::ios::binary | std::ios::trunc) << text;
+    expect_open_error(dir, {"tokenizer.json"});
+    HfOpenOptions worker;
+    worker.check_tokenizer_json = false;
+    EXPECT_EQ(HfModel::open(dir, worker).tokenizer_json(), text);
+  }
 }
 
 TEST(HfModel, EosIdsPreferGenerationConfig) {

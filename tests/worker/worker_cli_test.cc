@@ -4,6 +4,8 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -137,6 +139,31 @@ TEST(WorkerCli, BadInputIsAClearErrorAndNonZeroExit) {
     EXPECT_NE(r.exit_code, 0) << c.args;
     EXPECT_NE(r.err.find(c.message), std::string::npos) << c.args << "\n" << r.err;
   }
+}
+
+// Issue 21: a single-process worker no longer scans tokenizer.json at open (its image, built
+// from the same bytes, or the tokenizer's parser checks it); a bad one is still refused, by the
+// parser, with the file and the fault named.
+TEST(WorkerCli, ABadTokenizerJsonIsRefusedByTheTokenizer) {
+  namespace fs = std::filesystem;
+  const fs::path dir =
+      fs::path(testing::TempDir()) / ("worker_cli_tok_" + std::to_string(getpid()));
+  fs::remove_all(dir);
+  fs::copy(kModel, dir);
+  ::setenv("HEARTH_TOKENIZER_IMAGE_CACHE", (dir / "cache").c_str(), 1);
+  const std::pair<std::string, std::string> cases[] = {
+      {"{\"model\": \"caf\xe9\"}", "ill-formed UTF-8"},
+      {std::string(100000, '['), "nested deeper than"},
+  };
+  for (const auto& [text, message] : cases) {
+    std::ofstream(dir / "tokenizer.json", std::ios::binary | std::ios::trunc) << text;
+    Result r = worker("--model " + dir.string() + " --backend cpu --prompt hi --max-tokens 1");
+    EXPECT_NE(r.exit_code, 0) << message;
+    EXPECT_NE(r.err.find("tokenizer.json"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
+  }
+  ::unsetenv("HEARTH_TOKENIZER_IMAGE_CACHE");
+  fs::remove_all(dir);
 }
 
 TEST(WorkerCli, TheWholeSeedRangeIsAccepted) {

@@ -95,7 +95,25 @@ std::vector<int> eos_token_ids(const ModelConfig& config, const std::string& gen
   return config.eos_ids;
 }
 
-HfModel HfModel::open(const fs::path& dir) {
+namespace {
+
+// `name` mapped read-only (nullptr when absent), refused as read_file refuses a text file over
+// the cap: a worker maps the bytes it would otherwise copy.
+std::shared_ptr<const MappedFile> map_text_file(const ModelDirectory& files, const char* name) {
+  const UniqueFd fd = files.open_file(name);
+  if (!fd.valid()) return nullptr;
+  auto mapping =
+      std::make_shared<const MappedFile>(MappedFile::map_file(fd.get(), files.path_of(name)));
+  if (mapping->size() > kMaxTextFileBytes)
+    throw std::runtime_error(files.path_of(name).string() + ": is " +
+                             std::to_string(mapping->size()) + " bytes, more than the " +
+                             std::to_string(kMaxTextFileBytes) + " allowed");
+  return mapping;
+}
+
+}  // namespace
+
+HfModel HfModel::open(const fs::path& dir, const HfOpenOptions& options) {
   if (const auto at = find_invalid_utf8(dir.native()))
     throw std::runtime_error("the model directory's path " + json_excerpt(dir.string(), 200) +
                              " is not valid UTF-8 (byte " + std::to_string(*at) +
@@ -116,13 +134,17 @@ HfModel HfModel::open(const fs::path& dir) {
                                  config_path);
   // The others travel as text and are parsed by the worker: their depth is checked now, so
   // that no reader ever recurses through a hostile one.
-  const auto text_file = [&](const char* name) {
-    std::string text = files.read(name).value_or("");
+  const auto check_text = [&](std::string_view text, const char* name) {
     check_utf8(text, files.path_of(name));
     check_json_depth(text, files.path_of(name).string());
+  };
+  const auto text_file = [&](const char* name) {
+    std::string text = files.read(name).value_or("");
+    check_text(text, name);
     return text;
   };
-  m.tokenizer_json_ = text_file("tokenizer.json");
+  m.tokenizer_file_ = map_text_file(files, "tokenizer.json");
+  if (options.check_tokenizer_json) check_text(m.tokenizer_json(), "tokenizer.json");
   m.tokenizer_config_json_ = text_file("tokenizer_config.json");
   m.generation_config_json_ = text_file("generation_config.json");
   // Its token ids are checked against the vocabulary now, not first in a worker.
@@ -183,6 +205,11 @@ HfModel HfModel::open(const fs::path& dir) {
   }
   for (const auto& shard : m.shards_) shard->check_layout();
   return m;
+}
+
+std::string_view HfModel::tokenizer_json() const {
+  if (!tokenizer_file_) return {};
+  return {reinterpret_cast<const char*>(tokenizer_file_->data()), tokenizer_file_->size()};
 }
 
 const HfTensor* HfModel::find(const std::string& name) const {

@@ -9,8 +9,10 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "weight-server/model/mapped_file.h"
 #include "weight-server/model/model_config.h"
 #include "weight-server/model/safetensors.h"
 
@@ -23,10 +25,17 @@ struct HfTensor {
   std::string shard;                // file name, for error messages
 };
 
+struct HfOpenOptions {
+  // Checks tokenizer.json's UTF-8 and nesting now, as the server must before it shares the file.
+  // A worker skips this pass over what may be 100 MB: it opens the tokenizer from an image
+  // built from these exact bytes, or parses them, and the parser refuses the same things.
+  bool check_tokenizer_json = true;
+};
+
 class HfModel {
  public:
   // Opens and validates `dir`. Throws std::runtime_error naming the file and tensor at fault.
-  static HfModel open(const std::filesystem::path& dir);
+  static HfModel open(const std::filesystem::path& dir, const HfOpenOptions& options = {});
 
   const std::filesystem::path& dir() const { return dir_; }
   const ModelConfig& config() const { return config_; }
@@ -35,7 +44,8 @@ class HfModel {
 
   // Raw file contents ("" when absent), passed along as-is to workers.
   const std::string& config_json() const { return config_json_; }
-  const std::string& tokenizer_json() const { return tokenizer_json_; }
+  // Mapped, not copied (it can be 100 MB); valid while the HfModel lives.
+  std::string_view tokenizer_json() const;
   const std::string& tokenizer_config_json() const { return tokenizer_config_json_; }
   const std::string& generation_config_json() const { return generation_config_json_; }
 
@@ -44,7 +54,8 @@ class HfModel {
  private:
   std::filesystem::path dir_;
   ModelConfig config_;
-  std::string config_json_, tokenizer_json_, tokenizer_config_json_, generation_config_json_;
+  std::string config_json_, tokenizer_config_json_, generation_config_json_;
+  std::shared_ptr<const MappedFile> tokenizer_file_;  // null when absent
   std::vector<std::shared_ptr<SafetensorsFile>> shards_;
   std::vector<HfTensor> tensors_;
   std::map<std::string, size_t> by_name_;

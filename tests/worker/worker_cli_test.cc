@@ -152,7 +152,7 @@ TEST(WorkerCli, ABadTokenizerJsonIsRefusedByTheTokenizer) {
   fs::copy(kModel, dir);
   ::setenv("HEARTH_TOKENIZER_IMAGE_CACHE", (dir / "cache").c_str(), 1);
   const std::pair<std::string, std::string> cases[] = {
-      {"{\"model\": \"caf\xe9\"}", "ill-formed UTF-8"},
+      {"{\"model\": \"caf\xe9\"}", "not valid UTF-8 at offset 14"},
       {std::string(100000, '['), "nested deeper than"},
   };
   for (const auto& [text, message] : cases) {

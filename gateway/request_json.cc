@@ -13,20 +13,6 @@ namespace {
 
 constexpr size_t kExcerptBytes = 40;
 
-// nlohmann's message without its "[json.exception.parse_error.101] " tag and without the
-// "; last read: '...'" quote, which can hold most of the body.
-std::string parse_error_reason(const char* what) {
-  std::string text(what);
-  if (!text.empty() && text.front() == '[') {
-    if (const size_t end = text.find("] "); end != std::string::npos) text.erase(0, end + 2);
-  }
-  if (const size_t quote = text.find("; last read: '"); quote != std::string::npos) {
-    const size_t next = text.find("'; ", quote + 14);
-    text.erase(quote, next == std::string::npos ? std::string::npos : next + 1 - quote);
-  }
-  return text;
-}
-
 ApiError bad_body(const std::string& why) {
   return ApiError(400, "invalid_request_error", why);
 }
@@ -46,7 +32,7 @@ ordered_json parse_request_body(std::string_view body) {
   try {
     parsed = ordered_json::parse(body);
   } catch (const ordered_json::exception& e) {
-    throw bad_body("the body is not valid JSON: " + parse_error_reason(e.what()));
+    throw bad_body("the body is not valid JSON: " + json_parse_error_reason(e.what()));
   }
   if (!parsed.is_object())
     throw bad_body(std::string("the body must be a JSON object, not ") + parsed.type_name());

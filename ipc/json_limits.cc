@@ -9,20 +9,6 @@ namespace {
   throw JsonError(what.empty() ? why : std::string(what) + ": " + why);
 }
 
-// nlohmann's message without its "[json.exception.parse_error.101] " tag and without the
-// "; last read: '...'" quote of the input.
-std::string parse_error_reason(const char* what) {
-  std::string text(what);
-  if (!text.empty() && text.front() == '[') {
-    if (const size_t end = text.find("] "); end != std::string::npos) text.erase(0, end + 2);
-  }
-  if (const size_t quote = text.find("; last read: '"); quote != std::string::npos) {
-    const size_t next = text.find("'; ", quote + 14);
-    text.erase(quote, next == std::string::npos ? std::string::npos : next + 1 - quote);
-  }
-  return text;
-}
-
 // Appends `v` as JSON to `out` until `out` holds `limit` characters. Each level of nesting
 // adds at least one character first, so the recursion is at most `limit` deep.
 void append_excerpt(const nlohmann::json& v, std::string& out, size_t limit) {
@@ -96,7 +82,7 @@ nlohmann::json parse_json(std::string_view text, std::string_view what, int max_
   try {
     return nlohmann::json::parse(text, callback);
   } catch (const nlohmann::json::exception& e) {
-    fail(what, "invalid JSON: " + parse_error_reason(e.what()));
+    fail(what, "invalid JSON: " + json_parse_error_reason(e.what()));
   }
 }
 
@@ -109,6 +95,18 @@ std::string json_excerpt(const nlohmann::json& value, size_t max_chars) {
   while (cut > 0 && (static_cast<unsigned char>(out[cut]) & 0xC0) == 0x80) --cut;
   out.resize(cut);
   return out + "...";
+}
+
+std::string json_parse_error_reason(const char* what) {
+  std::string text(what);
+  if (!text.empty() && text.front() == '[') {
+    if (const size_t end = text.find("] "); end != std::string::npos) text.erase(0, end + 2);
+  }
+  if (const size_t quote = text.find("; last read: '"); quote != std::string::npos) {
+    const size_t next = text.find("'; ", quote + 14);
+    text.erase(quote, next == std::string::npos ? std::string::npos : next + 1 - quote);
+  }
+  return text;
 }
 
 }  // namespace hearth

@@ -43,6 +43,11 @@ nlohmann::json parse_json(std::string_view text, std::string_view what,
                           int max_depth = kMaxJsonDepth,
                           const nlohmann::json::parser_callback_t& callback = nullptr);
 
+// nlohmann's parse error message without its "[json.exception.parse_error.101] " tag and
+// without the "; last read: '...'" quote of the input, which can hold most of a body or a file
+// the reader should not see.
+std::string json_parse_error_reason(const char* what);
+
 // `value` as compact JSON for an error message: at most about `max_chars` characters (then
 // "..."), invalid UTF-8 replaced, built without recursing deeper than `max_chars`.
 std::string json_excerpt(const nlohmann::json& value, size_t max_chars = 80);

@@ -13,7 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ipc/utf8.h"
+#include "base/utf8.h"
 
 namespace hearth::gateway {
 

@@ -23,7 +23,7 @@
 #include "gateway/server_supervisor.h"
 #include "gateway/worker_pool.h"
 #include "ipc/main_guard.h"
-#include "weight-server/model/read_file.h"
+#include "base/read_file.h"
 
 namespace fs = std::filesystem;
 

@@ -5,7 +5,7 @@
 #include "ipc/client.h"
 #include "weight-server/sharing/manifest.h"
 #include "weight-server/sharing/model_import.h"
-#include "worker/tokenizer/tokenizer_loader.h"
+#include "tokenizer/tokenizer_loader.h"
 
 namespace hearth::gateway {
 

@@ -11,7 +11,7 @@
 
 #include "gateway/chat_template.h"
 #include "gateway/openai_request.h"
-#include "worker/tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace hearth::gateway {
 

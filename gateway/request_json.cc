@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "gateway/api_error.h"
-#include "ipc/json_limits.h"
+#include "base/json_limits.h"
 
 namespace hearth::gateway {
 

@@ -14,7 +14,7 @@
 
 #include <filesystem>
 
-#include "ipc/unique_fd.h"
+#include "base/unique_fd.h"
 
 namespace hearth::gateway {
 

@@ -17,7 +17,7 @@
 #include <string_view>
 #include <vector>
 
-#include "ipc/unique_fd.h"
+#include "base/unique_fd.h"
 
 namespace hearth {
 

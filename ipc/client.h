@@ -14,7 +14,7 @@
 
 #include "ipc/frame.h"
 #include "ipc/protocol.h"
-#include "ipc/unique_fd.h"
+#include "base/unique_fd.h"
 
 namespace hearth::ipc {
 

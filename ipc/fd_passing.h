@@ -4,7 +4,7 @@
 #include <span>
 #include <vector>
 
-#include "ipc/unique_fd.h"
+#include "base/unique_fd.h"
 
 namespace hearth::ipc {
 

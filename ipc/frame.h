@@ -10,8 +10,8 @@
 #include <nlohmann/json.hpp>
 
 #include "ipc/fd_passing.h"
-#include "ipc/json_limits.h"
-#include "ipc/unique_fd.h"
+#include "base/json_limits.h"
+#include "base/unique_fd.h"
 
 // Wire format: a 4-byte little-endian payload length, then that many bytes of UTF-8 JSON (an
 // object). FDs travel as SCM_RIGHTS attached to the frame's first byte.

@@ -7,7 +7,7 @@
 #include <cmath>
 
 #include "ipc/fd_passing.h"
-#include "ipc/json_limits.h"
+#include "base/json_limits.h"
 
 namespace hearth::ipc {
 namespace {

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "ipc/unique_fd.h"
+#include "base/unique_fd.h"
 
 namespace hearth::ipc {
 

@@ -9,7 +9,7 @@
 #include "proof/batched_plan.h"
 #include "proof/report.h"
 #include "proof/worker_wait.h"
-#include "weight-server/model/read_file.h"
+#include "base/read_file.h"
 
 namespace hearth::proof {
 

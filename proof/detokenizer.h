@@ -7,7 +7,7 @@
 #include <string>
 
 #include "proof/worker_output.h"
-#include "worker/tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace hearth::proof {
 

@@ -4,12 +4,12 @@
 #include <stdexcept>
 
 #include "ipc/client.h"
-#include "proof/checksum.h"
+#include "base/digest.h"
 #include "weight-server/sharing/checksum.h"
 #include "weight-server/model/hf_model.h"
 #include "weight-server/sharing/manifest.h"
 #include "weight-server/sharing/model_import.h"
-#include "worker/tokenizer/tokenizer_loader.h"
+#include "tokenizer/tokenizer_loader.h"
 
 namespace hearth::proof {
 
@@ -32,12 +32,12 @@ std::string weights_digest(std::vector<std::pair<std::string, std::string>> name
   std::sort(name_and_xxh3.begin(), name_and_xxh3.end());
   std::string listing;
   for (const auto& [name, sum] : name_and_xxh3) listing += name + " " + sum + "\n";
-  return xxh3_bytes(listing);
+  return to_hex(xxh3_128(listing));
 }
 
 json file_entry(std::string_view content) {
   if (content.empty()) return nullptr;
-  return {{"bytes", content.size()}, {"xxh3", xxh3_bytes(content)}};
+  return {{"bytes", content.size()}, {"xxh3", to_hex(xxh3_128(content))}};
 }
 
 }  // namespace
@@ -59,7 +59,7 @@ ModelIdentity identify_model_dir(const std::filesystem::path& dir) {
   std::string listing;
   for (const std::string& name : names) {
     const std::filesystem::path p = dir / name;
-    const std::string sum = xxh3_file(p);
+    const std::string sum = to_hex(xxh3_128_file(p));
     files.push_back({{"name", name}, {"bytes", std::filesystem::file_size(p)}, {"xxh3", sum}});
     listing += name + " " + sum + "\n";
   }
@@ -71,7 +71,7 @@ ModelIdentity identify_model_dir(const std::filesystem::path& dir) {
   id.json = {{"mode", "single-process"},
              {"path", std::filesystem::absolute(dir).lexically_normal().string()},
              {"files", files},
-             {"files_digest", xxh3_bytes(listing)},
+             {"files_digest", to_hex(xxh3_128(listing))},
              {"tensors", tensors.size()},
              {"weights_digest", weights_digest(tensors)},
              {"tokenizer", file_entry(model.tokenizer_json())}};

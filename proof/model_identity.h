@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "worker/tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace hearth::proof {
 

@@ -3,7 +3,7 @@
 #include <set>
 #include <stdexcept>
 
-#include "proof/checksum.h"
+#include "base/digest.h"
 #include "worker/engine/profile.h"
 
 namespace hearth::proof {
@@ -17,7 +17,7 @@ std::vector<ProofProfile> load_profiles(const std::vector<std::filesystem::path>
     const Profile profile = load_profile_file(path.string());  // the worker's own validation
     ProofProfile p;
     p.path = std::filesystem::absolute(path).lexically_normal();
-    p.checksum = xxh3_file(path);
+    p.checksum = to_hex(xxh3_128_file(path));
     p.settings = profile_to_json(profile);
     const std::string base = profile.name.empty() ? path.stem().string() : profile.name;
     p.label = base;

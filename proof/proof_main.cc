@@ -14,12 +14,12 @@
 #include "ipc/main_guard.h"
 #include "proof/batched_plan.h"
 #include "proof/build_info.h"
-#include "proof/checksum.h"
+#include "base/digest.h"
 #include "ipc/child_process.h"
 #include "ipc/cli_values.h"
 #include "proof/machine_info.h"
 #include "proof/model_identity.h"
-#include "worker/tokenizer/tokenizer_loader.h"
+#include "tokenizer/tokenizer_loader.h"
 #include "proof/report.h"
 #include "proof/report_diff.h"
 #include "proof/runner.h"
@@ -76,7 +76,7 @@ fs::path resolve_suite(const std::string& arg) {
 
 // The worker binary's identity: its path, what --version says and its checksum.
 json worker_identity(const fs::path& worker, const fs::path& scratch) {
-  json w{{"path", worker.string()}, {"xxh3", xxh3_file(worker)}};
+  json w{{"path", worker.string()}, {"xxh3", hearth::to_hex(hearth::xxh3_128_file(worker))}};
   try {
     ChildProcess child = ChildProcess::spawn(
         ChildProcess::Options({worker.string(), "--version"})

@@ -8,7 +8,7 @@
 #include <stdexcept>
 
 #include "proof/report.h"
-#include "weight-server/model/read_file.h"
+#include "base/read_file.h"
 
 namespace hearth::proof {
 

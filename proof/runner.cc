@@ -8,7 +8,7 @@
 #include "proof/batched_runner.h"
 #include "proof/run_files.h"
 #include "proof/worker_wait.h"
-#include "weight-server/model/read_file.h"
+#include "base/read_file.h"
 
 namespace hearth::proof {
 

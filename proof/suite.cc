@@ -5,9 +5,9 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "ipc/json_limits.h"
-#include "proof/checksum.h"
-#include "weight-server/model/read_file.h"
+#include "base/json_limits.h"
+#include "base/digest.h"
+#include "base/read_file.h"
 
 namespace hearth::proof {
 
@@ -66,7 +66,7 @@ Suite load_suite(const std::filesystem::path& path) {
   suite.path = path;
   suite.name = path.stem().string();
   const std::string content = read_file(path);
-  suite.checksum = xxh3_bytes(content);
+  suite.checksum = to_hex(xxh3_128(content));
 
   std::set<std::string> ids;
   std::istringstream lines(content);

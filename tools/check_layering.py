@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """Checks every project include against the layering table in README.md.
 
-The table between the `<!-- layering -->` markers is the rule: each row names a folder and the
-folders its sources may include from. A file belongs to the most specific folder listed; an
-include names a project file by its path from the repository root ("worker/engine/x.h"), and
-is allowed when that path lies in the file's own folder or in one the row lists. System and
+The list between the `<!-- layering -->` markers is the rule: one line of folders, lowest first
+("1. `base`"), and a folder's sources may include from the folder itself and every folder before
+it. A file belongs to the most specific folder listed; an include names a project file by its
+path from the repository root ("worker/engine/x.h"), and is allowed when that path lies in the
+file's own folder or in one listed before it. System and
 library headers (<...>) are not checked; neither are quoted includes that are not project paths.
 
 usage: tools/check_layering.py [ROOT]     exit 1 and one line per violation when any is found
@@ -18,22 +19,18 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 
 
 def read_rules(readme):
-    """{folder: [allowed folders]} from the README's layering table."""
+    """{folder: [folders it may include from]} from the README's layering list."""
     text = open(readme, encoding="utf-8").read()
     m = re.search(r"<!-- layering -->(.*?)<!-- /layering -->", text, re.S)
     if not m:
-        sys.exit(f"{readme}: no <!-- layering --> table")
-    rules = {}
-    for line in m.group(1).splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) < 2 or not cells[0].startswith("`"):
-            continue  # header, separator or prose
-        folder = cells[0].strip("`/")
-        allowed = re.findall(r"`([^`]+)`", cells[1])
-        rules[folder] = [a.strip("/") for a in allowed if a != "nothing"]
-    if not rules:
-        sys.exit(f"{readme}: the layering table has no rows")
-    return rules
+        sys.exit(f"{readme}: no <!-- layering --> list")
+    line = re.findall(r"^\s*\d+\.\s+`([^`]+)`", m.group(1), re.M)
+    if not line:
+        sys.exit(f"{readme}: the layering list names no folder")
+    folders = [f.strip("/") for f in line]
+    if len(set(folders)) != len(folders):
+        sys.exit(f"{readme}: the layering list names a folder twice")
+    return {f: folders[:i] for i, f in enumerate(folders)}
 
 
 def owner(path, folders):
@@ -80,9 +77,9 @@ def main():
     for v in violations:
         print(v)
     if violations:
-        print(f"layering: {len(violations)} include(s) against the table in README.md")
+        print(f"layering: {len(violations)} include(s) against the layering list in README.md")
         return 1
-    print("layering: every include follows the table in README.md")
+    print("layering: every include follows the layering list in README.md")
     return 0
 
 

@@ -5,7 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "weight-server/model/read_file.h"
+#include "base/read_file.h"
 
 namespace hearth {
 namespace {

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "weight-server/model/read_file.h"
+#include "base/read_file.h"
 
 namespace hearth {
 namespace {

@@ -11,7 +11,7 @@ namespace hearth {
 inline constexpr size_t kMaxPromptBytes = size_t(64) << 20;
 
 // The bytes of `path` exactly as stored (a final newline included), or all of stdin for "-".
-// A path must name a regular file (weight-server/model/read_file.h's rules). Throws
+// A path must name a regular file (base/read_file.h's rules). Throws
 // std::runtime_error naming the path (or "stdin") when it cannot be read or holds more than
 // kMaxPromptBytes.
 std::string read_prompt_file(const std::string& path);

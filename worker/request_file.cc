@@ -2,10 +2,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ipc/json_limits.h"
+#include "base/json_limits.h"
 #include "ipc/serve_limits.h"
 #include "worker/engine/profile.h"
-#include "worker/tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace hearth {
 

@@ -12,7 +12,7 @@
 #include "ipc/cli_checks.h"
 #include "ipc/cli_values.h"
 #include "ipc/main_guard.h"
-#include "weight-server/model/read_file.h"
+#include "base/read_file.h"
 #include "worker/engine/backend_factory.h"
 #include "worker/engine/engine.h"
 #include "worker/engine/model_weights.h"
@@ -22,7 +22,7 @@
 #include "worker/output_sink.h"
 #include "worker/request_file.h"
 #include "worker/startup_timeline.h"
-#include "worker/tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "worker/worker_model.h"
 
 namespace {

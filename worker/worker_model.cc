@@ -5,11 +5,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ipc/json_limits.h"
+#include "base/json_limits.h"
 #include "weight-server/model/hf_model.h"
 #include "weight-server/model/host_store.h"
 #include "worker/model_identity.h"
-#include "worker/tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace hearth {
 

@@ -14,7 +14,7 @@
 #include "weight-server/sharing/model_import.h"
 #include "weight-server/model/weight_store.h"
 #include "worker/engine/engine_weights.h"
-#include "worker/tokenizer/tokenizer_loader.h"
+#include "tokenizer/tokenizer_loader.h"
 
 namespace hearth {
 

@@ -8,7 +8,7 @@
 #include "gateway/http/message.h"
 #include "gateway/http/request_parser.h"
 #include "gateway/http/service.h"
-#include "ipc/unique_fd.h"
+#include "base/unique_fd.h"
 
 namespace hearth::http {
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "gateway/http/service.h"
-#include "ipc/unique_fd.h"
+#include "base/unique_fd.h"
 
 namespace hearth::http {
 

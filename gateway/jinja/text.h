@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "ipc/utf8.h"
+#include "base/utf8.h"
 
 namespace hearth::jinja::text {
 

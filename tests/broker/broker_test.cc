@@ -217,7 +217,7 @@ TEST_F(Garbage, InvalidJson) {
 }
 
 // The parser's complaint is readable (not "(unprintable message)") and never quotes what was
-// sent: the shared JSON reader (ipc/json_limits.h) names only the line and column.
+// sent: the shared JSON reader (base/json_limits.h) names only the line and column.
 TEST_F(Garbage, BytesThatAreNotUtf8) {
   UniqueFd socket = raw_connect(server_.path());
   const std::string payload = "{\"op\": \"hello\", \"id\": \xff\xfe}";

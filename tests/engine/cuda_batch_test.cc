@@ -20,7 +20,7 @@
 #include "weight-server/model/device_store.h"
 #include "weight-server/model/hf_model.h"
 #include "weight-server/model/host_store.h"
-#include "weight-server/model/read_file.h"
+#include "base/read_file.h"
 #include "worker/engine/backend_factory.h"
 #include "worker/engine/cpu_backend.h"
 #include "worker/engine/cuda/cuda_backend.h"

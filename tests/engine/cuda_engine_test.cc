@@ -19,7 +19,7 @@
 #include "worker/engine/profile.h"
 #include "worker/engine/cuda/cuda_backend.h"
 #include "worker/engine/generator.h"
-#include "weight-server/model/read_file.h"
+#include "base/read_file.h"
 
 namespace hearth {
 namespace {

@@ -10,9 +10,9 @@
 #include "worker/engine/backend_factory.h"
 #include "worker/engine/profile.h"
 #include "worker/engine/generator.h"
-#include "worker/tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "worker/worker_model.h"
-#include "weight-server/model/read_file.h"
+#include "base/read_file.h"
 
 namespace hearth {
 namespace {

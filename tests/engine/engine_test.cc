@@ -19,7 +19,7 @@
 #include "worker/engine/cpu_backend.h"
 #include "worker/engine/engine.h"
 #include "worker/engine/generator.h"
-#include "worker/tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 #include "worker/worker_model.h"
 
 namespace hearth {

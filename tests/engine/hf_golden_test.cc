@@ -13,7 +13,7 @@
 #include "weight-server/model/hf_model.h"
 #include "weight-server/model/host_store.h"
 #include "worker/engine/cpu_backend.h"
-#include "weight-server/model/read_file.h"
+#include "base/read_file.h"
 
 namespace hearth {
 namespace {

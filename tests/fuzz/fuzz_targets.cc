@@ -12,17 +12,17 @@
 #include "gateway/request_json.h"
 #include "gateway/token_request.h"
 #include "ipc/errors.h"
-#include "ipc/json_limits.h"
+#include "base/json_limits.h"
 #include "ipc/protocol.h"
 #include "ipc/serve_limits.h"
-#include "ipc/utf8.h"
+#include "base/utf8.h"
 #include "weight-server/model/hf_model.h"
 #include "weight-server/model/model_config.h"
 #include "weight-server/model/safetensors.h"
 #include "worker/engine/profile.h"
 #include "worker/engine/request.h"
 #include "worker/serve_protocol.h"
-#include "worker/tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace hearth::fuzz {
 

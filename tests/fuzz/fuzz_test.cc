@@ -10,7 +10,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "ipc/json_limits.h"
+#include "base/json_limits.h"
 #include "tests/fuzz/fuzz_targets.h"
 #include "tests/fuzz/mutator.h"
 

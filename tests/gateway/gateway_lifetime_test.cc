@@ -13,7 +13,7 @@
 
 #include <gtest/gtest.h>
 
-#include "ipc/unique_fd.h"
+#include "base/unique_fd.h"
 #include "tests/gateway/gateway_process.h"
 #include "tests/ipc/test_util.h"
 

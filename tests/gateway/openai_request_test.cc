@@ -12,7 +12,7 @@
 #include "gateway/openai_request.h"
 #include "gateway/request_json.h"
 #include "gateway/token_request.h"
-#include "ipc/utf8.h"
+#include "base/utf8.h"
 
 namespace hearth::gateway {
 namespace {

@@ -18,7 +18,7 @@
 #include <utility>
 #include <vector>
 
-#include "ipc/unique_fd.h"
+#include "base/unique_fd.h"
 
 namespace hearth::test {
 

@@ -9,7 +9,7 @@
 #include <functional>
 
 #include "ipc/frame.h"
-#include "ipc/json_limits.h"
+#include "base/json_limits.h"
 
 namespace hearth::fuzz {
 namespace {

@@ -1,7 +1,7 @@
 // The limits every reader of outside JSON shares: nesting depth (counted without parsing, so
 // that nothing recurses), UTF-8, messages that never quote the text, and bounded excerpts.
-#include "ipc/json_limits.h"
-#include "ipc/utf8.h"
+#include "base/json_limits.h"
+#include "base/utf8.h"
 
 #include <gtest/gtest.h>
 

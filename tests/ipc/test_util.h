@@ -18,7 +18,7 @@
 #include <thread>
 #include <utility>
 
-#include "ipc/unique_fd.h"
+#include "base/unique_fd.h"
 
 namespace hearth::test {
 

@@ -1,4 +1,4 @@
-#include "ipc/unique_fd.h"
+#include "base/unique_fd.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

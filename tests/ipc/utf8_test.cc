@@ -1,7 +1,7 @@
-// ipc/utf8.h, the one UTF-8 definition: every code point round-trips through append_utf8 and
+// base/utf8.h, the one UTF-8 definition: every code point round-trips through append_utf8 and
 // utf8_char_length, and the ill-formed sequences of Unicode's table 3-7 are refused by all three
 // views of it (char length, find_invalid_utf8, is_valid_utf8).
-#include "ipc/utf8.h"
+#include "base/utf8.h"
 
 #include <gtest/gtest.h>
 

@@ -11,7 +11,7 @@
 #include "weight-server/sharing/manifest.h"
 #include "weight-server/daemon/model_spec.h"
 #include "weight-server/daemon/served_model.h"
-#include "weight-server/model/read_file.h"
+#include "base/read_file.h"
 
 namespace hearth {
 namespace {

@@ -9,7 +9,7 @@
 #include <functional>
 #include <random>
 
-#include "digest.h"
+#include "base/digest.h"
 #include "image_builder.h"
 #include "image_format.h"
 #include "image_writer.h"

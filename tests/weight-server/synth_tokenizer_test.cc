@@ -9,7 +9,7 @@
 
 #include "tools/synth_model.h"
 #include "weight-server/model/hf_model.h"
-#include "weight-server/model/read_file.h"
+#include "base/read_file.h"
 
 namespace hearth {
 namespace {

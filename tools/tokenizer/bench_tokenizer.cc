@@ -28,7 +28,7 @@
 #include <vector>
 
 #include "tokenizer.h"
-#include "weight-server/model/read_file.h"
+#include "base/read_file.h"
 
 namespace {
 

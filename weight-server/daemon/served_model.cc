@@ -8,7 +8,7 @@
 #include "weight-server/sharing/memfd_store.h"
 #include "weight-server/model/parallel_for.h"
 #include "weight-server/sharing/vmm_backend.h"
-#include "worker/tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace hearth {
 

@@ -7,8 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ipc/json_limits.h"
-#include "ipc/utf8.h"
+#include "base/json_limits.h"
+#include "base/utf8.h"
 #include "weight-server/model/model_directory.h"
 
 namespace hearth {

@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-#include "weight-server/model/mapped_file.h"
+#include "base/mapped_file.h"
 #include "weight-server/model/model_config.h"
 #include "weight-server/model/safetensors.h"
 

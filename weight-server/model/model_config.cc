@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ipc/json_limits.h"
+#include "base/json_limits.h"
 
 namespace hearth {
 

@@ -14,8 +14,8 @@
 #include <string>
 #include <string_view>
 
-#include "ipc/unique_fd.h"
-#include "weight-server/model/read_file.h"
+#include "base/unique_fd.h"
+#include "base/read_file.h"
 
 namespace hearth {
 

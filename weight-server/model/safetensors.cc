@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "ipc/json_limits.h"
+#include "base/json_limits.h"
 
 namespace hearth {
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "weight-server/model/dtype.h"
-#include "weight-server/model/mapped_file.h"
+#include "base/mapped_file.h"
 
 namespace hearth {
 

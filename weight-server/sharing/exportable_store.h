@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <string>
 
-#include "ipc/unique_fd.h"
+#include "base/unique_fd.h"
 #include "weight-server/model/weight_store.h"
 
 namespace hearth {

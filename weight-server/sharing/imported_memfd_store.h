@@ -6,9 +6,9 @@
 
 #include <vector>
 
-#include "ipc/unique_fd.h"
+#include "base/unique_fd.h"
 #include "weight-server/sharing/manifest.h"
-#include "weight-server/model/mapped_file.h"
+#include "base/mapped_file.h"
 #include "weight-server/model/weight_store.h"
 
 namespace hearth {

@@ -5,9 +5,9 @@
 #include <set>
 #include <stdexcept>
 
-#include "ipc/json_limits.h"
+#include "base/json_limits.h"
 #include "weight-server/model/hf_model.h"
-#include "weight-server/model/read_file.h"
+#include "base/read_file.h"
 #include "weight-server/sharing/checksum.h"
 
 namespace hearth {

@@ -41,7 +41,7 @@ struct ManifestTensor {
 inline constexpr std::string_view kTokenizerJsonFile = "tokenizer.json";
 inline constexpr std::string_view kTokenizerConfigFile = "tokenizer_config.json";
 inline constexpr std::string_view kGenerationConfigFile = "generation_config.json";
-// The server's tokenizer image of tokenizer.json (worker/tokenizer/README.md).
+// The server's tokenizer image of tokenizer.json (tokenizer/README.md).
 inline constexpr std::string_view kTokenizerImageFile = "tokenizer.image";
 inline constexpr std::string_view kManifestFileNames[] = {
     kTokenizerJsonFile, kTokenizerConfigFile, kGenerationConfigFile, kTokenizerImageFile};

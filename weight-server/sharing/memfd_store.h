@@ -9,7 +9,7 @@
 
 #include "weight-server/sharing/exportable_store.h"
 #include "weight-server/model/hf_model.h"
-#include "weight-server/model/mapped_file.h"
+#include "base/mapped_file.h"
 #include "weight-server/sharing/sealed_memfd.h"
 
 namespace hearth {

@@ -7,7 +7,7 @@
 #include <span>
 #include <string>
 
-#include "ipc/unique_fd.h"
+#include "base/unique_fd.h"
 
 namespace hearth {
 

@@ -13,8 +13,8 @@
 #include <utility>
 #include <vector>
 
-#include "ipc/unique_fd.h"
-#include "weight-server/model/mapped_file.h"
+#include "base/unique_fd.h"
+#include "base/mapped_file.h"
 #include "weight-server/sharing/manifest.h"
 #include "weight-server/sharing/sealed_memfd.h"
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "ipc/unique_fd.h"
+#include "base/unique_fd.h"
 #include "weight-server/sharing/exportable_store.h"
 #include "weight-server/model/hf_model.h"
 #include "weight-server/sharing/manifest.h"

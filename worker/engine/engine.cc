@@ -5,7 +5,7 @@
 
 #include "worker/engine/cache_domain.h"
 #include "worker/engine/stop_matcher.h"
-#include "worker/tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer.h"
 
 namespace hearth {
 

@@ -6,8 +6,8 @@
 #include <map>
 #include <stdexcept>
 
-#include "ipc/json_limits.h"
-#include "weight-server/model/read_file.h"
+#include "base/json_limits.h"
+#include "base/read_file.h"
 #include "worker/engine/logprobs.h"
 
 namespace hearth {

@@ -1,4 +1,4 @@
-#include "weight-server/model/read_file.h"
+#include "base/read_file.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -8,7 +8,7 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "ipc/unique_fd.h"
+#include "base/unique_fd.h"
 
 namespace hearth {
 

@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "digest.h"
+#include "base/digest.h"
 
 namespace hearth::tok {
 namespace {

@@ -3,7 +3,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "ipc/json_limits.h"
+#include "base/json_limits.h"
 
 namespace hearth::tok {
 

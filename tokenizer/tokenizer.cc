@@ -3,8 +3,8 @@
 #include <memory>
 #include <stdexcept>
 
-#include "digest.h"
-#include "file_mapping.h"
+#include "base/digest.h"
+#include "base/mapped_file.h"
 #include "image_builder.h"
 #include "image_reader.h"
 #include "image_writer.h"
@@ -38,7 +38,7 @@ Tokenizer Tokenizer::from_json(std::string_view tokenizer_json) {
 std::vector<std::byte> Tokenizer::build_image(std::string_view tokenizer_json) {
   const tok::TokenizerParts parts = tok::build_tokenizer_parts(tokenizer_json);
   make_impl(parts.settings, parts.tables.view(), nullptr);  // refuses what from_json refuses
-  return tok::write_image(parts.settings.dump(), parts.tables, tok::xxh3_128(tokenizer_json));
+  return tok::write_image(parts.settings.dump(), parts.tables, xxh3_128(tokenizer_json));
 }
 
 Tokenizer Tokenizer::from_image(std::span<const std::byte> image,
@@ -59,7 +59,8 @@ Tokenizer Tokenizer::from_image(std::span<const std::byte> image,
 }
 
 Tokenizer Tokenizer::from_image_file(const std::filesystem::path& path) {
-  auto mapping = std::make_shared<const tok::FileMapping>(path);
+  auto mapping =
+      std::make_shared<const MappedFile>(MappedFile::open(path, MappedFile::Prefault::kYes));
   try {
     return from_image(mapping->bytes(), mapping);
   } catch (const std::runtime_error& e) {
@@ -74,11 +75,10 @@ std::filesystem::path tokenizer_json_path(const std::filesystem::path& path) {
 
 Tokenizer Tokenizer::from_file(const std::filesystem::path& path) {
   const std::filesystem::path file = tokenizer_json_path(path);
-  // The tokenizer library's own whole-file reader (weight-server/'s read_file is a layer it may
-  // not use): a mapping, which refuses FIFOs and other non-regular files rather than blocking.
-  std::unique_ptr<tok::FileMapping> content;
+  // A mapping, not a copy: it refuses FIFOs and other non-regular files rather than blocking.
+  std::optional<MappedFile> content;
   try {
-    content = std::make_unique<tok::FileMapping>(file);
+    content = MappedFile::open(file, MappedFile::Prefault::kYes);
   } catch (const std::runtime_error& e) {
     throw std::runtime_error(std::string("cannot open tokenizer file ") + e.what());
   }

@@ -4,7 +4,7 @@
 #include <iostream>
 #include <stdexcept>
 
-#include "digest.h"
+#include "base/digest.h"
 #include "image_reader.h"
 
 namespace hearth {
@@ -29,7 +29,7 @@ std::optional<Tokenizer> open_shared_image(const TokenizerInputs& inputs, std::s
   if (inputs.image.empty()) return std::nullopt;
   try {
     // A well-formed image of another tokenizer.json would encode every prompt wrongly.
-    if (tok::peek_source_hash(inputs.image) != tok::xxh3_128(inputs.json))
+    if (tok::peek_source_hash(inputs.image) != xxh3_128(inputs.json))
       throw std::runtime_error("tokenizer image: built from a different tokenizer.json");
     return Tokenizer::from_image(inputs.image, inputs.image_owner);
   } catch (const std::runtime_error& e) {

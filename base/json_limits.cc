@@ -1,5 +1,5 @@
-#include "ipc/json_limits.h"
-#include "ipc/utf8.h"
+#include "base/json_limits.h"
+#include "base/utf8.h"
 
 namespace hearth {
 

@@ -10,8 +10,8 @@
 
 #include "atomic_file.h"
 #include "cache_budget.h"
-#include "digest.h"
-#include "file_mapping.h"
+#include "base/digest.h"
+#include "base/mapped_file.h"
 #include "image_reader.h"
 
 namespace hearth {
@@ -32,12 +32,13 @@ void report(const TokenizerCacheOptions& options, const std::string& message) {
 
 // The cached image at `path` if it exists and is the image of `key`; nullopt (with a warning
 // unless it is simply missing) otherwise.
-std::optional<Tokenizer> open_cached(const std::filesystem::path& path, const tok::Digest128& key,
+std::optional<Tokenizer> open_cached(const std::filesystem::path& path, const Digest128& key,
                                      const TokenizerCacheOptions& options) {
   std::error_code ec;
   if (!std::filesystem::exists(path, ec)) return std::nullopt;
   try {
-    auto mapping = std::make_shared<const tok::FileMapping>(path);
+    auto mapping =
+        std::make_shared<const MappedFile>(MappedFile::open(path, MappedFile::Prefault::kYes));
     if (tok::peek_source_hash(mapping->bytes()) != key) {
       throw std::runtime_error("built from a different tokenizer.json");
     }
@@ -96,11 +97,11 @@ CachedTokenizer load_tokenizer_cached(std::string_view tokenizer_json,
   }
   if (!dir) return {Tokenizer::from_json(tokenizer_json), TokenizerSource::kParsed, {}};
 
-  const tok::Digest128 key = tok::xxh3_128(tokenizer_json);
+  const Digest128 key = xxh3_128(tokenizer_json);
   // The format version is in the name, so builds that read different versions can share a
   // directory without overwriting each other's images.
   const std::filesystem::path image_path =
-      *dir / (tok::to_hex(key) + ".v" + std::to_string(tok::kImageVersion) + ".tokimg");
+      *dir / (to_hex(key) + ".v" + std::to_string(tok::kImageVersion) + ".tokimg");
   if (std::optional<Tokenizer> hit = open_cached(image_path, key, options)) {
     tok::mark_image_used(image_path);  // the least recently used go first
     return {std::move(*hit), TokenizerSource::kCacheHit, image_path};
@@ -125,9 +126,9 @@ CachedTokenizer load_tokenizer_cached(std::string_view tokenizer_json,
 CachedTokenizer load_tokenizer_file_cached(const std::filesystem::path& path,
                                            const TokenizerCacheOptions& options) {
   const std::filesystem::path file = tokenizer_json_path(path);
-  std::unique_ptr<tok::FileMapping> json;
+  std::optional<MappedFile> json;
   try {
-    json = std::make_unique<tok::FileMapping>(file);
+    json = MappedFile::open(file, MappedFile::Prefault::kYes);
   } catch (const std::runtime_error& e) {
     throw std::runtime_error(std::string("cannot open tokenizer file ") + e.what());
   }

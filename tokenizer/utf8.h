@@ -1,6 +1,6 @@
 // UTF-8 helpers for the tokenizer: decoding code points and repair of ill-formed input by
 // U+FFFD substitution (whole and incremental, so streaming and batch decode agree). Validation
-// and encoding are the project's one definition, ipc/utf8.h.
+// and encoding are the project's one definition, base/utf8.h.
 #pragma once
 
 #include <cstddef>
@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-#include "ipc/utf8.h"
+#include "base/utf8.h"
 
 namespace hearth::tok {
 

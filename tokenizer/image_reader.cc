@@ -5,7 +5,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "digest.h"
+#include "base/digest.h"
 #include "utf8.h"
 
 namespace hearth::tok {

@@ -24,6 +24,8 @@
 #include <cstdint>
 #include <string_view>
 
+#include "base/digest.h"
+
 namespace hearth::tok {
 
 static_assert(std::endian::native == std::endian::little,
@@ -48,9 +50,6 @@ struct SectionEntry {
   uint64_t offset;    // from the start of the image
   uint64_t size;      // bytes
 };
-
-// A 128-bit XXH3 digest as (low, high).
-using Digest128 = std::array<uint64_t, 2>;
 
 struct ImageHeader {
   std::array<char, 8> magic;

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "atomic_file.h"
-#include "ipc/json_limits.h"
+#include "base/json_limits.h"
 #include "tokenizer.h"
 #include "tokenizer_cache.h"
 

@@ -18,7 +18,7 @@
 #include "ipc/frame.h"
 #include "ipc/frame_reader.h"
 #include "ipc/protocol.h"
-#include "ipc/unique_fd.h"
+#include "base/unique_fd.h"
 
 namespace hearth::broker {
 

@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "ipc/errors.h"
-#include "ipc/unique_fd.h"
+#include "base/unique_fd.h"
 
 namespace hearth::broker {
 

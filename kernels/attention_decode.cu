@@ -12,6 +12,7 @@
 #include <algorithm>
 
 #include "kernels/cuda_check.h"
+#include "kernels/device_sm_count.h"
 #include "kernels/half_utils.cuh"
 #include "kernels/pdl.cuh"
 
@@ -23,19 +24,9 @@ constexpr int kTile = 128;
 constexpr int kThreads = 512;
 constexpr int kMaxGroup = 16;
 
-int sm_count() {
-  static const int n = [] {
-    int device = 0, v = 132;
-    cudaGetDevice(&device);
-    cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, device);
-    return v;
-  }();
-  return n;
-}
-
 int max_splits(int context, int n_kv_heads) {
   const int tiles = (context + kTile - 1) / kTile;
-  return std::max(1, std::min(tiles, sm_count() / std::max(1, n_kv_heads)));
+  return std::max(1, std::min(tiles, device_sm_count() / std::max(1, n_kv_heads)));
 }
 
 template <int kHeadDim>

@@ -7,6 +7,7 @@
 
 #include "kernels/cuda_check.h"
 #include "kernels/half_utils.cuh"
+#include "kernels/head_dim_dispatch.h"
 #include "kernels/mma.cuh"
 
 namespace hearth::kernels {
@@ -205,27 +206,13 @@ void launch(const PrefillAttentionArgs& a, cudaStream_t stream) {
 }  // namespace
 
 bool attention_prefill_supports(int head_dim) {
-  return head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128;
+  return head_dim_supported(head_dim);
 }
 
 void attention_prefill(Half type, const PrefillAttentionArgs& a, cudaStream_t stream) {
   HEARTH_DISPATCH_HALF(type, T, {
-    switch (a.head_dim) {
-      case 16:
-        launch<T, 16>(a, stream);
-        break;
-      case 32:
-        launch<T, 32>(a, stream);
-        break;
-      case 64:
-        launch<T, 64>(a, stream);
-        break;
-      case 128:
-        launch<T, 128>(a, stream);
-        break;
-      default:
-        throw std::runtime_error("attention_prefill: head_dim must be 16, 32, 64 or 128");
-    }
+    dispatch_head_dim(a.head_dim, "attention_prefill",
+                      [&](auto d) { launch<T, decltype(d)::value>(a, stream); });
   });
 }
 

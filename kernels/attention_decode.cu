@@ -12,7 +12,9 @@
 #include <algorithm>
 
 #include "kernels/cuda_check.h"
+#include "kernels/device_sm_count.h"
 #include "kernels/half_utils.cuh"
+#include "kernels/head_dim_dispatch.h"
 #include "kernels/pdl.cuh"
 
 namespace hearth::kernels {
@@ -23,19 +25,9 @@ constexpr int kTile = 128;
 constexpr int kThreads = 512;
 constexpr int kMaxGroup = 16;
 
-int sm_count() {
-  static const int n = [] {
-    int device = 0, v = 132;
-    cudaGetDevice(&device);
-    cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, device);
-    return v;
-  }();
-  return n;
-}
-
 int max_splits(int context, int n_kv_heads) {
   const int tiles = (context + kTile - 1) / kTile;
-  return std::max(1, std::min(tiles, sm_count() / std::max(1, n_kv_heads)));
+  return std::max(1, std::min(tiles, device_sm_count() / std::max(1, n_kv_heads)));
 }
 
 template <int kHeadDim>
@@ -287,22 +279,8 @@ void attention_decode(Half type, const DecodeAttentionArgs& a, cudaStream_t stre
     throw std::runtime_error(
         "attention_decode: GQA groups larger than 16 (8 at head_dim 128) are not supported");
   HEARTH_DISPATCH_HALF(type, T, {
-    switch (a.head_dim) {
-      case 16:
-        launch<T, 16>(a, stream);
-        break;
-      case 32:
-        launch<T, 32>(a, stream);
-        break;
-      case 64:
-        launch<T, 64>(a, stream);
-        break;
-      case 128:
-        launch<T, 128>(a, stream);
-        break;
-      default:
-        throw std::runtime_error("attention_decode: head_dim must be 16, 32, 64 or 128");
-    }
+    dispatch_head_dim(a.head_dim, "attention_decode",
+                      [&](auto d) { launch<T, decltype(d)::value>(a, stream); });
   });
 }
 

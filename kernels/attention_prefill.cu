@@ -7,6 +7,8 @@
 
 #include "kernels/cuda_check.h"
 #include "kernels/half_utils.cuh"
+#include "kernels/head_dim_dispatch.h"
+#include "kernels/mma.cuh"
 
 namespace hearth::kernels {
 
@@ -25,59 +27,6 @@ struct Tile {
     return (row * kChunks + (chunk ^ (row & (kSwizzle - 1)))) * 8;
   }
 };
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) {
-  return uint32_t(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
-
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(smem_addr(p)));
-}
-
-template <typename T>
-__device__ __forceinline__ void mma(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                    uint32_t b1);
-
-template <>
-__device__ __forceinline__ void mma<__nv_bfloat16>(float (&d)[4], const uint32_t (&a)[4],
-                                                   uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-template <>
-__device__ __forceinline__ void mma<__half>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0,
-                                            uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-template <typename T>
-__device__ __forceinline__ uint32_t pack(float lo, float hi);
-template <>
-__device__ __forceinline__ uint32_t pack<__nv_bfloat16>(float lo, float hi) {
-  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&v);
-}
-template <>
-__device__ __forceinline__ uint32_t pack<__half>(float lo, float hi) {
-  __half2 v = __floats2half2_rn(lo, hi);
-  return *reinterpret_cast<uint32_t*>(&v);
-}
 
 // Copies `rows` rows (of a [*, row_stride] array starting at `src`) into a swizzled tile;
 // rows past `valid` are zero-filled.
@@ -152,8 +101,8 @@ __global__ void __launch_bounds__(kWarps * 32) prefill_kernel(PrefillAttentionAr
         uint32_t b[4];
         const int mi = lane >> 3;
         ldmatrix_x4(b, ks + L::at(np * 16 + (lane & 7) + (mi >> 1) * 8, 2 * st + (mi & 1)));
-        mma<T>(s[2 * np], qf[st], b[0], b[1]);
-        mma<T>(s[2 * np + 1], qf[st], b[2], b[3]);
+        mma_16816<T>(s[2 * np], qf[st], b[0], b[1]);
+        mma_16816<T>(s[2 * np + 1], qf[st], b[2], b[3]);
       }
     }
 
@@ -206,16 +155,17 @@ __global__ void __launch_bounds__(kWarps * 32) prefill_kernel(PrefillAttentionAr
     // O += P V: P's accumulators are already laid out as A fragments (16 keys per k-step).
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
-      const uint32_t p[4] = {
-          pack<T>(s[2 * kk][0], s[2 * kk][1]), pack<T>(s[2 * kk][2], s[2 * kk][3]),
-          pack<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]), pack<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      const uint32_t p[4] = {pack_half2<T>(s[2 * kk][0], s[2 * kk][1]),
+                             pack_half2<T>(s[2 * kk][2], s[2 * kk][3]),
+                             pack_half2<T>(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                             pack_half2<T>(s[2 * kk + 1][2], s[2 * kk + 1][3])};
 #pragma unroll
       for (int dp = 0; dp < kDTiles / 2; ++dp) {
         uint32_t b[4];
         const int mi = lane >> 3;
         ldmatrix_x4_trans(b, vs + L::at(kk * 16 + (lane & 7) + (mi & 1) * 8, 2 * dp + (mi >> 1)));
-        mma<T>(o[2 * dp], p, b[0], b[1]);
-        mma<T>(o[2 * dp + 1], p, b[2], b[3]);
+        mma_16816<T>(o[2 * dp], p, b[0], b[1]);
+        mma_16816<T>(o[2 * dp + 1], p, b[2], b[3]);
       }
     }
   }
@@ -232,10 +182,10 @@ __global__ void __launch_bounds__(kWarps * 32) prefill_kernel(PrefillAttentionAr
     const int col = head * kHeadDim + t * 8 + 2 * (lane & 3);
     if (row_a < a.n)
       *reinterpret_cast<uint32_t*>(out + int64_t(row_a) * q_dim + col) =
-          pack<T>(o[t][0] * inv_a, o[t][1] * inv_a);
+          pack_half2<T>(o[t][0] * inv_a, o[t][1] * inv_a);
     if (row_a + 8 < a.n)
       *reinterpret_cast<uint32_t*>(out + int64_t(row_a + 8) * q_dim + col) =
-          pack<T>(o[t][2] * inv_b, o[t][3] * inv_b);
+          pack_half2<T>(o[t][2] * inv_b, o[t][3] * inv_b);
   }
 }
 
@@ -256,27 +206,13 @@ void launch(const PrefillAttentionArgs& a, cudaStream_t stream) {
 }  // namespace
 
 bool attention_prefill_supports(int head_dim) {
-  return head_dim == 16 || head_dim == 32 || head_dim == 64 || head_dim == 128;
+  return head_dim_supported(head_dim);
 }
 
 void attention_prefill(Half type, const PrefillAttentionArgs& a, cudaStream_t stream) {
   HEARTH_DISPATCH_HALF(type, T, {
-    switch (a.head_dim) {
-      case 16:
-        launch<T, 16>(a, stream);
-        break;
-      case 32:
-        launch<T, 32>(a, stream);
-        break;
-      case 64:
-        launch<T, 64>(a, stream);
-        break;
-      case 128:
-        launch<T, 128>(a, stream);
-        break;
-      default:
-        throw std::runtime_error("attention_prefill: head_dim must be 16, 32, 64 or 128");
-    }
+    dispatch_head_dim(a.head_dim, "attention_prefill",
+                      [&](auto d) { launch<T, decltype(d)::value>(a, stream); });
   });
 }
 

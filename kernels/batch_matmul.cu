@@ -20,6 +20,7 @@
 
 #include "kernels/batch_ops.h"
 #include "kernels/cuda_check.h"
+#include "kernels/device_sm_count.h"
 #include "kernels/half_utils.cuh"
 #include "kernels/mma.cuh"
 #include "kernels/pdl.cuh"
@@ -378,16 +379,6 @@ struct Choice {
   bool grid;   // K slices spread over blocks (partials in the workspace)
 };
 
-int sm_count() {
-  static const int n = [] {
-    int device = 0, v = 132;
-    cudaGetDevice(&device);
-    cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, device);
-    return v;
-  }();
-  return n;
-}
-
 int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }
@@ -403,7 +394,7 @@ Choice choose(int m, int n, int k, bool swiglu, MatmulTiles forced) {
         ceil_div(m, LargeTiles::BM) * ceil_div(n, swiglu ? LargeTiles::BN / 2 : LargeTiles::BN);
     if (m <= kSkinnyMaxM)
       t = MatmulTiles::Skinny;
-    else if (large >= sm_count() * 3 / 4)
+    else if (large >= device_sm_count() * 3 / 4)
       t = MatmulTiles::Large;
     else if (m <= kSpreadMaxM && n < 2048)
       t = MatmulTiles::Skinny;  // few weight rows: streaming them again per 64 rows is cheaper

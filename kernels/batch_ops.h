@@ -134,11 +134,11 @@ void paged_attention(Half type, const PagedAttentionArgs& args, cudaStream_t str
 
 // ---- Batched sampling ------------------------------------------------------------------------
 // Row r of logits [rows, vocab] is sampled with params[r] under the host sampler's rules
-// (worker/sampler.h): repetition penalty over the row's seen tokens, then greedy (temperature
-// <= 0 or top_k == 1: the highest penalised logit, lowest id among equals) or temperature,
-// top-k, top-p, min-p and the Philox uniform of (seed, step). tokens[r] and logprobs[r] (the
-// raw log-softmax) are written. Rows never share work, so a row's result does not depend on
-// the others.
+// (worker/engine/sampler.h): repetition penalty over the row's seen tokens, then greedy
+// (temperature <= 0 or top_k == 1: the highest penalised logit, lowest id among equals) or
+// temperature, top-k, top-p, min-p and the Philox uniform of (seed, step). tokens[r] and
+// logprobs[r] (the raw log-softmax) are written. Rows never share work, so a row's result does
+// not depend on the others.
 struct SampleRowParams {
   uint64_t seed = 0, step = 0;
   float temperature = 1.0f;  // <= 0: greedy

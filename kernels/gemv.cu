@@ -7,6 +7,7 @@
 // Sums run in a fixed order (per lane over its chunks, then a fixed butterfly), so results
 // are bit-reproducible.
 #include "kernels/cuda_check.h"
+#include "kernels/device_sm_count.h"
 #include "kernels/half_utils.cuh"
 #include "kernels/pdl.cuh"
 
@@ -213,14 +214,8 @@ int items_of(const GemvArgs& a) {
 // normalised input costs each block a prologue, so those stay at one warp per row.
 // (Measured on an H100, 8B shapes: o_proj best at 2, down_proj at 4, the rest at 1.)
 int auto_split(int items, int k, bool norm) {
-  static const int sms = [] {
-    int device = 0, n = 132;
-    cudaGetDevice(&device);
-    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device);
-    return n;
-  }();
   if (norm) return 1;
-  const int want = sms * 16 * 4;  // about four waves of 16 resident warps per SM
+  const int want = device_sm_count() * 16 * 4;  // about four waves of 16 resident warps per SM
   int split = 1;
   while (split < kWarps && items * split < want && k >= 2048 * 2 * split) split *= 2;
   return split;

@@ -126,7 +126,7 @@ void argmax_logprob(const float* logits, int vocab, const uint8_t* seen, float p
 void set_decode_params(const int32_t* sampled, int32_t* token_out, int32_t* pos_out, int pos,
                        cudaStream_t stream);
 
-// Sampling with the host sampler's rules (worker/sampler.h), on the GPU: penalised logits
+// Sampling with the host sampler's rules (worker/engine/sampler.h), on the GPU: penalised logits
 // sorted by (logit desc, id asc), temperature, top-k, top-p, min-p, and the Philox uniform of
 // (seed, step) picking within the kept prefix. Writes the token and its raw log-softmax.
 struct SampleArgs {

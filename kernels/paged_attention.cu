@@ -20,6 +20,7 @@
 #include "kernels/batch_ops.h"
 #include "kernels/cuda_check.h"
 #include "kernels/half_utils.cuh"
+#include "kernels/head_dim_dispatch.h"
 #include "kernels/mma.cuh"
 #include "kernels/pdl.cuh"
 
@@ -465,7 +466,7 @@ __global__ void __launch_bounds__(256) merge_kernel(Params p) {
 
 void check(const PagedAttentionArgs& a, const Layout& l) {
   if (a.num_seqs < 1 || a.num_tokens < 1) fail("a step needs at least one sequence and token");
-  if (a.head_dim != 16 && a.head_dim != 32 && a.head_dim != 64 && a.head_dim != 128)
+  if (!head_dim_supported(a.head_dim))
     fail("head_dim must be 16, 32, 64 or 128, not " + std::to_string(a.head_dim));
   if (a.n_kv_heads < 1 || a.n_heads % a.n_kv_heads != 0 || a.n_heads / a.n_kv_heads > kRows)
     fail("n_heads (" + std::to_string(a.n_heads) + ") must be a multiple of n_kv_heads (" +
@@ -540,16 +541,8 @@ void paged_attention_plan(const PagedAttentionArgs& a, cudaStream_t stream) {
 void paged_attention(Half type, const PagedAttentionArgs& a, cudaStream_t stream) {
   check(a, layout_for(a.num_tokens, a.num_seqs, a.max_kv_len));
   HEARTH_DISPATCH_HALF(type, T, {
-    switch (a.head_dim) {
-      case 16:
-        return launch<T, 16>(a, stream);
-      case 32:
-        return launch<T, 32>(a, stream);
-      case 64:
-        return launch<T, 64>(a, stream);
-      default:
-        return launch<T, 128>(a, stream);
-    }
+    dispatch_head_dim(a.head_dim, "paged_attention",
+                      [&](auto d) { launch<T, decltype(d)::value>(a, stream); });
   });
 }
 

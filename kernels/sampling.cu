@@ -1,4 +1,4 @@
-// Sampling on the GPU with the host sampler's rules (worker/sampler.h): repetition penalty,
+// Sampling on the GPU with the host sampler's rules (worker/engine/sampler.h): repetition penalty,
 // temperature, top-k, top-p, min-p and one Philox uniform per step. Every token is sorted by
 // (penalised logit desc, id asc) with a radix sort of 64-bit keys, then one block walks the
 // sorted list: weights, the kept prefix, and the pick, with sums in a fixed order so the

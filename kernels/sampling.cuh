@@ -1,4 +1,4 @@
-// The GPU sampler's rules (worker/sampler.h) as block-level device functions, shared by the
+// The GPU sampler's rules (worker/engine/sampler.h) as block-level device functions, shared by the
 // one-row sampler (sampling.cu) and the batched one (batch_sampling.cu): sort keys that order
 // tokens by (penalised logit desc, id asc), fixed-order block reductions, the walk over the
 // sorted candidates (temperature weights, top-p, min-p, the Philox pick) and the raw logprob.

@@ -14,8 +14,8 @@
 // itself.
 //
 // Today a cache lives and dies with one engine, whose domain never changes; the domain is what
-// keeps keys meaningful once blocks are shared beyond one engine (DESIGN.md: prefixes exported
-// to the workers of one engine profile).
+// keeps keys meaningful once blocks are shared beyond one engine (planned: a prefix's KV
+// computed once per GPU and read by every worker with the same numerics).
 #pragma once
 
 #include <string_view>

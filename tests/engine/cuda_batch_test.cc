@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <filesystem>
 #include <map>
@@ -379,6 +380,39 @@ TEST_F(CudaBatchEngine, RefusesBadEntriesNamingThem) {
   ForwardBatch fine{{{ok, 0, table, false}}};
   b->forward(fine);
   EXPECT_THROW(b->logits(0), std::runtime_error);  // logits were not asked for
+}
+
+// Without an explicit size the pool is resolve_kv_pool's share of the free memory, capped at
+// max_running full contexts: with a GPU's memory the cap decides.
+TEST_F(CudaBatchEngine, DefaultPoolIsCappedAtMaxRunningContexts) {
+  HEARTH_REQUIRE_GPU();
+  auto b = backend(options(2048, 3, 0));
+  EXPECT_EQ(b->kv_pool().num_blocks, 3 * kContext / b->kv_pool().block_size);
+  EXPECT_EQ(b->kv_pool_bytes(),
+            size_t(b->kv_pool().num_blocks) * b->kv_pool().block_size *
+                size_t(CudaBatchBackend::kv_bytes_per_token(dev_->get()->config())));
+}
+
+// A batch is cut into sub-steps by tokens and by sequences, an entry straddling two when the
+// token budget ends inside it.
+TEST(CudaBatchSteps, SplitsByTokensAndSequences) {
+  const std::vector<int32_t> five(5), three(3), ten(10), table = {0};
+  const ForwardBatch batch{
+      {{five, 0, table, true}, {three, 0, table, true}, {ten, 0, table, true}}};
+  auto steps = [&](int max_tokens, int max_seqs) {
+    std::vector<std::array<int, 4>> out;
+    for (const SubStep& s : split_substeps(batch, max_tokens, max_seqs))
+      out.push_back({int(s.first), int(s.last), s.first_token, s.last_token});
+    return out;
+  };
+  using V = std::vector<std::array<int, 4>>;
+  EXPECT_EQ(steps(100, 100), (V{{0, 3, 0, 10}}));
+  // Tokens: 5 + 3 of 8, then 8 and 2 of the ten.
+  EXPECT_EQ(steps(8, 100), (V{{0, 2, 0, 3}, {2, 3, 0, 8}, {2, 3, 8, 10}}));
+  // Sequences: two at a time.
+  EXPECT_EQ(steps(100, 2), (V{{0, 2, 0, 3}, {2, 3, 0, 10}}));
+  // Both: 6 tokens cut the first entry's successor.
+  EXPECT_EQ(steps(6, 2), (V{{0, 2, 0, 1}, {1, 3, 1, 4}, {2, 3, 4, 10}}));
 }
 
 TEST_F(CudaBatchEngine, FactoryBuildsTheEngineAsked) {

@@ -99,5 +99,30 @@ TEST(KvPoolOptions, ResolveToBlocks) {
   EXPECT_EQ(resolve_kv_pool(o, 4096, int64_t(1) << 30).num_blocks, 4096 / 16);
 }
 
+// The GPU's pool comes from the same policy, given the device's free memory.
+TEST(KvPoolOptions, DeviceShareOfFreeMemory) {
+  EngineOptions o;
+  const int64_t per_token = 1024;
+  o.kv_block_size = 16;
+  o.max_running = 256;
+  const size_t free = size_t(10) << 20;  // 10 MiB: 10240 positions
+  // Default share 0.9, whole blocks: 9216 positions.
+  EXPECT_EQ(resolve_kv_pool(o, 512, per_token, free).num_blocks, 9216 / 16);
+  o.kv_pool_fraction = 0.5;
+  EXPECT_EQ(resolve_kv_pool(o, 512, per_token, free).num_blocks, 5120 / 16);
+  // At most max_running full contexts.
+  o.max_running = 2;
+  EXPECT_EQ(resolve_kv_pool(o, 512, per_token, free).num_blocks, 2 * 512 / 16);
+  // Less than one context fits: refused, naming the free memory.
+  EXPECT_THROW(resolve_kv_pool(o, 8192, per_token, free), std::runtime_error);
+  // Explicit sizes win over the free memory; the CPU refuses a fraction.
+  o.kv_pool_fraction = 0;
+  o.kv_pool_tokens = 100;
+  EXPECT_EQ(resolve_kv_pool(o, 512, per_token, free).num_blocks, 7);
+  o.kv_pool_tokens = 0;
+  o.kv_pool_fraction = 0.5;
+  EXPECT_THROW(resolve_kv_pool(o, 512, per_token), std::runtime_error);
+}
+
 }  // namespace
 }  // namespace hearth

@@ -8,6 +8,13 @@
 
 namespace hearth {
 
+namespace {
+
+// The GPU pool's default share of the memory left free once everything else is allocated.
+constexpr double kDefaultDevicePoolFraction = 0.9;
+
+}  // namespace
+
 std::string resolve_backend(const std::string& requested) {
   if (requested != "auto") return requested;
   return cuda_device_available() ? "cuda" : "cpu";
@@ -26,7 +33,7 @@ int resolve_context_length(const EngineOptions& options, const ModelConfig& conf
 }
 
 KvPoolShape resolve_kv_pool(const EngineOptions& options, int context_length,
-                            int64_t bytes_per_token) {
+                            int64_t bytes_per_token, std::optional<size_t> device_free_bytes) {
   const int block = options.kv_block_size;
   if (block <= 0)
     throw std::runtime_error("kv_block_size must be positive, got " + std::to_string(block));
@@ -43,6 +50,19 @@ KvPoolShape resolve_kv_pool(const EngineOptions& options, int context_length,
       throw std::runtime_error("kv_pool_gb " + std::to_string(options.kv_pool_gb) +
                                " holds less than one KV block (" +
                                std::to_string(bytes_per_token * block) + " bytes)");
+  } else if (device_free_bytes) {
+    // A share of the device's free memory, whole blocks of it.
+    const double fraction =
+        options.kv_pool_fraction > 0 ? options.kv_pool_fraction : kDefaultDevicePoolFraction;
+    const size_t free = *device_free_bytes;
+    tokens = int64_t(fraction * double(free)) / bytes_per_token;
+    tokens = std::min(tokens, int64_t(std::max(options.max_running, 1)) * context_length);
+    if (tokens < context_length)
+      throw std::runtime_error(
+          "the GPU has room for " + std::to_string(tokens) + " KV positions (" +
+          std::to_string(free >> 20) + " MiB free), less than one context of " +
+          std::to_string(context_length) + "; lower context_length or free GPU memory");
+    return {block, int(std::min<int64_t>(tokens / block, 1 << 30))};
   } else if (options.kv_pool_fraction > 0) {
     throw std::runtime_error(
         "kv_pool_fraction sizes the cuda backend's pool; on the cpu give kv_pool_tokens or "

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "worker/engine/backend.h"
@@ -19,12 +20,17 @@ std::string resolve_backend(const std::string& requested);
 // 4096, and at a Mistral sliding window, which hearth does not apply).
 int resolve_context_length(const EngineOptions& options, const ModelConfig& config);
 
-// The KV pool a backend gets: EngineOptions' kv_pool_tokens or kv_pool_gb (at most one of them
-// and kv_pool_fraction, which only the cuda backend resolves), else the CPU default (enough for
-// max_running full contexts, at most 1 GiB), never less than one full context. `bytes_per_token` is
-// what one position costs in the backend's KV layout.
+// The KV pool a backend gets, the one sizing policy of every backend: EngineOptions'
+// kv_pool_tokens or kv_pool_gb (at most one of them and kv_pool_fraction), else
+//  - on a GPU (`device_free_bytes`: what is free once everything but the pool is allocated):
+//    kv_pool_fraction of it (default 0.9), at most max_running full contexts, and an error when
+//    less than one full context fits;
+//  - on the CPU: enough for max_running full contexts, at most 1 GiB, never less than one full
+//    context (kv_pool_fraction is refused).
+// `bytes_per_token` is what one position costs in the backend's KV layout.
 KvPoolShape resolve_kv_pool(const EngineOptions& options, int context_length,
-                            int64_t bytes_per_token);
+                            int64_t bytes_per_token,
+                            std::optional<size_t> device_free_bytes = std::nullopt);
 
 // Throws std::runtime_error with a clear message when the backend cannot run here (e.g.
 // "no CUDA device was found"). `warmup`, from start_cuda_warmup, is used by the cuda backend.

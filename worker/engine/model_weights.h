@@ -20,15 +20,37 @@ struct WeightRef {
   explicit operator bool() const { return data != nullptr; }
 };
 
-struct LayerWeights {
-  WeightRef attn_norm;
-  WeightRef wq, wk, wv;
-  WeightRef bq, bk, bv;      // Qwen2 only
-  WeightRef q_norm, k_norm;  // Qwen3 only
-  WeightRef wo;
-  WeightRef mlp_norm;
-  WeightRef w_gate, w_up, w_down;
+// One decoder layer's tensors: the one list every backend reads, whatever it holds them as
+// (`Matrix` for the projections, `Vector` for norms and biases). A forward needs, besides these,
+// the embedding, the final norm, lm_head (ModelWeights) and the ModelConfig.
+template <typename Matrix, typename Vector>
+struct LayerTensors {
+  Vector attn_norm;
+  Matrix wq, wk, wv;
+  Vector bq, bk, bv;      // Qwen2 only
+  Vector q_norm, k_norm;  // Qwen3 only
+  Matrix wo;
+  Vector mlp_norm;
+  Matrix w_gate, w_up, w_down;
+
+  // The same layer with every matrix passed through `matrix` and every vector through `vector`:
+  // a backend's own view, with no member left behind.
+  template <typename M, typename V, typename FM, typename FV>
+  LayerTensors<M, V> convert(FM&& matrix, FV&& vector) const {
+    LayerTensors<M, V> o{};
+    o.attn_norm = vector(attn_norm);
+    o.wq = matrix(wq), o.wk = matrix(wk), o.wv = matrix(wv);
+    o.bq = vector(bq), o.bk = vector(bk), o.bv = vector(bv);
+    o.q_norm = vector(q_norm), o.k_norm = vector(k_norm);
+    o.wo = matrix(wo);
+    o.mlp_norm = vector(mlp_norm);
+    o.w_gate = matrix(w_gate), o.w_up = matrix(w_up), o.w_down = matrix(w_down);
+    return o;
+  }
 };
+
+// As the store holds them (the CPU backend reads these directly).
+using LayerWeights = LayerTensors<WeightRef, WeightRef>;
 
 struct ModelWeights {
   WeightRef embed;  // [vocab, hidden]

@@ -1,4 +1,8 @@
-// The CUDA engine: the same Llama-family graph as the CPU engine, on GPU-resident weights.
+// LEGACY PATH. The single-sequence CUDA backend (`cuda_engine: single`), kept until the kernel
+// issue (23) retires it; the default CUDA backend is the batched one (cuda_batch_backend.h,
+// `cuda_engine: batched`), and each backend is to keep one forward. New work goes there.
+//
+// The same Llama-family graph as the CPU engine, on GPU-resident weights.
 // Prefill runs cuBLASLt GEMMs and the flash-style attention kernel over chunks of the prompt;
 // decode runs hearth's GEMV kernels and split-context attention, captured once as a CUDA graph
 // and replayed per token. Sampling happens on the device with the host sampler's rules; only

@@ -36,12 +36,7 @@ CudaWeights CudaWeights::bind(const WeightStore& store, const ModelConfig& confi
   cw.lm_head_ = matrix(w.lm_head);
   cw.final_norm_ = vector(w.final_norm);
   for (const LayerWeights& lw : w.layers) {
-    CudaLayerWeights L{};
-    L.wq = matrix(lw.wq), L.wk = matrix(lw.wk), L.wv = matrix(lw.wv), L.wo = matrix(lw.wo);
-    L.w_gate = matrix(lw.w_gate), L.w_up = matrix(lw.w_up), L.w_down = matrix(lw.w_down);
-    L.attn_norm = vector(lw.attn_norm), L.mlp_norm = vector(lw.mlp_norm);
-    L.bq = vector(lw.bq), L.bk = vector(lw.bk), L.bv = vector(lw.bv);
-    L.q_norm = vector(lw.q_norm), L.k_norm = vector(lw.k_norm);
+    const CudaLayerWeights L = lw.convert<const void*, const float*>(matrix, vector);
     cw.layers_.push_back(L);
   }
   const std::vector<float> inv = rope_inverse_frequencies(config);

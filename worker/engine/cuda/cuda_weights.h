@@ -14,12 +14,9 @@
 
 namespace hearth {
 
-struct CudaLayerWeights {
-  const void *wq, *wk, *wv, *wo, *w_gate, *w_up, *w_down;
-  const float *attn_norm, *mlp_norm;
-  const float *bq, *bk, *bv;     // Qwen2 only, else null
-  const float *q_norm, *k_norm;  // Qwen3 only, else null
-};
+// A layer as the kernels take it: matrices in place (16-bit), norms and biases as fp32 copies;
+// null where the architecture has none.
+using CudaLayerWeights = LayerTensors<const void*, const float*>;
 
 class CudaWeights {
  public:

@@ -1,0 +1,54 @@
+// The batched CUDA forward of a Llama-family model: the one forward of the batched backend.
+// It runs the batch-invariant kernels of kernels/batch_ops.h, so a sequence's logits are
+// bit-identical whatever else shares its steps, wherever it sits in them, and however its
+// prompt was chunked. One sub-step runs as:
+//   embedding -> per layer: rmsnorm, q/k/v projections (fp32), paged_kv_write (bias, head norm,
+//   RoPE, k/v into the pool), paged_attention, o_proj accumulated into the residual, rmsnorm,
+//   gate/up with SwiGLU fused, down accumulated -> the rows that want logits gathered, final
+//   norm, lm_head.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "kernels/batch_ops.h"
+#include "kernels/device_buffer.h"
+#include "weight-server/model/model_config.h"
+#include "worker/engine/cuda/cuda_matmuls.h"
+#include "worker/engine/cuda/cuda_memory_plan.h"
+#include "worker/engine/cuda/cuda_weights.h"
+#include "worker/engine/cuda/step_inputs.h"
+#include "worker/engine/engine_options.h"
+
+namespace hearth {
+
+class CudaLlamaForward {
+ public:
+  // Activations for one sub-step of `limits`, and the logits of a whole forward (max_seqs rows).
+  // Tunes the matmuls when options.matmul_tiling is "tuned". `weights` must outlive this.
+  CudaLlamaForward(const ModelConfig& config, const CudaWeights& weights, const StepLimits& limits,
+                   const EngineOptions& options, int context_length, DeviceArena& arena,
+                   cudaStream_t stream);
+
+  // Enqueues every kernel of one sub-step on `stream`: its inputs already on the device, its
+  // keys and values written to `kv`, its logits to rows [shape.logits_row, + shape.rows).
+  void launch(const StepShape& shape, const StepInputs& inputs, const CudaKvPool& kv,
+              cudaStream_t stream);
+
+  const float* logits(int row) const { return logits_.get<float>() + size_t(row) * config_.vocab; }
+  const TilingTable& matmul_tiling() const { return matmuls_.tiling(); }
+
+ private:
+  void layer(int l, const StepShape& shape, const StepInputs& inputs, const CudaKvPool& kv,
+             const kernels::PagedAttentionArgs& attention, cudaStream_t stream);
+
+  const ModelConfig& config_;
+  const CudaWeights& weights_;
+  kernels::Half type_;
+  // x: the residual (fp32); xg, xgn: the rows that want logits, gathered and normed.
+  DeviceBuffer x_, xn_, q32_, k32_, v32_, q16_, att_, act_, xg_, xgn_, logits_;
+  CudaMatmuls matmuls_;
+  size_t attention_scratch_bytes_ = 0;
+  DeviceBuffer attention_scratch_;
+};
+
+}  // namespace hearth

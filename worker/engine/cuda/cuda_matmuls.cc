@@ -1,0 +1,147 @@
+#include "worker/engine/cuda/cuda_matmuls.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <tuple>
+#include <utility>
+
+#include "kernels/cuda_check.h"
+#include "kernels/cuda_handles.h"
+#include "kernels/ops.h"
+
+namespace hearth {
+
+using kernels::MatmulEpilogue;
+
+int matmul_band(int m) {
+  int band = 0;
+  for (int top = 16; band < kMatmulBands - 1 && m > top; top *= 2) ++band;
+  return band;
+}
+
+CudaMatmuls::CudaMatmuls(const ModelConfig& c, const StepLimits& limits, kernels::Half type,
+                         bool batch_invariant, DeviceArena& arena)
+    : type_(type) {
+  const int T = limits.max_tokens, S = limits.max_step_seqs;
+  struct Shape {
+    int m, n, k;
+  };
+  const Shape shapes[] = {{T, c.q_dim(), c.hidden},      {T, c.kv_dim(), c.hidden},
+                          {T, c.hidden, c.q_dim()},      {T, c.intermediate, c.hidden},
+                          {T, c.hidden, c.intermediate}, {S, c.vocab, c.hidden}};
+  for (const Shape& s : shapes)
+    ws_bytes_ = std::max(ws_bytes_, kernels::batch_matmul_workspace_bytes(s.m, s.n, s.k));
+  ws_ = arena.alloc(ws_bytes_);
+  if (ws_bytes_) HEARTH_CUDA_CHECK(cudaMemset(ws_.get(), 0, ws_bytes_));
+  if (!batch_invariant) {
+    gemm_ = std::make_unique<kernels::Gemm>(type_);
+    gemm_->warm_up();
+    gate16_ = arena.alloc(size_t(T) * c.intermediate * 2);
+    up16_ = arena.alloc(size_t(T) * c.intermediate * 2);
+  }
+}
+
+void CudaMatmuls::run(MatmulShape shape, MatmulEpilogue epilogue, const void* a, const void* w,
+                      const void* w_up, void* out, int m, int n, int k, cudaStream_t stream) {
+  if (gemm_) return cublas(epilogue, a, w, w_up, out, m, n, k, stream);
+  kernels::MatmulArgs args;
+  args.a = a, args.w = w, args.w_up = w_up, args.m = m, args.n = n, args.k = k, args.out = out;
+  args.workspace = ws_.get(), args.workspace_bytes = ws_bytes_;
+  args.tiles = tiles_[shape][matmul_band(m)];
+  kernels::batch_matmul(type_, epilogue, args, stream);
+}
+
+void CudaMatmuls::cublas(MatmulEpilogue epilogue, const void* a, const void* w, const void* w_up,
+                         void* out, int m, int n, int k, cudaStream_t st) {
+  using Out = kernels::Gemm::Out;
+  switch (epilogue) {
+    case MatmulEpilogue::StoreF32:
+      return gemm_->run(w, a, out, m, n, k, Out::F32, st);
+    case MatmulEpilogue::StoreHalf:
+      return gemm_->run(w, a, out, m, n, k, Out::Half, st);
+    case MatmulEpilogue::AccumulateF32:
+      return gemm_->run(w, a, out, m, n, k, Out::F32Accumulate, st);
+    case MatmulEpilogue::SwiGLU:
+      gemm_->run(w, a, gate16_.get(), m, n, k, Out::Half, st);
+      gemm_->run(w_up, a, up16_.get(), m, n, k, Out::Half, st);
+      kernels::swiglu(type_, gate16_.get(), up16_.get(), out, int64_t(m) * n, st, false);
+      return;
+  }
+}
+
+void CudaMatmuls::tune(std::span<const TuneJob> jobs, const CudaWeights& weights, cudaStream_t st,
+                       DeviceArena& arena) {
+  constexpr size_t kMaxWorkspace = size_t(256) << 20;
+  constexpr int kReps = 3;
+  auto weight = [&](MatmulShape shape, int i) -> std::pair<const void*, const void*> {
+    const CudaLayerWeights& L = weights.layer(i % weights.num_layers());
+    switch (shape) {
+      case kQ:
+        return {L.wq, nullptr};
+      case kKV:
+        return {i % 2 ? L.wk : L.wv, nullptr};
+      case kO:
+        return {L.wo, nullptr};
+      case kGateUp:
+        return {L.w_gate, L.w_up};
+      case kDown:
+        return {L.w_down, nullptr};
+      default:
+        return {weights.lm_head(), nullptr};
+    }
+  };
+  const kernels::MatmulTiles candidates[] = {
+      kernels::MatmulTiles::Auto, kernels::MatmulTiles::Skinny, kernels::MatmulTiles::Medium,
+      kernels::MatmulTiles::Large};
+  size_t ws_bytes = ws_bytes_;
+  for (const TuneJob& j : jobs)
+    for (kernels::MatmulTiles t : candidates) {
+      const size_t need = kernels::batch_matmul_workspace_bytes(j.max_m, j.n, j.k, t);
+      if (need <= kMaxWorkspace) ws_bytes = std::max(ws_bytes, need);
+    }
+  DeviceBuffer ws(ws_bytes);
+  HEARTH_CUDA_CHECK(cudaMemset(ws.get(), 0, ws_bytes));
+  const CudaEvent start = make_event(cudaEventDefault), stop = make_event(cudaEventDefault);
+  size_t needed = ws_bytes_;
+  for (const TuneJob& j : jobs) {
+    for (int band = 0, bottom = 1; band < kMatmulBands && bottom <= j.max_m; ++band) {
+      const int m = std::min(band == kMatmulBands - 1 ? j.max_m : 16 << band, j.max_m);
+      bottom = m + 1;
+      kernels::MatmulTiles best = kernels::MatmulTiles::Auto;
+      float best_ms = 0;
+      for (kernels::MatmulTiles t : candidates) {
+        const size_t need = kernels::batch_matmul_workspace_bytes(m, j.n, j.k, t);
+        if (need > ws_bytes) continue;
+        kernels::MatmulArgs args;
+        args.a = j.a, args.m = m, args.n = j.n, args.k = j.k, args.out = j.out;
+        args.workspace = ws.get(), args.workspace_bytes = ws_bytes, args.tiles = t;
+        auto launch = [&](int i) {
+          std::tie(args.w, args.w_up) = weight(j.shape, i);
+          kernels::batch_matmul(type_, j.epilogue, args, st);
+        };
+        try {
+          launch(kReps);  // warm-up: attributes, and a layer the timed launches do not read
+        } catch (const std::logic_error&) {  // invalid_argument too
+          continue;  // this tiling cannot take the shape (e.g. too many tiles)
+        }
+        HEARTH_CUDA_CHECK(cudaEventRecord(start.get(), st));
+        for (int i = 0; i < kReps; ++i) launch(i);
+        HEARTH_CUDA_CHECK(cudaEventRecord(stop.get(), st));
+        HEARTH_CUDA_CHECK(cudaEventSynchronize(stop.get()));
+        float ms = 0;
+        HEARTH_CUDA_CHECK(cudaEventElapsedTime(&ms, start.get(), stop.get()));
+        if (t == kernels::MatmulTiles::Auto || ms < 0.97f * best_ms) best = t, best_ms = ms;
+      }
+      tiles_[j.shape][band] = best;
+      needed = std::max(needed, kernels::batch_matmul_workspace_bytes(m, j.n, j.k, best));
+    }
+  }
+  if (needed > ws_bytes_) {
+    arena.count(needed - ws_bytes_);
+    ws_bytes_ = needed;
+    ws_ = DeviceBuffer(needed);
+    HEARTH_CUDA_CHECK(cudaMemset(ws_.get(), 0, needed));
+  }
+}
+
+}  // namespace hearth

@@ -1,0 +1,69 @@
+// The matrix products of a batched step: batch_matmul with a tiling per matrix and row-count
+// band (tuned on the model's own weights when asked), or cuBLASLt when batch_invariant is off.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <array>
+#include <memory>
+#include <span>
+
+#include "kernels/batch_ops.h"
+#include "kernels/device_buffer.h"
+#include "kernels/gemm.h"
+#include "weight-server/model/model_config.h"
+#include "worker/engine/cuda/cuda_memory_plan.h"
+#include "worker/engine/cuda/cuda_weights.h"
+
+namespace hearth {
+
+// The matrices of a step, for batch_matmul's tiling table.
+enum MatmulShape { kQ, kKV, kO, kGateUp, kDown, kLmHead, kMatmulShapes };
+// Row-count bands of the tiling table: up to 16, 32, 64, ..., 2048 rows, then more.
+inline constexpr int kMatmulBands = 9;
+int matmul_band(int m);
+using TilingTable = std::array<std::array<kernels::MatmulTiles, kMatmulBands>, kMatmulShapes>;
+
+class CudaMatmuls {
+ public:
+  // One workspace for every shape of a step of `limits`, in stream order. batch_invariant:
+  // false also warms up cuBLASLt (before any decode graph is captured) and holds its 16-bit
+  // gate/up outputs, which SwiGLU then combines.
+  CudaMatmuls(const ModelConfig& config, const StepLimits& limits, kernels::Half type,
+              bool batch_invariant, DeviceArena& arena);
+
+  // out = a · wᵀ (and w_up for SwiGLU), a being m rows of k, w n rows of k.
+  void run(MatmulShape shape, kernels::MatmulEpilogue epilogue, const void* a, const void* w,
+           const void* w_up, void* out, int m, int n, int k, cudaStream_t stream);
+
+  // One matrix of a step to tune: its operands' buffers (any contents) and largest row count.
+  struct TuneJob {
+    MatmulShape shape;
+    kernels::MatmulEpilogue epilogue;
+    int n, k, max_m;
+    const void* a;
+    void* out;
+  };
+  // Times every tiling of every job at the top of each band of row counts it meets, on the
+  // layers' own weights in turn (so they stream from memory, not L2), and keeps the fastest
+  // where it beats the shape-based choice by more than 3%. Tilings whose scratch would be large
+  // (K slices spread over many rows) are not tried. Grows the workspace when the choice needs.
+  void tune(std::span<const TuneJob> jobs, const CudaWeights& weights, cudaStream_t stream,
+            DeviceArena& arena);
+
+  const TilingTable& tiling() const { return tiles_; }
+
+ private:
+  // batch_invariant: false: cuBLASLt, whose kernel choice (and so the bits) depends on M.
+  void cublas(kernels::MatmulEpilogue epilogue, const void* a, const void* w, const void* w_up,
+              void* out, int m, int n, int k, cudaStream_t stream);
+
+  kernels::Half type_;
+  size_t ws_bytes_ = 0;
+  DeviceBuffer ws_;
+  TilingTable tiles_{};  // Auto everywhere unless tuned
+  std::unique_ptr<kernels::Gemm> gemm_;
+  DeviceBuffer gate16_, up16_;
+};
+
+}  // namespace hearth

@@ -1,0 +1,68 @@
+// The batched CUDA backend's device memory: how large one step may be, the allocations it counts
+// as its workspace, and the paged KV pool, sized last by the engine's one KV policy
+// (resolve_kv_pool) from what the GPU has free once everything else is allocated.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/device_buffer.h"
+#include "weight-server/model/model_config.h"
+#include "worker/engine/backend.h"
+#include "worker/engine/engine_options.h"
+
+namespace hearth {
+
+// Tokens one sub-step holds at most: the activations grow with it (~100 KB per token on 8B).
+inline constexpr int kMaxStepTokens = 8192;
+
+// The sizes every buffer of a step follows.
+struct StepLimits {
+  int max_tokens = 0;     // tokens per sub-step
+  int max_seqs = 0;       // sequences per forward
+  int max_step_seqs = 0;  // sequences per sub-step: min(max_tokens, max_seqs)
+  int max_blocks = 0;     // block-table row length: one full context
+
+  static StepLimits of(const EngineOptions& options, int context_length);
+};
+
+// Device allocations that count towards the backend's workspace_bytes().
+class DeviceArena {
+ public:
+  DeviceBuffer alloc(size_t bytes) {
+    bytes_ += bytes;
+    return DeviceBuffer(bytes);
+  }
+  void count(size_t bytes) { bytes_ += bytes; }  // memory allocated elsewhere (a regrowth)
+  size_t bytes() const { return bytes_; }
+
+ private:
+  size_t bytes_ = 0;
+};
+
+// Bytes one token position takes in the pool (keys and values of every layer, 16-bit).
+int64_t cuda_kv_bytes_per_token(const ModelConfig& config);
+
+// The paged KV pool: per layer, num_blocks * block_size positions of kv_dim 16-bit values, keys
+// and values apart.
+class CudaKvPool {
+ public:
+  // Sized by resolve_kv_pool from the memory free now, so it must be allocated last. Zeroed
+  // once on `stream`: padding rows of decode graphs read block 0 and must see finite values.
+  CudaKvPool(const ModelConfig& config, const EngineOptions& options, int context_length,
+             cudaStream_t stream, DeviceArena& arena);
+
+  KvPoolShape shape() const { return shape_; }
+  size_t bytes() const { return 2 * layers_ * layer_bytes_; }
+  void* k(int layer) const { return k_.get<char>() + size_t(layer) * layer_bytes_; }
+  void* v(int layer) const { return v_.get<char>() + size_t(layer) * layer_bytes_; }
+
+ private:
+  KvPoolShape shape_{};
+  size_t layers_ = 0, layer_bytes_ = 0;
+  DeviceBuffer k_, v_;
+};
+
+}  // namespace hearth

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <optional>
 #include <sstream>
@@ -160,8 +161,15 @@ TEST_F(ChildProcessTest, PipesCarryStdinToStdoutLineByLine) {
 }
 
 TEST_F(ChildProcessTest, ReadingAPipeStopsAtTheDeadline) {
+  // The marker says "partial" is in the pipe, so what the kill leaves to read does not depend on
+  // how fast a loaded machine starts sh.
+  const std::string written = dir_ / "written";
   ChildProcess c = ChildProcess::spawn(
-      ChildProcess::Options({"sh", "-c", "printf partial; sleep 1000"}).stdout_to(Stream::pipe()));
+      ChildProcess::Options({"sh", "-c", "printf partial; : > \"$1\"; sleep 1000", "sh", written})
+          .stdout_to(Stream::pipe()));
+  for (int i = 0; i < 6000 && !std::filesystem::exists(written); ++i)
+    std::this_thread::sleep_for(10ms);
+  ASSERT_TRUE(std::filesystem::exists(written));
   const auto start = std::chrono::steady_clock::now();
   EXPECT_EQ(c.stdout_pipe().read_line(start + 200ms), std::nullopt);  // no newline yet
   EXPECT_GE(std::chrono::steady_clock::now() - start, 200ms);

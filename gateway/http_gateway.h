@@ -1,16 +1,16 @@
 // The HTTP side of hearth-gateway: OpenAI's /v1/completions, /v1/chat/completions and
 // /v1/models, vLLM's /tokenize and /detokenize, /health and /metrics, on hearth's own HTTP/1.1
-// server (gateway/http/: a thread per connection, chunked responses for SSE). Requests are checked
-// here, tokenized with the model's own tokenizer, and run by the worker pool; every limit answers
-// with an OpenAI-shaped error.
+// server (gateway/http/: a thread per connection, chunked responses for SSE). This class only
+// wires them: each endpoint lives in gateway/endpoints/, the API key check in api_key_auth,
+// the OpenAI-shaped errors in error_mapping, the in-flight limit in admission.
 #pragma once
 
-#include <atomic>
 #include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
 
+#include "gateway/admission.h"
 #include "gateway/metrics.h"
 #include "gateway/model_catalog.h"
 #include "gateway/worker_pool.h"
@@ -32,6 +32,8 @@ struct HttpOptions {
   std::chrono::seconds request_timeout{600};  // a generation running longer is cancelled (504)
 };
 
+class Generation;
+
 class HttpGateway {
  public:
   HttpGateway(HttpOptions options, const ModelCatalog& catalog, WorkerPool& pool, Metrics& metrics);
@@ -45,17 +47,11 @@ class HttpGateway {
   void stop();
 
  private:
-  void routes();
-  int in_flight() const { return in_flight_.load(); }
-
   HttpOptions options_;
-  const ModelCatalog& catalog_;
-  WorkerPool& pool_;
-  Metrics& metrics_;
+  Admission admission_;  // before the server: a stream still running holds a place in it
+  std::unique_ptr<Generation> generation_;
   std::unique_ptr<http::Server> server_;
   int port_ = 0;
-  std::atomic<int> in_flight_{0};
-  std::atomic<uint64_t> next_id_{0};
 };
 
 }  // namespace hearth::gateway

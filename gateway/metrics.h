@@ -25,7 +25,7 @@ struct RequestRecord {
   std::vector<double> inter_token_s;
 };
 
-// What the workers of one model report (engine_stats), polled at each scrape.
+// What the workers of one model report: the stats they push with each events reply.
 struct EngineSnapshot {
   int running = 0, waiting = 0;
   double kv_usage = 0;                          // 0..1

@@ -90,6 +90,12 @@ void WorkerConnection::read_loop() {
       if (!events_reply) continue;
       if (!status.ok)
         throw std::runtime_error("the worker refused to send events: " + status.message);
+      if (const auto it = frame->body.find("stats"); it != frame->body.end() && it->is_object()) {
+        // Kept before the events run their callbacks: a client that saw its request end then
+        // reads stats at least as new as that end.
+        std::lock_guard lock(mutex_);
+        latest_stats_ = std::move(*it);
+      }
       dispatch_events(frame->body.at("events"));
       std::lock_guard lock(mutex_);
       poll_events_locked();
@@ -237,6 +243,11 @@ void WorkerConnection::cancel(const std::string& request_id) {
 
 json WorkerConnection::call(const std::string& op, json args) {
   return wait_reply(send(op, std::move(args)));
+}
+
+json WorkerConnection::latest_stats() const {
+  std::lock_guard lock(mutex_);
+  return latest_stats_;
 }
 
 bool WorkerConnection::alive() const {

@@ -2,8 +2,8 @@
 // worker/engine_server.h): many requests in flight at once, each with a callback that receives
 // its events on the connection's reader thread. While any request is in flight one `events`
 // call is kept waiting at the worker (a long poll), so events arrive as soon as a step makes
-// them. When the worker dies, every request still in flight gets a final error event, so no
-// HTTP client waits forever.
+// them; each reply also carries the worker's engine stats, kept for /metrics. When the worker
+// dies, every request still in flight gets a final error event, so no HTTP client waits forever.
 #pragma once
 
 #include <condition_variable>
@@ -49,6 +49,10 @@ class WorkerConnection {
   // Sends an op and waits for its reply body (e.g. stats). Throws like submit.
   nlohmann::json call(const std::string& op, nlohmann::json args = nlohmann::json::object());
 
+  // The engine stats the worker sent with its latest events reply (null before the first): what
+  // /metrics reads, so a scrape never waits on a worker.
+  nlohmann::json latest_stats() const;
+
   bool alive() const;
   size_t in_flight() const;
   size_t max_request_bytes() const { return max_request_bytes_; }
@@ -76,6 +80,7 @@ class WorkerConnection {
   std::map<std::string, EventCallback> requests_;              // in flight, by request id
   std::map<uint64_t, std::string> cancels_;                    // unanswered cancels' requests
   std::optional<uint64_t> poll_id_;                            // the events call waiting
+  nlohmann::json latest_stats_;                                // from the last events reply
   bool dead_ = false;
   std::string death_;
   std::thread reader_;

@@ -47,7 +47,7 @@ class WorkerPool {
   std::shared_ptr<WorkerConnection> get(const std::string& model, const std::string& profile);
 
   WorkerPoolStats stats();
-  // The live workers' connections, by model name (for engine_stats at a metrics scrape).
+  // The live workers' connections, by model name (their last pushed stats, for /metrics).
   std::vector<std::pair<std::string, std::shared_ptr<WorkerConnection>>> connections();
   std::vector<std::string> profile_names() const;
 

@@ -203,7 +203,14 @@ class EngineServer final : public broker::Handler {
       c.held = false;
       to_engine(Command::hold(client, false));
     }
-    return {{"events", std::move(list)}, {"more", !c.events.empty()}};
+    // The engine's stats ride on every events reply, so the gateway's /metrics reads the last
+    // ones pushed instead of asking a worker that may be busy or stopped.
+    json stats;
+    {
+      std::lock_guard lock(mutex_);
+      stats = stats_json(stats_);
+    }
+    return {{"events", std::move(list)}, {"more", !c.events.empty()}, {"stats", std::move(stats)}};
   }
 
   void enqueue(ClientState& c, const json& event) {
@@ -361,14 +368,14 @@ class EngineServer final : public broker::Handler {
         for (const std::string& id : engine_.live_ids())
           engine_.fail(id, "the worker is shutting down (" + signal_name + ")");
       }
-      if (engine_.can_step()) {
-        std::vector<RequestOutput> outputs = engine_.step();
-        broker_->post([this, outputs = std::move(outputs)] { deliver(outputs); });
-      }
+      std::optional<std::vector<RequestOutput>> outputs;
+      if (engine_.can_step()) outputs = engine_.step();
       {
+        // Before the outputs are delivered: the events reply that carries them carries these.
         std::lock_guard lock(mutex_);
         stats_ = engine_.stats();
       }
+      if (outputs) broker_->post([this, list = std::move(*outputs)] { deliver(list); });
       if (stopping && !engine_.has_work()) {
         // Posted after the last events: clients collect them, then the broker stops; a client
         // that does not come for its events within the grace period is closed anyway.

@@ -5,8 +5,9 @@
 //          a refused request answers ok:false, bad_request, naming the request and field. The
 //          request is read (its prompt tokenized) off the loop thread: a long prompt stalls no
 //          other client. Ids are at most ipc::kMaxRequestIdBytes (ipc/serve_limits.h).
-//   events {} -> {"events": [...], "more": bool}: this client's events since its last call, in
-//          order, each as event_json.h writes it, at most ipc::kMaxEventsReplyBytes of them
+//   events {} -> {"events": [...], "more": bool, "stats": {...}}: this client's events since its
+//          last call (and the engine's counters as stats gives them, for the gateway's /metrics),
+//          in order, each as event_json.h writes it, at most ipc::kMaxEventsReplyBytes of them
 //          ("more": the rest are queued; call again). While the client has requests in flight
 //          and nothing is ready, the reply waits (a long poll). Nothing in flight: an empty
 //          list at once. A client whose undelivered events pass ServeOptions::

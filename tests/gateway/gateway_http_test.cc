@@ -527,6 +527,39 @@ TEST(GatewayWorkers, ADroppedStreamIsCancelledAtTheWorker) {
   EXPECT_LT(stats["generated_tokens"].get<int>(), 1 + 480) << stats.dump();
 }
 
+// /metrics sends nothing to a worker: it reads the stats the worker pushed with its last events
+// reply. With the worker stopped (SIGSTOP: it can answer nothing), the gateway's first scrape
+// still shows the prefix-cache queries of the request it ran and its KV freed, values only
+// the worker's push could have carried (a stats call would wait on the stopped worker, then
+// leave the series at 0).
+TEST(GatewayWorkers, MetricsReadTheStatsAWorkerPushedWithoutAskingIt) {
+  GatewayProcess gw;
+  const std::string prompt = "The lighthouse keeper counted the ships that passed each night";
+  ASSERT_EQ(gw.post("/v1/completions", completion(prompt, 2)).status, 200);
+  std::smatch m;
+  const std::string log = gw.log_text();
+  ASSERT_TRUE(std::regex_search(log, m, std::regex(R"(worker fortunes started \(pid (\d+))")))
+      << log;
+  const pid_t worker = std::stoi(m[1]);
+  ASSERT_EQ(::kill(worker, SIGSTOP), 0);
+  // A client more patient than any test, less than the gateway's 30 s wait for a worker's
+  // reply: a gateway that asked the stopped worker fails here instead of hanging the test.
+  httplib::Result scrape = gw.client(20)->Get("/metrics");
+  ::kill(worker, SIGCONT);
+  ASSERT_TRUE(scrape) << httplib::to_string(scrape.error());
+  ASSERT_EQ(scrape->status, 200);
+  const std::string& metrics = scrape->body;
+  const std::regex queries(R"(hearth:prefix_cache_queries_total\{model_name="fortunes"\} (\S+))");
+  const std::regex running(R"(hearth:num_requests_running\{model_name="fortunes"\} (\S+))");
+  const std::regex kv(R"(hearth:kv_cache_usage_perc\{model_name="fortunes"\} (\S+))");
+  ASSERT_TRUE(std::regex_search(metrics, m, queries)) << metrics;
+  EXPECT_GT(std::stod(m[1]), 0) << metrics;
+  ASSERT_TRUE(std::regex_search(metrics, m, running)) << metrics;
+  EXPECT_EQ(std::stod(m[1]), 0) << metrics;
+  ASSERT_TRUE(std::regex_search(metrics, m, kv)) << metrics;
+  EXPECT_EQ(std::stod(m[1]), 0) << metrics;
+}
+
 TEST(GatewayLimits, AnApiKeyIsRequiredWhenConfigured) {
   const std::string key_file = ::testing::TempDir() + "/gateway-key";
   std::ofstream(key_file) << "s3cret\n";
@@ -541,10 +574,11 @@ TEST(GatewayLimits, AFullQueueAnswers429WithRetryAfter) {
   GatewayProcess gw({"--max-in-flight", "1"});
   ASSERT_EQ(gw.post("/v1/completions", completion("Warm", 1)).status, 200);  // a worker runs
   const std::regex running(R"(hearth:num_requests_running\{model_name="fortunes"\} ([1-9]))");
-  GatewayProcess::Reply refused;
-  // A request long enough to still be in flight when the next one arrives: longer each try, as
+  GatewayProcess::Reply refused, unread;
+  // A request long enough to still be in flight when the next ones arrive: longer each try, as
   // machines (and sanitizer builds) differ by orders of magnitude.
-  for (int tokens = 40; tokens <= 480 && refused.status != 429; tokens *= 2) {
+  for (int tokens = 40; tokens <= 480 && (refused.status != 429 || unread.status != 429);
+       tokens *= 2) {
     const json long_body = completion("Slow", tokens, {{"ignore_eos", true}, {"n", 2}});
     auto slow =
         std::async(std::launch::async, [&] { return gw.post("/v1/completions", long_body); });
@@ -553,10 +587,15 @@ TEST(GatewayLimits, AFullQueueAnswers429WithRetryAfter) {
     while (slow.wait_for(std::chrono::milliseconds(5)) != std::future_status::ready &&
            !(seen = std::regex_search(gw.get("/metrics").body, running))) {
     }
-    if (seen) refused = gw.post("/v1/completions", completion("Fast", 1));
+    if (seen) {
+      refused = gw.post("/v1/completions", completion("Fast", 1));
+      // Refused before its body is read: a model that does not exist (404 once read) is a 429.
+      unread = gw.post("/v1/completions", completion("Fast", 1, {{"model", "no-such-model"}}));
+    }
     EXPECT_EQ(slow.get().status, 200);
   }
   EXPECT_EQ(refused.status, 429) << refused.body;
+  EXPECT_EQ(unread.status, 429) << unread.body;
   EXPECT_TRUE(refused.headers.count("Retry-After"));
   EXPECT_EQ(refused.parsed()["error"]["type"], "rate_limit_error");
   EXPECT_EQ(gw.post("/v1/completions", completion("Fast", 1)).status, 200);  // room again

@@ -1,7 +1,8 @@
 // ServeLoop without sockets, on a real engine (CPU backend, a synthetic Llama 3): clients'
 // requests run under their own ids, refusals name the field, a held client's requests wait
 // until let go, cancel and disconnect end requests, stop fails what is in flight and drains,
-// and a loop with nothing to do goes idle. The sink here only records what the loop says.
+// and a loop with nothing to do goes idle. The sink here only records what the loop says; the
+// tests wait on what it recorded, never on a clock.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -10,7 +11,6 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
-#include <thread>
 
 #include "tools/synth_model.h"
 #include "weight-server/model/hf_model.h"
@@ -154,16 +154,16 @@ class ServeLoopTest : public ::testing::Test {
  protected:
   ServeLoopTest() : backend_(synthetic_llama3(), kContext), engine_(backend_, {}, nullptr, {}) {}
 
-  // Waits until the loop's stats satisfy `ready` (they are a snapshot after each round).
-  template <class Ready>
-  bool stats_reach(ServeLoop& loop, Ready ready) {
-    for (int i = 0; i < 60'000; ++i) {
-      if (ready(loop.stats())) return true;
-      std::this_thread::sleep_for(1ms);
-    }
-    return false;
+  // The loop's stats once every round before this call has ended: the snapshot is taken at
+  // the end of each round, and a command sent now is answered in a later round.
+  EngineStats settled_stats(ServeLoop& loop) {
+    loop.cancel(kBarrier, ++barriers_, "none");
+    EXPECT_EQ(sink_.said(kBarrier, barriers_).result, json({{"cancelled", false}}));
+    return loop.stats();
   }
 
+  static constexpr ServeLoop::ClientId kBarrier = 999;
+  ServeLoop::ReplyTo barriers_ = 0;
   CpuBackend backend_;
   Engine engine_;
   Recorder sink_;
@@ -182,7 +182,7 @@ TEST_F(ServeLoopTest, ClientsMayShareAnIdAndEachGetsItsOwnRequest) {
   // The same prompt, greedy: the shorter one is the longer one's start.
   for (size_t i = 0; i < two.tokens.size(); ++i)
     EXPECT_EQ(one.tokens[i].token, two.tokens[i].token) << i;
-  EXPECT_TRUE(stats_reach(loop, [](const EngineStats& s) { return s.finished == 2; }));
+  EXPECT_EQ(settled_stats(loop).finished, 2u);
 }
 
 TEST_F(ServeLoopTest, RefusalsNameTheRequestAndField) {
@@ -202,8 +202,12 @@ TEST_F(ServeLoopTest, AHeldClientsRequestsWaitUntilLetGo) {
   loop.hold(1, true);
   loop.submit(1, 1, request("r1", 4));
   EXPECT_EQ(sink_.said(1, 1).result, json({{"request_id", "r1"}}));
-  ASSERT_TRUE(stats_reach(loop, [](const EngineStats& s) { return s.held == 1; }));
-  EXPECT_FALSE(sink_.has_output(1, "r1"));  // held from its submit: never scheduled
+  EXPECT_EQ(settled_stats(loop).held, 1);
+  // Another client's request runs to its end meanwhile; the held one, from its submit on,
+  // is never scheduled.
+  loop.submit(2, 1, request("r2", 2));
+  EXPECT_EQ(sink_.ended(2, "r2").tokens.size(), 2u);
+  EXPECT_FALSE(sink_.has_output(1, "r1"));
   loop.hold(1, false);
   EXPECT_EQ(sink_.ended(1, "r1").tokens.size(), 4u);
 }
@@ -227,7 +231,7 @@ TEST_F(ServeLoopTest, AClientGoneHasItsRequestsCancelled) {
   sink_.said(1, 1);
   loop.disconnect(1);
   EXPECT_EQ(sink_.ended(1, "r1").finish->reason, FinishReason::Cancelled);
-  EXPECT_TRUE(stats_reach(loop, [](const EngineStats& s) { return s.cancelled == 1; }));
+  EXPECT_EQ(settled_stats(loop).cancelled, 1u);
 }
 
 TEST_F(ServeLoopTest, StopFailsWhatIsInFlightThenDrains) {

@@ -50,34 +50,23 @@ ServeLoop::~ServeLoop() {
 }
 
 void ServeLoop::submit(ClientId client, ReplyTo reply_to, nlohmann::json request) {
-  Command c;
-  c.kind = Command::kSubmit;
-  c.client = client;
-  c.reply_to = reply_to;
+  Command c{Command::kSubmit, client, reply_to};
   c.body = std::move(request);
   push(std::move(c));
 }
 
 void ServeLoop::cancel(ClientId client, ReplyTo reply_to, std::string id) {
-  Command c;
-  c.kind = Command::kCancel;
-  c.client = client;
-  c.reply_to = reply_to;
+  Command c{Command::kCancel, client, reply_to};
   c.id = std::move(id);
   push(std::move(c));
 }
 
 void ServeLoop::disconnect(ClientId client) {
-  Command c;
-  c.kind = Command::kDisconnect;
-  c.client = client;
-  push(std::move(c));
+  push(Command{Command::kDisconnect, client});
 }
 
 void ServeLoop::hold(ClientId client, bool held) {
-  Command c;
-  c.kind = Command::kHold;
-  c.client = client;
+  Command c{Command::kHold, client};
   c.held = held;
   to_engine(std::move(c));
 }

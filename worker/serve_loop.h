@@ -92,6 +92,8 @@ class ServeLoop {
   // the order the client sent it (holds go straight to the engine thread).
   struct Command {
     enum Kind { kSubmit, kCancel, kDisconnect, kHold };
+    Command() = default;
+    Command(Kind k, ClientId c, ReplyTo to = 0) : kind(k), client(c), reply_to(to) {}
     Kind kind = kSubmit;
     ClientId client = 0;
     ReplyTo reply_to = 0;  // kSubmit, kCancel: the deferred request to answer

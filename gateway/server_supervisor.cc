@@ -4,6 +4,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "ipc/child_ready.h"
 #include "ipc/client.h"
 #include "ipc/errors.h"
 
@@ -60,24 +61,25 @@ void ServerSupervisor::start() {
   process_ = std::make_unique<ChildProcess>(ChildProcess::spawn(spawn));
   // The server binds before it loads, and answers hello once every model is in: one hello
   // with a long timeout is the readiness check.
-  const auto deadline = Clock::now() + options_.start_timeout;
-  while (true) {
-    if (auto status = process_->wait_until(Clock::now()))
-      throw std::runtime_error("hearth-server " + status->describe() + ":" + log_tail(log));
-    try {
-      ipc::ClientOptions client;
-      client.name = "hearth-gateway";
-      client.timeout = options_.start_timeout;
-      ipc::Client::connect(socket_, client);
-      break;
-    } catch (const ipc::ServerNotRunning&) {
-    } catch (const ipc::IpcError& e) {
-      if (process_->wait_until(Clock::now())) continue;  // it died meanwhile: reported above
-      throw std::runtime_error(std::string("hearth-server does not answer: ") + e.what());
-    }
-    if (Clock::now() > deadline) throw std::runtime_error("hearth-server did not start in time");
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
+  const ReadyWait ready = wait_until_ready(
+      *process_, Clock::now() + options_.start_timeout, std::chrono::milliseconds(20), [&] {
+        try {
+          ipc::ClientOptions client;
+          client.name = "hearth-gateway";
+          client.timeout = options_.start_timeout;
+          ipc::Client::connect(socket_, client);
+          return true;
+        } catch (const ipc::ServerNotRunning&) {
+          return false;
+        } catch (const ipc::IpcError& e) {
+          if (!process_->running()) return false;  // it died meanwhile: reported as its exit
+          throw std::runtime_error(std::string("hearth-server does not answer: ") + e.what());
+        }
+      });
+  if (ready.outcome == ReadyWait::Outcome::kExited)
+    throw std::runtime_error("hearth-server " + ready.status.describe() + ":" + log_tail(log));
+  if (ready.outcome == ReadyWait::Outcome::kTimedOut)
+    throw std::runtime_error("hearth-server did not start in time");
   if (options_.log)
     options_.log("weight server ready (pid " + std::to_string(process_->pid()) + ")");
 }

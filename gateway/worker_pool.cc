@@ -1,9 +1,9 @@
 #include "gateway/worker_pool.h"
 
 #include <csignal>
-#include <thread>
 
 #include "gateway/api_error.h"
+#include "ipc/child_ready.h"
 #include "ipc/errors.h"
 
 namespace hearth::gateway {
@@ -107,26 +107,25 @@ std::shared_ptr<WorkerConnection> WorkerPool::start(const std::string& model,
     if (generation > 1) ++restarts_;
   }
   // Ready once it accepts connections; a worker that exits first failed to start.
-  const auto deadline = started + options_.start_timeout;
-  while (true) {
-    try {
-      slot.connection = WorkerConnection::connect(slot.socket.string());
-      break;
-    } catch (const ipc::ServerNotRunning&) {
-    }
-    if (auto status = slot.process->wait_until(Clock::now())) {
-      throw ApiError(503, "server_error",
-                     "the worker for " + model + (profile.empty() ? "" : ":" + profile) +
-                         " failed to start (" + status->describe() + "); see " +
-                         (options_.runtime_dir / (base + ".log")).string(),
-                     "", 1);
-    }
-    if (Clock::now() > deadline) {
-      slot.process->kill_group();
-      throw ApiError(503, "server_error", "the worker for " + model + " did not start in time", "",
-                     5);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const ReadyWait ready = wait_until_ready(
+      *slot.process, started + options_.start_timeout, std::chrono::milliseconds(10), [&] {
+        try {
+          slot.connection = WorkerConnection::connect(slot.socket.string());
+          return true;
+        } catch (const ipc::ServerNotRunning&) {
+          return false;
+        }
+      });
+  if (ready.outcome == ReadyWait::Outcome::kExited)
+    throw ApiError(503, "server_error",
+                   "the worker for " + model + (profile.empty() ? "" : ":" + profile) +
+                       " failed to start (" + ready.status.describe() + "); see " +
+                       (options_.runtime_dir / (base + ".log")).string(),
+                   "", 1);
+  if (ready.outcome == ReadyWait::Outcome::kTimedOut) {
+    slot.process->kill_group();
+    throw ApiError(503, "server_error", "the worker for " + model + " did not start in time", "",
+                   5);
   }
   log("worker " + model + (profile.empty() ? "" : ":" + profile) + " started (pid " +
       std::to_string(slot.process->pid()) + ", " +

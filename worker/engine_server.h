@@ -27,6 +27,10 @@
 // never stalls a client. The worker exits after `idle_exit` with no request in flight, or on
 // SIGTERM/SIGINT: every request in flight then ends with an error event ("the worker is
 // shutting down") that reaches clients waiting for events before their connections close.
+//
+// The parts, each in a file of its own: the engine loop (serve_loop.h, no sockets), the
+// per-client event queues (client_event_queues.h), the protocol handler (serve_handler.h), the
+// stop signals (stop_signals.h); serve() wires them to the broker.
 #pragma once
 
 #include <chrono>
@@ -36,6 +40,7 @@
 #include "ipc/serve_limits.h"
 
 #include "worker/engine/engine.h"
+#include "worker/stop_signals.h"
 
 namespace hearth {
 
@@ -51,10 +56,6 @@ struct ServeOptions {
   // Per client: undelivered events beyond this hold its requests until it reads.
   std::size_t max_queued_event_bytes = ipc::kDefaultMaxQueuedEventBytes;
 };
-
-// Blocks SIGTERM and SIGINT in the calling thread and the threads it starts from then on, so
-// serve() can wait for them itself. Call it first thing in main, before any thread exists.
-void block_stop_signals();
 
 // Serves until idle, a signal, or an admin shutdown; returns then. `defaults` are the
 // profile's request settings, which each request's own override. Throws if the socket cannot

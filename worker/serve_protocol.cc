@@ -67,4 +67,25 @@ Request submit_request(json request, const RequestSettings& defaults, const Toke
   }
 }
 
+nlohmann::json stats_json(const EngineStats& s) {
+  return {{"running", s.running},
+          {"waiting", s.waiting},
+          {"kv_blocks_used", s.kv_blocks_used},
+          {"kv_blocks_total", s.kv_blocks_total},
+          {"kv_block_size", s.kv_block_size},
+          {"steps", s.steps},
+          {"last_step_sequences", s.last_step_sequences},
+          {"last_step_tokens", s.last_step_tokens},
+          {"forwarded_tokens", s.forwarded_tokens},
+          {"generated_tokens", s.generated_tokens},
+          {"preemptions", s.preemptions},
+          {"finished", s.finished},
+          {"aborted", s.cancelled},
+          {"held", s.held},
+          {"prefix_cache_queries", s.prefix_cache_queries},
+          {"prefix_cache_hits", s.prefix_cache_hits},
+          {"prefix_cache_blocks", s.prefix_cache_blocks},
+          {"prefix_cache_evicted_blocks", s.prefix_cache_evicted_blocks}};
+}
+
 }  // namespace hearth

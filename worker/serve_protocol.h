@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "worker/engine/engine.h"
 #include "worker/engine/request.h"
 
 namespace hearth {
@@ -26,5 +27,8 @@ void check_no_arguments(const nlohmann::json& body, std::string_view op);
 // ProtocolError(kBadRequest) with its message.
 Request submit_request(nlohmann::json request, const RequestSettings& defaults,
                        const Tokenizer* tokenizer);
+// The stats reply: the engine's counters ("aborted": requests cancelled, by cancel or a
+// disconnect; "held": requests held for a slow reader).
+nlohmann::json stats_json(const EngineStats& stats);
 
 }  // namespace hearth

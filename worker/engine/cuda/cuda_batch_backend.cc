@@ -149,11 +149,7 @@ CudaBatchBackend::CudaBatchBackend(std::shared_ptr<const WeightStore> store,
     gate16_ = alloc(T * inter * 2);
     up16_ = alloc(T * inter * 2);
   }
-  if (options_.matmul_tiling == "tuned")
-    tune_matmuls();
-  else if (options_.matmul_tiling != "auto")
-    throw std::runtime_error("unknown matmul_tiling '" + options_.matmul_tiling +
-                             "' (auto | tuned)");
+  if (options_.matmul_tiling == MatmulTiling::Tuned) tune_matmuls();
 
   // The KV pool last: by default it takes a share of what is left.
   const int64_t per_token = kv_bytes_per_token(c_);

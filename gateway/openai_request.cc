@@ -15,8 +15,6 @@ namespace {
 
 constexpr int kMaxChoices = 16;         // n (and prompts x n for batched completions)
 constexpr size_t kMaxStopStrings = 16;  // OpenAI allows 4; vLLM any number
-constexpr int kMaxTopLogprobs = 20;     // as OpenAI
-constexpr int kMaxTokensCap = 1 << 20;
 
 // Fields a client may send that change nothing here: accepted and ignored, as OpenAI ignores
 // them for a model that has no use for them.
@@ -119,6 +117,25 @@ void refuse_unless(bool ok, const Field& f, const std::string& why) {
   if (!ok) f.fail(why);
 }
 
+// A request setting through the engine's check of its range (request_settings.h), the one
+// place those ranges live; its refusal is a 400 naming the field as this request spelled it
+// (max_completion_tokens, top_logprobs).
+template <typename Check, typename V>
+auto checked(const Field& f, Check check, const V& v) {
+  try {
+    return check(v);
+  } catch (const SettingError& e) {
+    f.fail(e.reason());
+  }
+}
+
+// max_tokens or max_completion_tokens: at least 1, as OpenAI asks, and then the engine's range.
+int max_tokens(const Field& f) {
+  const int64_t n = f.integer();
+  if (n < 1) f.fail("must be at least 1, got " + std::to_string(n));
+  return checked(f, checked_max_tokens, n);
+}
+
 std::vector<std::string> stop_strings(const Field& v) {
   std::vector<std::string> out;
   if (v.is_string()) {
@@ -129,8 +146,7 @@ std::vector<std::string> stop_strings(const Field& v) {
       v.fail("at most " + std::to_string(kMaxStopStrings) + " stop strings");
     for (const Field& s : v.items()) out.push_back(s.string(kMaxStopStringBytes));
   }
-  for (const std::string& s : out)
-    if (s.empty()) v.fail("stop strings must be non-empty strings");
+  checked(v, check_stop_strings, out);
   return out;
 }
 
@@ -212,18 +228,16 @@ CompletionRequest parse_completion_request(const ordered_json& body, Endpoint en
   if (defaults.top_k) s.top_k = std::max(0, *defaults.top_k);
   if (defaults.min_p) s.min_p = *defaults.min_p;
   if (defaults.repetition_penalty) s.repetition_penalty = *defaults.repetition_penalty;
-  if (b["temperature"].present()) s.temperature = float(b["temperature"].number(0, 100));
-  if (const Field top_p = b["top_p"]; top_p.present()) {
-    s.top_p = float(top_p.number(0, 1));
-    refuse_unless(s.top_p > 0, top_p, "must be greater than 0");
+  if (const Field f = b["temperature"]; f.present())
+    s.temperature = checked(f, checked_temperature, f.number());
+  if (const Field f = b["top_p"]; f.present()) s.top_p = checked(f, checked_top_p, f.number());
+  if (const Field f = b["top_k"]; f.present()) {
+    const int64_t k = f.integer();
+    s.top_k = k == -1 ? 0 : checked(f, checked_top_k, k);  // -1 is vLLM's "off"
   }
-  if (b["top_k"].present()) {
-    const int64_t k = b["top_k"].integer(-1, 1 << 30);
-    s.top_k = k < 0 ? 0 : int(k);  // -1 is vLLM's "off"
-  }
-  if (b["min_p"].present()) s.min_p = float(b["min_p"].number(0, 1));
-  if (b["repetition_penalty"].present())
-    s.repetition_penalty = float(b["repetition_penalty"].number(1e-3, 100));
+  if (const Field f = b["min_p"]; f.present()) s.min_p = checked(f, checked_min_p, f.number());
+  if (const Field f = b["repetition_penalty"]; f.present())
+    s.repetition_penalty = checked(f, checked_repetition_penalty, f.number());
   if (b["seed"].present()) {
     // OpenAI's seed is a signed 64-bit integer; its bits are the Philox key.
     s.seed = b["seed"].bits64();
@@ -242,10 +256,9 @@ CompletionRequest parse_completion_request(const ordered_json& body, Endpoint en
 
   // Both names are read, so a wrong one is never let through beside a right one; chat's
   // max_completion_tokens wins (OpenAI's newer name).
-  if (b["max_tokens"].present())
-    r.settings.max_tokens = int(b["max_tokens"].integer(1, kMaxTokensCap));
+  if (b["max_tokens"].present()) r.settings.max_tokens = max_tokens(b["max_tokens"]);
   if (chat && b["max_completion_tokens"].present())
-    r.settings.max_tokens = int(b["max_completion_tokens"].integer(1, kMaxTokensCap));
+    r.settings.max_tokens = max_tokens(b["max_completion_tokens"]);
   if (b["stop"].present()) r.settings.stop = stop_strings(b["stop"]);
   if (b["ignore_eos"].present()) r.settings.ignore_eos = b["ignore_eos"].boolean();
   if (b["cache_salt"].present()) r.cache_salt = b["cache_salt"].string(kMaxCacheSaltBytes);
@@ -266,11 +279,11 @@ CompletionRequest parse_completion_request(const ordered_json& body, Endpoint en
     if (b["logprobs"].present()) r.want_logprobs = b["logprobs"].boolean();
     if (const Field f = b["top_logprobs"]; f.present()) {
       refuse_unless(r.want_logprobs, f, "needs logprobs: true");
-      r.top_logprobs = int(f.integer(0, kMaxTopLogprobs));
+      r.top_logprobs = checked(f, checked_logprobs, f.integer());
     }
-  } else if (b["logprobs"].present()) {
+  } else if (const Field f = b["logprobs"]; f.present()) {
     r.want_logprobs = true;
-    r.top_logprobs = int(b["logprobs"].integer(0, kMaxTopLogprobs));
+    r.top_logprobs = checked(f, checked_logprobs, f.integer());
   }
   return r;
 }

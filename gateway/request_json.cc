@@ -125,6 +125,22 @@ double Field::number(double lo, double hi) const {
   return d;
 }
 
+int64_t Field::integer() const {
+  const ordered_json& v = required();
+  if (!v.is_number_integer()) fail("must be an integer, got " + excerpt(v));
+  if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX))
+    fail("must fit in 64 bits, got " + v.dump());
+  return v.get<int64_t>();
+}
+
+double Field::number() const {
+  const ordered_json& v = required();
+  if (!v.is_number()) fail("must be a number, got " + excerpt(v));
+  const double d = v.get<double>();
+  if (!std::isfinite(d)) fail("must be a finite number, got " + v.dump());
+  return d;
+}
+
 uint64_t Field::bits64() const {
   const ordered_json& v = required();
   if (!v.is_number_integer()) fail("must be an integer, got " + excerpt(v));

@@ -55,6 +55,10 @@ class Field {
   bool boolean() const;
   int64_t integer(int64_t lo, int64_t hi) const;
   double number(double lo, double hi) const;
+  // Any integer that fits int64_t, any finite number: for values whose range another checks
+  // (the request settings', request_settings.h).
+  int64_t integer() const;
+  double number() const;
   // A signed or unsigned 64-bit integer, as its bits (OpenAI's seed).
   uint64_t bits64() const;
   // Token ids: a non-empty array of integers in [0, INT32_MAX].

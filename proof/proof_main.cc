@@ -23,6 +23,7 @@
 #include "proof/report.h"
 #include "proof/report_diff.h"
 #include "proof/runner.h"
+#include "worker/engine/request_settings.h"
 
 namespace {
 
@@ -265,7 +266,7 @@ int run(int argc, char** argv) {
   run_cmd
       ->add_option("--budget", r.budget,
                    "generated tokens per prompt at most (overrides profiles' max_tokens)")
-      ->check(CLI::Range(1, 1 << 24));
+      ->check(CLI::Range(1, hearth::kMaxTokensLimit));
   run_cmd->add_option("--contract", r.contract, "exact | text | logprob:EPS (default exact)");
   run_cmd
       ->add_option("--model", r.model, "model directory, or with --server the served model's name")

@@ -8,6 +8,7 @@
 #include "base/json_limits.h"
 #include "base/digest.h"
 #include "base/read_file.h"
+#include "worker/engine/request_settings.h"
 
 namespace hearth::proof {
 
@@ -95,9 +96,12 @@ Suite load_suite(const std::filesystem::path& path) {
       } else if (key == "prompt_tokens") {
         p.tokens = parse_tokens(value, fail);
       } else if (key == "max_tokens") {
+        // At least 1 (a prompt that generates nothing proves nothing), at most what a request
+        // may ask for (request_settings.h).
         if (!value.is_number_integer() || value.get<int64_t>() < 1 ||
-            value.get<int64_t>() > (1 << 24))
-          fail("\"max_tokens\" must be an integer in [1, 16777216], got " + value.dump());
+            value.get<int64_t>() > kMaxTokensLimit)
+          fail("\"max_tokens\" must be an integer in [1, " + std::to_string(kMaxTokensLimit) +
+               "], got " + value.dump());
         p.max_tokens = value.get<int>();
       } else if (key == "meta") {
         p.meta = value;

@@ -283,13 +283,7 @@ int run(int argc, char** argv) {
   if (label.empty()) label = fs::path(model_dir).filename().string();
 
   hearth::Profile profile;
-  for (const std::string& s : settings) {
-    const size_t eq = s.find('=');
-    if (eq == std::string::npos) throw std::runtime_error("--set " + s + ": expected key=value");
-    json v = json::parse(s.substr(eq + 1), nullptr, false);
-    if (v.is_discarded()) v = s.substr(eq + 1);
-    hearth::apply_profile_json(profile, json{{s.substr(0, eq), v}}, "--set");
-  }
+  for (const std::string& s : settings) hearth::apply_profile_setting(profile, s);
   if (serve && app.count("--shared-prefix") > 0) {
     prefix.model_dir = model_dir, prefix.label = label, prefix.engine = profile.engine;
     if (app.count("--output-tokens") > 0) prefix.output_tokens = output_tokens;

@@ -35,14 +35,8 @@ int run(int argc, char** argv) {
   if (app.count("--shared-prefix") == 0)
     throw std::runtime_error("built without CUDA, hearth-bench runs --shared-prefix only");
   hearth::Profile profile;
-  profile.engine.backend = "cpu";
-  for (const std::string& s : settings) {
-    const size_t eq = s.find('=');
-    if (eq == std::string::npos) throw std::runtime_error("--set " + s + ": expected key=value");
-    json v = json::parse(s.substr(eq + 1), nullptr, false);
-    if (v.is_discarded()) v = s.substr(eq + 1);
-    hearth::apply_profile_json(profile, json{{s.substr(0, eq), v}}, "--set");
-  }
+  profile.engine.backend = hearth::BackendKind::Cpu;
+  for (const std::string& s : settings) hearth::apply_profile_setting(profile, s);
   o.engine = profile.engine;
   o.machine = hearth::bench::describe_host();
   const json report = hearth::bench::prefix_bench(o);

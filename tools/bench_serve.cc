@@ -205,8 +205,8 @@ json serve_bench(const ServeBenchOptions& o) {
   for (int s = 0; s < CudaBatchBackend::kMatmulShapes; ++s)
     for (kernels::MatmulTiles t : backend.matmul_tiling()[s])
       tiling[shapes[s]].push_back(tiles[int(t)]);
-  std::fprintf(stderr, "serve: matmul tiling (%s) %s\n", opt.engine.matmul_tiling.c_str(),
-               tiling.dump().c_str());
+  std::fprintf(stderr, "serve: matmul tiling (%s) %s\n",
+               std::string(option_name(opt.engine.matmul_tiling)).c_str(), tiling.dump().c_str());
 
   json levels = json::array();
   for (int level : o.concurrency) levels.push_back(run_level(backend, opt, c, level));
@@ -241,7 +241,7 @@ json serve_bench(const ServeBenchOptions& o) {
         {"max_running", opt.engine.max_running},
         {"kv_block_size", opt.engine.kv_block_size},
         {"cuda_graphs", opt.engine.cuda_graphs},
-        {"matmul_tiling", opt.engine.matmul_tiling},
+        {"matmul_tiling", option_name(opt.engine.matmul_tiling)},
         {"batch_invariant", opt.engine.batch_invariant},
         {"kv_pool_blocks", backend.kv_pool().num_blocks},
         {"kv_pool_gb", backend.kv_pool_bytes() / 1e9},

@@ -33,17 +33,6 @@ using hearth::Profile;
 // --idle-exit's bound: about 11.6 days, far from any overflow of a clock's milliseconds.
 constexpr double kMaxIdleExitSeconds = 1e6;
 
-// `--set key=value`: the value is JSON when it parses as JSON, else a string.
-void apply_setting(Profile& profile, const std::string& setting) {
-  const size_t eq = setting.find('=');
-  if (eq == std::string::npos || eq == 0)
-    throw std::runtime_error("--set expects key=value, got '" + setting + "'");
-  const std::string key = setting.substr(0, eq), raw = setting.substr(eq + 1);
-  json value = json::parse(raw, nullptr, false);
-  if (value.is_discarded()) value = raw;
-  hearth::apply_profile_json(profile, json{{key, value}}, "--set");
-}
-
 void write_logits(const std::string& path, std::span<const float> logits, int prompt_tokens) {
   std::ofstream out(path);
   if (!out) throw std::runtime_error(path + ": cannot open for writing");
@@ -94,7 +83,8 @@ int run(int argc, char** argv) {
   std::string idle_exit_arg = "0";
   bool quiet = false;
   std::vector<std::string> settings, stops;
-  Profile flags;  // values given on the command line
+  Profile flags;                          // values given on the command line
+  std::string backend_flag, layout_flag;  // enum options, read by the profile's parser
   std::string server_socket;
   bool verify_weights = false;
   app.add_option("--model", model_arg,
@@ -177,8 +167,8 @@ int run(int argc, char** argv) {
                            "UINT64"));
   auto* ctx_opt = app.add_option("--context-length", flags.engine.context_length, "KV cache length")
                       ->check(hearth::integer_in(0, hearth::kMaxContextLength));
-  auto* backend_opt = app.add_option("--backend", flags.engine.backend, "auto | cpu | cuda");
-  auto* layout_opt = app.add_option("--weights-layout", flags.engine.weights_layout,
+  auto* backend_opt = app.add_option("--backend", backend_flag, "auto | cpu | cuda");
+  auto* layout_opt = app.add_option("--weights-layout", layout_flag,
                                     "cuda, single-process: per-tensor (VMM, default) | packed");
   app.add_option("--stop", stops, "stop string (repeatable)");
   app.add_option("--set", settings, "any profile key, as key=value (repeatable)");
@@ -205,7 +195,7 @@ int run(int argc, char** argv) {
   if (*file_opt) prompt = hearth::read_prompt_file(prompt_file);
 
   Profile profile = profile_path.empty() ? Profile{} : hearth::load_profile_file(profile_path);
-  for (const std::string& s : settings) apply_setting(profile, s);
+  for (const std::string& s : settings) hearth::apply_profile_setting(profile, s);
   // Flags go through the same validation as profile keys.
   json overrides = json::object();
   if (*max_opt) overrides["max_tokens"] = flags.request.max_tokens;
@@ -216,8 +206,8 @@ int run(int argc, char** argv) {
   if (*rep_opt) overrides["repetition_penalty"] = flags.request.sampling.repetition_penalty;
   if (*seed_opt) overrides["seed"] = *hearth::parse_unsigned(seed);
   if (*ctx_opt) overrides["context_length"] = flags.engine.context_length;
-  if (*backend_opt) overrides["backend"] = flags.engine.backend;
-  if (*layout_opt) overrides["weights_layout"] = flags.engine.weights_layout;
+  if (*backend_opt) overrides["backend"] = backend_flag;
+  if (*layout_opt) overrides["weights_layout"] = layout_flag;
   if (!stops.empty()) overrides["stop"] = stops;
   hearth::apply_profile_json(profile, overrides, "command line");
 
@@ -227,7 +217,7 @@ int run(int argc, char** argv) {
   hearth::ServedModelOptions served{verify_weights};
   if (*server_uid_opt) served.server_uid = server_uid;
   served.on_device = [&](const hearth::Manifest& manifest, int device) {
-    if (profile.engine.backend == "cpu") return;
+    if (profile.engine.backend == hearth::BackendKind::Cpu) return;
     for (const hearth::ManifestTensor& t : manifest.tensors)
       if (t.info.name == hearth::kEmbeddingWeight)
         warmup = hearth::start_cuda_warmup(device, t.info.dtype);
@@ -253,8 +243,10 @@ int run(int argc, char** argv) {
   // Served weights run where they live: memfd mappings on the CPU engine, VMM allocations on
   // the CUDA one. `auto` would otherwise pick cuda on a GPU machine for memfd weights it has no
   // directory to upload from.
-  if (model.server && profile.engine.backend == "auto")
-    profile.engine.backend = model.store->residence() == hearth::Residence::Device ? "cuda" : "cpu";
+  if (model.server && profile.engine.backend == hearth::BackendKind::Auto)
+    profile.engine.backend = model.store->residence() == hearth::Residence::Device
+                                 ? hearth::BackendKind::Cuda
+                                 : hearth::BackendKind::Cpu;
   std::optional<hearth::Tokenizer> tokenizer;
   if (std::optional<hearth::LoadedTokenizer> loaded = hearth::load_model_tokenizer(model)) {
     tokenizer = std::move(loaded->tokenizer);

@@ -28,7 +28,7 @@ TEST(DefaultModel, GreedyContinuationsAreStable) {
   for (const json& sample : metrics["samples"]) {
     if (sample["mode"] != "greedy") continue;
     Profile profile;
-    profile.engine.backend = "cpu";
+    profile.engine.backend = BackendKind::Cpu;
     profile.request.sampling.temperature = 0;
     profile.request.max_tokens = sample["max_new_tokens"].get<int>();
     GenerationRequest request;

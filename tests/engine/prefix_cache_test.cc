@@ -44,13 +44,13 @@ TEST(PrefixCacheKeys, TheDomainCoversModelBackendAndNumericsOptionsOnly) {
     change(o);
     return cache_domain_key(o, "cuda", "served:abc");
   };
-  EXPECT_NE(with([](EngineOptions& o) { o.kv_cache_dtype = "f16"; }), d);
-  EXPECT_NE(with([](EngineOptions& o) { o.cuda_engine = "single"; }), d);
-  EXPECT_NE(with([](EngineOptions& o) { o.decode_gemv = "cublas"; }), d);
-  EXPECT_NE(with([](EngineOptions& o) { o.weights_layout = "packed"; }), d);
+  EXPECT_NE(with([](EngineOptions& o) { o.kv_cache_dtype = KvCacheDtype::F16; }), d);
+  EXPECT_NE(with([](EngineOptions& o) { o.cuda_engine = CudaEngineKind::Single; }), d);
+  EXPECT_NE(with([](EngineOptions& o) { o.decode_gemv = DecodeGemv::Cublas; }), d);
+  EXPECT_NE(with([](EngineOptions& o) { o.weights_layout = WeightsLayout::Packed; }), d);
   EXPECT_NE(with([](EngineOptions& o) { o.batch_invariant = false; }), d);
   // Options that change no bits leave the domain alone, so such engines could share.
-  EXPECT_EQ(with([](EngineOptions& o) { o.matmul_tiling = "tuned"; }), d);
+  EXPECT_EQ(with([](EngineOptions& o) { o.matmul_tiling = MatmulTiling::Tuned; }), d);
   EXPECT_EQ(with([](EngineOptions& o) { o.cuda_graphs = false; }), d);
   EXPECT_EQ(with([](EngineOptions& o) { o.max_batch_tokens = 64; }), d);
   EXPECT_EQ(with([](EngineOptions& o) { o.max_running = 3; }), d);

@@ -160,6 +160,12 @@ bool refused(const gateway::ApiError& e) {
 void check_completion(const gateway::CompletionRequest& r) {
   check(r.n >= 1 && r.prompts.size() * size_t(r.n) <= 16, "n or the prompts out of range");
   check(r.settings.max_tokens >= 1, "max_tokens below 1");
+  // The gateway reads settings through the engine's checks: the worker never refuses them.
+  try {
+    check_settings(r.settings);
+  } catch (const SettingError& e) {
+    throw FuzzBug(std::string("accepted settings fail the engine's check: ") + e.what());
+  }
   check(r.cache_salt.size() <= gateway::kMaxCacheSaltBytes, "cache_salt over its bound");
   check(r.settings.stop.size() <= 16, "too many stop strings");
   for (const std::string& s : r.settings.stop)
@@ -227,11 +233,12 @@ bool serve_request(std::string_view data) {
       check(!r.id.empty() && r.id.size() <= ipc::kMaxRequestIdBytes, "an id out of bounds");
       check(!find_invalid_utf8(r.id), "an id that is not UTF-8");
       for (const int32_t t : r.prompt) check(t >= 0, "a negative token id");
-      // The engine's own checks refuse with a RequestError naming the field, nothing else.
+      // Settings are read through the engine's checks (request_settings.h): what the reader
+      // took, the engine's check of the request takes too.
       try {
         check_request_settings(r.id, r.settings);
       } catch (const RequestError& e) {
-        check(!e.field().empty(), "a settings refusal names no field");
+        throw FuzzBug(std::string("an accepted submit fails the engine's check: ") + e.what());
       }
     } else if (op == ipc::op::kCancel) {
       const std::string id = cancel_request_id(request.body);

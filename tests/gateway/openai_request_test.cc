@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -240,6 +241,56 @@ TEST(CompletionRequest, FieldsThatTravelToTheWorkerAreBounded) {
   expect_400(
       error_of([&] { parse(with("stop", ordered_json(std::vector<std::string>(17, "a")))); }),
       "stop", "17 stop strings");
+}
+
+// The ranges are the engine's (request_settings_test.cc holds every edge): a value out of one
+// is a 400 saying the engine's reason, named as the request spelled the field.
+TEST(CompletionRequest, SettingRangesAreTheEnginesNamedAsTheRequestNamesThem) {
+  const auto C = Endpoint::Completions;
+  const auto H = Endpoint::ChatCompletions;
+  const auto reason = [](const std::function<void()>& check) {
+    try {
+      check();
+    } catch (const SettingError& e) {
+      return e.reason();
+    }
+    return std::string("accepted");
+  };
+  struct Case {
+    Endpoint endpoint;
+    std::string field_json, param, reason;
+  };
+  const std::string messages = R"("messages": [{"role": "user", "content": "x"}], )";
+  const std::vector<Case> cases = {
+      {C, R"("temperature": -1)", "temperature", reason([] { checked_temperature(-1); })},
+      {C, R"("top_p": 0)", "top_p", reason([] { checked_top_p(0); })},
+      {C, R"("top_p": 1.5)", "top_p", reason([] { checked_top_p(1.5); })},
+      {C, R"("top_k": -2)", "top_k", reason([] { checked_top_k(-2); })},
+      {C, R"("min_p": 2)", "min_p", reason([] { checked_min_p(2); })},
+      {C, R"("repetition_penalty": 0)", "repetition_penalty",
+       reason([] { checked_repetition_penalty(0); })},
+      {C, R"("max_tokens": 16777217)", "max_tokens", reason([] { checked_max_tokens(16777217); })},
+      {C, R"("logprobs": 21)", "logprobs", reason([] { checked_logprobs(21); })},
+      {C, R"("stop": ["a", ""])", "stop", reason([] { check_stop_strings({""}); })},
+      {H, messages + R"("max_completion_tokens": 16777217)", "max_completion_tokens",
+       reason([] { checked_max_tokens(16777217); })},
+      {H, messages + R"("logprobs": true, "top_logprobs": 21)", "top_logprobs",
+       reason([] { checked_logprobs(21); })},
+      // OpenAI's own floor, stricter than the engine's 0.
+      {C, R"("max_tokens": 0)", "max_tokens", "must be at least 1, got 0"},
+  };
+  for (const Case& c : cases) {
+    const std::string prompt = c.endpoint == C ? R"("prompt": "x", )" : "";
+    const std::string body = R"({"model": "m", )" + prompt + c.field_json + "}";
+    const ApiError e = completion_error(body, c.endpoint);
+    expect_400(e, c.param, body);
+    ASSERT_NE(c.reason, "accepted") << body;
+    EXPECT_EQ(std::string(e.what()), "'" + c.param + "': " + c.reason) << body;
+  }
+  // vLLM's "off" for top_k, which the engine says as 0.
+  const CompletionRequest r = parse_completion_request(
+      parse_request_body(R"({"model": "m", "prompt": "x", "top_k": -1})"), C, {});
+  EXPECT_EQ(r.settings.sampling.top_k, 0);
 }
 
 TEST(CompletionRequest, APromptMustLeaveRoomInTheContext) {

@@ -15,9 +15,9 @@ constexpr double kDefaultDevicePoolFraction = 0.9;
 
 }  // namespace
 
-std::string resolve_backend(const std::string& requested) {
-  if (requested != "auto") return requested;
-  return cuda_device_available() ? "cuda" : "cpu";
+BackendKind resolve_backend(BackendKind requested) {
+  if (requested != BackendKind::Auto) return requested;
+  return cuda_device_available() ? BackendKind::Cuda : BackendKind::Cpu;
 }
 
 int resolve_context_length(const EngineOptions& options, const ModelConfig& config) {
@@ -80,9 +80,8 @@ KvPoolShape resolve_kv_pool(const EngineOptions& options, int context_length,
 
 std::unique_ptr<Backend> make_backend(const EngineOptions& options, const EngineWeights& weights,
                                       std::shared_ptr<CudaWarmup> warmup) {
-  const std::string backend = resolve_backend(options.backend);
   const int context = resolve_context_length(options, weights.store->config());
-  if (backend == "cpu") {
+  if (resolve_backend(options.backend) == BackendKind::Cpu) {
     if (weights.store->residence() != Residence::Host)
       throw std::runtime_error("the cpu backend cannot run on GPU-resident (" +
                                std::string(weights.store->backend_name()) + ") weights");

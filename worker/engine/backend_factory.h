@@ -13,8 +13,8 @@
 
 namespace hearth {
 
-// "cpu" or "cuda": what `auto` means on this machine.
-std::string resolve_backend(const std::string& requested);
+// Cpu or Cuda: what Auto means on this machine.
+BackendKind resolve_backend(BackendKind requested);
 
 // The context length an engine gets on a model: its own, else the model's maximum (capped at
 // 4096, and at a Mistral sliding window, which hearth does not apply).

@@ -16,10 +16,11 @@ BlockKey cache_domain_key(const EngineOptions& options, std::string_view backend
   };
   field("model", model_identity);
   field("backend", backend_name);
-  field("cuda_engine", options.cuda_engine);
-  field("kv_cache_dtype", options.kv_cache_dtype);
-  field("decode_gemv", options.decode_gemv);
-  field("weights_layout", options.weights_layout);
+  // Each option by its profile name, so the keys stay those of the string options before.
+  field("cuda_engine", option_name(options.cuda_engine));
+  field("kv_cache_dtype", option_name(options.kv_cache_dtype));
+  field("decode_gemv", option_name(options.decode_gemv));
+  field("weights_layout", option_name(options.weights_layout));
   field("batch_invariant", options.batch_invariant ? "true" : "false");
   const XXH128_hash_t h = XXH3_128bits(text.data(), text.size());
   return {h.low64, h.high64};

@@ -3,14 +3,68 @@
 // are here so a proof run can show them.
 #pragma once
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 
 namespace hearth {
 
+// The options with a fixed set of values, as enums. Each enum's names sit beside it, in the
+// enum's order; a profile reads them with parse_option and writes them with option_name, and
+// nothing else converts, so a value past the profile is always one the engine knows.
+enum class BackendKind { Auto, Cpu, Cuda };  // auto: cuda when a GPU is present
+constexpr std::array<std::string_view, 3> option_names(BackendKind) {
+  return {"auto", "cpu", "cuda"};
+}
+enum class CudaEngineKind { Batched, Single };
+constexpr std::array<std::string_view, 2> option_names(CudaEngineKind) {
+  return {"batched", "single"};
+}
+enum class KvCacheDtype { Auto, Bf16, F16 };  // auto: the weights' type
+constexpr std::array<std::string_view, 3> option_names(KvCacheDtype) {
+  return {"auto", "bf16", "f16"};
+}
+enum class WeightsLayout { PerTensor, Packed };
+constexpr std::array<std::string_view, 2> option_names(WeightsLayout) {
+  return {"per-tensor", "packed"};
+}
+enum class DecodeGemv { Hearth, Cublas };
+constexpr std::array<std::string_view, 2> option_names(DecodeGemv) {
+  return {"hearth", "cublas"};
+}
+enum class MatmulTiling { Auto, Tuned };
+constexpr std::array<std::string_view, 2> option_names(MatmulTiling) {
+  return {"auto", "tuned"};
+}
+
+template <typename E>
+constexpr std::string_view option_name(E value) {
+  return option_names(E{})[size_t(value)];
+}
+
+// The value named `text`, or nullopt when it names none.
+template <typename E>
+constexpr std::optional<E> parse_option(std::string_view text) {
+  const auto names = option_names(E{});
+  for (size_t i = 0; i < names.size(); ++i)
+    if (names[i] == text) return E(i);
+  return std::nullopt;
+}
+
+// "auto, cpu, cuda": the names, for an error message.
+template <typename E>
+std::string option_choices() {
+  std::string out;
+  for (std::string_view name : option_names(E{})) out.append(out.empty() ? "" : ", ").append(name);
+  return out;
+}
+
 struct EngineOptions {
-  std::string backend = "auto";  // auto | cpu | cuda (auto: cuda when a GPU is present)
-  int context_length = 0;        // 0: the model's maximum, capped at 4096
+  BackendKind backend = BackendKind::Auto;
+  int context_length = 0;  // 0: the model's maximum, capped at 4096
 
   // The paged KV pool: blocks of kv_block_size positions. Its size is kv_pool_tokens positions,
   // kv_pool_gb of memory, or (cuda only) kv_pool_fraction of the GPU memory left free once the
@@ -36,15 +90,15 @@ struct EngineOptions {
   // CUDA engine options. cuda_engine: "batched" runs many sequences per step over the paged
   // pool (batch-invariant kernels); "single" is the one-sequence engine with its own contiguous
   // cache (cuBLASLt prefill, fused GEMV decode).
-  std::string cuda_engine = "batched";
+  CudaEngineKind cuda_engine = CudaEngineKind::Batched;
   bool cuda_graphs = true;
-  std::string kv_cache_dtype = "auto";        // auto (the weights' type) | bf16 | f16
-  std::string weights_layout = "per-tensor";  // per-tensor | packed
-  std::string decode_gemv = "hearth";         // hearth | cublas
+  KvCacheDtype kv_cache_dtype = KvCacheDtype::Auto;
+  WeightsLayout weights_layout = WeightsLayout::PerTensor;
+  DecodeGemv decode_gemv = DecodeGemv::Hearth;
   // Batched engine: batch_matmul's tiling per matrix and band of row counts, "auto" (chosen by
   // shape) or "tuned" (timed on the device at start-up, ~1 s on 8B). Every tiling gives the
   // same bits; this is speed only.
-  std::string matmul_tiling = "auto";
+  MatmulTiling matmul_tiling = MatmulTiling::Auto;
   // Batched engine: false runs the projections through cuBLASLt (gate and up as two GEMMs,
   // then SwiGLU) instead of batch_matmul: faster, above all for prompt chunks and large decode
   // batches, but cuBLASLt picks its kernel by M, so a row's bits depend on how many rows share

@@ -29,10 +29,23 @@ double shortest(float f) {
   throw std::runtime_error(label + ": profile key '" + key + "': " + why);
 }
 
+// Request settings are read by type here and checked by request_settings.h's checked_*
+// readers, the one place their ranges live; engine options are checked here.
+double number(const json& v, const std::string& label, const std::string& key) {
+  if (!v.is_number()) bad(label, key, "must be a number, got " + json_excerpt(v));
+  return v.get<double>();
+}
+
+// An integer as int64_t; one past its range saturates, which every setting's range refuses.
+int64_t wide_integer(const json& v, const std::string& label, const std::string& key) {
+  if (!v.is_number_integer()) bad(label, key, "must be an integer, got " + json_excerpt(v));
+  if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(INT64_MAX)) return INT64_MAX;
+  return v.get<int64_t>();
+}
+
 double number(const json& v, const std::string& label, const std::string& key, double lo,
               double hi) {
-  if (!v.is_number()) bad(label, key, "must be a number, got " + json_excerpt(v));
-  const double d = v.get<double>();
+  const double d = number(v, label, key);
   if (!(d >= lo && d <= hi))
     bad(label, key,
         "must be in [" + json(lo).dump() + ", " + json(hi).dump() + "], got " + json_excerpt(v));
@@ -55,16 +68,12 @@ bool boolean(const json& v, const std::string& label, const std::string& key) {
   return v.get<bool>();
 }
 
-std::string one_of(const json& v, const std::string& label, const std::string& key,
-                   std::initializer_list<const char*> allowed) {
-  std::string list;
-  for (const char* a : allowed) list += std::string(list.empty() ? "" : ", ") + a;
+template <typename E>
+E one_of(const json& v, const std::string& label, const std::string& key) {
   if (v.is_string())
-    for (const char* a : allowed)
-      if (v.get<std::string>() == a) return a;
-  bad(label, key, "must be one of " + list + ", got " + json_excerpt(v));
+    if (const std::optional<E> e = parse_option<E>(v.get<std::string>())) return *e;
+  bad(label, key, "must be one of " + option_choices<E>() + ", got " + json_excerpt(v));
 }
-
 enum class KeyKind { Label, Request, Engine };
 struct Setter {
   KeyKind kind;
@@ -82,29 +91,28 @@ const std::map<std::string, Setter>& setters() {
       {"temperature",
        {KeyKind::Request,
         [](Profile& p, const json& v, const std::string& l) {
-          p.request.sampling.temperature = float(number(v, l, "temperature", 0.0, 100.0));
+          p.request.sampling.temperature = checked_temperature(number(v, l, "temperature"));
         }}},
       {"top_k",
        {KeyKind::Request,
         [](Profile& p, const json& v, const std::string& l) {
-          p.request.sampling.top_k = int(integer(v, l, "top_k", 0, kMaxTopK));
+          p.request.sampling.top_k = checked_top_k(wide_integer(v, l, "top_k"));
         }}},
       {"top_p",
        {KeyKind::Request,
         [](Profile& p, const json& v, const std::string& l) {
-          p.request.sampling.top_p = float(number(v, l, "top_p", 0.0, 1.0));
-          if (p.request.sampling.top_p <= 0.0f) bad(l, "top_p", "must be greater than 0");
+          p.request.sampling.top_p = checked_top_p(number(v, l, "top_p"));
         }}},
       {"min_p",
        {KeyKind::Request,
         [](Profile& p, const json& v, const std::string& l) {
-          p.request.sampling.min_p = float(number(v, l, "min_p", 0.0, 1.0));
+          p.request.sampling.min_p = checked_min_p(number(v, l, "min_p"));
         }}},
       {"repetition_penalty",
        {KeyKind::Request,
         [](Profile& p, const json& v, const std::string& l) {
           p.request.sampling.repetition_penalty =
-              float(number(v, l, "repetition_penalty", 1e-3, 100.0));
+              checked_repetition_penalty(number(v, l, "repetition_penalty"));
         }}},
       {"seed",
        {KeyKind::Request,
@@ -118,19 +126,20 @@ const std::map<std::string, Setter>& setters() {
       {"max_tokens",
        {KeyKind::Request,
         [](Profile& p, const json& v, const std::string& l) {
-          p.request.max_tokens = int(integer(v, l, "max_tokens", 0, kMaxTokensLimit));
+          p.request.max_tokens = checked_max_tokens(wide_integer(v, l, "max_tokens"));
         }}},
       {"stop",
        {KeyKind::Request,
         [](Profile& p, const json& value, const std::string& l) {
-          p.request.stop.clear();
           const json v = value.is_string() ? json::array({value}) : value;
           if (!v.is_array()) bad(l, "stop", "must be a string or an array of strings");
+          std::vector<std::string> stop;
           for (const json& s : v) {
-            if (!s.is_string() || s.get<std::string>().empty())
-              bad(l, "stop", "stop strings must be non-empty strings");
-            p.request.stop.push_back(s.get<std::string>());
+            if (!s.is_string()) bad(l, "stop", "stop strings must be strings");
+            stop.push_back(s.get<std::string>());
           }
+          check_stop_strings(stop);
+          p.request.stop = std::move(stop);
         }}},
       {"ignore_eos",
        {KeyKind::Request,
@@ -140,7 +149,7 @@ const std::map<std::string, Setter>& setters() {
       {"logprobs",
        {KeyKind::Request,
         [](Profile& p, const json& v, const std::string& l) {
-          p.request.logprobs = int(integer(v, l, "logprobs", 0, kMaxTopLogprobs));
+          p.request.logprobs = checked_logprobs(wide_integer(v, l, "logprobs"));
         }}},
       {"cache_salt",
        {KeyKind::Request,
@@ -151,7 +160,7 @@ const std::map<std::string, Setter>& setters() {
       {"backend",
        {KeyKind::Engine,
         [](Profile& p, const json& v, const std::string& l) {
-          p.engine.backend = one_of(v, l, "backend", {"auto", "cpu", "cuda"});
+          p.engine.backend = one_of<BackendKind>(v, l, "backend");
         }}},
       {"context_length",
        {KeyKind::Engine,
@@ -196,7 +205,7 @@ const std::map<std::string, Setter>& setters() {
       {"cuda_engine",
        {KeyKind::Engine,
         [](Profile& p, const json& v, const std::string& l) {
-          p.engine.cuda_engine = one_of(v, l, "cuda_engine", {"batched", "single"});
+          p.engine.cuda_engine = one_of<CudaEngineKind>(v, l, "cuda_engine");
         }}},
       {"cuda_graphs",
        {KeyKind::Engine,
@@ -206,30 +215,38 @@ const std::map<std::string, Setter>& setters() {
       {"kv_cache_dtype",
        {KeyKind::Engine,
         [](Profile& p, const json& v, const std::string& l) {
-          p.engine.kv_cache_dtype = one_of(v, l, "kv_cache_dtype", {"auto", "bf16", "f16"});
+          p.engine.kv_cache_dtype = one_of<KvCacheDtype>(v, l, "kv_cache_dtype");
         }}},
       {"weights_layout",
        {KeyKind::Engine,
         [](Profile& p, const json& v, const std::string& l) {
-          p.engine.weights_layout = one_of(v, l, "weights_layout", {"per-tensor", "packed"});
+          p.engine.weights_layout = one_of<WeightsLayout>(v, l, "weights_layout");
         }}},
       {"decode_gemv",
        {KeyKind::Engine,
         [](Profile& p, const json& v, const std::string& l) {
-          p.engine.decode_gemv = one_of(v, l, "decode_gemv", {"hearth", "cublas"});
+          p.engine.decode_gemv = one_of<DecodeGemv>(v, l, "decode_gemv");
         }}},
       {"matmul_tiling",
        {KeyKind::Engine,
         [](Profile& p, const json& v, const std::string& l) {
-          p.engine.matmul_tiling = one_of(v, l, "matmul_tiling", {"auto", "tuned"});
+          p.engine.matmul_tiling = one_of<MatmulTiling>(v, l, "matmul_tiling");
         }}},
       {"batch_invariant",
        {KeyKind::Engine,
-        [](Profile& p, const json& v, const std::string& l) {
-          p.engine.batch_invariant = boolean(v, l, "batch_invariant");
-        }}},
+        [](Profile& p, const json& v,
+           const std::string& l) { p.engine.batch_invariant = boolean(v, l, "batch_invariant"); }}},
   };
   return table;
+}
+
+// A setter's SettingError said as a profile key's error.
+void set(const Setter& setter, Profile& profile, const json& value, const std::string& label) {
+  try {
+    setter.set(profile, value, label);
+  } catch (const SettingError& e) {
+    bad(label, e.field(), e.reason());
+  }
 }
 
 }  // namespace
@@ -244,7 +261,7 @@ void apply_profile_json(Profile& profile, const json& obj, const std::string& la
       throw std::runtime_error(label + ": unknown profile key '" + key + "' (known: " + known +
                                ")");
     }
-    it->second.set(profile, value, label);
+    set(it->second, profile, value, label);
   }
 }
 
@@ -266,9 +283,19 @@ void apply_request_json(RequestSettings& request, const json& obj, const std::st
       throw std::runtime_error(label + ": '" + key +
                                "' is an engine option: it belongs to the worker's profile, not "
                                "to a request");
-    it->second.set(profile, value, label);
+    set(it->second, profile, value, label);
   }
   request = profile.request;
+}
+
+void apply_profile_setting(Profile& profile, std::string_view setting) {
+  const size_t eq = setting.find('=');
+  if (eq == std::string_view::npos || eq == 0)
+    throw std::runtime_error("--set expects key=value, got '" + std::string(setting) + "'");
+  const std::string_view raw = setting.substr(eq + 1);
+  json value = json::parse(raw, nullptr, false);
+  if (value.is_discarded()) value = std::string(raw);
+  apply_profile_json(profile, json{{std::string(setting.substr(0, eq)), value}}, "--set");
 }
 
 Profile parse_profile(std::string_view text, const std::string& label) {
@@ -294,7 +321,7 @@ json profile_to_json(const Profile& p) {
               {"ignore_eos", p.request.ignore_eos},
               {"logprobs", p.request.logprobs},
               {"cache_salt", p.request.cache_salt},
-              {"backend", p.engine.backend},
+              {"backend", option_name(p.engine.backend)},
               {"context_length", p.engine.context_length},
               {"kv_block_size", p.engine.kv_block_size},
               {"kv_pool_tokens", p.engine.kv_pool_tokens},
@@ -303,12 +330,12 @@ json profile_to_json(const Profile& p) {
               {"max_batch_tokens", p.engine.max_batch_tokens},
               {"max_running", p.engine.max_running},
               {"prefix_cache", p.engine.prefix_cache},
-              {"cuda_engine", p.engine.cuda_engine},
+              {"cuda_engine", option_name(p.engine.cuda_engine)},
               {"cuda_graphs", p.engine.cuda_graphs},
-              {"kv_cache_dtype", p.engine.kv_cache_dtype},
-              {"weights_layout", p.engine.weights_layout},
-              {"decode_gemv", p.engine.decode_gemv},
-              {"matmul_tiling", p.engine.matmul_tiling},
+              {"kv_cache_dtype", option_name(p.engine.kv_cache_dtype)},
+              {"weights_layout", option_name(p.engine.weights_layout)},
+              {"decode_gemv", option_name(p.engine.decode_gemv)},
+              {"matmul_tiling", option_name(p.engine.matmul_tiling)},
               {"batch_invariant", p.engine.batch_invariant}};
 }
 

@@ -15,10 +15,9 @@
 
 namespace hearth {
 
-// The ranges of the integer keys that are also command-line flags, so both say the same.
-inline constexpr int kMaxTokensLimit = 1 << 24;    // max_tokens
-inline constexpr int kMaxTopK = 1 << 30;           // top_k
-inline constexpr int kMaxContextLength = 1 << 20;  // context_length
+// The range of context_length, also a command-line flag, so both say the same (the request
+// settings' ranges are in request_settings.h).
+inline constexpr int kMaxContextLength = 1 << 20;
 
 struct Profile {
   std::string name;  // free-form label for reports
@@ -27,13 +26,19 @@ struct Profile {
 };
 
 // Applies the keys of `obj` to `profile` (starting from whatever it holds). Throws
-// std::runtime_error naming the key on an unknown key, a wrong type or an out-of-range value.
+// std::runtime_error naming the key on an unknown key, a wrong type or an out-of-range value
+// (a request setting's range is request_settings.h's).
 void apply_profile_json(Profile& profile, const nlohmann::json& obj, const std::string& label);
 
 // Applies request settings only (one request of a batch): an engine option is an error naming
 // it, as is any other key the caller did not take out first (e.g. a request's "id").
 void apply_request_json(RequestSettings& request, const nlohmann::json& obj,
                         const std::string& label);
+
+// One `--set key=value` of a command line, as every binary takes it: the value is JSON when it
+// parses as JSON, else a string (`--set backend=cpu`). Throws std::runtime_error for text
+// without a key and '=', and apply_profile_json's errors labelled "--set".
+void apply_profile_setting(Profile& profile, std::string_view setting);
 
 // A profile from JSON text (nested no deeper than kMaxJsonDepth); `label` names it in errors.
 Profile parse_profile(std::string_view text, const std::string& label);

@@ -32,8 +32,8 @@ class RequestError : public std::runtime_error {
   std::string request_id_, field_, reason_;
 };
 
-// Throws RequestError when a setting is outside what a profile key accepts (profile.cc holds
-// the same ranges for requests read from JSON).
+// Throws RequestError naming the request and the field when a setting is out of its range
+// (check_settings, request_settings.h).
 void check_request_settings(const std::string& request_id, const RequestSettings& settings);
 
 }  // namespace hearth

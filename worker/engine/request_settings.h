@@ -1,13 +1,24 @@
 // What one request asks for: how to sample, how long to go on, when to stop, what to report.
 // Requests with different settings share a worker and a forward pass.
+//
+// The ranges of these settings live here and only here: the engine checks every request it is
+// given (check_settings), and whatever reads settings from outside (profiles and request JSON,
+// the gateway's OpenAI fields) stores each value through the checked_* reader of its field, so
+// every way in refuses the same values with the same words.
 #pragma once
 
+#include <cstdint>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "worker/engine/sampler.h"
 
 namespace hearth {
+
+// The ranges of the integer settings that are also command-line flags, so both say the same.
+inline constexpr int kMaxTokensLimit = 1 << 24;  // max_tokens
+inline constexpr int kMaxTopK = 1 << 30;         // top_k
 
 struct RequestSettings {
   SamplingParams sampling;
@@ -18,5 +29,34 @@ struct RequestSettings {
                            // chosen token's logprob, which every token event carries)
   std::string cache_salt;  // prefix caching: requests share cached KV only with the same salt
 };
+
+// A setting outside its range. field() is the setting's name as a profile key ("top_p");
+// what() is "field: reason", so a caller that names the setting its own way (the gateway's
+// OpenAI names, a profile's file) says reason() after its own name.
+class SettingError : public std::runtime_error {
+ public:
+  SettingError(std::string field, const std::string& reason);
+  const std::string& field() const { return field_; }
+  const std::string& reason() const { return reason_; }
+
+ private:
+  std::string field_, reason_;
+};
+
+// One value checked against its field's range and returned as the field's type. Values come in
+// wide (double, int64_t), so one too large for the field is refused, never converted; NaN is
+// refused everywhere. Each throws SettingError naming the field.
+float checked_temperature(double v);                            // [0, 100]
+int checked_top_k(int64_t v);                                   // [0, kMaxTopK], 0: off
+float checked_top_p(double v);                                  // (0, 1]
+float checked_min_p(double v);                                  // [0, 1]
+float checked_repetition_penalty(double v);                     // [1e-3, 100]
+int checked_max_tokens(int64_t v);                              // [0, kMaxTokensLimit]
+int checked_logprobs(int64_t v);                                // [0, kMaxTopLogprobs]
+void check_stop_strings(const std::vector<std::string>& stop);  // each non-empty
+
+// Every field of `settings` through the checks above; throws SettingError for the first out of
+// range. The engine's check of each request it takes.
+void check_settings(const RequestSettings& settings);
 
 }  // namespace hearth

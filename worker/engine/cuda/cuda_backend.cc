@@ -78,7 +78,7 @@ CudaBackend::CudaBackend(std::shared_ptr<const WeightStore> store, const EngineO
   // Last: the warm-up ran beside everything above and is collected only now.
   if (warmup) gemm_ = warmup->take_gemm();
   if (gemm_ && gemm_->type() != type_) gemm_.reset();
-  if (!gemm_ && (options_.decode_gemv == "cublas" || chunk_ > 1))
+  if (!gemm_ && (options_.decode_gemv == DecodeGemv::Cublas || chunk_ > 1))
     gemm_ = std::make_unique<kernels::Gemm>(type_);
   host_logits_.resize(c_.vocab);
 }
@@ -101,7 +101,8 @@ void* CudaBackend::v_cache(int l) const {
 }
 
 void CudaBackend::gemv(GemvEpilogue epilogue, const GemvArgs& a) {
-  if (options_.decode_gemv != "cublas") return kernels::gemv(type_, epilogue, a, stream_.get());
+  if (options_.decode_gemv != DecodeGemv::Cublas)
+    return kernels::gemv(type_, epilogue, a, stream_.get());
   // cuBLAS path, for comparison: a separate norm, one matmul per matrix, separate epilogues.
   using Out = kernels::Gemm::Out;
   const void* x = a.x;

@@ -32,9 +32,6 @@ int checked_context(const WeightStore& store, const EngineOptions& options, int 
     throw std::runtime_error("kv_block_size must be positive, got " +
                              std::to_string(options.kv_block_size));
   if (context < 1) throw std::runtime_error("context_length must be positive");
-  if (options.matmul_tiling != "auto" && options.matmul_tiling != "tuned")
-    throw std::runtime_error("unknown matmul_tiling '" + options.matmul_tiling +
-                             "' (auto | tuned)");
   return context;
 }
 

@@ -31,7 +31,7 @@ CudaLlamaForward::CudaLlamaForward(const ModelConfig& c, const CudaWeights& weig
   attention_scratch_bytes_ =
       kernels::paged_attention_scratch_bytes(T, S, context_length, c.n_heads, c.head_dim, S);
   attention_scratch_ = arena.alloc(attention_scratch_bytes_);
-  if (options.matmul_tiling == "tuned") {
+  if (options.matmul_tiling == MatmulTiling::Tuned) {
     const int h = c.hidden;
     const CudaMatmuls::TuneJob jobs[] = {
         {kQ, MatmulEpilogue::StoreF32, c.q_dim(), h, T, xn_.get(), q32_.get()},

@@ -24,7 +24,7 @@ namespace hearth {
 class CudaLlamaForward {
  public:
   // Activations for one sub-step of `limits`, and the logits of a whole forward (max_seqs rows).
-  // Tunes the matmuls when options.matmul_tiling is "tuned". `weights` must outlive this.
+  // Tunes the matmuls when options.matmul_tiling is Tuned. `weights` must outlive this.
   CudaLlamaForward(const ModelConfig& config, const CudaWeights& weights, const StepLimits& limits,
                    const EngineOptions& options, int context_length, DeviceArena& arena,
                    cudaStream_t stream);

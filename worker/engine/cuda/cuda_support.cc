@@ -33,10 +33,7 @@ std::unique_ptr<Backend> make_cuda_backend(const EngineOptions& options,
     throw std::runtime_error(std::string("no CUDA device was found (") +
                              (err != cudaSuccess ? cudaGetErrorString(err) : "0 devices") +
                              "); use --backend cpu");
-  const bool batched = options.cuda_engine == "batched";
-  if (!batched && options.cuda_engine != "single")
-    throw std::runtime_error("unknown cuda_engine '" + options.cuda_engine +
-                             "' (batched | single)");
+  const bool batched = options.cuda_engine == CudaEngineKind::Batched;
   std::shared_ptr<const WeightStore> store = weights.store;
   if (store->residence() == Residence::Host) {
     if (!weights.source)
@@ -47,8 +44,8 @@ std::unique_ptr<Backend> make_cuda_backend(const EngineOptions& options,
     if (!warmup && !batched && cudaGetDevice(&device) == cudaSuccess)
       warmup = start_cuda_warmup(device, bind_weights(*store).embed.dtype);
     UploadOptions opt;
-    opt.layout =
-        options.weights_layout == "packed" ? DeviceLayout::Packed : DeviceLayout::PerTensor;
+    opt.layout = options.weights_layout == WeightsLayout::Packed ? DeviceLayout::Packed
+                                                                 : DeviceLayout::PerTensor;
     opt.progress = weights.source->total_bytes() > (2ull << 30);
     store = DeviceStore::upload(*weights.source, opt);
   }

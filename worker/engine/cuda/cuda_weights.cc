@@ -52,9 +52,10 @@ size_t CudaWeights::copied_bytes() const {
   return bytes;
 }
 
-void CudaWeights::check_kv_cache_dtype(const std::string& kv_cache_dtype) const {
-  if (kv_cache_dtype != "auto" && (kv_cache_dtype == "bf16") != (type_ == kernels::Half::BF16))
-    throw std::runtime_error("kv_cache_dtype " + kv_cache_dtype +
+void CudaWeights::check_kv_cache_dtype(KvCacheDtype kv_cache_dtype) const {
+  if (kv_cache_dtype != KvCacheDtype::Auto &&
+      (kv_cache_dtype == KvCacheDtype::Bf16) != (type_ == kernels::Half::BF16))
+    throw std::runtime_error("kv_cache_dtype " + std::string(option_name(kv_cache_dtype)) +
                              " differs from the weights' type; the cuda backend keeps the cache "
                              "in the weights' 16-bit type");
 }

@@ -10,6 +10,7 @@
 #include "kernels/ops.h"
 #include "weight-server/model/model_config.h"
 #include "weight-server/model/weight_store.h"
+#include "worker/engine/engine_options.h"
 #include "worker/engine/model_weights.h"
 
 namespace hearth {
@@ -34,8 +35,8 @@ class CudaWeights {
   const float* inv_freq() const { return inv_freq_.get<float>(); }
   size_t copied_bytes() const;  // the fp32 copies and the frequencies, on the GPU
   // The KV cache is kept in the weights' 16-bit type: an engine option asking for the other
-  // one ("bf16" or "f16"; "auto" follows the weights) is refused.
-  void check_kv_cache_dtype(const std::string& kv_cache_dtype) const;
+  // one (Bf16 or F16; Auto follows the weights) is refused.
+  void check_kv_cache_dtype(KvCacheDtype kv_cache_dtype) const;
 
  private:
   const float* upload_as_f32(const WeightRef& v);

@@ -1,0 +1,89 @@
+#include "worker/engine/request_settings.h"
+
+#include <cfloat>
+#include <charconv>
+#include <cmath>
+
+#include "worker/engine/logprobs.h"
+
+namespace hearth {
+
+SettingError::SettingError(std::string field, const std::string& reason)
+    : std::runtime_error(field + ": " + reason), field_(std::move(field)), reason_(reason) {}
+
+namespace {
+
+// The value as written: a float field's value prints as the float (0.1f as 0.1, not as
+// 0.10000000149011612), so a check of stored settings says what the caller set.
+std::string shortest(double v) {
+  char buf[32];
+  if (std::fabs(v) <= FLT_MAX && double(float(v)) == v)
+    return std::string(buf, std::to_chars(buf, buf + sizeof buf, float(v)).ptr);
+  return std::string(buf, std::to_chars(buf, buf + sizeof buf, v).ptr);
+}
+
+double in_range(const char* field, double v, double lo, double hi) {
+  if (!(v >= lo && v <= hi))  // NaN fails too
+    throw SettingError(
+        field, "must be in [" + shortest(lo) + ", " + shortest(hi) + "], got " + shortest(v));
+  return v;
+}
+
+int64_t in_range(const char* field, int64_t v, int64_t lo, int64_t hi) {
+  if (v < lo || v > hi)
+    throw SettingError(field, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                                  "], got " + std::to_string(v));
+  return v;
+}
+
+}  // namespace
+
+float checked_temperature(double v) {
+  return float(in_range("temperature", v, 0.0, 100.0));
+}
+
+int checked_top_k(int64_t v) {
+  return int(in_range("top_k", v, 0, kMaxTopK));
+}
+
+float checked_top_p(double v) {
+  // 0 would keep no token at all, and so would a value that is 0 as a float.
+  const float p = float(in_range("top_p", v, 0.0, 1.0));
+  if (p <= 0.0f) throw SettingError("top_p", "must be greater than 0");
+  return p;
+}
+
+float checked_min_p(double v) {
+  return float(in_range("min_p", v, 0.0, 1.0));
+}
+
+float checked_repetition_penalty(double v) {
+  return float(in_range("repetition_penalty", v, 1e-3, 100.0));
+}
+
+int checked_max_tokens(int64_t v) {
+  return int(in_range("max_tokens", v, 0, kMaxTokensLimit));
+}
+
+int checked_logprobs(int64_t v) {
+  return int(in_range("logprobs", v, 0, kMaxTopLogprobs));
+}
+
+void check_stop_strings(const std::vector<std::string>& stop) {
+  for (const std::string& s : stop)
+    if (s.empty()) throw SettingError("stop", "stop strings must be non-empty");
+}
+
+void check_settings(const RequestSettings& s) {
+  const SamplingParams& p = s.sampling;
+  checked_temperature(p.temperature);
+  checked_top_k(p.top_k);
+  checked_top_p(p.top_p);
+  checked_min_p(p.min_p);
+  checked_repetition_penalty(p.repetition_penalty);
+  checked_max_tokens(s.max_tokens);
+  checked_logprobs(s.logprobs);
+  check_stop_strings(s.stop);
+}
+
+}  // namespace hearth

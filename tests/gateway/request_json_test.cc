@@ -10,22 +10,12 @@
 
 #include "gateway/api_error.h"
 #include "gateway/request_json.h"
+#include "tests/gateway/api_error_of.h"
 
 namespace hearth::gateway {
 namespace {
 
 using ordered_json = nlohmann::ordered_json;
-
-// The ApiError `f` throws (status 0 when it throws none).
-template <typename F>
-ApiError error_of(F&& f) {
-  try {
-    f();
-  } catch (const ApiError& e) {
-    return e;
-  }
-  return ApiError(0, "", "no error");
-}
 
 // A refusal: a 400 naming `param`, with `why` in its message.
 void expect_refused(const ApiError& e, const std::string& param, const std::string& why) {

@@ -8,23 +8,13 @@
 #include <signal.h>
 
 #include "gateway/api_error.h"
+#include "tests/gateway/api_error_of.h"
 #include "tests/gateway/served_workers.h"
 #include "tests/ipc/test_util.h"
 #include "tests/proof/proof_test_util.h"
 
 namespace hearth::gateway {
 namespace {
-
-// The ApiError `f` throws (status 0 when it throws none).
-template <typename F>
-ApiError error_of(F&& f) {
-  try {
-    f();
-  } catch (const ApiError& e) {
-    return e;
-  }
-  return ApiError(0, "", "no error");
-}
 
 TEST(WorkerPool, RequestsForOneModelShareOneWorker) {
   ServedWorkers w;

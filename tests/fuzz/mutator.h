@@ -10,18 +10,9 @@
 
 #include <nlohmann/json.hpp>
 
-namespace hearth::fuzz {
+#include "tests/support/fuzz_rng.h"
 
-struct Rng {
-  uint64_t s;
-  uint64_t next() {  // splitmix64
-    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  size_t below(size_t n) { return n ? next() % n : 0; }
-};
+namespace hearth::fuzz {
 
 // Pieces a JSON reader must get right: structure, edge-case numbers and strings, bytes that
 // are not UTF-8.

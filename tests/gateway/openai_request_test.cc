@@ -14,22 +14,12 @@
 #include "gateway/request_json.h"
 #include "gateway/token_request.h"
 #include "base/utf8.h"
+#include "tests/gateway/api_error_of.h"
 
 namespace hearth::gateway {
 namespace {
 
 using ordered_json = nlohmann::ordered_json;
-
-// The ApiError `f` throws (status 0 when it throws none).
-template <typename F>
-ApiError error_of(F&& f) {
-  try {
-    f();
-  } catch (const ApiError& e) {
-    return e;
-  }
-  return ApiError(0, "", "no error");
-}
 
 ApiError completion_error(const std::string& body, Endpoint endpoint = Endpoint::Completions) {
   return error_of([&] { parse_completion_request(parse_request_body(body), endpoint, {}); });

@@ -89,7 +89,7 @@ TEST_F(ChildProcessTest, DeadlinePassesThenKillEndsIt) {
 }
 
 TEST_F(ChildProcessTest, KillingTheGroupTakesTheWrappersChildrenToo) {
-  ChildProcess c = sh("sleep 1000 & echo $! > " + (dir_ / "pid") + "; wait");
+  ChildProcess c = sh("sleep 1000 & echo $! > " + (dir_ / "pid").string() + "; wait");
   for (int i = 0; i < 500 && read_file(dir_ / "pid").empty(); ++i)
     std::this_thread::sleep_for(10ms);
   const pid_t grandchild = pid_t(std::stoi(read_file(dir_ / "pid")));
@@ -101,7 +101,7 @@ TEST_F(ChildProcessTest, KillingTheGroupTakesTheWrappersChildrenToo) {
 
 TEST_F(ChildProcessTest, NoStragglersAfterANormalExit) {
   // The wrapper exits at once, leaving a background child: it must not keep running.
-  ChildProcess c = sh("sleep 1000 & echo $! > " + (dir_ / "pid") + "; exit 0");
+  ChildProcess c = sh("sleep 1000 & echo $! > " + (dir_ / "pid").string() + "; exit 0");
   EXPECT_TRUE(wait(c).success());
   const pid_t grandchild = pid_t(std::stoi(read_file(dir_ / "pid")));
   EXPECT_TRUE(gone_soon(grandchild));

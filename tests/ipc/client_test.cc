@@ -90,7 +90,7 @@ TEST(Client, SaysClearlyThatNoServerIsRunning) {
     Client::connect(tmp / "hearth.sock");
     FAIL();
   } catch (const ServerNotRunning& e) {
-    EXPECT_NE(std::string(e.what()).find("server not running at " + (tmp / "hearth.sock")),
+    EXPECT_NE(std::string(e.what()).find("server not running at " + (tmp / "hearth.sock").string()),
               std::string::npos);
   }
 }

@@ -20,20 +20,9 @@
 #include "ipc/frame_reader.h"
 #include "ipc/printable.h"
 #include "ipc/protocol.h"
+#include "tests/support/fuzz_rng.h"
 
 namespace hearth::fuzz {
-
-// splitmix64: deterministic, so a failing case reproduces from its seed.
-struct Rng {
-  std::uint64_t s;
-  std::uint64_t next() {
-    std::uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  std::size_t below(std::size_t n) { return n ? next() % n : 0; }
-};
 
 inline std::string le32(std::uint32_t n) {
   return {static_cast<char>(n & 0xff), static_cast<char>((n >> 8) & 0xff),

@@ -1,7 +1,7 @@
 #pragma once
 
-// Helpers shared by the ipc and broker tests: temporary directories, descriptor counting, and
-// small files whose identity and contents a test can check after they crossed a socket.
+// Helpers shared by the ipc and broker tests: descriptor counting, and small files whose
+// identity and contents a test can check after they crossed a socket (TempDir is tests/support's).
 
 #include <dirent.h>
 #include <sys/mman.h>
@@ -19,30 +19,9 @@
 #include <utility>
 
 #include "base/unique_fd.h"
+#include "tests/support/temp_dir.h"
 
 namespace hearth::test {
-
-// A fresh directory under /tmp (mode 0700, from mkdtemp), removed with its contents.
-class TempDir {
- public:
-  TempDir() {
-    char pattern[] = "/tmp/hearth-test-XXXXXX";
-    if (::mkdtemp(pattern) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  const std::string& path() const { return path_; }
-  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
 
 // Open descriptors of a process (this one by default), as listed in /proc.
 inline int count_open_fds(pid_t pid = 0) {

@@ -83,8 +83,8 @@ TEST(UnixSocket, RefusesASocketDirectoryThatIsASymbolicLink) {
   ASSERT_EQ(::mkdir((tmp / "real").c_str(), 0700), 0);
   ASSERT_EQ(::symlink((tmp / "real").c_str(), (tmp / "link").c_str()), 0);
   const std::string text = message_of([&] { UnixListener::listen(tmp / "link/hearth.sock"); });
-  EXPECT_NE(text.find("socket directory " + tmp / "link" + " is a symbolic link (to " +
-                      tmp / "real" + ")"),
+  EXPECT_NE(text.find("socket directory " + (tmp / "link").string() + " is a symbolic link (to " +
+                      (tmp / "real").string() + ")"),
             std::string::npos)
       << text;
   EXPECT_NE(::access((tmp / "real/hearth.sock").c_str(), F_OK), 0);

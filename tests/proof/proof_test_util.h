@@ -17,32 +17,14 @@
 
 #include "ipc/child_process.h"
 #include "tests/support/paths.h"
+#include "tests/support/temp_dir.h"
 
 namespace hearth::proof::testing {
 
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-// A fresh folder under /tmp, removed with its contents.
-class TempDir {
- public:
-  TempDir() {
-    char pattern[] = "/tmp/hearth-proof-test-XXXXXX";
-    if (::mkdtemp(pattern) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const fs::path& path() const { return path_; }
-  fs::path operator/(const std::string& name) const { return path_ / name; }
-
- private:
-  fs::path path_;
-};
+using TempDir = hearth::test::TempDir;
 
 inline void write_file(const fs::path& path, const std::string& content) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

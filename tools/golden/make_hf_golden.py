@@ -6,7 +6,7 @@ transformers' own save_pretrained (in the variant's storage dtype), reloads it i
 records:
   * the fp32 logits at the last position of a fixed prompt;
   * a 40-token greedy continuation, with the top-1/top-2 logit margin at every step.
-The hearth test (tests/engine/hf_golden_test.cc) loads the same directories and must match the
+The hearth test (tests/worker/engine/hf_golden_test.cc) loads the same directories and must match the
 logits to 1e-3 x (max - min) and the greedy tokens wherever the margin exceeds that tolerance.
 
 Run where transformers is installed (hearth used transformers 5.17, torch 2.11, CPU):

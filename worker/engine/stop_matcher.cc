@@ -5,6 +5,7 @@
 namespace hearth {
 
 std::string StopMatcher::append(const std::string& piece) {
+  if (matched_) return {};  // the text ended at the stop string
   const size_t search_from = text_.size();
   text_ += piece;
   size_t cut = std::string::npos;

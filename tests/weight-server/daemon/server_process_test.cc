@@ -479,10 +479,11 @@ TEST(ServerProcess, StartupErrorsAreClear) {
     const ExitStatus status = server.process().wait();
     return std::pair(status, server.log());
   };
-  auto [s1, log1] = start({"--backend", "memfd", "--model", tmp.path() + "/nowhere"});
+  auto [s1, log1] = start({"--backend", "memfd", "--model", tmp.path().string() + "/nowhere"});
   EXPECT_TRUE(s1.exited_with(1)) << s1.describe();
-  EXPECT_NE(log1.find("hearth-server: error: " + tmp.path() + "/nowhere: not a model directory"),
-            std::string::npos)
+  EXPECT_NE(
+      log1.find("hearth-server: error: " + tmp.path().string() + "/nowhere: not a model directory"),
+      std::string::npos)
       << log1;
   auto [s2, log2] =
       start({"--backend", "memfd", "--model", test::tiny_model_dir().string() + ":bad name"});
@@ -508,13 +509,14 @@ TEST(ServerProcess, StartupErrorsAreClear) {
 // enter and a model directory that does not exist, the error is about the socket.
 TEST(ServerProcess, SocketMistakesFailBeforeAnyModelIsRead) {
   test::TempDir tmp;
-  const std::string open_dir = tmp.path() + "/open";
+  const std::string open_dir = tmp.path().string() + "/open";
   ASSERT_EQ(::mkdir(open_dir.c_str(), 0755), 0);
   ASSERT_EQ(::chmod(open_dir.c_str(), 0755), 0);
-  ChildProcess server = ChildProcess::spawn(
-      ChildProcess::Options({test::binary("hearth-server"), "--socket", open_dir + "/sock",
-                             "--backend", "memfd", "--model", tmp.path() + "/no-such-model"})
-          .stderr_to(ChildProcess::Stream::file(tmp / "server.log")));
+  ChildProcess server =
+      ChildProcess::spawn(ChildProcess::Options({test::binary("hearth-server"), "--socket",
+                                                 open_dir + "/sock", "--backend", "memfd",
+                                                 "--model", tmp.path().string() + "/no-such-model"})
+                              .stderr_to(ChildProcess::Stream::file(tmp / "server.log")));
   EXPECT_TRUE(server.wait().exited_with(1));
   const std::string log = test::read_file(tmp / "server.log");
   EXPECT_NE(log.find("socket directory " + open_dir + " has mode 0755"), std::string::npos) << log;

@@ -36,7 +36,7 @@ class ServerGpuTest : public ::testing::Test {
   std::unique_ptr<ServerProcess> start_vmm_server() {
     return std::make_unique<ServerProcess>(std::vector<std::string>{
         "--backend", "vmm", "--model", test::tiny_model_dir().string() + ":tiny", "--model",
-        synth_.path() + ":synth"});
+        synth_.path().string() + ":synth"});
   }
   std::vector<std::string> cuda_args(int seed, int tokens, bool ignore_eos = false) const {
     return test::generation_args(seed, tokens, ignore_eos, "cuda");
@@ -78,7 +78,7 @@ TEST_F(ServerGpuTest, WorkersImportAndVerifyEveryTensor) {
 TEST_F(ServerGpuTest, ServedWorkersMatchSingleProcessOnCuda) {
   auto server = start_vmm_server();
   for (const auto& [model, dir] : {std::pair{std::string("tiny"), test::tiny_model_dir().string()},
-                                   std::pair{std::string("synth"), synth_.path()}}) {
+                                   std::pair{std::string("synth"), synth_.path().string()}}) {
     for (int seed : {0, 7}) {
       const test::WorkerRun single =
           test::run_worker(tmp_, test::concat({"--model", dir}, cuda_args(seed, 32)));

@@ -11,8 +11,8 @@
 #include <algorithm>
 #include <functional>
 
-#include "in_process_server.h"
-#include "server_test_support.h"
+#include "tests/weight-server/daemon/in_process_server.h"
+#include "tests/weight-server/daemon/server_test_support.h"
 #include "weight-server/sharing/checksum.h"
 #include "weight-server/sharing/manifest.h"
 #include "weight-server/sharing/sealed_memfd.h"

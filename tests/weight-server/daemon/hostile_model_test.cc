@@ -40,7 +40,7 @@ void write(const fs::path& path, const std::string& text) {
 class HostileModel : public ::testing::Test {
  protected:
   void SetUp() override { fresh_model(); }
-  fs::path dir() const { return tmp_.path() + "/model"; }
+  fs::path dir() const { return tmp_ / "model"; }
   void fresh_model() {
     fs::remove_all(dir());
     write_synthetic_model(dir(), SynthOptions{});
@@ -115,7 +115,7 @@ TEST_F(HostileModel, NestedConfigWithinTheLimitLoadsAndAttaches) {
 // one only the server may read, and every allowed uid then read it through `manifest`; a
 // config.json linked to a secret leaked its first bytes in the parse error.
 TEST_F(HostileModel, FilesLinkedOutOfTheDirectoryAreRefused) {
-  const fs::path secret = tmp_.path() + "/secret";
+  const fs::path secret = tmp_ / "secret";
   write(secret, "hunter2 is the password");
   for (const std::string name : {"tokenizer_config.json", "tokenizer.json",
                                  "generation_config.json", "config.json", "model.safetensors"}) {
@@ -142,7 +142,7 @@ TEST_F(HostileModel, LinksThatStayInsideTheDirectoryAreFollowed) {
 // A Hugging Face cache snapshot links every file to ../../blobs/HASH: those links are followed,
 // within the repository's folder and no further.
 TEST_F(HostileModel, HuggingFaceCacheSnapshotsLoad) {
-  const fs::path repo = tmp_.path() + "/hub/models--org--tiny";
+  const fs::path repo = tmp_ / "hub/models--org--tiny";
   const fs::path snapshot = repo / "snapshots" / "0123abcd";
   fs::create_directories(repo / "blobs");
   fs::create_directories(snapshot);
@@ -155,7 +155,7 @@ TEST_F(HostileModel, HuggingFaceCacheSnapshotsLoad) {
   expect_attachable(*load_from(snapshot));
 
   // One link out of the repository is refused like any other.
-  write(tmp_.path() + "/hub/outside.json", "{}");
+  write(tmp_ / "hub/outside.json", "{}");
   fs::remove(snapshot / "generation_config.json");
   fs::create_symlink("../../../outside.json", snapshot / "generation_config.json");
   try {
@@ -180,7 +180,7 @@ TEST_F(HostileModel, TextFilesThatAreNotUtf8AreRefused) {
 
 // Issue 12: a model path that is not UTF-8 loaded, then broke `list` and `stats` for everyone.
 TEST_F(HostileModel, ModelPathsThatAreNotUtf8AreRefused) {
-  const fs::path odd = tmp_.path() + "/mod\xe8le";
+  const fs::path odd = tmp_ / "mod\xe8le";
   fs::rename(dir(), odd);
   try {
     load_from(odd);

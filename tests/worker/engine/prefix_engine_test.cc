@@ -300,7 +300,7 @@ TEST(PrefixCacheEngine, ModelIdentitiesTellModelsApart) {
   m.tensors[1].xxh3 = 1;  // one tensor's bytes differ
   EXPECT_NE(model_identity(m), served);
   // And the engine's domain follows them: the same request on another model, or another
-  // numerics option, would look for other keys (tests/engine/prefix_cache_test.cc).
+  // numerics option, would look for other keys (tests/worker/engine/prefix_cache_test.cc).
 }
 
 // A pool full of cached blocks nobody holds: a request that needs the whole pool runs at once,

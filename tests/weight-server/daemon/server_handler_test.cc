@@ -140,7 +140,8 @@ TEST_F(ServerHandlerTest, LoadThreadsAreJoinedWhenTheirLoadIsDone) {
   for (int cycle = 0; cycle < 5; ++cycle) {
     admin.call(ipc::op::kLoad, {{"dir", model_dir_.path()}, {"name", "again"}});
     // A load that fails is a load all the same.
-    call_error(admin, ipc::op::kLoad, {{"dir", model_dir_.path() + "/missing"}, {"name", "no"}});
+    call_error(admin, ipc::op::kLoad,
+               {{"dir", model_dir_.path().string() + "/missing"}, {"name", "no"}});
     admin.call(ipc::op::kUnload, {{"model", "again"}});
   }
   EXPECT_TRUE(test::eventually([&] { return server.handler().load_threads() == 0; }))
@@ -167,7 +168,8 @@ TEST_F(ServerHandlerTest, AdminLoadAndUnload) {
   auto e = call_error(admin, ipc::op::kLoad, {{"dir", second.path()}, {"name", "qwen"}});
   EXPECT_EQ(e.code(), ErrorCode::kBusy);
   EXPECT_NE(e.message().find("already served"), std::string::npos);
-  e = call_error(admin, ipc::op::kLoad, {{"dir", second.path() + "/missing"}, {"name", "missing"}});
+  e = call_error(admin, ipc::op::kLoad,
+                 {{"dir", second.path().string() + "/missing"}, {"name", "missing"}});
   EXPECT_EQ(e.code(), ErrorCode::kBadRequest);
   EXPECT_NE(e.message().find("cannot load 'missing'"), std::string::npos) << e.message();
   EXPECT_NE(e.message().find("no such directory"), std::string::npos) << e.message();

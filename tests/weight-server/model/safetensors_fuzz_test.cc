@@ -5,23 +5,14 @@
 
 #include <random>
 
+#include "tests/support/fuzz_rng.h"
 #include "tests/support/safetensors_builder.h"
 #include "weight-server/model/safetensors.h"
 
 namespace hearth {
 namespace {
 
-// Deterministic so a failure reproduces; the seed is printed on failure.
-struct Rng {
-  uint64_t s;
-  uint64_t next() {
-    uint64_t z = (s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-  }
-  size_t below(size_t n) { return n ? next() % n : 0; }
-};
+using fuzz::Rng;
 
 // Parses, and when that succeeds checks the result is self-consistent.
 void parse_checked(const std::vector<std::byte>& image, uint64_t case_id) {

@@ -1,0 +1,74 @@
+// The gateway's worker pool with real processes: one worker per (model, profile), shared by
+// every request for it; a profile nobody configured or a model the server does not serve is
+// refused with the status the client will see; a worker that dies is started again by the next
+// request, and only that one is counted as a restart.
+
+#include <gtest/gtest.h>
+
+#include <signal.h>
+
+#include "gateway/api_error.h"
+#include "tests/gateway/api_error_of.h"
+#include "tests/gateway/served_workers.h"
+#include "tests/ipc/test_util.h"
+#include "tests/proof/proof_test_util.h"
+
+namespace hearth::gateway {
+namespace {
+
+TEST(WorkerPool, RequestsForOneModelShareOneWorker) {
+  ServedWorkers w;
+  const auto first = w.pool.get("tiny", "");
+  ASSERT_TRUE(first && first->alive());
+  EXPECT_EQ(w.pool.get("tiny", ""), first);
+  const WorkerPoolStats s = w.pool.stats();
+  EXPECT_EQ(s.alive, 1);
+  EXPECT_EQ(s.starts, 1);
+  EXPECT_EQ(s.restarts, 0);
+  ASSERT_EQ(w.pool.connections().size(), 1u);
+  EXPECT_EQ(w.pool.connections()[0].first, "tiny");
+}
+
+TEST(WorkerPool, AnUnknownProfileIsA404AndStartsNothing) {
+  ServedWorkers w;
+  const ApiError e = error_of([&] { w.pool.get("tiny", "fast"); });
+  EXPECT_EQ(e.status(), 404) << e.what();
+  EXPECT_EQ(e.param(), "model");
+  EXPECT_NE(std::string(e.what()).find("'fast'"), std::string::npos) << e.what();
+  EXPECT_EQ(w.pool.stats().starts, 0);
+}
+
+TEST(WorkerPool, AWorkerThatCannotStartIsA503NamingItsLog) {
+  ServedWorkers w;
+  // The server does not serve "absent": the worker exits at startup, and says why in its log.
+  const ApiError e = error_of([&] { w.pool.get("absent", ""); });
+  EXPECT_EQ(e.status(), 503) << e.what();
+  EXPECT_NE(std::string(e.what()).find("failed to start"), std::string::npos) << e.what();
+  const std::string log = (w.runtime / "worker-absent-default-1.log").string();
+  EXPECT_NE(std::string(e.what()).find(log), std::string::npos) << e.what();
+  EXPECT_FALSE(test::read_file(log).empty());
+  EXPECT_EQ(w.pool.stats().alive, 0);
+}
+
+TEST(WorkerPool, ADeadWorkerIsStartedAgainByTheNextRequest) {
+  ServedWorkers w;
+  const auto first = w.pool.get("tiny", "");
+  const std::vector<pid_t> workers =
+      proof::testing::processes_mentioning(w.runtime.path().string());
+  ASSERT_EQ(workers.size(), 1u);
+  ASSERT_EQ(::kill(workers[0], SIGKILL), 0);
+  ASSERT_TRUE(test::eventually([&] { return !first->alive(); }));
+
+  const auto second = w.pool.get("tiny", "");
+  ASSERT_TRUE(second && second->alive());
+  EXPECT_NE(second, first);
+  const WorkerPoolStats s = w.pool.stats();
+  EXPECT_EQ(s.alive, 1);
+  EXPECT_EQ(s.starts, 2);
+  EXPECT_EQ(s.restarts, 1);
+  // The new worker answers.
+  EXPECT_NO_THROW(second->call("stats"));
+}
+
+}  // namespace
+}  // namespace hearth::gateway

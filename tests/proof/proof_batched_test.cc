@@ -218,7 +218,9 @@ TEST_F(ProofBatched, AWorkerThatFailsAfterFinishingEveryRequestStillFailsThem) {
 }
 
 TEST_F(ProofBatched, TheTimeoutBoundsTheWholeWorker) {
-  const std::string worker = script("hang.sh", "sleep 1000");
+  // The worker marks when it is running, so the interrupt finds it hung, whatever the load.
+  const fs::path hung = dir_ / "hung";
+  const std::string worker = script("hang.sh", ": > '" + hung.string() + "'; sleep 1000");
   const CommandResult r = run("out", {"greedy.json", "sampled.json"},
                               {"--batched", "--worker", worker, "--timeout", "1"});
   EXPECT_EQ(r.exit_code(), 2) << r.out << r.err;
@@ -237,7 +239,9 @@ TEST_F(ProofBatched, TheTimeoutBoundsTheWholeWorker) {
 TEST_F(ProofBatched, InterruptKillsTheWorkerAndStillWritesTheReport) {
   // Two workers (different engine options): the first hangs and is interrupted, the second is
   // never started.
-  const std::string worker = script("hang.sh", "sleep 1000");
+  // The worker marks when it is running, so the interrupt finds it hung, whatever the load.
+  const fs::path hung = dir_ / "hung";
+  const std::string worker = script("hang.sh", ": > '" + hung.string() + "'; sleep 1000");
   ChildProcess proof_process = ChildProcess::spawn(
       ChildProcess::Options(
           {(bin_dir() / "hearth-proof").string(), "run", "--suite", path("suite.jsonl"), "--model",
@@ -245,10 +249,8 @@ TEST_F(ProofBatched, InterruptKillsTheWorkerAndStillWritesTheReport) {
            "--profile", path("greedy-narrow.json"), "--worker", worker, "--batched", "--quiet"})
           .stdout_to(ChildProcess::Stream::file(dir_ / "proof.out"))
           .stderr_to(ChildProcess::Stream::file(dir_ / "proof.err")));
-  const fs::path started = dir_ / "out" / "runs" / "batched-worker-1" / "stderr";
-  for (int i = 0; i < 6000 && !fs::exists(started); ++i) std::this_thread::sleep_for(10ms);
-  ASSERT_TRUE(fs::exists(started));
-  std::this_thread::sleep_for(100ms);
+  for (int i = 0; i < 6000 && !fs::exists(hung); ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_TRUE(fs::exists(hung));
   ::kill(proof_process.pid(), SIGINT);
   const auto status = proof_process.wait_until(std::chrono::steady_clock::now() + 60s);
   ASSERT_TRUE(status) << "hearth-proof did not stop after SIGINT";

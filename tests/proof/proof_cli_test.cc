@@ -264,7 +264,10 @@ TEST_F(ProofRun, AWorkerThatWritesGarbageIsAnError) {
 }
 
 TEST_F(ProofRun, AHungWorkerIsKilledAtTheTimeout) {
-  const std::string worker = wrapper("hang.sh", "sleep 1000; :", /*fake_others=*/true);
+  // The hanging worker marks when it is running, so the interrupt finds it hung.
+  const fs::path hung = dir_ / "hung";
+  const std::string worker =
+      wrapper("hang.sh", ": > '" + hung.string() + "'; sleep 1000; :", /*fake_others=*/true);
   const auto start = std::chrono::steady_clock::now();
   const CommandResult r = run({"greedy.json", "greedy.json"},
                               {"--worker", worker, "--timeout", "1", "--concurrency", "2"});
@@ -282,7 +285,10 @@ TEST_F(ProofRun, AHungWorkerIsKilledAtTheTimeout) {
 }
 
 TEST_F(ProofRun, InterruptKillsTheWorkersAndStillWritesTheReport) {
-  const std::string worker = wrapper("hang.sh", "sleep 1000; :", /*fake_others=*/true);
+  // The hanging worker marks when it is running, so the interrupt finds it hung.
+  const fs::path hung = dir_ / "hung";
+  const std::string worker =
+      wrapper("hang.sh", ": > '" + hung.string() + "'; sleep 1000; :", /*fake_others=*/true);
   ChildProcess proof_process = ChildProcess::spawn(
       ChildProcess::Options({(bin_dir() / "hearth-proof").string(), "run", "--suite",
                              path("suite.jsonl"), "--model", default_model().string(), "--out",
@@ -290,11 +296,8 @@ TEST_F(ProofRun, InterruptKillsTheWorkersAndStillWritesTheReport) {
                              path("greedy.json"), "--worker", worker, "--quiet"})
           .stdout_to(ChildProcess::Stream::file(dir_ / "proof.out"))
           .stderr_to(ChildProcess::Stream::file(dir_ / "proof.err")));
-  // Wait until the hanging worker has started (its stderr file appears), then interrupt.
-  const fs::path volcano_stderr = dir_ / "out" / "runs" / "002-volcano" / "00-greedy.r0.stderr";
-  for (int i = 0; i < 6000 && !fs::exists(volcano_stderr); ++i) std::this_thread::sleep_for(10ms);
-  ASSERT_TRUE(fs::exists(volcano_stderr));
-  std::this_thread::sleep_for(100ms);
+  for (int i = 0; i < 6000 && !fs::exists(hung); ++i) std::this_thread::sleep_for(10ms);
+  ASSERT_TRUE(fs::exists(hung));
   ::kill(proof_process.pid(), SIGINT);
   const auto status = proof_process.wait_until(std::chrono::steady_clock::now() + 60s);
   ASSERT_TRUE(status) << "hearth-proof did not stop after SIGINT";

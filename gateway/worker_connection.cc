@@ -18,7 +18,7 @@ namespace {
 constexpr auto kReplyTimeout = std::chrono::seconds(30);
 }  // namespace
 
-std::unique_ptr<WorkerConnection> WorkerConnection::connect(const std::string& socket_path) {
+std::shared_ptr<WorkerConnection> WorkerConnection::connect(const std::string& socket_path) {
   UniqueFd socket = ipc::connect_unix(socket_path);
   ipc::send_frame(socket.get(),
                   ipc::make_request(ipc::op::kHello, 0, ipc::make_hello_args("hearth-gateway")));
@@ -35,7 +35,7 @@ std::unique_ptr<WorkerConnection> WorkerConnection::connect(const std::string& s
   if (const auto it = reply->body.find("max_request_bytes");
       it != reply->body.end() && it->is_number_unsigned())
     max_request_bytes = it->get<size_t>();
-  return std::unique_ptr<WorkerConnection>(
+  return std::shared_ptr<WorkerConnection>(
       new WorkerConnection(std::move(socket), max_request_bytes));
 }
 
@@ -46,8 +46,9 @@ WorkerConnection::WorkerConnection(UniqueFd socket, size_t max_request_bytes)
 
 WorkerConnection::~WorkerConnection() {
   // Wakes the reader (its receive returns end of stream), then waits for it. The last owner can
-  // be a request's callback running on the reader itself, once the worker died (fail_all): the
-  // reader touches no member after those callbacks, so it is left to finish on its own.
+  // be a request's callback running on the reader itself (a session that outlived the pool, or
+  // the worker died: fail_all): the reader touches no member after those callbacks, so it is
+  // left to finish on its own.
   ::shutdown(socket_.get(), SHUT_RDWR);
   if (!reader_.joinable()) return;
   if (reader_.get_id() == std::this_thread::get_id())
@@ -58,52 +59,69 @@ WorkerConnection::~WorkerConnection() {
 
 void WorkerConnection::read_loop() {
   std::string why = "the worker closed the connection";
+  // A request's callback can drop the last owner of this connection (a session that outlived
+  // the pool): each frame is handled holding this alive, and once that hold was the last, the
+  // destructor has run here (it detaches the reader) and nothing more may be touched.
+  std::weak_ptr<WorkerConnection> alive;
+  bool owned = false;  // by a shared_ptr (connect's); otherwise the owner joins the reader
+  const auto gone = [&] { return owned && alive.expired(); };
   try {
     while (true) {
       std::optional<ipc::Frame> frame = ipc::receive_frame(socket_.get());
       if (!frame) break;
-      const ipc::ReplyStatus status = ipc::parse_reply_status(frame->body);
-      if (!status.id) {  // a connection-level error: the worker is about to close
-        why = "the worker refused the connection: " + status.message;
-        continue;
-      }
-      bool events_reply = false;
-      std::optional<std::string> refused_cancel;  // the request whose cancel the worker refused
       {
-        std::lock_guard lock(mutex_);
-        if (poll_id_ && *poll_id_ == *status.id) {
-          events_reply = true;
-          poll_id_.reset();
-        } else if (auto it = replies_.find(*status.id); it != replies_.end()) {
-          it->second = std::move(frame->body);
-          replied_.notify_all();
-        } else if (auto c = cancels_.find(*status.id); c != cancels_.end()) {
-          if (!status.ok) refused_cancel = c->second;
-          cancels_.erase(c);
-        }
+        std::shared_ptr<WorkerConnection> self = weak_from_this().lock();
+        alive = self;
+        owned = self != nullptr;
+        handle_frame(*frame, why);
       }
-      if (refused_cancel) {
-        // Never swallowed: the request may still be running, so its caller hears of it.
-        end_request(*refused_cancel, "the worker refused to cancel the request: " + status.message);
-        continue;
-      }
-      if (!events_reply) continue;
-      if (!status.ok)
-        throw std::runtime_error("the worker refused to send events: " + status.message);
-      if (const auto it = frame->body.find("stats"); it != frame->body.end() && it->is_object()) {
-        // Kept before the events run their callbacks: a client that saw its request end then
-        // reads stats at least as new as that end.
-        std::lock_guard lock(mutex_);
-        latest_stats_ = std::move(*it);
-      }
-      dispatch_events(frame->body.at("events"));
-      std::lock_guard lock(mutex_);
-      poll_events_locked();
+      if (gone()) return;
     }
   } catch (const std::exception& e) {
+    if (gone()) return;
     why = std::string("the connection to the worker failed: ") + e.what();
   }
   fail_all(why);
+}
+
+// One frame from the worker: a call's reply, a cancel's, or the events poll's.
+void WorkerConnection::handle_frame(ipc::Frame& frame, std::string& why) {
+  const ipc::ReplyStatus status = ipc::parse_reply_status(frame.body);
+  if (!status.id) {  // a connection-level error: the worker is about to close
+    why = "the worker refused the connection: " + status.message;
+    return;
+  }
+  bool events_reply = false;
+  std::optional<std::string> refused_cancel;  // the request whose cancel the worker refused
+  {
+    std::lock_guard lock(mutex_);
+    if (poll_id_ && *poll_id_ == *status.id) {
+      events_reply = true;
+      poll_id_.reset();
+    } else if (auto it = replies_.find(*status.id); it != replies_.end()) {
+      it->second = std::move(frame.body);
+      replied_.notify_all();
+    } else if (auto c = cancels_.find(*status.id); c != cancels_.end()) {
+      if (!status.ok) refused_cancel = c->second;
+      cancels_.erase(c);
+    }
+  }
+  if (refused_cancel) {
+    // Never swallowed: the request may still be running, so its caller hears of it.
+    end_request(*refused_cancel, "the worker refused to cancel the request: " + status.message);
+    return;
+  }
+  if (!events_reply) return;
+  if (!status.ok) throw std::runtime_error("the worker refused to send events: " + status.message);
+  if (const auto it = frame.body.find("stats"); it != frame.body.end() && it->is_object()) {
+    // Kept before the events run their callbacks: a client that saw its request end then
+    // reads stats at least as new as that end.
+    std::lock_guard lock(mutex_);
+    latest_stats_ = std::move(*it);
+  }
+  dispatch_events(frame.body.at("events"));
+  std::lock_guard lock(mutex_);
+  poll_events_locked();
 }
 
 void WorkerConnection::dispatch_events(const json& events) {

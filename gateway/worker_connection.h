@@ -18,18 +18,19 @@
 #include <nlohmann/json.hpp>
 
 #include "ipc/errors.h"
+#include "ipc/frame.h"
 #include "base/unique_fd.h"
 
 namespace hearth::gateway {
 
-class WorkerConnection {
+class WorkerConnection : public std::enable_shared_from_this<WorkerConnection> {
  public:
   // Called on the reader thread, in order, for each event of the request; the last one has
   // "done": true. Must not block for long: it delays every other request's events.
   using EventCallback = std::function<void(const nlohmann::json& event)>;
 
   // Connects and says hello. Throws ipc::ServerNotRunning or ipc::IpcError.
-  static std::unique_ptr<WorkerConnection> connect(const std::string& socket_path);
+  static std::shared_ptr<WorkerConnection> connect(const std::string& socket_path);
   ~WorkerConnection();
   WorkerConnection(const WorkerConnection&) = delete;
   WorkerConnection& operator=(const WorkerConnection&) = delete;
@@ -60,6 +61,7 @@ class WorkerConnection {
  private:
   WorkerConnection(UniqueFd socket, size_t max_request_bytes);
   void read_loop();
+  void handle_frame(ipc::Frame& frame, std::string& why);
   // Sends {op, id, ...args}; returns the id. The reply arrives in replies_.
   uint64_t send(const std::string& op, nlohmann::json args);
   nlohmann::json wait_reply(uint64_t id);

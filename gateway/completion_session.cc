@@ -58,7 +58,11 @@ CompletionSession::CompletionSession(CompletionRequest request, ResponseMeta met
 }
 
 void CompletionSession::start(const std::vector<std::vector<int32_t>>& prompts, uint64_t seed) {
-  std::weak_ptr<CompletionSession> weak = weak_from_this();
+  // Each choice's callback owns the session until the choice's last event: a client that left
+  // (or a deadline) cancels, and the worker's "cancelled" end must still find the session to be
+  // counted as an abort in the metrics. Every choice ends (its last event, or fail_all when the
+  // worker dies), so the cycle through the connection always breaks.
+  std::shared_ptr<CompletionSession> self = shared_from_this();
   // Every choice's submit is built and checked before the first is sent: one the worker could
   // not read is a 400 here, not a submit that costs the connection.
   std::vector<json> submits;
@@ -76,9 +80,8 @@ void CompletionSession::start(const std::vector<std::vector<int32_t>>& prompts, 
       choices_[i].prompt_tokens = int(prompts[i / size_t(request_.n)].size());
     }
     try {
-      worker_->submit(std::move(submits[i]), [weak, i](const json& event) {
-        if (auto self = weak.lock()) self->on_event(int(i), event);
-      });
+      worker_->submit(std::move(submits[i]),
+                      [self, i](const json& event) { self->on_event(int(i), event); });
     } catch (const ipc::IpcError& e) {
       for (size_t j = 0; j < i; ++j) worker_->cancel(request_ids_[j]);
       throw submit_error(e);

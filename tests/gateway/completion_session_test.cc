@@ -144,7 +144,18 @@ TEST_F(CompletionSessionTest, ADeadlineIsA504AndCancelsTheChoices) {
     EXPECT_EQ(e.status(), 504) << e.what();
   }
   const auto connection = worker();
-  EXPECT_TRUE(test::eventually([&] { return connection->in_flight() == 0; }));
+  // Stopped by the cancel, not run out: the worker counts it aborted short of its 400 tokens,
+  // and the gateway's metrics count an abort, not a success.
+  json stats;
+  EXPECT_TRUE(test::eventually([&] {
+    stats = connection->call("stats");
+    return stats["finished"] == 1;
+  })) << stats.dump();
+  EXPECT_EQ(stats["aborted"], 1) << stats.dump();
+  EXPECT_LT(stats["generated_tokens"].get<int>(), 400) << stats.dump();
+  EXPECT_TRUE(test::eventually([&] {
+    return metrics_.render().find(R"(finished_reason="abort")") != std::string::npos;
+  })) << metrics_.render();
 }
 
 }  // namespace

@@ -525,6 +525,16 @@ TEST(GatewayWorkers, ADroppedStreamIsCancelledAtTheWorker) {
   EXPECT_EQ(stats["aborted"], 1) << stats.dump();
   EXPECT_EQ(stats["running"], 0) << stats.dump();
   EXPECT_LT(stats["generated_tokens"].get<int>(), 1 + 480) << stats.dump();
+  // The gateway counts it: an abort, once the worker's "cancelled" end reached it (the session
+  // of a client that left must outlive the client to hear it).
+  const std::regex aborted(
+      R"(hearth:request_success_total\{finished_reason="abort",model_name="fortunes"\} 1)");
+  bool counted = false;
+  for (int tries = 0; tries < 600 && !counted; ++tries) {
+    counted = std::regex_search(gw.get("/metrics").body, aborted);
+    if (!counted) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(counted) << gw.get("/metrics").body;
 }
 
 // /metrics sends nothing to a worker: it reads the stats the worker pushed with its last events

@@ -35,6 +35,22 @@ ApiError submit_error(const ipc::IpcError& e) {
                   1);
 }
 
+// A request without max_tokens may run to the end of what the worker holds for one sequence
+// (its context, or its whole KV pool if smaller), capped by generation_config.json's
+// max_new_tokens: vLLM's default, so a long prompt is not refused for a budget nobody asked for.
+// A worker that does not say is taken to hold the model's whole context.
+int default_max_tokens(const CompletionRequest& r, size_t prompt_tokens,
+                       int64_t max_sequence_tokens) {
+  if (max_sequence_tokens <= 0) return r.settings.max_tokens;  // nothing known: only the cap
+  const int64_t room = max_sequence_tokens - int64_t(prompt_tokens);
+  if (room < 1)
+    throw bad_param(r.endpoint == Endpoint::ChatCompletions ? "messages" : "prompt",
+                    "is " + std::to_string(prompt_tokens) +
+                        " tokens, which leaves no room for a token in the worker's " +
+                        std::to_string(max_sequence_tokens) + " tokens per sequence");
+  return int(std::min<int64_t>(room, r.settings.max_tokens));
+}
+
 }  // namespace
 
 CompletionSession::CompletionSession(CompletionRequest request, ResponseMeta meta,
@@ -70,8 +86,13 @@ void CompletionSession::start(const std::vector<std::vector<int32_t>>& prompts, 
     // Choice j of a prompt samples with seed + j: n choices differ, and each is reproducible
     // by asking for it alone with that seed.
     const uint64_t choice_seed = seed + uint64_t(i % size_t(request_.n));
-    submits.push_back(worker_request_json(request_, request_ids_[i],
-                                          prompts[i / size_t(request_.n)], choice_seed));
+    const std::vector<int32_t>& prompt = prompts[i / size_t(request_.n)];
+    submits.push_back(worker_request_json(request_, request_ids_[i], prompt, choice_seed));
+    if (!request_.max_tokens_given)
+      submits.back()["max_tokens"] =
+          default_max_tokens(request_, prompt.size(),
+                             worker_->max_sequence_tokens() > 0 ? worker_->max_sequence_tokens()
+                                                                : model_.context_length);
     check_submit_size(request_, submits.back(), worker_->max_request_bytes());
   }
   for (size_t i = 0; i < choices_.size(); ++i) {

@@ -168,6 +168,9 @@ GenerationDefaults GenerationDefaults::from_generation_config(const json& config
   d.repetition_penalty = num("repetition_penalty");
   if (auto it = config.find("top_k"); sample && it != config.end() && it->is_number_integer())
     d.top_k = int(it->get<int64_t>());
+  if (auto it = config.find("max_new_tokens");
+      it != config.end() && it->is_number_integer() && it->get<int64_t>() >= 1)
+    d.max_new_tokens = int(std::min<int64_t>(it->get<int64_t>(), kMaxTokensLimit));
   return d;
 }
 
@@ -255,7 +258,10 @@ CompletionRequest parse_completion_request(const ordered_json& body, Endpoint en
   }
 
   // Both names are read, so a wrong one is never let through beside a right one; chat's
-  // max_completion_tokens wins (OpenAI's newer name).
+  // max_completion_tokens wins (OpenAI's newer name). Neither: the context left (see
+  // max_tokens_given).
+  r.settings.max_tokens = defaults.max_new_tokens.value_or(kMaxTokensLimit);
+  r.max_tokens_given = b["max_tokens"].present() || (chat && b["max_completion_tokens"].present());
   if (b["max_tokens"].present()) r.settings.max_tokens = max_tokens(b["max_tokens"]);
   if (chat && b["max_completion_tokens"].present())
     r.settings.max_tokens = max_tokens(b["max_completion_tokens"]);

@@ -32,6 +32,7 @@ enum class Endpoint { Completions, ChatCompletions };
 struct GenerationDefaults {
   std::optional<float> temperature, top_p, min_p, repetition_penalty;
   std::optional<int> top_k;
+  std::optional<int> max_new_tokens;  // caps the default max_tokens (vLLM does the same)
   static GenerationDefaults from_generation_config(const nlohmann::json& config);
 };
 
@@ -50,7 +51,10 @@ struct CompletionRequest {
   std::string model_name;
   std::vector<PromptInput> prompts;  // completions may batch several; chat has one
   RequestSettings settings;          // shared by every choice; each choice gets its own seed
-  bool seed_given = false;           // else the gateway draws one per request
+  // max_tokens absent: settings.max_tokens is only a cap (generation_config.json's
+  // max_new_tokens, else none), and each prompt gets the context left after it (vLLM's default).
+  bool max_tokens_given = false;
+  bool seed_given = false;  // else the gateway draws one per request
   int n = 1;
   bool stream = false;
   bool include_usage = false;

@@ -35,12 +35,19 @@ std::shared_ptr<WorkerConnection> WorkerConnection::connect(const std::string& s
   if (const auto it = reply->body.find("max_request_bytes");
       it != reply->body.end() && it->is_number_unsigned())
     max_request_bytes = it->get<size_t>();
+  int64_t max_sequence_tokens = 0;
+  if (const auto it = reply->body.find("max_sequence_tokens");
+      it != reply->body.end() && it->is_number_unsigned())
+    max_sequence_tokens = it->get<int64_t>();
   return std::shared_ptr<WorkerConnection>(
-      new WorkerConnection(std::move(socket), max_request_bytes));
+      new WorkerConnection(std::move(socket), max_request_bytes, max_sequence_tokens));
 }
 
-WorkerConnection::WorkerConnection(UniqueFd socket, size_t max_request_bytes)
-    : socket_(std::move(socket)), max_request_bytes_(max_request_bytes) {
+WorkerConnection::WorkerConnection(UniqueFd socket, size_t max_request_bytes,
+                                   int64_t max_sequence_tokens)
+    : socket_(std::move(socket)),
+      max_request_bytes_(max_request_bytes),
+      max_sequence_tokens_(max_sequence_tokens) {
   reader_ = std::thread([this] { read_loop(); });
 }
 

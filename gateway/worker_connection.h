@@ -57,9 +57,12 @@ class WorkerConnection : public std::enable_shared_from_this<WorkerConnection> {
   bool alive() const;
   size_t in_flight() const;
   size_t max_request_bytes() const { return max_request_bytes_; }
+  // The most prompt + max_tokens the worker takes (its hello's "max_sequence_tokens"; 0 when
+  // it does not say).
+  int64_t max_sequence_tokens() const { return max_sequence_tokens_; }
 
  private:
-  WorkerConnection(UniqueFd socket, size_t max_request_bytes);
+  WorkerConnection(UniqueFd socket, size_t max_request_bytes, int64_t max_sequence_tokens);
   void read_loop();
   void handle_frame(ipc::Frame& frame, std::string& why);
   // Sends {op, id, ...args}; returns the id. The reply arrives in replies_.
@@ -74,6 +77,7 @@ class WorkerConnection : public std::enable_shared_from_this<WorkerConnection> {
 
   UniqueFd socket_;
   size_t max_request_bytes_;
+  int64_t max_sequence_tokens_;
   std::mutex write_mutex_;
   mutable std::mutex mutex_;
   std::condition_variable replied_;

@@ -15,7 +15,15 @@ namespace {
 // How long a shutting-down worker waits for its clients to collect their last events.
 constexpr std::chrono::seconds kShutdownGrace{5};
 
-broker::BrokerOptions broker_options(const ServeOptions& options, std::size_t reply_bytes) {
+// The most prompt + max_tokens the engine takes: the context, and the whole KV pool (the last
+// token is sampled, never stored, hence the + 1), as Engine::submit checks them.
+int64_t max_sequence_tokens(const ServeOptions& options, const EngineStats& stats) {
+  const int64_t pool = int64_t(stats.kv_blocks_total) * stats.kv_block_size + 1;
+  return options.context_length > 0 ? std::min<int64_t>(options.context_length, pool) : pool;
+}
+
+broker::BrokerOptions broker_options(const ServeOptions& options, std::size_t reply_bytes,
+                                     int64_t max_sequence_tokens) {
   broker::BrokerOptions b;
   b.socket_path = options.socket_path;
   b.server_name = "hearth-worker";
@@ -23,7 +31,8 @@ broker::BrokerOptions broker_options(const ServeOptions& options, std::size_t re
   b.max_request_bytes = options.max_request_bytes;
   b.hello_fields = {{"max_request_bytes", options.max_request_bytes},
                     {"max_request_id_bytes", ipc::kMaxRequestIdBytes},
-                    {"max_events_reply_bytes", reply_bytes}};
+                    {"max_events_reply_bytes", reply_bytes},
+                    {"max_sequence_tokens", max_sequence_tokens}};
   // Any client of the worker's uid may submit, but only the process that started the worker
   // (its supervisor: the gateway) may stop it with a request.
   b.admin_pid = ::getppid();
@@ -42,7 +51,8 @@ void serve(Engine& engine, const ServeOptions& options, const RequestSettings& d
       std::min(ipc::kMaxEventsReplyBytes, options.max_queued_event_bytes);
   handler_options.idle_exit = options.idle_exit;
   handler_options.quiet = options.quiet;
-  ServeHandler handler(broker_options(options, handler_options.max_events_reply_bytes),
+  ServeHandler handler(broker_options(options, handler_options.max_events_reply_bytes,
+                                      max_sequence_tokens(options, engine.stats())),
                        handler_options);
   // Declared after the handler, its sink, so its threads end first.
   ServeLoop loop(engine, defaults, tokenizer, {options.idle_exit, kShutdownGrace}, handler);

@@ -18,7 +18,8 @@
 //          disconnect; "held": requests held for a slow reader)
 //   shutdown: only the worker's parent process (its supervisor) may send it; SIGTERM stays.
 // Each op takes exactly its fields: another is a bad_request naming it (serve_protocol.h). The
-// hello reply states the request frame limit, "max_request_bytes" (ipc::max_submit_bytes).
+// hello reply states the request frame limit, "max_request_bytes" (ipc::max_submit_bytes), and
+// "max_sequence_tokens", the most prompt + max_tokens a request may ask for.
 //
 // ("id" is the protocol envelope's own request number, hence "request_id" outside events.)
 // Request ids belong to the client that chose them: two clients may both say "r1". A client
@@ -55,6 +56,10 @@ struct ServeOptions {
   std::size_t max_request_bytes = ipc::kSubmitOverheadBytes;
   // Per client: undelivered events beyond this hold its requests until it reads.
   std::size_t max_queued_event_bytes = ipc::kDefaultMaxQueuedEventBytes;
+  // The backend's context length (0: unknown). With the KV pool's size it gives the hello's
+  // "max_sequence_tokens": the most prompt + max_tokens one request may ask for, from which
+  // the gateway derives a request's default max_tokens.
+  int context_length = 0;
 };
 
 // Serves until idle, a signal, or an admin shutdown; returns then. `defaults` are the

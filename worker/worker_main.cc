@@ -305,6 +305,7 @@ int run(int argc, char** argv) {
     serve.max_request_bytes =
         hearth::ipc::max_submit_bytes(backend->context_length(), backend->vocab_size());
     serve.max_queued_event_bytes = event_buffer_kb << 10;
+    serve.context_length = backend->context_length();
     hearth::serve(engine, serve, profile.request, tok);
     return 0;
   }

@@ -168,6 +168,32 @@ TEST_F(Gateway, PromptsAsTokenIdsAndBatchesWork) {
   EXPECT_NE(text["prompt"].get<std::string>().find("A computer"), std::string::npos) << text;
 }
 
+// No max_tokens: the context left after the prompt (vLLM's default), not a fixed budget. On the
+// 512-token model a 507-token prompt gets its 5 tokens (it was a 400: 507 + 256 > 512), and a
+// shorter one runs past 256 tokens.
+TEST_F(Gateway, WithoutMaxTokensARequestGetsTheContextLeft) {
+  std::vector<int> ids;
+  for (int i = 0; i < 507; ++i) ids.push_back(2 + i % 50);
+  const json body = {{"model", "fortunes"}, {"prompt", ids}, {"ignore_eos", true}};
+  const auto reply = gw().post("/v1/completions", body);
+  ASSERT_EQ(reply.status, 200) << reply.body;
+  const json r = reply.parsed();
+  EXPECT_EQ(r["usage"]["prompt_tokens"], 507) << r;
+  EXPECT_EQ(r["usage"]["completion_tokens"], 5) << r;
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "length") << r;
+  // 250 tokens of prompt: 262 generated, past the old fixed 256.
+  ids.resize(250);
+  const json shorter =
+      gw().post("/v1/completions", {{"model", "fortunes"}, {"prompt", ids}, {"ignore_eos", true}})
+          .parsed();
+  EXPECT_EQ(shorter["usage"]["completion_tokens"], 512 - 250) << shorter;
+  // A prompt that fills the context leaves nothing: still a 400 naming the prompt.
+  ids.resize(512, 2);
+  const auto full = gw().post("/v1/completions", {{"model", "fortunes"}, {"prompt", ids}});
+  EXPECT_EQ(full.status, 400) << full.body;
+  EXPECT_EQ(full.parsed()["error"]["param"], "prompt") << full.body;
+}
+
 TEST_F(Gateway, StopStringsCutTheText) {
   const json free_text =
       gw().post("/v1/completions",

@@ -217,9 +217,9 @@ TEST(WorkerServe, RefusedRequestsNameTheField) {
   EXPECT_TRUE(client.call("events").body["events"].empty());
 }
 
-// The hello reply states the request frame limit, room for a prompt of the whole context (512
-// positions, ids under 4,096) beside 1 MiB of everything else; such a submit is accepted (with
-// max_tokens 0 it ends at once, no prefill to wait for).
+// The hello reply states the request frame limit and the longest sequence, room for a prompt of the
+// whole context (512 positions, ids under 4,096) beside 1 MiB of everything else; such a submit is
+// accepted (with max_tokens 0 it ends at once, no prefill to wait for).
 TEST(WorkerServe, HelloStatesLimitsAndAWholeContextPromptFits) {
   TempDir dir;
   ServingWorker worker(dir, {"--quiet"});
@@ -227,6 +227,9 @@ TEST(WorkerServe, HelloStatesLimitsAndAWholeContextPromptFits) {
   const json hello = client.server_hello();
   EXPECT_EQ(hello["max_request_bytes"], ipc::max_submit_bytes(512, 4096)) << hello.dump();
   EXPECT_EQ(hello["max_request_id_bytes"], ipc::kMaxRequestIdBytes);
+  // The most prompt + max_tokens a request may ask for (the gateway's default max_tokens is
+  // what it leaves after the prompt): the context here, the CPU pool holding all of it.
+  EXPECT_EQ(hello["max_sequence_tokens"], 512) << hello.dump();
   json r = {{"id", "whole"},
             {"prompt_tokens", std::vector<int32_t>(512, 4095)},
             {"max_tokens", 0},

@@ -108,8 +108,6 @@ void CompletionSession::start(const std::vector<std::vector<int32_t>>& prompts, 
       throw submit_error(e);
     }
   }
-  std::lock_guard lock(mutex_);
-  accepted_ = Clock::now();
 }
 
 std::string CompletionSession::token_text(int32_t id) const {
@@ -173,6 +171,13 @@ void CompletionSession::finish_choice(int i, const json& event) {
   if (event.contains("prompt_tokens")) c.prompt_tokens = event["prompt_tokens"].get<int>();
   if (event.contains("cached_tokens")) c.cached_tokens = event["cached_tokens"].get<int>();
   c.finish_reason = finish_reason_of(stop);
+  if (c.finish_reason) {
+    // The worker's own times for this sequence: waiting, prompt, generation.
+    const json timings = event.value("timings", json::object());
+    choice_times_.push_back({timings.value("queue_ms", 0.0) / 1000,
+                             timings.value("prefill_ms", 0.0) / 1000,
+                             timings.value("decode_ms", 0.0) / 1000});
+  }
   if (!c.finish_reason && stop != "cancelled" && !failure_)
     failure_ = event.value("error", "the worker failed the request (" + stop + ")");
   if (request_.stream && c.finish_reason) {
@@ -205,7 +210,7 @@ void CompletionSession::record_metrics() {
     if (c.index % request_.n == 0) r.prompt_tokens += c.prompt_tokens;
     r.generation_tokens += c.completion_tokens;
   }
-  r.queue_s = accepted_ ? std::chrono::duration<double>(*accepted_ - start_).count() : 0;
+  r.choices = std::move(choice_times_);
   r.ttft_s = ttft_s_;
   r.e2e_s = std::chrono::duration<double>(Clock::now() - start_).count();
   r.inter_token_s = std::move(inter_token_s_);

@@ -71,10 +71,10 @@ class CompletionSession : public std::enable_shared_from_this<CompletionSession>
 
   // Metrics: when each choice's tokens arrived.
   Clock::time_point start_;
-  std::optional<Clock::time_point> accepted_;
   std::vector<std::optional<Clock::time_point>> last_token_;
   double ttft_s_ = -1;
   std::vector<double> inter_token_s_;
+  std::vector<ChoiceTimes> choice_times_;  // of the choices that finished (stop or length)
 };
 
 }  // namespace hearth::gateway

@@ -135,13 +135,13 @@ std::shared_ptr<WorkerConnection> WorkerPool::start(const std::string& model,
   return slot.connection;
 }
 
-std::vector<std::pair<std::string, std::shared_ptr<WorkerConnection>>> WorkerPool::connections() {
-  std::vector<std::pair<std::string, std::shared_ptr<WorkerConnection>>> out;
+std::vector<LiveWorker> WorkerPool::connections() {
+  std::vector<LiveWorker> out;
   std::lock_guard lock(mutex_);
   for (auto& [key, slot] : slots_) {
     std::unique_lock slot_lock(slot->mutex, std::try_to_lock);
     if (slot_lock && slot->connection && slot->connection->alive())
-      out.emplace_back(key.first, slot->connection);
+      out.push_back({key.first, key.second, slot->generation, slot->connection});
   }
   return out;
 }

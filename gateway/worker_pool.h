@@ -31,6 +31,13 @@ struct WorkerPoolOptions {
   std::function<void(const std::string&)> log;  // progress and failures, one line each
 };
 
+// A live worker: what it serves, which process of its slot it is, its connection.
+struct LiveWorker {
+  std::string model, profile;
+  int generation = 0;  // the slot's process count when it started: new process, new number
+  std::shared_ptr<WorkerConnection> connection;
+};
+
 struct WorkerPoolStats {
   int alive = 0;
   int64_t starts = 0;    // processes started, first starts included
@@ -47,8 +54,9 @@ class WorkerPool {
   std::shared_ptr<WorkerConnection> get(const std::string& model, const std::string& profile);
 
   WorkerPoolStats stats();
-  // The live workers' connections, by model name (their last pushed stats, for /metrics).
-  std::vector<std::pair<std::string, std::shared_ptr<WorkerConnection>>> connections();
+  // The live workers (their last pushed stats, for /metrics). A worker being started again is
+  // left out.
+  std::vector<LiveWorker> connections();
   std::vector<std::string> profile_names() const;
 
  private:

@@ -42,7 +42,7 @@ Reply ServeHandler::handle(broker::Session& session, const ipc::Request& request
   }
   if (request.op == ipc::op::kStats) {
     check_no_arguments(request.body, "stats");
-    return Reply::ok(stats_json(loop_->stats()));
+    return Reply::ok(stats_json(loop_->stats(), loop_->iteration_tokens()));
   }
   return Reply::error(ipc::ErrorCode::kUnknownOp,
                       "a serving hearth-worker does not handle '" + request.op + "'");
@@ -99,7 +99,7 @@ void ServeHandler::stop_now() {
 }
 
 nlohmann::json ServeHandler::with_stats(nlohmann::json reply) const {
-  reply["stats"] = stats_json(loop_->stats());
+  reply["stats"] = stats_json(loop_->stats(), loop_->iteration_tokens());
   return reply;
 }
 

@@ -96,6 +96,11 @@ EngineStats ServeLoop::stats() const {
   return stats_;
 }
 
+IterationTokens ServeLoop::iteration_tokens() const {
+  std::lock_guard lock(mutex_);
+  return iteration_tokens_;
+}
+
 void ServeLoop::push(Command command) {
   {
     std::lock_guard lock(mutex_);
@@ -192,6 +197,7 @@ void ServeLoop::engine_loop() {
       // stats, so a gateway that stops polling once nothing is in flight keeps no stale count.
       std::lock_guard lock(mutex_);
       stats_ = engine_.stats();
+      if (stepped) iteration_tokens_.observe(stats_.last_step_tokens);
     }
     if (stepped) sink_.deliver(std::move(outputs));
     if (stopping && !engine_.has_work()) {

@@ -21,6 +21,7 @@
 
 #include "ipc/protocol.h"
 #include "worker/engine/engine.h"
+#include "worker/iteration_tokens.h"
 
 namespace hearth {
 
@@ -86,6 +87,8 @@ class ServeLoop {
 
   // The engine's counters as of its last step.
   EngineStats stats() const;
+  // The tokens of every step so far.
+  IterationTokens iteration_tokens() const;
 
  private:
   // A client's command on its way to the engine thread: through the prepare thread first, in
@@ -126,6 +129,7 @@ class ServeLoop {
   bool finished_ = false;  // nobody is left to answer
   std::string stop_reason_ = "SIGTERM";
   EngineStats stats_;
+  IterationTokens iteration_tokens_;
 
   std::thread engine_thread_;
   std::thread prepare_thread_;

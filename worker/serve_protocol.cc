@@ -88,4 +88,10 @@ nlohmann::json stats_json(const EngineStats& s) {
           {"prefix_cache_evicted_blocks", s.prefix_cache_evicted_blocks}};
 }
 
+nlohmann::json stats_json(const EngineStats& s, const IterationTokens& it) {
+  json j = stats_json(s);
+  j["iteration_tokens"] = {{"counts", it.counts}, {"sum", it.sum}};
+  return j;
+}
+
 }  // namespace hearth

@@ -12,6 +12,7 @@
 
 #include "worker/engine/engine.h"
 #include "worker/engine/request.h"
+#include "worker/iteration_tokens.h"
 
 namespace hearth {
 
@@ -28,7 +29,10 @@ void check_no_arguments(const nlohmann::json& body, std::string_view op);
 Request submit_request(nlohmann::json request, const RequestSettings& defaults,
                        const Tokenizer* tokenizer);
 // The stats reply: the engine's counters ("aborted": requests cancelled, by cancel or a
-// disconnect; "held": requests held for a slow reader).
+// disconnect; "held": requests held for a slow reader) and, from a serving loop, the tokens of
+// its steps ("iteration_tokens": {"counts": per bucket of kIterationTokenBuckets and one above,
+// "sum"}).
 nlohmann::json stats_json(const EngineStats& stats);
+nlohmann::json stats_json(const EngineStats& stats, const IterationTokens& iteration_tokens);
 
 }  // namespace hearth

@@ -16,6 +16,7 @@
 
 #include "ipc/client.h"
 #include "tests/gateway/gateway_process.h"
+#include "tests/gateway/prometheus_text.h"
 
 namespace hearth::test {
 namespace {
@@ -417,7 +418,7 @@ TEST_F(Gateway, AnOversizedRequestIsA400AndLeavesOtherStreamsAlone) {
   const auto events = sse_events(body);
   for (const json& e : events) EXPECT_FALSE(e.is_object() && e.contains("error")) << e;
   EXPECT_EQ(streamed_choice(events, 0, false).second, "length") << body;
-  EXPECT_NE(gw().get("/metrics").body.find("hearth:worker_restarts 0"), std::string::npos);
+  EXPECT_NE(gw().get("/metrics").body.find("hearth:worker_restarts_total 0"), std::string::npos);
 }
 
 TEST_F(Gateway, MalformedHttpAndJsonAreRefusedAndTheServerCarriesOn) {
@@ -596,6 +597,44 @@ TEST(GatewayWorkers, MetricsReadTheStatsAWorkerPushedWithoutAskingIt) {
   EXPECT_EQ(std::stod(m[1]), 0) << metrics;
 }
 
+// A model served by two workers (the default profile and "small"): its gauges are their sum, so
+// two requests running, one on each, read 2 (each worker once overwrote the other's count);
+// without traffic two scrapes are the same text, counters included (prefix_cache_queries_total
+// once grew at every scrape); every scrape is valid exposition text.
+TEST(GatewayWorkers, AModelsProfilesAreSummedAndAQuietScrapeMovesNothing) {
+  const std::string profile = ::testing::TempDir() + "/gateway-profile-small.json";
+  std::ofstream(profile) << R"({"max_running": 8})";
+  GatewayProcess gw({"--profile", "small=" + profile});
+  for (const char* model : {"fortunes", "fortunes:small"})
+    ASSERT_EQ(gw.post("/v1/completions", completion("Warm", 1, {{"model", model}})).status, 200);
+  auto run = [&](const char* model) {
+    return std::async(std::launch::async, [&gw, model] {
+      return gw.post("/v1/completions",
+                     completion("Both", 480, {{"model", model}, {"ignore_eos", true}}));
+    });
+  };
+  auto a = run("fortunes"), b = run("fortunes:small");
+  double most = 0;
+  const auto done = [](auto& f) {
+    return f.wait_for(std::chrono::seconds(0)) == std::future_status::ready;
+  };
+  while (most < 2 && !(done(a) && done(b))) {
+    const test::PromText scrape(gw.get("/metrics").body);
+    most =
+        std::max(most, scrape.value("hearth:num_requests_running", {{"model_name", "fortunes"}}));
+  }
+  EXPECT_EQ(a.get().status, 200);
+  EXPECT_EQ(b.get().status, 200);
+  EXPECT_EQ(most, 2);
+  const std::string first = gw.get("/metrics").body;
+  const std::string second = gw.get("/metrics").body;
+  const test::PromText parsed(second);
+  EXPECT_GT(parsed.value("hearth:prefix_cache_queries_total", {{"model_name", "fortunes"}}), 0);
+  EXPECT_EQ(parsed.value("hearth:num_requests_running", {{"model_name", "fortunes"}}), 0);
+  EXPECT_EQ(parsed.value("hearth:cache_config_info", {{"profile", "small"}}), 1);
+  EXPECT_EQ(first, second);
+}
+
 TEST(GatewayLimits, AnApiKeyIsRequiredWhenConfigured) {
   const std::string key_file = ::testing::TempDir() + "/gateway-key";
   std::ofstream(key_file) << "s3cret\n";
@@ -672,7 +711,7 @@ TEST(GatewayWorkers, AWorkerKilledMidStreamFailsItsStreamsAndTheNextRequestSucce
   EXPECT_EQ(events.back(), "[DONE]");
   const auto next = gw.post("/v1/completions", completion("After", 4));
   EXPECT_EQ(next.status, 200) << next.body;
-  EXPECT_NE(gw.get("/metrics").body.find("hearth:worker_restarts 1"), std::string::npos);
+  EXPECT_NE(gw.get("/metrics").body.find("hearth:worker_restarts_total 1"), std::string::npos);
 }
 
 }  // namespace

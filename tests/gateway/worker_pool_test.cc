@@ -26,7 +26,7 @@ TEST(WorkerPool, RequestsForOneModelShareOneWorker) {
   EXPECT_EQ(s.starts, 1);
   EXPECT_EQ(s.restarts, 0);
   ASSERT_EQ(w.pool.connections().size(), 1u);
-  EXPECT_EQ(w.pool.connections()[0].first, "tiny");
+  EXPECT_EQ(w.pool.connections()[0].model, "tiny");
 }
 
 TEST(WorkerPool, AnUnknownProfileIsA404AndStartsNothing) {

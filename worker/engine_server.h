@@ -15,7 +15,8 @@
 //          tokens unchanged) until it reads: a slow reader slows only itself, nothing is dropped.
 //   cancel {"request_id"} -> {"cancelled": true|false}
 //   stats  {} -> the engine's counters ("aborted": requests cancelled, by cancel or a
-//          disconnect; "held": requests held for a slow reader)
+//          disconnect; "held": requests held for a slow reader; "iteration_tokens": every
+//          step's tokens, counted per bucket of worker/iteration_tokens.h)
 //   shutdown: only the worker's parent process (its supervisor) may send it; SIGTERM stays.
 // Each op takes exactly its fields: another is a bad_request naming it (serve_protocol.h). The
 // hello reply states the request frame limit, "max_request_bytes" (ipc::max_submit_bytes), and

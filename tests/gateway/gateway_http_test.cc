@@ -572,6 +572,52 @@ TEST(GatewayWorkers, ADroppedStreamIsCancelledAtTheWorker) {
   EXPECT_TRUE(counted) << gw.get("/metrics").body;
 }
 
+// A stream past --request-timeout-s ends with a 504 event, and the gateway cancels it in the
+// worker. The worker is stopped (SIGSTOP) once tokens flow, so the deadline, not the end of the
+// generation, ends the stream; let go after the 504, the worker reads the cancel and ends the
+// request as aborted (one it ran to its end would be a "length").
+TEST(GatewayWorkers, AStreamPastItsTimeLimitIsCancelledAtTheWorker) {
+  GatewayProcess gw({"--request-timeout-s", "1"});
+  ASSERT_EQ(gw.post("/v1/completions", completion("Warm", 1)).status, 200);  // a worker runs
+  std::smatch m;
+  const std::string log = gw.log_text();
+  ASSERT_TRUE(std::regex_search(log, m, std::regex(R"(worker fortunes started \(pid (\d+))")))
+      << log;
+  const pid_t worker = std::stoi(m[1]);
+  std::string body;
+  bool stopped = false;
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.set_header("Content-Type", "application/json");
+  req.body = completion("Late", 480, {{"ignore_eos", true}, {"stream", true}}).dump();
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    body.append(data, n);
+    if (!stopped) stopped = ::kill(worker, SIGSTOP) == 0;
+    return true;
+  };
+  httplib::Response res;
+  httplib::Error err;
+  const bool sent = gw.client()->send(req, res, err);
+  ::kill(worker, SIGCONT);
+  ASSERT_TRUE(sent) << httplib::to_string(err);
+  ASSERT_TRUE(stopped);
+  EXPECT_NE(body.find("timeout_error"), std::string::npos) << body;
+  const auto count = [&](const char* reason) {
+    const double n = test::PromText(gw.get("/metrics").body)
+                         .value("hearth:request_success_total",
+                                {{"model_name", "fortunes"}, {"finished_reason", reason}});
+    return std::isnan(n) ? 0.0 : n;
+  };
+  bool aborted = false;
+  for (int tries = 0; tries < 600 && !aborted; ++tries) {
+    aborted = count("abort") == 1;
+    if (!aborted) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  EXPECT_TRUE(aborted) << gw.get("/metrics").body;
+  EXPECT_EQ(count("length"), 1);  // the warm-up's only
+}
+
 // /metrics sends nothing to a worker: it reads the stats the worker pushed with its last events
 // reply. With the worker stopped (SIGSTOP: it can answer nothing), the gateway's first scrape
 // still shows the prefix-cache queries of the request it ran and its KV freed, values only

@@ -243,7 +243,7 @@ TEST_F(Gateway, BadRequestsNameTheField) {
       {completion("x", 4, {{"n", 99}}), 400, "n"},
       {completion("x", 4, {{"stop", {""}}}), 400, "stop"},
       {completion("x", 4, {{"temprature", 1}}), 400, "temprature"},
-      {completion("x", 4, {{"frequency_penalty", 1}}), 400, "frequency_penalty"},
+      {completion("x", 4, {{"frequency_penalty", 3}}), 400, "frequency_penalty"},
       {json{{"model", "fortunes"}}, 400, "prompt"},
       {completion("x", 4, {{"model", "no-such-model"}}), 404, "model"},
       {completion("x", 4, {{"model", "fortunes:no-such-profile"}}), 404, "model"},

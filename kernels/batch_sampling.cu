@@ -25,7 +25,8 @@ namespace {
 
 using namespace sampling;
 
-constexpr int kPrepareThreads = 256;  // double-precision weights: registers, not threads
+constexpr int kPrepareThreads = 512;  // double-precision weights: registers, not threads
+constexpr int kSelectPool = 512;      // a select finishes in shared memory below this many keys
 
 struct Pass {
   const float* logits;
@@ -52,15 +53,23 @@ __device__ bool greedy_row(const SampleRowParams& q) {
 
 // The k-th largest (1-based) of `vocab` distinct 64-bit keys: a most significant digit first
 // radix select over 8-bit digits. Keys are sort_key()s, so the k-th key is one token, and the
-// keys >= it are exactly the first k tokens by (value desc, id asc).
+// keys >= it are exactly the first k tokens by (value desc, id asc). Once the digit's bucket
+// holds at most kSelectPool keys, they are gathered into `pool` and ranked there: usually
+// after two passes over the row instead of eight.
+struct SelectShared {
+  unsigned hist[256];
+  uint32_t choice[3];
+  int count;
+  uint64_t pool[kSelectPool];
+  uint64_t result;
+};
 template <typename Key>
-__device__ uint64_t kth_largest(const Key& key, int vocab, int k, unsigned* hist,
-                                uint32_t* choice) {
+__device__ uint64_t kth_largest(const Key& key, int vocab, int k, SelectShared& sh) {
   const int lane = threadIdx.x & 31;
   uint64_t prefix = 0, mask = 0;
   int remaining = k;
   for (int shift = 56; shift >= 0; shift -= 8) {
-    for (int i = threadIdx.x; i < 256; i += kPrepareThreads) hist[i] = 0;
+    for (int i = threadIdx.x; i < 256; i += kPrepareThreads) sh.hist[i] = 0;
     __syncthreads();
     for (int i0 = 0; i0 < vocab; i0 += kPrepareThreads) {
       const int i = i0 + threadIdx.x;
@@ -68,21 +77,42 @@ __device__ uint64_t kth_largest(const Key& key, int vocab, int k, unsigned* hist
       const int digit = i < vocab && (u & mask) == prefix ? int(u >> shift & 255) : 256;
       // Lanes with the same digit add once: logits crowd a few digits.
       const unsigned peers = __match_any_sync(~0u, digit);
-      if (digit < 256 && lane == __ffs(peers) - 1) atomicAdd(&hist[digit], __popc(peers));
+      if (digit < 256 && lane == __ffs(peers) - 1) atomicAdd(&sh.hist[digit], __popc(peers));
     }
     __syncthreads();
     if (threadIdx.x == 0) {
       unsigned above = 0;
       int d = 255;
-      for (; d > 0 && above + hist[d] < unsigned(remaining); --d) above += hist[d];
-      choice[0] = uint32_t(d);
-      choice[1] = uint32_t(remaining) - above;
+      for (; d > 0 && above + sh.hist[d] < unsigned(remaining); --d) above += sh.hist[d];
+      sh.choice[0] = uint32_t(d);
+      sh.choice[1] = uint32_t(remaining) - above;
+      sh.choice[2] = sh.hist[d];
+      sh.count = 0;
     }
     __syncthreads();
-    prefix |= uint64_t(choice[0]) << shift;
+    prefix |= uint64_t(sh.choice[0]) << shift;
     mask |= uint64_t(0xff) << shift;
-    remaining = int(choice[1]);
+    remaining = int(sh.choice[1]);
+    const int in_bucket = int(sh.choice[2]);
     __syncthreads();  // choice is rewritten in the next round
+    if (shift > 0 && in_bucket <= kSelectPool) {
+      for (int i = threadIdx.x; i < vocab; i += kPrepareThreads) {
+        const uint64_t u = key(i);
+        if ((u & mask) == prefix) sh.pool[atomicAdd(&sh.count, 1)] = u;
+      }
+      __syncthreads();
+      // Distinct keys: exactly one has remaining - 1 keys above it.
+      for (int j = threadIdx.x; j < in_bucket; j += kPrepareThreads) {
+        const uint64_t u = sh.pool[j];
+        int above = 0;
+        for (int m = 0; m < in_bucket; ++m) above += sh.pool[m] > u;
+        if (above == remaining - 1) sh.result = u;
+      }
+      __syncthreads();
+      const uint64_t result = sh.result;
+      __syncthreads();  // the pool and result are reused by the next select
+      return result;
+    }
   }
   return prefix;
 }
@@ -139,8 +169,7 @@ __device__ __forceinline__ void for_each_logit(const float* row, int vocab, F&& 
 __global__ void __launch_bounds__(kPrepareThreads) prepare_kernel(Pass p) {
   extern __shared__ uint32_t edit_bits[];  // one bit per token, when the row edits logits
   __shared__ Scratch s;
-  __shared__ unsigned hist[256];
-  __shared__ uint32_t choice[2];
+  __shared__ SelectShared sel;
   __shared__ int count;
   __shared__ uint64_t top_keys[kMaxSampleTopLogprobs];
   const int r = blockIdx.x, lane = threadIdx.x & 31;
@@ -168,22 +197,55 @@ __global__ void __launch_bounds__(kPrepareThreads) prepare_kernel(Pass p) {
   const bool walk = !greedy && q.top_p < 1.0f;  // top-p: sorted candidates, choose_kernel
   const double inv_t = 1.0 / q.temperature;
 
-  // The adjusted maximum, and the raw maximum and mass for the logprob.
+  // Pass 1: the adjusted maximum and the lowest id holding it (the greedy pick), and the raw
+  // maximum for the logprob.
   float top = -INFINITY, raw_max = -INFINITY;
+  int top_id = INT_MAX;
   for_each_logit(logits, p.vocab, [&](int i, float raw) {
-    top = fmaxf(top, adjust(i, raw));
+    const float v = adjust(i, raw);
+    if (v > top)
+      top = v, top_id = i;
+    else if (v == top)
+      top_id = min(top_id, i);
     raw_max = fmaxf(raw_max, raw);
   });
+  const float thread_top = top;
   top = block_max_float(top, s);
+  const int greedy_id = block_min_int(thread_top == top ? top_id : INT_MAX, s);
   raw_max = block_max_float(raw_max, s);
+
+  // The pick needs no order unless top-p asks for one: the survivors of top-k (keys >= the
+  // k-th key) and min-p, scored in pass 2.
+  const bool pick = !greedy && !walk;
+  uint64_t least = 0;
+  if (pick && q.top_k > 0 && q.top_k < p.vocab) {
+    auto key = [&](int i) { return sort_key(value(i), i); };
+    least = kth_largest(key, p.vocab, q.top_k, sel);
+  }
+
+  // Pass 2: the raw mass (logprob), the adjusted mass (top-p without top-k), and the Gumbel
+  // argmax over the survivors.
   double raw_mass = 0.0, mass = 0.0;
+  float best_score = -INFINITY;
+  int best = INT_MAX;
   for_each_logit(logits, p.vocab, [&](int i, float raw) {
     // A logit that is not finite makes the logprob NaN, which the host checks and reports.
     raw_mass += isfinite(raw) ? exp(double(raw) - raw_max) : double(NAN);
-    if (by_mass) mass += exp((double(adjust(i, raw)) - top) * inv_t);
+    if (!by_mass && !pick) return;
+    const float v = adjust(i, raw);
+    if (by_mass) mass += exp((double(v) - top) * inv_t);
+    if (!pick) return;
+    if (least != 0 && sort_key(v, i) < least) return;
+    if (q.min_p > 0.0f && v != top && exp((double(v) - top) * inv_t) < double(q.min_p)) return;
+    const float scaled = sampling_rules::scaled_logit(v, top, q.temperature);
+    // Cannot reach this thread's best even with the largest noise: skip the noise.
+    if (scaled + sampling_rules::kGumbelBound < best_score) return;
+    const float score = HEARTH_SR_ADD(scaled, gumbel_noise(q.seed, q.step, i));
+    if (sampling_rules::beats(score, i, best_score, best)) best_score = score, best = i;
   });
   raw_mass = block_sum_double(raw_mass, s);
   if (by_mass) mass = block_sum_double(mass, s);
+  if (pick) best = block_best(best_score, best, s);
   const double log_mass = log(raw_mass);
   auto raw_logprob_of = [&](int token) {
     return float(double(logits[token]) - raw_max - log_mass);
@@ -193,7 +255,7 @@ __global__ void __launch_bounds__(kPrepareThreads) prepare_kernel(Pass p) {
   const int n_top = min(min(q.top_logprobs, kMaxSampleTopLogprobs), p.vocab);
   if (n_top > 0 && p.top_tokens) {
     auto raw_key = [&](int i) { return sort_key(logits[i], i); };
-    const uint64_t least = kth_largest(raw_key, p.vocab, n_top, hist, choice);
+    const uint64_t least = kth_largest(raw_key, p.vocab, n_top, sel);
     if (threadIdx.x == 0) count = 0;
     __syncthreads();
     for (int i = threadIdx.x; i < p.vocab; i += kPrepareThreads) {
@@ -219,33 +281,10 @@ __global__ void __launch_bounds__(kPrepareThreads) prepare_kernel(Pass p) {
   uint64_t* keys = p.keys + int64_t(r) * p.vocab;
 
   if (!walk) {
-    // The pick without a sort: the greedy argmax (lowest id among the top), or the best
-    // Gumbel score among the survivors of top-k (keys >= the k-th key) and min-p.
-    uint64_t least = 0;
-    if (!greedy && q.top_k > 0 && q.top_k < p.vocab) {
-      auto key = [&](int i) { return sort_key(value(i), i); };
-      least = kth_largest(key, p.vocab, q.top_k, hist, choice);
-    }
-    float best_score = -INFINITY;
-    int best = INT_MAX;
-    for (int i = threadIdx.x; i < p.vocab; i += kPrepareThreads) {
-      const float v = value(i);
-      if (greedy) {
-        if (v == top) best = min(best, i);
-        continue;
-      }
-      if (least != 0 && sort_key(v, i) < least) continue;
-      if (q.min_p > 0.0f && v != top && exp((double(v) - top) * inv_t) < double(q.min_p)) continue;
-      const float scaled = sampling_rules::scaled_logit(v, top, q.temperature);
-      // Cannot reach this thread's best even with the largest noise: skip the noise.
-      if (scaled + sampling_rules::kGumbelBound < best_score) continue;
-      const float score = HEARTH_SR_ADD(scaled, gumbel_noise(q.seed, q.step, i));
-      if (sampling_rules::beats(score, i, best_score, best)) best_score = score, best = i;
-    }
-    best = greedy ? block_min_int(best, s) : block_best(best_score, best, s);
     if (threadIdx.x == 0) {
-      p.tokens[r] = best;
-      p.logprobs[r] = raw_logprob_of(best);
+      const int token = greedy ? greedy_id : best;
+      p.tokens[r] = token;
+      p.logprobs[r] = raw_logprob_of(token);
       p.begin[r] = p.end[r] = r * p.vocab;  // nothing to sort
     }
     return;
@@ -254,12 +293,11 @@ __global__ void __launch_bounds__(kPrepareThreads) prepare_kernel(Pass p) {
   // top-p: the candidates the nucleus could reach, as sort keys. With top-k, the first k;
   // without, those whose weight reaches the host's cutoff (tokens under (1 - top_p) / vocab of
   // the top weight cannot reach the nucleus; min-p drops those under min_p).
-  uint64_t least = 0;
   double cutoff = 0.0;
   if (q.top_k > 0) {
     if (q.top_k < p.vocab) {
       auto key = [&](int i) { return sort_key(value(i), i); };
-      least = kth_largest(key, p.vocab, q.top_k, hist, choice);
+      least = kth_largest(key, p.vocab, q.top_k, sel);
     }
   } else {
     cutoff = fmax((1.0 - q.top_p) / double(p.vocab), double(q.min_p));

@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -14,6 +15,7 @@
 #include "kernels/device_buffer.h"
 #include "kernels/gemm.h"
 #include "kernels/ops.h"
+#include "worker/engine/logprobs.h"
 
 namespace hearth::bench {
 
@@ -327,6 +329,26 @@ json bench_sampling(cudaStream_t stream, Timer& timer) {
       const double us = timer.us([&](int) { kernels::batch_sample(a, stream); });
       out.push_back({{"mode", m.name}, {"rows", rows}, {"vocab", vocab}, {"us", us}});
       std::printf("| %s | | %.1f |\n", m.name, us);
+    }
+    {
+      // The path top_logprobs took before they were selected on the device: every row copied
+      // back whole and ranked on the host (worker/engine/logprobs.h).
+      std::vector<float> host(size_t(rows) * vocab);
+      const int reps = 3;
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int rep = 0; rep < reps; ++rep) {
+        HEARTH_CUDA_CHECK(cudaMemcpyAsync(host.data(), logits.get(), logits.bytes(),
+                                          cudaMemcpyDeviceToHost, stream));
+        HEARTH_CUDA_CHECK(cudaStreamSynchronize(stream));
+        for (int r = 0; r < rows; ++r)
+          (void)hearth::top_logprobs(std::span<const float>(&host[size_t(r) * vocab], vocab), 5);
+      }
+      const double us =
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
+          reps;
+      const char* name = "top_logprobs 5 on the host (rows copied back, the old path)";
+      out.push_back({{"mode", name}, {"rows", rows}, {"vocab", vocab}, {"us", us}});
+      std::printf("| %s | | %.1f |\n", name, us);
     }
   }
   return out;

@@ -166,6 +166,8 @@ struct BatchSampleArgs {
   float* top_logprobs = nullptr;
   void* scratch = nullptr;  // batch_sample_scratch_bytes(rows_per_pass, vocab)
   size_t scratch_bytes = 0;
+  // False when no row samples with top_p < 1: then no row needs the sort, which is skipped.
+  bool any_top_p = true;
 };
 // Rows are sampled in passes of up to rows_per_pass rows (the scratch holds one pass).
 size_t batch_sample_scratch_bytes(int rows_per_pass, int vocab);

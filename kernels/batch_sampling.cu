@@ -284,7 +284,8 @@ __global__ void __launch_bounds__(kPrepareThreads) prepare_kernel(Pass p) {
     if (threadIdx.x == 0) {
       const int token = greedy ? greedy_id : best;
       p.tokens[r] = token;
-      p.logprobs[r] = raw_logprob_of(token);
+      // No token (every logit NaN): the host sees the id out of range and reports it.
+      p.logprobs[r] = token < p.vocab ? raw_logprob_of(token) : float(NAN);
       p.begin[r] = p.end[r] = r * p.vocab;  // nothing to sort
     }
     return;
@@ -441,6 +442,7 @@ void batch_sample(const BatchSampleArgs& a, cudaStream_t stream) {
         a.top_logprobs ? a.top_logprobs + int64_t(r0) * kMaxSampleTopLogprobs : nullptr;
     prepare_kernel<<<rows, kPrepareThreads, a.edit_offsets ? bitmap_bytes : 0, stream>>>(p);
     HEARTH_CUDA_CHECK_LAUNCH();
+    if (!a.any_top_p) continue;  // every row was picked without a sort
     size_t temp_bytes = l.temp_bytes;
     HEARTH_CUDA_CHECK(cub::DeviceSegmentedRadixSort::SortKeysDescending(
         base + l.temp, temp_bytes, p.keys, p.sorted, rows * a.vocab, rows, p.begin, p.end, 0, 64,

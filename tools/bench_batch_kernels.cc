@@ -324,6 +324,7 @@ json bench_sampling(cudaStream_t stream, Timer& timer) {
       a.params = params.get<kernels::SampleRowParams>(), a.tokens = tokens.get<int32_t>();
       a.logprobs = logprobs.get<float>(), a.scratch = scratch.get();
       a.scratch_bytes = scratch_bytes;
+      a.any_top_p = m.temperature > 0.0f && m.top_p < 1.0f;  // as CudaSampling says it
       if (m.top_logprobs > 0)
         a.top_tokens = top_tokens.get<int32_t>(), a.top_logprobs = top_logprobs.get<float>();
       const double us = timer.us([&](int) { kernels::batch_sample(a, stream); });

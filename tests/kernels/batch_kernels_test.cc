@@ -574,6 +574,13 @@ SampleBatch make_sample_batch(int rows, int vocab) {
     b.seen.push_back(seen);
     // Ties at the top now and then: the lowest id must win.
     if (r % 4 == 1) b.logits[size_t(r) * vocab + vocab / 2] = b.logits[size_t(r) * vocab + 3] = 30;
+    // Coarse logits now and then: ties everywhere, so top-k, top_logprobs and the selects
+    // order by id within equal values.
+    if (r % 7 == 3)
+      for (int i = 0; i < vocab; ++i) {
+        float& v = b.logits[size_t(r) * vocab + i];
+        v = std::round(v * 2.0f) / 2.0f;
+      }
   }
   return b;
 }
@@ -616,6 +623,9 @@ std::vector<RowResult> sample_rows(const SampleBatch& b, int vocab, const std::v
   a.tokens = tokens.get<int32_t>(), a.logprobs = logprobs.get<float>();
   a.top_tokens = top_tokens.get<int32_t>(), a.top_logprobs = top_logprobs.get<float>();
   a.scratch = scratch.get(), a.scratch_bytes = bytes;
+  a.any_top_p = std::any_of(params.begin(), params.end(), [](const kernels::SampleRowParams& q) {
+    return q.temperature > 0.0f && q.top_k != 1 && q.top_p < 1.0f;
+  });
   kernels::batch_sample(a, nullptr);
   auto tok = download<int32_t>(tokens, rows);
   auto lp = download<uint32_t>(logprobs, rows);

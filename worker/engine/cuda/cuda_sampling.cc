@@ -94,6 +94,9 @@ std::vector<SampleResult> CudaSampling::sample(std::span<const SampleRequest> re
   }
   kernels::BatchSampleArgs a;
   a.vocab = vocab_;
+  a.any_top_p = std::any_of(requests.begin(), requests.end(), [](const SampleRequest& q) {
+    return !q.params.greedy() && q.params.top_p < 1.0f;
+  });
   a.scratch = scratch_.get(), a.scratch_bytes = scratch_bytes_;
   auto run = [&](int r0, int rows, int logits_row) {
     a.logits = logits + size_t(logits_row) * vocab_, a.rows = rows;

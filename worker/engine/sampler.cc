@@ -166,7 +166,10 @@ SampledToken Sampler::sample(std::span<const float> logits, const SamplingParams
   int32_t best = INT32_MAX;
   for (const auto& [v, id] : candidates_) {
     if (p.min_p > 0.0f && v != max && weight(v) < double(p.min_p)) continue;
-    const float score = sampling_rules::pick_score(v, max, p.temperature, p.seed, step, id);
+    const float scaled = sampling_rules::scaled_logit(v, max, p.temperature);
+    // Cannot reach the best so far even with the largest noise: its noise is not needed.
+    if (scaled + sampling_rules::kGumbelBound < best_score) continue;
+    const float score = HEARTH_SR_ADD(scaled, sampling_rules::gumbel(p.seed, step, id));
     if (sampling_rules::beats(score, id, best_score, best)) best_score = score, best = id;
   }
   out.token = best;

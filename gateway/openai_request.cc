@@ -1,5 +1,6 @@
 #include "gateway/openai_request.h"
 
+#include <charconv>
 #include <cmath>
 #include <set>
 
@@ -246,11 +247,22 @@ CompletionRequest parse_completion_request(const ordered_json& body, Endpoint en
     s.seed = b["seed"].bits64();
     r.seed_given = true;
   }
-  for (const char* penalty : {"frequency_penalty", "presence_penalty"})
-    if (const Field f = b[penalty]; f.present())
-      refuse_unless(f.number(-2, 2) == 0, f, "is not supported (use repetition_penalty)");
-  if (const Field f = b["logit_bias"]; f.present())
-    refuse_unless(f.object().empty(), f, "is not supported");
+  if (const Field f = b["frequency_penalty"]; f.present())
+    s.frequency_penalty = checked(f, checked_frequency_penalty, f.number());
+  if (const Field f = b["presence_penalty"]; f.present())
+    s.presence_penalty = checked(f, checked_presence_penalty, f.number());
+  if (const Field f = b["logit_bias"]; f.present()) {
+    // Token ids as decimal string keys; the worker checks them against its vocabulary.
+    std::vector<std::pair<int64_t, double>> entries;
+    for (const std::string& key : f.keys()) {
+      int64_t id = -1;
+      const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
+      if (ec != std::errc() || end != key.data() + key.size())
+        f.fail("keys must be token ids, got \"" + key + "\"");
+      entries.emplace_back(id, f[key].number());
+    }
+    s.logit_bias = checked(f, checked_logit_bias, entries);
+  }
   if (const Field f = b["response_format"]; f.present()) {
     const Field type = f["type"];  // also refuses a response_format that is not an object
     refuse_unless(type.is_string() && type.string(SIZE_MAX) == "text", type,
@@ -330,6 +342,13 @@ nlohmann::json worker_request_json(const CompletionRequest& r, const std::string
             {"max_tokens", r.settings.max_tokens},
             {"stop", r.settings.stop},
             {"ignore_eos", r.settings.ignore_eos}};
+  if (s.frequency_penalty != 0.0f) j["frequency_penalty"] = s.frequency_penalty;
+  if (s.presence_penalty != 0.0f) j["presence_penalty"] = s.presence_penalty;
+  if (!s.logit_bias.empty()) {
+    json bias = json::object();
+    for (const auto& [id, v] : s.logit_bias) bias[std::to_string(id)] = v;
+    j["logit_bias"] = bias;
+  }
   if (r.want_logprobs) j["logprobs"] = r.top_logprobs;
   if (!r.cache_salt.empty()) j["cache_salt"] = r.cache_salt;
   return j;

@@ -25,6 +25,7 @@
 #include <cstdint>
 
 #include "kernels/ops.h"
+#include "kernels/sampling_rules.h"
 
 namespace hearth::kernels {
 
@@ -134,28 +135,39 @@ void paged_attention(Half type, const PagedAttentionArgs& args, cudaStream_t str
 
 // ---- Batched sampling ------------------------------------------------------------------------
 // Row r of logits [rows, vocab] is sampled with params[r] under the host sampler's rules
-// (worker/engine/sampler.h): repetition penalty over the row's seen tokens, then greedy
-// (temperature <= 0 or top_k == 1: the highest penalised logit, lowest id among equals) or
-// temperature, top-k, top-p, min-p and the Philox uniform of (seed, step). tokens[r] and
-// logprobs[r] (the raw log-softmax) are written. Rows never share work, so a row's result does
-// not depend on the others.
+// (worker/engine/sampler.h, kernels/sampling_rules.h): the row's token edits (logit_bias,
+// repetition / frequency / presence penalties), then greedy (temperature <= 0 or top_k == 1:
+// the highest adjusted logit, lowest id among equals) or temperature, top-k, top-p, min-p and
+// the Gumbel-max pick of (seed, step). tokens[r] and logprobs[r] (the raw log-softmax) are
+// written, and with top_logprobs > 0 the row's most likely raw tokens. Rows never share work,
+// so a row's result does not depend on the others.
 struct SampleRowParams {
   uint64_t seed = 0, step = 0;
   float temperature = 1.0f;  // <= 0: greedy
   float top_p = 1.0f, min_p = 0.0f, penalty = 1.0f;
   int top_k = 0;
+  float frequency = 0.0f, presence = 0.0f;
+  int top_logprobs = 0;  // 0 .. kMaxSampleTopLogprobs
 };
+inline constexpr int kMaxSampleTopLogprobs = 20;
 struct BatchSampleArgs {
   const float* logits = nullptr;  // [rows, vocab]
   int rows = 0, vocab = 0;
   const SampleRowParams* params = nullptr;  // [rows] device
-  // Optional: row r's seen tokens are seen_tokens[seen_offsets[r] .. seen_offsets[r+1]).
-  const int* seen_offsets = nullptr;
-  const int32_t* seen_tokens = nullptr;
+  // Optional: row r's token edits are edits[edit_offsets[r] .. edit_offsets[r+1]), ids ascending
+  // and unique (hearth::token_edits builds them).
+  const int* edit_offsets = nullptr;
+  const sampling_rules::TokenEdit* edits = nullptr;
   int32_t* tokens = nullptr;  // [rows]
   float* logprobs = nullptr;  // [rows]
-  void* scratch = nullptr;    // batch_sample_scratch_bytes(rows_per_pass, vocab)
+  // Optional, [rows][kMaxSampleTopLogprobs]: row r's first top_logprobs entries are its most
+  // likely tokens by raw logit (larger first, lower id among equals) and their log-softmax.
+  int32_t* top_tokens = nullptr;
+  float* top_logprobs = nullptr;
+  void* scratch = nullptr;  // batch_sample_scratch_bytes(rows_per_pass, vocab)
   size_t scratch_bytes = 0;
+  // False when no row samples with top_p < 1: then no row needs the sort, which is skipped.
+  bool any_top_p = true;
 };
 // Rows are sampled in passes of up to rows_per_pass rows (the scratch holds one pass).
 size_t batch_sample_scratch_bytes(int rows_per_pass, int vocab);

@@ -1,14 +1,14 @@
-// Batched sampling: the one-row GPU sampler (sampling.cu) generalised to R rows with their own
+// Batched sampling: the host sampler's rules (worker/engine/sampler.h) for R rows with their own
 // settings. Per pass of rows:
-//   1. prepare, one block per row: the row's seen tokens become a bitmap in shared memory, the
-//      penalised logits' maximum is found (and the raw logits' maximum and mass, for the
-//      logprob), and only the candidates the host sampler could pick are kept as sort keys: the
-//      top token with the lowest id (greedy), the top k (a radix select finds the k-th value),
-//      or, with no top-k, the tokens whose weight reaches the host's cutoff (the whole
-//      vocabulary's mass is summed here for top-p);
-//   2. a segmented radix sort orders each row's candidates by (penalised logit desc, id asc);
-//   3. choose, one block per row: the host's walk over the sorted candidates (sampling.cuh)
-//      and the raw log-softmax of the pick.
+//   1. prepare, one block per row: the row's token edits (logit_bias, penalties) become a bitmap
+//      in shared memory, the adjusted logits' maximum is found (and the raw logits' maximum and
+//      mass, for the logprob), the top_logprobs by selection (a radix select of the N-th key,
+//      then the few survivors ordered), and, unless top-p needs an order, the token itself: the
+//      greedy argmax, or the Gumbel-max pick over the survivors of top-k (a radix select of the
+//      k-th key) and min-p, with no sort at all;
+//   2. rows with top-p only: their candidates (those the nucleus could reach) as sort keys, a
+//      segmented radix sort by (adjusted logit desc, id asc), and choose, one block per row: the
+//      host's walk over the sorted candidates and the Gumbel-max pick (sampling.cuh).
 // Rows never share a block or a reduction, so each row's result is independent of the batch.
 #include <algorithm>
 #include <cub/device/device_segmented_radix_sort.cuh>
@@ -25,14 +25,15 @@ namespace {
 
 using namespace sampling;
 
-constexpr int kPrepareThreads = 256;  // double-precision weights: registers, not threads
+constexpr int kPrepareThreads = 512;  // double-precision weights: registers, not threads
+constexpr int kSelectPool = 512;      // a select finishes in shared memory below this many keys
 
 struct Pass {
   const float* logits;
   int vocab;
   const SampleRowParams* params;
-  const int* seen_offsets;
-  const int32_t* seen_tokens;
+  const int* edit_offsets;
+  const sampling_rules::TokenEdit* edits;
   uint64_t* keys;    // [rows][vocab]: candidates first
   uint64_t* sorted;  // [rows][vocab]
   int* begin;        // [rows]: segment bounds for the sort
@@ -42,46 +43,93 @@ struct Pass {
   double* raw_mass;
   int32_t* tokens;
   float* logprobs;
+  int32_t* top_tokens;
+  float* top_logprobs;
 };
 
 __device__ bool greedy_row(const SampleRowParams& q) {
   return q.temperature <= 0.0f || q.top_k == 1;
 }
 
-// The orderable bits of the k-th largest value (1-based) among `vocab` values: a most
-// significant digit first radix select over 8-bit digits.
-template <typename Value>
-__device__ uint32_t kth_largest(const Value& value, int vocab, int k, unsigned* hist,
-                                uint32_t* choice) {
+// The k-th largest (1-based) of `vocab` distinct 64-bit keys: a most significant digit first
+// radix select over 8-bit digits. Keys are sort_key()s, so the k-th key is one token, and the
+// keys >= it are exactly the first k tokens by (value desc, id asc). Once the digit's bucket
+// holds at most kSelectPool keys, they are gathered into `pool` and ranked there: usually
+// after two passes over the row instead of eight.
+struct SelectShared {
+  unsigned hist[256];
+  uint32_t choice[3];
+  int count;
+  uint64_t pool[kSelectPool];
+  uint64_t result;
+};
+template <typename Key>
+__device__ uint64_t kth_largest(const Key& key, int vocab, int k, SelectShared& sh) {
   const int lane = threadIdx.x & 31;
-  uint32_t prefix = 0, mask = 0;
+  uint64_t prefix = 0, mask = 0;
   int remaining = k;
-  for (int shift = 24; shift >= 0; shift -= 8) {
-    for (int i = threadIdx.x; i < 256; i += kPrepareThreads) hist[i] = 0;
+  for (int shift = 56; shift >= 0; shift -= 8) {
+    for (int i = threadIdx.x; i < 256; i += kPrepareThreads) sh.hist[i] = 0;
     __syncthreads();
     for (int i0 = 0; i0 < vocab; i0 += kPrepareThreads) {
       const int i = i0 + threadIdx.x;
-      const uint32_t u = i < vocab ? orderable(value(i)) : 0;
+      const uint64_t u = i < vocab ? key(i) : 0;
       const int digit = i < vocab && (u & mask) == prefix ? int(u >> shift & 255) : 256;
       // Lanes with the same digit add once: logits crowd a few digits.
       const unsigned peers = __match_any_sync(~0u, digit);
-      if (digit < 256 && lane == __ffs(peers) - 1) atomicAdd(&hist[digit], __popc(peers));
+      if (digit < 256 && lane == __ffs(peers) - 1) atomicAdd(&sh.hist[digit], __popc(peers));
     }
     __syncthreads();
     if (threadIdx.x == 0) {
       unsigned above = 0;
       int d = 255;
-      for (; d > 0 && above + hist[d] < unsigned(remaining); --d) above += hist[d];
-      choice[0] = uint32_t(d);
-      choice[1] = uint32_t(remaining) - above;
+      for (; d > 0 && above + sh.hist[d] < unsigned(remaining); --d) above += sh.hist[d];
+      sh.choice[0] = uint32_t(d);
+      sh.choice[1] = uint32_t(remaining) - above;
+      sh.choice[2] = sh.hist[d];
+      sh.count = 0;
     }
     __syncthreads();
-    prefix |= choice[0] << shift;
-    mask |= 0xffu << shift;
-    remaining = int(choice[1]);
+    prefix |= uint64_t(sh.choice[0]) << shift;
+    mask |= uint64_t(0xff) << shift;
+    remaining = int(sh.choice[1]);
+    const int in_bucket = int(sh.choice[2]);
     __syncthreads();  // choice is rewritten in the next round
+    if (shift > 0 && in_bucket <= kSelectPool) {
+      for (int i = threadIdx.x; i < vocab; i += kPrepareThreads) {
+        const uint64_t u = key(i);
+        if ((u & mask) == prefix) sh.pool[atomicAdd(&sh.count, 1)] = u;
+      }
+      __syncthreads();
+      // Distinct keys: exactly one has remaining - 1 keys above it.
+      for (int j = threadIdx.x; j < in_bucket; j += kPrepareThreads) {
+        const uint64_t u = sh.pool[j];
+        int above = 0;
+        for (int m = 0; m < in_bucket; ++m) above += sh.pool[m] > u;
+        if (above == remaining - 1) sh.result = u;
+      }
+      __syncthreads();
+      const uint64_t result = sh.result;
+      __syncthreads();  // the pool and result are reused by the next select
+      return result;
+    }
   }
   return prefix;
+}
+
+// The edit of token t among the row's edits (ids ascending): a binary search, taken only for
+// tokens whose bit is set.
+__device__ __forceinline__ const sampling_rules::TokenEdit& find_edit(
+    const sampling_rules::TokenEdit* e, int n, int t) {
+  int lo = 0, hi = n - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi) >> 1;
+    if (e[mid].token < t)
+      lo = mid + 1;
+    else
+      hi = mid;
+  }
+  return e[lo];
 }
 
 // Calls f(i, logit) for every token of the row, in a fixed order per thread: 16-byte loads,
@@ -119,89 +167,158 @@ __device__ __forceinline__ void for_each_logit(const float* row, int vocab, F&& 
 }
 
 __global__ void __launch_bounds__(kPrepareThreads) prepare_kernel(Pass p) {
-  extern __shared__ uint32_t seen_bits[];  // one bit per token, when the row is penalised
+  extern __shared__ uint32_t edit_bits[];  // one bit per token, when the row edits logits
   __shared__ Scratch s;
-  __shared__ unsigned hist[256];
-  __shared__ uint32_t choice[2];
+  __shared__ SelectShared sel;
   __shared__ int count;
+  __shared__ uint64_t top_keys[kMaxSampleTopLogprobs];
   const int r = blockIdx.x, lane = threadIdx.x & 31;
   const SampleRowParams q = p.params[r];
   const float* logits = p.logits + int64_t(r) * p.vocab;
-  const bool penalise = q.penalty != 1.0f && p.seen_offsets;
-  if (penalise) {
-    for (int i = threadIdx.x; i < (p.vocab + 31) / 32; i += kPrepareThreads) seen_bits[i] = 0;
+  const sampling_rules::TokenEdit* edits = p.edit_offsets ? p.edits + p.edit_offsets[r] : nullptr;
+  const int n_edits = p.edit_offsets ? p.edit_offsets[r + 1] - p.edit_offsets[r] : 0;
+  if (n_edits > 0) {
+    for (int i = threadIdx.x; i < (p.vocab + 31) / 32; i += kPrepareThreads) edit_bits[i] = 0;
     __syncthreads();
-    for (int i = p.seen_offsets[r] + threadIdx.x; i < p.seen_offsets[r + 1]; i += kPrepareThreads) {
-      const int t = p.seen_tokens[i];
-      if (t >= 0 && t < p.vocab) atomicOr(&seen_bits[t >> 5], 1u << (t & 31));
+    for (int i = threadIdx.x; i < n_edits; i += kPrepareThreads) {
+      const int t = edits[i].token;
+      if (t >= 0 && t < p.vocab) atomicOr(&edit_bits[t >> 5], 1u << (t & 31));
     }
     __syncthreads();
   }
-  // A seen token's logit is penalised once, from its raw value (the host's rule).
+  // An edited token's logit from its raw value (sampling_rules::edited_logit, the host's rule).
   auto adjust = [&](int i, float raw) {
-    return penalise && (seen_bits[i >> 5] >> (i & 31) & 1u) ? penalised(raw, q.penalty) : raw;
+    if (n_edits == 0 || !(edit_bits[i >> 5] >> (i & 31) & 1u)) return raw;
+    return sampling_rules::edited_logit(raw, find_edit(edits, n_edits, i), q.penalty, q.frequency,
+                                        q.presence);
   };
   auto value = [&](int i) { return adjust(i, logits[i]); };
-  const bool greedy = greedy_row(q), by_mass = !greedy && q.top_k <= 0;
+  const bool greedy = greedy_row(q), by_mass = !greedy && q.top_p < 1.0f && q.top_k <= 0;
+  const bool walk = !greedy && q.top_p < 1.0f;  // top-p: sorted candidates, choose_kernel
   const double inv_t = 1.0 / q.temperature;
 
-  // The penalised maximum, and the raw maximum and mass for the logprob.
+  // Pass 1: the adjusted maximum and the lowest id holding it (the greedy pick), and the raw
+  // maximum for the logprob.
   float top = -INFINITY, raw_max = -INFINITY;
+  int top_id = INT_MAX;
   for_each_logit(logits, p.vocab, [&](int i, float raw) {
-    top = fmaxf(top, adjust(i, raw));
+    const float v = adjust(i, raw);
+    if (v > top)
+      top = v, top_id = i;
+    else if (v == top)
+      top_id = min(top_id, i);
     raw_max = fmaxf(raw_max, raw);
   });
+  const float thread_top = top;
   top = block_max_float(top, s);
+  const int greedy_id = block_min_int(thread_top == top ? top_id : INT_MAX, s);
   raw_max = block_max_float(raw_max, s);
+
+  // The pick needs no order unless top-p asks for one: the survivors of top-k (keys >= the
+  // k-th key) and min-p, scored in pass 2.
+  const bool pick = !greedy && !walk;
+  uint64_t least = 0;
+  if (pick && q.top_k > 0 && q.top_k < p.vocab) {
+    auto key = [&](int i) { return sort_key(value(i), i); };
+    least = kth_largest(key, p.vocab, q.top_k, sel);
+  }
+
+  // Pass 2: the raw mass (logprob), the adjusted mass (top-p without top-k), and the Gumbel
+  // argmax over the survivors.
   double raw_mass = 0.0, mass = 0.0;
+  float best_score = -INFINITY;
+  int best = INT_MAX;
   for_each_logit(logits, p.vocab, [&](int i, float raw) {
-    raw_mass += exp(double(raw) - raw_max);
-    if (by_mass) mass += exp((double(adjust(i, raw)) - top) * inv_t);
+    // A logit that is not finite makes the logprob NaN, which the host checks and reports.
+    raw_mass += isfinite(raw) ? exp(double(raw) - raw_max) : double(NAN);
+    if (!by_mass && !pick) return;
+    const float v = adjust(i, raw);
+    if (by_mass) mass += exp((double(v) - top) * inv_t);
+    if (!pick) return;
+    if (least != 0 && sort_key(v, i) < least) return;
+    if (q.min_p > 0.0f && v != top && exp((double(v) - top) * inv_t) < double(q.min_p)) return;
+    const float scaled = sampling_rules::scaled_logit(v, top, q.temperature);
+    // Cannot reach this thread's best even with the largest noise: skip the noise.
+    if (scaled + sampling_rules::kGumbelBound < best_score) return;
+    const float score = HEARTH_SR_ADD(scaled, gumbel_noise(q.seed, q.step, i));
+    if (sampling_rules::beats(score, i, best_score, best)) best_score = score, best = i;
   });
   raw_mass = block_sum_double(raw_mass, s);
   if (by_mass) mass = block_sum_double(mass, s);
-  uint64_t* keys = p.keys + int64_t(r) * p.vocab;
+  if (pick) best = block_best(best_score, best, s);
+  const double log_mass = log(raw_mass);
+  auto raw_logprob_of = [&](int token) {
+    return float(double(logits[token]) - raw_max - log_mass);
+  };
 
-  if (greedy) {
-    // One candidate: the top value's lowest id.
-    int best = INT_MAX;
-    for_each_logit(logits, p.vocab, [&](int i, float raw) {
-      if (adjust(i, raw) == top) best = min(best, i);
-    });
-    best = block_min_int(best, s);
-    if (threadIdx.x == 0) {
-      keys[0] = sort_key(top, best);
-      count = 1;
-    }
-  } else {
-    // Candidates: orderable(value) >= threshold (top-k), or weight >= cutoff.
-    uint32_t threshold = 0;
-    double cutoff = 0.0;
-    if (q.top_k > 0) {
-      if (q.top_k < p.vocab) threshold = kth_largest(value, p.vocab, q.top_k, hist, choice);
-    } else {
-      // Tokens under (1 - top_p) / vocab of the top weight cannot reach the nucleus; min-p
-      // drops those under min_p (the host's rule).
-      if (q.top_p < 1.0f) cutoff = (1.0 - q.top_p) / double(p.vocab);
-      cutoff = fmax(cutoff, double(q.min_p));
-    }
+  // top_logprobs: the keys >= the N-th largest raw key, ordered by one thread (N <= 20).
+  const int n_top = min(min(q.top_logprobs, kMaxSampleTopLogprobs), p.vocab);
+  if (n_top > 0 && p.top_tokens) {
+    auto raw_key = [&](int i) { return sort_key(logits[i], i); };
+    const uint64_t least = kth_largest(raw_key, p.vocab, n_top, sel);
     if (threadIdx.x == 0) count = 0;
     __syncthreads();
-    for (int i0 = 0; i0 < p.vocab; i0 += kPrepareThreads) {
-      const int i = i0 + threadIdx.x;
-      bool keep = false;
-      float v = 0.0f;
-      if (i < p.vocab) {
-        v = value(i);
-        keep = cutoff > 0.0 ? exp((double(v) - top) * inv_t) >= cutoff : orderable(v) >= threshold;
-        keep = keep || v == top;  // the top token is always a candidate
-      }
-      const unsigned ballot = __ballot_sync(~0u, keep);
-      int base = 0;
-      if (lane == 0 && ballot) base = atomicAdd(&count, __popc(ballot));
-      base = __shfl_sync(~0u, base, 0);
-      if (keep) keys[base + __popc(ballot & ((1u << lane) - 1))] = sort_key(v, i);
+    for (int i = threadIdx.x; i < p.vocab; i += kPrepareThreads) {
+      const uint64_t k = raw_key(i);
+      if (k >= least) top_keys[atomicAdd(&count, 1)] = k;
     }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      for (int a = 1; a < n_top; ++a)
+        for (int b = a; b > 0 && top_keys[b] > top_keys[b - 1]; --b) {
+          const uint64_t t = top_keys[b];
+          top_keys[b] = top_keys[b - 1];
+          top_keys[b - 1] = t;
+        }
+    }
+    __syncthreads();
+    if (threadIdx.x < n_top) {
+      const int token = key_id(top_keys[threadIdx.x]);
+      p.top_tokens[r * kMaxSampleTopLogprobs + threadIdx.x] = token;
+      p.top_logprobs[r * kMaxSampleTopLogprobs + threadIdx.x] = raw_logprob_of(token);
+    }
+  }
+  uint64_t* keys = p.keys + int64_t(r) * p.vocab;
+
+  if (!walk) {
+    if (threadIdx.x == 0) {
+      const int token = greedy ? greedy_id : best;
+      p.tokens[r] = token;
+      // No token (every logit NaN): the host sees the id out of range and reports it.
+      p.logprobs[r] = token < p.vocab ? raw_logprob_of(token) : float(NAN);
+      p.begin[r] = p.end[r] = r * p.vocab;  // nothing to sort
+    }
+    return;
+  }
+
+  // top-p: the candidates the nucleus could reach, as sort keys. With top-k, the first k;
+  // without, those whose weight reaches the host's cutoff (tokens under (1 - top_p) / vocab of
+  // the top weight cannot reach the nucleus; min-p drops those under min_p).
+  double cutoff = 0.0;
+  if (q.top_k > 0) {
+    if (q.top_k < p.vocab) {
+      auto key = [&](int i) { return sort_key(value(i), i); };
+      least = kth_largest(key, p.vocab, q.top_k, sel);
+    }
+  } else {
+    cutoff = fmax((1.0 - q.top_p) / double(p.vocab), double(q.min_p));
+  }
+  if (threadIdx.x == 0) count = 0;
+  __syncthreads();
+  for (int i0 = 0; i0 < p.vocab; i0 += kPrepareThreads) {
+    const int i = i0 + threadIdx.x;
+    bool keep = false;
+    float v = 0.0f;
+    if (i < p.vocab) {
+      v = value(i);
+      keep = q.top_k > 0 ? sort_key(v, i) >= least : exp((double(v) - top) * inv_t) >= cutoff;
+      keep = keep || v == top;  // the top token is always a candidate
+    }
+    const unsigned ballot = __ballot_sync(~0u, keep);
+    int base = 0;
+    if (lane == 0 && ballot) base = atomicAdd(&count, __popc(ballot));
+    base = __shfl_sync(~0u, base, 0);
+    if (keep) keys[base + __popc(ballot & ((1u << lane) - 1))] = sort_key(v, i);
   }
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -217,18 +334,16 @@ __global__ void __launch_bounds__(kThreads) choose_kernel(Pass p) {
   __shared__ Scratch s;
   const int r = blockIdx.x;
   const SampleRowParams q = p.params[r];
+  if (greedy_row(q) || !(q.top_p < 1.0f)) return;  // prepare_kernel picked it
   const uint64_t* sorted = p.sorted + int64_t(r) * p.vocab;
-  int pick = 0;
-  if (!greedy_row(q)) {
-    const int count = p.end[r] - p.begin[r];
-    const int n = q.top_k > 0 ? min(q.top_k, count) : count;
-    pick = choose_sorted(sorted, n, p.total[r],
-                         Rule{q.temperature, q.top_p, q.min_p, q.seed, q.step}, s);
-  }
+  const int count = p.end[r] - p.begin[r];
+  const int n = q.top_k > 0 ? min(q.top_k, count) : count;
+  const int pick = choose_sorted(sorted, n, p.total[r],
+                                 Rule{q.temperature, q.top_p, q.min_p, q.seed, q.step}, s);
   if (threadIdx.x == 0) {
     const int32_t token = key_id(sorted[pick]);
     p.tokens[r] = token;
-    // log-softmax of the raw logits, as raw_logprob() computes it.
+    // log-softmax of the raw logits, as prepare_kernel computes it.
     p.logprobs[r] =
         float(double(p.logits[int64_t(r) * p.vocab + token]) - p.raw_max[r] - log(p.raw_mass[r]));
   }
@@ -282,8 +397,10 @@ void batch_sample(const BatchSampleArgs& a, cudaStream_t stream) {
   if (a.vocab < 1 || a.vocab > (1 << 24)) fail("vocab must be in 1 .. 2^24");
   if (!a.logits || !a.params || !a.tokens || !a.logprobs || !a.scratch)
     fail("logits, params, tokens, logprobs and scratch are required");
-  if ((a.seen_offsets == nullptr) != (a.seen_tokens == nullptr))
-    fail("seen_offsets and seen_tokens go together");
+  if ((a.edit_offsets == nullptr) != (a.edits == nullptr))
+    fail("edit_offsets and edits go together");
+  if ((a.top_tokens == nullptr) != (a.top_logprobs == nullptr))
+    fail("top_tokens and top_logprobs go together");
   // As many rows per pass as the scratch holds (and row offsets fit an int).
   int per_pass = int(std::min<int64_t>(a.rows, INT32_MAX / a.vocab));
   while (per_pass > 0 && layout_for(per_pass, a.vocab).bytes > a.scratch_bytes)
@@ -299,7 +416,7 @@ void batch_sample(const BatchSampleArgs& a, cudaStream_t stream) {
     return true;
   }();
   (void)configured;
-  if (bitmap_bytes > 160 * 1024) fail("vocab too large for the seen-token bitmap");
+  if (bitmap_bytes > 160 * 1024) fail("vocab too large for the edited-token bitmap");
 
   char* base = static_cast<char*>(a.scratch);
   for (int r0 = 0; r0 < a.rows; r0 += per_pass) {
@@ -309,8 +426,8 @@ void batch_sample(const BatchSampleArgs& a, cudaStream_t stream) {
     p.logits = a.logits + int64_t(r0) * a.vocab;
     p.vocab = a.vocab;
     p.params = a.params + r0;
-    p.seen_offsets = a.seen_offsets ? a.seen_offsets + r0 : nullptr;
-    p.seen_tokens = a.seen_tokens;
+    p.edit_offsets = a.edit_offsets ? a.edit_offsets + r0 : nullptr;
+    p.edits = a.edits;
     p.keys = reinterpret_cast<uint64_t*>(base + l.keys);
     p.sorted = reinterpret_cast<uint64_t*>(base + l.sorted);
     p.begin = reinterpret_cast<int*>(base + l.begin);
@@ -320,8 +437,12 @@ void batch_sample(const BatchSampleArgs& a, cudaStream_t stream) {
     p.raw_mass = reinterpret_cast<double*>(base + l.raw_mass);
     p.tokens = a.tokens + r0;
     p.logprobs = a.logprobs + r0;
-    prepare_kernel<<<rows, kPrepareThreads, a.seen_offsets ? bitmap_bytes : 0, stream>>>(p);
+    p.top_tokens = a.top_tokens ? a.top_tokens + int64_t(r0) * kMaxSampleTopLogprobs : nullptr;
+    p.top_logprobs =
+        a.top_logprobs ? a.top_logprobs + int64_t(r0) * kMaxSampleTopLogprobs : nullptr;
+    prepare_kernel<<<rows, kPrepareThreads, a.edit_offsets ? bitmap_bytes : 0, stream>>>(p);
     HEARTH_CUDA_CHECK_LAUNCH();
+    if (!a.any_top_p) continue;  // every row was picked without a sort
     size_t temp_bytes = l.temp_bytes;
     HEARTH_CUDA_CHECK(cub::DeviceSegmentedRadixSort::SortKeysDescending(
         base + l.temp, temp_bytes, p.keys, p.sorted, rows * a.vocab, rows, p.begin, p.end, 0, 64,

@@ -127,8 +127,9 @@ void set_decode_params(const int32_t* sampled, int32_t* token_out, int32_t* pos_
                        cudaStream_t stream);
 
 // Sampling with the host sampler's rules (worker/engine/sampler.h), on the GPU: penalised logits
-// sorted by (logit desc, id asc), temperature, top-k, top-p, min-p, and the Philox uniform of
-// (seed, step) picking within the kept prefix. Writes the token and its raw log-softmax.
+// sorted by (logit desc, id asc), temperature, top-k, top-p, min-p, and the Gumbel-max pick of
+// kernels/sampling_rules.h within the kept prefix. Writes the token and its raw log-softmax.
+// logit_bias and frequency / presence penalties are the host sampler's on this path.
 struct SampleArgs {
   const float* logits = nullptr;
   int vocab = 0;

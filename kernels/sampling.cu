@@ -1,8 +1,9 @@
 // Sampling on the GPU with the host sampler's rules (worker/engine/sampler.h): repetition penalty,
-// temperature, top-k, top-p, min-p and one Philox uniform per step. Every token is sorted by
-// (penalised logit desc, id asc) with a radix sort of 64-bit keys, then one block walks the
-// sorted list: weights, the kept prefix, and the pick, with sums in a fixed order so the
-// result does not depend on scheduling.
+// temperature, top-k, top-p, min-p and the Gumbel-max pick (sampling_rules.h). Every token is
+// sorted by (penalised logit desc, id asc) with a radix sort of 64-bit keys, then one block
+// walks the sorted list: weights, the kept prefix, and the pick, with sums in a fixed order so
+// the result does not depend on scheduling. (The legacy one-sequence path; the batched sampler
+// sorts only what top-p needs.)
 #include <cub/device/device_radix_sort.cuh>
 
 #include "kernels/cuda_check.h"

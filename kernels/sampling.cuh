@@ -1,7 +1,8 @@
 // The GPU sampler's rules (worker/engine/sampler.h) as block-level device functions, shared by the
 // one-row sampler (sampling.cu) and the batched one (batch_sampling.cu): sort keys that order
 // tokens by (penalised logit desc, id asc), fixed-order block reductions, the walk over the
-// sorted candidates (temperature weights, top-p, min-p, the Philox pick) and the raw logprob.
+// sorted candidates (temperature weights, top-p, min-p), the Gumbel-max pick of
+// sampling_rules.h and the raw logprob.
 // A block of kThreads threads serves one row; every sum has a fixed order, so a row's result
 // depends on nothing but the row.
 #pragma once
@@ -11,6 +12,7 @@
 #include <cstdint>
 
 #include "kernels/philox.h"
+#include "kernels/sampling_rules.h"
 
 namespace hearth::kernels::sampling {
 
@@ -89,6 +91,32 @@ __device__ inline float block_max_float(float v, Scratch& s) {
   return v;
 }
 
+// The Gumbel noise as a call of its own: inlined into the 1024-thread walk or an unrolled scan,
+// its Philox rounds would spill registers.
+__device__ __noinline__ inline float gumbel_noise(uint64_t seed, uint64_t step, int32_t id) {
+  return sampling_rules::gumbel(seed, step, id);
+}
+
+// The block's best (score desc, id asc) pair, in every thread; order-free, so exact.
+__device__ inline int block_best(float score, int id, Scratch& s) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int o = 16; o > 0; o >>= 1) {
+    const float os = __shfl_xor_sync(~0u, score, o);
+    const int oi = __shfl_xor_sync(~0u, id, o);
+    if (sampling_rules::beats(os, oi, score, id)) score = os, id = oi;
+  }
+  __syncthreads();
+  if (lane == 0) s.f[warp] = score, s.i[warp] = id;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < int(blockDim.x >> 5); ++w)
+      if (sampling_rules::beats(s.f[w], s.i[w], score, id)) score = s.f[w], id = s.i[w];
+    s.i[32] = id;
+  }
+  __syncthreads();
+  return s.i[32];
+}
+
 struct Rule {
   float temperature, top_p, min_p;
   uint64_t seed, step;
@@ -96,7 +124,7 @@ struct Rule {
 
 // The walk over the first n candidates sorted by key: weights exp((v - top) / T), top-p (the
 // shortest prefix whose mass reaches top_p x total), min-p (drop weights under min_p x the top
-// weight, which is 1), then the first candidate whose cumulative weight passes u x kept mass.
+// weight, which is 1), then the Gumbel-max pick among the kept.
 // `total` < 0: the mass is that of the n candidates (top-k); otherwise the given mass (the whole
 // vocabulary's). Returns the pick's position in `sorted`, in every thread.
 __device__ inline int choose_sorted(const uint64_t* sorted, int n, double total, const Rule& r,
@@ -148,23 +176,21 @@ __device__ inline int choose_sorted(const uint64_t* sorted, int n, double total,
       }
     kept = min(kept, block_min_int(first, s));
   }
-  double part = 0.0;
-  for (int i = lo; i < min(hi, kept); ++i) part += weight(i);
-  const double kept_mass = block_sum_double(part, s);
-  const double target = philox_uniform(r.seed, r.step, 0) * kept_mass;
-  int pick = INT_MAX;
-  {
-    double cum = s.segment_prefix[t];
-    for (int i = lo; i < min(hi, kept); ++i) {
-      cum += weight(i);
-      if (cum > target) {
-        pick = i;
-        break;
-      }
-    }
+  // Gumbel-max over the kept prefix: the highest pick_score, lowest id among equals.
+  float best_score = -INFINITY;
+  int best = INT_MAX;
+  for (int i = lo; i < min(hi, kept); ++i) {
+    const int32_t id = key_id(sorted[i]);
+    const float scaled = sampling_rules::scaled_logit(key_value(sorted[i]), top, r.temperature);
+    const float score = HEARTH_SR_ADD(scaled, gumbel_noise(r.seed, r.step, id));
+    if (sampling_rules::beats(score, id, best_score, best)) best_score = score, best = id;
   }
-  pick = block_min_int(pick, s);
-  return pick == INT_MAX ? kept - 1 : pick;
+  best = block_best(best_score, best, s);
+  // Its position in `sorted`, which the callers read the token from.
+  int at = INT_MAX;
+  for (int i = lo; i < min(hi, kept); ++i)
+    if (key_id(sorted[i]) == best) at = i;
+  return block_min_int(at, s);
 }
 
 // log-softmax of the raw logits at `token`, in every thread.

@@ -3,6 +3,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -14,6 +15,7 @@
 #include "kernels/device_buffer.h"
 #include "kernels/gemm.h"
 #include "kernels/ops.h"
+#include "worker/engine/logprobs.h"
 
 namespace hearth::bench {
 
@@ -284,41 +286,71 @@ json bench_attention(const BatchKernelBenchOptions& o, cudaStream_t stream, Time
 }
 
 json bench_sampling(cudaStream_t stream, Timer& timer) {
-  const int rows = 64, vocab = 128256;
-  DeviceBuffer logits(size_t(rows) * vocab * 4), tokens(rows * 4), logprobs(rows * 4);
-  {
-    std::mt19937 gen(3);
-    std::normal_distribution<float> d(0.0f, 3.0f);
-    std::vector<float> v(size_t(rows) * vocab);
-    for (auto& x : v) x = d(gen);
-    HEARTH_CUDA_CHECK(cudaMemcpy(logits.get(), v.data(), logits.bytes(), cudaMemcpyHostToDevice));
-  }
-  const size_t scratch_bytes = kernels::batch_sample_scratch_bytes(rows, vocab);
-  DeviceBuffer scratch(scratch_bytes), params(rows * sizeof(kernels::SampleRowParams));
-  struct Mode {
-    const char* name;
-    float temperature, top_p;
-    int top_k;
-  };
-  const Mode modes[] = {{"greedy", 0.0f, 1.0f, 0},
-                        {"top-k 40", 0.8f, 1.0f, 40},
-                        {"top-p 0.9", 0.8f, 0.9f, 0},
-                        {"temperature 1 (full sort)", 1.0f, 1.0f, 0}};
+  const int vocab = 128256;
   json out = json::array();
-  std::printf("\n| sampling | %d rows x %d | us |\n|---|---|---|\n", rows, vocab);
-  for (const Mode& m : modes) {
-    std::vector<kernels::SampleRowParams> p(rows);
-    for (int r = 0; r < rows; ++r)
-      p[r].temperature = m.temperature, p[r].top_p = m.top_p, p[r].top_k = m.top_k, p[r].seed = r,
-      p[r].step = 5;
-    HEARTH_CUDA_CHECK(cudaMemcpy(params.get(), p.data(), params.bytes(), cudaMemcpyHostToDevice));
-    kernels::BatchSampleArgs a;
-    a.logits = logits.get<float>(), a.rows = rows, a.vocab = vocab;
-    a.params = params.get<kernels::SampleRowParams>(), a.tokens = tokens.get<int32_t>();
-    a.logprobs = logprobs.get<float>(), a.scratch = scratch.get(), a.scratch_bytes = scratch_bytes;
-    const double us = timer.us([&](int) { kernels::batch_sample(a, stream); });
-    out.push_back({{"mode", m.name}, {"rows", rows}, {"vocab", vocab}, {"us", us}});
-    std::printf("| %s | | %.1f |\n", m.name, us);
+  for (const int rows : {64, 256}) {
+    DeviceBuffer logits(size_t(rows) * vocab * 4), tokens(rows * 4), logprobs(rows * 4);
+    DeviceBuffer top_tokens(size_t(rows) * kernels::kMaxSampleTopLogprobs * 4),
+        top_logprobs(size_t(rows) * kernels::kMaxSampleTopLogprobs * 4);
+    {
+      std::mt19937 gen(3);
+      std::normal_distribution<float> d(0.0f, 3.0f);
+      std::vector<float> v(size_t(rows) * vocab);
+      for (auto& x : v) x = d(gen);
+      HEARTH_CUDA_CHECK(cudaMemcpy(logits.get(), v.data(), logits.bytes(), cudaMemcpyHostToDevice));
+    }
+    const int per_pass = std::min(rows, 64);  // as CudaSampling sizes its scratch
+    const size_t scratch_bytes = kernels::batch_sample_scratch_bytes(per_pass, vocab);
+    DeviceBuffer scratch(scratch_bytes), params(rows * sizeof(kernels::SampleRowParams));
+    struct Mode {
+      const char* name;
+      float temperature, top_p;
+      int top_k, top_logprobs;
+    };
+    const Mode modes[] = {{"greedy", 0.0f, 1.0f, 0, 0},
+                          {"top-k 40", 0.8f, 1.0f, 40, 0},
+                          {"top-p 0.9", 0.8f, 0.9f, 0, 0},
+                          {"temperature 1", 1.0f, 1.0f, 0, 0},
+                          {"temperature 1, top_logprobs 5", 1.0f, 1.0f, 0, 5}};
+    std::printf("\n| sampling | %d rows x %d | us |\n|---|---|---|\n", rows, vocab);
+    for (const Mode& m : modes) {
+      std::vector<kernels::SampleRowParams> p(rows);
+      for (int r = 0; r < rows; ++r)
+        p[r].temperature = m.temperature, p[r].top_p = m.top_p, p[r].top_k = m.top_k, p[r].seed = r,
+        p[r].step = 5, p[r].top_logprobs = m.top_logprobs;
+      HEARTH_CUDA_CHECK(cudaMemcpy(params.get(), p.data(), params.bytes(), cudaMemcpyHostToDevice));
+      kernels::BatchSampleArgs a;
+      a.logits = logits.get<float>(), a.rows = rows, a.vocab = vocab;
+      a.params = params.get<kernels::SampleRowParams>(), a.tokens = tokens.get<int32_t>();
+      a.logprobs = logprobs.get<float>(), a.scratch = scratch.get();
+      a.scratch_bytes = scratch_bytes;
+      a.any_top_p = m.temperature > 0.0f && m.top_p < 1.0f;  // as CudaSampling says it
+      if (m.top_logprobs > 0)
+        a.top_tokens = top_tokens.get<int32_t>(), a.top_logprobs = top_logprobs.get<float>();
+      const double us = timer.us([&](int) { kernels::batch_sample(a, stream); });
+      out.push_back({{"mode", m.name}, {"rows", rows}, {"vocab", vocab}, {"us", us}});
+      std::printf("| %s | | %.1f |\n", m.name, us);
+    }
+    {
+      // The path top_logprobs took before they were selected on the device: every row copied
+      // back whole and ranked on the host (worker/engine/logprobs.h).
+      std::vector<float> host(size_t(rows) * vocab);
+      const int reps = 3;
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int rep = 0; rep < reps; ++rep) {
+        HEARTH_CUDA_CHECK(cudaMemcpyAsync(host.data(), logits.get(), logits.bytes(),
+                                          cudaMemcpyDeviceToHost, stream));
+        HEARTH_CUDA_CHECK(cudaStreamSynchronize(stream));
+        for (int r = 0; r < rows; ++r)
+          (void)hearth::top_logprobs(std::span<const float>(&host[size_t(r) * vocab], vocab), 5);
+      }
+      const double us =
+          std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count() /
+          reps;
+      const char* name = "top_logprobs 5 on the host (rows copied back, the old path)";
+      out.push_back({{"mode", name}, {"rows", rows}, {"vocab", vocab}, {"us", us}});
+      std::printf("| %s | | %.1f |\n", name, us);
+    }
   }
   return out;
 }

@@ -7,6 +7,7 @@
 #include "gateway/endpoints/find_model.h"
 #include "gateway/endpoints/sse_stream.h"
 #include "gateway/request_json.h"
+#include "gateway/token_request.h"
 
 namespace hearth::gateway {
 
@@ -47,6 +48,12 @@ void Generation::handle(Endpoint endpoint, const http::Request& req, http::Respo
   const auto [model_name, profile] = split_model_profile(model_field);
   const ModelEntry& model = find_model(catalog_, model_name);
   CompletionRequest request = parse_completion_request(body, endpoint, model.defaults);
+  {
+    // logit_bias ids against the model's vocabulary, while a 400 can still name the field.
+    std::vector<int32_t> ids;
+    for (const auto& [id, bias] : request.settings.sampling.logit_bias) ids.push_back(id);
+    check_vocabulary(ids, model.tokenizer->vocab_size(), "logit_bias");
+  }
   std::vector<std::vector<int32_t>> prompts;
   for (const PromptInput& p : request.prompts) prompts.push_back(tokenize(model, p, request));
 

@@ -235,6 +235,35 @@ TEST_F(Gateway, LogprobsInBothShapes) {
   EXPECT_TRUE(content[0]["bytes"].is_array());
 }
 
+TEST_F(Gateway, LogitBiasAndPenaltiesReachTheSampler) {
+  const json tok =
+      gw().post("/tokenize",
+                {{"model", "fortunes"}, {"prompt", "computer"}, {"add_special_tokens", false}})
+          .parsed();
+  ASSERT_FALSE(tok["tokens"].empty()) << tok;
+  const int32_t t = tok["tokens"].back().get<int32_t>();
+  // +100 on one token: greedy picks it at every step.
+  const json c =
+      gw().post("/v1/completions", completion("A", 4,
+                                              {{"temperature", 0},
+                                               {"ignore_eos", true},
+                                               {"logit_bias", {{std::to_string(t), 100}}},
+                                               {"presence_penalty", 0.5},
+                                               {"frequency_penalty", 0.5}}))
+          .parsed();
+  // Four times the same token: the text is one piece four times over.
+  const std::string text = c["choices"][0]["text"];
+  ASSERT_EQ(c["usage"]["completion_tokens"], 4) << c;
+  ASSERT_FALSE(text.empty());
+  ASSERT_EQ(text.size() % 4, 0u) << text;
+  const std::string piece = text.substr(0, text.size() / 4);
+  EXPECT_EQ(text, piece + piece + piece + piece);
+  const auto r =
+      gw().post("/v1/completions", completion("A", 4, {{"logit_bias", {{"99999999", 1}}}}));
+  EXPECT_EQ(r.status, 400) << r.body;
+  EXPECT_EQ(r.parsed()["error"]["param"], "logit_bias") << r.body;
+}
+
 TEST_F(Gateway, ChatCompletionsStreamAndNot) {
   json body = {
       {"model", "fortunes"},
@@ -271,7 +300,7 @@ TEST_F(Gateway, BadRequestsNameTheField) {
       {completion("x", 4, {{"n", 99}}), 400, "n"},
       {completion("x", 4, {{"stop", {""}}}), 400, "stop"},
       {completion("x", 4, {{"temprature", 1}}), 400, "temprature"},
-      {completion("x", 4, {{"frequency_penalty", 1}}), 400, "frequency_penalty"},
+      {completion("x", 4, {{"frequency_penalty", 3}}), 400, "frequency_penalty"},
       {json{{"model", "fortunes"}}, 400, "prompt"},
       {completion("x", 4, {{"model", "no-such-model"}}), 404, "model"},
       {completion("x", 4, {{"model", "fortunes:no-such-profile"}}), 404, "model"},

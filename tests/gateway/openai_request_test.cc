@@ -283,6 +283,33 @@ TEST(CompletionRequest, SettingRangesAreTheEnginesNamedAsTheRequestNamesThem) {
   EXPECT_EQ(r.settings.sampling.top_k, 0);
 }
 
+TEST(CompletionRequest, PenaltiesAndLogitBiasReachTheWorkerRequest) {
+  const CompletionRequest r = parse_completion_request(
+      parse_request_body(R"({"model": "m", "prompt": "x", "presence_penalty": 0.5,
+                             "frequency_penalty": -1.25, "logit_bias": {"17": -100, "3": 2.5}})"),
+      Endpoint::Completions, {});
+  EXPECT_EQ(r.settings.sampling.presence_penalty, 0.5f);
+  EXPECT_EQ(r.settings.sampling.frequency_penalty, -1.25f);
+  EXPECT_EQ(r.settings.sampling.logit_bias,
+            (std::vector<std::pair<int32_t, float>>{{3, 2.5f}, {17, -100.0f}}));
+  const nlohmann::json j = worker_request_json(r, "id", {1, 2}, 7);
+  EXPECT_EQ(j["presence_penalty"], 0.5);
+  EXPECT_EQ(j["frequency_penalty"], -1.25);
+  EXPECT_EQ(j["logit_bias"], (nlohmann::json{{"3", 2.5}, {"17", -100.0}}));
+  // Off by default: the worker request stays as it was.
+  const CompletionRequest plain = parse_completion_request(
+      parse_request_body(R"({"model": "m", "prompt": "x"})"), Endpoint::Completions, {});
+  const nlohmann::json pj = worker_request_json(plain, "id", {1}, 7);
+  EXPECT_FALSE(pj.contains("presence_penalty") || pj.contains("frequency_penalty") ||
+               pj.contains("logit_bias"));
+  for (const std::string bad : {R"("logit_bias": {"x1": 1})", R"("logit_bias": {"1": 101})",
+                                R"("logit_bias": {"-1": 1})", R"("presence_penalty": 2.5)"}) {
+    const std::string body = R"({"model": "m", "prompt": "x", )" + bad + "}";
+    expect_400(completion_error(body),
+               bad.find("logit") != std::string::npos ? "logit_bias" : "presence_penalty", body);
+  }
+}
+
 TEST(CompletionRequest, APromptMustLeaveRoomInTheContext) {
   const CompletionRequest text = parse_completion_request(
       parse_request_body(R"({"model": "m", "prompt": "x"})"), Endpoint::Completions, {});

@@ -5,12 +5,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
+#include <map>
 #include <numeric>
 #include <stdexcept>
 
 #include "kernels/batch_ops.h"
 #include "kernels/reference.h"
 #include "tests/kernels/gpu_test_util.h"
+#include "worker/engine/logprobs.h"
 #include "worker/engine/sampler.h"
 
 namespace hearth {
@@ -512,19 +515,35 @@ TEST(PagedAttention, QueryResultDoesNotDependOnTheStep) {
 struct RowCase {
   float temperature;
   int top_k;
-  float top_p, min_p, penalty;
+  float top_p, min_p, penalty, frequency, presence;
+  bool bias;
+  int top_logprobs;
 };
-const RowCase kRowCases[] = {{0.0f, 0, 1.0f, 0.0f, 1.0f},  {0.0f, 0, 1.0f, 0.0f, 1.5f},
-                             {0.8f, 0, 0.9f, 0.0f, 1.0f},  {1.0f, 40, 1.0f, 0.0f, 1.0f},
-                             {0.7f, 0, 1.0f, 0.05f, 1.0f}, {1.2f, 100, 0.8f, 0.02f, 1.0f},
-                             {1.0f, 0, 1.0f, 0.0f, 1.0f},  {0.9f, 0, 0.95f, 0.0f, 1.3f},
-                             {1.0f, 1, 1.0f, 0.0f, 1.0f},  {0.6f, 5, 1.0f, 0.0f, 1.2f}};
+// Every combination the rules have: greedy, temperature alone (no sort), top-k, top-p, min-p,
+// each with and without logit_bias, repetition, frequency and presence penalties.
+const RowCase kRowCases[] = {
+    {0.0f, 0, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, false, 0},
+    {0.0f, 0, 1.0f, 0.0f, 1.5f, 0.5f, 0.0f, true, 5},
+    {0.8f, 0, 0.9f, 0.0f, 1.0f, 0.0f, 0.0f, false, 1},
+    {1.0f, 40, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, false, 20},
+    {0.7f, 0, 1.0f, 0.05f, 1.0f, 0.0f, 0.0f, false, 0},
+    {1.2f, 100, 0.8f, 0.02f, 1.0f, 0.0f, 0.0f, false, 3},
+    {1.0f, 0, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, false, 0},
+    {0.9f, 0, 0.95f, 0.0f, 1.3f, 0.0f, 0.0f, false, 0},
+    {1.0f, 1, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f, false, 2},
+    {0.6f, 5, 1.0f, 0.0f, 1.2f, 0.0f, 0.0f, false, 0},
+    {1.0f, 0, 1.0f, 0.0f, 1.0f, 0.7f, 0.4f, true, 5},
+    {0.5f, 0, 1.0f, 0.0f, 1.1f, -0.5f, 1.0f, true, 0},
+    {1.1f, 50, 1.0f, 0.01f, 1.0f, 2.0f, -2.0f, true, 4},
+    {0.9f, 0, 0.7f, 0.0f, 1.0f, 1.0f, 1.0f, true, 0},
+    {0.0f, 0, 1.0f, 0.0f, 1.0f, 0.0f, 2.0f, true, 20},
+};
 
 struct SampleBatch {
   std::vector<float> logits;  // [rows][vocab]
   std::vector<kernels::SampleRowParams> params;
-  std::vector<int> seen_offsets{0};
-  std::vector<int32_t> seen;
+  std::vector<SamplingParams> host;
+  std::vector<std::vector<int32_t>> seen;
 };
 
 SampleBatch make_sample_batch(int rows, int vocab) {
@@ -534,57 +553,99 @@ SampleBatch make_sample_batch(int rows, int vocab) {
     const RowCase& c = kRowCases[r % std::size(kRowCases)];
     kernels::SampleRowParams p;
     p.temperature = c.temperature, p.top_k = c.top_k, p.top_p = c.top_p, p.min_p = c.min_p;
-    p.penalty = c.penalty, p.seed = rng()(), p.step = rng()() % 1000;
+    p.penalty = c.penalty, p.seed = rng()(), p.step = rng()() % 30;
+    p.frequency = c.frequency, p.presence = c.presence, p.top_logprobs = c.top_logprobs;
     b.params.push_back(p);
-    // Each row its own seen set, with a duplicate (penalised once).
-    for (int i = 0; i < 40; ++i) b.seen.push_back(int32_t(rng()() % vocab));
-    b.seen.push_back(b.seen.back());
-    b.seen_offsets.push_back(int(b.seen.size()));
+    SamplingParams h;
+    h.temperature = p.temperature, h.top_k = p.top_k, h.top_p = p.top_p, h.min_p = p.min_p;
+    h.repetition_penalty = p.penalty, h.seed = p.seed;
+    h.frequency_penalty = c.frequency, h.presence_penalty = c.presence;
+    if (c.bias) {
+      std::map<int32_t, float> bias;
+      for (int i = 0; i < 30; ++i)
+        bias[int32_t(rng()() % vocab)] = float(int(rng()() % 4001) - 2000) / 20.0f;
+      h.logit_bias.assign(bias.begin(), bias.end());
+    }
+    b.host.push_back(h);
+    // Each row its own sequence so far, with repeats (counted by frequency, penalised once).
+    std::vector<int32_t> seen;
+    for (int i = 0; i < 40; ++i) seen.push_back(int32_t(rng()() % vocab));
+    for (int i = 0; i < 5; ++i) seen.push_back(seen[seen.size() - 1 - rng()() % 10]);
+    b.seen.push_back(seen);
     // Ties at the top now and then: the lowest id must win.
     if (r % 4 == 1) b.logits[size_t(r) * vocab + vocab / 2] = b.logits[size_t(r) * vocab + 3] = 30;
+    // Coarse logits now and then: ties everywhere, so top-k, top_logprobs and the selects
+    // order by id within equal values.
+    if (r % 7 == 3)
+      for (int i = 0; i < vocab; ++i) {
+        float& v = b.logits[size_t(r) * vocab + i];
+        v = std::round(v * 2.0f) / 2.0f;
+      }
   }
   return b;
 }
 
-// Samples rows `order` of the batch together; returns (token, logprob bits) per batch row.
-std::vector<std::pair<int32_t, uint32_t>> sample_rows(const SampleBatch& b, int vocab,
-                                                      const std::vector<int>& order,
-                                                      size_t scratch_rows) {
+struct RowResult {
+  int32_t token;
+  uint32_t logprob_bits;
+  std::vector<int32_t> top_tokens;
+  std::vector<uint32_t> top_bits;
+  bool operator==(const RowResult&) const = default;
+};
+
+// Samples rows `order` of the batch together; returns each row's result in `order`'s order.
+std::vector<RowResult> sample_rows(const SampleBatch& b, int vocab, const std::vector<int>& order,
+                                   size_t scratch_rows) {
   std::vector<float> logits;
   std::vector<kernels::SampleRowParams> params;
   std::vector<int> offsets{0};
-  std::vector<int32_t> seen;
+  std::vector<sampling_rules::TokenEdit> edits;
   for (int r : order) {
     logits.insert(logits.end(), b.logits.begin() + size_t(r) * vocab,
                   b.logits.begin() + size_t(r + 1) * vocab);
     params.push_back(b.params[r]);
-    seen.insert(seen.end(), b.seen.begin() + b.seen_offsets[r],
-                b.seen.begin() + b.seen_offsets[r + 1]);
-    offsets.push_back(int(seen.size()));
+    const auto e = token_edits(b.host[r], b.seen[r], b.params[r].step, vocab);
+    edits.insert(edits.end(), e.begin(), e.end());
+    offsets.push_back(int(edits.size()));
   }
+  if (edits.empty()) edits.emplace_back();  // something to upload
   const int rows = int(order.size());
-  auto dl = upload(logits), dp = upload(params), doff = upload(offsets), dseen = upload(seen);
+  constexpr int kTop = kernels::kMaxSampleTopLogprobs;
+  auto dl = upload(logits), dp = upload(params), doff = upload(offsets), dedits = upload(edits);
   auto tokens = poisoned(rows * 4), logprobs = poisoned(rows * 4);
+  auto top_tokens = poisoned(rows * kTop * 4), top_logprobs = poisoned(rows * kTop * 4);
   const size_t bytes = kernels::batch_sample_scratch_bytes(int(scratch_rows), vocab);
   DeviceBuffer scratch(bytes);
   kernels::BatchSampleArgs a;
   a.logits = dl.get<float>(), a.rows = rows, a.vocab = vocab;
   a.params = dp.get<kernels::SampleRowParams>();
-  a.seen_offsets = doff.get<int>(), a.seen_tokens = dseen.get<int32_t>();
+  a.edit_offsets = doff.get<int>(), a.edits = dedits.get<sampling_rules::TokenEdit>();
   a.tokens = tokens.get<int32_t>(), a.logprobs = logprobs.get<float>();
+  a.top_tokens = top_tokens.get<int32_t>(), a.top_logprobs = top_logprobs.get<float>();
   a.scratch = scratch.get(), a.scratch_bytes = bytes;
+  a.any_top_p = std::any_of(params.begin(), params.end(), [](const kernels::SampleRowParams& q) {
+    return q.temperature > 0.0f && q.top_k != 1 && q.top_p < 1.0f;
+  });
   kernels::batch_sample(a, nullptr);
   auto tok = download<int32_t>(tokens, rows);
   auto lp = download<uint32_t>(logprobs, rows);
-  std::vector<std::pair<int32_t, uint32_t>> out;
-  for (int i = 0; i < rows; ++i) out.emplace_back(tok[i], lp[i]);
+  auto tt = download<int32_t>(top_tokens, size_t(rows) * kTop);
+  auto tl = download<uint32_t>(top_logprobs, size_t(rows) * kTop);
+  std::vector<RowResult> out;
+  for (int i = 0; i < rows; ++i) {
+    RowResult x{tok[i], lp[i], {}, {}};
+    for (int j = 0; j < b.params[order[i]].top_logprobs; ++j)
+      x.top_tokens.push_back(tt[size_t(i) * kTop + j]),
+          x.top_bits.push_back(tl[size_t(i) * kTop + j]);
+    out.push_back(x);
+  }
   return out;
 }
 
 TEST(BatchSampling, MatchesTheHostSampler) {
   HEARTH_REQUIRE_GPU();
   for (int vocab : {1000, 128256}) {
-    const int rows = 30;
+    const int rows = 45;
     const SampleBatch b = make_sample_batch(rows, vocab);
     std::vector<int> all(rows);
     std::iota(all.begin(), all.end(), 0);
@@ -592,20 +653,24 @@ TEST(BatchSampling, MatchesTheHostSampler) {
     Sampler host;
     for (int r = 0; r < rows; ++r) {
       const kernels::SampleRowParams& q = b.params[r];
-      SamplingParams p;
-      p.temperature = q.temperature, p.top_k = q.top_k, p.top_p = q.top_p, p.min_p = q.min_p;
-      p.repetition_penalty = q.penalty, p.seed = q.seed;
       const std::span<const float> row(&b.logits[size_t(r) * vocab], vocab);
-      const std::span<const int32_t> seen(&b.seen[b.seen_offsets[r]],
-                                          b.seen_offsets[r + 1] - b.seen_offsets[r]);
-      const SampledToken want = host.sample(row, p, seen, q.step);
+      const SampledToken want = host.sample(row, b.host[r], b.seen[r], q.step);
       float logprob;
-      std::memcpy(&logprob, &got[r].second, 4);
-      EXPECT_EQ(got[r].first, want.token)
+      std::memcpy(&logprob, &got[r].logprob_bits, 4);
+      EXPECT_EQ(got[r].token, want.token)
           << "vocab " << vocab << " row " << r << " T=" << q.temperature << " k=" << q.top_k
-          << " p=" << q.top_p << " min_p=" << q.min_p << " penalty " << q.penalty;
+          << " p=" << q.top_p << " min_p=" << q.min_p << " penalty " << q.penalty << " freq "
+          << q.frequency << " presence " << q.presence << " bias " << b.host[r].logit_bias.size();
       // The logprob's sum runs in another (fixed) order than the host's: last bits only.
       EXPECT_NEAR(logprob, want.logprob, 1e-4) << "vocab " << vocab << " row " << r;
+      const auto top = top_logprobs(row, q.top_logprobs);
+      ASSERT_EQ(got[r].top_tokens.size(), top.size());
+      for (size_t i = 0; i < top.size(); ++i) {
+        EXPECT_EQ(got[r].top_tokens[i], top[i].token) << "row " << r << " top " << i;
+        float v;
+        std::memcpy(&v, &got[r].top_bits[i], 4);
+        EXPECT_NEAR(v, top[i].logprob, 1e-4) << "row " << r << " top " << i;
+      }
     }
   }
 }
@@ -622,8 +687,9 @@ TEST(BatchSampling, RowAloneEqualsRowAmongOthers) {
   std::shuffle(shuffled.begin(), shuffled.end(), rng());
   const auto mixed = sample_rows(b, vocab, shuffled, 5);
   for (int i = 0; i < rows; ++i)
-    EXPECT_EQ(mixed[i], together[shuffled[i]]) << "row " << shuffled[i];
-  for (int r : {0, 1, 2, 5, 17, 36}) EXPECT_EQ(sample_rows(b, vocab, {r}, 1)[0], together[r]) << r;
+    EXPECT_TRUE(mixed[i] == together[shuffled[i]]) << "row " << shuffled[i];
+  for (int r : {0, 1, 2, 5, 11, 12, 17, 36})
+    EXPECT_TRUE(sample_rows(b, vocab, {r}, 1)[0] == together[r]) << r;
 }
 
 TEST(GatherRows, CopiesTheRequestedRows) {

@@ -58,6 +58,11 @@ void Engine::submit(Request request) {
   const int prompt = int(request.prompt.size());
   if (prompt == 0) throw RequestError(id, "prompt", "the prompt is empty");
   const int vocab = backend_.vocab_size();
+  try {
+    check_logit_bias_ids(request.settings.sampling.logit_bias, vocab);
+  } catch (const SettingError& e) {
+    throw RequestError(id, e.field(), e.reason());
+  }
   for (int i = 0; i < prompt; ++i)
     if (request.prompt[i] < 0 || request.prompt[i] >= vocab)
       throw RequestError(id, "prompt",

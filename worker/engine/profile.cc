@@ -114,6 +114,33 @@ const std::map<std::string, Setter>& setters() {
           p.request.sampling.repetition_penalty =
               checked_repetition_penalty(number(v, l, "repetition_penalty"));
         }}},
+      {"frequency_penalty",
+       {KeyKind::Request,
+        [](Profile& p, const json& v, const std::string& l) {
+          p.request.sampling.frequency_penalty =
+              checked_frequency_penalty(number(v, l, "frequency_penalty"));
+        }}},
+      {"presence_penalty",
+       {KeyKind::Request,
+        [](Profile& p, const json& v, const std::string& l) {
+          p.request.sampling.presence_penalty =
+              checked_presence_penalty(number(v, l, "presence_penalty"));
+        }}},
+      {"logit_bias",
+       {KeyKind::Request,
+        [](Profile& p, const json& v, const std::string& l) {
+          // OpenAI's form: token ids as decimal string keys.
+          if (!v.is_object()) bad(l, "logit_bias", "must be an object, got " + json_excerpt(v));
+          std::vector<std::pair<int64_t, double>> entries;
+          for (const auto& [key, bias] : v.items()) {
+            int64_t id = -1;
+            const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
+            if (ec != std::errc() || end != key.data() + key.size())
+              bad(l, "logit_bias", "keys must be token ids, got \"" + key + "\"");
+            entries.emplace_back(id, number(bias, l, "logit_bias"));
+          }
+          p.request.sampling.logit_bias = checked_logit_bias(entries);
+        }}},
       {"seed",
        {KeyKind::Request,
         [](Profile& p, const json& v, const std::string& l) {
@@ -219,19 +246,19 @@ const std::map<std::string, Setter>& setters() {
         }}},
       {"weights_layout",
        {KeyKind::Engine,
-        [](Profile& p, const json& v, const std::string& l) {
-          p.engine.weights_layout = one_of<WeightsLayout>(v, l, "weights_layout");
-        }}},
+        [](Profile& p, const json& v,
+           const std::string&
+               l) { p.engine.weights_layout = one_of<WeightsLayout>(v, l, "weights_layout"); }}},
       {"decode_gemv",
        {KeyKind::Engine,
-        [](Profile& p, const json& v, const std::string& l) {
-          p.engine.decode_gemv = one_of<DecodeGemv>(v, l, "decode_gemv");
-        }}},
+        [](Profile& p, const json& v,
+           const std::string&
+               l) { p.engine.decode_gemv = one_of<DecodeGemv>(v, l, "decode_gemv"); }}},
       {"matmul_tiling",
        {KeyKind::Engine,
-        [](Profile& p, const json& v, const std::string& l) {
-          p.engine.matmul_tiling = one_of<MatmulTiling>(v, l, "matmul_tiling");
-        }}},
+        [](Profile& p, const json& v,
+           const std::string&
+               l) { p.engine.matmul_tiling = one_of<MatmulTiling>(v, l, "matmul_tiling"); }}},
       {"batch_invariant",
        {KeyKind::Engine,
         [](Profile& p, const json& v,

@@ -1,6 +1,8 @@
 #include "worker/engine/request_settings.h"
 
+#include <algorithm>
 #include <cfloat>
+#include <climits>
 #include <charconv>
 #include <cmath>
 
@@ -61,6 +63,40 @@ float checked_repetition_penalty(double v) {
   return float(in_range("repetition_penalty", v, 1e-3, 100.0));
 }
 
+float checked_frequency_penalty(double v) {
+  return float(in_range("frequency_penalty", v, -2.0, 2.0));
+}
+
+float checked_presence_penalty(double v) {
+  return float(in_range("presence_penalty", v, -2.0, 2.0));
+}
+
+std::vector<std::pair<int32_t, float>> checked_logit_bias(
+    const std::vector<std::pair<int64_t, double>>& entries) {
+  if (entries.size() > size_t(kMaxLogitBias))
+    throw SettingError("logit_bias", "at most " + std::to_string(kMaxLogitBias) + " entries, got " +
+                                         std::to_string(entries.size()));
+  std::vector<std::pair<int32_t, float>> out;
+  out.reserve(entries.size());
+  for (const auto& [id, bias] : entries) {
+    const int64_t t = in_range("logit_bias", id, 0, INT32_MAX);
+    out.emplace_back(int32_t(t), float(in_range("logit_bias", bias, -100.0, 100.0)));
+  }
+  std::sort(out.begin(), out.end());
+  for (size_t i = 1; i < out.size(); ++i)
+    if (out[i].first == out[i - 1].first)
+      throw SettingError("logit_bias", "token " + std::to_string(out[i].first) + " is given twice");
+  return out;
+}
+
+void check_logit_bias_ids(const std::vector<std::pair<int32_t, float>>& bias, int vocab) {
+  for (const auto& [id, b] : bias)
+    if (id < 0 || id >= vocab)
+      throw SettingError("logit_bias", "token " + std::to_string(id) +
+                                           " is outside the vocabulary (" + std::to_string(vocab) +
+                                           " tokens)");
+}
+
 int checked_max_tokens(int64_t v) {
   return int(in_range("max_tokens", v, 0, kMaxTokensLimit));
 }
@@ -81,6 +117,14 @@ void check_settings(const RequestSettings& s) {
   checked_top_p(p.top_p);
   checked_min_p(p.min_p);
   checked_repetition_penalty(p.repetition_penalty);
+  checked_frequency_penalty(p.frequency_penalty);
+  checked_presence_penalty(p.presence_penalty);
+  {
+    std::vector<std::pair<int64_t, double>> bias;
+    for (const auto& [id, b] : p.logit_bias) bias.emplace_back(id, b);
+    if (checked_logit_bias(bias) != p.logit_bias)
+      throw SettingError("logit_bias", "entries must be in ascending id order");
+  }
   checked_max_tokens(s.max_tokens);
   checked_logprobs(s.logprobs);
   check_stop_strings(s.stop);

@@ -19,6 +19,7 @@ namespace hearth {
 // The ranges of the integer settings that are also command-line flags, so both say the same.
 inline constexpr int kMaxTokensLimit = 1 << 24;  // max_tokens
 inline constexpr int kMaxTopK = 1 << 30;         // top_k
+inline constexpr int kMaxLogitBias = 300;        // logit_bias entries (OpenAI's limit)
 
 struct RequestSettings {
   SamplingParams sampling;
@@ -51,9 +52,17 @@ int checked_top_k(int64_t v);                                   // [0, kMaxTopK]
 float checked_top_p(double v);                                  // (0, 1]
 float checked_min_p(double v);                                  // [0, 1]
 float checked_repetition_penalty(double v);                     // [1e-3, 100]
+float checked_frequency_penalty(double v);                      // [-2, 2], 0: off
+float checked_presence_penalty(double v);                       // [-2, 2], 0: off
 int checked_max_tokens(int64_t v);                              // [0, kMaxTokensLimit]
 int checked_logprobs(int64_t v);                                // [0, kMaxTopLogprobs]
 void check_stop_strings(const std::vector<std::string>& stop);  // each non-empty
+// logit_bias as (token id, bias) entries: ids >= 0 and unique, each bias in [-100, 100], at
+// most kMaxLogitBias entries. Returned in ascending id order, as SamplingParams holds them.
+std::vector<std::pair<int32_t, float>> checked_logit_bias(
+    const std::vector<std::pair<int64_t, double>>& entries);
+// The ids against the model's vocabulary, which only the engine knows: each below `vocab`.
+void check_logit_bias_ids(const std::vector<std::pair<int32_t, float>>& bias, int vocab);
 
 // Every field of `settings` through the checks above; throws SettingError for the first out of
 // range. The engine's check of each request it takes.

@@ -41,6 +41,42 @@ float token_logprob(std::span<const float> logits, int32_t token) {
   return static_cast<float>(double(logits[token]) - max - std::log(sum));
 }
 
+std::vector<sampling_rules::TokenEdit> token_edits(const SamplingParams& p,
+                                                   std::span<const int32_t> seen, uint64_t step,
+                                                   int vocab) {
+  std::vector<sampling_rules::TokenEdit> edits;
+  auto add = [&](int32_t t) -> sampling_rules::TokenEdit* {
+    if (t < 0 || t >= vocab) return nullptr;
+    return &edits.emplace_back(sampling_rules::TokenEdit{t, 0.0f, 0, 0});
+  };
+  for (const auto& [t, bias] : p.logit_bias)
+    if (auto* e = add(t)) e->bias = bias;
+  if (p.repetition_penalty != 1.0f)
+    for (int32_t t : seen)
+      if (auto* e = add(t)) e->seen = 1;
+  if (p.frequency_penalty != 0.0f || p.presence_penalty != 0.0f) {
+    const size_t generated = size_t(std::min<uint64_t>(step, seen.size()));
+    for (int32_t t : seen.last(generated))
+      if (auto* e = add(t)) e->generated = 1;
+  }
+  // Merge the entries of each token: one edit per id.
+  std::sort(edits.begin(), edits.end(),
+            [](const auto& a, const auto& b) { return a.token < b.token; });
+  size_t out = 0;
+  for (size_t i = 0; i < edits.size(); ++i) {
+    if (out > 0 && edits[out - 1].token == edits[i].token) {
+      sampling_rules::TokenEdit& m = edits[out - 1];
+      m.bias += edits[i].bias;  // at most one entry carries a bias: ids are unique there
+      m.generated += edits[i].generated;
+      m.seen |= edits[i].seen;
+    } else {
+      edits[out++] = edits[i];
+    }
+  }
+  edits.resize(out);
+  return edits;
+}
+
 SampledToken Sampler::sample(std::span<const float> logits, const SamplingParams& p,
                              std::span<const int32_t> seen, uint64_t step) {
   for (size_t i = 0; i < logits.size(); ++i)
@@ -48,13 +84,14 @@ SampledToken Sampler::sample(std::span<const float> logits, const SamplingParams
       non_finite(step, "logits[" + std::to_string(i) + "] is " + std::to_string(logits[i]));
 
   std::span<const float> l = logits;
-  if (p.repetition_penalty != 1.0f && !seen.empty()) {
+  const std::vector<sampling_rules::TokenEdit> edits =
+      token_edits(p, seen, step, int(logits.size()));
+  if (!edits.empty()) {
     adjusted_.assign(logits.begin(), logits.end());
-    for (int32_t t : seen) {
-      if (t < 0 || size_t(t) >= adjusted_.size()) continue;
-      // Recomputed from the raw logit, so a token seen twice is penalised once.
-      adjusted_[t] = penalised_logit(logits[t], p.repetition_penalty);
-    }
+    // From the raw logit, so a token seen twice is penalised once.
+    for (const sampling_rules::TokenEdit& e : edits)
+      adjusted_[e.token] = sampling_rules::edited_logit(logits[e.token], e, p.repetition_penalty,
+                                                        p.frequency_penalty, p.presence_penalty);
     l = adjusted_;
   }
 
@@ -71,70 +108,71 @@ SampledToken Sampler::sample(std::span<const float> logits, const SamplingParams
   const double inv_t = 1.0 / p.temperature;
   float max = -INFINITY;
   for (float v : l) max = std::max(max, v);
+  auto weight = [&](float v) { return std::exp((double(v) - max) * inv_t); };
 
-  // Probabilities relative to the top token (its weight is 1). With no top-k, tokens below
-  // (1 - top_p) / vocab of the top weight cannot reach the nucleus: even all of them together
-  // hold less than 1 - top_p of the mass. Dropping them first keeps the sort short.
+  // The survivors of top-k, top-p and min-p. Only top-p needs an order (its prefix mass); the
+  // Gumbel-max pick needs none.
   candidates_.clear();
-  if (p.top_k > 0) {
-    candidates_.reserve(l.size());
-    for (size_t i = 0; i < l.size(); ++i) candidates_.emplace_back(l[i], int32_t(i));
-    const size_t k = std::min(size_t(p.top_k), candidates_.size());
-    std::partial_sort(candidates_.begin(), candidates_.begin() + k, candidates_.end(), before);
-    candidates_.resize(k);
-  } else {
-    double cutoff = 0.0;
-    if (p.top_p < 1.0f) cutoff = (1.0 - p.top_p) / double(l.size());
-    cutoff = std::max(cutoff, double(p.min_p));
-    for (size_t i = 0; i < l.size(); ++i)
-      if (std::exp((double(l[i]) - max) * inv_t) >= cutoff)
-        candidates_.emplace_back(l[i], int32_t(i));
-    std::sort(candidates_.begin(), candidates_.end(), before);
-  }
-
-  // Softmax over the candidates (top-k) or over the whole vocabulary (no top-k: the dropped
-  // tokens still count towards the total, so top-p sees true probabilities).
-  std::vector<double> weight(candidates_.size());
-  double total = 0.0;
-  for (size_t i = 0; i < candidates_.size(); ++i)
-    weight[i] = std::exp((double(candidates_[i].first) - max) * inv_t);
-  if (p.top_k > 0) {
-    for (double w : weight) total += w;
-  } else {
-    for (float v : l) total += std::exp((double(v) - max) * inv_t);
-  }
-
-  size_t kept = candidates_.size();
   if (p.top_p < 1.0f) {
+    if (p.top_k > 0) {
+      candidates_.reserve(l.size());
+      for (size_t i = 0; i < l.size(); ++i) candidates_.emplace_back(l[i], int32_t(i));
+      const size_t k = std::min(size_t(p.top_k), candidates_.size());
+      std::partial_sort(candidates_.begin(), candidates_.begin() + k, candidates_.end(), before);
+      candidates_.resize(k);
+    } else {
+      // Tokens below (1 - top_p) / vocab of the top weight cannot reach the nucleus: even all
+      // of them together hold less than 1 - top_p of the mass. Dropping them keeps the sort
+      // short.
+      const double cutoff = std::max((1.0 - p.top_p) / double(l.size()), double(p.min_p));
+      for (size_t i = 0; i < l.size(); ++i)
+        if (weight(l[i]) >= cutoff) candidates_.emplace_back(l[i], int32_t(i));
+      std::sort(candidates_.begin(), candidates_.end(), before);
+    }
+    // Softmax over the candidates (top-k) or over the whole vocabulary (no top-k: the dropped
+    // tokens still count towards the total, so top-p sees true probabilities).
+    weight_.resize(candidates_.size());
+    double total = 0.0;
+    for (size_t i = 0; i < candidates_.size(); ++i) weight_[i] = weight(candidates_[i].first);
+    if (p.top_k > 0) {
+      for (double w : weight_) total += w;
+    } else {
+      for (float v : l) total += weight(v);
+    }
+    size_t kept = candidates_.size();
     double cum = 0.0;
     for (size_t i = 0; i < candidates_.size(); ++i) {
-      cum += weight[i];
+      cum += weight_[i];
       if (cum >= p.top_p * total) {
         kept = i + 1;
         break;
       }
     }
-  }
-  if (p.min_p > 0.0f) {
-    const double floor = p.min_p * weight[0];
-    size_t i = 1;
-    while (i < kept && weight[i] >= floor) ++i;
-    kept = i;
+    candidates_.resize(kept);
+  } else if (p.top_k > 0 && size_t(p.top_k) < l.size()) {
+    candidates_.reserve(l.size());
+    for (size_t i = 0; i < l.size(); ++i) candidates_.emplace_back(l[i], int32_t(i));
+    const size_t k = size_t(p.top_k);
+    std::nth_element(candidates_.begin(), candidates_.begin() + (k - 1), candidates_.end(), before);
+    candidates_.resize(k);
+  } else {
+    candidates_.reserve(l.size());
+    for (size_t i = 0; i < l.size(); ++i) candidates_.emplace_back(l[i], int32_t(i));
   }
 
-  double kept_mass = 0.0;
-  for (size_t i = 0; i < kept; ++i) kept_mass += weight[i];
-  const double target = philox_uniform(p.seed, step, 0) * kept_mass;
-  double cum = 0.0;
-  size_t pick = kept - 1;
-  for (size_t i = 0; i < kept; ++i) {
-    cum += weight[i];
-    if (cum > target) {
-      pick = i;
-      break;
-    }
+  // min-p: the top weight is 1, so the floor is min_p itself. The top token always survives.
+  // Start as the device's reduction does: every survivor beats this.
+  float best_score = -INFINITY;
+  int32_t best = INT32_MAX;
+  for (const auto& [v, id] : candidates_) {
+    if (p.min_p > 0.0f && v != max && weight(v) < double(p.min_p)) continue;
+    const float scaled = sampling_rules::scaled_logit(v, max, p.temperature);
+    // Cannot reach the best so far even with the largest noise: its noise is not needed.
+    if (scaled + sampling_rules::kGumbelBound < best_score) continue;
+    const float score = HEARTH_SR_ADD(scaled, sampling_rules::gumbel(p.seed, step, id));
+    if (sampling_rules::beats(score, id, best_score, best)) best_score = score, best = id;
   }
-  out.token = candidates_[pick].second;
+  out.token = best;
   out.logprob = token_logprob(logits, out.token);
   return out;
 }

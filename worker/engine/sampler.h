@@ -1,12 +1,16 @@
-// Turning logits into the next token: greedy, temperature, top-k, top-p, min-p and repetition
-// penalty, with Philox supplying the one uniform number each step consumes. This host version
-// is the reference; the CUDA backend implements the same rules on the GPU.
+// Turning logits into the next token: logit_bias, repetition / frequency / presence penalties,
+// greedy, temperature, top-k, top-p, min-p, and the Gumbel-max pick with Philox noise per token
+// (kernels/sampling_rules.h). This host version is the reference; the CUDA backend implements
+// the same rules on the GPU with the same arithmetic.
 #pragma once
 
 #include <cstdint>
 #include <span>
 #include <stdexcept>
+#include <utility>
 #include <vector>
+
+#include "kernels/sampling_rules.h"
 
 namespace hearth {
 
@@ -16,6 +20,11 @@ struct SamplingParams {
   float top_p = 1.0f;
   float min_p = 0.0f;
   float repetition_penalty = 1.0f;  // 1: off; applied to every token seen so far (HF rule)
+  // OpenAI's penalties over the tokens generated so far: frequency x count + presence (count >
+  // 0) subtracted from the logit. 0: off.
+  float frequency_penalty = 0.0f, presence_penalty = 0.0f;
+  // Added to the raw logit of each listed token (OpenAI's logit_bias), ids ascending and unique.
+  std::vector<std::pair<int32_t, float>> logit_bias;
   uint64_t seed = 0;
 
   bool greedy() const { return temperature <= 0.0f || top_k == 1; }
@@ -33,17 +42,25 @@ class NonFiniteLogits : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Picks the token for generation step `step` (0 for the first generated token). `seen` lists the
-// tokens the repetition penalty applies to. Logits that are not all finite throw
-// NonFiniteLogits naming the step. Rules, in order:
-//   1. repetition penalty: a seen token's logit is divided by the penalty if positive, else
-//      multiplied by it, saturating at the largest float (penalised_logit);
+// The per-token edits of a request at generation step `step` (sampling_rules.h), ids ascending:
+// every logit_bias entry, every token of `seen` when the repetition penalty is on, and the
+// generated tokens (the last `step` of `seen`) with their counts when a frequency or presence
+// penalty is on. Empty when the request edits no logit.
+std::vector<sampling_rules::TokenEdit> token_edits(const SamplingParams& params,
+                                                   std::span<const int32_t> seen, uint64_t step,
+                                                   int vocab);
+
+// Picks the token for generation step `step` (0 for the first generated token). `seen` is the
+// sequence so far (prompt, then the `step` generated tokens). Logits that are not all finite
+// throw NonFiniteLogits naming the step. Rules, in order:
+//   1. adjusted logits (sampling_rules::edited_logit): logit_bias, then the repetition penalty
+//      on seen tokens, then frequency and presence penalties on generated ones;
 //   2. greedy: the highest logit, lowest id among equals;
 //   3. otherwise candidates are ordered by (logit desc, id asc); top-k keeps the first k; the
 //      probabilities softmax(logit / temperature) over them; top-p keeps the shortest prefix
 //      whose probability reaches top_p; min-p drops tokens below min_p x the top probability;
-//      u = philox_uniform(seed, step) picks the first candidate whose cumulative probability
-//      exceeds u x (kept mass).
+//      the pick is the survivor with the highest sampling_rules::pick_score (Gumbel-max:
+//      distributed as softmax(logit / T) over the survivors), lowest id among equals.
 class Sampler {
  public:
   SampledToken sample(std::span<const float> logits, const SamplingParams& params,
@@ -52,6 +69,7 @@ class Sampler {
  private:
   std::vector<float> adjusted_;
   std::vector<std::pair<float, int32_t>> candidates_;
+  std::vector<double> weight_;
 };
 
 // log-softmax of logits[token], computed in double for a stable, order-fixed sum.

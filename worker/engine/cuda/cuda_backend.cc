@@ -399,6 +399,11 @@ void CudaBackend::upload_seen(std::span<const int32_t> seen) {
 
 SampledToken CudaBackend::sample(const SamplingParams& params, std::span<const int32_t> seen,
                                  uint64_t step) {
+  // logit_bias and the frequency / presence penalties have no kernel on this one-sequence
+  // path: the host sampler (the same rules, the same arithmetic) serves those requests.
+  if (!params.logit_bias.empty() || params.frequency_penalty != 0.0f ||
+      params.presence_penalty != 0.0f)
+    return Sampler().sample(logits(), params, seen, step);
   const bool penalise = params.repetition_penalty != 1.0f;
   if (penalise) upload_seen(seen);
   const uint8_t* flags = penalise ? seen_.get<uint8_t>() : nullptr;

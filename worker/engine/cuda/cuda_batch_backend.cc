@@ -149,12 +149,8 @@ std::span<const float> CudaBatchBackend::logits(int entry) {
 }
 
 std::vector<SampleResult> CudaBatchBackend::sample(std::span<const SampleRequest> requests) {
-  std::vector<SampleResult> results =
-      sampling_.sample(requests, entry_row_, model_.logits(0), stream_.get());
-  for (size_t r = 0; r < results.size(); ++r)
-    if (requests[r].top_logprobs > 0)
-      results[r].top = top_logprobs(logits(requests[r].entry), requests[r].top_logprobs);
-  return results;
+  // top_logprobs too come from the device: no logits row crosses to the host.
+  return sampling_.sample(requests, entry_row_, model_.logits(0), stream_.get());
 }
 
 }  // namespace hearth

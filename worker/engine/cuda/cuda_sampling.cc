@@ -6,6 +6,7 @@
 
 #include "kernels/batch_ops.h"
 #include "kernels/cuda_check.h"
+#include "worker/engine/sampler.h"
 
 namespace hearth {
 
@@ -25,9 +26,11 @@ CudaSampling::CudaSampling(int max_rows, int vocab, DeviceArena& arena)
   offsets_ = arena.alloc(size_t(max_rows_ + 1) * 4);
   tokens_ = arena.alloc(size_t(max_rows_) * 4);
   logprobs_ = arena.alloc(size_t(max_rows_) * 4);
+  top_tokens_ = arena.alloc(size_t(max_rows_) * kernels::kMaxSampleTopLogprobs * 4);
+  top_logprobs_ = arena.alloc(size_t(max_rows_) * kernels::kMaxSampleTopLogprobs * 4);
   host_params_ = PinnedBuffer(size_t(max_rows_) * sizeof(kernels::SampleRowParams) +
                               size_t(max_rows_ + 1) * 4);
-  host_results_ = PinnedBuffer(size_t(max_rows_) * 8);
+  host_results_ = PinnedBuffer(size_t(max_rows_) * (8 + 8 * kernels::kMaxSampleTopLogprobs));
 }
 
 std::vector<SampleResult> CudaSampling::sample(std::span<const SampleRequest> requests,
@@ -49,18 +52,23 @@ std::vector<SampleResult> CudaSampling::sample(std::span<const SampleRequest> re
     in_order = in_order && entry_row[e] == r;
   }
 
-  // Parameters and seen tokens (only rows with a repetition penalty need theirs).
-  size_t seen_total = 0;
-  for (const SampleRequest& q : requests)
-    if (q.params.repetition_penalty != 1.0f) seen_total += q.seen.size();
-  if (seen_total > seen_capacity_) {
-    seen_capacity_ = std::max(seen_total, 2 * seen_capacity_);
-    seen_ = DeviceBuffer(seen_capacity_ * 4);
-    host_seen_ = PinnedBuffer(seen_capacity_ * 4);
+  // Parameters and token edits (only rows that edit logits have any).
+  std::vector<std::vector<sampling_rules::TokenEdit>> row_edits(R);
+  size_t edit_total = 0;
+  int max_top = 0;
+  for (int r = 0; r < R; ++r) {
+    row_edits[r] = token_edits(requests[r].params, requests[r].seen, requests[r].step, vocab_);
+    edit_total += row_edits[r].size();
+    max_top = std::max(max_top, requests[r].top_logprobs);
+  }
+  if (edit_total > edit_capacity_) {
+    edit_capacity_ = std::max(edit_total, 2 * edit_capacity_);
+    edits_ = DeviceBuffer(edit_capacity_ * sizeof(sampling_rules::TokenEdit));
+    host_edits_ = PinnedBuffer(edit_capacity_ * sizeof(sampling_rules::TokenEdit));
   }
   auto* params = host_params_.get<kernels::SampleRowParams>();
   int* offsets = reinterpret_cast<int*>(params + max_rows_);
-  int32_t* seen = host_seen_.get<int32_t>();
+  auto* edits = host_edits_.get<sampling_rules::TokenEdit>();
   size_t at = 0;
   for (int r = 0; r < R; ++r) {
     const SampleRequest& q = requests[r];
@@ -68,11 +76,11 @@ std::vector<SampleResult> CudaSampling::sample(std::span<const SampleRequest> re
     p.seed = q.params.seed, p.step = q.step, p.temperature = q.params.temperature;
     p.top_p = q.params.top_p, p.min_p = q.params.min_p, p.penalty = q.params.repetition_penalty;
     p.top_k = q.params.top_k;
+    p.frequency = q.params.frequency_penalty, p.presence = q.params.presence_penalty;
+    p.top_logprobs = std::clamp(q.top_logprobs, 0, kernels::kMaxSampleTopLogprobs);
     offsets[r] = int(at);
-    if (p.penalty != 1.0f) {
-      std::copy(q.seen.begin(), q.seen.end(), seen + at);
-      at += q.seen.size();
-    }
+    std::copy(row_edits[r].begin(), row_edits[r].end(), edits + at);
+    at += row_edits[r].size();
   }
   offsets[R] = int(at);
   HEARTH_CUDA_CHECK(cudaMemcpyAsync(params_.get(), params,
@@ -81,17 +89,25 @@ std::vector<SampleResult> CudaSampling::sample(std::span<const SampleRequest> re
   if (at > 0) {
     HEARTH_CUDA_CHECK(
         cudaMemcpyAsync(offsets_.get(), offsets, size_t(R + 1) * 4, cudaMemcpyHostToDevice, st));
-    HEARTH_CUDA_CHECK(cudaMemcpyAsync(seen_.get(), seen, at * 4, cudaMemcpyHostToDevice, st));
+    HEARTH_CUDA_CHECK(cudaMemcpyAsync(edits_.get(), edits, at * sizeof(sampling_rules::TokenEdit),
+                                      cudaMemcpyHostToDevice, st));
   }
   kernels::BatchSampleArgs a;
   a.vocab = vocab_;
+  a.any_top_p = std::any_of(requests.begin(), requests.end(), [](const SampleRequest& q) {
+    return !q.params.greedy() && q.params.top_p < 1.0f;
+  });
   a.scratch = scratch_.get(), a.scratch_bytes = scratch_bytes_;
   auto run = [&](int r0, int rows, int logits_row) {
     a.logits = logits + size_t(logits_row) * vocab_, a.rows = rows;
     a.params = params_.get<kernels::SampleRowParams>() + r0;
-    if (at > 0)  // offsets index the whole seen list, so a row's slice works alone
-      a.seen_offsets = offsets_.get<int>() + r0, a.seen_tokens = seen_.get<int32_t>();
+    if (at > 0)  // offsets index the whole edit list, so a row's slice works alone
+      a.edit_offsets = offsets_.get<int>() + r0, a.edits = edits_.get<sampling_rules::TokenEdit>();
     a.tokens = tokens_.get<int32_t>() + r0, a.logprobs = logprobs_.get<float>() + r0;
+    if (max_top > 0) {
+      a.top_tokens = top_tokens_.get<int32_t>() + size_t(r0) * kernels::kMaxSampleTopLogprobs;
+      a.top_logprobs = top_logprobs_.get<float>() + size_t(r0) * kernels::kMaxSampleTopLogprobs;
+    }
     kernels::batch_sample(a, st);
   };
   if (in_order)
@@ -104,12 +120,25 @@ std::vector<SampleResult> CudaSampling::sample(std::span<const SampleRequest> re
       cudaMemcpyAsync(out_tokens, tokens_.get(), size_t(R) * 4, cudaMemcpyDeviceToHost, st));
   HEARTH_CUDA_CHECK(
       cudaMemcpyAsync(out_logprobs, logprobs_.get(), size_t(R) * 4, cudaMemcpyDeviceToHost, st));
+  constexpr int kTop = kernels::kMaxSampleTopLogprobs;
+  auto* out_top_tokens = reinterpret_cast<int32_t*>(out_logprobs + max_rows_);
+  auto* out_top_logprobs = reinterpret_cast<float*>(out_top_tokens + size_t(max_rows_) * kTop);
+  if (max_top > 0) {
+    HEARTH_CUDA_CHECK(cudaMemcpyAsync(out_top_tokens, top_tokens_.get(), size_t(R) * kTop * 4,
+                                      cudaMemcpyDeviceToHost, st));
+    HEARTH_CUDA_CHECK(cudaMemcpyAsync(out_top_logprobs, top_logprobs_.get(), size_t(R) * kTop * 4,
+                                      cudaMemcpyDeviceToHost, st));
+  }
   HEARTH_CUDA_CHECK(cudaStreamSynchronize(st));
 
   std::vector<SampleResult> results(R);
   for (int r = 0; r < R; ++r) {
     results[r].token = out_tokens[r];
     results[r].logprob = out_logprobs[r];
+    const int n = std::min(std::clamp(requests[r].top_logprobs, 0, kTop), vocab_);
+    for (int i = 0; i < n; ++i)
+      results[r].top.push_back(
+          {out_top_tokens[size_t(r) * kTop + i], out_top_logprobs[size_t(r) * kTop + i]});
   }
   return results;
 }

@@ -1,6 +1,6 @@
-// Sampling for every row of a forward at once on the GPU: each request's parameters and seen
-// tokens marshalled into pinned memory, batch_sample over the logits rows, only the chosen
-// tokens and their logprobs copied back.
+// Sampling for every row of a forward at once on the GPU: each request's parameters and token
+// edits (logit_bias, penalties) marshalled into pinned memory, batch_sample over the logits
+// rows, only the chosen tokens, their logprobs and the asked-for top_logprobs copied back.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -21,7 +21,7 @@ class CudaSampling {
   CudaSampling(int max_rows, int vocab, DeviceArena& arena);
 
   // Request r samples row entry_row[requests[r].entry] of `logits` (vocab floats a row), which
-  // must exist (>= 0). Tokens and logprobs only: top_logprobs are the caller's.
+  // must exist (>= 0). Tokens, logprobs and each request's top_logprobs, all from the device.
   std::vector<SampleResult> sample(std::span<const SampleRequest> requests,
                                    std::span<const int> entry_row, const float* logits,
                                    cudaStream_t stream);
@@ -30,10 +30,10 @@ class CudaSampling {
   int max_rows_, vocab_;
   size_t scratch_bytes_ = 0;
   DeviceBuffer scratch_;
-  // Per-row parameters, seen tokens (repetition penalty), results.
-  DeviceBuffer params_, offsets_, seen_, tokens_, logprobs_;
-  PinnedBuffer host_params_, host_seen_, host_results_;
-  size_t seen_capacity_ = 0;  // tokens seen_ and host_seen_ hold
+  // Per-row parameters, token edits, results.
+  DeviceBuffer params_, offsets_, edits_, tokens_, logprobs_, top_tokens_, top_logprobs_;
+  PinnedBuffer host_params_, host_edits_, host_results_;
+  size_t edit_capacity_ = 0;  // edits edits_ and host_edits_ hold
 };
 
 }  // namespace hearth

@@ -1,0 +1,163 @@
+// The shared sampling arithmetic (kernels/sampling_rules.h) and the request edits the host
+// Sampler applies with it: logit_bias, frequency and presence penalties.
+#include "kernels/sampling_rules.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <vector>
+
+#include "worker/engine/request_settings.h"
+#include "worker/engine/sampler.h"
+
+namespace hearth {
+namespace {
+
+using sampling_rules::TokenEdit;
+
+TEST(SamplingRules, DetLogIsCloseToTheTrueLogarithm) {
+  for (float x : {1e-30f, 3e-8f, 0.1f, 0.5f, 0.70710677f, 0.7071068f, 1.0f, 1.4142135f, 1.4142137f,
+                  2.0f, 10.0f, 16.6f, 1e10f, 3e38f}) {
+    const double want = std::log(double(x));
+    EXPECT_NEAR(sampling_rules::det_log(x), want, 4e-7 * std::max(1.0, std::fabs(want))) << x;
+  }
+  EXPECT_EQ(sampling_rules::det_log(1.0f), 0.0f);
+}
+
+TEST(SamplingRules, GumbelNoiseIsFiniteAndVariesWithEveryCounter) {
+  std::map<float, int> distinct;
+  double sum = 0.0;
+  const int n = 20000;
+  for (int id = 0; id < n; ++id) {
+    const float g = sampling_rules::gumbel(7, 3, id);
+    ASSERT_TRUE(std::isfinite(g)) << id;
+    distinct[g]++;
+    sum += g;
+  }
+  EXPECT_GT(distinct.size(), size_t(n * 9 / 10));
+  EXPECT_NEAR(sum / n, 0.5772, 0.03);  // the Gumbel mean: Euler's constant
+  // The largest noise any u can give stays under the bound scans skip by.
+  const float u_max = 16777215.0f / 16777216.0f;
+  EXPECT_LT(-sampling_rules::det_log(-sampling_rules::det_log(u_max)),
+            sampling_rules::kGumbelBound);
+  EXPECT_NE(sampling_rules::gumbel(7, 3, 5), sampling_rules::gumbel(8, 3, 5));
+  EXPECT_NE(sampling_rules::gumbel(7, 3, 5), sampling_rules::gumbel(7, 4, 5));
+}
+
+TEST(SamplingRules, EditedLogitAppliesBiasThenRepetitionThenFrequencyAndPresence) {
+  TokenEdit e{0, 1.0f, 0, 1};
+  EXPECT_EQ(sampling_rules::edited_logit(3.0f, e, 2.0f, 0.0f, 0.0f), 2.0f);  // (3 + 1) / 2
+  e = {0, -2.0f, 0, 1};
+  EXPECT_EQ(sampling_rules::edited_logit(1.0f, e, 2.0f, 0.0f, 0.0f), -2.0f);  // (1 - 2) x 2
+  e = {0, 0.0f, 3, 0};
+  EXPECT_EQ(sampling_rules::edited_logit(1.0f, e, 2.0f, 0.5f, 0.25f), -0.75f);  // 1 - 1.5 - .25
+  e = {0, 0.0f, 0, 0};
+  EXPECT_EQ(sampling_rules::edited_logit(1.0f, e, 2.0f, 0.5f, 0.25f), 1.0f);  // never generated
+  e = {0, 100.0f, 0, 0};
+  EXPECT_EQ(sampling_rules::edited_logit(3.4e38f, e, 1.0f, 0.0f, 0.0f), 3.4e38f + 100.0f);
+  e = {0, 0.0f, 1, 0};
+  EXPECT_TRUE(std::isfinite(sampling_rules::edited_logit(-3.4e38f, e, 1.0f, 2.0f, 2.0f) * 1.0f));
+}
+
+TEST(TokenEdits, MergeBiasSeenAndGeneratedCountsPerToken) {
+  SamplingParams p;
+  p.repetition_penalty = 1.5f;
+  p.frequency_penalty = 1.0f;
+  p.logit_bias = {{2, 5.0f}, {9, -1.0f}, {50, 3.0f}};  // 50: outside a vocabulary of 10
+  // Prompt 1 2 3, then 3 generated tokens: 4 1 4.
+  const std::vector<int32_t> seen = {1, 2, 3, 4, 1, 4};
+  const auto edits = token_edits(p, seen, 3, 10);
+  ASSERT_EQ(edits.size(), 5u);
+  const std::vector<int32_t> ids = {1, 2, 3, 4, 9};
+  for (size_t i = 0; i < ids.size(); ++i) EXPECT_EQ(edits[i].token, ids[i]);
+  EXPECT_EQ(edits[0].generated, 1);  // token 1: once in the prompt, once generated
+  EXPECT_EQ(edits[0].seen, 1);
+  EXPECT_EQ(edits[1].bias, 5.0f);
+  EXPECT_EQ(edits[1].generated, 0);  // in the prompt only
+  EXPECT_EQ(edits[3].generated, 2);
+  EXPECT_EQ(edits[4].seen, 0);
+  EXPECT_EQ(edits[4].bias, -1.0f);
+  EXPECT_TRUE(token_edits(SamplingParams{}, seen, 3, 10).empty());
+}
+
+TEST(Sampler, LogitBiasSteersGreedyAndSampling) {
+  Sampler s;
+  SamplingParams p;
+  p.temperature = 0;
+  const std::vector<float> l = {3.0f, 2.0f, 1.0f};
+  p.logit_bias = {{2, 2.5f}};
+  EXPECT_EQ(s.sample(l, p, {}, 0).token, 2);
+  // The logprob stays the raw model's.
+  EXPECT_EQ(s.sample(l, p, {}, 0).logprob, token_logprob(l, 2));
+  p.temperature = 1.0f;
+  p.logit_bias = {{0, -100.0f}, {1, -100.0f}};
+  for (uint64_t step = 0; step < 200; ++step) EXPECT_EQ(s.sample(l, p, {}, step).token, 2);
+}
+
+TEST(Sampler, FrequencyAndPresencePenaltiesCountOnlyGeneratedTokens) {
+  Sampler s;
+  SamplingParams p;
+  p.temperature = 0;
+  p.frequency_penalty = 0.6f;
+  const std::vector<float> l = {3.0f, 2.0f, 1.0f};
+  // Token 0 fills the prompt: no penalty yet.
+  const std::vector<int32_t> prompt_only = {0, 0, 0};
+  EXPECT_EQ(s.sample(l, p, prompt_only, 0).token, 0);
+  // Generated once: 3 - 0.6 = 2.4 > 2; twice: 1.8 < 2.
+  const std::vector<int32_t> once = {0, 0, 0, 0};
+  EXPECT_EQ(s.sample(l, p, once, 1).token, 0);
+  const std::vector<int32_t> twice = {0, 0, 0, 0, 0};
+  EXPECT_EQ(s.sample(l, p, twice, 2).token, 1);
+  // Presence: once is enough.
+  p.frequency_penalty = 0.0f;
+  p.presence_penalty = 1.5f;
+  EXPECT_EQ(s.sample(l, p, once, 1).token, 1);
+  // Negative penalties encourage repeats.
+  p.presence_penalty = -2.0f;
+  const std::vector<int32_t> gen2 = {0, 2};
+  EXPECT_EQ(s.sample(l, p, gen2, 1).token, 0);  // 1 + 2 = 3 ties 3: lowest id wins
+  const std::vector<int32_t> gen1 = {0, 1};
+  EXPECT_EQ(s.sample(l, p, gen1, 1).token, 1);  // 2 + 2 = 4
+}
+
+TEST(Sampler, GumbelPickFollowsTheSoftmaxOfTheSurvivors) {
+  // Empirical frequencies over many seeds against softmax(logit / T) over the survivors of
+  // top-k; a loose bound, fixed seeds, so nothing is left to chance.
+  Sampler s;
+  const std::vector<float> l = {0.5f, 2.0f, -1.0f, 1.0f, 1.5f};
+  SamplingParams p;
+  p.temperature = 0.7f;
+  p.top_k = 3;
+  const int n = 30000;
+  std::map<int, int> counts;
+  for (int i = 0; i < n; ++i) {
+    p.seed = uint64_t(i) * 7919;
+    counts[s.sample(l, p, {}, uint64_t(i % 13)).token]++;
+  }
+  double z = 0.0;
+  for (int t : {1, 3, 4}) z += std::exp(l[t] / 0.7);
+  for (int t : {1, 3, 4}) EXPECT_NEAR(counts[t] / double(n), std::exp(l[t] / 0.7) / z, 0.012) << t;
+  EXPECT_EQ(counts[0] + counts[2], 0);
+}
+
+TEST(RequestSettings, LogitBiasAndPenaltyRanges) {
+  EXPECT_EQ(checked_logit_bias({{7, 1.5}, {2, -100.0}}),
+            (std::vector<std::pair<int32_t, float>>{{2, -100.0f}, {7, 1.5f}}));
+  EXPECT_THROW(checked_logit_bias({{7, 100.5}}), SettingError);
+  EXPECT_THROW(checked_logit_bias({{-1, 1.0}}), SettingError);
+  EXPECT_THROW(checked_logit_bias({{3, 1.0}, {3, 2.0}}), SettingError);
+  std::vector<std::pair<int64_t, double>> many;
+  for (int i = 0; i < 301; ++i) many.emplace_back(i, 1.0);
+  EXPECT_THROW(checked_logit_bias(many), SettingError);
+  many.pop_back();
+  EXPECT_EQ(checked_logit_bias(many).size(), 300u);
+  EXPECT_THROW(check_logit_bias_ids({{10, 1.0f}}, 10), SettingError);
+  EXPECT_NO_THROW(check_logit_bias_ids({{9, 1.0f}}, 10));
+  EXPECT_THROW(checked_frequency_penalty(2.5), SettingError);
+  EXPECT_THROW(checked_presence_penalty(-2.5), SettingError);
+  EXPECT_EQ(checked_presence_penalty(-2.0), -2.0f);
+}
+
+}  // namespace
+}  // namespace hearth

@@ -51,6 +51,7 @@ CompletionSession::CompletionSession(CompletionRequest request, ResponseMeta met
   done_.assign(n, false);
   first_chunk_sent_.assign(n, false);
   last_token_.resize(n);
+  logprob_offset_.assign(n, 0);
   for (size_t i = 0; i < n; ++i) {
     choices_[i].index = int(i);
     request_ids_.push_back(next_request_id(meta_.id, int(i)));
@@ -130,9 +131,12 @@ void CompletionSession::on_event(int i, const json& event) {
     lps.push_back(std::move(t));
   }
   if (request_.stream && (!text.empty() || !lps.empty())) {
-    pending_sse_.push_back(
-        sse_event(make_chunk(request_, meta_, i, text, lps, std::nullopt, !first_chunk_sent_[i],
-                             [this](int32_t id) { return token_text(id); })));
+    // This token's text_offset: the tokens before it, counted as the whole response counts.
+    const size_t offset = logprob_offset_[i];
+    for (const TokenLogprob& t : lps) logprob_offset_[i] += t.text.size();
+    pending_sse_.push_back(sse_event(make_chunk(
+        request_, meta_, i, text, lps, std::nullopt, !first_chunk_sent_[i],
+        [this](int32_t id) { return token_text(id); }, offset)));
     first_chunk_sent_[i] = true;
     changed_.notify_all();
   }

@@ -150,6 +150,24 @@ std::vector<std::string> stop_strings(const Field& v) {
   return out;
 }
 
+// Tool calls: hearth does not parse them from the output yet, so they are never silently
+// ignored. `tools` is accepted only beside tool_choice "none" (the template tells the model of
+// them, and nothing is expected back); anything that would let the model call one is a 400
+// naming the field. The tool-call parser replaces this one function.
+void read_tools(const Field& b, CompletionRequest& r) {
+  const Field tools = b["tools"], choice = b["tool_choice"];
+  if (choice.present())
+    refuse_unless(choice.is_string() && choice.string(SIZE_MAX) == "none", choice,
+                  "only \"none\" is supported: hearth does not parse tool calls yet, got " +
+                      choice.describe());
+  if (!tools.present()) return;
+  const nlohmann::ordered_json& list = tools.array();
+  refuse_unless(list.empty() || choice.present(), tools,
+                "needs tool_choice \"none\": hearth does not parse tool calls yet, and the "
+                "default (\"auto\") would let the model call one");
+  r.template_extra["tools"] = list;
+}
+
 }  // namespace
 
 GenerationDefaults GenerationDefaults::from_generation_config(const json& config) {
@@ -208,11 +226,7 @@ CompletionRequest parse_completion_request(const ordered_json& body, Endpoint en
     r.prompts.push_back(std::move(p));
     if (b["add_generation_prompt"].present())
       r.add_generation_prompt = b["add_generation_prompt"].boolean();
-    if (b["tools"].present()) r.template_extra["tools"] = b["tools"].array();
-    if (const Field c = b["tool_choice"]; c.present())
-      refuse_unless(c.is_string() && (c.string(SIZE_MAX) == "none" || c.string(SIZE_MAX) == "auto"),
-                    c,
-                    "only \"none\" and \"auto\" are supported (hearth does not parse tool calls)");
+    read_tools(b, r);
     if (const Field kwargs = b["chat_template_kwargs"]; kwargs.present())
       for (const auto& [k, v] : kwargs.object().items()) r.template_extra[k] = v;
   } else {

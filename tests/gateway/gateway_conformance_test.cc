@@ -1,0 +1,120 @@
+// hearth-gateway against what OpenAI clients (and the tools written for vLLM) expect, issue 24:
+// fields never silently ignored, logprobs shaped as OpenAI and vLLM give them, every stream
+// ending in [DONE], errors with OpenAI's type, code and param. A real gateway over HTTP.
+
+#include <gtest/gtest.h>
+
+#include "tests/gateway/gateway_process.h"
+
+namespace hearth::test {
+namespace {
+
+class Conformance : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { gateway_ = new GatewayProcess(); }
+  static void TearDownTestSuite() {
+    delete gateway_;
+    gateway_ = nullptr;
+  }
+  static GatewayProcess& gw() { return *gateway_; }
+  static GatewayProcess* gateway_;
+};
+GatewayProcess* Conformance::gateway_ = nullptr;
+
+json completion(const std::string& prompt, int max_tokens, json extra = json::object()) {
+  json body = {{"model", "fortunes"}, {"prompt", prompt}, {"max_tokens", max_tokens}};
+  body.update(extra);
+  return body;
+}
+
+json chat(json extra = json::object()) {
+  json body = {{"model", "fortunes"},
+               {"messages", {{{"role", "user"}, {"content", "Hi"}}}},
+               {"max_tokens", 4}};
+  body.update(extra);
+  return body;
+}
+
+const json kTool = {{"type", "function"},
+                    {"function",
+                     {{"name", "get_weather"},
+                      {"parameters", {{"type", "object"}, {"properties", json::object()}}}}}};
+
+// Issue 24 item 4: tools with tool_choice "auto" answered 200 with text and no tool_calls.
+// Until tool calls are parsed, anything that would let the model call one is a 400 naming
+// the field; tools beside tool_choice "none" (nothing expected back) are served.
+TEST_F(Conformance, ToolCallsAreRefusedByNameUntilTheyAreParsed) {
+  const std::vector<std::pair<json, std::string>> refused = {
+      {chat({{"tools", {kTool}}}), "tools"},
+      {chat({{"tools", {kTool}}, {"tool_choice", "auto"}}), "tool_choice"},
+      {chat({{"tools", {kTool}}, {"tool_choice", "required"}}), "tool_choice"},
+      {chat({{"tools", {kTool}},
+             {"tool_choice", {{"type", "function"}, {"function", {{"name", "get_weather"}}}}}}),
+       "tool_choice"},
+  };
+  for (const auto& [body, param] : refused) {
+    const auto r = gw().post("/v1/chat/completions", body);
+    EXPECT_EQ(r.status, 400) << body << " -> " << r.body;
+    EXPECT_EQ(r.parsed()["error"]["param"], param) << r.body;
+  }
+  const auto none =
+      gw().post("/v1/chat/completions", chat({{"tools", {kTool}}, {"tool_choice", "none"}}));
+  EXPECT_EQ(none.status, 200) << none.body;
+}
+
+// Issue 24 item 4: logprobs 0 gave top_logprobs [{}]. OpenAI lists up to logprobs + 1 entries,
+// the chosen token always among them, and vLLM does the same: logprobs 0 is the chosen token.
+TEST_F(Conformance, CompletionLogprobsZeroListsTheChosenTokenAlone) {
+  const json c =
+      gw().post("/v1/completions", completion("A", 5, {{"logprobs", 0}, {"ignore_eos", true}}))
+          .parsed();
+  const json lp = c["choices"][0]["logprobs"];
+  ASSERT_EQ(lp["tokens"].size(), 5u) << c;
+  ASSERT_EQ(lp["top_logprobs"].size(), 5u) << c;
+  for (size_t i = 0; i < 5; ++i) {
+    const json top = lp["top_logprobs"][i];
+    ASSERT_EQ(top.size(), 1u) << c;
+    const std::string token = lp["tokens"][i];
+    ASSERT_TRUE(top.contains(token)) << c;
+    EXPECT_EQ(top[token], lp["token_logprobs"][i]) << c;
+  }
+}
+
+// Issue 24 item 4: a stream's text_offset was always [0]. Each chunk's offsets are where its
+// tokens start in the choice's text: streamed, they are the whole response's.
+TEST_F(Conformance, StreamedTextOffsetsAreTheWholeResponses) {
+  const json body =
+      completion("The", 12, {{"logprobs", 1}, {"ignore_eos", true}, {"temperature", 0}});
+  const json whole = gw().post("/v1/completions", body).parsed();
+  const json expected = whole["choices"][0]["logprobs"]["text_offset"];
+  ASSERT_EQ(expected.size(), 12u) << whole;
+  json streamed_body = body;
+  streamed_body["stream"] = true;
+  json offsets = json::array();
+  for (const json& e : sse_events(gw().post("/v1/completions", streamed_body).body)) {
+    if (!e.is_object() || !e.contains("choices")) continue;
+    for (const json& c : e["choices"])
+      if (c["logprobs"].is_object())
+        for (const json& o : c["logprobs"]["text_offset"]) offsets.push_back(o);
+  }
+  EXPECT_EQ(offsets, expected);
+  EXPECT_GT(expected.back().get<int>(), 0);
+}
+
+// Issue 24 item 4: a stream that ran out of time ended without [DONE].
+TEST(ConformanceTimeout, AStreamThatTimesOutEndsWithAnErrorEventAndDone) {
+  GatewayProcess gw({"--request-timeout-s", "1"});
+  // 16 choices each filling the context: far more than a second of work for a CPU worker.
+  const json body = completion("A", 480, {{"stream", true}, {"ignore_eos", true}, {"n", 16}});
+  const auto events = sse_events(gw.post("/v1/completions", body).body);
+  size_t error = events.size();
+  for (size_t i = 0; i < events.size(); ++i)
+    if (events[i].is_object() && events[i].contains("error")) error = i;
+  if (error == events.size()) GTEST_SKIP() << "the whole generation fit in one second";
+  EXPECT_EQ(events[error]["error"]["type"], "timeout_error") << events[error];
+  ASSERT_EQ(error + 2, events.size()) << "the error is not followed by [DONE] alone";
+  EXPECT_EQ(events.back(), "[DONE]");
+}
+
+}  // namespace
+}  // namespace hearth::test

@@ -16,12 +16,32 @@ std::string next_request_id(const std::string& response_id, int choice) {
   return response_id + "-" + std::to_string(choice);
 }
 
-ApiError submit_error(const ipc::IpcError& e) {
+// The worker's refusal of a request ("request 'ID': FIELD: why") as the client's 400: the
+// worker's id is the gateway's own, never shown; FIELD becomes `param`, named as this endpoint
+// names it. The gateway checks the context itself first (check_prompt_fits); a worker whose
+// profile gives it a shorter context is caught here, with the same code.
+ApiError refusal_error(const std::string& message, const std::string& request_id,
+                       Endpoint endpoint) {
+  std::string rest = message;
+  const std::string prefix = "request '" + request_id + "': ";
+  if (rest.starts_with(prefix)) rest = rest.substr(prefix.size());
+  std::string param;
+  if (const size_t colon = rest.find(": "); colon != std::string::npos && colon < 32) {
+    param = rest.substr(0, colon);
+    if (param == "prompt" && endpoint == Endpoint::ChatCompletions) param = "messages";
+  }
+  ApiError e(400, "invalid_request_error", rest, param);
+  if (rest.find("exceed the context length") != std::string::npos)
+    e.with_code("context_length_exceeded");
+  return e;
+}
+
+ApiError submit_error(const ipc::IpcError& e, const std::string& request_id, Endpoint endpoint) {
   if (const auto* p = dynamic_cast<const ipc::ProtocolError*>(&e)) {
     switch (p->code()) {
       case ipc::ErrorCode::kBadRequest:
       case ipc::ErrorCode::kTooLarge:
-        return ApiError(400, "invalid_request_error", p->message());
+        return refusal_error(p->message(), request_id, endpoint);
       case ipc::ErrorCode::kBusy:
         return ApiError(429, "rate_limit_error", "the worker's queue is full: " + p->message(), "",
                         1);
@@ -82,7 +102,7 @@ void CompletionSession::start(const std::vector<std::vector<int32_t>>& prompts, 
       });
     } catch (const ipc::IpcError& e) {
       for (size_t j = 0; j < i; ++j) worker_->cancel(request_ids_[j]);
-      throw submit_error(e);
+      throw submit_error(e, request_ids_[i], request_.endpoint);
     }
   }
   std::lock_guard lock(mutex_);

@@ -1,5 +1,6 @@
 #include "gateway/openai_request.h"
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -305,10 +306,20 @@ CompletionRequest parse_completion_request(const ordered_json& body, Endpoint en
 void check_prompt_fits(const CompletionRequest& r, size_t prompt_tokens, int context_length) {
   const char* param = r.endpoint == Endpoint::ChatCompletions ? "messages" : "prompt";
   if (prompt_tokens == 0) throw bad_param(param, "gives no tokens");
-  if (context_length > 0 && prompt_tokens >= size_t(context_length))
-    throw bad_param(param, "is " + std::to_string(prompt_tokens) +
-                               " tokens, which leaves no room in the model's context of " +
-                               std::to_string(context_length) + " tokens");
+  // At least one token is generated, whatever max_tokens says.
+  const size_t completion = size_t(std::max(r.settings.max_tokens, 1));
+  if (context_length <= 0 || prompt_tokens + completion <= size_t(context_length)) return;
+  // vLLM's words, which LangChain and LiteLLM match to tell an overflow from other 400s.
+  const std::string n = std::to_string(context_length);
+  throw ApiError(
+      400, "invalid_request_error",
+      "This model's maximum context length is " + n + " tokens. However, you requested " +
+          std::to_string(prompt_tokens + completion) + " tokens (" + std::to_string(prompt_tokens) +
+          " in the messages, " + std::to_string(completion) +
+          " in the completion). Please reduce the length of the messages or "
+          "completion.",
+      param)
+      .with_code("context_length_exceeded");
 }
 
 void check_submit_size(const CompletionRequest& r, const json& submit_request,

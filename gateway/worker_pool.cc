@@ -48,7 +48,8 @@ std::shared_ptr<WorkerConnection> WorkerPool::get(const std::string& model,
     throw ApiError(
         404, "invalid_request_error",
         "the engine profile '" + profile + "' is not configured (--profile " + profile + "=FILE)",
-        "model");
+        "model")
+        .with_code("model_not_found");
   Slot* slot;
   {
     std::lock_guard lock(mutex_);

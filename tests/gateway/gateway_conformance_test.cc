@@ -101,6 +101,53 @@ TEST_F(Conformance, StreamedTextOffsetsAreTheWholeResponses) {
   EXPECT_GT(expected.back().get<int>(), 0);
 }
 
+// Issue 24 item 5: a context overflow said "request 'cmpl-...-50-0': prompt: 2002 tokens exceed
+// the context length 512", with param and code null. Now OpenAI's code, the field, and vLLM's
+// words (which LangChain and LiteLLM match), with no internal id.
+TEST_F(Conformance, AContextOverflowIsOpenAIsCodeInVllmsWords) {
+  const int context = gw().get("/v1/models").parsed()["data"][0]["max_model_len"];
+  std::string words;
+  for (int i = 0; i < context; ++i) words += " cat";
+  const std::string limit =
+      "This model's maximum context length is " + std::to_string(context) + " tokens. ";
+  const std::vector<std::tuple<std::string, json, std::string>> cases = {
+      {"/v1/completions", completion(words, 4), "prompt"},
+      {"/v1/completions", completion("A", context), "prompt"},
+      {"/v1/chat/completions", chat({{"messages", {{{"role", "user"}, {"content", words}}}}}),
+       "messages"},
+      {"/v1/chat/completions", chat({{"max_tokens", context}}), "messages"},
+  };
+  for (const auto& [path, body, param] : cases) {
+    const auto r = gw().post(path, body);
+    EXPECT_EQ(r.status, 400) << r.body;
+    const json e = r.parsed()["error"];
+    EXPECT_EQ(e["code"], "context_length_exceeded") << r.body;
+    EXPECT_EQ(e["param"], param) << r.body;
+    EXPECT_EQ(e["type"], "invalid_request_error") << r.body;
+    const std::string message = e["message"];
+    EXPECT_EQ(message.rfind(limit + "However, you requested ", 0), 0u) << message;
+    EXPECT_NE(message.find(" in the completion). Please reduce the length of the messages or "
+                           "completion."),
+              std::string::npos)
+        << message;
+    EXPECT_EQ(message.find("cmpl-"), std::string::npos) << message;
+  }
+  // Exactly the context: prompt + max_tokens == N is served.
+  const json fits = gw().post("/tokenize", {{"model", "fortunes"}, {"prompt", "A"}}).parsed();
+  const int prompt = fits["count"];
+  const auto r = gw().post("/v1/completions", completion("A", context - prompt));
+  EXPECT_NE(r.status, 400) << r.body;
+}
+
+TEST_F(Conformance, AnUnknownModelIsModelNotFound) {
+  for (const std::string model : {"no-such-model", "fortunes:no-such-profile"}) {
+    const auto r = gw().post("/v1/completions", completion("x", 4, {{"model", model}}));
+    EXPECT_EQ(r.status, 404) << r.body;
+    EXPECT_EQ(r.parsed()["error"]["code"], "model_not_found") << r.body;
+    EXPECT_EQ(r.parsed()["error"]["param"], "model") << r.body;
+  }
+}
+
 // Issue 24 item 4: a stream that ran out of time ended without [DONE].
 TEST(ConformanceTimeout, AStreamThatTimesOutEndsWithAnErrorEventAndDone) {
   GatewayProcess gw({"--request-timeout-s", "1"});

@@ -91,6 +91,21 @@ void CompletionSession::start(const std::vector<std::vector<int32_t>>& prompts, 
                                           prompts[i / size_t(request_.n)], choice_seed));
     check_submit_size(request_, submits.back(), worker_->max_request_bytes());
   }
+  if (request_.echo) {
+    // Each choice's text starts with its prompt (as given, or its token ids decoded, as vLLM
+    // does); streamed, as each choice's first chunk, before any token can arrive.
+    std::lock_guard lock(mutex_);
+    for (size_t i = 0; i < choices_.size(); ++i) {
+      const size_t p = i / size_t(request_.n);
+      const PromptInput& input = request_.prompts[p];
+      choices_[i].text =
+          input.text ? *input.text : model_.tokenizer->decode(prompts[p], /*skip_special=*/false);
+      if (request_.stream)
+        pending_sse_.push_back(
+            sse_event(make_chunk(request_, meta_, int(i), choices_[i].text, {}, std::nullopt, true,
+                                 [this](int32_t id) { return token_text(id); })));
+    }
+  }
   for (size_t i = 0; i < choices_.size(); ++i) {
     {
       std::lock_guard lock(mutex_);

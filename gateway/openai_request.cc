@@ -232,7 +232,7 @@ CompletionRequest parse_completion_request(const ordered_json& body, Endpoint en
       for (const auto& [k, v] : kwargs.object().items()) r.template_extra[k] = v;
   } else {
     r.prompts = read_prompts(b["prompt"]);
-    refuse_unless(!b["echo"].present() || !b["echo"].boolean(), b["echo"], "is not supported");
+    if (b["echo"].present()) r.echo = b["echo"].boolean();
     refuse_unless(!b["suffix"].present(), b["suffix"], "is not supported");
   }
 
@@ -300,6 +300,10 @@ CompletionRequest parse_completion_request(const ordered_json& body, Endpoint en
     r.want_logprobs = true;
     r.top_logprobs = checked(f, checked_logprobs, f.integer());
   }
+  // OpenAI's echo with logprobs also lists the prompt's tokens, which the worker does not
+  // compute: refused rather than answered without them.
+  refuse_unless(!(r.echo && r.want_logprobs), b["echo"],
+                "with logprobs is not supported (hearth does not compute the prompt's logprobs)");
   return r;
 }
 

@@ -54,6 +54,7 @@ struct CompletionRequest {
   int n = 1;
   bool stream = false;
   bool include_usage = false;
+  bool echo = false;  // completions: each choice's text starts with its prompt's
   // Log probabilities: completions' `logprobs: N` (N alternatives; 0 = the chosen token's
   // only), chat's `logprobs: true` with `top_logprobs: N`. Absent: none are returned.
   bool want_logprobs = false;

@@ -148,6 +148,63 @@ TEST_F(Conformance, AnUnknownModelIsModelNotFound) {
   }
 }
 
+// Issue 24 item 7: OpenAI's models.retrieve() (GET /v1/models/{id}) was a 404 for every id.
+TEST_F(Conformance, OneModelIsRetrievedByItsId) {
+  const auto r = gw().get("/v1/models/fortunes");
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json m = r.parsed();
+  EXPECT_EQ(m["id"], "fortunes");
+  EXPECT_EQ(m["object"], "model");
+  EXPECT_TRUE(m["created"].is_number_integer());
+  EXPECT_TRUE(m["owned_by"].is_string());
+  EXPECT_EQ(m, gw().get("/v1/models").parsed()["data"][0]);
+  for (const std::string id : {"nope", "fortunes%3Anope", "fortunes:", "fortunes/x"}) {
+    const auto missing = gw().get("/v1/models/" + id);
+    EXPECT_EQ(missing.status, 404) << id << " -> " << missing.body;
+    EXPECT_EQ(missing.parsed()["error"]["code"], "model_not_found") << missing.body;
+    EXPECT_EQ(missing.parsed()["error"]["param"], "model") << missing.body;
+  }
+  const auto post = gw().post("/v1/models/fortunes", json::object());
+  EXPECT_EQ(post.status, 405) << post.body;
+}
+
+// Issue 24 item 7: echo was refused. Now each choice's text starts with its prompt, whole or
+// streamed; with logprobs (which would need the prompt's) it is refused by name.
+TEST_F(Conformance, EchoPrependsThePrompt) {
+  const json greedy = {{"temperature", 0}, {"ignore_eos", true}};
+  const auto plain = gw().post("/v1/completions", completion("A computer", 6, greedy)).parsed();
+  json echo_extra = greedy;
+  echo_extra["echo"] = true;
+  const auto echoed = gw().post("/v1/completions", completion("A computer", 6, echo_extra));
+  ASSERT_EQ(echoed.status, 200) << echoed.body;
+  const std::string text = echoed.parsed()["choices"][0]["text"];
+  EXPECT_EQ(text, "A computer" + plain["choices"][0]["text"].get<std::string>());
+  echo_extra["stream"] = true;
+  const auto events =
+      sse_events(gw().post("/v1/completions", completion("A computer", 6, echo_extra)).body);
+  std::string streamed;
+  for (const json& e : events)
+    if (e.is_object() && e.contains("choices"))
+      for (const json& c : e["choices"]) streamed += c["text"].get<std::string>();
+  EXPECT_EQ(streamed, text);
+  // Token ids are echoed as their text.
+  const json ids =
+      gw().post("/tokenize",
+                {{"model", "fortunes"}, {"prompt", "A computer"}, {"add_special_tokens", false}})
+          .parsed()["tokens"];
+  echo_extra.erase("stream");
+  json by_ids = completion("", 1, echo_extra);
+  by_ids["prompt"] = ids;
+  const auto r = gw().post("/v1/completions", by_ids);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_EQ(r.parsed()["choices"][0]["text"].get<std::string>().rfind("A computer", 0), 0u)
+      << r.body;
+  const auto with_logprobs =
+      gw().post("/v1/completions", completion("A", 2, {{"echo", true}, {"logprobs", 1}}));
+  EXPECT_EQ(with_logprobs.status, 400) << with_logprobs.body;
+  EXPECT_EQ(with_logprobs.parsed()["error"]["param"], "echo") << with_logprobs.body;
+}
+
 // Issue 24 item 4: a stream that ran out of time ended without [DONE].
 TEST(ConformanceTimeout, AStreamThatTimesOutEndsWithAnErrorEventAndDone) {
   GatewayProcess gw({"--request-timeout-s", "1"});

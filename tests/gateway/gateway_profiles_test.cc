@@ -90,6 +90,10 @@ TEST(GatewayProfiles, TheReadmesEngineProfileServes) {
       gw.post("/v1/completions",
               {{"model", "fortunes:small"}, {"prompt", "Never"}, {"max_tokens", 8}, {"seed", 1}});
   ASSERT_EQ(ok.status, 200) << ok.body;
+  // models.retrieve() finds it too, its ':' encoded as clients encode it.
+  const auto retrieved = gw.get("/v1/models/fortunes%3Asmall");
+  ASSERT_EQ(retrieved.status, 200) << retrieved.body;
+  EXPECT_EQ(retrieved.parsed()["id"], "fortunes:small");
   const int context = json::parse(std::ifstream(readme_profile))["context_length"].get<int>();
   std::string words;
   for (int i = 0; i < context; ++i) words += " cat";

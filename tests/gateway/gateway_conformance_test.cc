@@ -2,6 +2,8 @@
 // fields never silently ignored, logprobs shaped as OpenAI and vLLM give them, every stream
 // ending in [DONE], errors with OpenAI's type, code and param. A real gateway over HTTP.
 
+#include <fstream>
+
 #include <gtest/gtest.h>
 
 #include "tests/gateway/gateway_process.h"
@@ -218,6 +220,28 @@ TEST(ConformanceTimeout, AStreamThatTimesOutEndsWithAnErrorEventAndDone) {
   EXPECT_EQ(events[error]["error"]["type"], "timeout_error") << events[error];
   ASSERT_EQ(error + 2, events.size()) << "the error is not followed by [DONE] alone";
   EXPECT_EQ(events.back(), "[DONE]");
+}
+
+// The same through the official openai npm client (tests/gateway/node, installed by
+// tools/run-tests.sh): what its users see, e.code and e.param included.
+TEST_F(Conformance, TheOpenAINpmClientSeesOpenAIsShapes) {
+  const std::filesystem::path dir = source_dir() / "tests/gateway/node";
+  if (!std::filesystem::exists(dir / "node_modules/openai"))
+    GTEST_SKIP() << "the openai npm client is not installed (cd " << dir.string() << " && npm ci)";
+  const std::string err_file = ::testing::TempDir() + "/openai-conformance.err";
+  ChildProcess node = ChildProcess::spawn(
+      ChildProcess::Options({"node", "--test", (dir / "openai_conformance_test.mjs").string()})
+          .with_env({"HEARTH_GATEWAY_URL=http://127.0.0.1:" + std::to_string(gw().port()) + "/v1"})
+          .stdout_to(ChildProcess::Stream::pipe())
+          .stderr_to(ChildProcess::Stream::file(err_file)));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(300);
+  const std::string out = node.stdout_pipe().read_to_end(deadline);
+  std::ifstream err_in(err_file);
+  const std::string err(std::istreambuf_iterator<char>(err_in), {});
+  const auto status = node.wait_until(deadline);
+  ASSERT_TRUE(status) << "node did not finish";
+  EXPECT_TRUE(status->success()) << out << err;
+  EXPECT_NE(out.find("# fail 0"), std::string::npos) << out;
 }
 
 }  // namespace

@@ -216,6 +216,13 @@ CompletionRequest parse_completion_request(const ordered_json& body, Endpoint en
     b[key].fail("is not a parameter of this endpoint");
   }
 
+  // Accepted and ignored, but still of the type OpenAI gives them: a wrong one is a 400.
+  if (const Field f = b["user"]; f.present()) (void)f.string(SIZE_MAX);
+  if (const Field f = b["metadata"]; f.present()) (void)f.object();
+  if (const Field f = b["store"]; f.present()) (void)f.boolean();
+  if (const Field f = b["service_tier"]; f.present()) (void)f.string(SIZE_MAX);
+  if (const Field f = b["parallel_tool_calls"]; f.present()) (void)f.boolean();
+
   CompletionRequest r;
   r.endpoint = endpoint;
   r.model = request_model(body);

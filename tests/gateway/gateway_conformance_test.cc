@@ -64,6 +64,27 @@ TEST_F(Conformance, ToolCallsAreRefusedByNameUntilTheyAreParsed) {
   EXPECT_EQ(none.status, 200) << none.body;
 }
 
+// Issue 24 item 4: every field's type is checked, whatever else is present: the fields
+// accepted and ignored too.
+TEST_F(Conformance, IgnoredFieldsAreStillTypeChecked) {
+  const std::vector<std::pair<json, std::string>> cases = {
+      {{{"user", 5}}, "user"},
+      {{{"metadata", "x"}}, "metadata"},
+      {{{"store", "yes"}}, "store"},
+      {{{"service_tier", 1}}, "service_tier"},
+      {{{"parallel_tool_calls", "no"}}, "parallel_tool_calls"},
+      {{{"max_completion_tokens", 4}, {"max_tokens", "abc"}}, "max_tokens"},
+  };
+  for (const auto& [extra, param] : cases) {
+    const auto r = gw().post("/v1/chat/completions", chat(extra));
+    EXPECT_EQ(r.status, 400) << extra << " -> " << r.body;
+    EXPECT_EQ(r.parsed()["error"]["param"], param) << r.body;
+  }
+  const auto ok = gw().post("/v1/chat/completions",
+                            chat({{"user", "u1"}, {"store", false}, {"metadata", json::object()}}));
+  EXPECT_EQ(ok.status, 200) << ok.body;
+}
+
 // Issue 24 item 4: logprobs 0 gave top_logprobs [{}]. OpenAI lists up to logprobs + 1 entries,
 // the chosen token always among them, and vLLM does the same: logprobs 0 is the chosen token.
 TEST_F(Conformance, CompletionLogprobsZeroListsTheChosenTokenAlone) {

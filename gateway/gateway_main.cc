@@ -108,6 +108,7 @@ int run(int argc, char** argv) {
   // Every engine profile read as its workers will read it, before anything starts: a bad key
   // is an exit here naming the profile and the key, not a failure at the first request.
   std::map<std::string, fs::path> profile_files;
+  std::map<std::string, int> profile_contexts;
   for (const std::string& p : profiles) {
     const size_t eq = p.find('=');
     if (eq == 0 || eq == std::string::npos || eq + 1 == p.size())
@@ -116,9 +117,10 @@ int run(int argc, char** argv) {
     if (name.find_first_of(":/ ") != std::string::npos)
       throw std::runtime_error("--profile name '" + name + "' may not contain ':', '/' or ' '");
     const fs::path file = fs::absolute(p.substr(eq + 1));
-    hearth::parse_engine_profile(hearth::read_file(file),
-                                 "--profile " + name + " (" + file.string() + ")");
+    const hearth::Profile profile = hearth::parse_engine_profile(
+        hearth::read_file(file), "--profile " + name + " (" + file.string() + ")");
     profile_files[name] = file;
+    profile_contexts[name] = profile.engine.context_length;
   }
   http.request_timeout = std::chrono::seconds(request_timeout_s);
   http.max_body_bytes = size_t(max_body_mb) << 20;
@@ -159,6 +161,7 @@ int run(int argc, char** argv) {
   w.extra_worker_args = worker_args;
   w.log = log_line;
   w.profiles = std::move(profile_files);
+  w.profile_context_lengths = std::move(profile_contexts);
   hearth::gateway::WorkerPool pool(std::move(w));
   hearth::gateway::Metrics metrics;
   hearth::gateway::HttpGateway gateway(http, catalog, pool, metrics);

@@ -60,6 +60,12 @@ std::vector<std::string> WorkerPool::profile_names() const {
   return out;
 }
 
+int WorkerPool::context_length(const std::string& profile, int model_context) const {
+  const auto it = options_.profile_context_lengths.find(profile);
+  if (it == options_.profile_context_lengths.end() || it->second <= 0) return model_context;
+  return model_context > 0 ? std::min(model_context, it->second) : it->second;
+}
+
 std::shared_ptr<WorkerConnection> WorkerPool::get(const std::string& model,
                                                   const std::string& profile) {
   if (!profile.empty() && !options_.profiles.count(profile))

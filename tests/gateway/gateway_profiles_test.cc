@@ -103,7 +103,27 @@ TEST(GatewayProfiles, TheReadmesEngineProfileServes) {
   const json e = over.parsed()["error"];
   EXPECT_EQ(e["code"], "context_length_exceeded") << over.body;
   EXPECT_EQ(e["param"], "prompt") << over.body;
+  EXPECT_EQ(
+      e["message"].get<std::string>().rfind(
+          "This model's maximum context length is " + std::to_string(context) + " tokens.", 0),
+      0u)
+      << over.body;
+}
+
+// A worker whose context the gateway does not know (set by --worker-arg) refuses the request
+// itself: still a 400 with OpenAI's code and the field, and without the worker's request id.
+TEST(GatewayProfiles, AWorkersOwnRefusalHasNoInternalId) {
+  GatewayProcess gw({"--worker-arg=--context-length", "--worker-arg=64"});
+  std::string words;
+  for (int i = 0; i < 100; ++i) words += " cat";
+  const auto over =
+      gw.post("/v1/completions", {{"model", "fortunes"}, {"prompt", words}, {"max_tokens", 4}});
+  EXPECT_EQ(over.status, 400) << over.body;
+  const json e = over.parsed()["error"];
+  EXPECT_EQ(e["code"], "context_length_exceeded") << over.body;
+  EXPECT_EQ(e["param"], "prompt") << over.body;
   EXPECT_EQ(e["message"].get<std::string>().find("cmpl-"), std::string::npos) << over.body;
+  EXPECT_EQ(e["message"].get<std::string>().find("request '"), std::string::npos) << over.body;
 }
 
 }  // namespace

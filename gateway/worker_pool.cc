@@ -124,7 +124,8 @@ std::shared_ptr<WorkerConnection> WorkerPool::start(const std::string& model,
   try {
     slot.process = std::make_unique<ChildProcess>(ChildProcess::spawn(spawn));
   } catch (const std::exception& e) {
-    throw ApiError(503, "server_error", std::string("cannot start a worker: ") + e.what(), "", 1);
+    // The binary is missing or not executable: nothing a retry mends.
+    throw ApiError(500, "server_error", std::string("cannot start a worker: ") + e.what());
   }
   {
     std::lock_guard lock(mutex_);

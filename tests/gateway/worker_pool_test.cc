@@ -57,6 +57,17 @@ TEST(WorkerPool, AWorkerThatCannotStartIsA500SayingWhy) {
   EXPECT_EQ(w.pool.stats().alive, 0);
 }
 
+// A worker binary that cannot run is as permanent: a 500, never Retry-After.
+TEST(WorkerPool, AWorkerBinaryThatCannotRunIsA500WithoutRetryAfter) {
+  test::TempDir runtime;
+  WorkerPoolOptions o = test_pool_options("/nonexistent.sock", runtime.path());
+  o.worker_binary = runtime / "no-such-worker";
+  WorkerPool pool(std::move(o));
+  const ApiError e = error_of([&] { pool.get("tiny", ""); });
+  EXPECT_EQ(e.status(), 500) << e.what();
+  EXPECT_FALSE(e.retry_after_s()) << e.what();
+}
+
 TEST(WorkerPool, ADeadWorkerIsStartedAgainByTheNextRequest) {
   ServedWorkers w;
   const auto first = w.pool.get("tiny", "");

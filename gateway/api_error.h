@@ -44,7 +44,15 @@ class ApiError : public std::runtime_error {
         param_(std::move(param)),
         retry_after_s_(retry_after_s) {}
 
+  // OpenAI's machine-readable `code` ("context_length_exceeded", "model_not_found", ...), which
+  // clients match on; none (null) unless set. error_mapping.h lists every one hearth sends.
+  ApiError& with_code(std::string code) {
+    code_ = std::move(code);
+    return *this;
+  }
+
   int status() const { return status_; }
+  const std::string& code() const { return code_; }
   const std::string& type() const { return type_; }
   const std::string& param() const { return param_; }
   std::optional<int> retry_after_s() const { return retry_after_s_; }
@@ -54,13 +62,14 @@ class ApiError : public std::runtime_error {
              {{"message", valid_utf8(what())},
               {"type", valid_utf8(type_)},
               {"param", param_.empty() ? nlohmann::json() : nlohmann::json(valid_utf8(param_))},
-              {"code", nlohmann::json()}}}};
+              {"code", code_.empty() ? nlohmann::json() : nlohmann::json(valid_utf8(code_))}}}};
   }
 
  private:
   int status_;
   std::string type_;
   std::string param_;
+  std::string code_;
   std::optional<int> retry_after_s_;
 };
 

@@ -16,12 +16,32 @@ std::string next_request_id(const std::string& response_id, int choice) {
   return response_id + "-" + std::to_string(choice);
 }
 
-ApiError submit_error(const ipc::IpcError& e) {
+// The worker's refusal of a request ("request 'ID': FIELD: why") as the client's 400: the
+// worker's id is the gateway's own, never shown; FIELD becomes `param`, named as this endpoint
+// names it. The gateway checks the context itself first (check_prompt_fits); a worker whose
+// profile gives it a shorter context is caught here, with the same code.
+ApiError refusal_error(const std::string& message, const std::string& request_id,
+                       Endpoint endpoint) {
+  std::string rest = message;
+  const std::string prefix = "request '" + request_id + "': ";
+  if (rest.starts_with(prefix)) rest = rest.substr(prefix.size());
+  std::string param;
+  if (const size_t colon = rest.find(": "); colon != std::string::npos && colon < 32) {
+    param = rest.substr(0, colon);
+    if (param == "prompt" && endpoint == Endpoint::ChatCompletions) param = "messages";
+  }
+  ApiError e(400, "invalid_request_error", rest, param);
+  if (rest.find("exceed the context length") != std::string::npos)
+    e.with_code("context_length_exceeded");
+  return e;
+}
+
+ApiError submit_error(const ipc::IpcError& e, const std::string& request_id, Endpoint endpoint) {
   if (const auto* p = dynamic_cast<const ipc::ProtocolError*>(&e)) {
     switch (p->code()) {
       case ipc::ErrorCode::kBadRequest:
       case ipc::ErrorCode::kTooLarge:
-        return ApiError(400, "invalid_request_error", p->message());
+        return refusal_error(p->message(), request_id, endpoint);
       case ipc::ErrorCode::kBusy:
         return ApiError(429, "rate_limit_error", "the worker's queue is full: " + p->message(), "",
                         1);
@@ -67,6 +87,7 @@ CompletionSession::CompletionSession(CompletionRequest request, ResponseMeta met
   done_.assign(n, false);
   first_chunk_sent_.assign(n, false);
   last_token_.resize(n);
+  logprob_offset_.assign(n, 0);
   for (size_t i = 0; i < n; ++i) {
     choices_[i].index = int(i);
     request_ids_.push_back(next_request_id(meta_.id, int(i)));
@@ -95,6 +116,21 @@ void CompletionSession::start(const std::vector<std::vector<int32_t>>& prompts, 
                                                                 : model_.context_length);
     check_submit_size(request_, submits.back(), worker_->max_request_bytes());
   }
+  if (request_.echo) {
+    // Each choice's text starts with its prompt (as given, or its token ids decoded, as vLLM
+    // does); streamed, as each choice's first chunk, before any token can arrive.
+    std::lock_guard lock(mutex_);
+    for (size_t i = 0; i < choices_.size(); ++i) {
+      const size_t p = i / size_t(request_.n);
+      const PromptInput& input = request_.prompts[p];
+      choices_[i].text =
+          input.text ? *input.text : model_.tokenizer->decode(prompts[p], /*skip_special=*/false);
+      if (request_.stream)
+        pending_sse_.push_back(
+            sse_event(make_chunk(request_, meta_, int(i), choices_[i].text, {}, std::nullopt, true,
+                                 [this](int32_t id) { return token_text(id); })));
+    }
+  }
   for (size_t i = 0; i < choices_.size(); ++i) {
     {
       std::lock_guard lock(mutex_);
@@ -105,7 +141,7 @@ void CompletionSession::start(const std::vector<std::vector<int32_t>>& prompts, 
                       [self, i](const json& event) { self->on_event(int(i), event); });
     } catch (const ipc::IpcError& e) {
       for (size_t j = 0; j < i; ++j) worker_->cancel(request_ids_[j]);
-      throw submit_error(e);
+      throw submit_error(e, request_ids_[i], request_.endpoint);
     }
   }
 }
@@ -152,9 +188,12 @@ void CompletionSession::on_event(int i, const json& event) {
     lps.push_back(std::move(t));
   }
   if (request_.stream && (!text.empty() || !lps.empty())) {
-    pending_sse_.push_back(
-        sse_event(make_chunk(request_, meta_, i, text, lps, std::nullopt, !first_chunk_sent_[i],
-                             [this](int32_t id) { return token_text(id); })));
+    // This token's text_offset: the tokens before it, counted as the whole response counts.
+    const size_t offset = logprob_offset_[i];
+    for (const TokenLogprob& t : lps) logprob_offset_[i] += t.text.size();
+    pending_sse_.push_back(sse_event(make_chunk(
+        request_, meta_, i, text, lps, std::nullopt, !first_chunk_sent_[i],
+        [this](int32_t id) { return token_text(id); }, offset)));
     first_chunk_sent_[i] = true;
     changed_.notify_all();
   }

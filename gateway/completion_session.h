@@ -72,6 +72,7 @@ class CompletionSession : public std::enable_shared_from_this<CompletionSession>
   // Metrics: when each choice's tokens arrived.
   Clock::time_point start_;
   std::vector<std::optional<Clock::time_point>> last_token_;
+  std::vector<size_t> logprob_offset_;  // per choice: bytes of token text streamed so far
   double ttft_s_ = -1;
   std::vector<double> inter_token_s_;
   std::vector<ChoiceTimes> choice_times_;  // of the choices that finished (stop or length)

@@ -4,10 +4,28 @@
 
 namespace hearth::gateway {
 
+namespace {
+
+// The code a status always carries (error_mapping.h), where the thrower gave none.
+std::string code_of_status(int status) {
+  switch (status) {
+    case 401:
+      return "invalid_api_key";
+    case 429:
+      return "rate_limit_exceeded";
+    default:
+      return "";
+  }
+}
+
+}  // namespace
+
 void send_error(http::Response& res, const ApiError& e) {
   res.status = e.status();
   if (e.retry_after_s()) res.set_header("Retry-After", std::to_string(*e.retry_after_s()));
-  res.set_content(e.body().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+  ApiError coded = e;
+  if (coded.code().empty()) coded.with_code(code_of_status(e.status()));
+  res.set_content(coded.body().dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
                   "application/json");
 }
 

@@ -24,6 +24,7 @@
 #include "gateway/worker_pool.h"
 #include "ipc/main_guard.h"
 #include "base/read_file.h"
+#include "worker/engine/profile.h"
 
 namespace fs = std::filesystem;
 
@@ -104,6 +105,23 @@ int run(int argc, char** argv) {
 
   if (models.empty() == !*server_opt)
     throw std::runtime_error("give --model DIR (one or more) or --server SOCKET, not both");
+  // Every engine profile read as its workers will read it, before anything starts: a bad key
+  // is an exit here naming the profile and the key, not a failure at the first request.
+  std::map<std::string, fs::path> profile_files;
+  std::map<std::string, int> profile_contexts;
+  for (const std::string& p : profiles) {
+    const size_t eq = p.find('=');
+    if (eq == 0 || eq == std::string::npos || eq + 1 == p.size())
+      throw std::runtime_error("--profile expects NAME=FILE, got '" + p + "'");
+    const std::string name = p.substr(0, eq);
+    if (name.find_first_of(":/ ") != std::string::npos)
+      throw std::runtime_error("--profile name '" + name + "' may not contain ':', '/' or ' '");
+    const fs::path file = fs::absolute(p.substr(eq + 1));
+    const hearth::Profile profile = hearth::parse_engine_profile(
+        hearth::read_file(file), "--profile " + name + " (" + file.string() + ")");
+    profile_files[name] = file;
+    profile_contexts[name] = profile.engine.context_length;
+  }
   http.request_timeout = std::chrono::seconds(request_timeout_s);
   http.max_body_bytes = size_t(max_body_mb) << 20;
   if (!api_key_file.empty()) http.api_key = read_api_key(api_key_file);
@@ -142,17 +160,8 @@ int run(int argc, char** argv) {
   w.idle_exit = std::chrono::seconds(idle_exit_s);
   w.extra_worker_args = worker_args;
   w.log = log_line;
-  for (const std::string& p : profiles) {
-    const size_t eq = p.find('=');
-    if (eq == 0 || eq == std::string::npos || eq + 1 == p.size())
-      throw std::runtime_error("--profile expects NAME=FILE, got '" + p + "'");
-    const std::string name = p.substr(0, eq);
-    if (name.find_first_of(":/ ") != std::string::npos)
-      throw std::runtime_error("--profile name '" + name + "' may not contain ':', '/' or ' '");
-    const fs::path file = fs::absolute(p.substr(eq + 1));
-    hearth::read_file(file);  // exists and is readable, or say so now
-    w.profiles[name] = file;
-  }
+  w.profiles = std::move(profile_files);
+  w.profile_context_lengths = std::move(profile_contexts);
   hearth::gateway::WorkerPool pool(std::move(w));
   hearth::gateway::Metrics metrics;
   hearth::gateway::HttpGateway gateway(http, catalog, pool, metrics);

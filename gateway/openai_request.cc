@@ -1,5 +1,6 @@
 #include "gateway/openai_request.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <set>
@@ -151,6 +152,24 @@ std::vector<std::string> stop_strings(const Field& v) {
   return out;
 }
 
+// Tool calls: hearth does not parse them from the output yet, so they are never silently
+// ignored. `tools` is accepted only beside tool_choice "none" (the template tells the model of
+// them, and nothing is expected back); anything that would let the model call one is a 400
+// naming the field. The tool-call parser replaces this one function.
+void read_tools(const Field& b, CompletionRequest& r) {
+  const Field tools = b["tools"], choice = b["tool_choice"];
+  if (choice.present())
+    refuse_unless(choice.is_string() && choice.string(SIZE_MAX) == "none", choice,
+                  "only \"none\" is supported: hearth does not parse tool calls yet, got " +
+                      choice.describe());
+  if (!tools.present()) return;
+  const nlohmann::ordered_json& list = tools.array();
+  refuse_unless(list.empty() || choice.present(), tools,
+                "needs tool_choice \"none\": hearth does not parse tool calls yet, and the "
+                "default (\"auto\") would let the model call one");
+  r.template_extra["tools"] = list;
+}
+
 }  // namespace
 
 GenerationDefaults GenerationDefaults::from_generation_config(const json& config) {
@@ -201,6 +220,13 @@ CompletionRequest parse_completion_request(const ordered_json& body, Endpoint en
     b[key].fail("is not a parameter of this endpoint");
   }
 
+  // Accepted and ignored, but still of the type OpenAI gives them: a wrong one is a 400.
+  if (const Field f = b["user"]; f.present()) (void)f.string(SIZE_MAX);
+  if (const Field f = b["metadata"]; f.present()) (void)f.object();
+  if (const Field f = b["store"]; f.present()) (void)f.boolean();
+  if (const Field f = b["service_tier"]; f.present()) (void)f.string(SIZE_MAX);
+  if (const Field f = b["parallel_tool_calls"]; f.present()) (void)f.boolean();
+
   CompletionRequest r;
   r.endpoint = endpoint;
   r.model = request_model(body);
@@ -212,16 +238,12 @@ CompletionRequest parse_completion_request(const ordered_json& body, Endpoint en
     r.prompts.push_back(std::move(p));
     if (b["add_generation_prompt"].present())
       r.add_generation_prompt = b["add_generation_prompt"].boolean();
-    if (b["tools"].present()) r.template_extra["tools"] = b["tools"].array();
-    if (const Field c = b["tool_choice"]; c.present())
-      refuse_unless(c.is_string() && (c.string(SIZE_MAX) == "none" || c.string(SIZE_MAX) == "auto"),
-                    c,
-                    "only \"none\" and \"auto\" are supported (hearth does not parse tool calls)");
+    read_tools(b, r);
     if (const Field kwargs = b["chat_template_kwargs"]; kwargs.present())
       for (const auto& [k, v] : kwargs.object().items()) r.template_extra[k] = v;
   } else {
     r.prompts = read_prompts(b["prompt"]);
-    refuse_unless(!b["echo"].present() || !b["echo"].boolean(), b["echo"], "is not supported");
+    if (b["echo"].present()) r.echo = b["echo"].boolean();
     refuse_unless(!b["suffix"].present(), b["suffix"], "is not supported");
   }
 
@@ -303,16 +325,31 @@ CompletionRequest parse_completion_request(const ordered_json& body, Endpoint en
     r.want_logprobs = true;
     r.top_logprobs = checked(f, checked_logprobs, f.integer());
   }
+  // OpenAI's echo with logprobs also lists the prompt's tokens, which the worker does not
+  // compute: refused rather than answered without them.
+  refuse_unless(!(r.echo && r.want_logprobs), b["echo"],
+                "with logprobs is not supported (hearth does not compute the prompt's logprobs)");
   return r;
 }
 
 void check_prompt_fits(const CompletionRequest& r, size_t prompt_tokens, int context_length) {
   const char* param = r.endpoint == Endpoint::ChatCompletions ? "messages" : "prompt";
   if (prompt_tokens == 0) throw bad_param(param, "gives no tokens");
-  if (context_length > 0 && prompt_tokens >= size_t(context_length))
-    throw bad_param(param, "is " + std::to_string(prompt_tokens) +
-                               " tokens, which leaves no room in the model's context of " +
-                               std::to_string(context_length) + " tokens");
+  // At least one token is generated, whatever max_tokens says; without max_tokens the request
+  // takes the context left after its prompt (default_max_tokens), so only that one must fit.
+  const size_t completion = r.max_tokens_given ? size_t(std::max(r.settings.max_tokens, 1)) : 1;
+  if (context_length <= 0 || prompt_tokens + completion <= size_t(context_length)) return;
+  // vLLM's words, which LangChain and LiteLLM match to tell an overflow from other 400s.
+  const std::string n = std::to_string(context_length);
+  throw ApiError(
+      400, "invalid_request_error",
+      "This model's maximum context length is " + n + " tokens. However, you requested " +
+          std::to_string(prompt_tokens + completion) + " tokens (" + std::to_string(prompt_tokens) +
+          " in the messages, " + std::to_string(completion) +
+          " in the completion). Please reduce the length of the messages or "
+          "completion.",
+      param)
+      .with_code("context_length_exceeded");
 }
 
 void check_submit_size(const CompletionRequest& r, const json& submit_request,

@@ -58,6 +58,7 @@ struct CompletionRequest {
   int n = 1;
   bool stream = false;
   bool include_usage = false;
+  bool echo = false;  // completions: each choice's text starts with its prompt's
   // Log probabilities: completions' `logprobs: N` (N alternatives; 0 = the chosen token's
   // only), chat's `logprobs: true` with `top_logprobs: N`. Absent: none are returned.
   bool want_logprobs = false;
@@ -82,8 +83,9 @@ CompletionRequest parse_completion_request(const nlohmann::ordered_json& body, E
 // text parts) and copied for the chat template, each content joined into one string.
 nlohmann::ordered_json read_chat_messages(const Field& messages);
 
-// A 400 naming "prompt" (or "messages") for a prompt of no tokens or of `context_length` or
-// more, which no worker could run: checked here so that it never reaches one.
+// A 400 naming "prompt" (or "messages") for a prompt of no tokens, or one that with max_tokens
+// does not fit `context_length`: then OpenAI's code "context_length_exceeded" and vLLM's
+// wording. Checked here so that it never reaches a worker.
 void check_prompt_fits(const CompletionRequest& request, size_t prompt_tokens, int context_length);
 
 // A 400 naming "prompt" (or "messages") when `submit_request` (worker_request_json's) would

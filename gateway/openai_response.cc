@@ -50,7 +50,10 @@ json completion_logprobs(const std::vector<TokenLogprob>& tokens, size_t offset,
   for (const TokenLogprob& t : tokens) {
     texts.push_back(t.text);
     lps.push_back(logprob_value(t.logprob));
+    // The chosen token is always listed beside its alternatives, as OpenAI's API states
+    // ("up to logprobs+1 elements") and vLLM does: logprobs 0 gives it alone.
     json top = json::object();
+    top[t.text] = logprob_value(t.logprob);
     for (const auto& [id, lp] : t.top) top[token_text(id)] = logprob_value(lp);
     tops.push_back(top);
     offsets.push_back(offset);
@@ -112,7 +115,7 @@ json make_response(const CompletionRequest& request, const ResponseMeta& meta,
 json make_chunk(const CompletionRequest& request, const ResponseMeta& meta, int index,
                 const std::string& delta_text, const std::vector<TokenLogprob>& logprobs,
                 const std::optional<std::string>& finish_reason, bool first,
-                const std::function<std::string(int32_t)>& token_text) {
+                const std::function<std::string(int32_t)>& token_text, size_t text_offset) {
   json choice = {{"index", index},
                  {"finish_reason", finish_reason ? json(*finish_reason) : json()}};
   if (is_chat(request)) {
@@ -125,7 +128,7 @@ json make_chunk(const CompletionRequest& request, const ResponseMeta& meta, int 
   } else {
     choice["text"] = delta_text;
     choice["logprobs"] = request.want_logprobs && !logprobs.empty()
-                             ? completion_logprobs(logprobs, 0, token_text)
+                             ? completion_logprobs(logprobs, text_offset, token_text)
                              : json();
   }
   json chunk = {{"id", meta.id},

@@ -50,10 +50,13 @@ nlohmann::json make_response(const CompletionRequest& request, const ResponseMet
 
 // One streaming chunk carrying `delta_text` (and the new tokens' logprobs) for one choice, or
 // its finish (finish_reason set, empty delta). Chat's first chunk per choice carries the role.
+// `text_offset`: where the first of `logprobs` starts in the choice's whole text (completions'
+// text_offset, in bytes, as the whole response counts it).
 nlohmann::json make_chunk(const CompletionRequest& request, const ResponseMeta& meta, int index,
                           const std::string& delta_text, const std::vector<TokenLogprob>& logprobs,
                           const std::optional<std::string>& finish_reason, bool first,
-                          const std::function<std::string(int32_t)>& token_text);
+                          const std::function<std::string(int32_t)>& token_text,
+                          size_t text_offset = 0);
 
 // The closing usage chunk of a stream (stream_options.include_usage): no choices.
 nlohmann::json make_usage_chunk(const CompletionRequest& request, const ResponseMeta& meta,

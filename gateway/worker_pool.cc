@@ -1,6 +1,8 @@
 #include "gateway/worker_pool.h"
 
+#include <algorithm>
 #include <csignal>
+#include <fstream>
 
 #include "gateway/api_error.h"
 #include "ipc/child_ready.h"
@@ -19,6 +21,22 @@ std::string file_safe(const std::string& s) {
   for (char c : s)
     out += (std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.') ? c : '_';
   return out.empty() ? "default" : out;
+}
+
+// The last line a worker wrote to its log: why it exited, said in the error itself (the log
+// lives in the runtime directory, which goes when the gateway does).
+std::string last_log_line(const std::filesystem::path& log) {
+  std::ifstream in(log, std::ios::binary);
+  in.seekg(0, std::ios::end);
+  const std::streamoff size = in.tellg();
+  if (size <= 0) return "";
+  const std::streamoff from = std::max<std::streamoff>(0, size - 4096);
+  in.seekg(from);
+  std::string tail(size_t(size - from), '\0');
+  in.read(tail.data(), std::streamsize(tail.size()));
+  while (!tail.empty() && (tail.back() == '\n' || tail.back() == '\r')) tail.pop_back();
+  const size_t nl = tail.rfind('\n');
+  return nl == std::string::npos ? tail : tail.substr(nl + 1);
 }
 
 }  // namespace
@@ -42,13 +60,20 @@ std::vector<std::string> WorkerPool::profile_names() const {
   return out;
 }
 
+int WorkerPool::context_length(const std::string& profile, int model_context) const {
+  const auto it = options_.profile_context_lengths.find(profile);
+  if (it == options_.profile_context_lengths.end() || it->second <= 0) return model_context;
+  return model_context > 0 ? std::min(model_context, it->second) : it->second;
+}
+
 std::shared_ptr<WorkerConnection> WorkerPool::get(const std::string& model,
                                                   const std::string& profile) {
   if (!profile.empty() && !options_.profiles.count(profile))
     throw ApiError(
         404, "invalid_request_error",
         "the engine profile '" + profile + "' is not configured (--profile " + profile + "=FILE)",
-        "model");
+        "model")
+        .with_code("model_not_found");
   Slot* slot;
   {
     std::lock_guard lock(mutex_);
@@ -99,7 +124,8 @@ std::shared_ptr<WorkerConnection> WorkerPool::start(const std::string& model,
   try {
     slot.process = std::make_unique<ChildProcess>(ChildProcess::spawn(spawn));
   } catch (const std::exception& e) {
-    throw ApiError(503, "server_error", std::string("cannot start a worker: ") + e.what(), "", 1);
+    // The binary is missing or not executable: nothing a retry mends.
+    throw ApiError(500, "server_error", std::string("cannot start a worker: ") + e.what());
   }
   {
     std::lock_guard lock(mutex_);
@@ -116,12 +142,17 @@ std::shared_ptr<WorkerConnection> WorkerPool::start(const std::string& model,
           return false;
         }
       });
-  if (ready.outcome == ReadyWait::Outcome::kExited)
-    throw ApiError(503, "server_error",
-                   "the worker for " + model + (profile.empty() ? "" : ":" + profile) +
-                       " failed to start (" + ready.status.describe() + "); see " +
-                       (options_.runtime_dir / (base + ".log")).string(),
-                   "", 1);
+  if (ready.outcome == ReadyWait::Outcome::kExited) {
+    // Permanent as far as a client can tell (profiles are checked at startup, so this is a
+    // model or backend the worker cannot run): a 500 without Retry-After, so that clients do
+    // not retry it forever. Its reason goes in the message and the gateway's own log.
+    const std::string why = last_log_line(options_.runtime_dir / (base + ".log"));
+    const std::string what = "the worker for " + model + (profile.empty() ? "" : ":" + profile) +
+                             " failed to start (" + ready.status.describe() + ")" +
+                             (why.empty() ? "" : ": " + why);
+    log(what);
+    throw ApiError(500, "server_error", what);
+  }
   if (ready.outcome == ReadyWait::Outcome::kTimedOut) {
     slot.process->kill_group();
     throw ApiError(503, "server_error", "the worker for " + model + " did not start in time", "",

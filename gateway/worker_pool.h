@@ -25,6 +25,9 @@ struct WorkerPoolOptions {
   std::filesystem::path runtime_dir;    // private (0700): worker sockets and logs
   // Engine profiles by name; "" is the default profile (no file: the worker's defaults).
   std::map<std::string, std::filesystem::path> profiles;
+  // A profile's context_length, where it sets one (read at startup): the gateway checks a
+  // request against it, as the worker would, and answers in OpenAI's terms.
+  std::map<std::string, int> profile_context_lengths;
   std::chrono::seconds idle_exit{300};          // a worker with nothing to do exits after this
   std::chrono::seconds start_timeout{120};      // from spawn to accepting connections
   std::vector<std::string> extra_worker_args;   // e.g. --backend cpu in tests
@@ -58,6 +61,8 @@ class WorkerPool {
   // left out.
   std::vector<LiveWorker> connections();
   std::vector<std::string> profile_names() const;
+  // The context a profile's workers run with: `model_context`, or the profile's if shorter.
+  int context_length(const std::string& profile, int model_context) const;
 
  private:
   struct Slot {

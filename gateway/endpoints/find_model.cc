@@ -8,7 +8,8 @@ const ModelEntry& find_model(const ModelCatalog& catalog, const std::string& nam
   const ModelEntry* m = catalog.find(name);
   if (!m)
     throw ApiError(404, "invalid_request_error",
-                   "the model '" + name + "' does not exist (GET /v1/models lists them)", "model");
+                   "the model '" + name + "' does not exist (GET /v1/models lists them)", "model")
+        .with_code("model_not_found");
   return *m;
 }
 

@@ -22,7 +22,7 @@ int64_t unix_now() {
 // Token ids of one prompt as the model's tokenizer gives them: text gets the post-processor's
 // special tokens, a rendered chat template already holds them.
 std::vector<int32_t> tokenize(const ModelEntry& model, const PromptInput& p,
-                              const CompletionRequest& r) {
+                              const CompletionRequest& r, int context_length) {
   std::vector<int32_t> ids;
   if (!p.messages.is_null() && !p.messages.empty()) {
     ids = model.tokenizer->encode(
@@ -33,7 +33,7 @@ std::vector<int32_t> tokenize(const ModelEntry& model, const PromptInput& p,
   } else {
     ids = p.tokens;
   }
-  check_prompt_fits(r, ids.size(), model.context_length);
+  check_prompt_fits(r, ids.size(), context_length);
   return ids;
 }
 
@@ -55,7 +55,10 @@ void Generation::handle(Endpoint endpoint, const http::Request& req, http::Respo
     check_vocabulary(ids, model.tokenizer->vocab_size(), "logit_bias");
   }
   std::vector<std::vector<int32_t>> prompts;
-  for (const PromptInput& p : request.prompts) prompts.push_back(tokenize(model, p, request));
+  // The context the profile's workers run with, which may be shorter than the model's.
+  const int context = pool_.context_length(profile, model.context_length);
+  for (const PromptInput& p : request.prompts)
+    prompts.push_back(tokenize(model, p, request, context));
 
   ResponseMeta meta;
   meta.id = std::string(endpoint == Endpoint::ChatCompletions ? "chatcmpl-" : "cmpl-") +

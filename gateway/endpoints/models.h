@@ -1,4 +1,5 @@
-// GET /v1/models: every catalog model, and one entry per engine profile ("model:profile").
+// GET /v1/models: every catalog model, and one entry per engine profile ("model:profile");
+// GET /v1/models/{id}: one of them (OpenAI's models.retrieve), or 404 model_not_found.
 #pragma once
 
 #include "gateway/model_catalog.h"

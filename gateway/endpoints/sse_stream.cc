@@ -20,8 +20,11 @@ void stream_session(http::Response& res, std::shared_ptr<CompletionSession> sess
           if (sink.client_gone()) return false;
           if (Clock::now() > deadline) {
             session->cancel();
+            // Like every other end of a stream: the error, then [DONE], so that a client
+            // waiting for [DONE] is not left to guess whether more would come.
             const std::string timeout =
-                sse_event(ApiError(504, "timeout_error", "the request ran out of time").body());
+                sse_event(ApiError(504, "timeout_error", "the request ran out of time").body()) +
+                kSseDone;
             sink.write(timeout.data(), timeout.size());
             sink.done();
             return true;

@@ -1,5 +1,7 @@
-// Exact-path routes by method: a known path asked with another method is 405 with the methods
-// it has (Allow), an unknown path 404.
+// Routes by method: exact paths, and prefixes written with a trailing '*' ("/v1/models/*"
+// matches "/v1/models/" followed by at least one byte; the handler reads the rest from the
+// request's path). An exact path wins over a prefix, a longer prefix over a shorter. A known
+// path asked with another method is 405 with the methods it has (Allow), an unknown path 404.
 #pragma once
 
 #include <functional>
@@ -24,7 +26,8 @@ class Router {
   Match find(const std::string& method, const std::string& path) const;
 
  private:
-  std::map<std::string, std::map<std::string, Handler>> routes_;  // path -> method -> handler
+  std::map<std::string, std::map<std::string, Handler>> routes_;    // path -> method -> handler
+  std::map<std::string, std::map<std::string, Handler>> prefixes_;  // prefix (no '*') -> ...
 };
 
 }  // namespace hearth::http

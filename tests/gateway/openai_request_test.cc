@@ -312,7 +312,8 @@ TEST(CompletionRequest, PenaltiesAndLogitBiasReachTheWorkerRequest) {
 
 TEST(CompletionRequest, APromptMustLeaveRoomInTheContext) {
   const CompletionRequest text = parse_completion_request(
-      parse_request_body(R"({"model": "m", "prompt": "x"})"), Endpoint::Completions, {});
+      parse_request_body(R"({"model": "m", "prompt": "x", "max_tokens": 1})"),
+      Endpoint::Completions, {});
   EXPECT_NO_THROW(check_prompt_fits(text, 511, 512));
   expect_400(error_of([&] { check_prompt_fits(text, 512, 512); }), "prompt", "512 of 512");
   expect_400(error_of([&] { check_prompt_fits(text, 300000, 512); }), "prompt", "300k of 512");
@@ -321,6 +322,18 @@ TEST(CompletionRequest, APromptMustLeaveRoomInTheContext) {
       parse_request_body(R"({"model": "m", "messages": [{"role": "user", "content": "x"}]})"),
       Endpoint::ChatCompletions, {});
   expect_400(error_of([&] { check_prompt_fits(chat, 9000, 512); }), "messages", "chat");
+  // Prompt and max_tokens together: OpenAI's code, vLLM's words (issue 24 item 5).
+  const CompletionRequest wide = parse_completion_request(
+      parse_request_body(R"({"model": "m", "prompt": "x", "max_tokens": 100})"),
+      Endpoint::Completions, {});
+  EXPECT_NO_THROW(check_prompt_fits(wide, 412, 512));
+  const ApiError e = error_of([&] { check_prompt_fits(wide, 413, 512); });
+  expect_400(e, "prompt", "413 + 100 of 512");
+  EXPECT_EQ(e.code(), "context_length_exceeded");
+  EXPECT_EQ(std::string(e.what()),
+            "This model's maximum context length is 512 tokens. However, you requested 513 "
+            "tokens (413 in the messages, 100 in the completion). Please reduce the length of "
+            "the messages or completion.");
 }
 
 // The last guard: whatever the bounds, no submit frame over the worker's limit is sent.

@@ -38,16 +38,34 @@ TEST(WorkerPool, AnUnknownProfileIsA404AndStartsNothing) {
   EXPECT_EQ(w.pool.stats().starts, 0);
 }
 
-TEST(WorkerPool, AWorkerThatCannotStartIsA503NamingItsLog) {
+// Issue 24 item 6: this was a 503 with Retry-After (a permanent error clients retried forever)
+// naming a log that the gateway deletes at exit. Now a 500 without Retry-After that says the
+// worker's own last words.
+TEST(WorkerPool, AWorkerThatCannotStartIsA500SayingWhy) {
   ServedWorkers w;
   // The server does not serve "absent": the worker exits at startup, and says why in its log.
   const ApiError e = error_of([&] { w.pool.get("absent", ""); });
-  EXPECT_EQ(e.status(), 503) << e.what();
+  EXPECT_EQ(e.status(), 500) << e.what();
+  EXPECT_FALSE(e.retry_after_s()) << e.what();
   EXPECT_NE(std::string(e.what()).find("failed to start"), std::string::npos) << e.what();
-  const std::string log = (w.runtime / "worker-absent-default-1.log").string();
-  EXPECT_NE(std::string(e.what()).find(log), std::string::npos) << e.what();
-  EXPECT_FALSE(test::read_file(log).empty());
+  const std::string log = test::read_file((w.runtime / "worker-absent-default-1.log").string());
+  ASSERT_FALSE(log.empty());
+  std::string last = log.substr(0, log.find_last_not_of('\n') + 1);
+  last = last.substr(last.rfind('\n') + 1);
+  EXPECT_NE(std::string(e.what()).find(last), std::string::npos) << e.what() << "\n" << log;
+  EXPECT_EQ(std::string(e.what()).find(w.runtime.path().string()), std::string::npos) << e.what();
   EXPECT_EQ(w.pool.stats().alive, 0);
+}
+
+// A worker binary that cannot run is as permanent: a 500, never Retry-After.
+TEST(WorkerPool, AWorkerBinaryThatCannotRunIsA500WithoutRetryAfter) {
+  test::TempDir runtime;
+  WorkerPoolOptions o = test_pool_options("/nonexistent.sock", runtime.path());
+  o.worker_binary = runtime / "no-such-worker";
+  WorkerPool pool(std::move(o));
+  const ApiError e = error_of([&] { pool.get("tiny", ""); });
+  EXPECT_EQ(e.status(), 500) << e.what();
+  EXPECT_FALSE(e.retry_after_s()) << e.what();
 }
 
 TEST(WorkerPool, ADeadWorkerIsStartedAgainByTheNextRequest) {

@@ -335,6 +335,23 @@ Profile load_profile_file(const std::string& path) {
   return parse_profile(read_file(path), path);
 }
 
+Profile parse_engine_profile(std::string_view text, const std::string& label) {
+  const json obj = parse_json(text, label);
+  std::string request_keys;
+  if (obj.is_object())
+    for (const auto& [key, value] : obj.items())
+      if (auto it = setters().find(key);
+          it != setters().end() && it->second.kind == KeyKind::Request)
+        request_keys += (request_keys.empty() ? "'" : ", '") + key + "'";
+  if (!request_keys.empty())
+    throw std::runtime_error(label + ": request settings in an engine profile: " + request_keys +
+                             " (each request sets them, or the model's generation_config.json "
+                             "does; an engine profile holds engine options only)");
+  Profile p;
+  apply_profile_json(p, obj, label);
+  return p;
+}
+
 json profile_to_json(const Profile& p) {
   return json{{"name", p.name},
               {"temperature", shortest(p.request.sampling.temperature)},

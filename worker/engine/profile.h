@@ -44,6 +44,12 @@ void apply_profile_setting(Profile& profile, std::string_view setting);
 Profile parse_profile(std::string_view text, const std::string& label);
 Profile load_profile_file(const std::string& path);
 
+// An engine profile for a served worker (hearth-gateway's --profile): engine options and
+// "name" only. A request setting is an error naming it, since every request brings its own
+// settings and the worker's defaults would never apply (a request-settings file given as an
+// engine profile is refused, not silently ignored); unknown keys as apply_profile_json.
+Profile parse_engine_profile(std::string_view text, const std::string& label);
+
 nlohmann::json profile_to_json(const Profile& profile);
 
 }  // namespace hearth

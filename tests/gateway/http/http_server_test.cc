@@ -195,6 +195,53 @@ TEST_F(HttpServer, KnownPathWithAnotherMethodIs405WithAllow) {
   EXPECT_EQ(r->header("Allow"), "GET");
 }
 
+// Prefix routes ("/v1/models/*", for GET /v1/models/{id}): they match only with something after
+// the prefix, the longest prefix wins, an exact path wins over any, and 405 holds for them too.
+class HttpPrefixRoutes : public HttpServer {
+  void routes() override {
+    auto reply = [](std::string tag) {
+      return [tag](const Request& req, Response& res) {
+        res.set_content(tag + " " + req.path, "text/plain");
+      };
+    };
+    server_->Get("/m", reply("exact"));
+    server_->Get("/m/*", reply("m"));
+    server_->Get("/m/x/*", reply("mx"));
+    server_->Get("/m/fixed", reply("fixed"));
+  }
+};
+
+TEST_F(HttpPrefixRoutes, MatchTheLongestPrefixAfterExactPaths) {
+  start();
+  struct Case {
+    std::string line;
+    int status;
+    std::string body;
+  };
+  const std::vector<Case> cases = {
+      {"GET /m", 200, "exact /m"},
+      {"GET /m/a%3Ab", 200, "m /m/a%3Ab"},
+      {"GET /m/x", 200, "m /m/x"},
+      {"GET /m/x/y/z", 200, "mx /m/x/y/z"},
+      {"GET /m/fixed", 200, "fixed /m/fixed"},
+      {"GET /m/", 404, ""},
+      {"POST /m/a", 405, ""},
+  };
+  for (const Case& c : cases) {
+    RawClient client(port_);
+    ASSERT_TRUE(client.send(c.line + " HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\n\r\n"));
+    const auto r = client.response();
+    ASSERT_TRUE(r) << c.line;
+    EXPECT_EQ(r->status, c.status) << c.line;
+    if (c.status == 200) {
+      EXPECT_EQ(r->body, c.body) << c.line;
+    }
+    if (c.status == 405) {
+      EXPECT_EQ(r->header("Allow"), "GET") << c.line;
+    }
+  }
+}
+
 TEST_F(HttpServer, OversizedHeadersAre431) {
   start();
   {

@@ -92,6 +92,26 @@ TEST(Profile, RequestSettingsTakeOnlyRequestKeys) {
   EXPECT_EQ(r.max_tokens, 3);  // unchanged by the refused ones
 }
 
+// A served worker's engine profile (hearth-gateway --profile): engine options only, every
+// request setting named, since the gateway's requests bring their own (issue 24 item 6).
+TEST(Profile, EngineProfilesTakeOnlyEngineKeys) {
+  const Profile p = parse_engine_profile(R"({"name": "small", "context_length": 128})", "p");
+  EXPECT_EQ(p.name, "small");
+  EXPECT_EQ(p.engine.context_length, 128);
+  try {
+    parse_engine_profile(R"({"backend": "cpu", "temperature": 0.8, "max_tokens": 9})",
+                         "--profile x");
+    ADD_FAILURE() << "request settings were accepted in an engine profile";
+  } catch (const std::runtime_error& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.rfind("--profile x: ", 0), 0u) << what;
+    EXPECT_NE(what.find("'max_tokens', 'temperature'"), std::string::npos) << what;
+  }
+  EXPECT_THROW(parse_engine_profile(R"({"nonsense": 1})", "p"), std::runtime_error);
+  EXPECT_THROW(parse_engine_profile(R"({"context_length": -1})", "p"), std::runtime_error);
+  EXPECT_THROW(parse_engine_profile("[]", "p"), std::runtime_error);
+}
+
 TEST(Profile, BatchingKeys) {
   Profile p;
   apply_profile_json(p,

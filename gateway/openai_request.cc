@@ -18,8 +18,7 @@ constexpr size_t kMaxStopStrings = 16;  // OpenAI allows 4; vLLM any number
 
 // Fields a client may send that change nothing here: accepted and ignored, as OpenAI ignores
 // them for a model that has no use for them.
-const std::set<std::string> kIgnored = {"user", "metadata", "store", "service_tier",
-                                        "parallel_tool_calls"};
+const std::set<std::string> kIgnored = {"user", "metadata", "store", "service_tier"};
 
 // Fields read below, by endpoint; anything else is refused by name.
 const std::set<std::string> kCommon = {"model",
@@ -44,8 +43,8 @@ const std::set<std::string> kCommon = {"model",
                                        "stream_options"};
 const std::set<std::string> kCompletionsOnly = {"prompt", "echo", "suffix"};
 const std::set<std::string> kChatOnly = {
-    "messages", "max_completion_tokens", "top_logprobs",        "add_generation_prompt",
-    "tools",    "tool_choice",           "chat_template_kwargs"};
+    "messages", "max_completion_tokens", "top_logprobs",         "add_generation_prompt",
+    "tools",    "tool_choice",           "chat_template_kwargs", "parallel_tool_calls"};
 
 // A prompt's token ids, when `v` looks like some (an array whose first item is a number).
 bool is_token_list(const Field& v) {
@@ -106,6 +105,8 @@ ordered_json read_chat_messages(const Field& messages) {
       role.fail("must be one of system, developer, user, assistant, tool, got " + role.describe());
     ordered_json copy = m.object();  // keeps name, tool_calls, tool_call_id for the template
     copy["content"] = message_content(m["content"]);
+    if (m["tool_calls"].present()) copy["tool_calls"] = read_message_tool_calls(m["tool_calls"]);
+    if (m["tool_call_id"].present()) m["tool_call_id"].string(SIZE_MAX);
     out.push_back(std::move(copy));
   }
   return out;
@@ -208,11 +209,8 @@ CompletionRequest parse_completion_request(const ordered_json& body, Endpoint en
     r.prompts.push_back(std::move(p));
     if (b["add_generation_prompt"].present())
       r.add_generation_prompt = b["add_generation_prompt"].boolean();
-    if (b["tools"].present()) r.template_extra["tools"] = b["tools"].array();
-    if (const Field c = b["tool_choice"]; c.present())
-      refuse_unless(c.is_string() && (c.string(SIZE_MAX) == "none" || c.string(SIZE_MAX) == "auto"),
-                    c,
-                    "only \"none\" and \"auto\" are supported (hearth does not parse tool calls)");
+    r.tools = read_tool_settings(b);
+    if (!r.tools.tools.is_null()) r.template_extra["tools"] = r.tools.tools;
     if (const Field kwargs = b["chat_template_kwargs"]; kwargs.present())
       for (const auto& [k, v] : kwargs.object().items()) r.template_extra[k] = v;
   } else {

@@ -55,6 +55,16 @@ CompletionSession::CompletionSession(CompletionRequest request, ResponseMeta met
     choices_[i].index = int(i);
     request_ids_.push_back(next_request_id(meta_.id, int(i)));
   }
+  if (request_.tools.parse) {
+    if (model_.tool_format == ToolFormat::None)
+      throw bad_param("tools",
+                      "the model's chat template shows no tool-call format hearth can read "
+                      "(Llama 3.1 JSON, Hermes <tool_call>, Mistral [TOOL_CALLS]); use "
+                      "tool_choice \"none\" or a --chat-template that has one");
+    for (ChoiceState& c : choices_)
+      c.tool_parser =
+          std::make_shared<ToolCallParser>(model_.tool_format, request_.tools.parallel ? 0 : 1);
+  }
 }
 
 void CompletionSession::start(const std::vector<std::vector<int32_t>>& prompts, uint64_t seed) {
@@ -110,8 +120,7 @@ void CompletionSession::on_event(int i, const json& event) {
   last_token_[i] = now;
   ++c.completion_tokens;
   // "visible": the text safe to show (stop strings and their possible starts held back).
-  const std::string text = event.value("visible", event.value("text", ""));
-  c.text += text;
+  std::string text = event.value("visible", event.value("text", ""));
   std::vector<TokenLogprob> lps;
   if (request_.want_logprobs && event.contains("token")) {
     TokenLogprob t;
@@ -129,6 +138,16 @@ void CompletionSession::on_event(int i, const json& event) {
     c.logprobs.push_back(t);
     lps.push_back(std::move(t));
   }
+  if (c.tool_parser) {
+    // A special token that opens a call (left out of the worker's text) goes back in.
+    const std::string_view start = tool_call_start(model_.tool_format);
+    if (special_marker(model_.tool_format) && event.value("text", "").empty() &&
+        event.contains("token") && token_text(event["token"].get<int32_t>()) == start)
+      text += start;
+    release(i, c.tool_parser->feed(text), std::move(lps));
+    return;
+  }
+  c.text += text;
   if (request_.stream && (!text.empty() || !lps.empty())) {
     pending_sse_.push_back(
         sse_event(make_chunk(request_, meta_, i, text, lps, std::nullopt, !first_chunk_sent_[i],
@@ -138,17 +157,60 @@ void CompletionSession::on_event(int i, const json& event) {
   }
 }
 
+// Called with mutex_ held: what a choice's tool-call parser released, as content and calls
+// (and as chunks, streaming), in the order the model wrote them.
+void CompletionSession::release(int i, std::vector<ToolCallPiece> pieces,
+                                std::vector<TokenLogprob> lps) {
+  ChoiceState& c = choices_[i];
+  const auto text_of = [this](int32_t id) { return token_text(id); };
+  for (ToolCallPiece& p : pieces) {
+    if (p.call) {
+      const int call_index = int(c.tool_calls.size());
+      std::string id = make_tool_call_id(model_.tool_format, meta_.id + "-" + std::to_string(i) +
+                                                                 "-" + std::to_string(call_index));
+      if (request_.stream)
+        for (const json& chunk : make_tool_call_chunks(request_, meta_, i, call_index, id, *p.call,
+                                                       !first_chunk_sent_[i])) {
+          pending_sse_.push_back(sse_event(chunk));
+          first_chunk_sent_[i] = true;
+        }
+      c.tool_calls.emplace_back(std::move(id), std::move(*p.call));
+      continue;
+    }
+    c.text += p.content;
+    if (request_.stream) {
+      pending_sse_.push_back(sse_event(make_chunk(request_, meta_, i, p.content, lps, std::nullopt,
+                                                  !first_chunk_sent_[i], text_of)));
+      first_chunk_sent_[i] = true;
+      lps.clear();  // a token's logprobs go out once, with the first text it released
+    }
+  }
+  if (request_.stream && !lps.empty()) {
+    pending_sse_.push_back(sse_event(
+        make_chunk(request_, meta_, i, "", lps, std::nullopt, !first_chunk_sent_[i], text_of)));
+    first_chunk_sent_[i] = true;
+  }
+  if (request_.stream) changed_.notify_all();
+}
+
 // Called with mutex_ held.
 void CompletionSession::finish_choice(int i, const json& event) {
   ChoiceState& c = choices_[i];
   done_[i] = true;
   ++finished_;
   const std::string stop = event.value("stop", "error");
-  const std::string tail = event.value("visible", "");  // text held back until the end
+  std::string tail = event.value("visible", "");  // text held back until the end
+  if (c.tool_parser) {
+    std::vector<ToolCallPiece> pieces = c.tool_parser->feed(tail);
+    for (ToolCallPiece& p : c.tool_parser->finish()) pieces.push_back(std::move(p));
+    release(i, std::move(pieces), {});
+    tail.clear();
+  }
   c.text += tail;
   if (event.contains("prompt_tokens")) c.prompt_tokens = event["prompt_tokens"].get<int>();
   if (event.contains("cached_tokens")) c.cached_tokens = event["cached_tokens"].get<int>();
   c.finish_reason = finish_reason_of(stop);
+  if (c.finish_reason && !c.tool_calls.empty()) c.finish_reason = "tool_calls";
   if (!c.finish_reason && stop != "cancelled" && !failure_)
     failure_ = event.value("error", "the worker failed the request (" + stop + ")");
   if (request_.stream && c.finish_reason) {

@@ -3,6 +3,7 @@
 #include <atomic>
 
 #include "gateway/api_error.h"
+#include "gateway/tool_calls/tool_call_chunks.h"
 #include "ipc/errors.h"
 
 namespace hearth::gateway {
@@ -161,36 +162,13 @@ void CompletionSession::on_event(int i, const json& event) {
 // (and as chunks, streaming), in the order the model wrote them.
 void CompletionSession::release(int i, std::vector<ToolCallPiece> pieces,
                                 std::vector<TokenLogprob> lps) {
-  ChoiceState& c = choices_[i];
-  const auto text_of = [this](int32_t id) { return token_text(id); };
-  for (ToolCallPiece& p : pieces) {
-    if (p.call) {
-      const int call_index = int(c.tool_calls.size());
-      std::string id = make_tool_call_id(model_.tool_format, meta_.id + "-" + std::to_string(i) +
-                                                                 "-" + std::to_string(call_index));
-      if (request_.stream)
-        for (const json& chunk : make_tool_call_chunks(request_, meta_, i, call_index, id, *p.call,
-                                                       !first_chunk_sent_[i])) {
-          pending_sse_.push_back(sse_event(chunk));
-          first_chunk_sent_[i] = true;
-        }
-      c.tool_calls.emplace_back(std::move(id), std::move(*p.call));
-      continue;
-    }
-    c.text += p.content;
-    if (request_.stream) {
-      pending_sse_.push_back(sse_event(make_chunk(request_, meta_, i, p.content, lps, std::nullopt,
-                                                  !first_chunk_sent_[i], text_of)));
-      first_chunk_sent_[i] = true;
-      lps.clear();  // a token's logprobs go out once, with the first text it released
-    }
-  }
-  if (request_.stream && !lps.empty()) {
-    pending_sse_.push_back(sse_event(
-        make_chunk(request_, meta_, i, "", lps, std::nullopt, !first_chunk_sent_[i], text_of)));
-    first_chunk_sent_[i] = true;
-  }
-  if (request_.stream) changed_.notify_all();
+  bool first = !first_chunk_sent_[i];
+  const auto chunks =
+      release_tool_pieces(request_, meta_, model_.tool_format, choices_[i], std::move(pieces),
+                          std::move(lps), first, [this](int32_t id) { return token_text(id); });
+  first_chunk_sent_[i] = !first;
+  for (const json& chunk : chunks) pending_sse_.push_back(sse_event(chunk));
+  if (!chunks.empty()) changed_.notify_all();
 }
 
 // Called with mutex_ held.

@@ -3,7 +3,12 @@
 // as a client does, they equal the whole response's message.tool_calls.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+
+#include "ipc/child_process.h"
 #include "tests/gateway/tool_calls/tool_call_stream.h"
+#include "tests/support/paths.h"
 
 namespace hearth::gateway {
 namespace {
@@ -90,3 +95,57 @@ TEST(ToolCallChunks, OutputThatIsNoCallStreamsAsContent) {
 
 }  // namespace
 }  // namespace hearth::gateway
+
+namespace hearth::test {
+namespace {
+
+using json = nlohmann::json;
+
+// The official openai npm client (tests/gateway/node, installed by tools/run-tests.sh) reads
+// the streams above: tool_calls_stream_test.mjs serves them and checks what the client builds.
+TEST(OpenAIClient, PutsStreamedToolCallsTogether) {
+  const std::filesystem::path dir = source_dir() / "tests/gateway/node";
+  if (!std::filesystem::exists(dir / "node_modules/openai"))
+    GTEST_SKIP() << "the openai npm client is not installed (cd " << dir.string() << " && npm ci)";
+  json fixtures = json::object();
+  const std::pair<const char*, std::pair<gateway::ToolFormat, std::string>> outputs[] = {
+      {"hermes",
+       {gateway::ToolFormat::Hermes,
+        "Let me check.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": "
+        "\"Paris\"}}\n</tool_call>\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": "
+        "{\"city\": \"Lyon\"}}\n</tool_call>"}},
+      {"llama3_json",
+       {gateway::ToolFormat::Llama3Json,
+        "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}"}},
+      {"mistral",
+       {gateway::ToolFormat::Mistral,
+        "[TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}]"}},
+  };
+  for (const auto& [name, output] : outputs) {
+    const auto s = gateway::testing::tool_call_stream(output.first, output.second);
+    std::string sse;
+    for (const json& chunk : s.chunks) sse += gateway::sse_event(chunk);
+    sse += gateway::kSseDone;
+    fixtures[name] = {{"sse", sse}, {"response", s.response}};
+  }
+  const std::string fixture_file = ::testing::TempDir() + "/tool-call-fixtures.json";
+  std::ofstream(fixture_file) << fixtures.dump();
+  const std::string err_file = ::testing::TempDir() + "/openai-tool-calls.err";
+  ChildProcess node = ChildProcess::spawn(
+      ChildProcess::Options({"node", "--test", (dir / "tool_calls_stream_test.mjs").string()})
+          .with_env({"HEARTH_TOOL_CALL_FIXTURES=" + fixture_file})
+          .stdout_to(ChildProcess::Stream::pipe())
+          .stderr_to(ChildProcess::Stream::file(err_file)));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  const std::string out = node.stdout_pipe().read_to_end(deadline);
+  std::ifstream err_in(err_file);
+  const std::string err(std::istreambuf_iterator<char>(err_in), {});
+  const auto status = node.wait_until(deadline);
+  ASSERT_TRUE(status) << "node did not finish";
+  EXPECT_TRUE(status->success()) << out << err;
+  EXPECT_NE(out.find("# fail 0"), std::string::npos) << out;
+  EXPECT_NE(out.find("# pass 7"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace hearth::test

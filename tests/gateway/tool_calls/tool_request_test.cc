@@ -4,8 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include "gateway/chat_template.h"
 #include "gateway/openai_request.h"
 #include "tests/gateway/api_error_of.h"
+#include "tests/gateway/golden_files.h"
 
 namespace hearth::gateway {
 namespace {
@@ -116,6 +118,46 @@ TEST(ToolRequest, HistoryWithToolCallsAndToolResultsIsKeptForTheTemplate) {
         Endpoint::ChatCompletions, {});
   });
   EXPECT_EQ(id.param(), "messages[0].tool_call_id") << id.what();
+}
+
+// OpenAI's clients send a call's arguments as a JSON string. Read through the request, they
+// must render in each real template exactly as jinja2 rendered the same conversation with the
+// arguments as objects (tests/gateway/golden).
+TEST(ToolRequest, StringArgumentsRenderAsJinja2RenderedTheObjects) {
+  const auto conversations = testing::read_json(testing::golden_dir() + "/conversations.json");
+  int compared = 0;
+  for (const char* name : {"qwen2.5", "qwen3", "mistral-nemo", "llama3.1-tool-use", "llama3.2"}) {
+    const auto tmpl = testing::read_json(testing::golden_dir() + "/templates/" + name + ".json");
+    const auto expected = testing::read_json(testing::golden_dir() + "/expected/" + name + ".json");
+    const ChatTemplate chat = ChatTemplate::load(tmpl["chat_template"].get<std::string>());
+    for (size_t i = 0; i < conversations.size(); ++i) {
+      const ordered_json& conv = conversations[i];
+      const std::string case_name = conv["name"].get<std::string>();
+      if (case_name != "tool_call_round_trip" && case_name != "parallel_tool_calls" &&
+          case_name != "tool_call_null_content")
+        continue;
+      const ordered_json& want = expected["results"][i];
+      if (!want.contains("output")) continue;
+      SCOPED_TRACE(std::string(name) + " / " + case_name);
+      ordered_json body = {{"model", "m"}, {"messages", conv["messages"]}};
+      for (ordered_json& m : body["messages"])
+        if (m.contains("tool_calls"))
+          for (ordered_json& call : m["tool_calls"])
+            call["function"]["arguments"] = call["function"]["arguments"].dump();
+      const CompletionRequest r =
+          parse_completion_request(body, Endpoint::ChatCompletions, GenerationDefaults{});
+      ChatTemplateInput input;
+      input.messages = r.prompts[0].messages;
+      input.add_generation_prompt = conv["add_generation_prompt"].get<bool>();
+      if (tmpl["bos_token"].is_string()) input.bos_token = tmpl["bos_token"].get<std::string>();
+      if (tmpl["eos_token"].is_string()) input.eos_token = tmpl["eos_token"].get<std::string>();
+      input.extra = conv["extra"];
+      input.now = testing::parse_now(expected["now"].get<std::string>());
+      EXPECT_EQ(chat.render(input), want["output"].get<std::string>());
+      ++compared;
+    }
+  }
+  EXPECT_GE(compared, 10);
 }
 
 }  // namespace

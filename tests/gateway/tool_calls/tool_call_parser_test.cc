@@ -8,6 +8,7 @@
 #include <cctype>
 
 #include "tests/gateway/golden_files.h"
+#include "tests/support/fuzz_rng.h"
 
 namespace hearth::gateway {
 namespace {
@@ -202,6 +203,57 @@ TEST(MistralToolCalls, InvalidIsContent) {
 TEST(NoToolFormat, EverythingIsContent) {
   const char* text = "<tool_call>{\"name\": \"f\", \"arguments\": {}}</tool_call>";
   expect_parse(ToolFormat::None, text, std::string(text), {});
+}
+
+}  // namespace
+}  // namespace hearth::gateway
+
+namespace hearth::gateway {
+namespace {
+
+// Outputs stitched from markup, JSON pieces, whitespace and text, fed in random pieces: the
+// stream always gives what the whole parse gives, and an output with no valid call comes back
+// byte for byte.
+TEST(ToolCallParserFuzz, StreamedEqualsWholeAndNoCallMeansUnchanged) {
+  const std::vector<std::string> fragments = {"<tool_call>",
+                                              "</tool_call>",
+                                              "[TOOL_CALLS]",
+                                              "<|python_tag|>",
+                                              "<tool",
+                                              "[TOOL",
+                                              "{\"name\": \"f\", \"arguments\": {\"a\": 1}}",
+                                              "{\"name\": \"g\", \"parameters\": {}}",
+                                              "[",
+                                              "]",
+                                              "{",
+                                              "}",
+                                              "\"",
+                                              "\\",
+                                              ";",
+                                              " ",
+                                              "\n",
+                                              "text",
+                                              "ü",
+                                              "{\"name\": 1}",
+                                              ","};
+  for (const ToolFormat format :
+       {ToolFormat::Hermes, ToolFormat::Llama3Json, ToolFormat::Mistral}) {
+    for (uint64_t n = 0; n < 3000; ++n) {
+      fuzz::Rng rng{n * 7919 + uint64_t(format)};
+      std::string text;
+      for (size_t k = 1 + rng.below(12); k > 0; --k) text += fragments[rng.below(fragments.size())];
+      std::vector<size_t> cuts;
+      for (size_t i = 1; i < text.size(); ++i)
+        if (rng.below(3) == 0) cuts.push_back(i);
+      const ParsedOutput whole = parse_tool_calls(format, text);
+      const Streamed s = feed_split(format, text, cuts);
+      ASSERT_EQ(s.content, whole.content.value_or("")) << "case " << n << ": " << text;
+      ASSERT_EQ(describe(s.calls), describe(whole.calls)) << "case " << n << ": " << text;
+      if (whole.calls.empty()) {
+        ASSERT_EQ(whole.content, text) << "case " << n;
+      }
+    }
+  }
 }
 
 }  // namespace

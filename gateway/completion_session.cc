@@ -57,11 +57,6 @@ CompletionSession::CompletionSession(CompletionRequest request, ResponseMeta met
     request_ids_.push_back(next_request_id(meta_.id, int(i)));
   }
   if (request_.tools.parse) {
-    if (model_.tool_format == ToolFormat::None)
-      throw bad_param("tools",
-                      "the model's chat template shows no tool-call format hearth can read "
-                      "(Llama 3.1 JSON, Hermes <tool_call>, Mistral [TOOL_CALLS]); use "
-                      "tool_choice \"none\" or a --chat-template that has one");
     for (ChoiceState& c : choices_)
       c.tool_parser =
           std::make_shared<ToolCallParser>(model_.tool_format, request_.tools.parallel ? 0 : 1);

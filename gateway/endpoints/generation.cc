@@ -47,6 +47,7 @@ void Generation::handle(Endpoint endpoint, const http::Request& req, http::Respo
   const auto [model_name, profile] = split_model_profile(model_field);
   const ModelEntry& model = find_model(catalog_, model_name);
   CompletionRequest request = parse_completion_request(body, endpoint, model.defaults);
+  check_tool_format(request.tools.parse, model.tool_format);
   std::vector<std::vector<int32_t>> prompts;
   for (const PromptInput& p : request.prompts) prompts.push_back(tokenize(model, p, request));
 

@@ -2,6 +2,8 @@
 
 #include <cstdint>
 
+#include "gateway/api_error.h"
+
 namespace hearth::gateway {
 
 ToolFormat tool_format_of_template(std::string_view source) {
@@ -46,6 +48,14 @@ std::string_view tool_call_start(ToolFormat format) {
 
 bool special_marker(ToolFormat format) {
   return format == ToolFormat::Llama3Json || format == ToolFormat::Mistral;
+}
+
+void check_tool_format(bool parse_tool_calls, ToolFormat format) {
+  if (parse_tool_calls && format == ToolFormat::None)
+    throw bad_param("tools",
+                    "the model's chat template shows no tool-call format hearth can read (Llama "
+                    "3.1 JSON, Hermes <tool_call>, Mistral [TOOL_CALLS]); use tool_choice "
+                    "\"none\" or a --chat-template that has one");
 }
 
 std::string make_tool_call_id(ToolFormat format, std::string_view key) {

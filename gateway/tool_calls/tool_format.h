@@ -27,6 +27,10 @@ const char* tool_format_name(ToolFormat format);
 std::string_view tool_call_start(ToolFormat format);
 bool special_marker(ToolFormat format);
 
+// With tool calls to parse (tools under tool_choice "auto"), a 400 naming "tools" when the
+// model's template teaches no format hearth reads: checked before any worker is asked.
+void check_tool_format(bool parse_tool_calls, ToolFormat format);
+
 // A call id unique to `key` (the response id, choice and call index): Mistral's templates
 // accept only 9 alphanumeric characters; the others get OpenAI's "call_" and 24.
 std::string make_tool_call_id(ToolFormat format, std::string_view key);

@@ -3,6 +3,7 @@
 #include <atomic>
 
 #include "gateway/api_error.h"
+#include "gateway/tool_calls/tool_call_chunks.h"
 #include "ipc/errors.h"
 
 namespace hearth::gateway {
@@ -92,6 +93,11 @@ CompletionSession::CompletionSession(CompletionRequest request, ResponseMeta met
     choices_[i].index = int(i);
     request_ids_.push_back(next_request_id(meta_.id, int(i)));
   }
+  if (request_.tools.parse) {
+    for (ChoiceState& c : choices_)
+      c.tool_parser =
+          std::make_shared<ToolCallParser>(model_.tool_format, request_.tools.parallel ? 0 : 1);
+  }
 }
 
 void CompletionSession::start(const std::vector<std::vector<int32_t>>& prompts, uint64_t seed) {
@@ -168,8 +174,7 @@ void CompletionSession::on_event(int i, const json& event) {
   last_token_[i] = now;
   ++c.completion_tokens;
   // "visible": the text safe to show (stop strings and their possible starts held back).
-  const std::string text = event.value("visible", event.value("text", ""));
-  c.text += text;
+  std::string text = event.value("visible", event.value("text", ""));
   std::vector<TokenLogprob> lps;
   if (request_.want_logprobs && event.contains("token")) {
     TokenLogprob t;
@@ -187,6 +192,16 @@ void CompletionSession::on_event(int i, const json& event) {
     c.logprobs.push_back(t);
     lps.push_back(std::move(t));
   }
+  if (c.tool_parser) {
+    // A special token that opens a call (left out of the worker's text) goes back in.
+    const std::string_view start = tool_call_start(model_.tool_format);
+    if (special_marker(model_.tool_format) && event.value("text", "").empty() &&
+        event.contains("token") && token_text(event["token"].get<int32_t>()) == start)
+      text += start;
+    release(i, c.tool_parser->feed(text), std::move(lps));
+    return;
+  }
+  c.text += text;
   if (request_.stream && (!text.empty() || !lps.empty())) {
     // This token's text_offset: the tokens before it, counted as the whole response counts.
     const size_t offset = logprob_offset_[i];
@@ -199,13 +214,32 @@ void CompletionSession::on_event(int i, const json& event) {
   }
 }
 
+// Called with mutex_ held: what a choice's tool-call parser released, as content and calls
+// (and as chunks, streaming), in the order the model wrote them.
+void CompletionSession::release(int i, std::vector<ToolCallPiece> pieces,
+                                std::vector<TokenLogprob> lps) {
+  bool first = !first_chunk_sent_[i];
+  const auto chunks =
+      release_tool_pieces(request_, meta_, model_.tool_format, choices_[i], std::move(pieces),
+                          std::move(lps), first, [this](int32_t id) { return token_text(id); });
+  first_chunk_sent_[i] = !first;
+  for (const json& chunk : chunks) pending_sse_.push_back(sse_event(chunk));
+  if (!chunks.empty()) changed_.notify_all();
+}
+
 // Called with mutex_ held.
 void CompletionSession::finish_choice(int i, const json& event) {
   ChoiceState& c = choices_[i];
   done_[i] = true;
   ++finished_;
   const std::string stop = event.value("stop", "error");
-  const std::string tail = event.value("visible", "");  // text held back until the end
+  std::string tail = event.value("visible", "");  // text held back until the end
+  if (c.tool_parser) {
+    std::vector<ToolCallPiece> pieces = c.tool_parser->feed(tail);
+    for (ToolCallPiece& p : c.tool_parser->finish()) pieces.push_back(std::move(p));
+    release(i, std::move(pieces), {});
+    tail.clear();
+  }
   c.text += tail;
   if (event.contains("prompt_tokens")) c.prompt_tokens = event["prompt_tokens"].get<int>();
   if (event.contains("cached_tokens")) c.cached_tokens = event["cached_tokens"].get<int>();
@@ -217,6 +251,7 @@ void CompletionSession::finish_choice(int i, const json& event) {
                              timings.value("prefill_ms", 0.0) / 1000,
                              timings.value("decode_ms", 0.0) / 1000});
   }
+  if (c.finish_reason && !c.tool_calls.empty()) c.finish_reason = "tool_calls";
   if (!c.finish_reason && stop != "cancelled" && !failure_)
     failure_ = event.value("error", "the worker failed the request (" + stop + ")");
   if (request_.stream && c.finish_reason) {

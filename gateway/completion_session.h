@@ -49,6 +49,7 @@ class CompletionSession : public std::enable_shared_from_this<CompletionSession>
  private:
   void on_event(int choice, const nlohmann::json& event);
   void finish_choice(int choice, const nlohmann::json& event);
+  void release(int choice, std::vector<ToolCallPiece> pieces, std::vector<TokenLogprob> lps);
   std::string token_text(int32_t id) const;
   void record_metrics();
 

@@ -60,6 +60,7 @@ ModelEntry entry_from_manifest(const Manifest& m, const SharedFiles& files,
     e.bos_token = config.bos_token;
     e.eos_token = config.eos_token;
     e.chat_template = ChatTemplate::load(config.source);
+    e.tool_format = tool_format_of_template(config.source);
   } catch (const std::exception& err) {
     e.chat_template_error = "model '" + m.model + "' has no usable chat template: " + err.what();
     log(e.chat_template_error + " (chat completions are refused; completions work)");

@@ -11,6 +11,7 @@
 
 #include "gateway/chat_template.h"
 #include "gateway/openai_request.h"
+#include "gateway/tool_calls/tool_format.h"
 #include "tokenizer/tokenizer.h"
 
 namespace hearth::gateway {
@@ -20,7 +21,8 @@ struct ModelEntry {
   int context_length = 0;  // the model's maximum position (the worker may use less)
   std::shared_ptr<const Tokenizer> tokenizer;
   std::optional<ChatTemplate> chat_template;
-  std::string chat_template_error;  // why chat is unavailable, when it is
+  std::string chat_template_error;            // why chat is unavailable, when it is
+  ToolFormat tool_format = ToolFormat::None;  // the tool calls its chat template teaches
   std::optional<std::string> bos_token, eos_token;
   GenerationDefaults defaults;
   int64_t created = 0;  // when the gateway learned of it (unix seconds), for /v1/models

@@ -20,8 +20,7 @@ constexpr size_t kMaxStopStrings = 16;  // OpenAI allows 4; vLLM any number
 
 // Fields a client may send that change nothing here: accepted and ignored, as OpenAI ignores
 // them for a model that has no use for them.
-const std::set<std::string> kIgnored = {"user", "metadata", "store", "service_tier",
-                                        "parallel_tool_calls"};
+const std::set<std::string> kIgnored = {"user", "metadata", "store", "service_tier"};
 
 // Fields read below, by endpoint; anything else is refused by name.
 const std::set<std::string> kCommon = {"model",
@@ -46,8 +45,8 @@ const std::set<std::string> kCommon = {"model",
                                        "stream_options"};
 const std::set<std::string> kCompletionsOnly = {"prompt", "echo", "suffix"};
 const std::set<std::string> kChatOnly = {
-    "messages", "max_completion_tokens", "top_logprobs",        "add_generation_prompt",
-    "tools",    "tool_choice",           "chat_template_kwargs"};
+    "messages", "max_completion_tokens", "top_logprobs",         "add_generation_prompt",
+    "tools",    "tool_choice",           "chat_template_kwargs", "parallel_tool_calls"};
 
 // A prompt's token ids, when `v` looks like some (an array whose first item is a number).
 bool is_token_list(const Field& v) {
@@ -108,6 +107,8 @@ ordered_json read_chat_messages(const Field& messages) {
       role.fail("must be one of system, developer, user, assistant, tool, got " + role.describe());
     ordered_json copy = m.object();  // keeps name, tool_calls, tool_call_id for the template
     copy["content"] = message_content(m["content"]);
+    if (m["tool_calls"].present()) copy["tool_calls"] = read_message_tool_calls(m["tool_calls"]);
+    if (m["tool_call_id"].present()) m["tool_call_id"].string(SIZE_MAX);
     out.push_back(std::move(copy));
   }
   return out;
@@ -150,24 +151,6 @@ std::vector<std::string> stop_strings(const Field& v) {
   }
   checked(v, check_stop_strings, out);
   return out;
-}
-
-// Tool calls: hearth does not parse them from the output yet, so they are never silently
-// ignored. `tools` is accepted only beside tool_choice "none" (the template tells the model of
-// them, and nothing is expected back); anything that would let the model call one is a 400
-// naming the field. The tool-call parser replaces this one function.
-void read_tools(const Field& b, CompletionRequest& r) {
-  const Field tools = b["tools"], choice = b["tool_choice"];
-  if (choice.present())
-    refuse_unless(choice.is_string() && choice.string(SIZE_MAX) == "none", choice,
-                  "only \"none\" is supported: hearth does not parse tool calls yet, got " +
-                      choice.describe());
-  if (!tools.present()) return;
-  const nlohmann::ordered_json& list = tools.array();
-  refuse_unless(list.empty() || choice.present(), tools,
-                "needs tool_choice \"none\": hearth does not parse tool calls yet, and the "
-                "default (\"auto\") would let the model call one");
-  r.template_extra["tools"] = list;
 }
 
 }  // namespace
@@ -238,7 +221,8 @@ CompletionRequest parse_completion_request(const ordered_json& body, Endpoint en
     r.prompts.push_back(std::move(p));
     if (b["add_generation_prompt"].present())
       r.add_generation_prompt = b["add_generation_prompt"].boolean();
-    read_tools(b, r);
+    r.tools = read_tool_settings(b);
+    if (!r.tools.tools.is_null()) r.template_extra["tools"] = r.tools.tools;
     if (const Field kwargs = b["chat_template_kwargs"]; kwargs.present())
       for (const auto& [k, v] : kwargs.object().items()) r.template_extra[k] = v;
   } else {

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gateway/request_json.h"
+#include "gateway/tool_calls/tool_request.h"
 #include "worker/engine/request_settings.h"
 
 namespace hearth::gateway {
@@ -67,6 +68,7 @@ struct CompletionRequest {
   // Chat: passed to the template.
   bool add_generation_prompt = true;
   nlohmann::ordered_json template_extra = nlohmann::ordered_json::object();  // tools, ...
+  ToolSettings tools;  // chat: tools, tool_choice, parallel_tool_calls
 };
 
 // The body's "model" (NAME or NAME:PROFILE), read first to find the model whose defaults the

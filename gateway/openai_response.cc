@@ -96,6 +96,16 @@ json make_response(const CompletionRequest& request, const ResponseMeta& meta,
                    {"finish_reason", c.finish_reason ? json(*c.finish_reason) : json()}};
     if (is_chat(request)) {
       choice["message"] = {{"role", "assistant"}, {"content", c.text}};
+      if (!c.tool_calls.empty()) {
+        // OpenAI: content null unless the model wrote text before its calls.
+        if (c.text.empty()) choice["message"]["content"] = json();
+        json calls = json::array();
+        for (const auto& [id, call] : c.tool_calls)
+          calls.push_back({{"id", id},
+                           {"type", "function"},
+                           {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+        choice["message"]["tool_calls"] = std::move(calls);
+      }
       choice["logprobs"] = request.want_logprobs ? chat_logprobs(c.logprobs, token_text) : json();
     } else {
       choice["text"] = c.text;
@@ -138,6 +148,26 @@ json make_chunk(const CompletionRequest& request, const ResponseMeta& meta, int 
                 {"choices", json::array({choice})}};
   if (request.include_usage) chunk["usage"] = json();  // OpenAI: null on all but the last chunk
   return chunk;
+}
+
+std::vector<json> make_tool_call_chunks(const CompletionRequest& request, const ResponseMeta& meta,
+                                        int index, int call_index, const std::string& id,
+                                        const ParsedToolCall& call, bool first) {
+  std::vector<json> out;
+  const json heads[] = {{{"index", call_index},
+                         {"id", id},
+                         {"type", "function"},
+                         {"function", {{"name", call.name}, {"arguments", ""}}}},
+                        {{"index", call_index}, {"function", {{"arguments", call.arguments}}}}};
+  for (const json& head : heads) {
+    json chunk = make_chunk(request, meta, index, "", {}, std::nullopt, first, {});
+    json& delta = chunk["choices"][0]["delta"];
+    delta.erase("content");
+    delta["tool_calls"] = json::array({head});
+    out.push_back(std::move(chunk));
+    first = false;
+  }
+  return out;
 }
 
 json make_usage_chunk(const CompletionRequest& request, const ResponseMeta& meta,

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gateway/openai_request.h"
+#include "gateway/tool_calls/tool_call_parser.h"
 
 namespace hearth::gateway {
 
@@ -30,7 +32,10 @@ struct ChoiceState {
   int prompt_tokens = 0;
   int completion_tokens = 0;
   int cached_tokens = 0;
-  std::optional<std::string> finish_reason;  // "stop" | "length"
+  std::optional<std::string> finish_reason;  // "stop" | "length" | "tool_calls"
+  // Chat with tools parsed: `text` is the content outside calls, and these the calls.
+  std::shared_ptr<ToolCallParser> tool_parser;
+  std::vector<std::pair<std::string, ParsedToolCall>> tool_calls;  // (id, call)
 };
 
 // Maps a worker's stop reason to OpenAI's finish_reason: eos and stop strings are "stop",
@@ -57,6 +62,13 @@ nlohmann::json make_chunk(const CompletionRequest& request, const ResponseMeta& 
                           const std::optional<std::string>& finish_reason, bool first,
                           const std::function<std::string(int32_t)>& token_text,
                           size_t text_offset = 0);
+
+// The chunks that stream one tool call as OpenAI does: its index, id, type and function name
+// with empty arguments, then the arguments. `first`: the choice's first chunk (with the role).
+std::vector<nlohmann::json> make_tool_call_chunks(const CompletionRequest& request,
+                                                  const ResponseMeta& meta, int index,
+                                                  int call_index, const std::string& id,
+                                                  const ParsedToolCall& call, bool first);
 
 // The closing usage chunk of a stream (stream_options.include_usage): no choices.
 nlohmann::json make_usage_chunk(const CompletionRequest& request, const ResponseMeta& meta,

@@ -54,6 +54,7 @@ void Generation::handle(Endpoint endpoint, const http::Request& req, http::Respo
     for (const auto& [id, bias] : request.settings.sampling.logit_bias) ids.push_back(id);
     check_vocabulary(ids, model.tokenizer->vocab_size(), "logit_bias");
   }
+  check_tool_format(request.tools.parse, model.tool_format);
   std::vector<std::vector<int32_t>> prompts;
   // The context the profile's workers run with, which may be shorter than the model's.
   const int context = pool_.context_length(profile, model.context_length);

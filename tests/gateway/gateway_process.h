@@ -5,6 +5,7 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <memory>
@@ -43,6 +44,9 @@ class GatewayProcess {
         "--worker-arg=cpu",
         "--chat-template",
         (source_dir() / "gateway/templates/plain.jinja").string()};
+    // A test that names its own chat template replaces the plain one.
+    if (std::find(extra.begin(), extra.end(), "--chat-template") != extra.end())
+      argv.resize(argv.size() - 2);
     argv.insert(argv.end(), extra.begin(), extra.end());
     log_ = log.empty() ? std::filesystem::temp_directory_path() /
                              ("hearth-gateway-test-" + std::to_string(::getpid()) + "-" +

@@ -57,7 +57,7 @@ test('logprobs 0 lists the chosen token alone', async () => {
   lp.top_logprobs.forEach((top, i) => assert.deepEqual(top, { [lp.tokens[i]]: lp.token_logprobs[i] }));
 });
 
-test('tools are refused by name until tool calls are parsed', async () => {
+test('tools are refused by name where the template teaches no tool-call format', async () => {
   const tools = [{ type: 'function', function: { name: 'f', parameters: { type: 'object' } } }];
   const messages = [{ role: 'user', content: 'Hi' }];
   await assert.rejects(
@@ -72,6 +72,6 @@ test('tools are refused by name until tool calls are parsed', async () => {
       tool_choice: 'auto',
       max_tokens: 2,
     }),
-    (e) => e.status === 400 && e.param === 'tool_choice',
+    (e) => e.status === 400 && e.param === 'tools',
   );
 });

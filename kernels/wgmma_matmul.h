@@ -16,11 +16,25 @@
 
 namespace hearth::kernels {
 
-// Block tiles: rows (64 per consumer warpgroup) x weight rows (for SwiGLU half gate, half up).
-enum class WgmmaTiles { Auto, M64N32, M64N64, M64N128, M64N256, M128N128, M128N256 };
-constexpr WgmmaTiles kAllWgmmaTiles[] = {WgmmaTiles::M64N32,   WgmmaTiles::M64N64,
-                                         WgmmaTiles::M64N128,  WgmmaTiles::M64N256,
-                                         WgmmaTiles::M128N128, WgmmaTiles::M128N256};
+// Block tiles: rows x weight rows (for SwiGLU half gate, half up). 16- and 32-row tiles are for
+// decode steps; M256 are 2-block clusters of 128-row tiles that share their weight tile.
+enum class WgmmaTiles {
+  Auto,
+  M16N32,
+  M16N64,
+  M32N32,
+  M64N64,
+  M64N128,
+  M64N256,
+  M128N128,
+  M128N256,
+  M256N128,
+  M256N256
+};
+constexpr WgmmaTiles kAllWgmmaTiles[] = {
+    WgmmaTiles::M16N32,   WgmmaTiles::M16N64,  WgmmaTiles::M32N32,   WgmmaTiles::M64N64,
+    WgmmaTiles::M64N128,  WgmmaTiles::M64N256, WgmmaTiles::M128N128, WgmmaTiles::M128N256,
+    WgmmaTiles::M256N128, WgmmaTiles::M256N256};
 const char* wgmma_tiles_name(WgmmaTiles t);
 
 // True when the current device can run it (compute capability 9.0, this build has sm_90a code).

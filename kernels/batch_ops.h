@@ -62,8 +62,14 @@ struct MatmulArgs {
 // weight's shape only. Each slice is an ascending chain of k16 tensor-core steps started from
 // zero; the output is ((s0 + s1) + s2) + ... in slice order.
 int batch_matmul_k_slices(int n, int k);
+// On a compute-capability 9.0 GPU batch_matmul runs the wgmma kernel (kernels/wgmma_matmul.h:
+// one K chain per output, no workspace, its own bits); elsewhere the mma.sync kernel below.
 size_t batch_matmul_workspace_bytes(int m, int n, int k, MatmulTiles tiles = MatmulTiles::Auto);
 void batch_matmul(Half type, MatmulEpilogue epilogue, const MatmulArgs& args, cudaStream_t stream);
+// The mma.sync kernel on any GPU (benchmarks, and the fallback off Hopper).
+size_t batch_matmul_mma_workspace_bytes(int m, int n, int k, MatmulTiles tiles = MatmulTiles::Auto);
+void batch_matmul_mma(Half type, MatmulEpilogue epilogue, const MatmulArgs& args,
+                      cudaStream_t stream);
 
 // ---- K/V write into the paged pool, with RoPE ------------------------------------------------
 // The batched counterpart of qkv_rope: per token t, bias, optional per-head RMSNorm (Qwen3),

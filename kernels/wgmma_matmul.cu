@@ -13,7 +13,8 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
-#include <mutex>
+#include <cstdio>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 
@@ -440,6 +441,13 @@ void launch(Half type, const MatmulArgs& a, int64_t lda, Params p, cudaStream_t 
   p.tiles_n = int(ceil_div(a.n, kSwiGLU ? kBN / 2 : kBN));
   const int64_t units = ceil_div(p.tiles_m, kCluster) * p.tiles_n;
   config.gridDim = dim3(unsigned(kCluster * std::min<int64_t>(units, resident)));
+  static const bool debug = [&] {
+    if (!std::getenv("HEARTH_WGMMA_DEBUG")) return false;
+    std::fprintf(stderr, "wgmma_matmul %dx%d stages %d cluster %d: %d resident, %zu B smem\n",
+                 kRows, kBN, kStages, kCluster, resident, C::kSmemBytes);
+    return true;
+  }();
+  (void)debug;
   HEARTH_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p));
 }
 
@@ -456,6 +464,14 @@ void dispatch(Half type, WgmmaTiles tiles, const MatmulArgs& a, int64_t lda, con
       return launch<T, 32, 32, 12, 1, kSwiGLU>(type, a, lda, p, stream);
     case WgmmaTiles::M64N64:
       return launch<T, 64, 64, 6, 1, kSwiGLU>(type, a, lda, p, stream);
+    case WgmmaTiles::M16N32Deep:
+      return launch<T, 16, 32, 32, 1, kSwiGLU>(type, a, lda, p, stream);
+    case WgmmaTiles::M32N32Deep:
+      return launch<T, 32, 32, 24, 1, kSwiGLU>(type, a, lda, p, stream);
+    case WgmmaTiles::M64N32Deep:
+      return launch<T, 64, 32, 16, 1, kSwiGLU>(type, a, lda, p, stream);
+    case WgmmaTiles::M64N64Deep:
+      return launch<T, 64, 64, 12, 1, kSwiGLU>(type, a, lda, p, stream);
     case WgmmaTiles::M64N128:
       return launch<T, 64, 128, 4, 1, kSwiGLU>(type, a, lda, p, stream);
     case WgmmaTiles::M64N256:
@@ -481,16 +497,23 @@ struct Candidate {
 WgmmaTiles choose(int m, int n, bool swiglu) {
   const int64_t sms = device_sm_count();
   const int64_t weight_rows = swiglu ? 2 * int64_t(n) : n;
-  // Decode: bandwidth-bound; small row tiles keep the most weight bytes in flight.
-  if (m <= 16) return weight_rows / 64 >= 2 * sms ? WgmmaTiles::M16N64 : WgmmaTiles::M16N32;
-  if (m <= 32) return WgmmaTiles::M32N32;
-  if (m <= 64) return WgmmaTiles::M64N64;
-  // Otherwise: the fewest rounds of resident tiles, weighted by tile work over its rate.
+  // Decode: bandwidth-bound; small row tiles keep the most weight bytes in flight, and when
+  // 32-row weight tiles all fit one wave, one deep block per SM keeps the most.
+  if (m <= 64) {
+    const bool one_wave = ceil_div(weight_rows, 32) <= sms;
+    if (m <= 16)
+      return one_wave                      ? WgmmaTiles::M16N32Deep
+             : weight_rows / 64 >= 2 * sms ? WgmmaTiles::M16N64
+                                           : WgmmaTiles::M16N32;
+    if (m <= 32) return one_wave ? WgmmaTiles::M32N32Deep : WgmmaTiles::M32N32;
+    return one_wave ? WgmmaTiles::M64N32Deep : WgmmaTiles::M64N64;
+  }
+  // Otherwise: the fewest rounds of resident tiles, weighted by tile work over its rate
+  // (efficiencies from hearth-matmul-bench on an H100; clusters left out: slower so far).
   static constexpr Candidate kCandidates[] = {
-      {WgmmaTiles::M64N64, 64, 64, 2, 0.55},    {WgmmaTiles::M64N128, 64, 128, 2, 0.8},
-      {WgmmaTiles::M64N256, 64, 256, 1, 0.9},   {WgmmaTiles::M128N128, 128, 128, 1, 0.95},
-      {WgmmaTiles::M128N256, 128, 256, 1, 1.0}, {WgmmaTiles::M256N128, 128, 128, 1, 0.95},
-      {WgmmaTiles::M256N256, 128, 256, 1, 1.05}};
+      {WgmmaTiles::M64N64, 64, 64, 2, 0.45},     {WgmmaTiles::M64N64Deep, 64, 64, 1, 0.5},
+      {WgmmaTiles::M64N128, 64, 128, 2, 0.8},    {WgmmaTiles::M64N256, 64, 256, 1, 0.9},
+      {WgmmaTiles::M128N128, 128, 128, 1, 0.95}, {WgmmaTiles::M128N256, 128, 256, 1, 1.0}};
   WgmmaTiles best = WgmmaTiles::M128N256;
   double best_cost = 1e300;
   for (const Candidate& c : kCandidates) {
@@ -524,6 +547,14 @@ const char* wgmma_tiles_name(WgmmaTiles t) {
       return "32x32";
     case WgmmaTiles::M64N64:
       return "64x64";
+    case WgmmaTiles::M16N32Deep:
+      return "16x32deep";
+    case WgmmaTiles::M32N32Deep:
+      return "32x32deep";
+    case WgmmaTiles::M64N32Deep:
+      return "64x32deep";
+    case WgmmaTiles::M64N64Deep:
+      return "64x64deep";
     case WgmmaTiles::M64N128:
       return "64x128";
     case WgmmaTiles::M64N256:

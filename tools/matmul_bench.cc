@@ -141,7 +141,7 @@ int main(int argc, char** argv) {
                         kernels::wgmma_tiles_name(t) + "\": " + std::to_string(us);
           if (us < best_us) best_us = us, best = kernels::wgmma_tiles_name(t);
         }
-      const size_t ws_bytes = kernels::batch_matmul_workspace_bytes(m, s.n, s.k);
+      const size_t ws_bytes = kernels::batch_matmul_mma_workspace_bytes(m, s.n, s.k);
       if (ws_old.bytes() < ws_bytes) {
         ws_old = DeviceBuffer(ws_bytes);
         HEARTH_CUDA_CHECK(cudaMemset(ws_old.get(), 0, ws_bytes));
@@ -149,7 +149,7 @@ int main(int argc, char** argv) {
       const double old_us = time_us(stream, [&](int i) {
         kernels::MatmulArgs args = args_for(i);
         args.workspace = ws_old.get(), args.workspace_bytes = ws_old.bytes();
-        kernels::batch_matmul(Half::BF16, e, args, stream);
+        kernels::batch_matmul_mma(Half::BF16, e, args, stream);
       });
       const double cublas_us = time_us(stream, [&](int i) {
         cublas.run(weight(i), a.get(), out.get(), m, s.n * mats, s.k, kernels::Gemm::Out::Half,

@@ -1,15 +1,20 @@
 #!/bin/bash
-# One device run for the wgmma matmul (issue 23 item 1): its tests, then the benchmark against
-# cuBLASLt and the mma.sync kernel. Usage (on the GPU machine): tools/wgmma_matmul_device.sh BIN
-# where BIN holds wgmma_matmul_tests and hearth-matmul-bench; logs go to $OUT.
+# One device run for the wgmma matmul (issue 23 item 1): its tests, the GPU tests of the kernels
+# and batched engine that use batch_matmul (present in BIN), then the benchmark against cuBLASLt
+# and the mma.sync kernel. Usage (on the GPU machine): tools/wgmma_matmul_device.sh BIN, where
+# BIN holds the test binaries and hearth-matmul-bench; logs go to $OUT.
 set -u
 BIN=$1
 OUT=${OUT:-/tmp}
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.draw,temperature.gpu --format=csv >"$OUT/gpu.txt" 2>&1
-timeout 150 "$BIN/wgmma_matmul_tests" >"$OUT/tests.log" 2>&1
-echo "tests rc $?"
-grep -E "^\[  (PASSED|FAILED|SKIPPED) |FAILED|Failure|Expected|m [0-9]+ first" "$OUT/tests.log" | head -20
-timeout 120 "$BIN/hearth-matmul-bench" --all-tiles --json "$OUT/bench.json" >"$OUT/bench.md" 2>&1
+for t in wgmma_matmul_tests batch_kernel_tests kernel_tests cuda_batch_tests cuda_engine_tests; do
+  [ -x "$BIN/$t" ] || continue
+  timeout 120 "$BIN/$t" >"$OUT/$t.log" 2>&1
+  echo "$t rc $? $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/$t.log" | tr '\n' ' ')"
+  grep -E "^\[  FAILED  \] [A-Z]" "$OUT/$t.log" | head -5
+done
+HEARTH_WGMMA_DEBUG=1 timeout 150 "$BIN/hearth-matmul-bench" --all-tiles --json "$OUT/bench.json" >"$OUT/bench.md" 2>"$OUT/bench.err"
 echo "bench rc $?"
+sort -u "$OUT/bench.err" | head -20
 cat "$OUT/gpu.txt"
 cat "$OUT/bench.md"

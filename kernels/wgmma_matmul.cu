@@ -476,8 +476,12 @@ void dispatch(Half type, WgmmaTiles tiles, const MatmulArgs& a, int64_t lda, con
       return launch<T, 64, 128, 4, 1, kSwiGLU>(type, a, lda, p, stream);
     case WgmmaTiles::M64N256:
       return launch<T, 64, 256, 5, 1, kSwiGLU>(type, a, lda, p, stream);
+    case WgmmaTiles::M128N64:
+      return launch<T, 128, 64, 8, 1, kSwiGLU>(type, a, lda, p, stream);
     case WgmmaTiles::M128N128:
       return launch<T, 128, 128, 6, 1, kSwiGLU>(type, a, lda, p, stream);
+    case WgmmaTiles::M128N192:
+      return launch<T, 128, 192, 5, 1, kSwiGLU>(type, a, lda, p, stream);
     case WgmmaTiles::M128N256:
       return launch<T, 128, 256, 4, 1, kSwiGLU>(type, a, lda, p, stream);
     case WgmmaTiles::M256N128:
@@ -506,14 +510,16 @@ WgmmaTiles choose(int m, int n, bool swiglu) {
              : weight_rows / 64 >= 2 * sms ? WgmmaTiles::M16N64
                                            : WgmmaTiles::M16N32;
     if (m <= 32) return one_wave ? WgmmaTiles::M32N32Deep : WgmmaTiles::M32N32;
-    return one_wave ? WgmmaTiles::M64N32Deep : WgmmaTiles::M64N64;
+    if (one_wave) return WgmmaTiles::M64N32Deep;
+    return ceil_div(weight_rows, 64) <= sms ? WgmmaTiles::M64N64Deep : WgmmaTiles::M64N64;
   }
   // Otherwise: the fewest rounds of resident tiles, weighted by tile work over its rate
   // (efficiencies from hearth-matmul-bench on an H100; clusters left out: slower so far).
   static constexpr Candidate kCandidates[] = {
-      {WgmmaTiles::M64N64, 64, 64, 2, 0.45},     {WgmmaTiles::M64N64Deep, 64, 64, 1, 0.5},
-      {WgmmaTiles::M64N128, 64, 128, 2, 0.8},    {WgmmaTiles::M64N256, 64, 256, 1, 0.9},
-      {WgmmaTiles::M128N128, 128, 128, 1, 0.95}, {WgmmaTiles::M128N256, 128, 256, 1, 1.0}};
+      {WgmmaTiles::M64N64, 64, 64, 2, 0.45},     {WgmmaTiles::M64N64Deep, 64, 64, 1, 0.4},
+      {WgmmaTiles::M64N128, 64, 128, 2, 0.7},    {WgmmaTiles::M64N256, 64, 256, 1, 0.85},
+      {WgmmaTiles::M128N64, 128, 64, 1, 0.75},   {WgmmaTiles::M128N128, 128, 128, 1, 0.95},
+      {WgmmaTiles::M128N192, 128, 192, 1, 0.97}, {WgmmaTiles::M128N256, 128, 256, 1, 1.0}};
   WgmmaTiles best = WgmmaTiles::M128N256;
   double best_cost = 1e300;
   for (const Candidate& c : kCandidates) {
@@ -559,8 +565,12 @@ const char* wgmma_tiles_name(WgmmaTiles t) {
       return "64x128";
     case WgmmaTiles::M64N256:
       return "64x256";
+    case WgmmaTiles::M128N64:
+      return "128x64";
     case WgmmaTiles::M128N128:
       return "128x128";
+    case WgmmaTiles::M128N192:
+      return "128x192";
     case WgmmaTiles::M128N256:
       return "128x256";
     case WgmmaTiles::M256N128:

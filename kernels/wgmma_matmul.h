@@ -32,7 +32,9 @@ enum class WgmmaTiles {
   M64N64Deep,
   M64N128,
   M64N256,
+  M128N64,
   M128N128,
+  M128N192,
   M128N256,
   M256N128,
   M256N256
@@ -40,8 +42,8 @@ enum class WgmmaTiles {
 constexpr WgmmaTiles kAllWgmmaTiles[] = {
     WgmmaTiles::M16N32,     WgmmaTiles::M16N64,     WgmmaTiles::M32N32,     WgmmaTiles::M64N64,
     WgmmaTiles::M16N32Deep, WgmmaTiles::M32N32Deep, WgmmaTiles::M64N32Deep, WgmmaTiles::M64N64Deep,
-    WgmmaTiles::M64N128,    WgmmaTiles::M64N256,    WgmmaTiles::M128N128,   WgmmaTiles::M128N256,
-    WgmmaTiles::M256N128,   WgmmaTiles::M256N256};
+    WgmmaTiles::M64N128,    WgmmaTiles::M64N256,    WgmmaTiles::M128N64,    WgmmaTiles::M128N128,
+    WgmmaTiles::M128N192,   WgmmaTiles::M128N256,   WgmmaTiles::M256N128,   WgmmaTiles::M256N256};
 const char* wgmma_tiles_name(WgmmaTiles t);
 
 // True when the current device can run it (compute capability 9.0, this build has sm_90a code).

@@ -5,7 +5,7 @@ The operand lists are long (N/2 registers), so they are generated, not written b
 Usage: tools/gen_wgmma.py > kernels/wgmma.cuh && clang-format -i kernels/wgmma.cuh"""
 import sys
 
-WIDTHS = [16, 32, 64, 128, 256]
+WIDTHS = [16, 32, 64, 128, 192, 256]
 TYPES = [("__nv_bfloat16", "bf16"), ("__half", "f16")]
 
 out = sys.stdout

@@ -1,4 +1,6 @@
-// Row-invariant matmul: out[m, n] = A[m, :] . W[n, :] with m16n8k16 tensor-core MMAs.
+// Row-invariant matmul: out[m, n] = A[m, :] . W[n, :] with m16n8k16 tensor-core MMAs. On a
+// compute-capability 9.0 GPU batch_matmul hands every call to the wgmma kernel instead
+// (kernels/wgmma_matmul.h); this one is batch_matmul_mma, the fallback elsewhere.
 //
 // Why every tile shape gives the same bits: an output element lives in one fp32 accumulator
 // register; each K slice (batch_matmul_k_slices: a function of N and K only) is a chain of MMAs

@@ -4,8 +4,9 @@
 // Every kernel here is batch invariant: a row's result is bit-identical whatever else is in the
 // step (how many rows, its position among them, how a prompt was chunked, which physical blocks
 // hold its cache). That holds by construction, not by luck:
-//   - matmul: one fp32 accumulator per output, fed by m16n8k16 tensor-core steps over K in one
-//     fixed order; K is cut into a number of slices that depends on the weight's shape alone
+//   - matmul: one fp32 accumulator per output, fed by tensor-core steps over K in one fixed
+//     order; on Hopper (wgmma_matmul.h) one m64nNk16 chain over all of K, elsewhere m16n8k16
+//     steps in K slices whose number depends on the weight's shape alone
 //     (batch_matmul_k_slices), never on M; tile shapes change with M, the arithmetic does not;
 //   - attention: keys are cut into splits of kAttentionSplitTokens at absolute positions; each
 //     split runs an online softmax over 64-key tiles aligned the same way, and splits are merged

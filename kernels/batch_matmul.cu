@@ -1,4 +1,6 @@
-// Row-invariant matmul: out[m, n] = A[m, :] . W[n, :] with m16n8k16 tensor-core MMAs.
+// Row-invariant matmul: out[m, n] = A[m, :] . W[n, :] with m16n8k16 tensor-core MMAs. On a
+// compute-capability 9.0 GPU batch_matmul hands every call to the wgmma kernel instead
+// (kernels/wgmma_matmul.h); this one is batch_matmul_mma, the fallback elsewhere.
 //
 // Why every tile shape gives the same bits: an output element lives in one fp32 accumulator
 // register; each K slice (batch_matmul_k_slices: a function of N and K only) is a chain of MMAs
@@ -24,6 +26,7 @@
 #include "kernels/half_utils.cuh"
 #include "kernels/mma.cuh"
 #include "kernels/pdl.cuh"
+#include "kernels/wgmma_matmul.h"
 
 namespace hearth::kernels {
 
@@ -499,6 +502,11 @@ int batch_matmul_k_slices(int n, int k) {
 }
 
 size_t batch_matmul_workspace_bytes(int m, int n, int k, MatmulTiles tiles) {
+  if (wgmma_matmul_available()) return 0;  // one K chain per output: nothing to combine
+  return batch_matmul_mma_workspace_bytes(m, n, k, tiles);
+}
+
+size_t batch_matmul_mma_workspace_bytes(int m, int n, int k, MatmulTiles tiles) {
   // Enough for every M' <= m, plain or SwiGLU: partials grow with M' inside a tiling, and
   // Auto spreads slices over blocks only up to kSpreadMaxM rows.
   size_t bytes = 0;
@@ -509,6 +517,19 @@ size_t batch_matmul_workspace_bytes(int m, int n, int k, MatmulTiles tiles) {
 }
 
 void batch_matmul(Half type, MatmulEpilogue epilogue, const MatmulArgs& a, cudaStream_t stream) {
+  // Hopper: the wgmma kernel serves every tiling (its own tiles, named after the old ones' jobs).
+  if (wgmma_matmul_available()) {
+    const WgmmaTiles tiles = a.tiles == MatmulTiles::Skinny   ? WgmmaTiles::M16N32
+                             : a.tiles == MatmulTiles::Medium ? WgmmaTiles::M64N128
+                             : a.tiles == MatmulTiles::Large  ? WgmmaTiles::M128N256
+                                                              : WgmmaTiles::Auto;
+    return wgmma_matmul(type, epilogue, a, tiles, stream);
+  }
+  batch_matmul_mma(type, epilogue, a, stream);
+}
+
+void batch_matmul_mma(Half type, MatmulEpilogue epilogue, const MatmulArgs& a,
+                      cudaStream_t stream) {
   const bool swiglu = epilogue == MatmulEpilogue::SwiGLU;
   if (a.m < 1 || a.n < 1)
     fail("m and n must be positive (m " + std::to_string(a.m) + ", n " + std::to_string(a.n) + ")");
@@ -526,7 +547,7 @@ void batch_matmul(Half type, MatmulEpilogue epilogue, const MatmulArgs& a, cudaS
   const Workspace ws = workspace_for(a.m, a.n, a.k, swiglu, a.tiles);
   if (ws.total() > 0 && (!a.workspace || a.workspace_bytes < ws.total()))
     fail("workspace of " + std::to_string(a.workspace_bytes) + " bytes, " +
-         std::to_string(ws.total()) + " needed (batch_matmul_workspace_bytes)");
+         std::to_string(ws.total()) + " needed (batch_matmul_mma_workspace_bytes)");
 
   Params p{};
   p.a = a.a;

@@ -4,8 +4,9 @@
 // Every kernel here is batch invariant: a row's result is bit-identical whatever else is in the
 // step (how many rows, its position among them, how a prompt was chunked, which physical blocks
 // hold its cache). That holds by construction, not by luck:
-//   - matmul: one fp32 accumulator per output, fed by m16n8k16 tensor-core steps over K in one
-//     fixed order; K is cut into a number of slices that depends on the weight's shape alone
+//   - matmul: one fp32 accumulator per output, fed by tensor-core steps over K in one fixed
+//     order; on Hopper (wgmma_matmul.h) one m64nNk16 chain over all of K, elsewhere m16n8k16
+//     steps in K slices whose number depends on the weight's shape alone
 //     (batch_matmul_k_slices), never on M; tile shapes change with M, the arithmetic does not;
 //   - attention: keys are cut into splits of kAttentionSplitTokens at absolute positions; each
 //     split runs an online softmax over 64-key tiles aligned the same way, and splits are merged
@@ -63,8 +64,14 @@ struct MatmulArgs {
 // weight's shape only. Each slice is an ascending chain of k16 tensor-core steps started from
 // zero; the output is ((s0 + s1) + s2) + ... in slice order.
 int batch_matmul_k_slices(int n, int k);
+// On a compute-capability 9.0 GPU batch_matmul runs the wgmma kernel (kernels/wgmma_matmul.h:
+// one K chain per output, no workspace, its own bits); elsewhere the mma.sync kernel below.
 size_t batch_matmul_workspace_bytes(int m, int n, int k, MatmulTiles tiles = MatmulTiles::Auto);
 void batch_matmul(Half type, MatmulEpilogue epilogue, const MatmulArgs& args, cudaStream_t stream);
+// The mma.sync kernel on any GPU (benchmarks, and the fallback off Hopper).
+size_t batch_matmul_mma_workspace_bytes(int m, int n, int k, MatmulTiles tiles = MatmulTiles::Auto);
+void batch_matmul_mma(Half type, MatmulEpilogue epilogue, const MatmulArgs& args,
+                      cudaStream_t stream);
 
 // ---- K/V write into the paged pool, with RoPE ------------------------------------------------
 // The batched counterpart of qkv_rope: per token t, bias, optional per-head RMSNorm (Qwen3),

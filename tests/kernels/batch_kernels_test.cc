@@ -51,6 +51,15 @@ std::vector<T> download(const DeviceBuffer& b, size_t n) {
 
 // ---- Matmul ----
 
+// The matmul tests run twice: through batch_matmul (the wgmma kernel on Hopper) and through
+// batch_matmul_mma (the mma.sync fallback, which batch_matmul no longer reaches there).
+bool g_mma = false;
+
+size_t workspace_bytes(int m, int n, int k, MatmulTiles tiles) {
+  return g_mma ? kernels::batch_matmul_mma_workspace_bytes(m, n, k, tiles)
+               : kernels::batch_matmul_workspace_bytes(m, n, k, tiles);
+}
+
 // Runs one matmul; `out` must already hold the residual for AccumulateF32.
 void run_matmul(Half t, MatmulEpilogue e, const DeviceBuffer& a, const DeviceBuffer& w,
                 const DeviceBuffer* w_up, const DeviceBuffer* bias, int m, int n, int k,
@@ -60,7 +69,10 @@ void run_matmul(Half t, MatmulEpilogue e, const DeviceBuffer& a, const DeviceBuf
   args.bias = bias ? bias->get<float>() : nullptr;
   args.m = m, args.n = n, args.k = k, args.out = out.get(), args.tiles = tiles;
   args.workspace = workspace.get(), args.workspace_bytes = workspace.bytes();
-  kernels::batch_matmul(t, e, args, nullptr);
+  if (g_mma)
+    kernels::batch_matmul_mma(t, e, args, nullptr);
+  else
+    kernels::batch_matmul(t, e, args, nullptr);
 }
 
 DeviceBuffer zeroed(size_t bytes) {
@@ -69,8 +81,7 @@ DeviceBuffer zeroed(size_t bytes) {
   return b;
 }
 
-TEST(BatchMatmul, MatchesReferenceForEveryEpilogueAndTileShape) {
-  HEARTH_REQUIRE_GPU();
+void check_matmul_reference() {
   struct Shape {
     int m, n, k;
   };
@@ -98,7 +109,7 @@ TEST(BatchMatmul, MatchesReferenceForEveryEpilogueAndTileShape) {
       auto dbias = upload(bias);
       const size_t count = size_t(s.m) * s.n;
       for (MatmulTiles tiles : kAllTiles) {
-        auto workspace = zeroed(kernels::batch_matmul_workspace_bytes(s.m, s.n, s.k, tiles));
+        auto workspace = zeroed(workspace_bytes(s.m, s.n, s.k, tiles));
         const std::string where = std::string(name(t)) + " " + tiles_name(tiles) + " " +
                                   std::to_string(s.m) + "x" + std::to_string(s.n) + "x" +
                                   std::to_string(s.k);
@@ -126,8 +137,7 @@ TEST(BatchMatmul, MatchesReferenceForEveryEpilogueAndTileShape) {
 
 // The same rows computed in batches of 1 .. 2048, at different places and with every tile
 // shape, give the same bits as in one batch of 2048.
-TEST(BatchMatmul, RowsAreBitIdenticalWhateverTheBatch) {
-  HEARTH_REQUIRE_GPU();
+void check_matmul_invariance() {
   struct Weight {
     int n, k;
     MatmulEpilogue epilogue;
@@ -149,8 +159,7 @@ TEST(BatchMatmul, RowsAreBitIdenticalWhateverTheBatch) {
       auto residual = random_floats(size_t(pool) * w.n);
       auto dw = upload_half(rounded(random_floats(size_t(w.n) * w.k, 0.05f), t), t);
       auto dwu = upload_half(rounded(random_floats(size_t(w.n) * w.k, 0.05f), t), t);
-      auto workspace =
-          zeroed(kernels::batch_matmul_workspace_bytes(pool, w.n, w.k, MatmulTiles::Skinny));
+      auto workspace = zeroed(workspace_bytes(pool, w.n, w.k, MatmulTiles::Skinny));
       // Rows `order` of the pool as one batch; returns the output bytes per batch row.
       auto run = [&](const std::vector<int>& order, MatmulTiles tiles) {
         const int m = int(order.size());
@@ -184,6 +193,32 @@ TEST(BatchMatmul, RowsAreBitIdenticalWhateverTheBatch) {
                                   << tiles_name(tiles) << ": rows differ from the 2048-row batch";
         }
     }
+}
+
+TEST(BatchMatmul, MatchesReferenceForEveryEpilogueAndTileShape) {
+  HEARTH_REQUIRE_GPU();
+  g_mma = false;
+  check_matmul_reference();
+}
+
+TEST(BatchMatmul, RowsAreBitIdenticalWhateverTheBatch) {
+  HEARTH_REQUIRE_GPU();
+  g_mma = false;
+  check_matmul_invariance();
+}
+
+TEST(BatchMatmul, MmaFallbackMatchesReferenceForEveryEpilogueAndTileShape) {
+  HEARTH_REQUIRE_GPU();
+  g_mma = true;
+  check_matmul_reference();
+  g_mma = false;
+}
+
+TEST(BatchMatmul, MmaFallbackRowsAreBitIdenticalWhateverTheBatch) {
+  HEARTH_REQUIRE_GPU();
+  g_mma = true;
+  check_matmul_invariance();
+  g_mma = false;
 }
 
 TEST(BatchMatmul, RejectsBadArguments) {

@@ -1,0 +1,630 @@
+// Row-invariant matmul with wgmma and TMA (see wgmma_matmul.h for why it is invariant).
+//
+// One persistent kernel template: warpgroup 0 is the producer (one thread issues TMA copies of
+// 64-wide K tiles of A and W into a ring of shared-memory stages, 128-byte swizzled, each
+// completing on a `full` mbarrier), warpgroups 1..C are consumers (each owns 64 rows of the
+// block tile, issues m64nNk16 wgmmas over a stage, and frees it on the stage's `empty` mbarrier
+// once its wgmmas have read it). Blocks walk tiles grouped by 8 along M so neighbours share
+// weight tiles in L2; the producer runs ahead into the next tile while consumers store.
+// Compiled for sm_90a only (kernels/CMakeLists.txt); elsewhere the kernel body traps and
+// wgmma_matmul_available() is false.
+#include "kernels/wgmma_matmul.h"
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cuda_check.h"
+#include "kernels/device_sm_count.h"
+#include "kernels/half_utils.cuh"
+#include "kernels/mma.cuh"
+#include "kernels/pdl.cuh"
+#include "kernels/wgmma.cuh"
+
+namespace hearth::kernels {
+
+namespace {
+
+constexpr int kBK = 64;  // K per stage: 128 bytes of 16-bit values, one swizzle row
+constexpr int kRowBytes = kBK * 2;
+
+struct Params {
+  CUtensorMap map_a;   // A [m, k], box {64, BM}
+  CUtensorMap map_w0;  // W (SwiGLU: gate) [n, k], box {64, BN (SwiGLU: BN / 2)}
+  CUtensorMap map_w1;  // SwiGLU: up
+  const float* bias;
+  void* out;
+  int m, n, k;
+  int tiles_m, tiles_n;
+  MatmulEpilogue epilogue;
+};
+
+// ---- PTX helpers (sm_90) ----
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t done;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(smem_addr(bar)), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+// A 2-D tile {64 along K at x, box rows at y} into dst; completes `bar`'s transaction bytes.
+__device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, int x, int y,
+                                         uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3}], [%4];" ::"r"(smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(smem_addr(bar))
+      : "memory");
+}
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(kPending) : "memory");
+}
+// Keeps the compiler from moving accumulator reads or writes across wgmma issue and wait.
+__device__ __forceinline__ void fence_register(float& r) {
+  asm volatile("" : "+f"(r)::"memory");
+}
+// Shared-memory matrix descriptor: K-major rows of 128 bytes, 128-byte swizzle, 8-row groups
+// 1024 bytes apart (the layout TMA writes with CU_TENSOR_MAP_SWIZZLE_128B).
+__device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {
+  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) |
+         (uint64_t(1) << 62);
+}
+
+__device__ __forceinline__ float silu_mul(float g, float u) {
+  return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
+}
+
+// Two adjacent outputs (col, col + 1) of one row, with the epilogue's arithmetic.
+template <typename T>
+__device__ __forceinline__ void store_two(const Params& p, int row, int col, float v0, float v1) {
+  const int64_t at = int64_t(row) * p.n + col;
+  const bool both = col + 1 < p.n, paired = both && (p.n % 2 == 0);
+  if (p.epilogue == MatmulEpilogue::StoreF32 || p.epilogue == MatmulEpilogue::AccumulateF32) {
+    float* o = static_cast<float*>(p.out) + at;
+    if (p.epilogue == MatmulEpilogue::AccumulateF32) {
+      if (paired) {
+        const float2 old = *reinterpret_cast<const float2*>(o);
+        v0 = __fadd_rn(old.x, v0);
+        v1 = __fadd_rn(old.y, v1);
+      } else {
+        v0 = __fadd_rn(o[0], v0);
+        if (both) v1 = __fadd_rn(o[1], v1);
+      }
+    }
+    if (paired) {
+      *reinterpret_cast<float2*>(o) = make_float2(v0, v1);
+    } else {
+      o[0] = v0;
+      if (both) o[1] = v1;
+    }
+  } else {
+    T* o = static_cast<T*>(p.out) + at;
+    if (paired) {
+      *reinterpret_cast<uint32_t*>(o) = pack_half2<T>(v0, v1);
+    } else {
+      o[0] = HalfTraits<T>::from_float(v0);
+      if (both) o[1] = HalfTraits<T>::from_float(v1);
+    }
+  }
+}
+
+// kRows: rows of A a block covers: 16, 32 or 64 with one consumer warpgroup, 128 with two.
+// A consumer's wgmma always spans 64 rows; when a tile has fewer, the rows past it read whatever
+// follows the tile's A region in shared memory (the next stages) and are never stored: a row's
+// result depends on its own A row only. Small tiles load fewer A rows per stage, so a decode
+// step keeps more weight bytes in flight. kCluster 2: two blocks (adjacent row tiles, same
+// weight rows) each load half of the weight tile and multicast it to both, halving its L2 reads.
+template <int kRows, int kBN, int kStages, int kCluster>
+struct Config {
+  static constexpr int kConsumers = kRows > 64 ? kRows / 64 : 1;
+  static constexpr int BM = kRows, BN = kBN, kThreads = 128 * (kConsumers + 1);
+  static constexpr int kABytes = BM * kRowBytes, kBBytes = BN * kRowBytes;
+  static constexpr int kStageBytes = kABytes + kBBytes;
+  static constexpr size_t kBarrierOffset = size_t(kStageBytes) * kStages;
+  static constexpr size_t kSmemBytes = kBarrierOffset + 2 * 8 * kStages + 1024;
+  // Two blocks per SM where shared memory allows (small tiles stream weights); one otherwise,
+  // with registers moved from the producer to the consumers.
+  static constexpr int kMinBlocks = kConsumers == 1 && kSmemBytes <= 113 * 1024 ? 2 : 1;
+  static constexpr bool kMoveRegisters = kConsumers == 2;
+  static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0, "swizzle atoms are 1024 bytes");
+  static_assert(kRows % 64 == 0 ||
+                    size_t(kABytes) * (kStages - 1) + 64 * kRowBytes <= kBarrierOffset,
+                "a small tile's 64-row wgmma must stay inside the stages");
+};
+
+__device__ __forceinline__ void tile_coords(int unit, int units_m, int tiles_n, int& um, int& tn) {
+  constexpr int kGroup = 8;
+  const int per_group = kGroup * tiles_n, first_m = unit / per_group * kGroup;
+  const int group_m = min(units_m - first_m, kGroup);
+  um = first_m + unit % per_group % group_m;
+  tn = unit % per_group / group_m;
+}
+
+__device__ __forceinline__ uint32_t cluster_rank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+  return r;
+}
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::
+                   : "memory");
+}
+// Arrives on the mbarrier at the same shared-memory offset in block `cta` of the cluster.
+__device__ __forceinline__ void mbar_arrive_cluster(uint64_t* bar, uint32_t cta) {
+  uint32_t remote;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+               : "=r"(remote)
+               : "r"(smem_addr(bar)), "r"(cta));
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];" ::"r"(remote)
+               : "memory");
+}
+// tma_load into the same offset of every block of the cluster (mask 0b11).
+__device__ __forceinline__ void tma_load_multicast(void* dst, const CUtensorMap* map, int x, int y,
+                                                   uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      ".multicast::cluster [%0], [%1, {%2, %3}], [%4], %5;" ::"r"(smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(smem_addr(bar)), "h"(uint16_t(3))
+      : "memory");
+}
+
+template <typename T, typename C, int kStages, int kCluster, bool kSwiGLU>
+__global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
+    wgmma_matmul_kernel(const __grid_constant__ Params p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int BM = C::BM, BN = C::BN;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* base =
+      reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  // Layout: the A regions of all stages, then their B regions (a small tile's wgmma reads past
+  // its A region into the next ones), then the barriers.
+  uint8_t* a_smem = base;
+  uint8_t* b_smem = base + size_t(C::kABytes) * kStages;
+  uint64_t* full = reinterpret_cast<uint64_t*>(base + C::kBarrierOffset);
+  uint64_t* empty = full + kStages;
+  const uint32_t rank = kCluster > 1 ? cluster_rank() : 0;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], C::kConsumers * kCluster);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  if constexpr (kCluster > 1)
+    cluster_sync();  // the partner's barriers exist before anything multicasts into them
+  else
+    __syncthreads();
+  allow_dependents_early();
+
+  const int units_m = (p.tiles_m + kCluster - 1) / kCluster, units = units_m * p.tiles_n;
+  const int first_unit = blockIdx.x / kCluster, unit_step = gridDim.x / kCluster;
+  const int k_tiles = (p.k + kBK - 1) / kBK;
+  const int wg = threadIdx.x / 128;
+  if (wg == 0) {
+    // ---- Producer ----
+    if constexpr (C::kMoveRegisters) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+    if (threadIdx.x == 0) {
+      auto load_w = [&](int s, int kt, int tn) {
+        uint8_t* dst = b_smem + size_t(s) * C::kBBytes;
+        if constexpr (kCluster > 1) {
+          // This block's half of the weight tile, to both blocks; SwiGLU: rank 0 the gate
+          // rows, rank 1 the up rows.
+          dst += rank * (BN / 2) * kRowBytes;
+          if constexpr (kSwiGLU)
+            tma_load_multicast(dst, rank ? &p.map_w1 : &p.map_w0, kt * kBK, tn * (BN / 2),
+                               &full[s]);
+          else
+            tma_load_multicast(dst, &p.map_w0, kt * kBK, tn * BN + rank * (BN / 2), &full[s]);
+        } else if constexpr (kSwiGLU) {
+          tma_load(dst, &p.map_w0, kt * kBK, tn * (BN / 2), &full[s]);
+          tma_load(dst + (BN / 2) * kRowBytes, &p.map_w1, kt * kBK, tn * (BN / 2), &full[s]);
+        } else {
+          tma_load(dst, &p.map_w0, kt * kBK, tn * BN, &full[s]);
+        }
+      };
+      auto load_a = [&](int s, int kt, int tm) {
+        tma_load(a_smem + size_t(s) * C::kABytes, &p.map_a, kt * kBK, tm * BM, &full[s]);
+      };
+      // The first stages' weights stream in before waiting for the kernel that wrote A.
+      int um0 = 0, tn0 = 0;
+      const int pre = first_unit < units ? min(kStages, k_tiles) : 0;
+      if (pre) tile_coords(first_unit, units_m, p.tiles_n, um0, tn0);
+      for (int s = 0; s < pre; ++s) {
+        mbar_expect_tx(&full[s], C::kStageBytes);
+        load_w(s, s, tn0);
+      }
+      wait_for_producer();
+      for (int s = 0; s < pre; ++s) load_a(s, s, um0 * kCluster + rank);
+      int it = 0;
+      for (int unit = first_unit; unit < units; unit += unit_step) {
+        int um, tn;
+        tile_coords(unit, units_m, p.tiles_n, um, tn);
+        for (int kt = 0; kt < k_tiles; ++kt, ++it) {
+          if (it < pre) continue;
+          const int s = it % kStages;
+          mbar_wait(&empty[s], ((it / kStages) & 1) ^ 1);
+          mbar_expect_tx(&full[s], C::kStageBytes);
+          load_w(s, kt, tn);
+          load_a(s, kt, um * kCluster + rank);
+        }
+      }
+    }
+    __syncwarp();
+  } else {
+    // ---- Consumers ----
+    if constexpr (C::kMoveRegisters) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+    wait_for_producer();  // the epilogue reads and writes `out`, which earlier kernels may touch
+    const int cw = wg - 1, t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
+    float acc[BN / 2];
+    int it = 0;
+    for (int unit = first_unit; unit < units; unit += unit_step) {
+      int um, tn;
+      tile_coords(unit, units_m, p.tiles_n, um, tn);
+      const int tm = um * kCluster + rank;
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+      int prev = 0;
+      auto release = [&](int s) {
+        if (t != 0) return;
+        if constexpr (kCluster > 1) {
+          for (int c = 0; c < kCluster; ++c) mbar_arrive_cluster(&empty[s], c);
+        } else {
+          mbar_arrive(&empty[s]);
+        }
+      };
+      for (int kt = 0; kt < k_tiles; ++kt, ++it) {
+        const int s = it % kStages;
+        mbar_wait(&full[s], (it / kStages) & 1);
+        const uint32_t a = smem_addr(a_smem + size_t(s) * C::kABytes + cw * 64 * kRowBytes);
+        const uint32_t b = smem_addr(b_smem + size_t(s) * C::kBBytes);
+#pragma unroll
+        for (int i = 0; i < BN / 2; ++i) fence_register(acc[i]);
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < kBK / 16; ++kk)
+          Wgmma<T, BN>::run(acc, smem_desc(a + kk * 32), smem_desc(b + kk * 32), 1);
+        wgmma_commit();
+#pragma unroll
+        for (int i = 0; i < BN / 2; ++i) fence_register(acc[i]);
+        if (kt > 0) {
+          wgmma_wait<1>();  // the previous stage's wgmmas are done: hand it back
+          release(prev);
+        }
+        prev = s;
+      }
+      wgmma_wait<0>();
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) fence_register(acc[i]);
+      release(prev);
+
+      // Epilogue: the same arithmetic per element in every tiling.
+      const int local0 = cw * 64 + warp * 16 + lane / 4;
+      constexpr int kOutGroups = kSwiGLU ? BN / 16 : BN / 8;
+      const int col0 = (kSwiGLU ? tn * (BN / 2) : tn * BN) + 2 * (lane % 4);
+#pragma unroll
+      for (int j = 0; j < kOutGroups; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int local = local0 + 8 * h, row = tm * BM + local, col = col0 + 8 * j;
+          if (local >= BM || row >= p.m || col >= p.n) continue;
+          float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
+          if constexpr (kSwiGLU) {
+            v0 = silu_mul(v0, acc[4 * j + 2 * h + BN / 4]);
+            v1 = silu_mul(v1, acc[4 * j + 2 * h + 1 + BN / 4]);
+          } else if (p.bias) {
+            v0 = __fadd_rn(v0, p.bias[col]);
+            if (col + 1 < p.n) v1 = __fadd_rn(v1, p.bias[col + 1]);
+          }
+          store_two<T>(p, row, col, v0, v1);
+        }
+    }
+  }
+  // A block may still receive the partner's arrivals and multicasts until both are done.
+  if constexpr (kCluster > 1) cluster_sync();
+#else
+  (void)p;
+  __trap();
+#endif
+}
+
+// ---- Host side ----
+
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
+                                 const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
+                                 const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                 CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+EncodeTiled encode_tiled() {
+  static EncodeTiled fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult status{};
+    const cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000,
+                                                             cudaEnableDefault, &status);
+    if (err != cudaSuccess || status != cudaDriverEntryPointSuccess || !f)
+      throw std::runtime_error("wgmma_matmul: cuTensorMapEncodeTiled is unavailable");
+    return reinterpret_cast<EncodeTiled>(f);
+  }();
+  return fn;
+}
+
+// A [rows, k] 16-bit matrix with rows `ld` elements apart, read as boxes of 64 x box_rows.
+CUtensorMap tensor_map(Half type, const void* ptr, int rows, int k, int64_t ld, int box_rows) {
+  CUtensorMap map;
+  const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(rows)};
+  const cuuint64_t strides[1] = {cuuint64_t(ld) * 2};
+  const cuuint32_t box[2] = {cuuint32_t(kBK), cuuint32_t(box_rows)};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult r = encode_tiled()(
+      &map, type == Half::BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+      2, const_cast<void*>(ptr), dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    throw std::runtime_error("wgmma_matmul: cuTensorMapEncodeTiled failed (" + std::to_string(r) +
+                             ")");
+  return map;
+}
+
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+template <typename T, int kRows, int kBN, int kStages, int kCluster, bool kSwiGLU>
+void launch(Half type, const MatmulArgs& a, int64_t lda, Params p, cudaStream_t stream) {
+  using C = Config<kRows, kBN, kStages, kCluster>;
+  static_assert(C::kSmemBytes <= 227 * 1024, "tile configuration exceeds shared memory");
+  auto kernel = wgmma_matmul_kernel<T, C, kStages, kCluster, kSwiGLU>;
+  cudaLaunchConfig_t config{};
+  config.blockDim = dim3(C::kThreads);
+  config.dynamicSmemBytes = C::kSmemBytes;
+  config.stream = stream;
+  cudaLaunchAttribute attr[2];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  attr[1].id = cudaLaunchAttributeClusterDimension;
+  attr[1].val.clusterDim.x = kCluster;
+  attr[1].val.clusterDim.y = 1;
+  attr[1].val.clusterDim.z = 1;
+  config.attrs = attr;
+  config.numAttrs = 2;
+  // Blocks (clusters) that fit the GPU at once: the persistent grid.
+  static const int resident = [&] {
+    HEARTH_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           int(C::kSmemBytes)));
+    int n = 0;
+    if constexpr (kCluster > 1) {
+      config.gridDim = dim3(kCluster * device_sm_count());
+      HEARTH_CUDA_CHECK(cudaOccupancyMaxActiveClusters(&n, kernel, &config));
+    } else {
+      HEARTH_CUDA_CHECK(
+          cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, C::kThreads, C::kSmemBytes));
+      n *= device_sm_count();
+    }
+    if (n < 1) throw std::runtime_error("wgmma_matmul: tile configuration does not fit an SM");
+    return n;
+  }();
+  const int w_box = kSwiGLU || kCluster > 1 ? kBN / 2 : kBN;
+  p.map_a = tensor_map(type, a.a, a.m, a.k, lda, kRows);
+  p.map_w0 = tensor_map(type, a.w, a.n, a.k, a.k, w_box);
+  if (kSwiGLU) p.map_w1 = tensor_map(type, a.w_up, a.n, a.k, a.k, w_box);
+  p.tiles_m = int(ceil_div(a.m, kRows));
+  p.tiles_n = int(ceil_div(a.n, kSwiGLU ? kBN / 2 : kBN));
+  const int64_t units = ceil_div(p.tiles_m, kCluster) * p.tiles_n;
+  config.gridDim = dim3(unsigned(kCluster * std::min<int64_t>(units, resident)));
+  static const bool debug = [&] {
+    if (!std::getenv("HEARTH_WGMMA_DEBUG")) return false;
+    std::fprintf(stderr, "wgmma_matmul %dx%d stages %d cluster %d: %d resident, %zu B smem\n",
+                 kRows, kBN, kStages, kCluster, resident, C::kSmemBytes);
+    return true;
+  }();
+  (void)debug;
+  HEARTH_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p));
+}
+
+template <typename T, bool kSwiGLU>
+void dispatch(Half type, WgmmaTiles tiles, const MatmulArgs& a, int64_t lda, const Params& p,
+              cudaStream_t stream) {
+  // Stages: about 100 KB of pipeline for tiles that run two blocks per SM, ~200 KB otherwise.
+  switch (tiles) {
+    case WgmmaTiles::M16N32:
+      return launch<T, 16, 32, 16, 1, kSwiGLU>(type, a, lda, p, stream);
+    case WgmmaTiles::M16N64:
+      return launch<T, 16, 64, 10, 1, kSwiGLU>(type, a, lda, p, stream);
+    case WgmmaTiles::M32N32:
+      return launch<T, 32, 32, 12, 1, kSwiGLU>(type, a, lda, p, stream);
+    case WgmmaTiles::M64N64:
+      return launch<T, 64, 64, 6, 1, kSwiGLU>(type, a, lda, p, stream);
+    case WgmmaTiles::M16N32Deep:
+      return launch<T, 16, 32, 32, 1, kSwiGLU>(type, a, lda, p, stream);
+    case WgmmaTiles::M32N32Deep:
+      return launch<T, 32, 32, 24, 1, kSwiGLU>(type, a, lda, p, stream);
+    case WgmmaTiles::M64N32Deep:
+      return launch<T, 64, 32, 16, 1, kSwiGLU>(type, a, lda, p, stream);
+    case WgmmaTiles::M64N64Deep:
+      return launch<T, 64, 64, 12, 1, kSwiGLU>(type, a, lda, p, stream);
+    case WgmmaTiles::M64N128:
+      return launch<T, 64, 128, 4, 1, kSwiGLU>(type, a, lda, p, stream);
+    case WgmmaTiles::M64N256:
+      return launch<T, 64, 256, 5, 1, kSwiGLU>(type, a, lda, p, stream);
+    case WgmmaTiles::M128N64:
+      return launch<T, 128, 64, 8, 1, kSwiGLU>(type, a, lda, p, stream);
+    case WgmmaTiles::M128N128:
+      return launch<T, 128, 128, 6, 1, kSwiGLU>(type, a, lda, p, stream);
+    case WgmmaTiles::M128N192:
+      return launch<T, 128, 192, 5, 1, kSwiGLU>(type, a, lda, p, stream);
+    case WgmmaTiles::M128N256:
+      return launch<T, 128, 256, 4, 1, kSwiGLU>(type, a, lda, p, stream);
+    case WgmmaTiles::M256N128:
+      return launch<T, 128, 128, 6, 2, kSwiGLU>(type, a, lda, p, stream);
+    default:
+      return launch<T, 128, 256, 4, 2, kSwiGLU>(type, a, lda, p, stream);
+  }
+}
+
+// The tiling for a shape: any choice gives the same bits; this one is about speed.
+struct Candidate {
+  WgmmaTiles tiles;
+  int rows, weight_rows, per_sm;
+  double efficiency;  // relative rate of a full wave of these tiles (measured, H100)
+};
+
+WgmmaTiles choose(int m, int n, bool swiglu) {
+  const int64_t sms = device_sm_count();
+  const int64_t weight_rows = swiglu ? 2 * int64_t(n) : n;
+  // Decode: bandwidth-bound; small row tiles keep the most weight bytes in flight, and when
+  // 32-row weight tiles all fit one wave, one deep block per SM keeps the most.
+  if (m <= 64) {
+    const bool one_wave = ceil_div(weight_rows, 32) <= sms;
+    if (m <= 16)
+      return one_wave                      ? WgmmaTiles::M16N32Deep
+             : weight_rows / 64 >= 2 * sms ? WgmmaTiles::M16N64
+                                           : WgmmaTiles::M16N32;
+    if (m <= 32) return one_wave ? WgmmaTiles::M32N32Deep : WgmmaTiles::M32N32;
+    if (one_wave) return WgmmaTiles::M64N32Deep;
+    return ceil_div(weight_rows, 64) <= sms ? WgmmaTiles::M64N64Deep : WgmmaTiles::M64N64;
+  }
+  // Otherwise: the fewest rounds of resident tiles, weighted by tile work over its rate
+  // (efficiencies from hearth-matmul-bench on an H100; clusters left out: slower so far).
+  static constexpr Candidate kCandidates[] = {
+      {WgmmaTiles::M64N64, 64, 64, 2, 0.45},     {WgmmaTiles::M64N64Deep, 64, 64, 1, 0.4},
+      {WgmmaTiles::M64N128, 64, 128, 2, 0.7},    {WgmmaTiles::M64N256, 64, 256, 1, 0.85},
+      {WgmmaTiles::M128N64, 128, 64, 1, 0.75},   {WgmmaTiles::M128N128, 128, 128, 1, 0.95},
+      {WgmmaTiles::M128N192, 128, 192, 1, 0.97}, {WgmmaTiles::M128N256, 128, 256, 1, 1.0}};
+  WgmmaTiles best = WgmmaTiles::M128N256;
+  double best_cost = 1e300;
+  for (const Candidate& c : kCandidates) {
+    const int64_t tiles = ceil_div(m, c.rows) * ceil_div(weight_rows, c.weight_rows);
+    const double rounds = double(ceil_div(tiles, sms * c.per_sm));
+    const double cost = rounds * c.rows * c.weight_rows * c.per_sm / c.efficiency;
+    if (cost < best_cost) best_cost = cost, best = c.tiles;
+  }
+  return best;
+}
+
+[[noreturn]] void fail(const std::string& what) {
+  throw std::invalid_argument("wgmma_matmul: " + what);
+}
+
+bool aligned16(const void* p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
+}
+
+}  // namespace
+
+const char* wgmma_tiles_name(WgmmaTiles t) {
+  switch (t) {
+    case WgmmaTiles::Auto:
+      return "auto";
+    case WgmmaTiles::M16N32:
+      return "16x32";
+    case WgmmaTiles::M16N64:
+      return "16x64";
+    case WgmmaTiles::M32N32:
+      return "32x32";
+    case WgmmaTiles::M64N64:
+      return "64x64";
+    case WgmmaTiles::M16N32Deep:
+      return "16x32deep";
+    case WgmmaTiles::M32N32Deep:
+      return "32x32deep";
+    case WgmmaTiles::M64N32Deep:
+      return "64x32deep";
+    case WgmmaTiles::M64N64Deep:
+      return "64x64deep";
+    case WgmmaTiles::M64N128:
+      return "64x128";
+    case WgmmaTiles::M64N256:
+      return "64x256";
+    case WgmmaTiles::M128N64:
+      return "128x64";
+    case WgmmaTiles::M128N128:
+      return "128x128";
+    case WgmmaTiles::M128N192:
+      return "128x192";
+    case WgmmaTiles::M128N256:
+      return "128x256";
+    case WgmmaTiles::M256N128:
+      return "2x128x128";
+    case WgmmaTiles::M256N256:
+      return "2x128x256";
+  }
+  return "?";
+}
+
+bool wgmma_matmul_available() {
+  static const bool ok = [] {
+    int device = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&device) != cudaSuccess) return false;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess)
+      return false;
+    if (major != 9 || minor != 0) return false;
+    cudaFuncAttributes attr{};
+    auto kernel = wgmma_matmul_kernel<__nv_bfloat16, Config<16, 32, 16, 1>, 16, 1, false>;
+    return cudaFuncGetAttributes(&attr, kernel) == cudaSuccess && attr.binaryVersion == 90;
+  }();
+  return ok;
+}
+
+void wgmma_matmul(Half type, MatmulEpilogue epilogue, const MatmulArgs& a, WgmmaTiles tiles,
+                  cudaStream_t stream) {
+  const bool swiglu = epilogue == MatmulEpilogue::SwiGLU;
+  if (a.m < 1 || a.n < 1)
+    fail("m and n must be positive (m " + std::to_string(a.m) + ", n " + std::to_string(a.n) + ")");
+  if (a.k < 16 || a.k % 16 != 0)
+    fail("k must be a positive multiple of 16, not " + std::to_string(a.k));
+  const int64_t lda = a.lda ? a.lda : a.k;
+  if (lda < a.k || lda % 8 != 0)
+    fail("lda (" + std::to_string(lda) + ") must be >= k and a multiple of 8");
+  if (!a.a || !a.w || !a.out) fail("a, w and out are required");
+  if (!aligned16(a.a) || !aligned16(a.w) || (a.w_up && !aligned16(a.w_up)))
+    fail("a and the weights must be 16-byte aligned");
+  if (swiglu && !a.w_up) fail("SwiGLU needs w_up");
+  if (swiglu && a.bias) fail("SwiGLU takes no bias");
+  if (tiles == WgmmaTiles::Auto) tiles = choose(a.m, a.n, swiglu);
+  Params p{};
+  p.bias = a.bias;
+  p.out = a.out;
+  p.m = a.m;
+  p.n = a.n;
+  p.k = a.k;
+  p.epilogue = epilogue;
+  HEARTH_DISPATCH_HALF(type, T, {
+    if (swiglu)
+      dispatch<T, true>(type, tiles, a, lda, p, stream);
+    else
+      dispatch<T, false>(type, tiles, a, lda, p, stream);
+  });
+}
+
+}  // namespace hearth::kernels

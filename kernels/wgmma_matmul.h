@@ -1,0 +1,56 @@
+// The row-invariant matmul on Hopper's warpgroup tensor-core path (wgmma + TMA, sm_90a):
+// out[m, n] = sum_k A[m, k] * W[n, k] (+ bias[n]) with the epilogues of batch_matmul
+// (kernels/batch_ops.h), for 16-bit A and W and fp32 accumulation.
+//
+// Why every tiling gives the same bits: an output element lives in one fp32 accumulator of one
+// thread; it is fed by m64nNk16 steps over K in ascending order from zero, the whole of K in one
+// chain (no split of K at all), so its arithmetic is a function of its A row and W row alone.
+// Tilings differ only in how many rows (64 per consumer warpgroup) and weight rows (N of the
+// instruction) a block covers; tests/kernels/wgmma_matmul_test.cc checks by memcmp that neither
+// the instruction's N nor the row's place in the 64 rows changes a result.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "kernels/batch_ops.h"
+
+namespace hearth::kernels {
+
+// Block tiles: rows x weight rows (for SwiGLU half gate, half up). 16- and 32-row tiles are for
+// decode steps; Deep ones run one block per SM with ~190 KB of pipeline (more weight bytes in
+// flight, for shapes whose tiles all fit one wave); M256 are 2-block clusters of 128-row tiles
+// that share their weight tile (multicast).
+enum class WgmmaTiles {
+  Auto,
+  M16N32,
+  M16N64,
+  M32N32,
+  M64N64,
+  M16N32Deep,
+  M32N32Deep,
+  M64N32Deep,
+  M64N64Deep,
+  M64N128,
+  M64N256,
+  M128N64,
+  M128N128,
+  M128N192,
+  M128N256,
+  M256N128,
+  M256N256
+};
+constexpr WgmmaTiles kAllWgmmaTiles[] = {
+    WgmmaTiles::M16N32,     WgmmaTiles::M16N64,     WgmmaTiles::M32N32,     WgmmaTiles::M64N64,
+    WgmmaTiles::M16N32Deep, WgmmaTiles::M32N32Deep, WgmmaTiles::M64N32Deep, WgmmaTiles::M64N64Deep,
+    WgmmaTiles::M64N128,    WgmmaTiles::M64N256,    WgmmaTiles::M128N64,    WgmmaTiles::M128N128,
+    WgmmaTiles::M128N192,   WgmmaTiles::M128N256,   WgmmaTiles::M256N128,   WgmmaTiles::M256N256};
+const char* wgmma_tiles_name(WgmmaTiles t);
+
+// True when the current device can run it (compute capability 9.0, this build has sm_90a code).
+bool wgmma_matmul_available();
+// args as for batch_matmul; args.tiles and the workspace are not used (no K split: none needed).
+// Requires k % 8 == 0, lda % 8 == 0, 16-byte aligned a and weights.
+void wgmma_matmul(Half type, MatmulEpilogue epilogue, const MatmulArgs& args, WgmmaTiles tiles,
+                  cudaStream_t stream);
+
+}  // namespace hearth::kernels

@@ -1,0 +1,184 @@
+// The wgmma matmul (kernels/wgmma_matmul.h) against a double-precision reference on fresh random
+// inputs for every epilogue and tiling, and by memcmp: every tiling (so every wgmma N width and
+// 64- or 128-row block) gives the same bits, a row's result does not depend on how many rows
+// are in the batch nor on its place among them.
+#include "kernels/wgmma_matmul.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "kernels/batch_ops.h"
+#include "tests/kernels/gpu_test_util.h"
+
+namespace hearth {
+namespace {
+
+using kernels::Half;
+using kernels::MatmulEpilogue;
+using kernels::WgmmaTiles;
+
+#define HEARTH_REQUIRE_WGMMA()            \
+  HEARTH_REQUIRE_GPU();                   \
+  if (!kernels::wgmma_matmul_available()) \
+  GTEST_SKIP() << "no compute-capability 9.0 device (wgmma needs sm_90a)"
+
+double silu(double g) {
+  return g / (1.0 + std::exp(-g));
+}
+
+struct Case {
+  int m, n, k;
+};
+
+void run(Half t, MatmulEpilogue e, WgmmaTiles tiles, const void* a, int64_t lda, const void* w,
+         const void* w_up, const float* bias, int m, int n, int k, void* out) {
+  kernels::MatmulArgs args;
+  args.a = a, args.lda = lda, args.w = w, args.w_up = w_up, args.bias = bias;
+  args.m = m, args.n = n, args.k = k, args.out = out;
+  kernels::wgmma_matmul(t, e, args, tiles, nullptr);
+  HEARTH_CUDA_CHECK(cudaGetLastError());
+}
+
+TEST(WgmmaMatmul, MatchesReferenceForEveryEpilogueAndTiling) {
+  HEARTH_REQUIRE_WGMMA();
+  // Odd sizes: partial row and column tiles, K not a multiple of the 64-wide stage.
+  const Case cases[] = {{1, 96, 64}, {37, 200, 320}, {130, 264, 1040}};
+  std::vector<WgmmaTiles> tilings(std::begin(kernels::kAllWgmmaTiles),
+                                  std::end(kernels::kAllWgmmaTiles));
+  tilings.push_back(WgmmaTiles::Auto);
+  for (Half t : {Half::BF16, Half::F16})
+    for (const Case& c : cases) {
+      const auto a = test::rounded(test::random_floats(size_t(c.m) * c.k), t);
+      const auto w = test::rounded(test::random_floats(size_t(c.n) * c.k, 0.05f), t);
+      const auto wu = test::rounded(test::random_floats(size_t(c.n) * c.k, 0.05f), t);
+      const auto bias = test::random_floats(c.n);
+      const auto resid = test::random_floats(size_t(c.m) * c.n);
+      // Reference in double.
+      std::vector<double> dot(size_t(c.m) * c.n), dot_up(dot.size());
+      for (int i = 0; i < c.m; ++i)
+        for (int j = 0; j < c.n; ++j) {
+          double s = 0, su = 0;
+          for (int q = 0; q < c.k; ++q) {
+            s += double(a[size_t(i) * c.k + q]) * w[size_t(j) * c.k + q];
+            su += double(a[size_t(i) * c.k + q]) * wu[size_t(j) * c.k + q];
+          }
+          dot[size_t(i) * c.n + j] = s;
+          dot_up[size_t(i) * c.n + j] = su;
+        }
+      auto da = test::upload_half(a, t), dw = test::upload_half(w, t),
+           dwu = test::upload_half(wu, t);
+      auto dbias = test::upload(bias);
+      const size_t outs = size_t(c.m) * c.n;
+      for (WgmmaTiles tiles : tilings) {
+        SCOPED_TRACE(std::string(test::name(t)) + " m " + std::to_string(c.m) + " n " +
+                     std::to_string(c.n) + " k " + std::to_string(c.k) + " tiles " +
+                     kernels::wgmma_tiles_name(tiles));
+        {  // fp32 out with bias
+          auto out = test::poisoned(outs * 4);
+          run(t, MatmulEpilogue::StoreF32, tiles, da.get(), 0, dw.get(), nullptr,
+              static_cast<const float*>(dbias.get()), c.m, c.n, c.k, out.get());
+          std::vector<float> ref(outs);
+          for (size_t i = 0; i < outs; ++i) ref[i] = float(dot[i] + bias[i % c.n]);
+          EXPECT_LT(test::relative_error(test::download_f32(out, outs), ref), 1e-5);
+        }
+        {  // accumulate into a residual
+          auto out = test::upload(resid);
+          run(t, MatmulEpilogue::AccumulateF32, tiles, da.get(), 0, dw.get(), nullptr, nullptr, c.m,
+              c.n, c.k, out.get());
+          std::vector<float> ref(outs);
+          for (size_t i = 0; i < outs; ++i) ref[i] = float(dot[i] + resid[i]);
+          EXPECT_LT(test::relative_error(test::download_f32(out, outs), ref), 1e-5);
+        }
+        {  // 16-bit out
+          auto out = test::poisoned(outs * 2);
+          run(t, MatmulEpilogue::StoreHalf, tiles, da.get(), 0, dw.get(), nullptr, nullptr, c.m,
+              c.n, c.k, out.get());
+          std::vector<float> ref(dot.begin(), dot.end());
+          EXPECT_LT(test::relative_error(test::download_half(out, outs, t), ref),
+                    test::half_tolerance(t));
+        }
+        {  // SwiGLU
+          auto out = test::poisoned(outs * 2);
+          run(t, MatmulEpilogue::SwiGLU, tiles, da.get(), 0, dw.get(), dwu.get(), nullptr, c.m, c.n,
+              c.k, out.get());
+          std::vector<float> ref(outs);
+          for (size_t i = 0; i < outs; ++i) ref[i] = float(silu(dot[i]) * dot_up[i]);
+          EXPECT_LT(test::relative_error(test::download_half(out, outs, t), ref),
+                    test::half_tolerance(t));
+        }
+      }
+    }
+}
+
+// Every tiling, every batch size, every place in the batch: the same bits for a row.
+TEST(WgmmaMatmul, RowsAreBitIdenticalWhateverTheTilingAndBatch) {
+  HEARTH_REQUIRE_WGMMA();
+  const int pool = 2048 + 64, n = 520, k = 1088;  // n, k: partial tiles
+  for (Half t : {Half::BF16, Half::F16})
+    for (bool swiglu : {false, true}) {
+      SCOPED_TRACE(std::string(test::name(t)) + (swiglu ? " SwiGLU" : " fp32 out"));
+      const auto a = test::random_floats(size_t(pool) * k);
+      auto da = test::upload_half(a, t);
+      auto dw = test::upload_half(test::random_floats(size_t(n) * k, 0.05f), t);
+      auto dwu = test::upload_half(test::random_floats(size_t(n) * k, 0.05f), t);
+      const MatmulEpilogue e = swiglu ? MatmulEpilogue::SwiGLU : MatmulEpilogue::StoreF32;
+      const size_t elem = swiglu ? 2 : 4, row_bytes = n * elem;
+      auto compute = [&](WgmmaTiles tiles, int first_row, int m) {
+        auto out = test::poisoned(size_t(m) * row_bytes);
+        run(t, e, tiles, static_cast<const char*>(da.get()) + size_t(first_row) * k * 2, 0,
+            dw.get(), swiglu ? dwu.get() : nullptr, nullptr, m, n, k, out.get());
+        std::vector<unsigned char> host(size_t(m) * row_bytes);
+        HEARTH_CUDA_CHECK(cudaDeviceSynchronize());
+        HEARTH_CUDA_CHECK(cudaMemcpy(host.data(), out.get(), host.size(), cudaMemcpyDeviceToHost));
+        return host;
+      };
+      // The whole pool once per tiling: all equal.
+      const auto full = compute(WgmmaTiles::M128N256, 0, pool);
+      for (WgmmaTiles tiles : kernels::kAllWgmmaTiles)
+        EXPECT_EQ(0, std::memcmp(full.data(), compute(tiles, 0, pool).data(), full.size()))
+            << "tiling " << kernels::wgmma_tiles_name(tiles);
+      // Batches of every bucket, starting at rows that put each row at another place in its
+      // 64-row wgmma (first_row not a multiple of 64), by the automatic and every tiling.
+      const int ms[] = {1,   2,   3,   5,   8,   13,  16,  31,  32,  33,  63,   64,   65,   100,
+                        127, 128, 129, 200, 255, 256, 257, 383, 512, 700, 1000, 1024, 1500, 2048};
+      const int firsts[] = {0, 1, 17, 37, 64};
+      int checked = 0;
+      for (int m : ms)
+        for (int first : firsts) {
+          if (first + m > pool) continue;
+          const bool all = (checked++ % 5) == 0;  // every tiling on a fifth of the cases
+          std::vector<WgmmaTiles> tilings{WgmmaTiles::Auto};
+          if (all)
+            tilings.insert(tilings.end(), std::begin(kernels::kAllWgmmaTiles),
+                           std::end(kernels::kAllWgmmaTiles));
+          for (WgmmaTiles tiles : tilings) {
+            const auto got = compute(tiles, first, m);
+            EXPECT_EQ(0,
+                      std::memcmp(full.data() + size_t(first) * row_bytes, got.data(), got.size()))
+                << "m " << m << " first row " << first << " tiling "
+                << kernels::wgmma_tiles_name(tiles);
+          }
+        }
+    }
+}
+
+TEST(WgmmaMatmul, RejectsBadArguments) {
+  HEARTH_REQUIRE_WGMMA();
+  DeviceBuffer buf(1 << 16);
+  kernels::MatmulArgs args;
+  args.a = buf.get(), args.w = buf.get(), args.out = buf.get(), args.m = 4, args.n = 8;
+  args.k = 24;
+  EXPECT_THROW(
+      kernels::wgmma_matmul(Half::BF16, MatmulEpilogue::StoreF32, args, WgmmaTiles::Auto, nullptr),
+      std::invalid_argument);
+  args.k = 64;
+  EXPECT_THROW(
+      kernels::wgmma_matmul(Half::BF16, MatmulEpilogue::SwiGLU, args, WgmmaTiles::Auto, nullptr),
+      std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace hearth

@@ -1,0 +1,177 @@
+// hearth-matmul-bench: the invariant matmuls (wgmma, mma.sync) against cuBLASLt at the Llama-3-8B
+// shapes of the batched engine, every row count from decode to prefill. Weights rotate through
+// an arena larger than L2; inputs are random (never zeros). Prints a markdown table; --json
+// writes every number.
+#include <CLI/CLI.hpp>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/batch_ops.h"
+#include "kernels/cuda_check.h"
+#include "kernels/device_buffer.h"
+#include "kernels/gemm.h"
+#include "kernels/wgmma_matmul.h"
+
+namespace {
+
+using namespace hearth;
+using kernels::Half;
+
+void fill_random(void* dst, size_t bytes, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> d(0.0f, 0.02f);
+  std::vector<uint16_t> v(4 << 20);
+  for (auto& x : v) {
+    const float f = d(gen);
+    uint32_t bits;
+    std::memcpy(&bits, &f, 4);
+    x = uint16_t(bits >> 16);
+  }
+  const size_t chunk = v.size() * 2;
+  for (size_t off = 0; off < bytes; off += chunk)
+    HEARTH_CUDA_CHECK(cudaMemcpy(static_cast<char*>(dst) + off, v.data(),
+                                 std::min(chunk, bytes - off), cudaMemcpyHostToDevice));
+}
+
+// Median of 5 batches of the mean time of body(i) in microseconds, batches of ~10 ms.
+double time_us(cudaStream_t s, const std::function<void(int)>& body) {
+  cudaEvent_t e0, e1;
+  HEARTH_CUDA_CHECK(cudaEventCreate(&e0));
+  HEARTH_CUDA_CHECK(cudaEventCreate(&e1));
+  auto batch = [&](int reps, int first) {
+    HEARTH_CUDA_CHECK(cudaEventRecord(e0, s));
+    for (int i = 0; i < reps; ++i) body(first + i);
+    HEARTH_CUDA_CHECK(cudaEventRecord(e1, s));
+    HEARTH_CUDA_CHECK(cudaEventSynchronize(e1));
+    float ms = 0;
+    HEARTH_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    return 1e3 * ms / reps;
+  };
+  batch(3, 0);
+  const double once = batch(2, 3);
+  const int reps = int(std::clamp(10000.0 / std::max(once, 1.0), 3.0, 300.0));
+  batch(reps, 5);  // settles clocks and caches before the timed batches
+  std::vector<double> t;
+  for (int i = 0; i < 5; ++i) t.push_back(batch(reps, 5 + i * reps));
+  std::sort(t.begin(), t.end());
+  cudaEventDestroy(e0);
+  cudaEventDestroy(e1);
+  return t[2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "hearth-matmul-bench: invariant matmuls (wgmma + TMA, mma.sync) vs cuBLASLt at the 8B "
+      "shapes, bf16, every row count"};
+  std::vector<int> ms{1, 8, 32, 64, 128, 256, 512, 2048};
+  bool all_tiles = false;
+  double peak = 796.0;
+  std::string json_path;
+  app.add_option("--ms", ms, "row counts");
+  app.add_flag("--all-tiles", all_tiles, "also time every wgmma tiling");
+  app.add_option("--peak-tflops", peak, "the rate percentages are of (H100 SXM bf16 dense: 796)");
+  app.add_option("--json", json_path, "write every number here");
+  CLI11_PARSE(app, argc, argv);
+  if (!kernels::wgmma_matmul_available()) {
+    std::fprintf(stderr, "no compute-capability 9.0 device: wgmma needs sm_90a\n");
+    return 1;
+  }
+  struct Shape {
+    const char* name;
+    int n, k;
+    bool swiglu;  // gate and up, each [n, k]; cuBLASLt runs them as one [2n, k]
+  };
+  const Shape shapes[] = {{"qkv", 6144, 4096, false},
+                          {"o", 4096, 4096, false},
+                          {"gate+up SwiGLU", 14336, 4096, true},
+                          {"down", 4096, 14336, false}};
+  cudaStream_t stream;
+  HEARTH_CUDA_CHECK(cudaStreamCreate(&stream));
+  const int max_m = *std::max_element(ms.begin(), ms.end());
+  const size_t arena_bytes = size_t(1200) << 20;
+  DeviceBuffer arena(arena_bytes), a(size_t(max_m) * 14336 * 2), out(size_t(max_m) * 28672 * 4),
+      ws_old;
+  fill_random(arena.get(), arena_bytes, 7);
+  fill_random(a.get(), a.bytes(), 11);
+  kernels::Gemm cublas(Half::BF16);
+  std::ofstream json;
+  if (!json_path.empty()) json.open(json_path);
+  std::printf(
+      "| shape | N x K | M | wgmma (auto) TFLOP/s | %% of %.0f | cuBLASLt | old mma.sync | "
+      "wgmma / cuBLASLt | wgmma us | auto again | best tiling "
+      "|\n|---|---|---|---|---|---|---|---|---|---|---|\n",
+      peak);
+  for (const Shape& s : shapes) {
+    const int mats = s.swiglu ? 2 : 1;
+    const size_t w_bytes = size_t(s.n) * s.k * 2 * mats;
+    const int copies = int(std::clamp<size_t>(arena_bytes / w_bytes, 1, 16));
+    auto weight = [&](int i) { return static_cast<char*>(arena.get()) + (i % copies) * w_bytes; };
+    for (int m : ms) {
+      const double flops = 2.0 * m * s.n * s.k * mats;
+      const kernels::MatmulEpilogue e =
+          s.swiglu ? kernels::MatmulEpilogue::SwiGLU : kernels::MatmulEpilogue::StoreHalf;
+      auto args_for = [&](int i) {
+        kernels::MatmulArgs args;
+        args.a = a.get(), args.w = weight(i), args.m = m, args.n = s.n, args.k = s.k;
+        if (s.swiglu) args.w_up = weight(i) + w_bytes / 2;
+        args.out = out.get();
+        return args;
+      };
+      auto wgmma_us = [&](kernels::WgmmaTiles t) {
+        return time_us(
+            stream, [&](int i) { kernels::wgmma_matmul(Half::BF16, e, args_for(i), t, stream); });
+      };
+      const double auto_us = wgmma_us(kernels::WgmmaTiles::Auto);
+      double best_us = auto_us;
+      const char* best = "auto";
+      std::string tiles_json;
+      if (all_tiles)
+        for (kernels::WgmmaTiles t : kernels::kAllWgmmaTiles) {
+          const double us = wgmma_us(t);
+          tiles_json += std::string(tiles_json.empty() ? "" : ", ") + "\"" +
+                        kernels::wgmma_tiles_name(t) + "\": " + std::to_string(us);
+          if (us < best_us) best_us = us, best = kernels::wgmma_tiles_name(t);
+        }
+      const size_t ws_bytes = kernels::batch_matmul_mma_workspace_bytes(m, s.n, s.k);
+      if (ws_old.bytes() < ws_bytes) {
+        ws_old = DeviceBuffer(ws_bytes);
+        HEARTH_CUDA_CHECK(cudaMemset(ws_old.get(), 0, ws_bytes));
+      }
+      const double old_us = time_us(stream, [&](int i) {
+        kernels::MatmulArgs args = args_for(i);
+        args.workspace = ws_old.get(), args.workspace_bytes = ws_old.bytes();
+        kernels::batch_matmul_mma(Half::BF16, e, args, stream);
+      });
+      const double cublas_us = time_us(stream, [&](int i) {
+        cublas.run(weight(i), a.get(), out.get(), m, s.n * mats, s.k, kernels::Gemm::Out::Half,
+                   stream);
+      });
+      // The first configuration again: the spread between equal runs (clocks, power).
+      const double again_us = wgmma_us(kernels::WgmmaTiles::Auto);
+      HEARTH_CUDA_CHECK(cudaStreamSynchronize(stream));
+      auto tf = [&](double us) { return flops / us / 1e6; };
+      std::printf(
+          "| %s | %dx%d | %d | %.1f | %.1f%% | %.1f | %.1f | %.2f | %.1f | %.1f | %s %.1f |\n",
+          s.name, s.n * mats, s.k, m, tf(auto_us), 100 * tf(auto_us) / peak, tf(cublas_us),
+          tf(old_us), cublas_us / auto_us, auto_us, tf(again_us), best, tf(best_us));
+      std::fflush(stdout);
+      if (json.is_open())
+        json << "{\"shape\": \"" << s.name << "\", \"n\": " << s.n * mats << ", \"k\": " << s.k
+             << ", \"m\": " << m << ", \"wgmma_us\": " << auto_us << ", \"again_us\": " << again_us
+             << ", \"cublaslt_us\": " << cublas_us << ", \"mma_sync_us\": " << old_us
+             << ", \"tilings_us\": {" << tiles_json << "}}\n";
+    }
+  }
+  HEARTH_CUDA_CHECK(cudaStreamDestroy(stream));
+  return 0;
+}

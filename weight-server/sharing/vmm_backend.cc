@@ -57,7 +57,40 @@ class ExportedDeviceStore final : public ExportableStore {
   std::vector<UniqueFd> exported_;  // one per allocation, in id order
 };
 
+// A KV chunk on the GPU: its VMM allocation (mapped here too, which costs address space only)
+// and the descriptor exported once at creation.
+class VmmKvChunk final : public KvChunkMemory {
+ public:
+  VmmKvChunk(int device, uint64_t bytes) : allocation_(VmmAllocation::create(device, bytes)) {
+    exported_.reset(allocation_.export_fd());
+    // Zeroed like the memfd chunks, so a fresh pool reads the same everywhere.
+    HEARTH_CUDA_CHECK(cudaMemset(allocation_.data(), 0, allocation_.size()));
+  }
+  UniqueFd export_fd() const override {
+    const int fd = ::fcntl(exported_.get(), F_DUPFD_CLOEXEC, 0);
+    if (fd < 0)
+      throw std::system_error(errno, std::generic_category(), "duplicating a KV chunk's handle");
+    return UniqueFd(fd);
+  }
+
+ private:
+  VmmAllocation allocation_;
+  UniqueFd exported_;
+};
+
 }  // namespace
+
+uint64_t vmm_device_memory_bytes(int device) {
+  HEARTH_CUDA_CHECK(cudaSetDevice(device));
+  size_t free = 0, total = 0;
+  HEARTH_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  return total;
+}
+
+std::unique_ptr<KvChunkMemory> create_vmm_kv_chunk(int device, uint64_t bytes) {
+  HEARTH_CUDA_CHECK(cudaSetDevice(device));
+  return std::make_unique<VmmKvChunk>(device, bytes);
+}
 
 bool vmm_gpu_available(std::string* why) {
   int count = 0;

@@ -7,10 +7,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
 #include "ipc/client.h"
+#include "weight-server/sharing/kv_chunk.h"
 #include "worker/engine/kv_memory.h"
 
 namespace hearth {
@@ -22,13 +24,16 @@ class LeasedKvMemory final : public KvMemory {
   // now, maybe nothing. `server` is the worker's connection, shared with its weights' lease;
   // nothing else may use it at the same time. Throws ipc::IpcError (a refusal, a dead server)
   // or std::runtime_error (a chunk that is not what was leased).
+  // `reserve` makes the range (default: memfd chunks in host memory; reserve_vmm_kv_range for
+  // the GPU).
+  using Reserve = std::function<std::unique_ptr<KvChunkRange>(uint64_t bytes)>;
   LeasedKvMemory(std::shared_ptr<ipc::Client> server, int64_t block_bytes, int max_blocks,
-                 int min_blocks);
+                 int min_blocks, const Reserve& reserve = nullptr);
   ~LeasedKvMemory() override;
   LeasedKvMemory(const LeasedKvMemory&) = delete;
   LeasedKvMemory& operator=(const LeasedKvMemory&) = delete;
 
-  std::byte* base() const override { return base_; }
+  std::byte* base() const override { return range_->base(); }
   int64_t block_bytes() const override { return block_bytes_; }
   int blocks() const override { return int(chunk_ids_.size()) * blocks_per_chunk_; }
   int max_blocks() const override { return max_chunks_ * blocks_per_chunk_; }
@@ -51,9 +56,8 @@ class LeasedKvMemory final : public KvMemory {
   int blocks_per_chunk_;
   int max_chunks_;
   int min_chunks_;
-  std::byte* base_ = nullptr;  // the reservation: max_chunks_ * chunk_bytes_, PROT_NONE
-  size_t reserved_ = 0;
-  std::vector<uint64_t> chunk_ids_;  // chunk i of the range, in lease order
+  std::unique_ptr<KvChunkRange> range_;  // max_chunks_ * chunk_bytes_ of address space
+  std::vector<uint64_t> chunk_ids_;      // chunk i of the range, in lease order
 };
 
 }  // namespace hearth

@@ -34,7 +34,45 @@ class MemfdKvChunk final : public KvChunkMemory {
   UniqueFd fd_;
 };
 
+class MemfdKvRange final : public KvChunkRange {
+ public:
+  explicit MemfdKvRange(uint64_t bytes) : bytes_(bytes) {
+    // Address space only: nothing is backed until a chunk is mapped over it.
+    void* p = ::mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (p == MAP_FAILED)
+      fail("cannot reserve " + std::to_string(bytes >> 20) + " MiB of address space for KV", errno);
+    base_ = static_cast<std::byte*>(p);
+  }
+  ~MemfdKvRange() override { ::munmap(base_, bytes_); }
+  MemfdKvRange(const MemfdKvRange&) = delete;
+  MemfdKvRange& operator=(const MemfdKvRange&) = delete;
+
+  std::byte* base() const override { return base_; }
+  void map(uint64_t offset, int fd, uint64_t bytes, const std::string& label) override {
+    check_kv_chunk_memfd(fd, bytes, label);
+    if (offset > bytes_ || bytes > bytes_ - offset)
+      throw std::runtime_error(label + ": outside the reserved range");
+    if (::mmap(base_ + offset, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) ==
+        MAP_FAILED)
+      fail(label + ": cannot map", errno);
+  }
+  void unmap(uint64_t offset, uint64_t bytes) override {
+    // Mapping the reservation back over it drops the chunk in one step.
+    if (::mmap(base_ + offset, bytes, PROT_NONE,
+               MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED, -1, 0) == MAP_FAILED)
+      fail("cannot unmap a KV chunk", errno);
+  }
+
+ private:
+  std::byte* base_ = nullptr;
+  uint64_t bytes_;
+};
+
 }  // namespace
+
+std::unique_ptr<KvChunkRange> reserve_memfd_kv_range(uint64_t bytes) {
+  return std::make_unique<MemfdKvRange>(bytes);
+}
 
 std::unique_ptr<KvChunkMemory> create_memfd_kv_chunk(uint64_t bytes, const std::string& name) {
   return std::make_unique<MemfdKvChunk>(create_kv_chunk_memfd(bytes, name));

@@ -7,6 +7,7 @@
 // named by (chunk id, offset) across workers.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -34,6 +35,22 @@ class KvChunkMemory {
 
 // The CPU backend's chunk: a memfd made by create_kv_chunk_memfd.
 std::unique_ptr<KvChunkMemory> create_memfd_kv_chunk(uint64_t bytes, const std::string& name);
+
+// The worker's side: one reserved address range that received chunks are mapped into, each at
+// the offset the worker chooses; unmapping leaves the range reserved.
+class KvChunkRange {
+ public:
+  virtual ~KvChunkRange() = default;
+  virtual std::byte* base() const = 0;
+  // Checks that `fd` is a chunk of `bytes` and maps it writable at base() + offset. Throws
+  // std::runtime_error starting with `label`.
+  virtual void map(uint64_t offset, int fd, uint64_t bytes, const std::string& label) = 0;
+  virtual void unmap(uint64_t offset, uint64_t bytes) = 0;
+};
+
+// The CPU backend's range: an mmap PROT_NONE reservation; chunks are memfds mapped MAP_FIXED
+// over it.
+std::unique_ptr<KvChunkRange> reserve_memfd_kv_range(uint64_t bytes);
 
 // Server, CPU backend: a zeroed memfd of `bytes`, sealed against growing, shrinking and further
 // seals, writable. Throws std::runtime_error.

@@ -49,6 +49,10 @@ uint64_t vmm_device_memory_bytes(int device);
 // granularity) on `device`.
 std::unique_ptr<KvChunkMemory> create_vmm_kv_chunk(int device, uint64_t bytes);
 
+// A worker's KV range on the GPU: `bytes` of reserved device address space (cuMemAddressReserve)
+// into which received chunks are imported and mapped read-write for `device`.
+std::unique_ptr<KvChunkRange> reserve_vmm_kv_range(int device, uint64_t bytes);
+
 // xxh3 of `bytes` of device memory, copied back through a pinned buffer.
 uint64_t device_checksum(const void* device_address, uint64_t bytes);
 

@@ -36,5 +36,8 @@ uint64_t vmm_device_memory_bytes(int) {
 std::unique_ptr<KvChunkMemory> create_vmm_kv_chunk(int, uint64_t) {
   no_cuda();
 }
+std::unique_ptr<KvChunkRange> reserve_vmm_kv_range(int, uint64_t) {
+  no_cuda();
+}
 
 }  // namespace hearth

@@ -185,6 +185,22 @@ TEST(KvLeaseProcess, AKilledWorkersLeaseReturnsAndAWaitingWorkerRuns) {
   });
   ASSERT_TRUE(worker_entry(s, holder.pid())) << s.dump() << test::read_file(dir / "holder.err");
   ASSERT_EQ(s["memory"]["free_bytes"].get<uint64_t>() / (10u << 20), 0u) << s["memory"].dump();
+  // The worker's own stats report its lease: one chunk of 64 blocks (16 positions each).
+  std::optional<ipc::Client> holder_client;
+  for (auto deadline = test::patience_deadline();
+       !holder_client && std::chrono::steady_clock::now() < deadline;) {
+    try {
+      holder_client.emplace(test::connect_client(dir / "holder.sock"));
+    } catch (const ipc::IpcError&) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  ASSERT_TRUE(holder_client) << test::read_file(dir / "holder.err");
+  const json lease = holder_client->call(ipc::op::kStats).body["kv_lease"];
+  EXPECT_EQ(lease["chunks"], 1) << lease.dump();
+  EXPECT_EQ(lease["bytes"], 10u << 20);
+  EXPECT_EQ(lease["blocks"], 64);
+  holder_client.reset();
 
   const std::string requests = write_requests(dir, "requests.jsonl", 2);
   std::vector<std::string> argv = {test::binary("hearth-worker")};

@@ -13,6 +13,8 @@
 #include "in_process_server.h"
 #include "ipc/client.h"
 #include "ipc/errors.h"
+#include "ipc/frame.h"
+#include "ipc/unix_socket.h"
 #include "weight-server/sharing/kv_chunk.h"
 
 namespace hearth {
@@ -222,6 +224,26 @@ TEST_F(KvLeaseTest, HostileLeaseMessagesAreRefused) {
   const json stats = a.call(ipc::op::kStats).body;
   EXPECT_EQ(stats["memory"]["kv_bytes"], 3 * kChunk);
   EXPECT_EQ(stats["kv_chunks"], 3);
+}
+
+// A peer whose uid is not allowed (--allow-uid) gets no KV: its lease request, sent at once
+// without waiting for hello's answer, is answered unauthorized, with no descriptor.
+TEST_F(KvLeaseTest, ALeaseFromAUidNotAllowedIsRefused) {
+  broker::BrokerOptions options;
+  options.allowed_uids = {::geteuid() + 1};  // everyone but us
+  test::InProcessServer server(options, model_dir_.path(), nullptr, 64 * kMiB, 0.5);
+  UniqueFd socket = ipc::connect_unix(server.socket());
+  ipc::send_frame(socket.get(), ipc::make_request(ipc::op::kHello, 1, ipc::make_hello_args("x")));
+  ipc::send_frame(socket.get(),
+                  ipc::make_request(ipc::op::kKvLease, 2, ipc::make_kv_lease_args({kChunk, 1, 1})));
+  bool refused = false;
+  while (std::optional<ipc::Frame> frame = ipc::receive_frame(socket.get())) {
+    EXPECT_TRUE(frame->fds.empty());
+    EXPECT_NE(frame->body.value("ok", true), true) << frame->body.dump();
+    if (frame->body.contains("error") && frame->body["error"]["code"] == "unauthorized")
+      refused = true;
+  }
+  EXPECT_TRUE(refused);
 }
 
 }  // namespace

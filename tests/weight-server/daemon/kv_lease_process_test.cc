@@ -230,5 +230,32 @@ TEST(KvLeaseProcess, AKilledWorkersLeaseReturnsAndAWaitingWorkerRuns) {
   EXPECT_EQ(s["kv_chunks"], 0);
 }
 
+// Single-process mode keeps its own pool, sized as before: no lease, and the CPU default of
+// max_running (256) contexts of 512 capped at 1 GiB of fp32 KV (10,240 bytes a position).
+TEST(KvLeaseProcess, ASingleProcessWorkerKeepsItsOwnPool) {
+  TempDir dir;
+  ChildProcess worker =
+      ChildProcess::spawn(ChildProcess::Options({test::binary("hearth-worker"), "--model",
+                                                 test::tiny_model_dir().string(), "--backend",
+                                                 "cpu", "--serve", dir / "w.sock"})
+                              .stderr_to(ChildProcess::Stream::file(dir / "w.err")));
+  std::optional<ipc::Client> client;
+  for (auto deadline = test::patience_deadline();
+       !client && worker.running() && std::chrono::steady_clock::now() < deadline;) {
+    try {
+      client.emplace(test::connect_client(dir / "w.sock"));
+    } catch (const ipc::IpcError&) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  ASSERT_TRUE(client) << test::read_file(dir / "w.err");
+  const json stats = client->call(ipc::op::kStats).body;
+  EXPECT_FALSE(stats.contains("kv_lease")) << stats.dump();
+  EXPECT_EQ(stats["kv_blocks_total"], ((int64_t(1) << 30) / 10240 + 15) / 16);
+  client.reset();
+  ::kill(worker.pid(), SIGTERM);
+  worker.wait();
+}
+
 }  // namespace
 }  // namespace hearth

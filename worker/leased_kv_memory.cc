@@ -27,8 +27,10 @@ LeasedKvMemory::LeasedKvMemory(std::shared_ptr<ipc::Client> server, int64_t bloc
 }
 
 LeasedKvMemory::~LeasedKvMemory() {
-  // The range unmaps what it holds when it goes, after this. The chunks go back with the connection; a worker that lives on without its pool (tests)
-  // returns them now. A server already gone has nothing to take back.
+  // Unmapped first, so nothing here reaches a chunk once returned. The chunks go back with the
+  // connection; a worker that lives on without its pool (tests) returns them now. A server
+  // already gone has nothing to take back.
+  range_.reset();
   if (!chunk_ids_.empty() && server_->connected()) {
     try {
       server_->call(ipc::op::kKvReturn, ipc::make_kv_return_args(chunk_ids_));

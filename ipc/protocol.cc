@@ -12,9 +12,10 @@
 namespace hearth::ipc {
 namespace {
 
-constexpr std::array<std::string_view, 12> kKnownOps = {
-    op::kHello, op::kList,   op::kManifest, op::kImport, op::kRelease, op::kStats,
-    op::kLoad,  op::kUnload, op::kShutdown, op::kSubmit, op::kCancel,  op::kEvents,
+constexpr std::array<std::string_view, 14> kKnownOps = {
+    op::kHello,  op::kList,   op::kManifest, op::kImport,   op::kRelease,
+    op::kStats,  op::kLoad,   op::kUnload,   op::kShutdown, op::kSubmit,
+    op::kCancel, op::kEvents, op::kKvLease,  op::kKvReturn,
 };
 constexpr std::array<std::string_view, 3> kAdminOps = {op::kLoad, op::kUnload, op::kShutdown};
 
@@ -189,6 +190,57 @@ ImportRequest parse_import_request(const Request& request) {
 
 nlohmann::json make_import_result(std::span<const std::uint64_t> allocations) {
   return {{"allocations", std::vector<std::uint64_t>(allocations.begin(), allocations.end())}};
+}
+
+nlohmann::json make_kv_lease_args(const KvLeaseRequest& request) {
+  return {{"chunk_bytes", request.chunk_bytes},
+          {"chunks", request.chunks},
+          {"min_chunks", request.min_chunks}};
+}
+
+KvLeaseRequest parse_kv_lease_request(const Request& request) {
+  KvLeaseRequest parsed;
+  parsed.chunk_bytes = uint_field(request.body, "chunk_bytes");
+  parsed.chunks = uint_field(request.body, "chunks");
+  parsed.min_chunks = uint_field(request.body, "min_chunks");
+  if (parsed.chunk_bytes == 0 || parsed.chunk_bytes % kKvChunkAlignmentBytes != 0 ||
+      parsed.chunk_bytes > kMaxKvChunkBytesInProtocol)
+    throw ProtocolError(ErrorCode::kBadRequest,
+                        "chunk_bytes " + std::to_string(parsed.chunk_bytes) +
+                            " must be a positive multiple of 2 MiB of at most 1 GiB");
+  if (parsed.chunks == 0) bad_field("chunks", "at least 1");
+  if (parsed.chunks > kMaxFdsPerFrame)
+    throw ProtocolError(ErrorCode::kTooLarge, "a lease of " + std::to_string(parsed.chunks) +
+                                                  " chunks in one request (at most " +
+                                                  std::to_string(kMaxFdsPerFrame) + ")");
+  if (parsed.min_chunks > kMaxKvMinChunks)
+    bad_field("min_chunks", "at most " + std::to_string(kMaxKvMinChunks));
+  return parsed;
+}
+
+nlohmann::json make_kv_return_args(std::span<const std::uint64_t> chunks) {
+  return {{"chunks", std::vector<std::uint64_t>(chunks.begin(), chunks.end())}};
+}
+
+KvReturnRequest parse_kv_return_request(const Request& request) {
+  const nlohmann::json* ids = find(request.body, "chunks");
+  if (ids == nullptr || !ids->is_array()) bad_field("chunks", "an array of chunk ids");
+  if (ids->empty()) bad_field("chunks", "a non-empty array of chunk ids");
+  if (ids->size() > kMaxKvReturnIds)
+    throw ProtocolError(ErrorCode::kTooLarge, "a return of " + std::to_string(ids->size()) +
+                                                  " chunks in one request (at most " +
+                                                  std::to_string(kMaxKvReturnIds) + ")");
+  KvReturnRequest parsed;
+  parsed.chunks.reserve(ids->size());
+  for (const nlohmann::json& id : *ids) {
+    if (!is_unsigned_integer(id)) bad_field("chunks", "an array of unsigned integers");
+    parsed.chunks.push_back(id.get<std::uint64_t>());
+  }
+  std::vector<std::uint64_t> sorted = parsed.chunks;
+  std::sort(sorted.begin(), sorted.end());
+  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
+    bad_field("chunks", "an array without repeated ids");
+  return parsed;
 }
 
 }  // namespace hearth::ipc

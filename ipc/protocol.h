@@ -30,6 +30,8 @@ inline constexpr std::string_view kManifest = "manifest";  // {model} -> manifes
 inline constexpr std::string_view kImport = "import";      // see ImportRequest
 inline constexpr std::string_view kRelease = "release";    // {model}: end this client's lease
 inline constexpr std::string_view kStats = "stats";
+inline constexpr std::string_view kKvLease = "kv_lease";    // see KvLeaseRequest
+inline constexpr std::string_view kKvReturn = "kv_return";  // see KvReturnRequest
 // A serving worker's (hearth-worker --serve, worker/engine_server.h).
 inline constexpr std::string_view kSubmit = "submit";  // {request} -> {request_id}
 inline constexpr std::string_view kCancel = "cancel";  // {request_id} -> {cancelled}
@@ -110,5 +112,33 @@ nlohmann::json make_import_args(std::string_view model, std::span<const std::uin
 // Throws ProtocolError: kBadRequest for a malformed request, kTooLarge for too many ids.
 ImportRequest parse_import_request(const Request& request);
 nlohmann::json make_import_result(std::span<const std::uint64_t> allocations);
+
+// kv_lease: {"chunk_bytes": B, "chunks": N, "min_chunks": M} asks for N more KV chunks of B bytes
+// (a multiple of 2 MiB, at most 1 GiB; one size per client) and states M, the chunks this
+// worker needs for one full context: the server keeps that many for it whatever others take.
+// The reply {"chunk_bytes": B, "chunks": [ID, ...]} carries one FD per id, in order: as many as
+// the budget allows now, maybe none (the worker's requests then wait). At most kMaxFdsPerFrame.
+struct KvLeaseRequest {
+  std::uint64_t chunk_bytes = 0;
+  std::uint64_t chunks = 0;
+  std::uint64_t min_chunks = 0;
+};
+inline constexpr std::uint64_t kKvChunkAlignmentBytes = std::uint64_t(2) << 20;
+inline constexpr std::uint64_t kMaxKvChunkBytesInProtocol = std::uint64_t(1) << 30;
+inline constexpr std::uint64_t kMaxKvMinChunks = std::uint64_t(1) << 20;
+nlohmann::json make_kv_lease_args(const KvLeaseRequest& request);
+// Throws ProtocolError: kBadRequest for a malformed or out-of-range field, kTooLarge for more
+// than kMaxFdsPerFrame chunks.
+KvLeaseRequest parse_kv_lease_request(const Request& request);
+
+// kv_return: {"chunks": [ID, ...]} gives chunks back (at most kMaxKvReturnIds, no repeats); the
+// reply {"returned": N}. Ids the client does not hold are refused (kNotFound) and nothing is
+// returned.
+inline constexpr std::size_t kMaxKvReturnIds = 4096;
+struct KvReturnRequest {
+  std::vector<std::uint64_t> chunks;
+};
+nlohmann::json make_kv_return_args(std::span<const std::uint64_t> chunks);
+KvReturnRequest parse_kv_return_request(const Request& request);
 
 }  // namespace hearth::ipc

@@ -40,6 +40,7 @@ ServeLoop::ServeLoop(Engine& engine, const RequestSettings& defaults, const Toke
       tokenizer_(tokenizer),
       options_(options),
       sink_(sink),
+      stats_(engine.stats()),  // before the first step: the pool (a lease) is there already
       engine_thread_([this] { engine_loop(); }),
       prepare_thread_([this] { prepare_loop(); }) {}
 

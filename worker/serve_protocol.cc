@@ -68,24 +68,31 @@ Request submit_request(json request, const RequestSettings& defaults, const Toke
 }
 
 nlohmann::json stats_json(const EngineStats& s) {
-  return {{"running", s.running},
-          {"waiting", s.waiting},
-          {"kv_blocks_used", s.kv_blocks_used},
-          {"kv_blocks_total", s.kv_blocks_total},
-          {"kv_block_size", s.kv_block_size},
-          {"steps", s.steps},
-          {"last_step_sequences", s.last_step_sequences},
-          {"last_step_tokens", s.last_step_tokens},
-          {"forwarded_tokens", s.forwarded_tokens},
-          {"generated_tokens", s.generated_tokens},
-          {"preemptions", s.preemptions},
-          {"finished", s.finished},
-          {"aborted", s.cancelled},
-          {"held", s.held},
-          {"prefix_cache_queries", s.prefix_cache_queries},
-          {"prefix_cache_hits", s.prefix_cache_hits},
-          {"prefix_cache_blocks", s.prefix_cache_blocks},
-          {"prefix_cache_evicted_blocks", s.prefix_cache_evicted_blocks}};
+  nlohmann::json out = {{"running", s.running},
+                        {"waiting", s.waiting},
+                        {"kv_blocks_used", s.kv_blocks_used},
+                        {"kv_blocks_total", s.kv_blocks_total},
+                        {"kv_block_size", s.kv_block_size},
+                        {"steps", s.steps},
+                        {"last_step_sequences", s.last_step_sequences},
+                        {"last_step_tokens", s.last_step_tokens},
+                        {"forwarded_tokens", s.forwarded_tokens},
+                        {"generated_tokens", s.generated_tokens},
+                        {"preemptions", s.preemptions},
+                        {"finished", s.finished},
+                        {"aborted", s.cancelled},
+                        {"held", s.held},
+                        {"prefix_cache_queries", s.prefix_cache_queries},
+                        {"prefix_cache_hits", s.prefix_cache_hits},
+                        {"prefix_cache_blocks", s.prefix_cache_blocks},
+                        {"prefix_cache_evicted_blocks", s.prefix_cache_evicted_blocks}};
+  if (s.kv_lease)
+    out["kv_lease"] = {{"chunks", s.kv_lease_chunks},
+                       {"bytes", s.kv_lease_bytes},
+                       {"blocks", s.kv_blocks_total},
+                       {"grows", s.kv_lease_grows},
+                       {"shrinks", s.kv_lease_shrinks}};
+  return out;
 }
 
 nlohmann::json stats_json(const EngineStats& s, const IterationTokens& it) {

@@ -23,6 +23,7 @@
 #include "worker/request_file.h"
 #include "worker/startup_timeline.h"
 #include "tokenizer/tokenizer.h"
+#include "worker/leased_kv_memory.h"
 #include "worker/worker_model.h"
 
 namespace {
@@ -270,8 +271,16 @@ int run(int argc, char** argv) {
   }
   timeline.mark("prompt_ms");
 
+  // Served, the KV pool is leased from the server's memory budget and grows and shrinks with
+  // the work; single-process, the engine sizes its own.
+  hearth::KvMemoryFactory leased_kv;
+  if (model.server)
+    leased_kv = [&model](int64_t block_bytes, int max_blocks, int min_blocks) {
+      return std::make_shared<hearth::LeasedKvMemory>(model.server, block_bytes, max_blocks,
+                                                      min_blocks);
+    };
   std::unique_ptr<hearth::Backend> backend =
-      hearth::make_backend(profile.engine, model.weights(), warmup);
+      hearth::make_backend(profile.engine, model.weights(), warmup, leased_kv);
   timeline.mark("engine_ms");
   const double load_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - process_start)

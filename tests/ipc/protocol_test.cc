@@ -32,14 +32,15 @@ TEST(Protocol, ErrorCodesRoundTripThroughTheirNames) {
 }
 
 TEST(Protocol, KnowsItsOpsAndWhichAreAdmin) {
-  for (auto name :
-       {"hello", "list", "manifest", "import", "release", "stats", "load", "unload", "shutdown"}) {
+  for (auto name : {"hello", "list", "manifest", "import", "release", "stats", "load", "unload",
+                    "shutdown", "kv_lease", "kv_return"}) {
     EXPECT_TRUE(is_known_op(name)) << name;
   }
   EXPECT_FALSE(is_known_op("frobnicate"));
   EXPECT_TRUE(is_admin_op("load"));
   EXPECT_TRUE(is_admin_op("unload"));
   EXPECT_TRUE(is_admin_op("shutdown"));
+  EXPECT_FALSE(is_admin_op("kv_lease"));  // every allowed worker leases KV
   EXPECT_FALSE(is_admin_op("import"));
   EXPECT_FALSE(is_admin_op("stats"));
 }

@@ -36,7 +36,8 @@ int run(int argc, char** argv) {
                      "socket directory only it can write to)")
           ->check(CLI::Range(uid_t{0}, uid_t(-2)));
   CLI::App* list = app.add_subcommand("list", "models served, with their lease counts");
-  CLI::App* stats = app.add_subcommand("stats", "models, bytes, clients, leases, uptime");
+  CLI::App* stats = app.add_subcommand(
+      "stats", "models, bytes, clients, leases, uptime; memory: weights, KV per worker, free");
   CLI::App* load = app.add_subcommand("load", "admin: load a model directory and serve it");
   load->add_option("dir", dir, "HF model directory")->required()->check(CLI::ExistingDirectory);
   load->add_option("--name", name, "name to serve it under (default: the directory's basename)");

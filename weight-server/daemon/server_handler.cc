@@ -7,6 +7,7 @@
 
 #include "ipc/errors.h"
 #include "ipc/protocol.h"
+#include "weight-server/sharing/vmm_backend.h"
 
 namespace hearth {
 
@@ -23,7 +24,25 @@ std::string named(const std::string& s) {
 
 }  // namespace
 
-ServerHandler::ServerHandler(ServeOptions defaults) : defaults_(std::move(defaults)) {}
+namespace {
+
+uint64_t default_device_bytes(const ServeOptions& options) {
+  if (options.backend == "vmm") return vmm_device_memory_bytes(options.device);
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) : uint64_t(1) << 30;
+}
+
+}  // namespace
+
+ServerHandler::ServerHandler(ServeOptions defaults, uint64_t device_bytes, double memory_fraction)
+    : defaults_(std::move(defaults)),
+      budget_(device_bytes > 0 ? device_bytes : default_device_bytes(defaults_), memory_fraction) {}
+
+void ServerHandler::update_weights_budget() {
+  uint64_t bytes = 0;
+  for (const auto& [name, model] : models_) bytes += model->store->allocation_bytes();
+  budget_.set_weights_bytes(bytes);
+}
 
 ServerHandler::~ServerHandler() {
   finish_loads();
@@ -33,6 +52,7 @@ void ServerHandler::add_model(std::unique_ptr<ServedModel> model) {
   const std::string name = model->name;
   if (models_.contains(name)) throw std::runtime_error("two models are named " + named(name));
   models_.emplace(name, std::move(model));
+  update_weights_budget();
 }
 
 void ServerHandler::finish_loads() {
@@ -73,13 +93,15 @@ broker::Reply ServerHandler::handle(broker::Session& session, const ipc::Request
   if (op == ipc::op::kImport) return import(session, request);
   if (op == ipc::op::kRelease) return release(session, request);
   if (op == ipc::op::kStats) return stats(session);
+  if (op == ipc::op::kKvLease) return kv_lease(session, request);
+  if (op == ipc::op::kKvReturn) return kv_return(session, request);
   if (op == ipc::op::kLoad) return load(session, request);
   if (op == ipc::op::kUnload) return unload(request);
   return Reply::error(ErrorCode::kUnknownOp, "the weight server does not handle " + named(op));
 }
 
 void ServerHandler::on_connect(broker::Session& session) {
-  clients_[session.id()] = Client{session.pid(), session.uid(), {}};
+  clients_[session.id()] = Client{session.pid(), session.uid(), {}, 0, {}};
 }
 
 void ServerHandler::on_disconnect(broker::Session& session) {
@@ -88,6 +110,12 @@ void ServerHandler::on_disconnect(broker::Session& session) {
   for (const std::string& model : it->second.leases)
     log("lease of client " + std::to_string(session.id()) + " (pid " +
         std::to_string(it->second.pid) + ") on " + named(model) + " ended: disconnected");
+  if (!it->second.kv_chunks.empty())
+    log("KV lease of client " + std::to_string(session.id()) + " (pid " +
+        std::to_string(it->second.pid) + ", " + std::to_string(it->second.kv_chunks.size()) +
+        " chunks) returned: disconnected");
+  drop_kv_chunks(session.id(), it->second);
+  budget_.forget(session.id());
   clients_.erase(it);
 }
 
@@ -155,7 +183,8 @@ broker::Reply ServerHandler::release(broker::Session& session, const ipc::Reques
   const std::string& model = ipc::string_field(request.body, "model");
   const auto it = clients_.find(session.id());
   const bool released = it != clients_.end() && it->second.leases.erase(model) > 0;
-  session.set_holds_lease(it != clients_.end() && !it->second.leases.empty());
+  session.set_holds_lease(it != clients_.end() &&
+                          (!it->second.leases.empty() || !it->second.kv_chunks.empty()));
   return Reply::ok({{"model", model}, {"released", released}});
 }
 
@@ -173,9 +202,15 @@ broker::Reply ServerHandler::stats(broker::Session& session) const {
   }
   json workers = json::array();
   for (const auto& [id, client] : clients_) {
-    if (client.leases.empty()) continue;
-    workers.push_back(
-        {{"client_id", id}, {"pid", client.pid}, {"uid", client.uid}, {"models", client.leases}});
+    if (client.leases.empty() && client.kv_chunks.empty()) continue;
+    workers.push_back({{"client_id", id},
+                       {"pid", client.pid},
+                       {"uid", client.uid},
+                       {"models", client.leases},
+                       {"kv",
+                        {{"chunks", client.kv_chunks.size()},
+                         {"chunk_bytes", client.kv_chunk_bytes},
+                         {"bytes", budget_.held_by(id)}}}});
   }
   return Reply::ok(
       {{"pid", ::getpid()},
@@ -188,6 +223,9 @@ broker::Reply ServerHandler::stats(broker::Session& session) const {
        {"clients", clients_.size()},
        {"leases", leases},
        {"workers", std::move(workers)},
+       {"memory", budget_.to_json()},
+       {"kv_chunks", kv_chunks_.size()},
+       {"kv_chunks_total", kv_chunks_total_},
        {"imports_total", imports_total_},
        {"descriptors_total", descriptors_total_},
        {"leases_total", leases_total_},
@@ -251,6 +289,7 @@ void ServerHandler::run_load(uint64_t load_id, const ModelSpec& spec, const Serv
     if (model) {
       json summary = model->summary();
       models_.emplace(spec.name, model);
+      update_weights_budget();
       log("serving " + named(spec.name) + " (loaded by an admin request)");
       reply = Reply::ok({{"model", std::move(summary)}});
     } else {
@@ -277,8 +316,73 @@ broker::Reply ServerHandler::unload(const ipc::Request& request) {
                                               "); unload it once they release it or disconnect");
   }
   models_.erase(name);
+  update_weights_budget();
   log("unloaded " + named(name));
   return Reply::ok({{"model", name}, {"unloaded", true}});
+}
+
+broker::Reply ServerHandler::kv_lease(broker::Session& session, const ipc::Request& request) {
+  const ipc::KvLeaseRequest req = ipc::parse_kv_lease_request(request);
+  Client& client = clients_[session.id()];
+  if (client.kv_chunk_bytes != 0 && !client.kv_chunks.empty() &&
+      req.chunk_bytes != client.kv_chunk_bytes)
+    throw ProtocolError(ErrorCode::kBadRequest, "chunk_bytes " + std::to_string(req.chunk_bytes) +
+                                                    " differs from the chunks this client holds (" +
+                                                    std::to_string(client.kv_chunk_bytes) +
+                                                    "); one size per lease");
+  const uint64_t min_bytes = req.min_chunks * req.chunk_bytes;
+  const uint64_t n = budget_.grantable(session.id(), req.chunk_bytes, req.chunks, min_bytes);
+  std::vector<uint64_t> ids;
+  std::vector<UniqueFd> fds;
+  ids.reserve(n);
+  fds.reserve(n);
+  try {
+    for (uint64_t i = 0; i < n; ++i) {
+      const uint64_t id = next_kv_chunk_;
+      const std::string name = "hearth-kv-" + std::to_string(id);
+      std::unique_ptr<KvChunkMemory> memory =
+          defaults_.backend == "vmm" ? create_vmm_kv_chunk(defaults_.device, req.chunk_bytes)
+                                     : create_memfd_kv_chunk(req.chunk_bytes, name);
+      fds.push_back(memory->export_fd());
+      ++next_kv_chunk_;
+      kv_chunks_.emplace(id, KvChunk{session.id(), req.chunk_bytes, std::move(memory)});
+      client.kv_chunks.insert(id);
+      budget_.add(session.id(), req.chunk_bytes);
+      ids.push_back(id);
+    }
+  } catch (const std::exception& e) {
+    // What was created stays leased and is sent: the worker asks again later. Only a lease
+    // that got nothing reports the failure.
+    if (ids.empty())
+      throw ProtocolError(ErrorCode::kInternal,
+                          std::string("cannot create a KV chunk: ") + e.what());
+    fds.resize(ids.size());
+  }
+  client.kv_chunk_bytes = req.chunk_bytes;
+  kv_chunks_total_ += ids.size();
+  session.set_holds_lease(true);
+  return Reply::ok({{"chunk_bytes", req.chunk_bytes}, {"chunks", ids}}, std::move(fds));
+}
+
+broker::Reply ServerHandler::kv_return(broker::Session& session, const ipc::Request& request) {
+  const ipc::KvReturnRequest req = ipc::parse_kv_return_request(request);
+  Client& client = clients_[session.id()];
+  for (uint64_t id : req.chunks)
+    if (!client.kv_chunks.contains(id))
+      throw ProtocolError(ErrorCode::kNotFound, "this client holds no KV chunk " +
+                                                    std::to_string(id) + "; nothing returned");
+  for (uint64_t id : req.chunks) {
+    budget_.remove(session.id(), kv_chunks_.at(id).bytes);
+    kv_chunks_.erase(id);
+    client.kv_chunks.erase(id);
+  }
+  session.set_holds_lease(!client.leases.empty() || !client.kv_chunks.empty());
+  return Reply::ok({{"returned", req.chunks.size()}});
+}
+
+void ServerHandler::drop_kv_chunks(broker::ClientId, Client& client) {
+  for (uint64_t id : client.kv_chunks) kv_chunks_.erase(id);
+  client.kv_chunks.clear();
 }
 
 }  // namespace hearth

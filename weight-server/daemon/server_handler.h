@@ -17,15 +17,19 @@
 
 #include "broker/broker.h"
 #include "broker/handler.h"
+#include "weight-server/daemon/memory_budget.h"
 #include "weight-server/daemon/served_model.h"
+#include "weight-server/sharing/kv_chunk.h"
 
 namespace hearth {
 
 class ServerHandler final : public broker::Handler {
  public:
   // `defaults` is how admin `load` requests load (backend, device, threads, log); a request may
-  // name another backend.
-  explicit ServerHandler(ServeOptions defaults);
+  // name another backend. `device_bytes` is the memory the budget divides (0: the GPU's with the
+  // vmm backend, the machine's RAM with memfd); `memory_fraction` of it bounds weights and KV.
+  explicit ServerHandler(ServeOptions defaults, uint64_t device_bytes = 0,
+                         double memory_fraction = 0.9);
   ~ServerHandler() override;
   ServerHandler(const ServerHandler&) = delete;
   ServerHandler& operator=(const ServerHandler&) = delete;
@@ -50,6 +54,13 @@ class ServerHandler final : public broker::Handler {
     pid_t pid = 0;
     uid_t uid = 0;
     std::set<std::string> leases;  // models this client holds
+    uint64_t kv_chunk_bytes = 0;   // the size of its KV chunks, fixed by its first kv_lease
+    std::set<uint64_t> kv_chunks;  // KV chunk ids it holds
+  };
+  struct KvChunk {
+    broker::ClientId owner = 0;
+    uint64_t bytes = 0;
+    std::unique_ptr<KvChunkMemory> memory;
   };
 
   broker::Reply list() const;
@@ -57,6 +68,11 @@ class ServerHandler final : public broker::Handler {
   broker::Reply import(broker::Session& session, const ipc::Request& request);
   broker::Reply release(broker::Session& session, const ipc::Request& request);
   broker::Reply stats(broker::Session& session) const;
+  broker::Reply kv_lease(broker::Session& session, const ipc::Request& request);
+  broker::Reply kv_return(broker::Session& session, const ipc::Request& request);
+  // Drops the chunks `client` holds (its connection closed, or it returned them).
+  void drop_kv_chunks(broker::ClientId id, Client& client);
+  void update_weights_budget();
   broker::Reply load(broker::Session& session, const ipc::Request& request);
   broker::Reply unload(const ipc::Request& request);
 
@@ -77,6 +93,10 @@ class ServerHandler final : public broker::Handler {
   uint64_t imports_total_ = 0;      // import requests answered
   uint64_t descriptors_total_ = 0;  // descriptors handed out
   uint64_t leases_total_ = 0;       // leases ever taken
+  MemoryBudget budget_;
+  std::map<uint64_t, KvChunk> kv_chunks_;  // every leased KV chunk, by id
+  uint64_t next_kv_chunk_ = 1;             // ids are never reused while the server runs
+  uint64_t kv_chunks_total_ = 0;           // chunks ever leased
 
   // Load threads reach the broker through this, under the mutex, until finish_loads().
   std::mutex loads_mutex_;

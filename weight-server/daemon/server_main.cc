@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <set>
@@ -77,6 +78,8 @@ int run(int argc, char** argv) {
   size_t max_clients = 256, max_clients_per_uid = 64;
   int idle_timeout_ms = 10'000, quiet_timeout_ms = 60'000;
   bool quiet = false;
+  double memory_fraction = 0.9;
+  uint64_t memory_mb = 0;
   app.add_option("--model", model_args,
                  "model directory to serve, as DIR or DIR:NAME (default name: the directory's "
                  "basename); repeatable")
@@ -109,6 +112,14 @@ int run(int argc, char** argv) {
                  "drop a connected client that holds no lease and sends nothing this long (a "
                  "worker holding a lease is never dropped for being quiet)")
       ->check(kTimeoutMs);
+  app.add_option("--gpu-memory-fraction", memory_fraction,
+                 "share of the device's memory that the weights and every worker's KV lease may "
+                 "take together")
+      ->check(CLI::Range(0.01, 1.0));
+  app.add_option("--memory-mb", memory_mb,
+                 "the device memory the budget divides, in MiB (default: the GPU's with the vmm "
+                 "backend, the machine's RAM with memfd)")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 30));
   app.add_flag("--quiet", quiet, "no progress lines");
   CLI11_PARSE(app, argc, argv);
 
@@ -129,7 +140,7 @@ int run(int argc, char** argv) {
   serve.progress = !quiet;
   serve.log = log_line;
 
-  hearth::ServerHandler handler(serve);
+  hearth::ServerHandler handler(serve, memory_mb << 20, memory_fraction);
   hearth::broker::BrokerOptions options;
   options.socket_path = socket;
   options.server_name = "hearth-server";

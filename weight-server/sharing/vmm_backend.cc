@@ -7,12 +7,14 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <map>
 #include <stdexcept>
 #include <string>
 #include <system_error>
 #include <vector>
 
 #include "weight-server/sharing/checksum.h"
+#include "weight-server/model/cuda_driver.h"
 #include "weight-server/model/device_store.h"
 #include "kernels/cuda_check.h"
 #include "kernels/cuda_handles.h"
@@ -57,7 +59,93 @@ class ExportedDeviceStore final : public ExportableStore {
   std::vector<UniqueFd> exported_;  // one per allocation, in id order
 };
 
+// A KV chunk on the GPU: its VMM allocation (mapped here too, which costs address space only)
+// and the descriptor exported once at creation.
+class VmmKvChunk final : public KvChunkMemory {
+ public:
+  VmmKvChunk(int device, uint64_t bytes) : allocation_(VmmAllocation::create(device, bytes)) {
+    exported_.reset(allocation_.export_fd());
+    // Zeroed like the memfd chunks, so a fresh pool reads the same everywhere.
+    HEARTH_CUDA_CHECK(cudaMemset(allocation_.data(), 0, allocation_.size()));
+  }
+  UniqueFd export_fd() const override {
+    const int fd = ::fcntl(exported_.get(), F_DUPFD_CLOEXEC, 0);
+    if (fd < 0)
+      throw std::system_error(errno, std::generic_category(), "duplicating a KV chunk's handle");
+    return UniqueFd(fd);
+  }
+
+ private:
+  VmmAllocation allocation_;
+  UniqueFd exported_;
+};
+
+class VmmKvRange final : public KvChunkRange {
+ public:
+  VmmKvRange(int device, uint64_t bytes) : device_(device), bytes_(bytes) {
+    check_cu(
+        CudaDriver::get().address_reserve(&base_, bytes, VmmAllocation::granularity(device), 0, 0),
+        "cuMemAddressReserve (KV range)");
+  }
+  ~VmmKvRange() override {
+    // Errors are ignored: a destructor cannot throw, and a failure means a dead context.
+    const CudaDriver& d = CudaDriver::get();
+    for (const auto& [offset, bytes] : mapped_) d.mem_unmap(base_ + offset, bytes);
+    d.address_free(base_, bytes_);
+  }
+  VmmKvRange(const VmmKvRange&) = delete;
+  VmmKvRange& operator=(const VmmKvRange&) = delete;
+
+  std::byte* base() const override { return reinterpret_cast<std::byte*>(base_); }
+  void map(uint64_t offset, int fd, uint64_t bytes, const std::string& label) override {
+    if (offset > bytes_ || bytes > bytes_ - offset)
+      throw std::runtime_error(label + ": outside the reserved range");
+    const CudaDriver& d = CudaDriver::get();
+    CUmemGenericAllocationHandle handle = 0;
+    check_cu(d.import_handle(&handle, reinterpret_cast<void*>(static_cast<intptr_t>(fd)),
+                             CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+             "cuMemImportFromShareableHandle (KV chunk)");
+    // The mapping holds the memory from here on; the handle is not needed past cuMemMap.
+    const CUresult mapped = d.mem_map(base_ + offset, bytes, 0, handle, 0);
+    d.mem_release(handle);
+    check_cu(mapped, "cuMemMap (KV chunk; is it the size that was leased?)");
+    mapped_.emplace(offset, bytes);
+    CUmemAccessDesc access{};
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = device_;
+    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    check_cu(d.set_access(base_ + offset, bytes, &access, 1), "cuMemSetAccess (KV chunk)");
+  }
+  void unmap(uint64_t offset, uint64_t bytes) override {
+    check_cu(CudaDriver::get().mem_unmap(base_ + offset, bytes), "cuMemUnmap (KV chunk)");
+    mapped_.erase(offset);
+  }
+
+ private:
+  int device_;
+  uint64_t bytes_;
+  CUdeviceptr base_ = 0;
+  std::map<uint64_t, uint64_t> mapped_;  // offset -> bytes
+};
+
 }  // namespace
+
+std::unique_ptr<KvChunkRange> reserve_vmm_kv_range(int device, uint64_t bytes) {
+  HEARTH_CUDA_CHECK(cudaSetDevice(device));
+  return std::make_unique<VmmKvRange>(device, bytes);
+}
+
+uint64_t vmm_device_memory_bytes(int device) {
+  HEARTH_CUDA_CHECK(cudaSetDevice(device));
+  size_t free = 0, total = 0;
+  HEARTH_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+  return total;
+}
+
+std::unique_ptr<KvChunkMemory> create_vmm_kv_chunk(int device, uint64_t bytes) {
+  HEARTH_CUDA_CHECK(cudaSetDevice(device));
+  return std::make_unique<VmmKvChunk>(device, bytes);
+}
 
 bool vmm_gpu_available(std::string* why) {
   int count = 0;

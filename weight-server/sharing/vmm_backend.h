@@ -11,6 +11,7 @@
 
 #include "base/unique_fd.h"
 #include "weight-server/sharing/exportable_store.h"
+#include "weight-server/sharing/kv_chunk.h"
 #include "weight-server/model/hf_model.h"
 #include "weight-server/sharing/manifest.h"
 
@@ -40,6 +41,17 @@ int vmm_device_for(const std::string& gpu_uuid);
 // vmm_device_for). The descriptors are closed; the driver keeps the memory alive while mapped.
 std::shared_ptr<const WeightStore> import_vmm_store(const Manifest& manifest,
                                                     std::vector<UniqueFd> fds, int device);
+
+// The memory of `device` in bytes (what the server's budget divides).
+uint64_t vmm_device_memory_bytes(int device);
+
+// A KV chunk on the GPU: an exportable VMM allocation of `bytes` (a multiple of the
+// granularity) on `device`.
+std::unique_ptr<KvChunkMemory> create_vmm_kv_chunk(int device, uint64_t bytes);
+
+// A worker's KV range on the GPU: `bytes` of reserved device address space (cuMemAddressReserve)
+// into which received chunks are imported and mapped read-write for `device`.
+std::unique_ptr<KvChunkRange> reserve_vmm_kv_range(int device, uint64_t bytes);
 
 // xxh3 of `bytes` of device memory, copied back through a pinned buffer.
 uint64_t device_checksum(const void* device_address, uint64_t bytes);

@@ -30,5 +30,14 @@ std::shared_ptr<const WeightStore> import_vmm_store(const Manifest&, std::vector
 uint64_t device_checksum(const void*, uint64_t) {
   no_cuda();
 }
+uint64_t vmm_device_memory_bytes(int) {
+  no_cuda();
+}
+std::unique_ptr<KvChunkMemory> create_vmm_kv_chunk(int, uint64_t) {
+  no_cuda();
+}
+std::unique_ptr<KvChunkRange> reserve_vmm_kv_range(int, uint64_t) {
+  no_cuda();
+}
 
 }  // namespace hearth

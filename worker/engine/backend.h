@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "worker/engine/kv_memory.h"
 #include "worker/engine/logprobs.h"
 #include "worker/engine/sampler.h"
 
@@ -68,6 +69,9 @@ class Backend {
   // True when every position's keys and values live in the block its table names, so a block
   // one sequence computed can serve another (prefix caching).
   virtual bool paged_kv() const { return true; }
+  // The memory the pool lives in when it grows and shrinks (kv_memory.h); null when the pool is
+  // the backend's own, of a fixed size.
+  virtual KvMemory* kv_memory() { return nullptr; }
 
   // Runs every entry's tokens through the model, writing their keys and values into the blocks
   // their tables name (a position's slot is overwritten, so a caller may recompute it), and

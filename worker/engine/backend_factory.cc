@@ -79,14 +79,21 @@ KvPoolShape resolve_kv_pool(const EngineOptions& options, int context_length,
 }
 
 std::unique_ptr<Backend> make_backend(const EngineOptions& options, const EngineWeights& weights,
-                                      std::shared_ptr<CudaWarmup> warmup) {
+                                      std::shared_ptr<CudaWarmup> warmup,
+                                      const KvMemoryFactory& kv_memory) {
   const int context = resolve_context_length(options, weights.store->config());
   if (resolve_backend(options.backend) == BackendKind::Cpu) {
     if (weights.store->residence() != Residence::Host)
       throw std::runtime_error("the cpu backend cannot run on GPU-resident (" +
                                std::string(weights.store->backend_name()) + ") weights");
-    const KvPoolShape kv =
-        resolve_kv_pool(options, context, CpuBackend::kv_bytes_per_token(weights.store->config()));
+    const int64_t per_token = CpuBackend::kv_bytes_per_token(weights.store->config());
+    const KvPoolShape kv = resolve_kv_pool(options, context, per_token);
+    if (kv_memory) {
+      const int context_blocks = (context + kv.block_size - 1) / kv.block_size;
+      return std::make_unique<CpuBackend>(
+          weights.store, context, kv,
+          kv_memory(per_token * kv.block_size, kv.num_blocks, context_blocks));
+    }
     return std::make_unique<CpuBackend>(weights.store, context, kv);
   }
   return make_cuda_backend(options, weights, context, std::move(warmup));

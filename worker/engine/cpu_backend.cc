@@ -88,8 +88,13 @@ void rope(float* v, int n_heads, int head_dim, int pos, const std::vector<float>
 
 }  // namespace
 
-CpuBackend::CpuBackend(std::shared_ptr<const WeightStore> store, int context_length, KvPoolShape kv)
-    : store_(std::move(store)), c_(store_->config()), context_(context_length), kv_(kv) {
+CpuBackend::CpuBackend(std::shared_ptr<const WeightStore> store, int context_length, KvPoolShape kv,
+                       std::shared_ptr<KvMemory> memory)
+    : store_(std::move(store)),
+      c_(store_->config()),
+      context_(context_length),
+      kv_(kv),
+      memory_(std::move(memory)) {
   if (store_->residence() != Residence::Host)
     throw std::runtime_error(
         "the cpu backend needs host-resident weights, this store is on the GPU");
@@ -102,10 +107,25 @@ CpuBackend::CpuBackend(std::shared_ptr<const WeightStore> store, int context_len
     throw std::runtime_error("negative KV pool size " + std::to_string(kv_.num_blocks));
   w_ = bind_weights(*store_);
   inv_freq_ = rope_inverse_frequencies(c_);
-  layer_stride_ = size_t(kv_.num_blocks) * c_.n_kv_heads * kv_.block_size * c_.head_dim;
+  block_floats_ = size_t(c_.n_layers) * 2 * c_.n_kv_heads * kv_.block_size * c_.head_dim;
+  if (memory_) {
+    if (memory_->block_bytes() != int64_t(block_floats_ * sizeof(float)))
+      throw std::runtime_error("the leased KV memory has blocks of " +
+                               std::to_string(memory_->block_bytes()) + " bytes, the cpu " +
+                               "backend needs " + std::to_string(block_floats_ * sizeof(float)));
+    return;
+  }
   // Not value-initialised: the pages of blocks never written are never touched.
-  k_pool_ = std::make_unique_for_overwrite<float[]>(layer_stride_ * c_.n_layers);
-  v_pool_ = std::make_unique_for_overwrite<float[]>(layer_stride_ * c_.n_layers);
+  own_pool_ = std::make_unique_for_overwrite<float[]>(block_floats_ * kv_.num_blocks);
+}
+
+KvPoolShape CpuBackend::kv_pool() const {
+  if (!memory_) return kv_;
+  return {kv_.block_size, memory_->blocks()};
+}
+
+float* CpuBackend::pool() const {
+  return memory_ ? reinterpret_cast<float*>(memory_->base()) : own_pool_.get();
 }
 
 int64_t CpuBackend::kv_bytes_per_token(const ModelConfig& config) {
@@ -113,15 +133,16 @@ int64_t CpuBackend::kv_bytes_per_token(const ModelConfig& config) {
 }
 
 float* CpuBackend::k_slot(int layer, int32_t block, int offset, int kv_head) const {
-  return &k_pool_[layer * layer_stride_ +
-                  ((size_t(block) * c_.n_kv_heads + kv_head) * kv_.block_size + offset) *
-                      c_.head_dim];
+  return &pool()[size_t(block) * block_floats_ +
+                 ((size_t(layer) * 2 * c_.n_kv_heads + kv_head) * kv_.block_size + offset) *
+                     c_.head_dim];
 }
 
 float* CpuBackend::v_slot(int layer, int32_t block, int offset, int kv_head) const {
-  return &v_pool_[layer * layer_stride_ +
-                  ((size_t(block) * c_.n_kv_heads + kv_head) * kv_.block_size + offset) *
-                      c_.head_dim];
+  return &pool()[size_t(block) * block_floats_ +
+                 ((size_t(layer) * 2 * c_.n_kv_heads + c_.n_kv_heads + kv_head) * kv_.block_size +
+                  offset) *
+                     c_.head_dim];
 }
 
 void CpuBackend::forward(const ForwardBatch& batch) {

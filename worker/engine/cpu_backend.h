@@ -21,13 +21,17 @@ class CpuBackend final : public Backend {
  public:
   // `store` must hold host-resident tensors. `context_length` bounds each sequence. A pool of
   // `kv.num_blocks` 0 holds one full context. KV memory is reserved, not touched: the pages of
-  // blocks never used cost nothing.
-  CpuBackend(std::shared_ptr<const WeightStore> store, int context_length, KvPoolShape kv = {});
+  // blocks never used cost nothing. With `memory` (served mode: a lease from the server) the
+  // pool is that memory, as many blocks as it holds at each forward, and kv.num_blocks is
+  // ignored; its block_bytes must be kv_bytes_per_token * kv.block_size.
+  CpuBackend(std::shared_ptr<const WeightStore> store, int context_length, KvPoolShape kv = {},
+             std::shared_ptr<KvMemory> memory = nullptr);
 
   std::string name() const override { return "cpu"; }
   int context_length() const override { return context_; }
   int vocab_size() const override { return c_.vocab; }
-  KvPoolShape kv_pool() const override { return kv_; }
+  KvPoolShape kv_pool() const override;
+  KvMemory* kv_memory() override { return memory_.get(); }
   void forward(const ForwardBatch& batch) override;
   std::span<const float> logits(int entry) override;
 
@@ -50,9 +54,12 @@ class CpuBackend final : public Backend {
   int context_;
   KvPoolShape kv_;
   std::vector<float> inv_freq_;
-  // Per layer [block][kv_head][block_offset][head_dim], keys and values apart.
-  std::unique_ptr<float[]> k_pool_, v_pool_;
-  size_t layer_stride_ = 0;  // floats per layer in each pool
+  float* pool() const;
+  // Block-major, so that a pool grows by whole blocks: per block [layer][keys, values][kv_head]
+  // [block_offset][head_dim].
+  std::unique_ptr<float[]> own_pool_;
+  std::shared_ptr<KvMemory> memory_;
+  size_t block_floats_ = 0;  // floats per block, every layer's keys and values
 
   // Activations for the batch's rows.
   std::vector<Row> rows_;

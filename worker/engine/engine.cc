@@ -42,10 +42,11 @@ struct Engine::Live {
 Engine::Engine(Backend& backend, const EngineOptions& options, const Tokenizer* tokenizer,
                std::vector<int32_t> eos_ids, std::string_view model_identity)
     : backend_(backend),
+      memory_(backend.kv_memory()),
       tokenizer_(tokenizer),
       eos_ids_(std::move(eos_ids)),
       kv_(backend.kv_pool().num_blocks, backend.kv_pool().block_size,
-          options.prefix_cache && backend.paged_kv()),
+          options.prefix_cache && backend.paged_kv(), backend.kv_memory() != nullptr),
       scheduler_(scheduler_options(options, backend), kv_),
       cache_domain_(cache_domain_key(options, backend.name(), model_identity)) {}
 
@@ -82,12 +83,13 @@ void Engine::submit(Request request) {
   // The last token is sampled, never run: a sequence holds at most prompt + max_tokens - 1.
   const int64_t positions = int64_t(prompt) + std::max(max_tokens - 1, 0);
   const int blocks = kv_.blocks_for(positions);
-  if (blocks > kv_.pool().total())
+  // A leased pool may grow to its reservation: a request that fits that waits for memory.
+  const int pool_blocks = memory_ ? memory_->max_blocks() : kv_.pool().total();
+  if (blocks > pool_blocks)
     throw RequestError(id, "max_tokens",
                        "prompt + max_tokens need " + std::to_string(blocks) +
-                           " KV blocks, more than the whole pool (" +
-                           std::to_string(kv_.pool().total()) + " blocks of " +
-                           std::to_string(kv_.block_size()) + " tokens)");
+                           " KV blocks, more than the whole pool (" + std::to_string(pool_blocks) +
+                           " blocks of " + std::to_string(kv_.block_size()) + " tokens)");
 
   auto live = std::make_unique<Live>(std::move(request), tokenizer_);
   Live& l = *live;
@@ -209,8 +211,17 @@ std::vector<RequestOutput> Engine::fail_step(std::span<const SequenceId> sequenc
 std::vector<RequestOutput> Engine::step() {
   std::vector<RequestOutput> outputs = std::move(pending_);
   pending_.clear();
+  if (memory_) grow_kv();
+  for (RequestOutput& out : pending_) outputs.push_back(std::move(out));
+  pending_.clear();
   const Schedule schedule = scheduler_.schedule();
-  if (schedule.empty()) return outputs;
+  if (schedule.empty()) {
+    // Requests wait for memory another worker holds: pause rather than spin.
+    if (memory_ && scheduler_.waiting() > 0 && scheduler_.running() == 0)
+      memory_->wait_for_memory();
+    if (memory_) shrink_kv();
+    return outputs;
+  }
   ++counters_.steps;
   counters_.last_step_sequences = int(schedule.chunks.size());
   counters_.last_step_tokens = schedule.tokens;
@@ -262,7 +273,52 @@ std::vector<RequestOutput> Engine::step() {
         fail_step(ids, std::string("the ") + backend_.name() + " backend failed: " + e.what());
     for (RequestOutput& f : failed) outputs.push_back(std::move(f));
   }
+  if (memory_) shrink_kv();
   return outputs;
+}
+
+void Engine::grow_kv() {
+  // What the live sequences lack to hold every token they know, beyond what is free.
+  int64_t lacking = 0;
+  for (const auto& [seq, live] : by_sequence_)
+    lacking += kv_.blocks_needed(seq, int(live->seq.tokens.size()));
+  lacking -= kv_.pool().free();
+  if (lacking <= 0 || kv_.pool().total() >= memory_->max_blocks()) return;
+  const Clock::time_point now = Clock::now();
+  if (now < next_grow_) return;
+  try {
+    const int got = memory_->grow(int(std::min<int64_t>(lacking, memory_->max_blocks())));
+    if (got > 0) {
+      kv_.grow(got);
+      ++counters_.kv_lease_grows;
+    } else {
+      next_grow_ = now + std::chrono::milliseconds(10);
+    }
+  } catch (const std::exception& e) {
+    // The provider is gone (the server stopped): the requests without blocks can never run.
+    std::vector<Live*> stranded;
+    for (const auto& [seq, live] : by_sequence_)
+      if (kv_.block_table(seq).empty()) stranded.push_back(live);
+    for (Live* live : stranded) {
+      RequestOutput& out = pending_.emplace_back();
+      finish(*live, FinishReason::Error, std::string("cannot lease KV memory: ") + e.what(), out);
+    }
+  }
+}
+
+void Engine::shrink_kv() {
+  if (!live_.empty()) return;
+  const int per_chunk = memory_->blocks_per_chunk();
+  const int context = kv_.blocks_for(backend_.context_length());
+  const int keep = std::min(kv_.pool().total(), (context + per_chunk - 1) / per_chunk * per_chunk);
+  if (keep >= kv_.pool().total() || !kv_.shrink(keep)) return;
+  ++counters_.kv_lease_shrinks;
+  try {
+    memory_->shrink(keep);
+  } catch (const std::exception&) {
+    // The blocks are gone from the pool either way; the server takes back whatever it still
+    // counts when the connection closes.
+  }
 }
 
 bool Engine::has_work() const {
@@ -286,6 +342,11 @@ EngineStats Engine::stats() const {
   s.prefix_cache_hits = scheduler_.prefix_cache_hits();
   s.prefix_cache_blocks = kv_.cached_blocks();
   s.prefix_cache_evicted_blocks = kv_.evicted_blocks();
+  if (memory_) {
+    s.kv_lease = true;
+    s.kv_lease_chunks = memory_->chunks();
+    s.kv_lease_bytes = memory_->bytes();
+  }
   return s;
 }
 

@@ -46,6 +46,12 @@ struct EngineStats {
   uint64_t prefix_cache_queries = 0, prefix_cache_hits = 0;
   int prefix_cache_blocks = 0;
   uint64_t prefix_cache_evicted_blocks = 0;
+  // Served mode, a pool leased from the server (kv_memory.h): chunks and bytes held now, and
+  // how often it grew and shrank; kv_lease false for a pool of the engine's own.
+  bool kv_lease = false;
+  int kv_lease_chunks = 0;
+  uint64_t kv_lease_bytes = 0;
+  uint64_t kv_lease_grows = 0, kv_lease_shrinks = 0;
 };
 
 class Engine {
@@ -103,8 +109,15 @@ class Engine {
   void emit_token(Live& live, const SampleResult& sampled, RequestOutput& out);
   std::vector<RequestOutput> fail_step(std::span<const SequenceId> sequences,
                                        const std::string& error);
+  // A leased pool: asks for the blocks the live sequences lack, at most every
+  // kGrowRetry after an answer of none; a provider that fails ends the requests that wait.
+  void grow_kv();
+  // A leased pool with no live request gives back every chunk past one full context.
+  void shrink_kv();
 
   Backend& backend_;
+  KvMemory* memory_;  // the backend's, when its pool is leased
+  Clock::time_point next_grow_ = {};
   const Tokenizer* tokenizer_;
   std::vector<int32_t> eos_ids_;
   KvCacheManager kv_;

@@ -5,8 +5,8 @@
 
 namespace hearth {
 
-KvBlockPool::KvBlockPool(int num_blocks) {
-  if (num_blocks <= 0)
+KvBlockPool::KvBlockPool(int num_blocks, bool growable) {
+  if (num_blocks < 0 || (num_blocks == 0 && !growable))
     throw std::runtime_error("the KV pool needs at least one block, got " +
                              std::to_string(num_blocks));
   refs_.assign(num_blocks, 0);
@@ -78,6 +78,36 @@ void KvBlockPool::release(int32_t block) {
   if (refs_[block] == 0)
     throw std::logic_error("KV block " + std::to_string(block) + " released twice");
   if (--refs_[block] == 0) push_back_free(block);
+}
+
+void KvBlockPool::grow(int n) {
+  if (n < 0) throw std::logic_error("a KV pool cannot grow by " + std::to_string(n));
+  const int32_t first = total();
+  refs_.resize(size_t(first) + n, 0);
+  prev_.resize(refs_.size(), kNone);
+  next_.resize(refs_.size(), kNone);
+  // Pushed to the front in reverse, so the queue starts first, first + 1, ...
+  for (int32_t b = first + n - 1; b >= first; --b) {
+    prev_[b] = kNone;
+    next_[b] = head_;
+    if (head_ != kNone)
+      prev_[head_] = b;
+    else
+      tail_ = b;
+    head_ = b;
+    ++free_count_;
+  }
+}
+
+bool KvBlockPool::shrink(int n) {
+  if (n < 0 || n > total()) return false;
+  for (int32_t b = n; b < total(); ++b)
+    if (refs_[b] != 0) return false;
+  for (int32_t b = n; b < total(); ++b) unlink_free(b);
+  refs_.resize(n);
+  prev_.resize(n);
+  next_.resize(n);
+  return true;
 }
 
 int KvBlockPool::ref_count(int32_t block) const {

@@ -18,7 +18,8 @@ namespace hearth {
 
 class KvBlockPool {
  public:
-  explicit KvBlockPool(int num_blocks);
+  // `growable`: a pool that grows later (grow()) may start empty.
+  explicit KvBlockPool(int num_blocks, bool growable = false);
 
   int total() const { return int(refs_.size()); }
   int free() const { return free_count_; }
@@ -37,6 +38,13 @@ class KvBlockPool {
   void release(int32_t block);
 
   int ref_count(int32_t block) const;
+
+  // Adds blocks [total(), total() + n), free, at the front of the free queue: fresh memory is
+  // taken before cached blocks are evicted.
+  void grow(int n);
+  // Drops blocks [n, total()) when every one of them is free; false, changing nothing, when one
+  // is used.
+  bool shrink(int n);
 
  private:
   void check(int32_t block) const;

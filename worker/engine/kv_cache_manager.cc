@@ -7,8 +7,8 @@
 
 namespace hearth {
 
-KvCacheManager::KvCacheManager(int num_blocks, int block_size, bool prefix_cache)
-    : pool_(num_blocks), block_size_(block_size), prefix_cache_on_(prefix_cache) {
+KvCacheManager::KvCacheManager(int num_blocks, int block_size, bool prefix_cache, bool growable)
+    : pool_(num_blocks, growable), block_size_(block_size), prefix_cache_on_(prefix_cache) {
   if (block_size <= 0)
     throw std::runtime_error("the KV block size must be positive, got " +
                              std::to_string(block_size));
@@ -94,6 +94,15 @@ void KvCacheManager::cache_full_blocks(Sequence& seq, int from, int to) {
     cache_.insert(key, parent, std::span(seq.tokens).subspan(j * block_size_, block_size_),
                   table[j]);
   }
+}
+
+bool KvCacheManager::shrink(int n) {
+  if (n < 0 || n > pool_.total()) return false;
+  for (int32_t b = n; b < pool_.total(); ++b)
+    if (pool_.ref_count(b) != 0) return false;
+  for (int32_t b = n; b < pool_.total(); ++b)
+    if (cache_.erase(b)) ++evicted_;
+  return pool_.shrink(n);
 }
 
 void KvCacheManager::drop_unused_cached_blocks() {

@@ -25,7 +25,8 @@ struct Sequence;
 
 class KvCacheManager {
  public:
-  KvCacheManager(int num_blocks, int block_size, bool prefix_cache = false);
+  // `growable`: the pool grows and shrinks later (grow(), shrink()) and may start empty.
+  KvCacheManager(int num_blocks, int block_size, bool prefix_cache = false, bool growable = false);
 
   int block_size() const { return block_size_; }
   int blocks_for(int64_t tokens) const { return int((tokens + block_size_ - 1) / block_size_); }
@@ -59,6 +60,12 @@ class KvCacheManager {
   void drop_unused_cached_blocks();
   // Forgets every cached block; those held stay with their holders, unshared from now on.
   void forget_cached_blocks() { cache_.clear(); }
+
+  // Adds `n` free blocks at the end of the pool.
+  void grow(int n) { pool_.grow(n); }
+  // Drops blocks [n, total()) when nobody holds any of them, evicting those cached first;
+  // false, changing nothing, when one is held.
+  bool shrink(int n);
 
   int cached_blocks() const { return cache_.size(); }  // held or not
   uint64_t evicted_blocks() const { return evicted_; }

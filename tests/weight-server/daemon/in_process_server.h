@@ -22,9 +22,11 @@ class InProcessServer {
  public:
   // Serves `model_dir` (a model directory) as "tiny" with the memfd backend, through `wrapper`
   // (which forwards to handler()) when one is given.
+  // `device_bytes` and `memory_fraction` set the server's memory budget (0: the machine's RAM).
   InProcessServer(broker::BrokerOptions options, const std::string& model_dir,
-                  broker::Handler* wrapper = nullptr)
-      : handler_(serve_options()) {
+                  broker::Handler* wrapper = nullptr, uint64_t device_bytes = 0,
+                  double memory_fraction = 0.9)
+      : handler_(serve_options(), device_bytes, memory_fraction) {
     ServeOptions serve = serve_options();
     handler_.add_model(load_served_model({model_dir, "tiny"}, serve));
     if (options.socket_path.empty()) options.socket_path = tmp_ / "run/hearth.sock";

@@ -5,6 +5,7 @@
 #include "worker/engine/backend_factory.h"
 #include "worker/engine/kv_block_pool.h"
 #include "worker/engine/kv_cache_manager.h"
+#include "worker/engine/sequence.h"
 
 namespace hearth {
 namespace {
@@ -22,6 +23,51 @@ TEST(KvBlockPool, AllocatesInOrderAndRefusesWhatItLacks) {
   EXPECT_EQ(pool.free(), 1);
   EXPECT_TRUE(pool.allocate(0, got));
   EXPECT_THROW(KvBlockPool(0), std::runtime_error);
+}
+
+// A leased pool (issue 22): it may start empty, new blocks come before cached free ones, and it
+// shrinks only over blocks nobody holds, evicting the cached ones there.
+TEST(KvBlockPool, GrowsFreshBlocksFirstAndShrinksOnlyFreeOnes) {
+  EXPECT_THROW(KvBlockPool(0, false), std::runtime_error);
+  KvBlockPool pool(0, true);
+  EXPECT_EQ(pool.total(), 0);
+  std::vector<int32_t> got;
+  EXPECT_FALSE(pool.allocate(1, got));
+  pool.grow(2);
+  ASSERT_TRUE(pool.allocate(2, got));
+  pool.release(got[1]);  // block 1 free again, at the back
+  pool.grow(2);          // blocks 2 and 3, at the front
+  std::vector<int32_t> more;
+  ASSERT_TRUE(pool.allocate(3, more));
+  EXPECT_EQ(more, (std::vector<int32_t>{2, 3, 1}));
+  EXPECT_FALSE(pool.shrink(1));  // blocks 1-3 are held
+  EXPECT_EQ(pool.total(), 4);
+  for (int32_t b : more) pool.release(b);
+  EXPECT_TRUE(pool.shrink(1));
+  EXPECT_EQ(pool.total(), 1);
+  EXPECT_EQ(pool.free(), 0);  // block 0 is still held
+  pool.release(0);
+  std::vector<int32_t> last;
+  ASSERT_TRUE(pool.allocate(1, last));
+  EXPECT_EQ(last, (std::vector<int32_t>{0}));
+}
+
+TEST(KvCacheManager, ShrinkEvictsCachedBlocksPastTheCut) {
+  KvCacheManager kv(0, 4, /*prefix_cache=*/true, /*growable=*/true);
+  kv.grow(4);
+  Sequence seq;
+  seq.id = 1;
+  seq.tokens = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+  ASSERT_TRUE(kv.allocate(1, 9));
+  seq.computed = 9;
+  kv.cache_full_blocks(seq, 0, 9);
+  EXPECT_EQ(kv.cached_blocks(), 2);
+  EXPECT_FALSE(kv.shrink(1));  // held
+  kv.free(1);
+  EXPECT_TRUE(kv.shrink(1));
+  EXPECT_EQ(kv.pool().total(), 1);
+  EXPECT_EQ(kv.cached_blocks(), 1);  // block 0's entry stays; block 1's is evicted
+  EXPECT_EQ(kv.evicted_blocks(), 1u);
 }
 
 TEST(KvBlockPool, ReleasedBlocksAreReusedLeastRecentlyReleasedFirst) {

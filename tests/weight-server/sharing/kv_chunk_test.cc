@@ -1,0 +1,71 @@
+// KV chunks (issue 22): their size (whole blocks, 2 MiB-aligned), and what a worker accepts as
+// a chunk: a memfd of exactly the leased size that nobody can grow or shrink; and a range that
+// maps chunks one after another so that a block is a base + index.
+#include <gtest/gtest.h>
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "weight-server/sharing/kv_chunk.h"
+
+namespace hearth {
+namespace {
+
+constexpr uint64_t kMiB = uint64_t(1) << 20;
+
+TEST(KvChunk, SizeIsWholeBlocksAndWhole2MiB) {
+  EXPECT_EQ(kv_chunk_bytes_for(2 * kMiB), 2 * kMiB);  // a block of 2 MiB (8B bf16, 16)
+  EXPECT_EQ(kv_chunk_bytes_for(163840), 10 * kMiB);   // the tiny model: 64 blocks
+  EXPECT_EQ(kv_chunk_bytes_for(3 * kMiB), 6 * kMiB);
+  EXPECT_EQ(kv_chunk_bytes_for(4096), 2 * kMiB);
+  EXPECT_THROW(kv_chunk_bytes_for(0), std::runtime_error);
+  EXPECT_THROW(kv_chunk_bytes_for(1000003), std::runtime_error);  // odd: a chunk of ~2 TB
+}
+
+TEST(KvChunk, AWorkerAcceptsOnlyASealedMemfdOfTheLeasedSize) {
+  UniqueFd chunk = create_kv_chunk_memfd(2 * kMiB, "test");
+  EXPECT_NO_THROW(check_kv_chunk_memfd(chunk.get(), 2 * kMiB, "chunk"));
+  EXPECT_THROW(check_kv_chunk_memfd(chunk.get(), 4 * kMiB, "chunk"), std::runtime_error);
+  EXPECT_NE(::ftruncate(chunk.get(), kMiB), 0);  // sealed against shrinking
+
+  UniqueFd unsealed(::memfd_create("unsealed", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  ASSERT_EQ(::ftruncate(unsealed.get(), 2 * kMiB), 0);
+  try {
+    check_kv_chunk_memfd(unsealed.get(), 2 * kMiB, "chunk 7");
+    ADD_FAILURE() << "accepted an unsealed memfd";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("chunk 7: the received KV chunk is not sealed"),
+              std::string::npos)
+        << e.what();
+  }
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe(pipe_fds), 0);
+  UniqueFd r(pipe_fds[0]), w(pipe_fds[1]);
+  EXPECT_THROW(check_kv_chunk_memfd(r.get(), 2 * kMiB, "pipe"), std::runtime_error);
+}
+
+TEST(KvChunk, ARangeMapsChunksOneAfterAnother) {
+  std::unique_ptr<KvChunkRange> range = reserve_memfd_kv_range(6 * kMiB);
+  std::vector<std::unique_ptr<KvChunkMemory>> chunks;
+  for (int i = 0; i < 3; ++i) {
+    chunks.push_back(create_memfd_kv_chunk(2 * kMiB, "c" + std::to_string(i)));
+    range->map(uint64_t(i) * 2 * kMiB, chunks.back()->export_fd().get(), 2 * kMiB, "chunk");
+  }
+  // One write across the boundary of chunks 0 and 1 lands in both files.
+  std::memset(range->base() + 2 * kMiB - 8, 0x7b, 16);
+  for (int i = 0; i < 2; ++i) {
+    UniqueFd fd = chunks[i]->export_fd();
+    unsigned char b = 0;
+    ASSERT_EQ(::pread(fd.get(), &b, 1, i == 0 ? off_t(2 * kMiB - 1) : 0), 1);
+    EXPECT_EQ(b, 0x7b);
+  }
+  EXPECT_THROW(range->map(6 * kMiB, chunks[0]->export_fd().get(), 2 * kMiB, "past the end"),
+               std::runtime_error);
+  range->unmap(2 * kMiB, 2 * kMiB);
+}
+
+}  // namespace
+}  // namespace hearth

@@ -1,0 +1,43 @@
+// Where a backend's paged KV pool lives when the backend does not own it: one reserved address
+// range that a provider (in served mode, the worker's lease from hearth-server) fills with
+// chunks of whole blocks as the engine asks, and empties again. Block b always sits at
+// base() + b * block_bytes(), so growing never moves a block and block ids stay indexes.
+// The engine asks for growth while requests wait and gives idle chunks back; it never reaches
+// the provider's sockets (layering: the provider lives in worker/).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace hearth {
+
+class KvMemory {
+ public:
+  virtual ~KvMemory() = default;
+
+  // The start of the reserved range; blocks [0, blocks()) are mapped and writable.
+  virtual std::byte* base() const = 0;
+  virtual int64_t block_bytes() const = 0;
+  virtual int blocks() const = 0;
+  // The most blocks the range can ever hold (its reservation).
+  virtual int max_blocks() const = 0;
+  // Blocks one chunk holds: the unit of growing and shrinking.
+  virtual int blocks_per_chunk() const = 0;
+
+  // Asks for at least `blocks` more blocks (whole chunks, up to max_blocks()); returns how many
+  // came, 0 when the provider has none to give now (the engine's requests then wait). Throws
+  // std::runtime_error when the provider is gone.
+  virtual int grow(int blocks) = 0;
+  // Gives back every chunk past the first `keep` blocks (rounded up to whole chunks); none of
+  // their blocks may be in use. Returns blocks() after.
+  virtual int shrink(int keep) = 0;
+  // Called when requests wait for memory and nothing can run: blocks a little, so that an
+  // engine driven in a loop does not spin while another worker frees memory.
+  virtual void wait_for_memory() {}
+
+  // For stats: chunks and bytes held now.
+  virtual int chunks() const = 0;
+  virtual uint64_t bytes() const = 0;
+};
+
+}  // namespace hearth

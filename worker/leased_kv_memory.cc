@@ -1,0 +1,87 @@
+#include "worker/leased_kv_memory.h"
+
+#include <algorithm>
+#include <chrono>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "ipc/fd_passing.h"
+#include "ipc/protocol.h"
+#include "weight-server/sharing/kv_chunk.h"
+
+namespace hearth {
+
+LeasedKvMemory::LeasedKvMemory(std::shared_ptr<ipc::Client> server, int64_t block_bytes,
+                               int max_blocks, int min_blocks, const Reserve& reserve)
+    : server_(std::move(server)), block_bytes_(block_bytes) {
+  if (!server_ || block_bytes <= 0 || max_blocks <= 0 || min_blocks < 0)
+    throw std::invalid_argument("a leased KV pool needs a server, blocks and a size");
+  chunk_bytes_ = kv_chunk_bytes_for(uint64_t(block_bytes));
+  blocks_per_chunk_ = int(chunk_bytes_ / uint64_t(block_bytes));
+  max_chunks_ = (std::max(max_blocks, min_blocks) + blocks_per_chunk_ - 1) / blocks_per_chunk_;
+  min_chunks_ = (min_blocks + blocks_per_chunk_ - 1) / blocks_per_chunk_;
+  const uint64_t bytes = uint64_t(max_chunks_) * chunk_bytes_;
+  range_ = reserve ? reserve(bytes) : reserve_memfd_kv_range(bytes);
+  if (min_chunks_ > 0) lease(min_chunks_);
+}
+
+LeasedKvMemory::~LeasedKvMemory() {
+  // Unmapped first, so nothing here reaches a chunk once returned. The chunks go back with the
+  // connection; a worker that lives on without its pool (tests) returns them now. A server
+  // already gone has nothing to take back.
+  range_.reset();
+  if (!chunk_ids_.empty() && server_->connected()) {
+    try {
+      server_->call(ipc::op::kKvReturn, ipc::make_kv_return_args(chunk_ids_));
+    } catch (const std::exception&) {
+    }
+  }
+}
+
+int LeasedKvMemory::lease(int chunks) {
+  chunks = std::min({chunks, max_chunks_ - int(chunk_ids_.size()), int(ipc::kMaxFdsPerFrame)});
+  if (chunks <= 0) return 0;
+  ipc::KvLeaseRequest request{chunk_bytes_, uint64_t(chunks), uint64_t(min_chunks_)};
+  ipc::Frame reply = server_->call(ipc::op::kKvLease, ipc::make_kv_lease_args(request));
+  const nlohmann::json& ids = reply.body.at("chunks");
+  if (!ids.is_array() || ids.size() != reply.fds.size() || ids.size() > size_t(chunks) ||
+      reply.body.value("chunk_bytes", uint64_t(0)) != chunk_bytes_)
+    throw std::runtime_error("the server's KV lease reply does not match what was asked (" +
+                             std::to_string(reply.fds.size()) + " descriptors for " +
+                             std::to_string(ids.size()) + " ids)");
+  int mapped = 0;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (!ipc::is_unsigned_integer(ids[i]))
+      throw std::runtime_error("the server's KV lease names a chunk that is not an id");
+    range_->map(chunk_ids_.size() * chunk_bytes_, reply.fds[i].get(), chunk_bytes_,
+                "KV chunk " + ids[i].dump());
+    chunk_ids_.push_back(ids[i].get<uint64_t>());
+    ++mapped;
+  }
+  return mapped;
+}
+
+int LeasedKvMemory::grow(int blocks) {
+  if (blocks <= 0) return 0;
+  return lease((blocks + blocks_per_chunk_ - 1) / blocks_per_chunk_) * blocks_per_chunk_;
+}
+
+int LeasedKvMemory::shrink(int keep) {
+  const size_t keep_chunks = size_t(std::max(keep, 0) + blocks_per_chunk_ - 1) / blocks_per_chunk_;
+  if (keep_chunks >= chunk_ids_.size()) return blocks();
+  // Unmapped first, so nothing here can reach the chunks once returned.
+  for (size_t i = keep_chunks; i < chunk_ids_.size(); ++i)
+    range_->unmap(i * chunk_bytes_, chunk_bytes_);
+  const std::vector<uint64_t> returned(chunk_ids_.begin() + keep_chunks, chunk_ids_.end());
+  chunk_ids_.resize(keep_chunks);
+  server_->call(ipc::op::kKvReturn, ipc::make_kv_return_args(returned));
+  return blocks();
+}
+
+void LeasedKvMemory::wait_for_memory() {
+  // Another worker frees memory on its own schedule; the server has no way to call back.
+  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+}
+
+}  // namespace hearth

@@ -1,0 +1,63 @@
+// Served mode: the worker's paged KV pool in chunks leased from hearth-server (issue 22). One
+// address range is reserved for the most the pool may ever hold; each chunk the server passes
+// (a sealed memfd on the CPU backend) is mapped at base + i * chunk_bytes in lease order, so
+// block b stays at base + b * block_bytes. Chunks beyond the first ones go back when the engine
+// shrinks, and all of them when the connection to the server closes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "ipc/client.h"
+#include "weight-server/sharing/kv_chunk.h"
+#include "worker/engine/kv_memory.h"
+
+namespace hearth {
+
+class LeasedKvMemory final : public KvMemory {
+ public:
+  // Reserves room for `max_blocks` blocks of `block_bytes` and leases the chunks `min_blocks`
+  // need (stated to the server as this worker's guaranteed minimum), or what the budget gives
+  // now, maybe nothing. `server` is the worker's connection, shared with its weights' lease;
+  // nothing else may use it at the same time. Throws ipc::IpcError (a refusal, a dead server)
+  // or std::runtime_error (a chunk that is not what was leased).
+  // `reserve` makes the range (default: memfd chunks in host memory; reserve_vmm_kv_range for
+  // the GPU).
+  using Reserve = std::function<std::unique_ptr<KvChunkRange>(uint64_t bytes)>;
+  LeasedKvMemory(std::shared_ptr<ipc::Client> server, int64_t block_bytes, int max_blocks,
+                 int min_blocks, const Reserve& reserve = nullptr);
+  ~LeasedKvMemory() override;
+  LeasedKvMemory(const LeasedKvMemory&) = delete;
+  LeasedKvMemory& operator=(const LeasedKvMemory&) = delete;
+
+  std::byte* base() const override { return range_->base(); }
+  int64_t block_bytes() const override { return block_bytes_; }
+  int blocks() const override { return int(chunk_ids_.size()) * blocks_per_chunk_; }
+  int max_blocks() const override { return max_chunks_ * blocks_per_chunk_; }
+  int blocks_per_chunk() const override { return blocks_per_chunk_; }
+  int grow(int blocks) override;
+  int shrink(int keep) override;
+  void wait_for_memory() override;
+  int chunks() const override { return int(chunk_ids_.size()); }
+  uint64_t bytes() const override { return chunk_ids_.size() * chunk_bytes_; }
+
+  uint64_t chunk_bytes() const { return chunk_bytes_; }
+
+ private:
+  // Asks for `chunks` more and maps what comes; returns how many came.
+  int lease(int chunks);
+
+  std::shared_ptr<ipc::Client> server_;
+  int64_t block_bytes_;
+  uint64_t chunk_bytes_;
+  int blocks_per_chunk_;
+  int max_chunks_;
+  int min_chunks_;
+  std::unique_ptr<KvChunkRange> range_;  // max_chunks_ * chunk_bytes_ of address space
+  std::vector<uint64_t> chunk_ids_;      // chunk i of the range, in lease order
+};
+
+}  // namespace hearth

@@ -32,7 +32,12 @@ const std::vector<Case>& cases() {
       {"greedy", "A computer", {{"temperature", 0}, {"max_tokens", 12}}},
       {"warm",
        "Never trust a computer",
-       {{"temperature", 0.8}, {"top_p", 0.95}, {"seed", 3}, {"max_tokens", 20}, {"logprobs", 2}}},
+       {{"temperature", 0.8},
+        {"top_p", 0.95},
+        {"seed", 3},
+        {"max_tokens", 20},
+        {"logprobs", 2},
+        {"ignore_eos", true}}},  // all 20 tokens, whatever the seed draws
       {"penalised",
        "Once upon a time",
        {{"temperature", 1.1},

@@ -29,6 +29,10 @@
 namespace hearth {
 
 class Tokenizer;
+namespace structured {
+class Grammar;
+class GrammarCache;
+}  // namespace structured
 
 struct EngineStats {
   int running = 0, waiting = 0;
@@ -103,6 +107,8 @@ class Engine {
   void emit_token(Live& live, const SampleResult& sampled, RequestOutput& out);
   std::vector<RequestOutput> fail_step(std::span<const SequenceId> sequences,
                                        const std::string& error);
+  // The compiled grammar of a structured-output request; throws RequestError naming its field.
+  std::shared_ptr<const structured::Grammar> grammar_for(const Request& request);
 
   Backend& backend_;
   const Tokenizer* tokenizer_;
@@ -116,6 +122,7 @@ class Engine {
   SequenceId next_sequence_ = 1;
   int held_ = 0;
   EngineStats counters_;
+  std::unique_ptr<structured::GrammarCache> grammars_;  // made with the first structured request
 };
 
 }  // namespace hearth

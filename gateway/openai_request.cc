@@ -4,6 +4,7 @@
 #include <set>
 
 #include "gateway/api_error.h"
+#include "gateway/response_format.h"
 #include "ipc/protocol.h"
 
 namespace hearth::gateway {
@@ -40,6 +41,8 @@ const std::set<std::string> kCommon = {"model",
                                        "presence_penalty",
                                        "logit_bias",
                                        "response_format",
+                                       "guided_json",
+                                       "guided_regex",
                                        "best_of",
                                        "stream_options"};
 const std::set<std::string> kCompletionsOnly = {"prompt", "echo", "suffix"};
@@ -248,11 +251,7 @@ CompletionRequest parse_completion_request(const ordered_json& body, Endpoint en
       refuse_unless(f.number(-2, 2) == 0, f, "is not supported (use repetition_penalty)");
   if (const Field f = b["logit_bias"]; f.present())
     refuse_unless(f.object().empty(), f, "is not supported");
-  if (const Field f = b["response_format"]; f.present()) {
-    const Field type = f["type"];  // also refuses a response_format that is not an object
-    refuse_unless(type.is_string() && type.string(SIZE_MAX) == "text", type,
-                  "only {\"type\": \"text\"} is supported, got " + type.describe());
-  }
+  r.settings.structured = read_structured_output(b);  // response_format, guided_*
 
   // Both names are read, so a wrong one is never let through beside a right one; chat's
   // max_completion_tokens wins (OpenAI's newer name).
@@ -326,6 +325,7 @@ nlohmann::json worker_request_json(const CompletionRequest& r, const std::string
             {"ignore_eos", r.settings.ignore_eos}};
   if (r.want_logprobs) j["logprobs"] = r.top_logprobs;
   if (!r.cache_salt.empty()) j["cache_salt"] = r.cache_salt;
+  put_structured_output(j, r.settings.structured);
   return j;
 }
 

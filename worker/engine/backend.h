@@ -81,6 +81,8 @@ class Backend {
   // True when every position's keys and values live in the block its table names, so a block
   // one sequence computed can serve another (prefix caching).
   virtual bool paged_kv() const { return true; }
+  // True when sample() honours SampleRequest::allowed (structured output).
+  virtual bool token_masks() const { return true; }
 
   // Runs every entry's tokens through the model, writing their keys and values into the blocks
   // their tables name (a position's slot is overwritten, so a caller may recompute it), and

@@ -113,6 +113,10 @@ std::shared_ptr<const structured::Grammar> Engine::grammar_for(const Request& re
   const char* field = s.format == OutputFormat::Regex ? "guided_regex" : "guided_json";
   if (!tokenizer_)
     throw RequestError(request.id, field, "structured output needs the model's tokenizer");
+  if (!backend_.token_masks())
+    throw RequestError(request.id, field,
+                       "structured output is not supported by the " + backend_.name() +
+                           " backend (use the batched CUDA engine or the CPU)");
   if (!grammars_) {
     // The vocabulary's bytes, once: ids the model has beyond the tokenizer's are never allowed.
     std::vector<std::string> bytes(size_t(backend_.vocab_size()));

@@ -438,7 +438,7 @@ LangPtr json_schema_language(std::string_view schema_json) {
 
 LangPtr json_object_language() {
   Pieces p;
-  return p.any_object(kMaxAnyJsonDepth);
+  return p.any_object(kMaxJsonObjectDepth);
 }
 
 }  // namespace hearth::structured

@@ -179,7 +179,7 @@ TEST(JsonSchemaLanguage, JsonObjectIsAnyObjectWithinTheDepth) {
   EXPECT_FALSE(dfa.matches("[]"));
   EXPECT_FALSE(dfa.matches(R"({"a": })"));
   std::string deep = "1";
-  for (int d = 1; d < kMaxAnyJsonDepth; ++d) deep = "[" + deep + "]";
+  for (int d = 1; d < kMaxJsonObjectDepth; ++d) deep = "[" + deep + "]";
   EXPECT_TRUE(dfa.matches(R"({"a":)" + deep + "}"));
   EXPECT_FALSE(dfa.matches(R"({"a":[)" + deep + "]}"));
 }

@@ -140,6 +140,8 @@ class Parser {
     const uint32_t c = cps_[pos_];
     switch (c) {
       case '(': {
+        if (++depth_ > kMaxRegexGroupDepth)
+          fail("groups nested deeper than " + std::to_string(kMaxRegexGroupDepth));
         ++pos_;
         if (at('?')) {
           if (pos_ + 1 < cps_.size() && cps_[pos_ + 1] == ':')
@@ -150,6 +152,7 @@ class Parser {
         LangPtr inner = alternation();
         if (!at(')')) fail("expected ')'");
         ++pos_;
+        --depth_;
         return inner;
       }
       case '[':
@@ -256,6 +259,7 @@ class Parser {
   std::vector<uint32_t> cps_;
   std::vector<size_t> offsets_;
   size_t pos_ = 0;
+  int depth_ = 0;  // groups open
 };
 
 }  // namespace

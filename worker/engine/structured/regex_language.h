@@ -23,6 +23,8 @@ class RegexError : public std::runtime_error {
 
 // Repeat counts beyond this are refused (the automaton grows with them).
 inline constexpr int kMaxRegexRepeat = 1000;
+// Groups nested deeper than this are refused (the parser and compiler recurse on them).
+inline constexpr int kMaxRegexGroupDepth = 64;
 
 LangPtr regex_language(std::string_view pattern);
 

@@ -98,6 +98,14 @@ TEST(RegexLanguage, RefusesWhatItDoesNotSupportByName) {
   }
 }
 
+TEST(RegexLanguage, HostileNestingIsRefusedNotRecursedOrExpanded) {
+  EXPECT_THROW(regex_language(std::string(5000, '(') + "a" + std::string(5000, ')')), RegexError);
+  EXPECT_NO_THROW(regex_language(std::string(60, '(') + "a" + std::string(60, ')')));
+  // Each repeat is allowed; together they pass the state limit and are refused.
+  EXPECT_THROW(ByteDfa::compile(regex_language("((a{1000}){1000}){1000}"), kMaxGrammarStates),
+               LanguageTooLarge);
+}
+
 TEST(JsonSchemaLanguage, ObjectsFollowTheSchemaOrderAndRequiredProperties) {
   const ByteDfa dfa = schema_dfa(R"({"type": "object", "properties": {
       "name": {"type": "string", "maxLength": 5}, "age": {"type": "integer"},

@@ -4,7 +4,9 @@
 // names it.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <regex>
 
@@ -117,6 +119,42 @@ TEST_F(StructuredHttp, AnUnsupportedKeywordIsA400NamingIt) {
           {{"name", "n"}, {"schema", {{"type", "string"}, {"pattern", "^a+$"}}}}}}}});
   EXPECT_EQ(reply.status, 400) << reply.body;
   EXPECT_NE(reply.body.find("'pattern'"), std::string::npos) << reply.body;
+}
+
+// The official openai npm client (tests/gateway/node, installed by tools/run-tests.sh): its
+// json_schema answers, printed by the script, validated here.
+TEST_F(StructuredHttp, TheOpenaiNpmClientsJsonSchemaAnswersValidate) {
+  const std::filesystem::path dir = source_dir() / "tests/gateway/node";
+  if (!std::filesystem::exists(dir / "node_modules/openai"))
+    GTEST_SKIP() << "the openai npm client is not installed (cd " << dir.string() << " && npm ci)";
+  const json schema = json::parse(R"({"type": "object", "properties": {
+      "fortune": {"type": "string", "maxLength": 30}, "lucky": {"type": "integer",
+      "minimum": 1, "maximum": 99}, "ok": {"type": "boolean"}},
+      "required": ["fortune", "lucky"], "additionalProperties": false})");
+  TempDir tmp;
+  ChildProcess node = ChildProcess::spawn(
+      ChildProcess::Options(
+          {"node", "--test", (dir / "structured_output_client_test.mjs").string()})
+          .with_env(
+              {"HEARTH_GATEWAY_URL=http://127.0.0.1:" + std::to_string(gateway_->port()) + "/v1",
+               "SCHEMA=" + schema.dump()})
+          .stdout_to(ChildProcess::Stream::pipe())
+          .stderr_to(ChildProcess::Stream::file(tmp.path() / "node.err")));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(300);
+  const std::string out = node.stdout_pipe().read_to_end(deadline);
+  const auto status = node.wait_until(deadline);
+  ASSERT_TRUE(status) << "node did not finish";
+  std::ifstream err_in(tmp.path() / "node.err");
+  const std::string err(std::istreambuf_iterator<char>(err_in), {});
+  EXPECT_TRUE(status->success()) << out << err;
+  EXPECT_NE(out.find("# fail 0"), std::string::npos) << out;
+  int answers = 0;
+  for (size_t at = out.find("ANSWER "); at != std::string::npos; at = out.find("ANSWER ", at + 1)) {
+    const std::string answer = out.substr(at + 7, out.find('\n', at) - at - 7);
+    EXPECT_TRUE(validates(schema, answer)) << answer;
+    ++answers;
+  }
+  EXPECT_GT(answers, 0) << out;
 }
 
 }  // namespace

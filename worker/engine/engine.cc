@@ -215,8 +215,11 @@ void Engine::emit_token(Live& live, const SampleResult& sampled, RequestOutput& 
 
   if (off_grammar)
     return finish(live, FinishReason::Error,
-                  "structured output: no token of the vocabulary continues the text within its "
-                  "grammar",
+                  live.grammar->complete()
+                      ? "structured output: the text is complete, but the model names no "
+                        "end-of-sequence token to end it with"
+                      : "structured output: no token of the vocabulary continues the text "
+                        "within its grammar",
                   out);
   const bool eos = !settings.ignore_eos &&
                    std::find(eos_ids_.begin(), eos_ids_.end(), sampled.token) != eos_ids_.end();

@@ -105,8 +105,10 @@ bool GrammarMatcher::advance(int32_t token) {
     ended_ = true;
     return true;
   }
-  state_ = g_->dfa().walk(state_, g_->vocab().bytes[size_t(token)]);
-  return state_ != ByteDfa::kDead;
+  const int32_t next = g_->dfa().walk(state_, g_->vocab().bytes[size_t(token)]);
+  if (next == ByteDfa::kDead) return false;  // the state stays where it was
+  state_ = next;
+  return true;
 }
 
 }  // namespace hearth::structured

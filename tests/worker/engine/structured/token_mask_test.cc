@@ -207,6 +207,22 @@ TEST(StructuredGeneration, BatchedEqualsAlone) {
   }
 }
 
+// A complete text and no end token to end it with: the request fails saying so, rather than
+// sampling a token outside the grammar.
+TEST(StructuredGeneration, ACompleteTextWithoutAnEndTokenFailsSayingSo) {
+  const DefaultModel& m = default_model();
+  EngineOptions options;
+  options.backend = BackendKind::Cpu;
+  auto backend = make_backend(options, m.model.weights());
+  GenerationRequest r;
+  r.prompt = m.tokenizer.encode("Never", true);
+  r.settings.max_tokens = 20;
+  r.settings.structured = {OutputFormat::Regex, "ok"};
+  const Generation g = generate(*backend, &m.tokenizer, r, {}, options);  // no eos_ids
+  EXPECT_EQ(g.finish.reason, FinishReason::Error);
+  EXPECT_NE(g.finish.error.find("end-of-sequence"), std::string::npos) << g.finish.error;
+}
+
 TEST(StructuredGeneration, BadSpecsAreRefusedAtSubmitNamingTheField) {
   const DefaultModel& m = default_model();
   EngineOptions options;

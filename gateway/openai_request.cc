@@ -6,6 +6,7 @@
 #include <set>
 
 #include "gateway/api_error.h"
+#include "gateway/response_format.h"
 #include "ipc/protocol.h"
 
 namespace hearth::gateway {
@@ -41,6 +42,8 @@ const std::set<std::string> kCommon = {"model",
                                        "presence_penalty",
                                        "logit_bias",
                                        "response_format",
+                                       "guided_json",
+                                       "guided_regex",
                                        "best_of",
                                        "stream_options"};
 const std::set<std::string> kCompletionsOnly = {"prompt", "echo", "suffix"};
@@ -269,11 +272,7 @@ CompletionRequest parse_completion_request(const ordered_json& body, Endpoint en
     }
     s.logit_bias = checked(f, checked_logit_bias, entries);
   }
-  if (const Field f = b["response_format"]; f.present()) {
-    const Field type = f["type"];  // also refuses a response_format that is not an object
-    refuse_unless(type.is_string() && type.string(SIZE_MAX) == "text", type,
-                  "only {\"type\": \"text\"} is supported, got " + type.describe());
-  }
+  r.settings.structured = read_structured_output(b);  // response_format, guided_*
 
   // Both names are read, so a wrong one is never let through beside a right one; chat's
   // max_completion_tokens wins (OpenAI's newer name). Neither: the context left (see
@@ -372,6 +371,7 @@ nlohmann::json worker_request_json(const CompletionRequest& r, const std::string
   }
   if (r.want_logprobs) j["logprobs"] = r.top_logprobs;
   if (!r.cache_salt.empty()) j["cache_salt"] = r.cache_salt;
+  put_structured_output(j, r.settings.structured);
   return j;
 }
 

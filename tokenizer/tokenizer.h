@@ -66,6 +66,10 @@ class Tokenizer {
   // Number of distinct tokens, added tokens included (HF get_vocab_size(true)).
   size_t vocab_size() const;
   bool is_special(int32_t id) const;
+  // The bytes token `id` adds to a decoded text, for grammars over bytes (structured output):
+  // "" for special tokens and ids outside the vocabulary. Tokens that are part of a UTF-8
+  // character (byte-level and byte-fallback vocabularies) give their raw bytes.
+  std::string token_bytes(int32_t id) const;
 
  private:
   friend class StreamDecoder;

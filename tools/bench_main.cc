@@ -260,6 +260,10 @@ int run(int argc, char** argv) {
   app.add_option("--output-tokens", output_tokens,
                  "with --serve-bench: tokens generated each (256; 128 with --shared-prefix)");
   app.add_option("--temperature", temperature, "with --serve-bench: 0 for greedy");
+  bool json_object = false;
+  app.add_flag("--json-object", json_object,
+               "with --serve-bench: every request asks for response_format json_object (the "
+               "structured-output mask's cost; needs the model's tokenizer.json)");
   hearth::bench::PrefixBenchOptions prefix;
   hearth::bench::add_prefix_bench_flags(app, prefix);
   CLI11_PARSE(app, argc, argv);
@@ -299,7 +303,7 @@ int run(int argc, char** argv) {
     hearth::bench::ServeBenchOptions o;
     o.model_dir = model_dir, o.label = label, o.concurrency = parse_list(concurrency);
     o.prompt_tokens = prompt_tokens, o.output_tokens = output_tokens, o.temperature = temperature;
-    o.copy_gbps = copy_gbps, o.engine = profile.engine;
+    o.copy_gbps = copy_gbps, o.engine = profile.engine, o.json_object = json_object;
     const json report = hearth::bench::serve_bench(o);
     std::printf("%s\n", report.dump().c_str());
     write_json(report);

@@ -4,12 +4,14 @@
 #include <chrono>
 #include <cstdio>
 #include <map>
+#include <optional>
 #include <stdexcept>
 
 #include "weight-server/model/device_store.h"
 #include "weight-server/model/hf_model.h"
 #include "worker/engine/cuda/cuda_batch_backend.h"
 #include "tools/bench_stats.h"
+#include "tokenizer/tokenizer.h"
 #include "worker/engine/engine.h"
 
 namespace hearth::bench {
@@ -47,12 +49,16 @@ json decode_breakdown(CudaBatchBackend& backend, const ServeBenchOptions& o, int
   const int32_t token = 1;
   ForwardBatch batch;
   std::vector<SampleRequest> samples;
+  // With json_object: a mask on every row (every third token allowed), uploaded and applied
+  // each step as a structured request's is.
+  std::vector<uint32_t> mask((size_t(backend.vocab_size()) + 31) / 32, 0x49249249u);
   for (int s = 0; s < concurrency; ++s) {
     batch.entries.push_back({std::span(&token, 1), kv_len - 1, tables[s], true});
     SampleRequest& r = samples.emplace_back();
     r.entry = s;
     r.params.temperature = o.temperature;
     r.params.seed = uint64_t(s);
+    if (o.json_object) r.allowed = mask;
   }
   backend.forward(batch);
   backend.sample(samples);
@@ -72,8 +78,12 @@ json decode_breakdown(CudaBatchBackend& backend, const ServeBenchOptions& o, int
 }
 
 json run_level(CudaBatchBackend& backend, const ServeBenchOptions& o, const ModelConfig& c,
-               int concurrency) {
-  Engine engine(backend, o.engine, nullptr, {});
+               int concurrency, const Tokenizer* tokenizer) {
+  // End tokens matter only to structured output here (ignore_eos): once a JSON object is
+  // complete only they are allowed.
+  Engine engine(backend, o.engine, tokenizer,
+                tokenizer ? std::vector<int32_t>(c.eos_ids.begin(), c.eos_ids.end())
+                          : std::vector<int32_t>{});
   std::vector<Request> requests(concurrency);
   for (int i = 0; i < concurrency; ++i) {
     Request& r = requests[i];
@@ -83,6 +93,7 @@ json run_level(CudaBatchBackend& backend, const ServeBenchOptions& o, const Mode
     r.settings.ignore_eos = true;
     r.settings.sampling.temperature = o.temperature;
     r.settings.sampling.seed = uint64_t(i);
+    if (o.json_object) r.settings.structured = {OutputFormat::JsonObject, ""};
   }
   std::map<std::string, Clock::time_point> last;
   std::vector<double> ttft, itl, full_decode_steps;
@@ -209,13 +220,21 @@ json serve_bench(const ServeBenchOptions& o) {
                std::string(option_name(opt.engine.matmul_tiling)).c_str(), tiling.dump().c_str());
 
   json levels = json::array();
-  for (int level : o.concurrency) levels.push_back(run_level(backend, opt, c, level));
+  std::optional<Tokenizer> tokenizer;
+  if (o.json_object) {
+    tokenizer = Tokenizer::from_file(o.model_dir);
+    if (c.eos_ids.empty()) throw std::runtime_error("--json-object: the model names no eos id");
+  }
+  for (int level : o.concurrency)
+    levels.push_back(run_level(backend, opt, c, level, tokenizer ? &*tokenizer : nullptr));
 
   const std::string label = o.label.empty() ? o.model_dir : o.label;
   std::printf(
-      "\n| %s%s | output tok/s | TTFT p50 / p99 ms | ITL p50 / p99 ms | decode step ms: forward + "
+      "\n| %s%s%s | output tok/s | TTFT p50 / p99 ms | ITL p50 / p99 ms | decode step ms: forward "
+      "+ "
       "sample (roofline) | KV peak | of roofline (%.0f GB/s) |\n|---|---|---|---|---|---|---|\n",
-      label.c_str(), opt.engine.batch_invariant ? "" : " (batch_invariant: false)", o.copy_gbps);
+      label.c_str(), opt.engine.batch_invariant ? "" : " (batch_invariant: false)",
+      o.json_object ? " (json_object)" : "", o.copy_gbps);
   for (const json& l : levels) {
     const json& d = l["decode_step"];
     const double fwd = d.is_null() ? 0 : d["forward_ms"].get<double>(),

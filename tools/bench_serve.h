@@ -20,6 +20,10 @@ struct ServeBenchOptions {
   float temperature = 0;  // 0: greedy
   double copy_gbps = 3020;
   EngineOptions engine;  // --set engine options; max_running defaults to the top concurrency
+  // Every request asks for response_format json_object (the model's tokenizer.json gives the
+  // vocabulary's bytes), and the decode breakdown's sampling masks every row: the cost of
+  // structured output.
+  bool json_object = false;
 };
 
 // Prints progress on stderr and a table on stdout; returns the measurements as JSON.

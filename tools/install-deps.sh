@@ -5,7 +5,8 @@ set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config git clang-format
           libuv1-dev nlohmann-json3-dev libgtest-dev libgmock-dev
           libpcre2-dev libutf8proc-dev libxxhash-dev libcli11-dev
-          libcpp-httplib-dev prometheus-cpp-dev)  # httplib: its client, for tests and the bench
+          libcpp-httplib-dev prometheus-cpp-dev  # httplib: its client, for tests and the bench
+          python3-jsonschema)  # validates structured outputs (tests/tools)
 # Node runs the official openai client against the gateway in the tests; any node >= 18 will do.
 command -v node >/dev/null 2>&1 || packages+=(nodejs npm)
 missing=()

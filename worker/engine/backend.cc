@@ -10,7 +10,12 @@ std::vector<SampleResult> Backend::sample(std::span<const SampleRequest> request
   std::vector<SampleResult> results;
   results.reserve(requests.size());
   for (const SampleRequest& r : requests) {
-    const std::span<const float> l = logits(r.entry);
+    std::span<const float> l = logits(r.entry);
+    if (!r.allowed.empty()) {
+      masked_.assign(l.begin(), l.end());
+      apply_token_mask(masked_, r.allowed);
+      l = masked_;
+    }
     const SampledToken s = host_sampler_.sample(l, r.params, r.seen, r.step);
     SampleResult& out = results.emplace_back();
     out.token = s.token;
@@ -18,6 +23,11 @@ std::vector<SampleResult> Backend::sample(std::span<const SampleRequest> request
     if (r.top_logprobs > 0) out.top = top_logprobs(l, r.top_logprobs);
   }
   return results;
+}
+
+void apply_token_mask(std::span<float> logits, std::span<const uint32_t> allowed) {
+  for (size_t t = 0; t < logits.size(); ++t)
+    if (t / 32 >= allowed.size() || !(allowed[t / 32] >> (t % 32) & 1u)) logits[t] = kMaskedLogit;
 }
 
 void Backend::check_batch(const ForwardBatch& batch) const {

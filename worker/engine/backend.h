@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <string>
 #include <vector>
@@ -49,7 +50,19 @@ struct SampleRequest {
   std::span<const int32_t> seen;  // the sequence's tokens so far (repetition penalty)
   uint64_t step = 0;              // which generated token this is: 0 for the first (Philox)
   int top_logprobs = 0;           // also return the N most likely tokens
+  // Structured output: bit (t % 32) of allowed[t / 32] set for each token the step may pick;
+  // the others' logits become kMaskedLogit before sampling (and the logprobs are of the
+  // masked logits). Empty: no mask.
+  std::span<const uint32_t> allowed;
 };
+
+// What a masked token's logit becomes: the lowest float, not -inf, so the samplers' check for
+// overflowed (non-finite) logits still holds; exp() of it relative to any allowed logit is 0.
+inline constexpr float kMaskedLogit = std::numeric_limits<float>::lowest();
+
+// Sets every logit whose bit in `allowed` is clear to kMaskedLogit (the CPU reference of the
+// CUDA mask kernel).
+void apply_token_mask(std::span<float> logits, std::span<const uint32_t> allowed);
 
 struct SampleResult {
   int32_t token = 0;
@@ -72,6 +85,8 @@ class Backend {
   // The memory the pool lives in when it grows and shrinks (kv_memory.h); null when the pool is
   // the backend's own, of a fixed size.
   virtual KvMemory* kv_memory() { return nullptr; }
+  // True when sample() honours SampleRequest::allowed (structured output).
+  virtual bool token_masks() const { return true; }
 
   // Runs every entry's tokens through the model, writing their keys and values into the blocks
   // their tables name (a position's slot is overwritten, so a caller may recompute it), and
@@ -93,6 +108,7 @@ class Backend {
 
  private:
   Sampler host_sampler_;
+  std::vector<float> masked_;  // a masked request's logits
 };
 
 // Runs `tokens` as one sequence alone at positions [start_pos, start_pos + n), its KV in blocks

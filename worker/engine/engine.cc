@@ -5,6 +5,7 @@
 
 #include "worker/engine/cache_domain.h"
 #include "worker/engine/stop_matcher.h"
+#include "worker/engine/structured/grammar.h"
 #include "tokenizer/tokenizer.h"
 
 namespace hearth {
@@ -35,6 +36,7 @@ struct Engine::Live {
   Sequence seq;
   std::optional<StreamDecoder> decoder;
   StopMatcher matcher;
+  std::optional<structured::GrammarMatcher> grammar;  // structured output
   Clock::time_point submitted = Clock::now();
   std::optional<Clock::time_point> scheduled, prompt_done, first_token;
 };
@@ -91,8 +93,12 @@ void Engine::submit(Request request) {
                            " KV blocks, more than the whole pool (" + std::to_string(pool_blocks) +
                            " blocks of " + std::to_string(kv_.block_size()) + " tokens)");
 
+  std::shared_ptr<const structured::Grammar> grammar;
+  if (request.settings.structured.format != OutputFormat::Text) grammar = grammar_for(request);
+
   auto live = std::make_unique<Live>(std::move(request), tokenizer_);
   Live& l = *live;
+  if (grammar) l.grammar.emplace(std::move(grammar));
   l.seq.id = next_sequence_++;
   l.seq.tokens = l.request.prompt;
   l.seq.prompt_tokens = prompt;
@@ -107,6 +113,29 @@ void Engine::submit(Request request) {
   }
   by_sequence_[l.seq.id] = &l;
   scheduler_.add(l.seq);
+}
+
+std::shared_ptr<const structured::Grammar> Engine::grammar_for(const Request& request) {
+  const StructuredOutput& s = request.settings.structured;
+  const char* field = s.format == OutputFormat::Regex ? "guided_regex" : "guided_json";
+  if (!tokenizer_)
+    throw RequestError(request.id, field, "structured output needs the model's tokenizer");
+  if (!backend_.token_masks())
+    throw RequestError(request.id, field,
+                       "structured output is not supported by the " + backend_.name() +
+                           " backend (use the batched CUDA engine or the CPU)");
+  if (!grammars_) {
+    // The vocabulary's bytes, once: ids the model has beyond the tokenizer's are never allowed.
+    std::vector<std::string> bytes(size_t(backend_.vocab_size()));
+    for (size_t t = 0; t < bytes.size(); ++t) bytes[t] = tokenizer_->token_bytes(int32_t(t));
+    grammars_ = std::make_unique<structured::GrammarCache>(
+        std::make_shared<const structured::Vocabulary>(std::move(bytes), eos_ids_));
+  }
+  try {
+    return grammars_->get(s);
+  } catch (const structured::GrammarError& e) {
+    throw RequestError(request.id, field, e.what());
+  }
 }
 
 bool Engine::cancel(const std::string& id) {
@@ -180,6 +209,10 @@ void Engine::emit_token(Live& live, const SampleResult& sampled, RequestOutput& 
   seq.tokens.push_back(sampled.token);
   ++counters_.generated_tokens;
 
+  // A token the mask allowed always advances; one that does not means no token could
+  // continue the text (a vocabulary that cannot spell what the grammar needs).
+  const bool off_grammar = live.grammar && !live.grammar->advance(sampled.token);
+
   TokenOutput& t = out.tokens.emplace_back();
   t.token = sampled.token;
   t.logprob = sampled.logprob;
@@ -187,6 +220,14 @@ void Engine::emit_token(Live& live, const SampleResult& sampled, RequestOutput& 
   if (live.decoder) t.text = live.decoder->push(sampled.token);
   t.visible = live.matcher.append(t.text);
 
+  if (off_grammar)
+    return finish(live, FinishReason::Error,
+                  live.grammar->complete()
+                      ? "structured output: the text is complete, but the model names no "
+                        "end-of-sequence token to end it with"
+                      : "structured output: no token of the vocabulary continues the text "
+                        "within its grammar",
+                  out);
   const bool eos = !settings.ignore_eos &&
                    std::find(eos_ids_.begin(), eos_ids_.end(), sampled.token) != eos_ids_.end();
   if (eos) return finish(live, FinishReason::Eos, {}, out);
@@ -249,8 +290,9 @@ std::vector<RequestOutput> Engine::step() {
       if (!c.wants_logits()) continue;
       const Live& live = *by_sequence_.at(c.seq->id);
       const RequestSettings& s = live.request.settings;
-      samples.push_back(
-          {int(i), s.sampling, c.seq->tokens, uint64_t(c.seq->generated()), s.logprobs});
+      samples.push_back({int(i), s.sampling, c.seq->tokens, uint64_t(c.seq->generated()),
+                         s.logprobs,
+                         live.grammar ? live.grammar->mask() : std::span<const uint32_t>()});
       sampled.push_back(c.seq->id);
     }
     const std::vector<SampleResult> results = backend_.sample(samples);

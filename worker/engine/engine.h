@@ -29,6 +29,10 @@
 namespace hearth {
 
 class Tokenizer;
+namespace structured {
+class Grammar;
+class GrammarCache;
+}  // namespace structured
 
 struct EngineStats {
   int running = 0, waiting = 0;
@@ -114,6 +118,8 @@ class Engine {
   void grow_kv();
   // A leased pool with no live request gives back every chunk past one full context.
   void shrink_kv();
+  // The compiled grammar of a structured-output request; throws RequestError naming its field.
+  std::shared_ptr<const structured::Grammar> grammar_for(const Request& request);
 
   Backend& backend_;
   KvMemory* memory_;  // the backend's, when its pool is leased
@@ -129,6 +135,7 @@ class Engine {
   SequenceId next_sequence_ = 1;
   int held_ = 0;
   EngineStats counters_;
+  std::unique_ptr<structured::GrammarCache> grammars_;  // made with the first structured request
 };
 
 }  // namespace hearth

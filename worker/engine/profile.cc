@@ -80,6 +80,29 @@ struct Setter {
   std::function<void(Profile&, const json&, const std::string&)> set;
 };
 
+// Structured output (request_settings.h): a JSON schema (an object, or its text), a regex, or
+// any JSON object. The last of them given wins.
+void set_guided_json(Profile& p, const json& v, const std::string& l) {
+  if (!v.is_object() && !v.is_string() && !v.is_boolean())
+    bad(l, "guided_json", "must be a JSON schema (an object) or its text");
+  StructuredOutput s{OutputFormat::JsonSchema, v.is_string() ? v.get<std::string>() : v.dump()};
+  check_structured_output(s);
+  p.request.structured = std::move(s);
+}
+
+void set_guided_regex(Profile& p, const json& v, const std::string& l) {
+  if (!v.is_string()) bad(l, "guided_regex", "must be a string");
+  StructuredOutput s{OutputFormat::Regex, v.get<std::string>()};
+  check_structured_output(s);
+  p.request.structured = std::move(s);
+}
+
+void set_guided_json_object(Profile& p, const json& v, const std::string& l) {
+  p.request.structured = boolean(v, l, "guided_json_object")
+                             ? StructuredOutput{OutputFormat::JsonObject, ""}
+                             : StructuredOutput{};
+}
+
 const std::map<std::string, Setter>& setters() {
   static const std::map<std::string, Setter> table = {
       {"name",
@@ -184,6 +207,9 @@ const std::map<std::string, Setter>& setters() {
           if (!v.is_string()) bad(l, "cache_salt", "must be a string, got " + v.dump());
           p.request.cache_salt = v.get<std::string>();
         }}},
+      {"guided_json", {KeyKind::Request, set_guided_json}},
+      {"guided_regex", {KeyKind::Request, set_guided_regex}},
+      {"guided_json_object", {KeyKind::Request, set_guided_json_object}},
       {"backend",
        {KeyKind::Engine,
         [](Profile& p, const json& v, const std::string& l) {

@@ -110,6 +110,17 @@ void check_stop_strings(const std::vector<std::string>& stop) {
     if (s.empty()) throw SettingError("stop", "stop strings must be non-empty");
 }
 
+void check_structured_output(const StructuredOutput& s) {
+  const char* field = s.format == OutputFormat::Regex ? "guided_regex" : "guided_json";
+  if (s.spec.size() > kMaxStructuredSpecBytes)
+    throw SettingError(field, "at most " + std::to_string(kMaxStructuredSpecBytes) +
+                                  " bytes, got " + std::to_string(s.spec.size()));
+  const bool needs_spec = s.format == OutputFormat::JsonSchema || s.format == OutputFormat::Regex;
+  if (needs_spec && s.spec.empty()) throw SettingError(field, "must not be empty");
+  if (!needs_spec && !s.spec.empty())
+    throw SettingError(field, "a specification needs a JSON schema or regex format");
+}
+
 void check_settings(const RequestSettings& s) {
   const SamplingParams& p = s.sampling;
   checked_temperature(p.temperature);
@@ -128,6 +139,7 @@ void check_settings(const RequestSettings& s) {
   checked_max_tokens(s.max_tokens);
   checked_logprobs(s.logprobs);
   check_stop_strings(s.stop);
+  check_structured_output(s.structured);
 }
 
 }  // namespace hearth

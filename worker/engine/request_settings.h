@@ -21,6 +21,25 @@ inline constexpr int kMaxTokensLimit = 1 << 24;  // max_tokens
 inline constexpr int kMaxTopK = 1 << 30;         // top_k
 inline constexpr int kMaxLogitBias = 300;        // logit_bias entries (OpenAI's limit)
 
+// Structured output: what the generated text must be (worker/engine/structured/). The engine
+// masks every step's logits so only tokens that keep the text inside the language can be
+// sampled, and end-of-sequence only where the text is complete.
+enum class OutputFormat {
+  Text,        // no constraint
+  JsonObject,  // any JSON object (response_format json_object)
+  JsonSchema,  // `spec` is a JSON Schema's text (json_schema, guided_json)
+  Regex,       // `spec` is a regular expression the whole output matches (guided_regex)
+};
+
+struct StructuredOutput {
+  OutputFormat format = OutputFormat::Text;
+  std::string spec;
+  bool operator==(const StructuredOutput&) const = default;
+};
+
+// A schema or regex text longer than this is refused (it is compiled on the engine's thread).
+inline constexpr size_t kMaxStructuredSpecBytes = 64 * 1024;
+
 struct RequestSettings {
   SamplingParams sampling;
   int max_tokens = 256;
@@ -29,6 +48,7 @@ struct RequestSettings {
   int logprobs = 0;        // also report the N most likely tokens of each step (0: only the
                            // chosen token's logprob, which every token event carries)
   std::string cache_salt;  // prefix caching: requests share cached KV only with the same salt
+  StructuredOutput structured;
 };
 
 // A setting outside its range. field() is the setting's name as a profile key ("top_p");
@@ -63,6 +83,7 @@ std::vector<std::pair<int32_t, float>> checked_logit_bias(
     const std::vector<std::pair<int64_t, double>>& entries);
 // The ids against the model's vocabulary, which only the engine knows: each below `vocab`.
 void check_logit_bias_ids(const std::vector<std::pair<int32_t, float>>& bias, int vocab);
+void check_structured_output(const StructuredOutput& s);        // spec size, present iff needed
 
 // Every field of `settings` through the checks above; throws SettingError for the first out of
 // range. The engine's check of each request it takes.

@@ -48,6 +48,9 @@ class CudaBackend final : public Backend {
   void forward(const ForwardBatch& batch) override;
   std::span<const float> logits(int entry) override;
   std::vector<SampleResult> sample(std::span<const SampleRequest> requests) override;
+  // Its sampler starts the next step ahead on the device; structured output needs the batched
+  // engine (cuda_engine: batched) or the CPU.
+  bool token_masks() const override { return false; }
 
   // The one sequence directly (benchmarks): runs `tokens` at positions [start_pos, +n),
   // forgetting positions past them, so a caller may rewind.

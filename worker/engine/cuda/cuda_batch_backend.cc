@@ -149,6 +149,9 @@ std::span<const float> CudaBatchBackend::logits(int entry) {
 }
 
 std::vector<SampleResult> CudaBatchBackend::sample(std::span<const SampleRequest> requests) {
+  // Structured output: masked in place, so the sampler and top_logprobs both see it. The
+  // logits buffer is this backend's own, rewritten by every forward.
+  token_mask_.apply(requests, entry_row_, const_cast<float*>(model_.logits(0)), stream_.get());
   // top_logprobs too come from the device: no logits row crosses to the host.
   return sampling_.sample(requests, entry_row_, model_.logits(0), stream_.get());
 }

@@ -27,6 +27,7 @@
 #include "worker/engine/cuda/cuda_matmuls.h"
 #include "worker/engine/cuda/cuda_memory_plan.h"
 #include "worker/engine/cuda/cuda_sampling.h"
+#include "worker/engine/cuda/cuda_token_mask.h"
 #include "worker/engine/cuda/cuda_weights.h"
 #include "worker/engine/cuda/decode_graphs.h"
 #include "worker/engine/cuda/step_inputs.h"
@@ -91,6 +92,7 @@ class CudaBatchBackend final : public Backend {
   CudaLlamaForward model_;
   StepInputs inputs_;
   CudaSampling sampling_;
+  CudaTokenMask token_mask_{c_.vocab};
   CudaKvPool kv_;  // last: it takes a share of what the others left free
   DecodeGraphs graphs_;
 

@@ -34,13 +34,11 @@ CudaKvPool::CudaKvPool(const ModelConfig& c, const EngineOptions& options, int c
   }
   shape_ = resolve_kv_pool(options, context_length, cuda_kv_bytes_per_token(c), free);
   if (shape_.num_blocks < 1) throw std::runtime_error("the KV pool holds no block");
-  layers_ = size_t(c.n_layers);
-  layer_bytes_ = size_t(shape_.num_blocks) * shape_.block_size * c.kv_dim() * 2;
-  const size_t pool = layers_ * layer_bytes_;
-  k_ = arena.alloc(pool);
-  v_ = arena.alloc(pool);
-  HEARTH_CUDA_CHECK(cudaMemsetAsync(k_.get(), 0, pool, stream));
-  HEARTH_CUDA_CHECK(cudaMemsetAsync(v_.get(), 0, pool, stream));
+  part_bytes_ = size_t(shape_.block_size) * c.kv_dim() * 2;
+  block_bytes_ = 2 * size_t(c.n_layers) * part_bytes_;
+  const size_t pool = bytes();
+  pool_ = arena.alloc(pool);
+  HEARTH_CUDA_CHECK(cudaMemsetAsync(pool_.get(), 0, pool, stream));
   HEARTH_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 

@@ -45,8 +45,10 @@ class DeviceArena {
 // Bytes one token position takes in the pool (keys and values of every layer, 16-bit).
 int64_t cuda_kv_bytes_per_token(const ModelConfig& config);
 
-// The paged KV pool: per layer, num_blocks * block_size positions of kv_dim 16-bit values, keys
-// and values apart.
+// The paged KV pool, block-major: block b is one run of block_bytes() holding, per layer, the
+// layer's keys [n_kv_heads][block_size][head_dim] then its values, 16-bit. A layer's block
+// address is base + b * block_bytes() + layer offset, so whole blocks are whole units of memory
+// (what a leased chunk holds) and the kernels step from block to block by block_stride().
 class CudaKvPool {
  public:
   // Sized by resolve_kv_pool from the memory free now, so it must be allocated last. Zeroed
@@ -55,14 +57,18 @@ class CudaKvPool {
              cudaStream_t stream, DeviceArena& arena);
 
   KvPoolShape shape() const { return shape_; }
-  size_t bytes() const { return 2 * layers_ * layer_bytes_; }
-  void* k(int layer) const { return k_.get<char>() + size_t(layer) * layer_bytes_; }
-  void* v(int layer) const { return v_.get<char>() + size_t(layer) * layer_bytes_; }
+  size_t bytes() const { return size_t(shape_.num_blocks) * block_bytes_; }
+  size_t block_bytes() const { return block_bytes_; }
+  // Block 0 of a layer's keys / values; block b is block_stride() 16-bit values further.
+  void* k(int layer) const { return pool_.get<char>() + size_t(layer) * 2 * part_bytes_; }
+  void* v(int layer) const { return static_cast<char*>(k(layer)) + part_bytes_; }
+  int64_t block_stride() const { return int64_t(block_bytes_ / 2); }
 
  private:
   KvPoolShape shape_{};
-  size_t layers_ = 0, layer_bytes_ = 0;
-  DeviceBuffer k_, v_;
+  size_t part_bytes_ = 0;   // one layer's keys (or values) of one block
+  size_t block_bytes_ = 0;  // every layer's keys and values of one block
+  DeviceBuffer pool_;
 };
 
 }  // namespace hearth

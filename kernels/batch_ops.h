@@ -76,8 +76,9 @@ void batch_matmul_mma(Half type, MatmulEpilogue epilogue, const MatmulArgs& args
 // ---- K/V write into the paged pool, with RoPE ------------------------------------------------
 // The batched counterpart of qkv_rope: per token t, bias, optional per-head RMSNorm (Qwen3),
 // RoPE at position pos[t]; q out as 16-bit; k and v stored at slot[t] = block * block_size +
-// offset of the layer's pools, laid out [num_blocks][n_kv_heads][block_size][head_dim]. A token
-// with slot < 0 (padding) writes its q row only.
+// offset of the layer's pools: block b of a layer starts block_stride values past block b - 1
+// and holds [n_kv_heads][block_size][head_dim]. A token with slot < 0 (padding) writes its q
+// row only.
 struct PagedKvWriteArgs {
   const float* q = nullptr;  // [t, n_heads * head_dim]
   const float* k = nullptr;  // [t, n_kv_heads * head_dim]
@@ -93,8 +94,13 @@ struct PagedKvWriteArgs {
   int num_tokens = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, block_size = 0;
   float eps = 1e-6f;
   void* q_out = nullptr;   // [t, n_heads * head_dim] 16-bit
-  void* k_pool = nullptr;  // this layer's pools, 16-bit
+  void* k_pool = nullptr;  // this layer's block 0, 16-bit
   void* v_pool = nullptr;
+  // 16-bit values from one block of the layer to the next; 0 means packed blocks
+  // (n_kv_heads * block_size * head_dim). A block-major pool interleaves every layer's keys and
+  // values in one block, so that a block is one unit of memory (a leased chunk holds whole
+  // blocks). A multiple of 8 (16-byte rows).
+  int64_t block_stride = 0;
 };
 void paged_kv_write(Half type, const PagedKvWriteArgs& args, cudaStream_t stream);
 
@@ -113,8 +119,9 @@ constexpr int kAttentionSplitTokens = 512;
 
 struct PagedAttentionArgs {
   const void* q = nullptr;       // [num_tokens, n_heads * head_dim] 16-bit
-  const void* k_pool = nullptr;  // [num_blocks][n_kv_heads][block_size][head_dim] 16-bit
+  const void* k_pool = nullptr;  // block 0 of the layer: [n_kv_heads][block_size][head_dim] 16-bit
   const void* v_pool = nullptr;
+  int64_t block_stride = 0;          // as in PagedKvWriteArgs: 0 means packed blocks
   const int* query_start = nullptr;  // [num_seqs + 1] device
   const int* first_pos = nullptr;    // [num_seqs] device
   const int* block_table = nullptr;  // [num_seqs][max_blocks] device

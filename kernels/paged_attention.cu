@@ -232,8 +232,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2) paged_attention_kernel(Params 
       int64_t at = 0;
       if (ok) {
         const int block = table[key / a.block_size];
-        at =
-            ((int64_t(block) * a.n_kv_heads + kvh) * a.block_size + key % a.block_size) * D + c * 8;
+        at = int64_t(block) * a.block_stride +
+             (int64_t(kvh) * a.block_size + key % a.block_size) * D + c * 8;
       }
       cp_async16(sm.k[buf] + swizzle<D>(row, c), kp + at, ok);
       cp_async16(sm.v[buf] + swizzle<D>(row, c), vp + at, ok);
@@ -473,6 +473,10 @@ void check(const PagedAttentionArgs& a, const Layout& l) {
          std::to_string(a.n_kv_heads) + "), at most 64 per kv head");
   if (a.block_size < 1 || a.max_blocks < 1) fail("block_size and max_blocks must be positive");
   if (a.max_kv_len < 1) fail("max_kv_len must be positive");
+  const int64_t packed = int64_t(a.n_kv_heads) * a.block_size * a.head_dim;
+  if (a.block_stride != 0 && (a.block_stride < packed || a.block_stride % 8 != 0))
+    fail("block_stride " + std::to_string(a.block_stride) + " must hold a block (" +
+         std::to_string(packed) + ") and be a multiple of 8");
   if (!a.q || !a.k_pool || !a.v_pool || !a.query_start || !a.first_pos || !a.block_table ||
       !a.out || !a.scratch)
     fail("q, the pools, query_start, first_pos, block_table, scratch and out are required");
@@ -484,6 +488,7 @@ void check(const PagedAttentionArgs& a, const Layout& l) {
 Params params_for(const PagedAttentionArgs& a, const Layout& l) {
   Params p;
   p.a = a;
+  if (p.a.block_stride == 0) p.a.block_stride = int64_t(a.n_kv_heads) * a.block_size * a.head_dim;
   p.group = a.n_heads / a.n_kv_heads;
   p.q_dim = a.n_heads * a.head_dim;
   char* base = static_cast<char*>(a.scratch);

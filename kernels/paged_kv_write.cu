@@ -38,7 +38,8 @@ __global__ void paged_kv_write_kernel(PagedKvWriteArgs a) {
   } else {
     const int block = slot / a.block_size, offset = slot % a.block_size;
     T* pool = static_cast<T*>(is_k ? a.k_pool : a.v_pool);
-    dst = pool + ((int64_t(block) * a.n_kv_heads + h) * a.block_size + offset) * a.head_dim;
+    dst =
+        pool + int64_t(block) * a.block_stride + (int64_t(h) * a.block_size + offset) * a.head_dim;
   }
   dst[i] = HalfTraits<T>::from_float(x.x);
   dst[i + half] = HalfTraits<T>::from_float(x.y);
@@ -46,7 +47,10 @@ __global__ void paged_kv_write_kernel(PagedKvWriteArgs a) {
 
 }  // namespace
 
-void paged_kv_write(Half type, const PagedKvWriteArgs& a, cudaStream_t stream) {
+void paged_kv_write(Half type, const PagedKvWriteArgs& args, cudaStream_t stream) {
+  PagedKvWriteArgs a = args;
+  const int64_t packed = int64_t(a.n_kv_heads) * a.block_size * a.head_dim;
+  if (a.block_stride == 0) a.block_stride = packed;
   auto fail = [](const std::string& what) {
     throw std::invalid_argument("paged_kv_write: " + what);
   };
@@ -56,6 +60,9 @@ void paged_kv_write(Half type, const PagedKvWriteArgs& a, cudaStream_t stream) {
     fail("head_dim must be even and at most 2048, not " + std::to_string(a.head_dim));
   if (a.n_heads < 1 || a.n_kv_heads < 1 || a.block_size < 1)
     fail("n_heads, n_kv_heads and block_size must be positive");
+  if (a.block_stride < packed || a.block_stride % 8 != 0)
+    fail("block_stride " + std::to_string(a.block_stride) + " must hold a block (" +
+         std::to_string(packed) + ") and be a multiple of 8");
   if (!a.q || !a.k || !a.v || !a.inv_freq || !a.pos || !a.slot || !a.q_out || !a.k_pool ||
       !a.v_pool)
     fail("q, k, v, inv_freq, pos, slot, q_out and the pools are required");

@@ -134,7 +134,8 @@ void paged_kv_write(const float* q, const float* k, const float* v, const float*
                     const float* bk, const float* bv, const float* q_norm, const float* k_norm,
                     const float* inv_freq, const int* pos, const int* slot, int num_tokens,
                     int n_heads, int n_kv_heads, int head_dim, int block_size, float eps,
-                    float* q_out, float* k_pool, float* v_pool) {
+                    float* q_out, float* k_pool, float* v_pool, int64_t block_stride) {
+  if (block_stride == 0) block_stride = int64_t(n_kv_heads) * block_size * head_dim;
   std::vector<float> head(head_dim);
   for (int t = 0; t < num_tokens; ++t) {
     for (int h = 0; h < n_heads; ++h) {
@@ -147,7 +148,8 @@ void paged_kv_write(const float* q, const float* k, const float* v, const float*
     const int block = slot[t] / block_size, offset = slot[t] % block_size;
     for (int h = 0; h < n_kv_heads; ++h) {
       const int64_t src = (int64_t(t) * n_kv_heads + h) * head_dim;
-      const int64_t dst = ((int64_t(block) * n_kv_heads + h) * block_size + offset) * head_dim;
+      const int64_t dst =
+          int64_t(block) * block_stride + (int64_t(h) * block_size + offset) * head_dim;
       std::copy_n(k + src, head_dim, k_pool + dst);
       process_head(k_pool + dst, bk ? bk + h * head_dim : nullptr, k_norm, inv_freq, head_dim,
                    pos[t], true, eps);
@@ -161,15 +163,15 @@ void paged_kv_write(const float* q, const float* k, const float* v, const float*
 void paged_attention(const float* q, const float* k_pool, const float* v_pool,
                      const int* query_start, const int* first_pos, const int* block_table,
                      int num_seqs, int max_blocks, int block_size, int n_heads, int n_kv_heads,
-                     int head_dim, float scale, float* out) {
+                     int head_dim, float scale, float* out, int64_t block_stride) {
+  if (block_stride == 0) block_stride = int64_t(n_kv_heads) * block_size * head_dim;
   const int group = n_heads / n_kv_heads;
   std::vector<double> s;
   for (int seq = 0; seq < num_seqs; ++seq) {
     const int* table = block_table + int64_t(seq) * max_blocks;
     auto row = [&](const float* pool, int p, int kvh) {
-      return pool +
-             ((int64_t(table[p / block_size]) * n_kv_heads + kvh) * block_size + p % block_size) *
-                 head_dim;
+      return pool + int64_t(table[p / block_size]) * block_stride +
+             (int64_t(kvh) * block_size + p % block_size) * head_dim;
     };
     for (int t = query_start[seq]; t < query_start[seq + 1]; ++t) {
       const int last = first_pos[seq] + (t - query_start[seq]);

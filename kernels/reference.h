@@ -45,12 +45,13 @@ void matmul(const float* a, int64_t lda, const float* w, const float* bias, int 
 // per-head RMSNorm (optional q_norm / k_norm [head_dim]), RoPE at pos[t] (pairs i,
 // i + head_dim / 2, inv_freq [head_dim / 2]). q goes to q_out (same layout); k and v rows go to
 // the pools [num_blocks][n_kv_heads][block_size][head_dim] at slot[t] = block * block_size +
-// offset, or nowhere when slot[t] < 0.
+// offset, or nowhere when slot[t] < 0. block_stride: values from one block to the next (0:
+// packed blocks, n_kv_heads * block_size * head_dim).
 void paged_kv_write(const float* q, const float* k, const float* v, const float* bq,
                     const float* bk, const float* bv, const float* q_norm, const float* k_norm,
                     const float* inv_freq, const int* pos, const int* slot, int num_tokens,
                     int n_heads, int n_kv_heads, int head_dim, int block_size, float eps,
-                    float* q_out, float* k_pool, float* v_pool);
+                    float* q_out, float* k_pool, float* v_pool, int64_t block_stride = 0);
 
 // Causal attention of a mixed step: sequence s owns query tokens query_start[s] ..
 // query_start[s + 1] - 1 at positions first_pos[s] + i; its position p lives in the pools
@@ -60,6 +61,6 @@ void paged_kv_write(const float* q, const float* k, const float* v, const float*
 void paged_attention(const float* q, const float* k_pool, const float* v_pool,
                      const int* query_start, const int* first_pos, const int* block_table,
                      int num_seqs, int max_blocks, int block_size, int n_heads, int n_kv_heads,
-                     int head_dim, float scale, float* out);
+                     int head_dim, float scale, float* out, int64_t block_stride = 0);
 
 }  // namespace hearth::reference

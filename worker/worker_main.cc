@@ -24,6 +24,7 @@
 #include "worker/startup_timeline.h"
 #include "tokenizer/tokenizer.h"
 #include "worker/leased_kv_memory.h"
+#include "weight-server/sharing/vmm_backend.h"
 #include "worker/worker_model.h"
 
 namespace {
@@ -215,9 +216,11 @@ int run(int argc, char** argv) {
   // Served vmm weights run on the CUDA engine: its set-up starts as soon as the device is known
   // and runs while the descriptors arrive and are mapped.
   std::shared_ptr<hearth::CudaWarmup> warmup;
+  int served_device = 0;  // where served vmm weights (and so the leased KV chunks) live
   hearth::ServedModelOptions served{verify_weights};
   if (*server_uid_opt) served.server_uid = server_uid;
   served.on_device = [&](const hearth::Manifest& manifest, int device) {
+    served_device = device;
     if (profile.engine.backend == hearth::BackendKind::Cpu) return;
     for (const hearth::ManifestTensor& t : manifest.tensors)
       if (t.info.name == hearth::kEmbeddingWeight)
@@ -274,11 +277,19 @@ int run(int argc, char** argv) {
   // Served, the KV pool is leased from the server's memory budget and grows and shrinks with
   // the work; single-process, the engine sizes its own.
   hearth::KvMemoryFactory leased_kv;
-  if (model.server)
-    leased_kv = [&model](int64_t block_bytes, int max_blocks, int min_blocks) {
+  // GPU-resident (vmm) weights mean a vmm server: its chunks are mapped into a VMM reservation
+  // on the weights' device, the CUDA engine's pool; memfd chunks go into host memory.
+  if (model.server) {
+    hearth::LeasedKvMemory::Reserve reserve;
+    if (model.store->residence() == hearth::Residence::Device)
+      reserve = [served_device](uint64_t bytes) {
+        return hearth::reserve_vmm_kv_range(served_device, bytes);
+      };
+    leased_kv = [&model, reserve](int64_t block_bytes, int max_blocks, int min_blocks) {
       return std::make_shared<hearth::LeasedKvMemory>(model.server, block_bytes, max_blocks,
-                                                      min_blocks);
+                                                      min_blocks, reserve);
     };
+  }
   std::unique_ptr<hearth::Backend> backend =
       hearth::make_backend(profile.engine, model.weights(), warmup, leased_kv);
   timeline.mark("engine_ms");

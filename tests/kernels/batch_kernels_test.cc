@@ -254,53 +254,64 @@ TEST(PagedKvWrite, MatchesReference) {
                         {14, 2, 64, 7, 16, true, false},
                         {16, 8, 128, 3, 32, false, true},
                         {4, 2, 16, 5, 8, true, true}};
-  for (Half t : kTypes)
-    for (const Case& c : cases) {
-      const int blocks = 12, qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
-      auto q = random_floats(size_t(c.tokens) * qd), k = random_floats(size_t(c.tokens) * kvd),
-           v = random_floats(size_t(c.tokens) * kvd);
-      std::vector<float> bq, bk, bv, qn, kn, inv(c.head_dim / 2);
-      if (c.bias) bq = random_floats(qd), bk = random_floats(kvd), bv = random_floats(kvd);
-      if (c.norm) qn = random_floats(c.head_dim), kn = random_floats(c.head_dim);
-      for (int i = 0; i < c.head_dim / 2; ++i) inv[i] = std::pow(10000.0f, -2.0f * i / c.head_dim);
-      // Positions anywhere; distinct slots in shuffled blocks; the last token is padding.
-      std::vector<int> pos(c.tokens), slot(c.tokens), free_slots(blocks * c.block_size);
-      std::iota(free_slots.begin(), free_slots.end(), 0);
-      std::shuffle(free_slots.begin(), free_slots.end(), rng());
-      for (int i = 0; i < c.tokens; ++i) {
-        pos[i] = int(rng()() % 5000);
-        slot[i] = i + 1 < c.tokens ? free_slots[i] : -1;
+  // layers 0: packed K and V pools apart; layers > 0: one block-major pool (a block holds every
+  // layer's keys then values) written as its middle layer, the kernel stepping by block_stride.
+  for (int layers : {0, 3})
+    for (Half t : kTypes)
+      for (const Case& c : cases) {
+        const int blocks = 12, qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
+        auto q = random_floats(size_t(c.tokens) * qd), k = random_floats(size_t(c.tokens) * kvd),
+             v = random_floats(size_t(c.tokens) * kvd);
+        std::vector<float> bq, bk, bv, qn, kn, inv(c.head_dim / 2);
+        if (c.bias) bq = random_floats(qd), bk = random_floats(kvd), bv = random_floats(kvd);
+        if (c.norm) qn = random_floats(c.head_dim), kn = random_floats(c.head_dim);
+        for (int i = 0; i < c.head_dim / 2; ++i)
+          inv[i] = std::pow(10000.0f, -2.0f * i / c.head_dim);
+        // Positions anywhere; distinct slots in shuffled blocks; the last token is padding.
+        std::vector<int> pos(c.tokens), slot(c.tokens), free_slots(blocks * c.block_size);
+        std::iota(free_slots.begin(), free_slots.end(), 0);
+        std::shuffle(free_slots.begin(), free_slots.end(), rng());
+        for (int i = 0; i < c.tokens; ++i) {
+          pos[i] = int(rng()() % 5000);
+          slot[i] = i + 1 < c.tokens ? free_slots[i] : -1;
+        }
+        const int64_t packed = int64_t(c.n_kv_heads) * c.block_size * c.head_dim;
+        const int64_t stride = layers ? 2 * layers * packed : 0;
+        const size_t pool = size_t(blocks) * (layers ? stride : 2 * packed);
+        const size_t k_at = layers ? size_t(2 * packed) : 0;  // layer 1, or the K pool
+        const size_t v_at = layers ? k_at + packed : size_t(blocks * packed);
+        std::vector<float> q_ref(q.size()), kv_ref(pool, 0.0f);
+        reference::paged_kv_write(q.data(), k.data(), v.data(), c.bias ? bq.data() : nullptr,
+                                  c.bias ? bk.data() : nullptr, c.bias ? bv.data() : nullptr,
+                                  c.norm ? qn.data() : nullptr, c.norm ? kn.data() : nullptr,
+                                  inv.data(), pos.data(), slot.data(), c.tokens, c.n_heads,
+                                  c.n_kv_heads, c.head_dim, c.block_size, 1e-6f, q_ref.data(),
+                                  kv_ref.data() + k_at, kv_ref.data() + v_at, stride);
+        auto dq = upload(q), dk = upload(k), dv = upload(v), dinv = upload(inv);
+        auto dpos = upload(pos), dslot = upload(slot);
+        DeviceBuffer dbq, dbk, dbv, dqn, dkn;
+        kernels::PagedKvWriteArgs a;
+        if (c.bias)
+          dbq = upload(bq), dbk = upload(bk), dbv = upload(bv), a.bq = dbq.get<float>(),
+          a.bk = dbk.get<float>(), a.bv = dbv.get<float>();
+        if (c.norm)
+          dqn = upload(qn), dkn = upload(kn), a.q_norm = dqn.get<float>(),
+          a.k_norm = dkn.get<float>();
+        auto q_out = poisoned(q.size() * 2);
+        auto kv = upload(std::vector<uint16_t>(pool, 0));
+        a.q = dq.get<float>(), a.k = dk.get<float>(), a.v = dv.get<float>();
+        a.inv_freq = dinv.get<float>(), a.pos = dpos.get<int>(), a.slot = dslot.get<int>();
+        a.num_tokens = c.tokens, a.n_heads = c.n_heads, a.n_kv_heads = c.n_kv_heads;
+        a.head_dim = c.head_dim, a.block_size = c.block_size, a.eps = 1e-6f;
+        a.q_out = q_out.get(), a.k_pool = kv.get<uint16_t>() + k_at;
+        a.v_pool = kv.get<uint16_t>() + v_at, a.block_stride = stride;
+        kernels::paged_kv_write(t, a, nullptr);
+        EXPECT_LT(relative_error(download_half(q_out, q.size(), t), q_ref), half_tolerance(t))
+            << name(t);
+        // The whole pool: the rows at their slots, every other layer and block untouched.
+        EXPECT_LT(relative_error(download_half(kv, pool, t), kv_ref), half_tolerance(t))
+            << name(t) << " layers " << layers;
       }
-      const size_t pool = size_t(blocks) * c.n_kv_heads * c.block_size * c.head_dim;
-      std::vector<float> q_ref(q.size()), k_ref(pool, 0.0f), v_ref(pool, 0.0f);
-      reference::paged_kv_write(
-          q.data(), k.data(), v.data(), c.bias ? bq.data() : nullptr, c.bias ? bk.data() : nullptr,
-          c.bias ? bv.data() : nullptr, c.norm ? qn.data() : nullptr, c.norm ? kn.data() : nullptr,
-          inv.data(), pos.data(), slot.data(), c.tokens, c.n_heads, c.n_kv_heads, c.head_dim,
-          c.block_size, 1e-6f, q_ref.data(), k_ref.data(), v_ref.data());
-      auto dq = upload(q), dk = upload(k), dv = upload(v), dinv = upload(inv);
-      auto dpos = upload(pos), dslot = upload(slot);
-      DeviceBuffer dbq, dbk, dbv, dqn, dkn;
-      kernels::PagedKvWriteArgs a;
-      if (c.bias)
-        dbq = upload(bq), dbk = upload(bk), dbv = upload(bv), a.bq = dbq.get<float>(),
-        a.bk = dbk.get<float>(), a.bv = dbv.get<float>();
-      if (c.norm)
-        dqn = upload(qn), dkn = upload(kn), a.q_norm = dqn.get<float>(),
-        a.k_norm = dkn.get<float>();
-      auto q_out = poisoned(q.size() * 2);
-      auto kp = upload(std::vector<uint16_t>(pool, 0)), vp = upload(std::vector<uint16_t>(pool, 0));
-      a.q = dq.get<float>(), a.k = dk.get<float>(), a.v = dv.get<float>();
-      a.inv_freq = dinv.get<float>(), a.pos = dpos.get<int>(), a.slot = dslot.get<int>();
-      a.num_tokens = c.tokens, a.n_heads = c.n_heads, a.n_kv_heads = c.n_kv_heads;
-      a.head_dim = c.head_dim, a.block_size = c.block_size, a.eps = 1e-6f;
-      a.q_out = q_out.get(), a.k_pool = kp.get(), a.v_pool = vp.get();
-      kernels::paged_kv_write(t, a, nullptr);
-      EXPECT_LT(relative_error(download_half(q_out, q.size(), t), q_ref), half_tolerance(t))
-          << name(t);
-      EXPECT_LT(relative_error(download_half(kp, pool, t), k_ref), half_tolerance(t)) << name(t);
-      EXPECT_LT(relative_error(download_half(vp, pool, t), v_ref), half_tolerance(t)) << name(t);
-    }
 }
 
 // ---- Paged attention ----
@@ -313,13 +324,17 @@ struct Heads {
 // fixed per (sequence id, position); a block table places them in any blocks.
 class PagedFixture {
  public:
-  PagedFixture(Half t, Heads h, int block_size, int num_blocks)
+  // layers 0: packed K and V pools apart; layers > 0: one block-major pool (a block holds every
+  // layer's keys then values), read as its last layer through block_stride.
+  PagedFixture(Half t, Heads h, int block_size, int num_blocks, int layers = 0)
       : t_(t), h_(h), block_size_(block_size), num_blocks_(num_blocks) {
-    const size_t pool = size_t(num_blocks) * h.n_kv_heads * block_size * h.head_dim;
-    k_ = rounded(random_floats(pool), t);
-    v_ = rounded(random_floats(pool), t);
-    dk_ = upload_half(k_, t);
-    dv_ = upload_half(v_, t);
+    const int64_t packed = int64_t(h.n_kv_heads) * block_size * h.head_dim;
+    stride_ = layers ? 2 * layers * packed : 0;
+    k_at_ = layers ? size_t(2 * (layers - 1) * packed) : 0;
+    v_at_ = layers ? k_at_ + packed : size_t(num_blocks * packed);
+    step_ = layers ? stride_ : packed;
+    kv_ = rounded(random_floats(size_t(num_blocks) * 2 * (layers ? layers : 1) * packed), t);
+    dkv_ = upload_half(kv_, t);
   }
 
   struct Seq {
@@ -352,7 +367,8 @@ class PagedFixture {
         tokens, int(seqs.size()), max_kv, h_.n_heads, h_.head_dim, tokens);
     DeviceBuffer scratch(scratch_bytes);
     kernels::PagedAttentionArgs a;
-    a.q = dq.get(), a.k_pool = dk_.get(), a.v_pool = dv_.get();
+    a.q = dq.get(), a.k_pool = dkv_.get<uint16_t>() + k_at_;
+    a.v_pool = dkv_.get<uint16_t>() + v_at_, a.block_stride = stride_;
     a.query_start = dstart.get<int>(), a.first_pos = dfirst.get<int>();
     a.block_table = dtable.get<int>();
     a.num_seqs = int(seqs.size()), a.num_tokens = tokens, a.max_blocks = max_blocks;
@@ -369,10 +385,10 @@ class PagedFixture {
   // The reference of the last run.
   std::vector<float> reference(int num_seqs) const {
     std::vector<float> out(last_.q.size());
-    reference::paged_attention(last_.q.data(), k_.data(), v_.data(), last_.starts.data(),
-                               last_.first.data(), last_.table.data(), num_seqs, last_.max_blocks,
-                               block_size_, h_.n_heads, h_.n_kv_heads, h_.head_dim,
-                               1.0f / std::sqrt(float(h_.head_dim)), out.data());
+    reference::paged_attention(
+        last_.q.data(), kv_.data() + k_at_, kv_.data() + v_at_, last_.starts.data(),
+        last_.first.data(), last_.table.data(), num_seqs, last_.max_blocks, block_size_, h_.n_heads,
+        h_.n_kv_heads, h_.head_dim, 1.0f / std::sqrt(float(h_.head_dim)), out.data(), stride_);
     return out;
   }
 
@@ -398,15 +414,13 @@ class PagedFixture {
     for (int p = 0; p < len; ++p)
       for (int kvh = 0; kvh < h_.n_kv_heads; ++kvh) {
         auto at = [&](const std::vector<int>& b) {
-          return ((size_t(b[p / block_size_]) * h_.n_kv_heads + kvh) * block_size_ +
-                  p % block_size_) *
-                 row;
+          return size_t(b[p / block_size_]) * step_ +
+                 (size_t(kvh) * block_size_ + p % block_size_) * row;
         };
-        std::copy_n(&k_[at(from)], row, &k_[at(to)]);
-        std::copy_n(&v_[at(from)], row, &v_[at(to)]);
+        std::copy_n(&kv_[k_at_ + at(from)], row, &kv_[k_at_ + at(to)]);
+        std::copy_n(&kv_[v_at_ + at(from)], row, &kv_[v_at_ + at(to)]);
       }
-    dk_ = upload_half(k_, t_);
-    dv_ = upload_half(v_, t_);
+    dkv_ = upload_half(kv_, t_);
   }
 
   Seq random_seq(int first_pos, int n) {
@@ -424,8 +438,10 @@ class PagedFixture {
   Half t_;
   Heads h_;
   int block_size_, num_blocks_;
-  std::vector<float> k_, v_;
-  DeviceBuffer dk_, dv_;
+  int64_t stride_ = 0, step_ = 0;  // block_stride as passed (0: packed), and as it is
+  size_t k_at_ = 0, v_at_ = 0;     // offsets of the K and V of block 0 in kv_
+  std::vector<float> kv_;
+  DeviceBuffer dkv_;
   std::vector<int> free_;
   Last last_;
 };
@@ -441,8 +457,8 @@ TEST(PagedAttention, MatchesReference) {
   const Heads shapes[] = {{32, 8, 128}, {14, 2, 64}, {8, 8, 64}, {16, 2, 128}, {4, 1, 32}};
   for (Half t : kTypes)
     for (const Heads& h : shapes)
-      for (int block_size : {16, 32}) {
-        PagedFixture f(t, h, block_size, 400);
+      for (auto [block_size, layers] : {std::pair{16, 0}, {32, 0}, {16, 2}}) {
+        PagedFixture f(t, h, block_size, 400, layers);
         // Decodes at split edges, chunks from the start and mid-sequence, one crossing splits.
         std::vector<PagedFixture::Seq> seqs;
         for (auto [first, n] : {std::pair{0, 1},
@@ -459,7 +475,7 @@ TEST(PagedAttention, MatchesReference) {
         // P is rounded to 16 bits before the PV product, as in every flash kernel: allow 2x.
         EXPECT_LT(relative_error(got, ref), 2 * half_tolerance(t))
             << name(t) << " heads " << h.n_heads << "/" << h.n_kv_heads << " d=" << h.head_dim
-            << " block " << block_size;
+            << " block " << block_size << " layers " << layers;
         // Splits in separate blocks or walked by one block: the same bits.
         const std::vector<uint16_t> split = f.run(seqs, true), whole = f.run(seqs, false);
         EXPECT_EQ(split, whole) << name(t) << " d=" << h.head_dim;

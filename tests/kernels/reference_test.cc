@@ -96,6 +96,33 @@ TEST(BatchReferences, PagedAttentionEqualsContiguousAttention) {
   EXPECT_EQ(out, want);
 }
 
+// The same blocks laid out block-major (a block holds 3 layers' keys then values; the pool is
+// read as layer 2 through block_stride): the same bits as the packed pools.
+TEST(BatchReferences, PagedAttentionWithBlockStrideEqualsPacked) {
+  const int n_heads = 8, kv_heads = 2, head_dim = 16, context = 77, block_size = 16, layers = 3;
+  const auto k_cache = random_floats(size_t(kv_heads) * context * head_dim);
+  const auto v_cache = random_floats(k_cache.size());
+  const Paged p = page(k_cache, v_cache, kv_heads, context, head_dim, block_size);
+  const size_t packed = size_t(kv_heads) * block_size * head_dim;
+  const size_t blocks = p.k_pool.size() / packed, stride = 2 * layers * packed;
+  std::vector<float> pool = random_floats(blocks * stride);  // other layers hold noise
+  const size_t k_at = 2 * (layers - 1) * packed, v_at = k_at + packed;
+  for (size_t b = 0; b < blocks; ++b) {
+    std::copy_n(&p.k_pool[b * packed], packed, &pool[b * stride + k_at]);
+    std::copy_n(&p.v_pool[b * packed], packed, &pool[b * stride + v_at]);
+  }
+  const auto q = random_floats(size_t(5) * n_heads * head_dim);
+  const std::vector<int> starts{0, 5}, first{70};
+  std::vector<float> want(q.size()), got(q.size());
+  reference::paged_attention(q.data(), p.k_pool.data(), p.v_pool.data(), starts.data(),
+                             first.data(), p.table.data(), 1, int(p.table.size()), block_size,
+                             n_heads, kv_heads, head_dim, 0.25f, want.data());
+  reference::paged_attention(q.data(), pool.data() + k_at, pool.data() + v_at, starts.data(),
+                             first.data(), p.table.data(), 1, int(p.table.size()), block_size,
+                             n_heads, kv_heads, head_dim, 0.25f, got.data(), int64_t(stride));
+  EXPECT_EQ(got, want);
+}
+
 TEST(BatchReferences, PagedKvWriteEqualsQkvRope) {
   const int n_heads = 4, kv_heads = 2, head_dim = 8, tokens = 6, context = 40, block_size = 4;
   const int qd = n_heads * head_dim, kvd = kv_heads * head_dim;

@@ -96,7 +96,7 @@ std::unique_ptr<Backend> make_backend(const EngineOptions& options, const Engine
     }
     return std::make_unique<CpuBackend>(weights.store, context, kv);
   }
-  return make_cuda_backend(options, weights, context, std::move(warmup));
+  return make_cuda_backend(options, weights, context, std::move(warmup), kv_memory);
 }
 
 }  // namespace hearth

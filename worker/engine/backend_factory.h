@@ -33,15 +33,10 @@ KvPoolShape resolve_kv_pool(const EngineOptions& options, int context_length,
                             int64_t bytes_per_token,
                             std::optional<size_t> device_free_bytes = std::nullopt);
 
-// Served mode: makes the memory a leased pool lives in (kv_memory.h) from its blocks' size, the
-// most blocks it may ever hold (resolve_kv_pool's size) and the fewest it needs (one context).
-using KvMemoryFactory =
-    std::function<std::shared_ptr<KvMemory>(int64_t block_bytes, int max_blocks, int min_blocks)>;
-
 // Throws std::runtime_error with a clear message when the backend cannot run here (e.g.
 // "no CUDA device was found"). `warmup`, from start_cuda_warmup, is used by the cuda backend.
-// With `kv_memory` the cpu backend's pool is leased memory that grows and shrinks; the cuda
-// backends keep their own pool for now.
+// With `kv_memory` the pool of the cpu and batched cuda backends is leased memory that grows and
+// shrinks (KvMemoryFactory, kv_memory.h); the single-sequence cuda backend keeps its own.
 std::unique_ptr<Backend> make_backend(const EngineOptions& options, const EngineWeights& weights,
                                       std::shared_ptr<CudaWarmup> warmup = nullptr,
                                       const KvMemoryFactory& kv_memory = nullptr);

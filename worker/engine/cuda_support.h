@@ -7,6 +7,7 @@
 #include "worker/engine/backend.h"
 #include "worker/engine/engine_options.h"
 #include "worker/engine/engine_weights.h"
+#include "worker/engine/kv_memory.h"
 
 namespace hearth {
 
@@ -20,9 +21,11 @@ class CudaWarmup;
 std::shared_ptr<CudaWarmup> start_cuda_warmup(int device, DType type);
 
 // Throws std::runtime_error ("no CUDA device was found", "built without CUDA", ...) when the
-// CUDA engine cannot run here.
+// CUDA engine cannot run here. With `kv_memory` the batched engine's pool is leased (served
+// mode); the single-sequence engine keeps its own cache.
 std::unique_ptr<Backend> make_cuda_backend(const EngineOptions& options,
                                            const EngineWeights& weights, int context_length,
-                                           std::shared_ptr<CudaWarmup> warmup = nullptr);
+                                           std::shared_ptr<CudaWarmup> warmup = nullptr,
+                                           const KvMemoryFactory& kv_memory = nullptr);
 
 }  // namespace hearth

@@ -14,7 +14,7 @@ std::shared_ptr<CudaWarmup> start_cuda_warmup(int, DType) {
 }
 
 std::unique_ptr<Backend> make_cuda_backend(const EngineOptions&, const EngineWeights&, int,
-                                           std::shared_ptr<CudaWarmup>) {
+                                           std::shared_ptr<CudaWarmup>, const KvMemoryFactory&) {
   throw std::runtime_error(
       "this hearth was built without CUDA (no nvcc found at build time); "
       "use --backend cpu");

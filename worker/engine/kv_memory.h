@@ -8,6 +8,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
 
 namespace hearth {
 
@@ -39,5 +41,10 @@ class KvMemory {
   virtual int chunks() const = 0;
   virtual uint64_t bytes() const = 0;
 };
+
+// Served mode: makes the memory a leased pool lives in from its blocks' size, the most blocks it
+// may ever hold and the fewest it needs (one context).
+using KvMemoryFactory =
+    std::function<std::shared_ptr<KvMemory>(int64_t block_bytes, int max_blocks, int min_blocks)>;
 
 }  // namespace hearth

@@ -44,7 +44,8 @@ CudaWeights bind_checked(const WeightStore& store, const EngineOptions& options)
 }  // namespace
 
 CudaBatchBackend::CudaBatchBackend(std::shared_ptr<const WeightStore> store,
-                                   const EngineOptions& options, int context)
+                                   const EngineOptions& options, int context,
+                                   const KvMemoryFactory& kv_memory)
     : store_(std::move(store)),
       c_(store_->config()),
       options_(options),
@@ -55,7 +56,7 @@ CudaBatchBackend::CudaBatchBackend(std::shared_ptr<const WeightStore> store,
       model_(c_, weights_, limits_, options_, context_, arena_, stream_.get()),
       inputs_(limits_, options_.kv_block_size, arena_),
       sampling_(limits_.max_seqs, c_.vocab, arena_),
-      kv_(c_, options_, context_, stream_.get(), arena_) {
+      kv_(c_, options_, context_, stream_.get(), arena_, kv_memory) {
   arena_.count(weights_.copied_bytes());
 }
 
@@ -106,6 +107,7 @@ void CudaBatchBackend::run_decode(const ForwardBatch& batch) {
 
 void CudaBatchBackend::forward(const ForwardBatch& batch) {
   check_batch(batch);
+  kv_.prepare(stream_.get());
   entry_row_.assign(batch.entries.size(), -1);
   host_logits_.assign(batch.entries.size(), {});
   if (graphable(batch)) return run_decode(batch);
@@ -115,7 +117,9 @@ void CudaBatchBackend::forward(const ForwardBatch& batch) {
 }
 
 void CudaBatchBackend::capture_decode_graphs(int max_kv_len) {
-  if (!options_.cuda_graphs) return;
+  // The capture runs its steps on block 0: a leased pool holding none yet captures later.
+  if (!options_.cuda_graphs || kv_.shape().num_blocks == 0) return;
+  kv_.prepare(stream_.get());
   const int block = kv_.shape().block_size;
   const int top = kv_bucket(std::clamp(max_kv_len, 1, context_), context_);
   for (int kv = kv_bucket(1, context_);; kv = kv_bucket(kv + 1, context_)) {

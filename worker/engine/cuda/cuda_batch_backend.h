@@ -39,9 +39,10 @@ class CudaBatchBackend final : public Backend {
  public:
   // `store` must be GPU-resident with 16-bit matrices. The KV pool takes kv_pool_tokens,
   // kv_pool_gb or kv_pool_fraction of the memory free once everything else is allocated
-  // (default 0.9 of it), never more than max_running full contexts (resolve_kv_pool).
+  // (default 0.9 of it), never more than max_running full contexts (resolve_kv_pool). With
+  // `kv_memory` (served mode) the pool is leased instead and grows and shrinks with the work.
   CudaBatchBackend(std::shared_ptr<const WeightStore> store, const EngineOptions& options,
-                   int context_length);
+                   int context_length, const KvMemoryFactory& kv_memory = nullptr);
   ~CudaBatchBackend() override;
   CudaBatchBackend(const CudaBatchBackend&) = delete;
   CudaBatchBackend& operator=(const CudaBatchBackend&) = delete;
@@ -51,6 +52,7 @@ class CudaBatchBackend final : public Backend {
   int vocab_size() const override { return c_.vocab; }
   KvPoolShape kv_pool() const override { return kv_.shape(); }
   int max_sequences() const override { return limits_.max_seqs; }
+  KvMemory* kv_memory() override { return kv_.memory(); }
 
   void forward(const ForwardBatch& batch) override;
   std::span<const float> logits(int entry) override;

@@ -64,6 +64,7 @@ void CudaLlamaForward::layer(int l, const StepShape& s, const StepInputs& in, co
   kw.num_tokens = T, kw.n_heads = c.n_heads, kw.n_kv_heads = c.n_kv_heads, kw.head_dim = c.head_dim,
   kw.block_size = kv.shape().block_size, kw.eps = eps;
   kw.q_out = q16_.get(), kw.k_pool = kv.k(l), kw.v_pool = kv.v(l);
+  kw.block_stride = kv.block_stride();
   kernels::paged_kv_write(type_, kw, st);
 
   kernels::PagedAttentionArgs at = attention;
@@ -94,7 +95,7 @@ void CudaLlamaForward::launch(const StepShape& s, const StepInputs& in, const Cu
   at.max_kv_len = s.max_kv_len, at.scale = 1.0f / std::sqrt(float(c.head_dim));
   at.scratch = attention_scratch_.get(), at.scratch_bytes = attention_scratch_bytes_;
   at.out = att_.get();
-  at.k_pool = kv.k(0), at.v_pool = kv.v(0);
+  at.k_pool = kv.k(0), at.v_pool = kv.v(0), at.block_stride = kv.block_stride();
   kernels::paged_attention_plan(at, st);
   for (int l = 0; l < c.n_layers; ++l) layer(l, s, in, kv, at, st);
   if (s.rows == 0) return;

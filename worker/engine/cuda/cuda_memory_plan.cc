@@ -24,7 +24,24 @@ int64_t cuda_kv_bytes_per_token(const ModelConfig& c) {
 }
 
 CudaKvPool::CudaKvPool(const ModelConfig& c, const EngineOptions& options, int context_length,
-                       cudaStream_t stream, DeviceArena& arena) {
+                       cudaStream_t stream, DeviceArena& arena, const KvMemoryFactory& lease) {
+  part_bytes_ = size_t(options.kv_block_size) * c.kv_dim() * 2;
+  block_bytes_ = 2 * size_t(c.n_layers) * part_bytes_;
+  if (lease) {
+    // Served: hearth-server's budget decides; the free memory here is not this worker's to take.
+    shape_ = resolve_kv_pool(options, context_length, cuda_kv_bytes_per_token(c), std::nullopt);
+    const int context_blocks = (context_length + shape_.block_size - 1) / shape_.block_size;
+    if (options.kv_pool_tokens <= 0 && options.kv_pool_gb <= 0)
+      shape_.num_blocks = std::max(options.max_running, 1) * context_blocks;
+    memory_ = lease(int64_t(block_bytes_), shape_.num_blocks, context_blocks);
+    if (!memory_ || memory_->block_bytes() != int64_t(block_bytes_))
+      throw std::runtime_error("the leased KV memory does not have blocks of " +
+                               std::to_string(block_bytes_) + " bytes");
+    base_ = reinterpret_cast<char*>(memory_->base());
+    prepare(stream);
+    HEARTH_CUDA_CHECK(cudaStreamSynchronize(stream));
+    return;
+  }
   // The device's free memory only matters when no explicit size is given.
   std::optional<size_t> free;
   if (options.kv_pool_tokens <= 0 && options.kv_pool_gb <= 0) {
@@ -34,14 +51,22 @@ CudaKvPool::CudaKvPool(const ModelConfig& c, const EngineOptions& options, int c
   }
   shape_ = resolve_kv_pool(options, context_length, cuda_kv_bytes_per_token(c), free);
   if (shape_.num_blocks < 1) throw std::runtime_error("the KV pool holds no block");
-  layers_ = size_t(c.n_layers);
-  layer_bytes_ = size_t(shape_.num_blocks) * shape_.block_size * c.kv_dim() * 2;
-  const size_t pool = layers_ * layer_bytes_;
-  k_ = arena.alloc(pool);
-  v_ = arena.alloc(pool);
-  HEARTH_CUDA_CHECK(cudaMemsetAsync(k_.get(), 0, pool, stream));
-  HEARTH_CUDA_CHECK(cudaMemsetAsync(v_.get(), 0, pool, stream));
+  const size_t pool = bytes();
+  pool_ = arena.alloc(pool);
+  base_ = pool_.get<char>();
+  HEARTH_CUDA_CHECK(cudaMemsetAsync(pool_.get(), 0, pool, stream));
   HEARTH_CUDA_CHECK(cudaStreamSynchronize(stream));
+}
+
+void CudaKvPool::prepare(cudaStream_t stream) {
+  if (!memory_) return;
+  if (memory_->blocks() == 0) {
+    block0_zeroed_ = false;  // a chunk mapped later holds whatever its last user left
+    return;
+  }
+  if (block0_zeroed_) return;
+  HEARTH_CUDA_CHECK(cudaMemsetAsync(base_, 0, block_bytes_, stream));
+  block0_zeroed_ = true;
 }
 
 }  // namespace hearth

@@ -12,6 +12,7 @@
 #include "weight-server/model/model_config.h"
 #include "worker/engine/backend.h"
 #include "worker/engine/engine_options.h"
+#include "worker/engine/kv_memory.h"
 
 namespace hearth {
 
@@ -45,24 +46,45 @@ class DeviceArena {
 // Bytes one token position takes in the pool (keys and values of every layer, 16-bit).
 int64_t cuda_kv_bytes_per_token(const ModelConfig& config);
 
-// The paged KV pool: per layer, num_blocks * block_size positions of kv_dim 16-bit values, keys
-// and values apart.
+// The paged KV pool, block-major: block b is one run of block_bytes() holding, per layer, the
+// layer's keys [n_kv_heads][block_size][head_dim] then its values, 16-bit. A layer's block
+// address is base + b * block_bytes() + layer offset, so whole blocks are whole units of memory
+// (what a leased chunk holds) and the kernels step from block to block by block_stride().
+// Single-process, the pool is one allocation; served, it is the worker's leased range (VMM
+// chunks mapped into one reservation that never moves, so captured graphs stay valid as chunks
+// come and go), holding blocks [0, memory->blocks()).
 class CudaKvPool {
  public:
-  // Sized by resolve_kv_pool from the memory free now, so it must be allocated last. Zeroed
-  // once on `stream`: padding rows of decode graphs read block 0 and must see finite values.
+  // Own pool: sized by resolve_kv_pool from the memory free now, so it must be allocated last.
+  // Zeroed once on `stream`: padding rows of decode graphs read block 0 and must see finite
+  // values. With `lease`, the pool is the memory it makes, up to max_running contexts (or the
+  // explicit kv_pool_tokens / kv_pool_gb), at least one context.
   CudaKvPool(const ModelConfig& config, const EngineOptions& options, int context_length,
-             cudaStream_t stream, DeviceArena& arena);
+             cudaStream_t stream, DeviceArena& arena, const KvMemoryFactory& lease = nullptr);
 
-  KvPoolShape shape() const { return shape_; }
-  size_t bytes() const { return 2 * layers_ * layer_bytes_; }
-  void* k(int layer) const { return k_.get<char>() + size_t(layer) * layer_bytes_; }
-  void* v(int layer) const { return v_.get<char>() + size_t(layer) * layer_bytes_; }
+  KvPoolShape shape() const {
+    return memory_ ? KvPoolShape{shape_.block_size, memory_->blocks()} : shape_;
+  }
+  KvMemory* memory() const { return memory_.get(); }
+  // Before a step: a leased block 0 freshly mapped is zeroed (see the constructor).
+  void prepare(cudaStream_t stream);
+  size_t bytes() const {
+    return memory_ ? size_t(memory_->bytes()) : size_t(shape_.num_blocks) * block_bytes_;
+  }
+  size_t block_bytes() const { return block_bytes_; }
+  // Block 0 of a layer's keys / values; block b is block_stride() 16-bit values further.
+  void* k(int layer) const { return base_ + size_t(layer) * 2 * part_bytes_; }
+  void* v(int layer) const { return static_cast<char*>(k(layer)) + part_bytes_; }
+  int64_t block_stride() const { return int64_t(block_bytes_ / 2); }
 
  private:
   KvPoolShape shape_{};
-  size_t layers_ = 0, layer_bytes_ = 0;
-  DeviceBuffer k_, v_;
+  size_t part_bytes_ = 0;             // one layer's keys (or values) of one block
+  size_t block_bytes_ = 0;            // every layer's keys and values of one block
+  DeviceBuffer pool_;                 // own pool
+  std::shared_ptr<KvMemory> memory_;  // leased pool
+  char* base_ = nullptr;
+  bool block0_zeroed_ = false;
 };
 
 }  // namespace hearth

@@ -26,7 +26,8 @@ std::shared_ptr<CudaWarmup> start_cuda_warmup(int device, DType type) {
 
 std::unique_ptr<Backend> make_cuda_backend(const EngineOptions& options,
                                            const EngineWeights& weights, int context_length,
-                                           std::shared_ptr<CudaWarmup> warmup) {
+                                           std::shared_ptr<CudaWarmup> warmup,
+                                           const KvMemoryFactory& kv_memory) {
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess || count == 0)
@@ -51,7 +52,7 @@ std::unique_ptr<Backend> make_cuda_backend(const EngineOptions& options,
   }
   if (batched) {
     warmup.reset();  // the batched engine uses no cuBLASLt; this waits for the helper thread
-    return std::make_unique<CudaBatchBackend>(std::move(store), options, context_length);
+    return std::make_unique<CudaBatchBackend>(std::move(store), options, context_length, kv_memory);
   }
   return std::make_unique<CudaBackend>(std::move(store), options, context_length,
                                        std::move(warmup));

@@ -30,7 +30,7 @@ __global__ void __launch_bounds__(kThreads) choose_kernel(SampleArgs a, const ui
   __shared__ Scratch scratch;
   const int n = a.top_k > 0 ? min(a.top_k, a.vocab) : a.vocab;
   const Rule rule{a.temperature, a.top_p, a.min_p, a.seed, a.step};
-  const int pick = choose_sorted(sorted, n, -1.0, rule, scratch);
+  const int pick = choose_sorted(sorted, n, rule, scratch);
   const int32_t token = key_id(sorted[pick]);
   const float logprob = raw_logprob(a.logits, a.vocab, token, scratch);
   if (threadIdx.x == 0) {

@@ -3,7 +3,8 @@
 // sorted by (penalised logit desc, id asc) with a radix sort of 64-bit keys, then one block
 // walks the sorted list: weights, the kept prefix, and the pick, with sums in a fixed order so
 // the result does not depend on scheduling. (The legacy one-sequence path; the batched sampler
-// sorts only what top-p needs.)
+// sorts nothing. Its top-p walk keeps double weights, where the host Sampler and the batched
+// sampler count integer ones: they can differ where the sum sits within rounding of top_p.)
 #include <cub/device/device_radix_sort.cuh>
 
 #include "kernels/cuda_check.h"
@@ -30,7 +31,7 @@ __global__ void __launch_bounds__(kThreads) choose_kernel(SampleArgs a, const ui
   __shared__ Scratch scratch;
   const int n = a.top_k > 0 ? min(a.top_k, a.vocab) : a.vocab;
   const Rule rule{a.temperature, a.top_p, a.min_p, a.seed, a.step};
-  const int pick = choose_sorted(sorted, n, rule, scratch);
+  const int pick = choose_sorted(sorted, n, -1.0, rule, scratch);
   const int32_t token = key_id(sorted[pick]);
   const float logprob = raw_logprob(a.logits, a.vocab, token, scratch);
   if (threadIdx.x == 0) {

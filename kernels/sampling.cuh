@@ -47,8 +47,7 @@ struct Scratch {
   double d[33];
   int i[33];
   float f[32];
-  unsigned long long total;
-  unsigned long long segment_prefix[kThreads];
+  double segment_prefix[kThreads];
 };
 
 // Sum over the block in a fixed order; every thread gets the result.
@@ -98,12 +97,6 @@ __device__ __noinline__ inline float gumbel_noise(uint64_t seed, uint64_t step, 
   return sampling_rules::gumbel(seed, step, id);
 }
 
-// top-p's integer weight (sampling_rules::nucleus_weight) as a call of its own, for the same
-// reason: its exponential inlined into the 1024-thread walk would spill.
-__device__ __noinline__ inline unsigned long long nucleus_mass(float v, float top, float t) {
-  return sampling_rules::nucleus_weight(v, top, t);
-}
-
 // The block's best (score desc, id asc) pair, in every thread; order-free, so exact.
 __device__ inline int block_best(float score, int id, Scratch& s) {
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -129,58 +122,51 @@ struct Rule {
   uint64_t seed, step;
 };
 
-// top-p over the first n candidates sorted by key: the length of the shortest prefix whose
-// integer mass (sampling_rules::nucleus_weight) reaches nucleus_need of the n candidates' mass,
-// in every thread. A call of its own: inlined, the 1024-thread walk would spill.
-__device__ __noinline__ int nucleus_end(const uint64_t* sorted, int n, float temperature,
-                                        float top_p, Scratch& s) {
-  const int t = threadIdx.x;
-  const float top = key_value(sorted[0]);
-  auto mass = [&](int i) { return nucleus_mass(key_value(sorted[i]), top, temperature); };
-  // Each thread owns one contiguous segment of the n candidates.
-  const int per = (n + kThreads - 1) / kThreads;
-  const int lo = min(n, t * per), hi = min(n, lo + per);
-  unsigned long long own = 0;
-  for (int i = lo; i < hi; ++i) own += mass(i);
-  // Exclusive prefix of segment sums (integers: exact in any order).
-  s.segment_prefix[t] = own;
-  __syncthreads();
-  if (t == 0) {
-    unsigned long long run = 0;
-    for (int i = 0; i < kThreads; ++i) {
-      const unsigned long long v = s.segment_prefix[i];
-      s.segment_prefix[i] = run;
-      run += v;
-    }
-    s.total = run;
-  }
-  __syncthreads();
-  const unsigned long long need = sampling_rules::nucleus_need(s.total, top_p);
-  unsigned long long cum = s.segment_prefix[t];
-  int first = INT_MAX;
-  for (int i = lo; i < hi; ++i) {
-    cum += mass(i);
-    if (cum >= need) {
-      first = i + 1;
-      break;
-    }
-  }
-  return block_min_int(first, s);
-}
-
-// The walk over the first n candidates sorted by key: top-p (nucleus_end), min-p (drop
-// weights exp((v - top) / T) under min_p x the top weight, which is 1), then the Gumbel-max
-// pick among the kept. Returns the pick's position in `sorted`, in every thread.
-__device__ inline int choose_sorted(const uint64_t* sorted, int n, const Rule& r, Scratch& s) {
+// The walk over the first n candidates sorted by key: weights exp((v - top) / T), top-p (the
+// shortest prefix whose mass reaches top_p x total), min-p (drop weights under min_p x the top
+// weight, which is 1), then the Gumbel-max pick among the kept.
+// `total` < 0: the mass is that of the n candidates (top-k); otherwise the given mass (the whole
+// vocabulary's). Returns the pick's position in `sorted`, in every thread.
+__device__ inline int choose_sorted(const uint64_t* sorted, int n, double total, const Rule& r,
+                                    Scratch& s) {
   const int t = threadIdx.x;
   const double inv_t = 1.0 / r.temperature;
   const float top = key_value(sorted[0]);
   auto weight = [&](int i) { return exp((double(key_value(sorted[i])) - top) * inv_t); };
+
+  // Each thread owns one contiguous segment of the n candidates.
   const int per = (n + kThreads - 1) / kThreads;
   const int lo = min(n, t * per), hi = min(n, lo + per);
+  double own = 0.0;
+  for (int i = lo; i < hi; ++i) own += weight(i);
+  // Exclusive prefix of segment sums, in thread order (one thread: fixed order).
+  s.segment_prefix[t] = own;
+  __syncthreads();
+  if (t == 0) {
+    double run = 0.0;
+    for (int i = 0; i < kThreads; ++i) {
+      const double v = s.segment_prefix[i];
+      s.segment_prefix[i] = run;
+      run += v;
+    }
+    s.d[32] = run;
+  }
+  __syncthreads();
+  if (total < 0.0) total = s.d[32];
 
   int kept = n;
-  if (r.top_p < 1.0f) kept = min(kept, nucleus_end(sorted, n, r.temperature, r.top_p, s));
+  if (r.top_p < 1.0f) {
+    int first = INT_MAX;
+    double cum = s.segment_prefix[t];
+    for (int i = lo; i < hi; ++i) {
+      cum += weight(i);
+      if (cum >= r.top_p * total) {
+        first = i + 1;
+        break;
+      }
+    }
+    kept = min(kept, block_min_int(first, s));
+  }
   if (r.min_p > 0.0f) {
     int first = INT_MAX;
     for (int i = max(lo, 1); i < hi; ++i)

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <climits>
 #include <cmath>
 #include <map>
 #include <random>
@@ -83,6 +85,54 @@ TEST(Sampler, TopPPicksOnlyFromTheIntegerNucleus) {
     if (in[i]) {
       EXPECT_GT(hits[i], 0) << i;
     }
+}
+
+// The Sampler's top-p (with top-k and min-p) against the rule written out plainly: every token
+// ordered by (logit desc, id asc), the nucleus by integer weights, then the Gumbel-max pick. On
+// coarse logits (ties everywhere), so the id order within equal values matters.
+TEST(Sampler, TopPEqualsTheNucleusRuleWrittenOut) {
+  std::mt19937 rng(7);
+  Sampler s;
+  for (int trial = 0; trial < 60; ++trial) {
+    const int vocab = 50 + int(rng() % 500);
+    std::vector<float> l(static_cast<size_t>(vocab));
+    std::normal_distribution<float> d(0.0f, 2.0f);
+    for (float& v : l) v = trial % 2 ? std::round(d(rng) * 2.0f) / 2.0f : d(rng);
+    SamplingParams p;
+    p.temperature = 0.3f + float(rng() % 20) / 10.0f;
+    p.top_p = 0.05f + float(rng() % 95) / 100.0f;
+    p.top_k = trial % 3 == 0 ? int(1 + rng() % 60) : 0;
+    p.min_p = trial % 4 == 1 ? 0.02f : 0.0f;
+    p.seed = rng();
+    if (p.top_k == 1) p.top_k = 2;  // 1 is greedy
+    std::vector<int> order(static_cast<size_t>(vocab));
+    for (int i = 0; i < vocab; ++i) order[size_t(i)] = i;
+    std::sort(order.begin(), order.end(),
+              [&](int a, int b) { return l[a] > l[b] || (l[a] == l[b] && a < b); });
+    if (p.top_k > 0 && p.top_k < vocab) order.resize(size_t(p.top_k));
+    const float top = l[size_t(order[0])];
+    uint64_t total = 0;
+    for (int id : order) total += sampling_rules::nucleus_weight(l[id], top, p.temperature);
+    const uint64_t need = sampling_rules::nucleus_need(total, p.top_p);
+    uint64_t cum = 0;
+    size_t kept = 0;
+    while (kept < order.size() && cum < need)
+      cum += sampling_rules::nucleus_weight(l[order[kept++]], top, p.temperature);
+    for (uint64_t step = 0; step < 5; ++step) {
+      float best_s = -INFINITY;
+      int best = INT32_MAX;
+      for (size_t j = 0; j < kept; ++j) {
+        const int id = order[j];
+        if (p.min_p > 0.0f && l[id] != top &&
+            std::exp((double(l[id]) - top) / p.temperature) < double(p.min_p))
+          continue;
+        const float sc = sampling_rules::pick_score(l[id], top, p.temperature, p.seed, step, id);
+        if (sampling_rules::beats(sc, id, best_s, best)) best_s = sc, best = id;
+      }
+      EXPECT_EQ(s.sample(l, p, {}, step).token, best)
+          << "trial " << trial << " k " << p.top_k << " p " << p.top_p << " nucleus " << kept;
+    }
+  }
 }
 
 TEST(SamplingRules, GumbelNoiseIsFiniteAndVariesWithEveryCounter) {

@@ -127,13 +127,14 @@ SampledToken Sampler::sample(std::span<const float> logits, const SamplingParams
       candidates_.resize(k);
       for (const auto& c : candidates_) total += nw(c.first);
     } else {
-      // A token of weight 0 never ends the running mass, so it is never the last one kept:
-      // only the others need the sort.
-      for (size_t i = 0; i < l.size(); ++i) {
-        const uint64_t w = nw(l[i]);
-        total += w;
-        if (w > 0) candidates_.emplace_back(l[i], int32_t(i));
-      }
+      for (float v : l) total += nw(v);
+      // A token is kept only if the tokens from it down hold more than total - need, and they
+      // hold at most vocab x its weight (weights follow the logits, to an ulp: hence the 2).
+      // The others all come after the nucleus: only the rest need the sort.
+      const double spare = double(total - sampling_rules::nucleus_need(total, p.top_p));
+      const double reach = 2.0 * double(l.size());
+      for (size_t i = 0; i < l.size(); ++i)
+        if (reach * double(nw(l[i])) > spare) candidates_.emplace_back(l[i], int32_t(i));
       std::sort(candidates_.begin(), candidates_.end(), before);
     }
     const uint64_t need = sampling_rules::nucleus_need(total, p.top_p);

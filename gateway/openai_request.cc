@@ -20,8 +20,10 @@ constexpr int kMaxChoices = 16;         // n (and prompts x n for batched comple
 constexpr size_t kMaxStopStrings = 16;  // OpenAI allows 4; vLLM any number
 
 // Fields a client may send that change nothing here: accepted and ignored, as OpenAI ignores
-// them for a model that has no use for them.
-const std::set<std::string> kIgnored = {"user", "metadata", "store", "service_tier"};
+// them for a model that has no use for them. safety_identifier and prompt_cache_key are
+// OpenAI's successors to user (abuse tracking, cache routing: one gateway has one cache).
+const std::set<std::string> kIgnored = {"user",         "metadata",          "store",
+                                        "service_tier", "safety_identifier", "prompt_cache_key"};
 
 // Fields read below, by endpoint; anything else is refused by name.
 const std::set<std::string> kCommon = {"model",
@@ -211,6 +213,8 @@ CompletionRequest parse_completion_request(const ordered_json& body, Endpoint en
   if (const Field f = b["metadata"]; f.present()) (void)f.object();
   if (const Field f = b["store"]; f.present()) (void)f.boolean();
   if (const Field f = b["service_tier"]; f.present()) (void)f.string(SIZE_MAX);
+  if (const Field f = b["safety_identifier"]; f.present()) (void)f.string(SIZE_MAX);
+  if (const Field f = b["prompt_cache_key"]; f.present()) (void)f.string(SIZE_MAX);
   if (const Field f = b["parallel_tool_calls"]; f.present()) (void)f.boolean();
 
   CompletionRequest r;
@@ -296,6 +300,11 @@ CompletionRequest parse_completion_request(const ordered_json& body, Endpoint en
   if (const Field o = b["stream_options"]; o.present()) {
     refuse_unless(r.stream, o, "is only allowed with stream: true");
     if (o["include_usage"].present()) r.include_usage = o["include_usage"].boolean();
+    // include_obfuscation: false is what hearth does anyway (no padding in chunks).
+    if (o["include_obfuscation"].present()) (void)o["include_obfuscation"].boolean();
+    for (const std::string& key : o.keys())
+      if (key != "include_usage" && key != "include_obfuscation")
+        o[key].fail("is not a field of stream_options");
   }
 
   if (chat) {

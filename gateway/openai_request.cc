@@ -50,8 +50,9 @@ const std::set<std::string> kCommon = {"model",
                                        "stream_options"};
 const std::set<std::string> kCompletionsOnly = {"prompt", "echo", "suffix"};
 const std::set<std::string> kChatOnly = {
-    "messages", "max_completion_tokens", "top_logprobs",         "add_generation_prompt",
-    "tools",    "tool_choice",           "chat_template_kwargs", "parallel_tool_calls"};
+    "messages",  "max_completion_tokens", "top_logprobs",         "add_generation_prompt",
+    "tools",     "tool_choice",           "chat_template_kwargs", "parallel_tool_calls",
+    "modalities"};
 
 // A prompt's token ids, when `v` looks like some (an array whose first item is a number).
 bool is_token_list(const Field& v) {
@@ -228,6 +229,10 @@ CompletionRequest parse_completion_request(const ordered_json& body, Endpoint en
     r.prompts.push_back(std::move(p));
     if (b["add_generation_prompt"].present())
       r.add_generation_prompt = b["add_generation_prompt"].boolean();
+    // OpenAI's default, ["text"], is all hearth makes: "audio" is refused by its item.
+    if (const Field m = b["modalities"]; m.present())
+      for (const Field& item : m.items())
+        if (item.string(64) != "text") item.fail("only \"text\" is supported");
     r.tools = read_tool_settings(b);
     if (!r.tools.tools.is_null()) r.template_extra["tools"] = r.tools.tools;
     if (const Field kwargs = b["chat_template_kwargs"]; kwargs.present())

@@ -179,7 +179,7 @@ TEST(CompletionRequest, EveryFieldTheReadmeRefusesIsA400NamingIt) {
       {H, msg + R"("audio": {"voice": "alloy", "format": "wav"})", "audio"},
       {H, msg + R"("functions": [{"name": "f"}])", "functions"},
       {H, msg + R"("function_call": "auto")", "function_call"},
-      {H, msg + R"("modalities": ["text"])", "modalities"},
+      {H, msg + R"("modalities": ["text", "audio"])", "modalities[1]"},
       {H, msg + R"("prediction": {"type": "content", "content": "x"})", "prediction"},
       {H, msg + R"("reasoning_effort": "low")", "reasoning_effort"},
       {H, msg + R"("verbosity": "low")", "verbosity"},
@@ -241,7 +241,7 @@ TEST(CompletionRequest, IgnoredFieldsAreAcceptedAndTypeChecked) {
   const CompletionRequest ignored = parse_completion_request(
       parse_request_body(chat + R"("seed": 1, "user": "u", "safety_identifier": "s",
           "prompt_cache_key": "k", "store": false, "metadata": {"a": "b"},
-          "service_tier": "auto", "stream": true,
+          "service_tier": "auto", "modalities": ["text"], "stream": true,
           "stream_options": {"include_obfuscation": false}})"),
       Endpoint::ChatCompletions, {});
   EXPECT_EQ(worker_request_json(ignored, "c", {1}, 1), worker_request_json(plain, "c", {1}, 1));

@@ -204,6 +204,9 @@ CompletionRequest parse_completion_request(const ordered_json& body, Endpoint en
   const Field b(body, "");
   const bool chat = endpoint == Endpoint::ChatCompletions;
   for (const std::string& key : b.keys()) {
+    // null asks for nothing, as leaving the field out does: clients that send every field of
+    // their SDK, unset ones as null ("functions": null), are served.
+    if (!b[key].present()) continue;
     if (kCommon.count(key) || kIgnored.count(key)) continue;
     if ((chat ? kChatOnly : kCompletionsOnly).count(key)) continue;
     b[key].fail("is not a parameter of this endpoint");

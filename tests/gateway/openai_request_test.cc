@@ -246,6 +246,13 @@ TEST(CompletionRequest, IgnoredFieldsAreAcceptedAndTypeChecked) {
       Endpoint::ChatCompletions, {});
   EXPECT_EQ(worker_request_json(ignored, "c", {1}, 1), worker_request_json(plain, "c", {1}, 1));
   EXPECT_FALSE(ignored.include_usage);
+  // An SDK that sends every field, unset ones as null: null is left out, even for a field
+  // hearth refuses.
+  const CompletionRequest nulls = parse_completion_request(
+      parse_request_body(chat + R"("seed": 1, "functions": null, "audio": null,
+          "web_search_options": null, "tool_choice": null, "stop": null, "suffix": null})"),
+      Endpoint::ChatCompletions, {});
+  EXPECT_EQ(worker_request_json(nulls, "c", {1}, 1), worker_request_json(plain, "c", {1}, 1));
   for (const char* f : {"safety_identifier", "prompt_cache_key", "user", "service_tier"})
     expect_400(completion_error(chat + "\"" + f + "\": 5}", Endpoint::ChatCompletions), f, f);
   expect_400(

@@ -190,7 +190,10 @@ __device__ inline int choose_sorted(const uint64_t* sorted, int n, double total,
   int at = INT_MAX;
   for (int i = lo; i < min(hi, kept); ++i)
     if (key_id(sorted[i]) == best) at = i;
-  return block_min_int(at, s);
+  at = block_min_int(at, s);
+  // No score beat -inf (NaN or infinite logits): the last kept, as before, whose logprob the
+  // caller finds non-finite and refuses; never a position past the list.
+  return at == INT_MAX ? max(kept - 1, 0) : at;
 }
 
 // log-softmax of the raw logits at `token`, in every thread.

@@ -81,7 +81,9 @@ TEST(GatewayToolCalls, ForcedToolChoiceGivesAValidCall) {
     ASSERT_EQ(c["message"]["tool_calls"].size(), 1u) << r.body;
     const json call = c["message"]["tool_calls"][0];
     const std::string name = call["function"]["name"];
-    if (choice.is_object()) EXPECT_EQ(name, "add");
+    if (choice.is_object()) {
+      EXPECT_EQ(name, "add");
+    }
     const json* schema = nullptr;
     for (const json& t : tools)
       if (t["function"]["name"] == name) schema = &t["function"]["parameters"];

@@ -90,6 +90,36 @@ TEST(GatewayToolCalls, ForcedToolChoiceGivesAValidCall) {
     ASSERT_NE(schema, nullptr) << name;
     EXPECT_TRUE(validates(*schema, call["function"]["arguments"].get<std::string>())) << r.body;
   }
+  // Streamed: the same call as delta.tool_calls (name, then arguments), no content, same
+  // finish reason (temperature 0: the same tokens as the whole response).
+  const json named = {{"type", "function"}, {"function", {{"name", "get_weather"}}}};
+  const json body = chat({{"tools", tools}, {"tool_choice", named}, {"max_tokens", 200}});
+  const auto whole = gw.post("/v1/chat/completions", body);
+  ASSERT_EQ(whole.status, 200) << whole.body;
+  json streamed_body = body;
+  streamed_body["stream"] = true;
+  const auto streamed = gw.post("/v1/chat/completions", streamed_body);
+  ASSERT_EQ(streamed.status, 200) << streamed.body;
+  std::string name, arguments, finish;
+  for (const json& e : sse_events(streamed.body)) {
+    if (!e.is_object() || e["choices"].empty()) continue;
+    const json& delta = e["choices"][0]["delta"];
+    EXPECT_FALSE(delta.contains("content") && delta["content"].is_string() &&
+                 !delta["content"].get<std::string>().empty())
+        << e.dump();
+    if (delta.contains("tool_calls")) {
+      const json& f = delta["tool_calls"][0]["function"];
+      if (f.contains("name")) name += f["name"].get<std::string>();
+      if (f.contains("arguments")) arguments += f["arguments"].get<std::string>();
+    }
+    if (e["choices"][0]["finish_reason"].is_string()) finish = e["choices"][0]["finish_reason"];
+  }
+  const json call = whole.parsed()["choices"][0]["message"]["tool_calls"][0]["function"];
+  EXPECT_EQ(name, "get_weather");
+  EXPECT_EQ(arguments, call["arguments"].get<std::string>());
+  EXPECT_EQ(finish, "tool_calls");
+  EXPECT_TRUE(validates(tools[0]["function"]["parameters"], arguments)) << arguments;
+
   // Parameters outside the compiler's subset: a 400 naming the keyword under tools.
   json bad = tools;
   bad[0]["function"]["parameters"]["properties"]["city"]["pattern"] = "[A-Z].*";

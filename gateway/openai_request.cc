@@ -20,8 +20,10 @@ constexpr int kMaxChoices = 16;         // n (and prompts x n for batched comple
 constexpr size_t kMaxStopStrings = 16;  // OpenAI allows 4; vLLM any number
 
 // Fields a client may send that change nothing here: accepted and ignored, as OpenAI ignores
-// them for a model that has no use for them.
-const std::set<std::string> kIgnored = {"user", "metadata", "store", "service_tier"};
+// them for a model that has no use for them. safety_identifier and prompt_cache_key are
+// OpenAI's successors to user (abuse tracking, cache routing: one gateway has one cache).
+const std::set<std::string> kIgnored = {"user",         "metadata",          "store",
+                                        "service_tier", "safety_identifier", "prompt_cache_key"};
 
 // Fields read below, by endpoint; anything else is refused by name.
 const std::set<std::string> kCommon = {"model",
@@ -48,8 +50,9 @@ const std::set<std::string> kCommon = {"model",
                                        "stream_options"};
 const std::set<std::string> kCompletionsOnly = {"prompt", "echo", "suffix"};
 const std::set<std::string> kChatOnly = {
-    "messages", "max_completion_tokens", "top_logprobs",         "add_generation_prompt",
-    "tools",    "tool_choice",           "chat_template_kwargs", "parallel_tool_calls"};
+    "messages",  "max_completion_tokens", "top_logprobs",         "add_generation_prompt",
+    "tools",     "tool_choice",           "chat_template_kwargs", "parallel_tool_calls",
+    "modalities"};
 
 // A prompt's token ids, when `v` looks like some (an array whose first item is a number).
 bool is_token_list(const Field& v) {
@@ -201,6 +204,9 @@ CompletionRequest parse_completion_request(const ordered_json& body, Endpoint en
   const Field b(body, "");
   const bool chat = endpoint == Endpoint::ChatCompletions;
   for (const std::string& key : b.keys()) {
+    // null asks for nothing, as leaving the field out does: clients that send every field of
+    // their SDK, unset ones as null ("functions": null), are served.
+    if (!b[key].present()) continue;
     if (kCommon.count(key) || kIgnored.count(key)) continue;
     if ((chat ? kChatOnly : kCompletionsOnly).count(key)) continue;
     b[key].fail("is not a parameter of this endpoint");
@@ -211,6 +217,8 @@ CompletionRequest parse_completion_request(const ordered_json& body, Endpoint en
   if (const Field f = b["metadata"]; f.present()) (void)f.object();
   if (const Field f = b["store"]; f.present()) (void)f.boolean();
   if (const Field f = b["service_tier"]; f.present()) (void)f.string(SIZE_MAX);
+  if (const Field f = b["safety_identifier"]; f.present()) (void)f.string(SIZE_MAX);
+  if (const Field f = b["prompt_cache_key"]; f.present()) (void)f.string(SIZE_MAX);
   if (const Field f = b["parallel_tool_calls"]; f.present()) (void)f.boolean();
 
   CompletionRequest r;
@@ -224,6 +232,10 @@ CompletionRequest parse_completion_request(const ordered_json& body, Endpoint en
     r.prompts.push_back(std::move(p));
     if (b["add_generation_prompt"].present())
       r.add_generation_prompt = b["add_generation_prompt"].boolean();
+    // OpenAI's default, ["text"], is all hearth makes: "audio" is refused by its item.
+    if (const Field m = b["modalities"]; m.present())
+      for (const Field& item : m.items())
+        if (item.string(64) != "text") item.fail("only \"text\" is supported");
     r.tools = read_tool_settings(b);
     if (!r.tools.tools.is_null()) r.template_extra["tools"] = r.tools.tools;
     if (const Field kwargs = b["chat_template_kwargs"]; kwargs.present())
@@ -296,6 +308,11 @@ CompletionRequest parse_completion_request(const ordered_json& body, Endpoint en
   if (const Field o = b["stream_options"]; o.present()) {
     refuse_unless(r.stream, o, "is only allowed with stream: true");
     if (o["include_usage"].present()) r.include_usage = o["include_usage"].boolean();
+    // include_obfuscation: false is what hearth does anyway (no padding in chunks).
+    if (o["include_obfuscation"].present()) (void)o["include_obfuscation"].boolean();
+    for (const std::string& key : o.keys())
+      if (key != "include_usage" && key != "include_obfuscation")
+        o[key].fail("is not a field of stream_options");
   }
 
   if (chat) {

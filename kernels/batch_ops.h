@@ -178,13 +178,9 @@ struct BatchSampleArgs {
   // likely tokens by raw logit (larger first, lower id among equals) and their log-softmax.
   int32_t* top_tokens = nullptr;
   float* top_logprobs = nullptr;
-  void* scratch = nullptr;  // batch_sample_scratch_bytes(rows_per_pass, vocab)
-  size_t scratch_bytes = 0;
-  // False when no row samples with top_p < 1: then no row needs the sort, which is skipped.
-  bool any_top_p = true;
 };
-// Rows are sampled in passes of up to rows_per_pass rows (the scratch holds one pass).
-size_t batch_sample_scratch_bytes(int rows_per_pass, int vocab);
+// All rows in one launch, a block each, with no scratch: top-k and top-p are selections, not
+// sorts.
 void batch_sample(const BatchSampleArgs& args, cudaStream_t stream);
 
 // out[r, :] = in[idx[r], :] for r < rows: the hidden rows whose logits a step needs.

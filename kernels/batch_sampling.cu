@@ -1,17 +1,13 @@
 // Batched sampling: the host sampler's rules (worker/engine/sampler.h) for R rows with their own
-// settings. Per pass of rows:
-//   1. prepare, one block per row: the row's token edits (logit_bias, penalties) become a bitmap
-//      in shared memory, the adjusted logits' maximum is found (and the raw logits' maximum and
-//      mass, for the logprob), the top_logprobs by selection (a radix select of the N-th key,
-//      then the few survivors ordered), and, unless top-p needs an order, the token itself: the
-//      greedy argmax, or the Gumbel-max pick over the survivors of top-k (a radix select of the
-//      k-th key) and min-p, with no sort at all;
-//   2. rows with top-p only: their candidates (those the nucleus could reach) as sort keys, a
-//      segmented radix sort by (adjusted logit desc, id asc), and choose, one block per row: the
-//      host's walk over the sorted candidates and the Gumbel-max pick (sampling.cuh).
+// settings, all rows in one launch, one block per row: the row's token edits (logit_bias,
+// penalties) become a bitmap in shared memory, the adjusted logits' maximum is found (and the
+// raw logits' maximum and mass, for the logprob), the top_logprobs by selection (a radix select
+// of the N-th key, then the few survivors ordered), and the token itself: the greedy argmax, or
+// the Gumbel-max pick over the survivors of top-k (a radix select of the k-th key), top-p (a
+// radix select by mass of the nucleus' last key, on integer weights so a mass is exact in any
+// order) and min-p. Nothing is sorted and no scratch is needed.
 // Rows never share a block or a reduction, so each row's result is independent of the batch.
 #include <algorithm>
-#include <cub/device/device_segmented_radix_sort.cuh>
 #include <stdexcept>
 #include <string>
 
@@ -34,13 +30,6 @@ struct Pass {
   const SampleRowParams* params;
   const int* edit_offsets;
   const sampling_rules::TokenEdit* edits;
-  uint64_t* keys;    // [rows][vocab]: candidates first
-  uint64_t* sorted;  // [rows][vocab]
-  int* begin;        // [rows]: segment bounds for the sort
-  int* end;
-  double* total;   // [rows]: the whole vocabulary's mass (no top-k), else -1
-  float* raw_max;  // [rows]: the raw logits' maximum and mass, for the logprob
-  double* raw_mass;
   int32_t* tokens;
   float* logprobs;
   int32_t* top_tokens;
@@ -117,6 +106,88 @@ __device__ uint64_t kth_largest(const Key& key, int vocab, int k, SelectShared& 
   return prefix;
 }
 
+// top-p's nucleus: the least key K among keys >= `floor` whose keys >= K hold at least
+// nucleus_need(top_p) of those keys' integer mass (sampling_rules::nucleus_weight), by a most
+// significant digit first select whose buckets count mass; integer sums, so atomics are exact.
+// As kth_largest, it finishes in shared memory once a bucket holds at most kSelectPool keys.
+struct NucleusShared {
+  unsigned long long mass[256];
+  unsigned count[256];
+  unsigned long long choice[3];
+  int n;
+  uint64_t pool[kSelectPool];
+  unsigned long long pool_mass[kSelectPool];
+  uint64_t result;
+};
+template <typename Value>
+__device__ uint64_t nucleus_least(const Value& value, float top, float temperature, int vocab,
+                                  uint64_t floor, float top_p, NucleusShared& sh) {
+  uint64_t prefix = 0, mask = 0;
+  unsigned long long remaining = 0;
+  for (int shift = 56; shift >= 0; shift -= 8) {
+    for (int i = threadIdx.x; i < 256; i += kPrepareThreads) sh.mass[i] = 0, sh.count[i] = 0;
+    __syncthreads();
+    for (int i = threadIdx.x; i < vocab; i += kPrepareThreads) {
+      const float v = value(i);
+      const uint64_t u = sort_key(v, i);
+      if (u < floor || (u & mask) != prefix) continue;
+      const int digit = int(u >> shift & 255);
+      atomicAdd(&sh.count[digit], 1u);
+      const unsigned long long w = sampling_rules::nucleus_weight(v, top, temperature);
+      if (w) atomicAdd(&sh.mass[digit], w);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      if (shift == 56) {
+        unsigned long long total = 0;
+        for (int d = 0; d < 256; ++d) total += sh.mass[d];
+        remaining = sampling_rules::nucleus_need(total, top_p);
+      } else {
+        remaining = sh.choice[1];
+      }
+      unsigned long long above = 0;
+      int d = 255;
+      for (; d > 0 && above + sh.mass[d] < remaining; --d) above += sh.mass[d];
+      sh.choice[0] = unsigned(d);
+      sh.choice[1] = remaining - above;
+      sh.choice[2] = sh.count[d];
+      sh.n = 0;
+    }
+    __syncthreads();
+    prefix |= uint64_t(sh.choice[0]) << shift;
+    mask |= uint64_t(0xff) << shift;
+    remaining = sh.choice[1];
+    const int in_bucket = int(sh.choice[2]);
+    if (shift > 0 && in_bucket <= kSelectPool) {
+      __syncthreads();  // every thread has read choice
+      for (int i = threadIdx.x; i < vocab; i += kPrepareThreads) {
+        const float v = value(i);
+        const uint64_t u = sort_key(v, i);
+        if (u < floor || (u & mask) != prefix) continue;
+        const int at = atomicAdd(&sh.n, 1);
+        sh.pool[at] = u;
+        sh.pool_mass[at] = sampling_rules::nucleus_weight(v, top, temperature);
+      }
+      if (threadIdx.x == 0) sh.result = prefix;
+      __syncthreads();
+      // The one key with less than `remaining` mass above it and at least that much from it
+      // down (distinct keys; its own weight is > 0).
+      for (int j = threadIdx.x; j < in_bucket; j += kPrepareThreads) {
+        const uint64_t u = sh.pool[j];
+        unsigned long long above = 0;
+        for (int m = 0; m < in_bucket; ++m) above += sh.pool[m] > u ? sh.pool_mass[m] : 0ull;
+        if (above < remaining && above + sh.pool_mass[j] >= remaining) sh.result = u;
+      }
+      __syncthreads();
+      const uint64_t result = sh.result;
+      __syncthreads();  // the pool and result are reused by the next select
+      return result;
+    }
+    __syncthreads();  // choice is rewritten in the next round
+  }
+  return prefix;
+}
+
 // The edit of token t among the row's edits (ids ascending): a binary search, taken only for
 // tokens whose bit is set.
 __device__ __forceinline__ const sampling_rules::TokenEdit& find_edit(
@@ -166,13 +237,16 @@ __device__ __forceinline__ void for_each_logit(const float* row, int vocab, F&& 
   }
 }
 
-__global__ void __launch_bounds__(kPrepareThreads) prepare_kernel(Pass p) {
+// One block a multiprocessor at least: without it ptxas holds the kernel to 64 registers and
+// spills.
+__global__ void __launch_bounds__(kPrepareThreads, 1) prepare_kernel(Pass p) {
   extern __shared__ uint32_t edit_bits[];  // one bit per token, when the row edits logits
   __shared__ Scratch s;
   __shared__ SelectShared sel;
+  __shared__ NucleusShared nucleus;
   __shared__ int count;
   __shared__ uint64_t top_keys[kMaxSampleTopLogprobs];
-  const int r = blockIdx.x, lane = threadIdx.x & 31;
+  const int r = blockIdx.x;
   const SampleRowParams q = p.params[r];
   const float* logits = p.logits + int64_t(r) * p.vocab;
   const sampling_rules::TokenEdit* edits = p.edit_offsets ? p.edits + p.edit_offsets[r] : nullptr;
@@ -193,8 +267,7 @@ __global__ void __launch_bounds__(kPrepareThreads) prepare_kernel(Pass p) {
                                         q.presence);
   };
   auto value = [&](int i) { return adjust(i, logits[i]); };
-  const bool greedy = greedy_row(q), by_mass = !greedy && q.top_p < 1.0f && q.top_k <= 0;
-  const bool walk = !greedy && q.top_p < 1.0f;  // top-p: sorted candidates, choose_kernel
+  const bool greedy = greedy_row(q), top_p = !greedy && q.top_p < 1.0f;
   const double inv_t = 1.0 / q.temperature;
 
   // Pass 1: the adjusted maximum and the lowest id holding it (the greedy pick), and the raw
@@ -214,27 +287,27 @@ __global__ void __launch_bounds__(kPrepareThreads) prepare_kernel(Pass p) {
   const int greedy_id = block_min_int(thread_top == top ? top_id : INT_MAX, s);
   raw_max = block_max_float(raw_max, s);
 
-  // The pick needs no order unless top-p asks for one: the survivors of top-k (keys >= the
-  // k-th key) and min-p, scored in pass 2.
-  const bool pick = !greedy && !walk;
+  // The survivors of top-k (keys >= the k-th key), top-p (keys >= the nucleus' last key,
+  // counted among top-k's) and min-p, scored in pass 2.
+  const bool pick = !greedy;
   uint64_t least = 0;
   if (pick && q.top_k > 0 && q.top_k < p.vocab) {
     auto key = [&](int i) { return sort_key(value(i), i); };
     least = kth_largest(key, p.vocab, q.top_k, sel);
   }
+  if (top_p) {
+    least = nucleus_least(value, top, q.temperature, p.vocab, least, q.top_p, nucleus);
+  }
 
-  // Pass 2: the raw mass (logprob), the adjusted mass (top-p without top-k), and the Gumbel
-  // argmax over the survivors.
-  double raw_mass = 0.0, mass = 0.0;
+  // Pass 2: the raw mass (logprob) and the Gumbel argmax over the survivors.
+  double raw_mass = 0.0;
   float best_score = -INFINITY;
   int best = INT_MAX;
   for_each_logit(logits, p.vocab, [&](int i, float raw) {
     // A logit that is not finite makes the logprob NaN, which the host checks and reports.
     raw_mass += isfinite(raw) ? exp(double(raw) - raw_max) : double(NAN);
-    if (!by_mass && !pick) return;
-    const float v = adjust(i, raw);
-    if (by_mass) mass += exp((double(v) - top) * inv_t);
     if (!pick) return;
+    const float v = adjust(i, raw);
     if (least != 0 && sort_key(v, i) < least) return;
     if (q.min_p > 0.0f && v != top && exp((double(v) - top) * inv_t) < double(q.min_p)) return;
     const float scaled = sampling_rules::scaled_logit(v, top, q.temperature);
@@ -244,7 +317,6 @@ __global__ void __launch_bounds__(kPrepareThreads) prepare_kernel(Pass p) {
     if (sampling_rules::beats(score, i, best_score, best)) best_score = score, best = i;
   });
   raw_mass = block_sum_double(raw_mass, s);
-  if (by_mass) mass = block_sum_double(mass, s);
   if (pick) best = block_best(best_score, best, s);
   const double log_mass = log(raw_mass);
   auto raw_logprob_of = [&](int token) {
@@ -278,107 +350,12 @@ __global__ void __launch_bounds__(kPrepareThreads) prepare_kernel(Pass p) {
       p.top_logprobs[r * kMaxSampleTopLogprobs + threadIdx.x] = raw_logprob_of(token);
     }
   }
-  uint64_t* keys = p.keys + int64_t(r) * p.vocab;
-
-  if (!walk) {
-    if (threadIdx.x == 0) {
-      const int token = greedy ? greedy_id : best;
-      p.tokens[r] = token;
-      // No token (every logit NaN): the host sees the id out of range and reports it.
-      p.logprobs[r] = token < p.vocab ? raw_logprob_of(token) : float(NAN);
-      p.begin[r] = p.end[r] = r * p.vocab;  // nothing to sort
-    }
-    return;
-  }
-
-  // top-p: the candidates the nucleus could reach, as sort keys. With top-k, the first k;
-  // without, those whose weight reaches the host's cutoff (tokens under (1 - top_p) / vocab of
-  // the top weight cannot reach the nucleus; min-p drops those under min_p).
-  double cutoff = 0.0;
-  if (q.top_k > 0) {
-    if (q.top_k < p.vocab) {
-      auto key = [&](int i) { return sort_key(value(i), i); };
-      least = kth_largest(key, p.vocab, q.top_k, sel);
-    }
-  } else {
-    cutoff = fmax((1.0 - q.top_p) / double(p.vocab), double(q.min_p));
-  }
-  if (threadIdx.x == 0) count = 0;
-  __syncthreads();
-  for (int i0 = 0; i0 < p.vocab; i0 += kPrepareThreads) {
-    const int i = i0 + threadIdx.x;
-    bool keep = false;
-    float v = 0.0f;
-    if (i < p.vocab) {
-      v = value(i);
-      keep = q.top_k > 0 ? sort_key(v, i) >= least : exp((double(v) - top) * inv_t) >= cutoff;
-      keep = keep || v == top;  // the top token is always a candidate
-    }
-    const unsigned ballot = __ballot_sync(~0u, keep);
-    int base = 0;
-    if (lane == 0 && ballot) base = atomicAdd(&count, __popc(ballot));
-    base = __shfl_sync(~0u, base, 0);
-    if (keep) keys[base + __popc(ballot & ((1u << lane) - 1))] = sort_key(v, i);
-  }
-  __syncthreads();
   if (threadIdx.x == 0) {
-    p.begin[r] = r * p.vocab;
-    p.end[r] = r * p.vocab + count;
-    p.total[r] = by_mass ? mass : -1.0;
-    p.raw_max[r] = raw_max;
-    p.raw_mass[r] = raw_mass;
-  }
-}
-
-__global__ void __launch_bounds__(kThreads) choose_kernel(Pass p) {
-  __shared__ Scratch s;
-  const int r = blockIdx.x;
-  const SampleRowParams q = p.params[r];
-  if (greedy_row(q) || !(q.top_p < 1.0f)) return;  // prepare_kernel picked it
-  const uint64_t* sorted = p.sorted + int64_t(r) * p.vocab;
-  const int count = p.end[r] - p.begin[r];
-  const int n = q.top_k > 0 ? min(q.top_k, count) : count;
-  const int pick = choose_sorted(sorted, n, p.total[r],
-                                 Rule{q.temperature, q.top_p, q.min_p, q.seed, q.step}, s);
-  if (threadIdx.x == 0) {
-    const int32_t token = key_id(sorted[pick]);
+    const int token = greedy ? greedy_id : best;
     p.tokens[r] = token;
-    // log-softmax of the raw logits, as prepare_kernel computes it.
-    p.logprobs[r] =
-        float(double(p.logits[int64_t(r) * p.vocab + token]) - p.raw_max[r] - log(p.raw_mass[r]));
+    // No token (every logit NaN): the host sees the id out of range and reports it.
+    p.logprobs[r] = token < p.vocab ? raw_logprob_of(token) : float(NAN);
   }
-}
-
-size_t align256(size_t v) {
-  return (v + 255) / 256 * 256;
-}
-
-size_t sort_temp_bytes(int rows, int vocab) {
-  size_t bytes = 0;
-  HEARTH_CUDA_CHECK(cub::DeviceSegmentedRadixSort::SortKeysDescending(
-      nullptr, bytes, static_cast<const uint64_t*>(nullptr), static_cast<uint64_t*>(nullptr),
-      rows * vocab, rows, static_cast<const int*>(nullptr), static_cast<const int*>(nullptr)));
-  return bytes;
-}
-
-// Scratch of one pass of `rows` rows: keys, sorted keys, segment bounds, masses, sort temp.
-struct Layout {
-  size_t keys, sorted, begin, end, total, raw_max, raw_mass, temp, temp_bytes, bytes;
-};
-Layout layout_for(int rows, int vocab) {
-  Layout l;
-  const size_t keys = align256(size_t(rows) * vocab * sizeof(uint64_t));
-  l.keys = 0;
-  l.sorted = keys;
-  l.begin = 2 * keys;
-  l.end = l.begin + align256(rows * sizeof(int));
-  l.total = l.end + align256(rows * sizeof(int));
-  l.raw_max = l.total + align256(rows * sizeof(double));
-  l.raw_mass = l.raw_max + align256(rows * sizeof(float));
-  l.temp = l.raw_mass + align256(rows * sizeof(double));
-  l.temp_bytes = sort_temp_bytes(rows, vocab);
-  l.bytes = l.temp + l.temp_bytes;
-  return l;
 }
 
 [[noreturn]] void fail(const std::string& what) {
@@ -387,27 +364,16 @@ Layout layout_for(int rows, int vocab) {
 
 }  // namespace
 
-size_t batch_sample_scratch_bytes(int rows_per_pass, int vocab) {
-  return layout_for(std::max(1, rows_per_pass), std::max(1, vocab)).bytes;
-}
-
 void batch_sample(const BatchSampleArgs& a, cudaStream_t stream) {
   if (a.rows < 0) fail("rows is negative");
   if (a.rows == 0) return;
   if (a.vocab < 1 || a.vocab > (1 << 24)) fail("vocab must be in 1 .. 2^24");
-  if (!a.logits || !a.params || !a.tokens || !a.logprobs || !a.scratch)
-    fail("logits, params, tokens, logprobs and scratch are required");
+  if (!a.logits || !a.params || !a.tokens || !a.logprobs)
+    fail("logits, params, tokens and logprobs are required");
   if ((a.edit_offsets == nullptr) != (a.edits == nullptr))
     fail("edit_offsets and edits go together");
   if ((a.top_tokens == nullptr) != (a.top_logprobs == nullptr))
     fail("top_tokens and top_logprobs go together");
-  // As many rows per pass as the scratch holds (and row offsets fit an int).
-  int per_pass = int(std::min<int64_t>(a.rows, INT32_MAX / a.vocab));
-  while (per_pass > 0 && layout_for(per_pass, a.vocab).bytes > a.scratch_bytes)
-    per_pass = per_pass > 8 ? per_pass * 3 / 4 : per_pass - 1;
-  if (per_pass < 1)
-    fail("scratch of " + std::to_string(a.scratch_bytes) + " bytes holds no row; " +
-         std::to_string(layout_for(1, a.vocab).bytes) + " needed (batch_sample_scratch_bytes)");
 
   const size_t bitmap_bytes = size_t(a.vocab + 31) / 32 * 4;
   static const bool configured = [&] {
@@ -418,38 +384,19 @@ void batch_sample(const BatchSampleArgs& a, cudaStream_t stream) {
   (void)configured;
   if (bitmap_bytes > 160 * 1024) fail("vocab too large for the edited-token bitmap");
 
-  char* base = static_cast<char*>(a.scratch);
-  for (int r0 = 0; r0 < a.rows; r0 += per_pass) {
-    const int rows = std::min(per_pass, a.rows - r0);
-    const Layout l = layout_for(rows, a.vocab);
-    Pass p;
-    p.logits = a.logits + int64_t(r0) * a.vocab;
-    p.vocab = a.vocab;
-    p.params = a.params + r0;
-    p.edit_offsets = a.edit_offsets ? a.edit_offsets + r0 : nullptr;
-    p.edits = a.edits;
-    p.keys = reinterpret_cast<uint64_t*>(base + l.keys);
-    p.sorted = reinterpret_cast<uint64_t*>(base + l.sorted);
-    p.begin = reinterpret_cast<int*>(base + l.begin);
-    p.end = reinterpret_cast<int*>(base + l.end);
-    p.total = reinterpret_cast<double*>(base + l.total);
-    p.raw_max = reinterpret_cast<float*>(base + l.raw_max);
-    p.raw_mass = reinterpret_cast<double*>(base + l.raw_mass);
-    p.tokens = a.tokens + r0;
-    p.logprobs = a.logprobs + r0;
-    p.top_tokens = a.top_tokens ? a.top_tokens + int64_t(r0) * kMaxSampleTopLogprobs : nullptr;
-    p.top_logprobs =
-        a.top_logprobs ? a.top_logprobs + int64_t(r0) * kMaxSampleTopLogprobs : nullptr;
-    prepare_kernel<<<rows, kPrepareThreads, a.edit_offsets ? bitmap_bytes : 0, stream>>>(p);
-    HEARTH_CUDA_CHECK_LAUNCH();
-    if (!a.any_top_p) continue;  // every row was picked without a sort
-    size_t temp_bytes = l.temp_bytes;
-    HEARTH_CUDA_CHECK(cub::DeviceSegmentedRadixSort::SortKeysDescending(
-        base + l.temp, temp_bytes, p.keys, p.sorted, rows * a.vocab, rows, p.begin, p.end, 0, 64,
-        stream));
-    choose_kernel<<<rows, kThreads, 0, stream>>>(p);
-    HEARTH_CUDA_CHECK_LAUNCH();
-  }
+  // All rows in one launch: a row needs no memory beyond its block's shared memory.
+  Pass p;
+  p.logits = a.logits;
+  p.vocab = a.vocab;
+  p.params = a.params;
+  p.edit_offsets = a.edit_offsets;
+  p.edits = a.edits;
+  p.tokens = a.tokens;
+  p.logprobs = a.logprobs;
+  p.top_tokens = a.top_tokens;
+  p.top_logprobs = a.top_logprobs;
+  prepare_kernel<<<a.rows, kPrepareThreads, a.edit_offsets ? bitmap_bytes : 0, stream>>>(p);
+  HEARTH_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace hearth::kernels

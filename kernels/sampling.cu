@@ -3,7 +3,8 @@
 // sorted by (penalised logit desc, id asc) with a radix sort of 64-bit keys, then one block
 // walks the sorted list: weights, the kept prefix, and the pick, with sums in a fixed order so
 // the result does not depend on scheduling. (The legacy one-sequence path; the batched sampler
-// sorts only what top-p needs.)
+// sorts nothing. Its top-p walk keeps double weights, where the host Sampler and the batched
+// sampler count integer ones: they can differ where the sum sits within rounding of top_p.)
 #include <cub/device/device_radix_sort.cuh>
 
 #include "kernels/cuda_check.h"

@@ -21,6 +21,7 @@
 #define HEARTH_SR_ADD(a, b) __fadd_rn(a, b)
 #define HEARTH_SR_SUB(a, b) __fsub_rn(a, b)
 #define HEARTH_SR_DIV(a, b) __fdiv_rn(a, b)
+#define HEARTH_SR_CEIL(a) ceil(a)
 #else
 #include <cmath>
 #include <cstring>
@@ -31,6 +32,7 @@
 #define HEARTH_SR_ADD(a, b) ::hearth::sampling_rules::detail::add(a, b)
 #define HEARTH_SR_SUB(a, b) ::hearth::sampling_rules::detail::sub(a, b)
 #define HEARTH_SR_DIV(a, b) ::hearth::sampling_rules::detail::div(a, b)
+#define HEARTH_SR_CEIL(a) std::ceil(a)
 #endif
 
 namespace hearth::sampling_rules {
@@ -123,6 +125,44 @@ HEARTH_HOST_DEVICE inline float scaled_logit(float logit, float top, float tempe
 HEARTH_HOST_DEVICE inline float pick_score(float logit, float top, float temperature, uint64_t seed,
                                            uint64_t step, int32_t id) {
   return HEARTH_SR_ADD(scaled_logit(logit, top, temperature), gumbel(seed, step, id));
+}
+
+// e^x for x <= 0, the same bits on host and device (a few ulp): x = k ln 2 + r, |r| <= ln 2 / 2,
+// e^r by its series to r^7, times 2^k. Below -28 it returns 0: no nucleus weight sees it.
+HEARTH_HOST_DEVICE inline float det_exp(float x) {
+  if (!(x >= -28.0f)) return 0.0f;  // NaN too
+  const float k = HEARTH_SR_FMA(x, 1.44269504f, 0.5f);
+#if defined(__CUDA_ARCH__)
+  const float kf = floorf(k);
+#else
+  const float kf = std::floor(k);
+#endif
+  float r = HEARTH_SR_FMA(-kf, 0.693145752f, x);  // ln 2 in two parts: r is nearly exact
+  r = HEARTH_SR_FMA(-kf, 1.42860677e-06f, r);
+  float p = HEARTH_SR_FMA(r, 1.0f / 5040.0f, 1.0f / 720.0f);
+  p = HEARTH_SR_FMA(r, p, 1.0f / 120.0f);
+  p = HEARTH_SR_FMA(r, p, 1.0f / 24.0f);
+  p = HEARTH_SR_FMA(r, p, 1.0f / 6.0f);
+  p = HEARTH_SR_FMA(r, p, 0.5f);
+  p = HEARTH_SR_FMA(r, p, 1.0f);
+  p = HEARTH_SR_FMA(r, p, 1.0f);
+  return HEARTH_SR_MUL(p, bits_float(uint32_t(int(kf) + 127) << 23));  // kf in [-41, 1]
+}
+
+// top-p's weights are integers: exp((logit - top) / T) in units of 2^-39, so a mass is the same
+// sum in any order (a selection needs no sort, a scan no fixed order), and a vocabulary of up
+// to 2^24 tokens sums below 2^63.
+constexpr double kNucleusUnit = 549755813888.0;  // 2^39
+HEARTH_HOST_DEVICE inline uint64_t nucleus_weight(float logit, float top, float temperature) {
+  const float w = det_exp(scaled_logit(logit, top, temperature));
+  return uint64_t(double(w) * kNucleusUnit);  // exact product, truncated
+}
+// The mass the nucleus must reach: ceil(top_p x total), never above the total. The nucleus is
+// the tokens from the first by (logit desc, id asc) through the first whose running mass
+// reaches it.
+HEARTH_HOST_DEVICE inline uint64_t nucleus_need(uint64_t total, float top_p) {
+  const double need = HEARTH_SR_CEIL(double(top_p) * double(total));
+  return need >= double(total) ? total : uint64_t(need);
 }
 
 // (score desc, id asc): true when (s, id) beats (best_s, best_id).

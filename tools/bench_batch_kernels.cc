@@ -299,19 +299,16 @@ json bench_sampling(cudaStream_t stream, Timer& timer) {
       for (auto& x : v) x = d(gen);
       HEARTH_CUDA_CHECK(cudaMemcpy(logits.get(), v.data(), logits.bytes(), cudaMemcpyHostToDevice));
     }
-    const int per_pass = std::min(rows, 64);  // as CudaSampling sizes its scratch
-    const size_t scratch_bytes = kernels::batch_sample_scratch_bytes(per_pass, vocab);
-    DeviceBuffer scratch(scratch_bytes), params(rows * sizeof(kernels::SampleRowParams));
+    DeviceBuffer params(rows * sizeof(kernels::SampleRowParams));
     struct Mode {
       const char* name;
       float temperature, top_p;
       int top_k, top_logprobs;
     };
-    const Mode modes[] = {{"greedy", 0.0f, 1.0f, 0, 0},
-                          {"top-k 40", 0.8f, 1.0f, 40, 0},
-                          {"top-p 0.9", 0.8f, 0.9f, 0, 0},
-                          {"temperature 1", 1.0f, 1.0f, 0, 0},
-                          {"temperature 1, top_logprobs 5", 1.0f, 1.0f, 0, 5}};
+    const Mode modes[] = {
+        {"greedy", 0.0f, 1.0f, 0, 0},        {"top-k 40", 0.8f, 1.0f, 40, 0},
+        {"top-p 0.9", 0.8f, 0.9f, 0, 0},     {"top-k 40, top-p 0.9", 0.8f, 0.9f, 40, 0},
+        {"temperature 1", 1.0f, 1.0f, 0, 0}, {"temperature 1, top_logprobs 5", 1.0f, 1.0f, 0, 5}};
     std::printf("\n| sampling | %d rows x %d | us |\n|---|---|---|\n", rows, vocab);
     for (const Mode& m : modes) {
       std::vector<kernels::SampleRowParams> p(rows);
@@ -322,9 +319,7 @@ json bench_sampling(cudaStream_t stream, Timer& timer) {
       kernels::BatchSampleArgs a;
       a.logits = logits.get<float>(), a.rows = rows, a.vocab = vocab;
       a.params = params.get<kernels::SampleRowParams>(), a.tokens = tokens.get<int32_t>();
-      a.logprobs = logprobs.get<float>(), a.scratch = scratch.get();
-      a.scratch_bytes = scratch_bytes;
-      a.any_top_p = m.temperature > 0.0f && m.top_p < 1.0f;  // as CudaSampling says it
+      a.logprobs = logprobs.get<float>();
       if (m.top_logprobs > 0)
         a.top_tokens = top_tokens.get<int32_t>(), a.top_logprobs = top_logprobs.get<float>();
       const double us = timer.us([&](int) { kernels::batch_sample(a, stream); });

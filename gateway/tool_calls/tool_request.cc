@@ -27,10 +27,11 @@ std::string function_name(const Field& name) {
 }
 
 void check_tool(const Field& tool) {
-  only_keys(tool, {"type", "function"});
+  // The type first, so that a custom tool is refused by its type, not by its "custom" member.
   const Field type = tool["type"];
   if (!type.is_string() || type.string(SIZE_MAX) != "function")
     type.fail("only \"function\" tools are supported, got " + type.describe());
+  only_keys(tool, {"type", "function"});
   const Field f = tool["function"];
   f.object();
   only_keys(f, {"name", "description", "parameters", "strict"});

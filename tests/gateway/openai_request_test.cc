@@ -166,6 +166,101 @@ TEST(CompletionRequest, EveryFieldOfTheWrongTypeIsA400NamingIt) {
   }
 }
 
+// gateway/README.md's "OpenAI fields" tables, row by row: every field they name "refused" is a
+// 400 naming that field (or the part of it that is refused), whatever else the body holds.
+TEST(CompletionRequest, EveryFieldTheReadmeRefusesIsA400NamingIt) {
+  const auto C = Endpoint::Completions;
+  const auto H = Endpoint::ChatCompletions;
+  const std::string msg = R"("messages": [{"role": "user", "content": "x"}], )";
+  const std::string tool =
+      R"({"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}})";
+  const std::vector<WrongType> cases = {
+      // Chat: OpenAI fields hearth does not have.
+      {H, msg + R"("audio": {"voice": "alloy", "format": "wav"})", "audio"},
+      {H, msg + R"("functions": [{"name": "f"}])", "functions"},
+      {H, msg + R"("function_call": "auto")", "function_call"},
+      {H, msg + R"("modalities": ["text", "audio"])", "modalities[1]"},
+      {H, msg + R"("prediction": {"type": "content", "content": "x"})", "prediction"},
+      {H, msg + R"("reasoning_effort": "low")", "reasoning_effort"},
+      {H, msg + R"("verbosity": "low")", "verbosity"},
+      {H, msg + R"("web_search_options": {})", "web_search_options"},
+      // Chat: fields it has, with a value it refuses.
+      {H, R"("messages": [{"role": "user", "content": [{"type": "image_url"}]}])",
+       "messages[0].content[0].type"},
+      {H, R"("messages": [{"role": "critic", "content": "x"}])", "messages[0].role"},
+      {H, msg + R"("tool_choice": "required")", "tool_choice"},
+      {H,
+       msg + R"("tool_choice": {"type": "function", "function": {"name": "g"}}, "tools": [)" +
+           tool + "]",
+       "tool_choice.function.name"},
+      {H, msg + R"("tools": [{"type": "custom", "custom": {"name": "f"}}])", "tools[0].type"},
+      {H, msg + R"("tools": [{"type": "function", "function": {"name": "f", "strict": true}}])",
+       "tools[0].function.strict"},
+      {H, msg + R"("top_logprobs": 2)", "top_logprobs"},
+      {H, msg + R"("response_format": {"type": "xml"})", "response_format.type"},
+      {H, msg + R"("n": 17)", "n"},
+      {H, msg + R"("n": 2, "best_of": 3)", "best_of"},
+      {H, msg + R"("stream_options": {"include_usage": true})", "stream_options"},
+      {H, msg + R"("stream": true, "stream_options": {"continuous_usage_stats": true})",
+       "stream_options.continuous_usage_stats"},
+      // Chat: completions' own fields.
+      {H, msg + R"("prompt": "x")", "prompt"},
+      {H, msg + R"("echo": true)", "echo"},
+      {H, msg + R"("suffix": "x")", "suffix"},
+      // Completions: fields hearth does not have, or refuses as given.
+      {C, R"("prompt": "x", "suffix": "y")", "suffix"},
+      {C, R"("prompt": "x", "echo": true, "logprobs": 1)", "echo"},
+      {C, R"("prompt": "x", "best_of": 2)", "best_of"},
+      {C, R"("prompt": "x", "n": 17)", "n"},
+      {C, R"("prompt": ["a", "b", "c", "d", "e"], "n": 4)", "n"},
+      {C, R"("prompt": "x", "logprobs": 21)", "logprobs"},
+      {C, R"("prompt": "x", "stream_options": {"include_usage": true})", "stream_options"},
+      // Completions: chat's own fields.
+      {C, R"("prompt": "x", "messages": [])", "messages"},
+      {C, R"("prompt": "x", "max_completion_tokens": 4)", "max_completion_tokens"},
+      {C, R"("prompt": "x", "top_logprobs": 2)", "top_logprobs"},
+      {C, R"("prompt": "x", "tools": [])", "tools"},
+      {C, R"("prompt": "x", "tool_choice": "none")", "tool_choice"},
+      {C, R"("prompt": "x", "parallel_tool_calls": true)", "parallel_tool_calls"},
+      {C, R"("prompt": "x", "add_generation_prompt": true)", "add_generation_prompt"},
+      {C, R"("prompt": "x", "chat_template_kwargs": {})", "chat_template_kwargs"},
+      {C, R"("prompt": "x", "functions": [])", "functions"},
+  };
+  for (const WrongType& c : cases) {
+    const std::string body = R"({"model": "fortunes", )" + c.field_json + "}";
+    expect_400(completion_error(body, c.endpoint), c.param, body);
+  }
+}
+
+// Accepted and ignored (the README's tables): changes nothing, but a wrong type is still a 400.
+TEST(CompletionRequest, IgnoredFieldsAreAcceptedAndTypeChecked) {
+  const std::string chat =
+      R"({"model": "fortunes", "messages": [{"role": "user", "content": "x"}], )";
+  const CompletionRequest plain = parse_completion_request(
+      parse_request_body(chat + R"("seed": 1})"), Endpoint::ChatCompletions, {});
+  const CompletionRequest ignored = parse_completion_request(
+      parse_request_body(chat + R"("seed": 1, "user": "u", "safety_identifier": "s",
+          "prompt_cache_key": "k", "store": false, "metadata": {"a": "b"},
+          "service_tier": "auto", "modalities": ["text"], "stream": true,
+          "stream_options": {"include_obfuscation": false}})"),
+      Endpoint::ChatCompletions, {});
+  EXPECT_EQ(worker_request_json(ignored, "c", {1}, 1), worker_request_json(plain, "c", {1}, 1));
+  EXPECT_FALSE(ignored.include_usage);
+  // An SDK that sends every field, unset ones as null: null is left out, even for a field
+  // hearth refuses.
+  const CompletionRequest nulls = parse_completion_request(
+      parse_request_body(chat + R"("seed": 1, "functions": null, "audio": null,
+          "web_search_options": null, "tool_choice": null, "stop": null, "suffix": null})"),
+      Endpoint::ChatCompletions, {});
+  EXPECT_EQ(worker_request_json(nulls, "c", {1}, 1), worker_request_json(plain, "c", {1}, 1));
+  for (const char* f : {"safety_identifier", "prompt_cache_key", "user", "service_tier"})
+    expect_400(completion_error(chat + "\"" + f + "\": 5}", Endpoint::ChatCompletions), f, f);
+  expect_400(
+      completion_error(chat + R"("stream": true, "stream_options": {"include_obfuscation": 1}})",
+                       Endpoint::ChatCompletions),
+      "stream_options.include_obfuscation", "include_obfuscation");
+}
+
 TEST(CompletionRequest, AMissingOrWrongModelIsA400NamingModel) {
   const std::vector<std::string> bodies = {
       R"({"prompt": "x"})", R"({"model": 5, "prompt": "x"})", R"({"model": null, "prompt": "x"})",

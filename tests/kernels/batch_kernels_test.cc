@@ -588,6 +588,11 @@ const RowCase kRowCases[] = {
     {1.1f, 50, 1.0f, 0.01f, 1.0f, 2.0f, -2.0f, true, 4},
     {0.9f, 0, 0.7f, 0.0f, 1.0f, 1.0f, 1.0f, true, 0},
     {0.0f, 0, 1.0f, 0.0f, 1.0f, 0.0f, 2.0f, true, 20},
+    // top-p's selection by mass: a tiny nucleus, a nucleus of most of the vocabulary (the
+    // select's buckets stay large for several digits), and one within top-k with min-p.
+    {1.0f, 0, 0.05f, 0.0f, 1.0f, 0.0f, 0.0f, false, 0},
+    {1.5f, 0, 0.999f, 0.0f, 1.0f, 0.3f, 0.0f, true, 0},
+    {2.0f, 1000, 0.5f, 0.001f, 1.0f, 0.0f, 0.0f, false, 2},
 };
 
 struct SampleBatch {
@@ -645,8 +650,7 @@ struct RowResult {
 };
 
 // Samples rows `order` of the batch together; returns each row's result in `order`'s order.
-std::vector<RowResult> sample_rows(const SampleBatch& b, int vocab, const std::vector<int>& order,
-                                   size_t scratch_rows) {
+std::vector<RowResult> sample_rows(const SampleBatch& b, int vocab, const std::vector<int>& order) {
   std::vector<float> logits;
   std::vector<kernels::SampleRowParams> params;
   std::vector<int> offsets{0};
@@ -665,18 +669,12 @@ std::vector<RowResult> sample_rows(const SampleBatch& b, int vocab, const std::v
   auto dl = upload(logits), dp = upload(params), doff = upload(offsets), dedits = upload(edits);
   auto tokens = poisoned(rows * 4), logprobs = poisoned(rows * 4);
   auto top_tokens = poisoned(rows * kTop * 4), top_logprobs = poisoned(rows * kTop * 4);
-  const size_t bytes = kernels::batch_sample_scratch_bytes(int(scratch_rows), vocab);
-  DeviceBuffer scratch(bytes);
   kernels::BatchSampleArgs a;
   a.logits = dl.get<float>(), a.rows = rows, a.vocab = vocab;
   a.params = dp.get<kernels::SampleRowParams>();
   a.edit_offsets = doff.get<int>(), a.edits = dedits.get<sampling_rules::TokenEdit>();
   a.tokens = tokens.get<int32_t>(), a.logprobs = logprobs.get<float>();
   a.top_tokens = top_tokens.get<int32_t>(), a.top_logprobs = top_logprobs.get<float>();
-  a.scratch = scratch.get(), a.scratch_bytes = bytes;
-  a.any_top_p = std::any_of(params.begin(), params.end(), [](const kernels::SampleRowParams& q) {
-    return q.temperature > 0.0f && q.top_k != 1 && q.top_p < 1.0f;
-  });
   kernels::batch_sample(a, nullptr);
   auto tok = download<int32_t>(tokens, rows);
   auto lp = download<uint32_t>(logprobs, rows);
@@ -700,7 +698,7 @@ TEST(BatchSampling, MatchesTheHostSampler) {
     const SampleBatch b = make_sample_batch(rows, vocab);
     std::vector<int> all(rows);
     std::iota(all.begin(), all.end(), 0);
-    const auto got = sample_rows(b, vocab, all, rows);
+    const auto got = sample_rows(b, vocab, all);
     Sampler host;
     for (int r = 0; r < rows; ++r) {
       const kernels::SampleRowParams& q = b.params[r];
@@ -726,21 +724,40 @@ TEST(BatchSampling, MatchesTheHostSampler) {
   }
 }
 
+// More rows than a launch once sampled per pass (64): one launch, each row the host's token.
+TEST(BatchSampling, ManyRowsInOneLaunchMatchTheHostSampler) {
+  HEARTH_REQUIRE_GPU();
+  const int vocab = 3001, rows = 300;
+  const SampleBatch b = make_sample_batch(rows, vocab);
+  std::vector<int> all(rows);
+  std::iota(all.begin(), all.end(), 0);
+  const auto got = sample_rows(b, vocab, all);
+  Sampler host;
+  for (int r = 0; r < rows; ++r) {
+    const std::span<const float> row(&b.logits[size_t(r) * vocab], vocab);
+    EXPECT_EQ(got[r].token, host.sample(row, b.host[r], b.seen[r], b.params[r].step).token)
+        << "row " << r << " p=" << b.params[r].top_p << " k=" << b.params[r].top_k;
+  }
+}
+
 TEST(BatchSampling, RowAloneEqualsRowAmongOthers) {
   HEARTH_REQUIRE_GPU();
   const int vocab = 32000, rows = 37;
   const SampleBatch b = make_sample_batch(rows, vocab);
   std::vector<int> all(rows);
   std::iota(all.begin(), all.end(), 0);
-  const auto together = sample_rows(b, vocab, all, rows);
-  // Shuffled, and in passes of 5 rows through a smaller scratch.
+  const auto together = sample_rows(b, vocab, all);
+  // Shuffled, and in smaller batches.
   std::vector<int> shuffled = all;
   std::shuffle(shuffled.begin(), shuffled.end(), rng());
-  const auto mixed = sample_rows(b, vocab, shuffled, 5);
+  const auto mixed = sample_rows(b, vocab, shuffled);
   for (int i = 0; i < rows; ++i)
     EXPECT_TRUE(mixed[i] == together[shuffled[i]]) << "row " << shuffled[i];
+  const std::vector<int> part(shuffled.begin(), shuffled.begin() + 5);
+  const auto few = sample_rows(b, vocab, part);
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(few[i] == together[part[i]]) << "row " << part[i];
   for (int r : {0, 1, 2, 5, 11, 12, 17, 36})
-    EXPECT_TRUE(sample_rows(b, vocab, {r}, 1)[0] == together[r]) << r;
+    EXPECT_TRUE(sample_rows(b, vocab, {r})[0] == together[r]) << r;
 }
 
 TEST(GatherRows, CopiesTheRequestedRows) {

@@ -114,36 +114,35 @@ SampledToken Sampler::sample(std::span<const float> logits, const SamplingParams
   // Gumbel-max pick needs none.
   candidates_.clear();
   if (p.top_p < 1.0f) {
+    // The nucleus by integer weights (sampling_rules::nucleus_weight), so its mass is exact in
+    // any order: the tokens by (logit desc, id asc) through the first whose running mass
+    // reaches nucleus_need of the total (the top-k candidates', or the whole vocabulary's).
+    auto nw = [&](float v) { return sampling_rules::nucleus_weight(v, max, p.temperature); };
+    uint64_t total = 0;
     if (p.top_k > 0) {
       candidates_.reserve(l.size());
       for (size_t i = 0; i < l.size(); ++i) candidates_.emplace_back(l[i], int32_t(i));
       const size_t k = std::min(size_t(p.top_k), candidates_.size());
       std::partial_sort(candidates_.begin(), candidates_.begin() + k, candidates_.end(), before);
       candidates_.resize(k);
+      for (const auto& c : candidates_) total += nw(c.first);
     } else {
-      // Tokens below (1 - top_p) / vocab of the top weight cannot reach the nucleus: even all
-      // of them together hold less than 1 - top_p of the mass. Dropping them keeps the sort
-      // short.
-      const double cutoff = std::max((1.0 - p.top_p) / double(l.size()), double(p.min_p));
+      for (float v : l) total += nw(v);
+      // A token is kept only if the tokens from it down hold more than total - need, and they
+      // hold at most vocab x its weight (weights follow the logits, to an ulp: hence the 2).
+      // The others all come after the nucleus: only the rest need the sort.
+      const double spare = double(total - sampling_rules::nucleus_need(total, p.top_p));
+      const double reach = 2.0 * double(l.size());
       for (size_t i = 0; i < l.size(); ++i)
-        if (weight(l[i]) >= cutoff) candidates_.emplace_back(l[i], int32_t(i));
+        if (reach * double(nw(l[i])) > spare) candidates_.emplace_back(l[i], int32_t(i));
       std::sort(candidates_.begin(), candidates_.end(), before);
     }
-    // Softmax over the candidates (top-k) or over the whole vocabulary (no top-k: the dropped
-    // tokens still count towards the total, so top-p sees true probabilities).
-    weight_.resize(candidates_.size());
-    double total = 0.0;
-    for (size_t i = 0; i < candidates_.size(); ++i) weight_[i] = weight(candidates_[i].first);
-    if (p.top_k > 0) {
-      for (double w : weight_) total += w;
-    } else {
-      for (float v : l) total += weight(v);
-    }
+    const uint64_t need = sampling_rules::nucleus_need(total, p.top_p);
     size_t kept = candidates_.size();
-    double cum = 0.0;
+    uint64_t cum = 0;
     for (size_t i = 0; i < candidates_.size(); ++i) {
-      cum += weight_[i];
-      if (cum >= p.top_p * total) {
+      cum += nw(candidates_[i].first);
+      if (cum >= need) {
         kept = i + 1;
         break;
       }

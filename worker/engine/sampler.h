@@ -58,9 +58,10 @@ std::vector<sampling_rules::TokenEdit> token_edits(const SamplingParams& params,
 //   2. greedy: the highest logit, lowest id among equals;
 //   3. otherwise candidates are ordered by (logit desc, id asc); top-k keeps the first k; the
 //      probabilities softmax(logit / temperature) over them; top-p keeps the shortest prefix
-//      whose probability reaches top_p; min-p drops tokens below min_p x the top probability;
-//      the pick is the survivor with the highest sampling_rules::pick_score (Gumbel-max:
-//      distributed as softmax(logit / T) over the survivors), lowest id among equals.
+//      whose probability reaches top_p (integer weights: sampling_rules::nucleus_weight); min-p
+//      drops tokens below min_p x the top probability; the pick is the survivor with the highest
+//      sampling_rules::pick_score (Gumbel-max: distributed as softmax(logit / T) over the
+//      survivors), lowest id among equals.
 class Sampler {
  public:
   SampledToken sample(std::span<const float> logits, const SamplingParams& params,
@@ -69,7 +70,6 @@ class Sampler {
  private:
   std::vector<float> adjusted_;
   std::vector<std::pair<float, int32_t>> candidates_;
-  std::vector<double> weight_;
 };
 
 // log-softmax of logits[token], computed in double for a stable, order-fixed sum.

@@ -4,8 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <climits>
 #include <cmath>
 #include <map>
+#include <random>
 #include <vector>
 
 #include "worker/engine/request_settings.h"
@@ -23,6 +26,113 @@ TEST(SamplingRules, DetLogIsCloseToTheTrueLogarithm) {
     EXPECT_NEAR(sampling_rules::det_log(x), want, 4e-7 * std::max(1.0, std::fabs(want))) << x;
   }
   EXPECT_EQ(sampling_rules::det_log(1.0f), 0.0f);
+}
+
+TEST(SamplingRules, DetExpIsCloseToTheTrueExponential) {
+  std::mt19937 rng(23);
+  std::uniform_real_distribution<float> x(-28.0f, 0.0f);
+  for (int i = 0; i < 10000; ++i) {
+    const float v = x(rng);
+    const double want = std::exp(double(v));
+    EXPECT_NEAR(sampling_rules::det_exp(v), want, 4e-7 * want) << v;
+  }
+  EXPECT_EQ(sampling_rules::det_exp(0.0f), 1.0f);
+  EXPECT_EQ(sampling_rules::det_exp(-28.5f), 0.0f);
+  EXPECT_EQ(sampling_rules::det_exp(-INFINITY), 0.0f);
+  EXPECT_EQ(sampling_rules::det_exp(NAN), 0.0f);
+}
+
+TEST(SamplingRules, NucleusWeightsAreIntegersOfTheTopWeight) {
+  EXPECT_EQ(sampling_rules::nucleus_weight(3.0f, 3.0f, 0.7f), uint64_t(1) << 39);
+  EXPECT_EQ(sampling_rules::nucleus_weight(-INFINITY, 3.0f, 0.7f), 0u);
+  EXPECT_NEAR(double(sampling_rules::nucleus_weight(2.0f, 3.0f, 1.0f)),
+              std::exp(-1.0) * 549755813888.0, 1e-6 * 549755813888.0);
+  EXPECT_EQ(sampling_rules::nucleus_need(1000, 0.9f), 900u);  // 899.99998: rounded up
+  EXPECT_EQ(sampling_rules::nucleus_need(1000, 0.75f), 750u);
+  EXPECT_EQ(sampling_rules::nucleus_need(1001, 0.5f), 501u);
+  EXPECT_EQ(sampling_rules::nucleus_need(1000, 1.0f), 1000u);
+  EXPECT_EQ(sampling_rules::nucleus_need(~uint64_t(0) >> 1, 1.0f), ~uint64_t(0) >> 1);
+}
+
+// The nucleus is the shortest prefix by (logit desc, id asc) whose integer mass reaches
+// nucleus_need: a pick never falls outside it, and every token of it can be picked.
+TEST(Sampler, TopPPicksOnlyFromTheIntegerNucleus) {
+  const std::vector<float> logits = {1.0f, 3.0f, 2.0f, 3.0f, 0.5f, -1.0f, 2.0f, 0.0f};
+  SamplingParams p;
+  p.temperature = 1.0f;
+  p.top_p = 0.8f;
+  // The nucleus by hand: order 1, 3, 2, 6, 0, 4, 7, 5.
+  const int order[] = {1, 3, 2, 6, 0, 4, 7, 5};
+  uint64_t total = 0;
+  for (float v : logits) total += sampling_rules::nucleus_weight(v, 3.0f, 1.0f);
+  const uint64_t need = sampling_rules::nucleus_need(total, p.top_p);
+  std::vector<bool> in(logits.size(), false);
+  uint64_t cum = 0;
+  for (int id : order) {
+    in[id] = true;
+    cum += sampling_rules::nucleus_weight(logits[id], 3.0f, 1.0f);
+    if (cum >= need) break;
+  }
+  std::vector<int> hits(logits.size(), 0);
+  Sampler s;
+  for (uint64_t seed = 0; seed < 2000; ++seed) {
+    p.seed = seed;
+    const int t = s.sample(logits, p, {}, 0).token;
+    ASSERT_TRUE(in[t]) << t;
+    ++hits[t];
+  }
+  for (size_t i = 0; i < logits.size(); ++i)
+    if (in[i]) {
+      EXPECT_GT(hits[i], 0) << i;
+    }
+}
+
+// The Sampler's top-p (with top-k and min-p) against the rule written out plainly: every token
+// ordered by (logit desc, id asc), the nucleus by integer weights, then the Gumbel-max pick. On
+// coarse logits (ties everywhere), so the id order within equal values matters.
+TEST(Sampler, TopPEqualsTheNucleusRuleWrittenOut) {
+  std::mt19937 rng(7);
+  Sampler s;
+  for (int trial = 0; trial < 60; ++trial) {
+    const int vocab = 50 + int(rng() % 500);
+    std::vector<float> l(static_cast<size_t>(vocab));
+    std::normal_distribution<float> d(0.0f, 2.0f);
+    for (float& v : l) v = trial % 2 ? std::round(d(rng) * 2.0f) / 2.0f : d(rng);
+    SamplingParams p;
+    p.temperature = 0.3f + float(rng() % 20) / 10.0f;
+    p.top_p = 0.05f + float(rng() % 95) / 100.0f;
+    p.top_k = trial % 3 == 0 ? int(1 + rng() % 60) : 0;
+    p.min_p = trial % 4 == 1 ? 0.02f : 0.0f;
+    p.seed = rng();
+    if (p.top_k == 1) p.top_k = 2;  // 1 is greedy
+    std::vector<int> order(static_cast<size_t>(vocab));
+    for (int i = 0; i < vocab; ++i) order[size_t(i)] = i;
+    std::sort(order.begin(), order.end(),
+              [&](int a, int b) { return l[a] > l[b] || (l[a] == l[b] && a < b); });
+    if (p.top_k > 0 && p.top_k < vocab) order.resize(size_t(p.top_k));
+    const float top = l[size_t(order[0])];
+    uint64_t total = 0;
+    for (int id : order) total += sampling_rules::nucleus_weight(l[id], top, p.temperature);
+    const uint64_t need = sampling_rules::nucleus_need(total, p.top_p);
+    uint64_t cum = 0;
+    size_t kept = 0;
+    while (kept < order.size() && cum < need)
+      cum += sampling_rules::nucleus_weight(l[order[kept++]], top, p.temperature);
+    for (uint64_t step = 0; step < 5; ++step) {
+      float best_s = -INFINITY;
+      int best = INT32_MAX;
+      for (size_t j = 0; j < kept; ++j) {
+        const int id = order[j];
+        if (p.min_p > 0.0f && l[id] != top &&
+            std::exp((double(l[id]) - top) / p.temperature) < double(p.min_p))
+          continue;
+        const float sc = sampling_rules::pick_score(l[id], top, p.temperature, p.seed, step, id);
+        if (sampling_rules::beats(sc, id, best_s, best)) best_s = sc, best = id;
+      }
+      EXPECT_EQ(s.sample(l, p, {}, step).token, best)
+          << "trial " << trial << " k " << p.top_k << " p " << p.top_p << " nucleus " << kept;
+    }
+  }
 }
 
 TEST(SamplingRules, GumbelNoiseIsFiniteAndVariesWithEveryCounter) {

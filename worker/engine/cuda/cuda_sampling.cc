@@ -10,18 +10,8 @@
 
 namespace hearth {
 
-namespace {
-
-// Rows batch_sample sorts per pass (a pass's scratch is ~2 MB per row at a 128k vocabulary).
-constexpr int kSampleRowsPerPass = 64;
-
-}  // namespace
-
 CudaSampling::CudaSampling(int max_rows, int vocab, DeviceArena& arena)
     : max_rows_(max_rows), vocab_(vocab) {
-  scratch_bytes_ =
-      kernels::batch_sample_scratch_bytes(std::min(max_rows_, kSampleRowsPerPass), vocab_);
-  scratch_ = arena.alloc(scratch_bytes_);
   params_ = arena.alloc(size_t(max_rows_) * sizeof(kernels::SampleRowParams));
   offsets_ = arena.alloc(size_t(max_rows_ + 1) * 4);
   tokens_ = arena.alloc(size_t(max_rows_) * 4);
@@ -94,10 +84,6 @@ std::vector<SampleResult> CudaSampling::sample(std::span<const SampleRequest> re
   }
   kernels::BatchSampleArgs a;
   a.vocab = vocab_;
-  a.any_top_p = std::any_of(requests.begin(), requests.end(), [](const SampleRequest& q) {
-    return !q.params.greedy() && q.params.top_p < 1.0f;
-  });
-  a.scratch = scratch_.get(), a.scratch_bytes = scratch_bytes_;
   auto run = [&](int r0, int rows, int logits_row) {
     a.logits = logits + size_t(logits_row) * vocab_, a.rows = rows;
     a.params = params_.get<kernels::SampleRowParams>() + r0;

@@ -28,8 +28,6 @@ class CudaSampling {
 
  private:
   int max_rows_, vocab_;
-  size_t scratch_bytes_ = 0;
-  DeviceBuffer scratch_;
   // Per-row parameters, token edits, results.
   DeviceBuffer params_, offsets_, edits_, tokens_, logprobs_, top_tokens_, top_logprobs_;
   PinnedBuffer host_params_, host_edits_, host_results_;

@@ -3,6 +3,7 @@
 #include <atomic>
 
 #include "gateway/api_error.h"
+#include "gateway/tool_calls/forced_tool_call.h"
 #include "gateway/tool_calls/tool_call_chunks.h"
 #include "ipc/errors.h"
 
@@ -97,6 +98,9 @@ CompletionSession::CompletionSession(CompletionRequest request, ResponseMeta met
     for (ChoiceState& c : choices_)
       c.tool_parser =
           std::make_shared<ToolCallParser>(model_.tool_format, request_.tools.parallel ? 0 : 1);
+    // A forced Mistral call's grammar writes the array without its [TOOL_CALLS] token.
+    if (request_.tools.forced && forced_call_primes_parser(model_.tool_format))
+      for (ChoiceState& c : choices_) c.tool_parser->feed(tool_call_start(model_.tool_format));
   }
 }
 

@@ -78,6 +78,8 @@ void put_structured_output(nlohmann::json& j, const StructuredOutput& s) {
       j["guided_regex"] = s.spec;
       break;
   }
+  if (!s.prefix.empty()) j["guided_prefix"] = s.prefix;
+  if (!s.suffix.empty()) j["guided_suffix"] = s.suffix;
 }
 
 }  // namespace hearth::gateway

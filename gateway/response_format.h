@@ -16,8 +16,8 @@ namespace hearth::gateway {
 // 400 naming the field.
 StructuredOutput read_structured_output(const Field& b);
 
-// The worker request's keys for `s` (guided_json, guided_regex, guided_json_object); none for
-// text.
+// The worker request's keys for `s` (guided_json, guided_regex, guided_json_object, and
+// guided_prefix / guided_suffix around them); none for text.
 void put_structured_output(nlohmann::json& worker_request, const StructuredOutput& s);
 
 }  // namespace hearth::gateway

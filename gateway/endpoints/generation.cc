@@ -4,6 +4,7 @@
 
 #include "gateway/completion_session.h"
 #include "gateway/endpoints/chat.h"
+#include "gateway/tool_calls/forced_tool_call.h"
 #include "gateway/endpoints/find_model.h"
 #include "gateway/endpoints/sse_stream.h"
 #include "gateway/request_json.h"
@@ -55,6 +56,9 @@ void Generation::handle(Endpoint endpoint, const http::Request& req, http::Respo
     check_vocabulary(ids, model.tokenizer->vocab_size(), "logit_bias");
   }
   check_tool_format(request.tools.parse, model.tool_format);
+  if (request.tools.forced)
+    request.settings.structured =
+        forced_tool_call_output(request.tools, model.tool_format, request.settings.structured);
   std::vector<std::vector<int32_t>> prompts;
   // The context the profile's workers run with, which may be shorter than the model's.
   const int context = pool_.context_length(profile, model.context_length);

@@ -42,15 +42,6 @@ void check_tool(const Field& tool) {
     strict.fail("true needs the structured-output mask, which hearth does not have yet");
 }
 
-// tool_choice "required" and {"type": "function", ...} force a call, which takes constraining
-// the output (the structured-output mask). Until that lands they are refused here, the one
-// place to lift the refusal.
-[[noreturn]] void refuse_forced_tool_choice(const Field& choice, const std::string& value) {
-  choice.fail(value +
-              " is not supported yet: forcing a tool call needs the structured-output mask; use "
-              "\"auto\" or \"none\"");
-}
-
 }  // namespace
 
 ToolSettings read_tool_settings(const Field& body) {
@@ -70,15 +61,26 @@ ToolSettings read_tool_settings(const Field& body) {
       only_keys(c, {"type", "function"});
       const Field f = c["function"];
       f.object();
-      refuse_forced_tool_choice(c, "a named function (" + f["name"].describe() + ")");
+      const Field type = c["type"];
+      if (!type.is_string() || type.string(SIZE_MAX) != "function")
+        type.fail("must be \"function\", got " + type.describe());
+      only_keys(f, {"name"});
+      s.forced_name = function_name(f["name"]);
+      if (s.tools.is_null()) c.fail("names a function but the request has no tools");
+      bool known = false;
+      for (const auto& tool : s.tools) known |= tool["function"]["name"] == s.forced_name;
+      if (!known) f["name"].fail("names no function in tools: " + f["name"].describe());
+      choice = "required";
+    } else {
+      if (!c.is_string()) c.fail("must be \"none\", \"auto\", \"required\" or a named function");
+      choice = c.string(SIZE_MAX);
+      if (choice != "none" && choice != "auto" && choice != "required")
+        c.fail("must be \"none\", \"auto\", \"required\" or a named function, got " + c.describe());
+      if (choice == "required" && s.tools.is_null()) c.fail("\"required\" needs tools");
     }
-    if (!c.is_string()) c.fail("must be \"none\", \"auto\", \"required\" or a named function");
-    choice = c.string(SIZE_MAX);
-    if (choice == "required") refuse_forced_tool_choice(c, "\"required\"");
-    if (choice != "none" && choice != "auto")
-      c.fail("must be \"none\", \"auto\", \"required\" or a named function, got " + c.describe());
   }
-  s.parse = choice == "auto" && !s.tools.is_null();
+  s.forced = choice == "required";
+  s.parse = choice != "none" && !s.tools.is_null();
   if (const Field p = body["parallel_tool_calls"]; p.present()) s.parallel = p.boolean();
   return s;
 }

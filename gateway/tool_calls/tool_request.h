@@ -12,13 +12,16 @@ inline constexpr size_t kMaxTools = 128;  // OpenAI's limit
 
 struct ToolSettings {
   nlohmann::ordered_json tools;  // the request's tools for the template; null when none
-  bool parse = false;            // tools given and tool_choice "auto": calls read from output
+  bool parse = false;            // tools given and tool_choice not "none": calls read from output
   bool parallel = true;          // parallel_tool_calls: false keeps the first call only
+  // tool_choice "required" or a named function: the output is constrained to be a call
+  // (forced_tool_call.h), to `forced_name` when it is not empty, else to any of the tools.
+  bool forced = false;
+  std::string forced_name;
 };
 
 // Reads the body's tools, tool_choice and parallel_tool_calls. Throws a 400 naming the field
-// for anything else than function tools, and for tool_choice "required" or a named function,
-// which need the structured-output mask.
+// for anything else than function tools, and for a named function that is not in `tools`.
 ToolSettings read_tool_settings(const Field& body);
 
 // An assistant message's tool_calls, checked, with each `arguments` string that holds a JSON

@@ -85,22 +85,37 @@ struct Setter {
 void set_guided_json(Profile& p, const json& v, const std::string& l) {
   if (!v.is_object() && !v.is_string() && !v.is_boolean())
     bad(l, "guided_json", "must be a JSON schema (an object) or its text");
-  StructuredOutput s{OutputFormat::JsonSchema, v.is_string() ? v.get<std::string>() : v.dump()};
+  StructuredOutput s{OutputFormat::JsonSchema, v.is_string() ? v.get<std::string>() : v.dump(),
+                     p.request.structured.prefix, p.request.structured.suffix};
   check_structured_output(s);
   p.request.structured = std::move(s);
 }
 
 void set_guided_regex(Profile& p, const json& v, const std::string& l) {
   if (!v.is_string()) bad(l, "guided_regex", "must be a string");
-  StructuredOutput s{OutputFormat::Regex, v.get<std::string>()};
+  StructuredOutput s{OutputFormat::Regex, v.get<std::string>(), p.request.structured.prefix,
+                     p.request.structured.suffix};
   check_structured_output(s);
   p.request.structured = std::move(s);
 }
 
 void set_guided_json_object(Profile& p, const json& v, const std::string& l) {
-  p.request.structured = boolean(v, l, "guided_json_object")
-                             ? StructuredOutput{OutputFormat::JsonObject, ""}
-                             : StructuredOutput{};
+  p.request.structured =
+      boolean(v, l, "guided_json_object")
+          ? StructuredOutput{OutputFormat::JsonObject, "", p.request.structured.prefix,
+                             p.request.structured.suffix}
+          : StructuredOutput{};
+}
+
+// Literal text around the structured output (checked with the format when the request is).
+void set_guided_prefix(Profile& p, const json& v, const std::string& l) {
+  if (!v.is_string()) bad(l, "guided_prefix", "must be a string");
+  p.request.structured.prefix = v.get<std::string>();
+}
+
+void set_guided_suffix(Profile& p, const json& v, const std::string& l) {
+  if (!v.is_string()) bad(l, "guided_suffix", "must be a string");
+  p.request.structured.suffix = v.get<std::string>();
 }
 
 const std::map<std::string, Setter>& setters() {
@@ -210,6 +225,8 @@ const std::map<std::string, Setter>& setters() {
       {"guided_json", {KeyKind::Request, set_guided_json}},
       {"guided_regex", {KeyKind::Request, set_guided_regex}},
       {"guided_json_object", {KeyKind::Request, set_guided_json_object}},
+      {"guided_prefix", {KeyKind::Request, set_guided_prefix}},
+      {"guided_suffix", {KeyKind::Request, set_guided_suffix}},
       {"backend",
        {KeyKind::Engine,
         [](Profile& p, const json& v, const std::string& l) {

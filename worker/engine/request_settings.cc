@@ -119,6 +119,12 @@ void check_structured_output(const StructuredOutput& s) {
   if (needs_spec && s.spec.empty()) throw SettingError(field, "must not be empty");
   if (!needs_spec && !s.spec.empty())
     throw SettingError(field, "a specification needs a JSON schema or regex format");
+  if (s.format == OutputFormat::Text && !(s.prefix.empty() && s.suffix.empty()))
+    throw SettingError(s.prefix.empty() ? "guided_suffix" : "guided_prefix",
+                       "needs guided_json, guided_regex or guided_json_object");
+  if (s.prefix.size() + s.suffix.size() > kMaxStructuredSpecBytes)
+    throw SettingError("guided_prefix", "prefix and suffix together at most " +
+                                            std::to_string(kMaxStructuredSpecBytes) + " bytes");
 }
 
 void check_settings(const RequestSettings& s) {

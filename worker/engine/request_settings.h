@@ -34,6 +34,9 @@ enum class OutputFormat {
 struct StructuredOutput {
   OutputFormat format = OutputFormat::Text;
   std::string spec;
+  // Literal bytes the output starts and ends with around the language (guided_prefix,
+  // guided_suffix): a forced tool call's markup around its JSON (gateway/tool_calls/).
+  std::string prefix = {}, suffix = {};
   bool operator==(const StructuredOutput&) const = default;
 };
 
@@ -83,7 +86,7 @@ std::vector<std::pair<int32_t, float>> checked_logit_bias(
     const std::vector<std::pair<int64_t, double>>& entries);
 // The ids against the model's vocabulary, which only the engine knows: each below `vocab`.
 void check_logit_bias_ids(const std::vector<std::pair<int32_t, float>>& bias, int vocab);
-void check_structured_output(const StructuredOutput& s);        // spec size, present iff needed
+void check_structured_output(const StructuredOutput& s);  // spec size, present iff needed
 
 // Every field of `settings` through the checks above; throws SettingError for the first out of
 // range. The engine's check of each request it takes.

@@ -1,12 +1,17 @@
 // Tool calling through a real hearth-gateway over HTTP, on the default model. That model never
 // writes a call by itself, so what its output would be parsed into is the parser tests' part;
 // here: the tools reach the template, the format comes from the template (a template that
-// shows none refuses tools under "auto"), forced tool_choice is refused by value, history with
+// shows none refuses tools under "auto"), forced tool_choice gives a call valid under the
+// tool's schema, history with
 // tool calls and results renders, and with the parser on, plain output comes back unchanged,
 // streamed or whole.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <fstream>
+
 #include "tests/gateway/gateway_process.h"
+#include "tests/support/temp_dir.h"
 
 namespace hearth::test {
 namespace {
@@ -40,20 +45,89 @@ TEST(GatewayToolCalls, ATemplateWithoutAToolFormatRefusesToolsUnderAuto) {
   EXPECT_EQ(none.status, 200) << none.body;
 }
 
-TEST(GatewayToolCalls, ForcedToolChoiceIsRefusedByValue) {
+// python3-jsonschema's verdict on `instance` (JSON text) under `schema`.
+bool validates(const json& schema, const std::string& instance) {
+  TempDir dir;
+  std::ofstream(dir.path() / "schema.json") << schema.dump();
+  std::ofstream(dir.path() / "instance.json") << instance;
+  const std::string cmd =
+      "python3 -c 'import json, sys, jsonschema; "
+      "jsonschema.validate(json.load(open(sys.argv[2])), json.load(open(sys.argv[1])))' " +
+      (dir.path() / "schema.json").string() + " " + (dir.path() / "instance.json").string();
+  return std::system(cmd.c_str()) == 0;
+}
+
+// The model never writes a call by itself: "required" and a named function make it write one
+// (the structured-output mask), to a function of the tools, with arguments in its schema.
+TEST(GatewayToolCalls, ForcedToolChoiceGivesAValidCall) {
   GatewayProcess gw(hermes_template());
+  const json tools = json::parse(R"([
+    {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+     "properties": {"city": {"type": "string", "maxLength": 12}}, "required": ["city"],
+     "additionalProperties": false}}},
+    {"type": "function", "function": {"name": "add", "parameters": {"type": "object",
+     "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 99},
+                    "b": {"type": "integer", "minimum": 0, "maximum": 99}},
+     "required": ["a", "b"], "additionalProperties": false}}}])");
   for (const json& choice :
-       {json("required"), json{{"type", "function"}, {"function", {{"name", "get_weather"}}}}}) {
-    const auto r =
-        gw.post("/v1/chat/completions", chat({{"tools", kTools}, {"tool_choice", choice}}));
-    EXPECT_EQ(r.status, 400) << r.body;
-    EXPECT_EQ(r.parsed()["error"]["param"], "tool_choice") << r.body;
-    EXPECT_NE(r.body.find("structured-output mask"), std::string::npos) << r.body;
+       {json("required"), json{{"type", "function"}, {"function", {{"name", "add"}}}}}) {
+    SCOPED_TRACE(choice.dump());
+    const auto r = gw.post("/v1/chat/completions",
+                           chat({{"tools", tools}, {"tool_choice", choice}, {"max_tokens", 200}}));
+    ASSERT_EQ(r.status, 200) << r.body;
+    const json c = r.parsed()["choices"][0];
+    EXPECT_EQ(c["finish_reason"], "tool_calls") << r.body;
+    ASSERT_TRUE(c["message"].contains("tool_calls")) << r.body;
+    ASSERT_EQ(c["message"]["tool_calls"].size(), 1u) << r.body;
+    const json call = c["message"]["tool_calls"][0];
+    const std::string name = call["function"]["name"];
+    if (choice.is_object()) {
+      EXPECT_EQ(name, "add");
+    }
+    const json* schema = nullptr;
+    for (const json& t : tools)
+      if (t["function"]["name"] == name) schema = &t["function"]["parameters"];
+    ASSERT_NE(schema, nullptr) << name;
+    EXPECT_TRUE(validates(*schema, call["function"]["arguments"].get<std::string>())) << r.body;
   }
-  const auto web =
-      gw.post("/v1/chat/completions", chat({{"tools", json::array({{{"type", "web_search"}}})}}));
-  EXPECT_EQ(web.status, 400) << web.body;
-  EXPECT_EQ(web.parsed()["error"]["param"], "tools[0].type") << web.body;
+  // Streamed: the same call as delta.tool_calls (name, then arguments), no content, same
+  // finish reason (temperature 0: the same tokens as the whole response).
+  const json named = {{"type", "function"}, {"function", {{"name", "get_weather"}}}};
+  const json body = chat({{"tools", tools}, {"tool_choice", named}, {"max_tokens", 200}});
+  const auto whole = gw.post("/v1/chat/completions", body);
+  ASSERT_EQ(whole.status, 200) << whole.body;
+  json streamed_body = body;
+  streamed_body["stream"] = true;
+  const auto streamed = gw.post("/v1/chat/completions", streamed_body);
+  ASSERT_EQ(streamed.status, 200) << streamed.body;
+  std::string name, arguments, finish;
+  for (const json& e : sse_events(streamed.body)) {
+    if (!e.is_object() || e["choices"].empty()) continue;
+    const json& delta = e["choices"][0]["delta"];
+    EXPECT_FALSE(delta.contains("content") && delta["content"].is_string() &&
+                 !delta["content"].get<std::string>().empty())
+        << e.dump();
+    if (delta.contains("tool_calls")) {
+      const json& f = delta["tool_calls"][0]["function"];
+      if (f.contains("name")) name += f["name"].get<std::string>();
+      if (f.contains("arguments")) arguments += f["arguments"].get<std::string>();
+    }
+    if (e["choices"][0]["finish_reason"].is_string()) finish = e["choices"][0]["finish_reason"];
+  }
+  const json call = whole.parsed()["choices"][0]["message"]["tool_calls"][0]["function"];
+  EXPECT_EQ(name, "get_weather");
+  EXPECT_EQ(arguments, call["arguments"].get<std::string>());
+  EXPECT_EQ(finish, "tool_calls");
+  EXPECT_TRUE(validates(tools[0]["function"]["parameters"], arguments)) << arguments;
+
+  // Parameters outside the compiler's subset: a 400 naming the keyword under tools.
+  json bad = tools;
+  bad[0]["function"]["parameters"]["properties"]["city"]["pattern"] = "[A-Z].*";
+  const auto refused =
+      gw.post("/v1/chat/completions", chat({{"tools", bad}, {"tool_choice", "required"}}));
+  EXPECT_EQ(refused.status, 400) << refused.body;
+  EXPECT_EQ(refused.parsed()["error"]["param"], "tools[0].function.parameters") << refused.body;
+  EXPECT_NE(refused.body.find("pattern"), std::string::npos) << refused.body;
 }
 
 TEST(GatewayToolCalls, ToolsAndToolHistoryRenderAndPlainOutputIsUnchanged) {

@@ -48,19 +48,21 @@ TEST(ToolRequest, ToolsReachTheTemplateAndAreParsedUnderAuto) {
   EXPECT_FALSE(without.template_extra.contains("tools"));
 }
 
-TEST(ToolRequest, ForcedToolChoiceIsRefusedNamingTheValue) {
+TEST(ToolRequest, ForcedToolChoiceIsParsedAndNamesAFunctionOfTheTools) {
   const std::string tools = std::string(R"(, "tools": [)") + kTool + "]";
-  const ApiError required = chat_error(tools + R"(, "tool_choice": "required")");
-  EXPECT_EQ(required.status(), 400);
-  EXPECT_EQ(required.param(), "tool_choice");
-  EXPECT_NE(std::string(required.what()).find("\"required\""), std::string::npos)
-      << required.what();
-  EXPECT_NE(std::string(required.what()).find("structured-output mask"), std::string::npos);
-  const ApiError named = chat_error(
-      tools + R"(, "tool_choice": {"type": "function", "function": {"name": "get_weather"}})");
-  EXPECT_EQ(named.status(), 400);
-  EXPECT_EQ(named.param(), "tool_choice");
-  EXPECT_NE(std::string(named.what()).find("get_weather"), std::string::npos) << named.what();
+  const CompletionRequest required = chat(tools + R"(, "tool_choice": "required")");
+  EXPECT_TRUE(required.tools.forced);
+  EXPECT_TRUE(required.tools.parse);
+  EXPECT_TRUE(required.tools.forced_name.empty());
+  const CompletionRequest named =
+      chat(tools + R"(, "tool_choice": {"type": "function", "function": {"name": "get_weather"}})");
+  EXPECT_TRUE(named.tools.forced);
+  EXPECT_EQ(named.tools.forced_name, "get_weather");
+  const ApiError unknown =
+      chat_error(tools + R"(, "tool_choice": {"type": "function", "function": {"name": "other"}})");
+  EXPECT_EQ(unknown.status(), 400);
+  EXPECT_EQ(unknown.param(), "tool_choice.function.name");
+  EXPECT_EQ(chat_error(R"(, "tool_choice": "required")").param(), "tool_choice");
 }
 
 TEST(ToolRequest, EveryOtherMistakeIsA400NamingTheField) {

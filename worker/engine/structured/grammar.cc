@@ -41,17 +41,29 @@ std::span<const uint32_t> Grammar::mask(int32_t state) const {
   return *m;
 }
 
+namespace {
+
+LangPtr format_language(const StructuredOutput& s) {
+  switch (s.format) {
+    case OutputFormat::JsonObject:
+      return json_object_language();
+    case OutputFormat::JsonSchema:
+      return json_schema_language(s.spec);
+    case OutputFormat::Regex:
+      return regex_language(s.spec);
+    case OutputFormat::Text:
+      break;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
 LangPtr structured_language(const StructuredOutput& s) {
   try {
-    switch (s.format) {
-      case OutputFormat::JsonObject:
-        return json_object_language();
-      case OutputFormat::JsonSchema:
-        return json_schema_language(s.spec);
-      case OutputFormat::Regex:
-        return regex_language(s.spec);
-      case OutputFormat::Text:
-        break;
+    if (LangPtr lang = format_language(s)) {
+      if (s.prefix.empty() && s.suffix.empty()) return lang;
+      return seq({literal(s.prefix), std::move(lang), literal(s.suffix)});
     }
   } catch (const SchemaError& e) {
     throw GrammarError(e.what());
@@ -68,8 +80,10 @@ GrammarCache::GrammarCache(std::shared_ptr<const Vocabulary> vocab, size_t max_e
       max_states_(max_states) {}
 
 std::shared_ptr<const Grammar> GrammarCache::get(const StructuredOutput& s) {
+  // Format, the prefix's length, then prefix, spec and suffix: no two outputs share a key.
   std::string key(1, char('0' + int(s.format)));
-  key += s.spec;
+  key += std::to_string(s.prefix.size()) + ':' + std::to_string(s.suffix.size()) + ':';
+  key += s.prefix + s.spec + s.suffix;
   if (auto it = index_.find(key); it != index_.end()) {
     entries_.splice(entries_.begin(), entries_, it->second);
     return it->second->second;

@@ -88,9 +88,9 @@ TEST(TokenMask, EqualsBruteForceOverTheVocabulary) {
       }
     }
   }
-  EXPECT_EQ(cache.compiled(), 3u);
+  EXPECT_EQ(cache.compiled(), uint64_t{3});
   cache.get({OutputFormat::JsonObject, ""});
-  EXPECT_EQ(cache.compiled(), 3u);  // from the cache
+  EXPECT_EQ(cache.compiled(), uint64_t{3});  // from the cache
 }
 
 TEST(GrammarCache, KeepsAtMostItsBoundAndRefusesBadSpecs) {
@@ -164,6 +164,28 @@ TEST(StructuredGeneration, RegexAndJsonObjectOutputsMatch) {
 }
 
 // Structured and plain requests in one engine get the tokens each gets alone.
+// guided_prefix / guided_suffix: literal text around the format (a forced tool call's markup),
+// part of the cache key, refused without a format; generation starts with the prefix.
+TEST(StructuredGeneration, PrefixAndSuffixWrapTheFormat) {
+  const StructuredOutput wrapped{OutputFormat::Regex, "[0-9]{1,3}", "<n>", "</n>"};
+  const ByteDfa dfa = ByteDfa::compile(structured_language(wrapped), kMaxGrammarStates);
+  EXPECT_TRUE(dfa.matches("<n>42</n>"));
+  EXPECT_FALSE(dfa.matches("42"));
+  EXPECT_FALSE(dfa.matches("<n>42"));
+  GrammarCache cache(default_model().vocabulary(), 4);
+  cache.get(wrapped);
+  cache.get({OutputFormat::Regex, "[0-9]{1,3}"});
+  cache.get({OutputFormat::Regex, "[0-9]{1,3}", "<n", "></n>"});
+  EXPECT_EQ(cache.size(), 3u);
+  EXPECT_EQ(cache.compiled(), uint64_t{3});
+  EXPECT_THROW(check_structured_output({OutputFormat::Text, "", "<n>", ""}), SettingError);
+  for (uint64_t seed : {1u, 2u, 3u}) {
+    const std::string text = text_of(run(wrapped, seed, 40));
+    EXPECT_EQ(text.rfind("<n>", 0), 0u) << text;
+    EXPECT_NE(dfa.walk(0, text), ByteDfa::kDead) << text;
+  }
+}
+
 TEST(StructuredGeneration, BatchedEqualsAlone) {
   const DefaultModel& m = default_model();
   const std::vector<StructuredOutput> formats = {

@@ -21,6 +21,7 @@
 #include "kernels/cuda_check.h"
 #include "kernels/device_sm_count.h"
 #include "kernels/half_utils.cuh"
+#include "kernels/matmul_epilogue.cuh"
 #include "kernels/mma.cuh"
 #include "kernels/pdl.cuh"
 #include "kernels/wgmma.cuh"
@@ -100,43 +101,8 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {
          (uint64_t(1) << 62);
 }
 
-__device__ __forceinline__ float silu_mul(float g, float u) {
-  return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
-}
-
-// Two adjacent outputs (col, col + 1) of one row, with the epilogue's arithmetic.
-template <typename T>
-__device__ __forceinline__ void store_two(const Params& p, int row, int col, float v0, float v1) {
-  const int64_t at = int64_t(row) * p.n + col;
-  const bool both = col + 1 < p.n, paired = both && (p.n % 2 == 0);
-  if (p.epilogue == MatmulEpilogue::StoreF32 || p.epilogue == MatmulEpilogue::AccumulateF32) {
-    float* o = static_cast<float*>(p.out) + at;
-    if (p.epilogue == MatmulEpilogue::AccumulateF32) {
-      if (paired) {
-        const float2 old = *reinterpret_cast<const float2*>(o);
-        v0 = __fadd_rn(old.x, v0);
-        v1 = __fadd_rn(old.y, v1);
-      } else {
-        v0 = __fadd_rn(o[0], v0);
-        if (both) v1 = __fadd_rn(o[1], v1);
-      }
-    }
-    if (paired) {
-      *reinterpret_cast<float2*>(o) = make_float2(v0, v1);
-    } else {
-      o[0] = v0;
-      if (both) o[1] = v1;
-    }
-  } else {
-    T* o = static_cast<T*>(p.out) + at;
-    if (paired) {
-      *reinterpret_cast<uint32_t*>(o) = pack_half2<T>(v0, v1);
-    } else {
-      o[0] = HalfTraits<T>::from_float(v0);
-      if (both) o[1] = HalfTraits<T>::from_float(v1);
-    }
-  }
-}
+using epilogue::silu_mul;
+using epilogue::store_pair;
 
 // kRows: rows of A a block covers: 16, 32 or 64 with one consumer warpgroup, 128 with two.
 // A consumer's wgmma always spans 64 rows; when a tile has fewer, the rows past it read whatever
@@ -345,7 +311,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
             v0 = __fadd_rn(v0, p.bias[col]);
             if (col + 1 < p.n) v1 = __fadd_rn(v1, p.bias[col + 1]);
           }
-          store_two<T>(p, row, col, v0, v1);
+          store_pair<T>(p, row, col, v0, v1);
         }
     }
   }

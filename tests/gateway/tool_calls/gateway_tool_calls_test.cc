@@ -7,7 +7,9 @@
 // streamed or whole.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 
 #include "tests/gateway/gateway_process.h"
@@ -174,4 +176,50 @@ TEST(GatewayToolCalls, ToolsAndToolHistoryRenderAndPlainOutputIsUnchanged) {
 }
 
 }  // namespace
+// The official openai npm client (tests/gateway/node, installed by tools/run-tests.sh) reads a
+// forced call streamed from the real gateway: its stream helper rebuilds the whole response's
+// call, and every call's arguments validate against the tool's parameters.
+TEST(GatewayToolCalls, TheOpenaiNpmClientReadsStreamedCallsFromTheGateway) {
+  const std::filesystem::path dir = source_dir() / "tests/gateway/node";
+  if (!std::filesystem::exists(dir / "node_modules/openai"))
+    GTEST_SKIP() << "the openai npm client is not installed (cd " << dir.string() << " && npm ci)";
+  GatewayProcess gw(hermes_template());
+  const json tools = json::parse(R"([
+    {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+     "properties": {"city": {"type": "string", "maxLength": 12}}, "required": ["city"],
+     "additionalProperties": false}}},
+    {"type": "function", "function": {"name": "add", "parameters": {"type": "object",
+     "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 99},
+                    "b": {"type": "integer", "minimum": 0, "maximum": 99}},
+     "required": ["a", "b"], "additionalProperties": false}}}])");
+  TempDir tmp;
+  ChildProcess node = ChildProcess::spawn(
+      ChildProcess::Options({"node", "--test", (dir / "tool_calls_gateway_test.mjs").string()})
+          .with_env({"HEARTH_GATEWAY_URL=http://127.0.0.1:" + std::to_string(gw.port()) + "/v1",
+                     "TOOLS=" + tools.dump()})
+          .stdout_to(ChildProcess::Stream::pipe())
+          .stderr_to(ChildProcess::Stream::file(tmp.path() / "node.err")));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(300);
+  const std::string out = node.stdout_pipe().read_to_end(deadline);
+  const auto status = node.wait_until(deadline);
+  ASSERT_TRUE(status) << "node did not finish";
+  std::ifstream err_in(tmp.path() / "node.err");
+  const std::string err(std::istreambuf_iterator<char>(err_in), {});
+  EXPECT_TRUE(status->success()) << out << err;
+  EXPECT_NE(out.find("# fail 0"), std::string::npos) << out;
+  int calls = 0;
+  for (size_t at = out.find("ARGS "); at != std::string::npos; at = out.find("ARGS ", at + 1)) {
+    const std::string line = out.substr(at + 5, out.find('\n', at) - at - 5);
+    const std::string name = line.substr(0, line.find(' '));
+    const std::string arguments = line.substr(line.find(' ') + 1);
+    const json* schema = nullptr;
+    for (const json& t : tools)
+      if (t["function"]["name"] == name) schema = &t["function"]["parameters"];
+    ASSERT_NE(schema, nullptr) << line;
+    EXPECT_TRUE(validates(*schema, arguments)) << line;
+    ++calls;
+  }
+  EXPECT_EQ(calls, 2) << out;
+}
+
 }  // namespace hearth::test

@@ -452,10 +452,6 @@ void dispatch(const Choice& c, const Params& p, cudaStream_t stream) {
   throw std::invalid_argument("batch_matmul: " + what);
 }
 
-bool aligned16(const void* p) {
-  return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
-}
-
 }  // namespace
 
 int batch_matmul_k_slices(int n, int k) {
@@ -497,18 +493,7 @@ void batch_matmul(Half type, MatmulEpilogue epilogue, const MatmulArgs& a, cudaS
 void batch_matmul_mma(Half type, MatmulEpilogue epilogue, const MatmulArgs& a,
                       cudaStream_t stream) {
   const bool swiglu = epilogue == MatmulEpilogue::SwiGLU;
-  if (a.m < 1 || a.n < 1)
-    fail("m and n must be positive (m " + std::to_string(a.m) + ", n " + std::to_string(a.n) + ")");
-  if (a.k < 16 || a.k % 16 != 0)
-    fail("k must be a positive multiple of 16, not " + std::to_string(a.k));
-  const int64_t lda = a.lda ? a.lda : a.k;
-  if (lda < a.k || lda % 8 != 0)
-    fail("lda (" + std::to_string(lda) + ") must be >= k and a multiple of 8");
-  if (!a.a || !a.w || !a.out) fail("a, w and out are required");
-  if (!aligned16(a.a) || !aligned16(a.w) || (a.w_up && !aligned16(a.w_up)))
-    fail("a and the weights must be 16-byte aligned");
-  if (swiglu && !a.w_up) fail("SwiGLU needs w_up");
-  if (swiglu && a.bias) fail("SwiGLU takes no bias");
+  const int64_t lda = checked_matmul_lda("batch_matmul", epilogue, a);
   const Choice c = choose(a.m, a.n, a.k, swiglu, a.tiles);
   const Workspace ws = workspace_for(a.m, a.n, a.k, swiglu, a.tiles);
   if (ws.total() > 0 && (!a.workspace || a.workspace_bytes < ws.total()))

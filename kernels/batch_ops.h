@@ -60,6 +60,10 @@ struct MatmulArgs {
   MatmulTiles tiles = MatmulTiles::Auto;
 };
 
+// The checks both matmul kernels make before launching: shapes, alignment, the SwiGLU pair.
+// Throws std::invalid_argument naming `kernel`; returns the row stride of `a` (lda, 0 → k).
+int64_t checked_matmul_lda(const char* kernel, MatmulEpilogue epilogue, const MatmulArgs& args);
+
 // How many consecutive K slices an output is summed from (1, 2, 4 or 8): a function of the
 // weight's shape only. Each slice is an ascending chain of k16 tensor-core steps started from
 // zero; the output is ((s0 + s1) + s2) + ... in slice order.

@@ -497,14 +497,6 @@ WgmmaTiles choose(int m, int n, bool swiglu) {
   return best;
 }
 
-[[noreturn]] void fail(const std::string& what) {
-  throw std::invalid_argument("wgmma_matmul: " + what);
-}
-
-bool aligned16(const void* p) {
-  return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
-}
-
 }  // namespace
 
 const char* wgmma_tiles_name(WgmmaTiles t) {
@@ -565,18 +557,7 @@ bool wgmma_matmul_available() {
 void wgmma_matmul(Half type, MatmulEpilogue epilogue, const MatmulArgs& a, WgmmaTiles tiles,
                   cudaStream_t stream) {
   const bool swiglu = epilogue == MatmulEpilogue::SwiGLU;
-  if (a.m < 1 || a.n < 1)
-    fail("m and n must be positive (m " + std::to_string(a.m) + ", n " + std::to_string(a.n) + ")");
-  if (a.k < 16 || a.k % 16 != 0)
-    fail("k must be a positive multiple of 16, not " + std::to_string(a.k));
-  const int64_t lda = a.lda ? a.lda : a.k;
-  if (lda < a.k || lda % 8 != 0)
-    fail("lda (" + std::to_string(lda) + ") must be >= k and a multiple of 8");
-  if (!a.a || !a.w || !a.out) fail("a, w and out are required");
-  if (!aligned16(a.a) || !aligned16(a.w) || (a.w_up && !aligned16(a.w_up)))
-    fail("a and the weights must be 16-byte aligned");
-  if (swiglu && !a.w_up) fail("SwiGLU needs w_up");
-  if (swiglu && a.bias) fail("SwiGLU takes no bias");
+  const int64_t lda = checked_matmul_lda("wgmma_matmul", epilogue, a);
   if (tiles == WgmmaTiles::Auto) tiles = choose(a.m, a.n, swiglu);
   Params p{};
   p.bias = a.bias;

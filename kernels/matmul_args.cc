@@ -1,0 +1,32 @@
+// The argument checks batch_matmul (mma.sync) and wgmma_matmul share, so the two kernels refuse
+// the same calls with the same words.
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/batch_ops.h"
+
+namespace hearth::kernels {
+
+int64_t checked_matmul_lda(const char* kernel, MatmulEpilogue epilogue, const MatmulArgs& a) {
+  auto fail = [kernel](const std::string& what) {
+    throw std::invalid_argument(std::string(kernel) + ": " + what);
+  };
+  auto aligned16 = [](const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; };
+  const bool swiglu = epilogue == MatmulEpilogue::SwiGLU;
+  if (a.m < 1 || a.n < 1)
+    fail("m and n must be positive (m " + std::to_string(a.m) + ", n " + std::to_string(a.n) + ")");
+  if (a.k < 16 || a.k % 16 != 0)
+    fail("k must be a positive multiple of 16, not " + std::to_string(a.k));
+  const int64_t lda = a.lda ? a.lda : a.k;
+  if (lda < a.k || lda % 8 != 0)
+    fail("lda (" + std::to_string(lda) + ") must be >= k and a multiple of 8");
+  if (!a.a || !a.w || !a.out) fail("a, w and out are required");
+  if (!aligned16(a.a) || !aligned16(a.w) || (a.w_up && !aligned16(a.w_up)))
+    fail("a and the weights must be 16-byte aligned");
+  if (swiglu && !a.w_up) fail("SwiGLU needs w_up");
+  if (swiglu && a.bias) fail("SwiGLU takes no bias");
+  return lda;
+}
+
+}  // namespace hearth::kernels

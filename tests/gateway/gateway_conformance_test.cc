@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/gateway/gateway_process.h"
+#include "tests/gateway/node_client.h"
 
 namespace hearth::test {
 namespace {
@@ -248,23 +249,13 @@ TEST(ConformanceTimeout, AStreamThatTimesOutEndsWithAnErrorEventAndDone) {
 // The same through the official openai npm client (tests/gateway/node, installed by
 // tools/run-tests.sh): what its users see, e.code and e.param included.
 TEST_F(Conformance, TheOpenAINpmClientSeesOpenAIsShapes) {
-  const std::filesystem::path dir = source_dir() / "tests/gateway/node";
-  if (!std::filesystem::exists(dir / "node_modules/openai"))
-    GTEST_SKIP() << "the openai npm client is not installed (cd " << dir.string() << " && npm ci)";
-  const std::string err_file = ::testing::TempDir() + "/openai-conformance.err";
-  ChildProcess node = ChildProcess::spawn(
-      ChildProcess::Options({"node", "--test", (dir / "openai_conformance_test.mjs").string()})
-          .with_env({"HEARTH_GATEWAY_URL=http://127.0.0.1:" + std::to_string(gw().port()) + "/v1"})
-          .stdout_to(ChildProcess::Stream::pipe())
-          .stderr_to(ChildProcess::Stream::file(err_file)));
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(300);
-  const std::string out = node.stdout_pipe().read_to_end(deadline);
-  std::ifstream err_in(err_file);
-  const std::string err(std::istreambuf_iterator<char>(err_in), {});
-  const auto status = node.wait_until(deadline);
-  ASSERT_TRUE(status) << "node did not finish";
-  EXPECT_TRUE(status->success()) << out << err;
-  EXPECT_NE(out.find("# fail 0"), std::string::npos) << out;
+  if (!openai_npm_installed()) GTEST_SKIP() << openai_npm_missing();
+  const NodeTestRun run =
+      run_node_test("openai_conformance_test.mjs",
+                    {"HEARTH_GATEWAY_URL=http://127.0.0.1:" + std::to_string(gw().port()) + "/v1"});
+  ASSERT_TRUE(run.finished) << "node did not finish";
+  EXPECT_TRUE(run.success) << run.out << run.err;
+  EXPECT_TRUE(run.none_failed()) << run.out;
 }
 
 }  // namespace

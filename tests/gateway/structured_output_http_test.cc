@@ -11,6 +11,7 @@
 #include <regex>
 
 #include "tests/gateway/gateway_process.h"
+#include "tests/gateway/node_client.h"
 #include "tests/support/temp_dir.h"
 
 namespace hearth::test {
@@ -27,16 +28,8 @@ class StructuredHttp : public ::testing::Test {
 };
 GatewayProcess* StructuredHttp::gateway_ = nullptr;
 
-// python3-jsonschema's verdict on `instance` (JSON text) under `schema`.
 bool validates(const json& schema, const std::string& instance) {
-  TempDir dir;
-  std::ofstream(dir.path() / "schema.json") << schema.dump();
-  std::ofstream(dir.path() / "instance.json") << instance;
-  const std::string cmd =
-      "python3 -c 'import json, sys, jsonschema; "
-      "jsonschema.validate(json.load(open(sys.argv[2])), json.load(open(sys.argv[1])))' " +
-      (dir.path() / "schema.json").string() + " " + (dir.path() / "instance.json").string();
-  return std::system(cmd.c_str()) == 0;
+  return json_schema_validates(schema.dump(), instance);
 }
 
 TEST_F(StructuredHttp, JsonSchemaAnswersValidate) {
@@ -124,30 +117,19 @@ TEST_F(StructuredHttp, AnUnsupportedKeywordIsA400NamingIt) {
 // The official openai npm client (tests/gateway/node, installed by tools/run-tests.sh): its
 // json_schema answers, printed by the script, validated here.
 TEST_F(StructuredHttp, TheOpenaiNpmClientsJsonSchemaAnswersValidate) {
-  const std::filesystem::path dir = source_dir() / "tests/gateway/node";
-  if (!std::filesystem::exists(dir / "node_modules/openai"))
-    GTEST_SKIP() << "the openai npm client is not installed (cd " << dir.string() << " && npm ci)";
+  if (!openai_npm_installed()) GTEST_SKIP() << openai_npm_missing();
   const json schema = json::parse(R"({"type": "object", "properties": {
       "fortune": {"type": "string", "maxLength": 30}, "lucky": {"type": "integer",
       "minimum": 1, "maximum": 99}, "ok": {"type": "boolean"}},
       "required": ["fortune", "lucky"], "additionalProperties": false})");
-  TempDir tmp;
-  ChildProcess node = ChildProcess::spawn(
-      ChildProcess::Options(
-          {"node", "--test", (dir / "structured_output_client_test.mjs").string()})
-          .with_env(
-              {"HEARTH_GATEWAY_URL=http://127.0.0.1:" + std::to_string(gateway_->port()) + "/v1",
-               "SCHEMA=" + schema.dump()})
-          .stdout_to(ChildProcess::Stream::pipe())
-          .stderr_to(ChildProcess::Stream::file(tmp.path() / "node.err")));
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(300);
-  const std::string out = node.stdout_pipe().read_to_end(deadline);
-  const auto status = node.wait_until(deadline);
-  ASSERT_TRUE(status) << "node did not finish";
-  std::ifstream err_in(tmp.path() / "node.err");
-  const std::string err(std::istreambuf_iterator<char>(err_in), {});
-  EXPECT_TRUE(status->success()) << out << err;
-  EXPECT_NE(out.find("# fail 0"), std::string::npos) << out;
+  const NodeTestRun run = run_node_test(
+      "structured_output_client_test.mjs",
+      {"HEARTH_GATEWAY_URL=http://127.0.0.1:" + std::to_string(gateway_->port()) + "/v1",
+       "SCHEMA=" + schema.dump()});
+  ASSERT_TRUE(run.finished) << "node did not finish";
+  EXPECT_TRUE(run.success) << run.out << run.err;
+  EXPECT_TRUE(run.none_failed()) << run.out;
+  const std::string& out = run.out;
   int answers = 0;
   for (size_t at = out.find("ANSWER "); at != std::string::npos; at = out.find("ANSWER ", at + 1)) {
     const std::string answer = out.substr(at + 7, out.find('\n', at) - at - 7);

@@ -13,6 +13,7 @@
 #include <fstream>
 
 #include "tests/gateway/gateway_process.h"
+#include "tests/gateway/node_client.h"
 #include "tests/support/temp_dir.h"
 
 namespace hearth::test {
@@ -47,16 +48,8 @@ TEST(GatewayToolCalls, ATemplateWithoutAToolFormatRefusesToolsUnderAuto) {
   EXPECT_EQ(none.status, 200) << none.body;
 }
 
-// python3-jsonschema's verdict on `instance` (JSON text) under `schema`.
 bool validates(const json& schema, const std::string& instance) {
-  TempDir dir;
-  std::ofstream(dir.path() / "schema.json") << schema.dump();
-  std::ofstream(dir.path() / "instance.json") << instance;
-  const std::string cmd =
-      "python3 -c 'import json, sys, jsonschema; "
-      "jsonschema.validate(json.load(open(sys.argv[2])), json.load(open(sys.argv[1])))' " +
-      (dir.path() / "schema.json").string() + " " + (dir.path() / "instance.json").string();
-  return std::system(cmd.c_str()) == 0;
+  return json_schema_validates(schema.dump(), instance);
 }
 
 // The model never writes a call by itself: "required" and a named function make it write one
@@ -180,9 +173,7 @@ TEST(GatewayToolCalls, ToolsAndToolHistoryRenderAndPlainOutputIsUnchanged) {
 // forced call streamed from the real gateway: its stream helper rebuilds the whole response's
 // call, and every call's arguments validate against the tool's parameters.
 TEST(GatewayToolCalls, TheOpenaiNpmClientReadsStreamedCallsFromTheGateway) {
-  const std::filesystem::path dir = source_dir() / "tests/gateway/node";
-  if (!std::filesystem::exists(dir / "node_modules/openai"))
-    GTEST_SKIP() << "the openai npm client is not installed (cd " << dir.string() << " && npm ci)";
+  if (!openai_npm_installed()) GTEST_SKIP() << openai_npm_missing();
   GatewayProcess gw(hermes_template());
   const json tools = json::parse(R"([
     {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
@@ -192,21 +183,14 @@ TEST(GatewayToolCalls, TheOpenaiNpmClientReadsStreamedCallsFromTheGateway) {
      "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 99},
                     "b": {"type": "integer", "minimum": 0, "maximum": 99}},
      "required": ["a", "b"], "additionalProperties": false}}}])");
-  TempDir tmp;
-  ChildProcess node = ChildProcess::spawn(
-      ChildProcess::Options({"node", "--test", (dir / "tool_calls_gateway_test.mjs").string()})
-          .with_env({"HEARTH_GATEWAY_URL=http://127.0.0.1:" + std::to_string(gw.port()) + "/v1",
-                     "TOOLS=" + tools.dump()})
-          .stdout_to(ChildProcess::Stream::pipe())
-          .stderr_to(ChildProcess::Stream::file(tmp.path() / "node.err")));
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(300);
-  const std::string out = node.stdout_pipe().read_to_end(deadline);
-  const auto status = node.wait_until(deadline);
-  ASSERT_TRUE(status) << "node did not finish";
-  std::ifstream err_in(tmp.path() / "node.err");
-  const std::string err(std::istreambuf_iterator<char>(err_in), {});
-  EXPECT_TRUE(status->success()) << out << err;
-  EXPECT_NE(out.find("# fail 0"), std::string::npos) << out;
+  const NodeTestRun run =
+      run_node_test("tool_calls_gateway_test.mjs",
+                    {"HEARTH_GATEWAY_URL=http://127.0.0.1:" + std::to_string(gw.port()) + "/v1",
+                     "TOOLS=" + tools.dump()});
+  ASSERT_TRUE(run.finished) << "node did not finish";
+  EXPECT_TRUE(run.success) << run.out << run.err;
+  EXPECT_TRUE(run.none_failed()) << run.out;
+  const std::string& out = run.out;
   int calls = 0;
   for (size_t at = out.find("ARGS "); at != std::string::npos; at = out.find("ARGS ", at + 1)) {
     const std::string line = out.substr(at + 5, out.find('\n', at) - at - 5);

@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "ipc/child_process.h"
+#include "tests/gateway/node_client.h"
 #include "tests/gateway/tool_calls/tool_call_stream.h"
 #include "tests/support/paths.h"
 
@@ -104,9 +104,7 @@ using json = nlohmann::json;
 // The official openai npm client (tests/gateway/node, installed by tools/run-tests.sh) reads
 // the streams above: tool_calls_stream_test.mjs serves them and checks what the client builds.
 TEST(OpenAIClient, PutsStreamedToolCallsTogether) {
-  const std::filesystem::path dir = source_dir() / "tests/gateway/node";
-  if (!std::filesystem::exists(dir / "node_modules/openai"))
-    GTEST_SKIP() << "the openai npm client is not installed (cd " << dir.string() << " && npm ci)";
+  if (!openai_npm_installed()) GTEST_SKIP() << openai_npm_missing();
   json fixtures = json::object();
   const std::pair<const char*, std::pair<gateway::ToolFormat, std::string>> outputs[] = {
       {"hermes",
@@ -130,20 +128,13 @@ TEST(OpenAIClient, PutsStreamedToolCallsTogether) {
   }
   const std::string fixture_file = ::testing::TempDir() + "/tool-call-fixtures.json";
   std::ofstream(fixture_file) << fixtures.dump();
-  const std::string err_file = ::testing::TempDir() + "/openai-tool-calls.err";
-  ChildProcess node = ChildProcess::spawn(
-      ChildProcess::Options({"node", "--test", (dir / "tool_calls_stream_test.mjs").string()})
-          .with_env({"HEARTH_TOOL_CALL_FIXTURES=" + fixture_file})
-          .stdout_to(ChildProcess::Stream::pipe())
-          .stderr_to(ChildProcess::Stream::file(err_file)));
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  const std::string out = node.stdout_pipe().read_to_end(deadline);
-  std::ifstream err_in(err_file);
-  const std::string err(std::istreambuf_iterator<char>(err_in), {});
-  const auto status = node.wait_until(deadline);
-  ASSERT_TRUE(status) << "node did not finish";
-  EXPECT_TRUE(status->success()) << out << err;
-  EXPECT_NE(out.find("# fail 0"), std::string::npos) << out;
+  const NodeTestRun run =
+      run_node_test("tool_calls_stream_test.mjs", {"HEARTH_TOOL_CALL_FIXTURES=" + fixture_file},
+                    std::chrono::seconds(120));
+  ASSERT_TRUE(run.finished) << "node did not finish";
+  EXPECT_TRUE(run.success) << run.out << run.err;
+  EXPECT_TRUE(run.none_failed()) << run.out;
+  const std::string& out = run.out;
   EXPECT_NE(out.find("# pass 7"), std::string::npos) << out;
 }
 

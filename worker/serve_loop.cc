@@ -135,6 +135,7 @@ void ServeLoop::prepare_loop() {
     if (c.kind == Command::kSubmit) {
       try {
         c.request = submit_request(std::move(c.body), defaults_, tokenizer_);
+        engine_.prepare(c.request);
       } catch (const ipc::ProtocolError& e) {
         refused = e.message();
       } catch (const std::exception& e) {  // e.g. out of memory: this request only

@@ -115,6 +115,28 @@ void Engine::submit(Request request) {
   scheduler_.add(l.seq);
 }
 
+structured::GrammarCache& Engine::grammars() {
+  std::call_once(grammars_made_, [&] {
+    // The vocabulary's bytes, once: ids the model has beyond the tokenizer's are never allowed.
+    std::vector<std::string> bytes(size_t(backend_.vocab_size()));
+    for (size_t t = 0; t < bytes.size(); ++t) bytes[t] = tokenizer_->token_bytes(int32_t(t));
+    grammars_ = std::make_unique<structured::GrammarCache>(
+        std::make_shared<const structured::Vocabulary>(std::move(bytes), eos_ids_));
+  });
+  return *grammars_;
+}
+
+void Engine::prepare(const Request& request) {
+  if (request.settings.structured.format == OutputFormat::Text || !tokenizer_ ||
+      !backend_.token_masks())
+    return;
+  try {
+    grammars().get(request.settings.structured);
+  } catch (const std::exception&) {
+    // submit() compiles it again and refuses the request with the reason, in order.
+  }
+}
+
 std::shared_ptr<const structured::Grammar> Engine::grammar_for(const Request& request) {
   const StructuredOutput& s = request.settings.structured;
   const char* field = s.format == OutputFormat::Regex ? "guided_regex" : "guided_json";
@@ -124,15 +146,8 @@ std::shared_ptr<const structured::Grammar> Engine::grammar_for(const Request& re
     throw RequestError(request.id, field,
                        "structured output is not supported by the " + backend_.name() +
                            " backend (use the batched CUDA engine or the CPU)");
-  if (!grammars_) {
-    // The vocabulary's bytes, once: ids the model has beyond the tokenizer's are never allowed.
-    std::vector<std::string> bytes(size_t(backend_.vocab_size()));
-    for (size_t t = 0; t < bytes.size(); ++t) bytes[t] = tokenizer_->token_bytes(int32_t(t));
-    grammars_ = std::make_unique<structured::GrammarCache>(
-        std::make_shared<const structured::Vocabulary>(std::move(bytes), eos_ids_));
-  }
   try {
-    return grammars_->get(s);
+    return grammars().get(s);
   } catch (const structured::GrammarError& e) {
     throw RequestError(request.id, field, e.what());
   }

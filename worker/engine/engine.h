@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -75,6 +76,11 @@ class Engine {
   // prompt + max_tokens beyond the context length, or more KV than the whole pool holds; the
   // engine and its other requests are unaffected.
   void submit(Request request);
+  // Compiles a structured-output request's grammar into the engine's cache, so submit() finds
+  // it: safe to call from another thread than the engine's (a serving worker's request reader),
+  // at most once per request before its submit(). A spec that does not compile is left for
+  // submit() to refuse.
+  void prepare(const Request& request);
 
   // Ends a live request at once, freeing its KV blocks; its final output (reason cancelled)
   // comes with the next step(). False when no live request has this id.
@@ -135,7 +141,10 @@ class Engine {
   SequenceId next_sequence_ = 1;
   int held_ = 0;
   EngineStats counters_;
-  std::unique_ptr<structured::GrammarCache> grammars_;  // made with the first structured request
+  // Made with the first structured request, on whichever thread prepares or submits it.
+  structured::GrammarCache& grammars();
+  std::once_flag grammars_made_;
+  std::unique_ptr<structured::GrammarCache> grammars_;
 };
 
 }  // namespace hearth

@@ -79,15 +79,30 @@ GrammarCache::GrammarCache(std::shared_ptr<const Vocabulary> vocab, size_t max_e
       max_entries_(std::max<size_t>(max_entries, 1)),
       max_states_(max_states) {}
 
+size_t GrammarCache::size() const {
+  std::lock_guard lock(mutex_);
+  return entries_.size();
+}
+
+uint64_t GrammarCache::compiled() const {
+  std::lock_guard lock(mutex_);
+  return compiled_;
+}
+
 std::shared_ptr<const Grammar> GrammarCache::get(const StructuredOutput& s) {
   // Format, the prefix's length, then prefix, spec and suffix: no two outputs share a key.
   std::string key(1, char('0' + int(s.format)));
   key += std::to_string(s.prefix.size()) + ':' + std::to_string(s.suffix.size()) + ':';
   key += s.prefix + s.spec + s.suffix;
-  if (auto it = index_.find(key); it != index_.end()) {
-    entries_.splice(entries_.begin(), entries_, it->second);
-    return it->second->second;
+  {
+    std::lock_guard lock(mutex_);
+    if (auto it = index_.find(key); it != index_.end()) {
+      entries_.splice(entries_.begin(), entries_, it->second);
+      return it->second->second;
+    }
   }
+  // Compiled outside the lock: a lookup of another spec does not wait for this one. Two threads
+  // compiling the same spec at once both finish; the first to insert wins.
   const LangPtr lang = structured_language(s);
   std::shared_ptr<const Grammar> g;
   try {
@@ -98,6 +113,8 @@ std::shared_ptr<const Grammar> GrammarCache::get(const StructuredOutput& s) {
   } catch (const std::runtime_error& e) {
     throw GrammarError(e.what());
   }
+  std::lock_guard lock(mutex_);
+  if (auto it = index_.find(key); it != index_.end()) return it->second->second;
   ++compiled_;
   entries_.emplace_front(key, g);
   index_[key] = entries_.begin();

@@ -5,6 +5,7 @@
 
 #include <map>
 #include <random>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -91,6 +92,25 @@ TEST(TokenMask, EqualsBruteForceOverTheVocabulary) {
   EXPECT_EQ(cache.compiled(), uint64_t{3});
   cache.get({OutputFormat::JsonObject, ""});
   EXPECT_EQ(cache.compiled(), uint64_t{3});  // from the cache
+}
+
+// A serving worker compiles on its request reader's thread while the engine's thread looks up
+// (and may compile) the same spec: both get the one grammar the cache keeps, and a spec being
+// compiled does not stop another from being found.
+TEST(GrammarCache, ThreadsCompilingTheSameSpecShareOneGrammar) {
+  GrammarCache cache(default_model().vocabulary());
+  const StructuredOutput object{OutputFormat::JsonObject, ""};
+  const StructuredOutput digits{OutputFormat::Regex, "[0-9]{1,6}"};
+  std::shared_ptr<const Grammar> from_thread, from_here;
+  std::thread reader([&] { from_thread = cache.get(object); });
+  const auto small = cache.get(digits);
+  from_here = cache.get(object);
+  reader.join();
+  ASSERT_NE(from_thread, nullptr);
+  EXPECT_EQ(from_thread, from_here);  // one grammar, whichever thread inserted it
+  EXPECT_EQ(cache.get(digits), small);
+  EXPECT_EQ(cache.size(), 2u);
+  EXPECT_LE(cache.compiled(), uint64_t{3});  // at most one duplicate compile, never kept
 }
 
 TEST(GrammarCache, KeepsAtMostItsBoundAndRefusesBadSpecs) {

@@ -117,6 +117,12 @@ void paged_kv_write(Half type, const PagedKvWriteArgs& args, cudaStream_t stream
 // second pass; otherwise one block walks the splits in order. Both give the same bits.
 constexpr int kAttentionSplitTokens = 512;
 
+// Which kernel runs paged attention. Auto: wgmma on a compute-capability 9.0 device for
+// head_dim 64 and 128 (kernels/notes/paged_attention.md), mma.sync otherwise. Both give a row
+// the same bits in every step composition; the two may differ from each other in the last bit,
+// so one engine uses one of them for every step (plan and layers alike).
+enum class PagedAttentionKernel { Auto, MmaSync, Wgmma };
+
 struct PagedAttentionArgs {
   const void* q = nullptr;       // [num_tokens, n_heads * head_dim] 16-bit
   const void* k_pool = nullptr;  // block 0 of the layer: [n_kv_heads][block_size][head_dim] 16-bit
@@ -133,6 +139,7 @@ struct PagedAttentionArgs {
   // Splits of one-block sequences spread over blocks (faster for few, long sequences). The
   // result is the same either way; off is for tests.
   bool split_kv = true;
+  PagedAttentionKernel kernel = PagedAttentionKernel::Auto;  // the same for plan and layers
   void* scratch = nullptr;  // paged_attention_scratch_bytes(...) bytes
   size_t scratch_bytes = 0;
   void* out = nullptr;  // [num_tokens, n_heads * head_dim] 16-bit

@@ -117,10 +117,12 @@ void paged_kv_write(Half type, const PagedKvWriteArgs& args, cudaStream_t stream
 // second pass; otherwise one block walks the splits in order. Both give the same bits.
 constexpr int kAttentionSplitTokens = 512;
 
-// Which kernel runs paged attention. Auto: wgmma on a compute-capability 9.0 device for
-// head_dim 64 and 128 (kernels/notes/paged_attention.md), mma.sync otherwise. Both give a row
-// the same bits in every step composition; the two may differ from each other in the last bit,
-// so one engine uses one of them for every step (plan and layers alike).
+// Which kernel runs paged attention (the same for a step's plan and its layers). Auto: wgmma
+// on a compute-capability 9.0 device for head_dim 64 and 128 when the step has a prompt chunk,
+// mma.sync otherwise (kernels/notes/paged_attention.md). Each gives a row the same bits in every
+// step composition, and the two give the same bits as each other (the tensor cores sum each
+// 16-wide k-step alike; tests/kernels/batch_kernels_test.cc checks it), so choosing per step
+// keeps that guarantee.
 enum class PagedAttentionKernel { Auto, MmaSync, Wgmma };
 
 struct PagedAttentionArgs {

@@ -491,7 +491,10 @@ bool use_wgmma(const PagedAttentionArgs& a) {
     if (!paged::wgmma_available()) fail("the wgmma kernel needs a compute-capability 9.0 device");
     return true;
   }
-  return fits && paged::wgmma_available();
+  // Auto: steps of decodes alone stay on mma.sync (faster for one query per sequence, the
+  // wgmma kernel's 64-row MMAs are mostly empty there); both kernels give a row the same bits
+  // (PagedAttention.WgmmaEqualsMmaSyncBitForBit), so the choice per step keeps invariance.
+  return fits && a.num_tokens > a.num_seqs && paged::wgmma_available();
 }
 
 template <typename T, int D>

@@ -43,7 +43,9 @@ struct Layout {
   static constexpr int kQBytes = kWgmmaItemRows * D * 2;  // [128 rows x D]
   static constexpr int kTileBytes = kKeys * D * 2;        // [64 keys x D]
   static constexpr int kStageBytes = 2 * kTileBytes;      // K then V
-  static constexpr int kBarrierOffset = kQBytes + kStages * kStageBytes;
+  static constexpr int kStateBytes = 64 * D * 4;          // a warpgroup's merged O (fp32)
+  static constexpr int kStateOffset = kQBytes + kStages * kStageBytes;
+  static constexpr int kBarrierOffset = kStateOffset + kConsumers * kStateBytes;
   static constexpr size_t kSmemBytes = kBarrierOffset + 2 * 8 * kStages + 1024;
   static_assert(kSmemBytes <= 227 * 1024);
 };
@@ -156,18 +158,21 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(Params p) {
       mbar_wait(&empty[stage], ((it / kStages) & 1) ^ 1);
       uint8_t* ks = kv_smem + stage * L::kStageBytes;
       uint8_t* vs = ks + L::kTileBytes;
-      for (int i = t; i < kKeys * kChunks; i += 128) {
-        const int row = i / kChunks, c = i % kChunks, key = tile * kKeys + row;
-        const bool ok = key < kv_len;  // past the end: zeros, so that 0 * V is 0
-        int64_t at = 0;
-        if (ok) {
-          const int block = table[key / a.block_size];
-          at = int64_t(block) * a.block_stride +
-               (int64_t(kvh) * a.block_size + key % a.block_size) * D + c * 8;
-        }
-        const uint32_t off = tile_offset(kKeys, row, c);
-        cp_async16(ks + off, kp + at, ok);
-        cp_async16(vs + off, vp + at, ok);
+      // Two threads per key, one table look-up and one address each; at each step the pair
+      // copies two adjacent 16-byte chunks (one 32-byte sector) of K and of V.
+      const int row = t / 2, key = tile * kKeys + row, side = t % 2;
+      const bool ok = key < kv_len;  // past the end: zeros, so that 0 * V is 0
+      int64_t at = 0;
+      if (ok) {
+        const int block = table[key / a.block_size];
+        at = int64_t(block) * a.block_stride +
+             (int64_t(kvh) * a.block_size + key % a.block_size) * D + side * 8;
+      }
+#pragma unroll
+      for (int c = 0; c < kChunks / 2; ++c) {
+        const uint32_t off = tile_offset(kKeys, row, 2 * c + side);
+        cp_async16(ks + off, kp + at + c * 16, ok);
+        cp_async16(vs + off, vp + at + c * 16, ok);
       }
       mbar_arrive_on_copies(&full[stage]);
     }
@@ -196,7 +201,15 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(Params p) {
     fence_proxy_async();
     asm volatile("bar.sync %0, 128;" ::"r"(w + 1) : "memory");
   }
-  const uint32_t q_addr = smem_addr(q_smem) + row0 * 128;
+  // Q stays in registers for the whole walk: S's wgmmas then read only K from shared memory.
+  uint32_t qf[kDSteps][4];
+#pragma unroll
+  for (int st = 0; st < kDSteps; ++st)
+    ldmatrix_x4(qf[st], q_smem + tile_offset(kWgmmaItemRows, row0 + warp * 16 + (lane & 15),
+                                             2 * st + (lane >> 4)));
+  // The merged O of earlier splits, in shared memory (registers hold Q, S and this split's O).
+  float* state = reinterpret_cast<float*>(base + L::kStateOffset + w * L::kStateBytes) +
+                 warp * (D / 2) * 32 + lane;
 
   // This thread's two rows (a: lane / 4, b: lane / 4 + 8 of its warp's 16) and their positions.
   const int row_a = row0 + warp * 16 + lane / 4, row_b = row_a + 8;
@@ -204,13 +217,12 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(Params p) {
   const int pos_b = row_b < rows_here ? pos0 + (r0 + row_b) / p.group : -1;
   const float scale_log2 = __fmul_rn(a.scale, 1.4426950408889634f);
 
-  float sc[32];        // S of 64 keys: sc[4 j + e] is the mma.sync kernel's sc[j][e]
-  float o[D / 2];      // this split's O: o[4 d + e] is its o[d][e]
-  float state[D / 2];  // the merged O of earlier splits
+  float sc[32];    // S of 64 keys: sc[4 j + e] is the mma.sync kernel's sc[j][e]
+  float o[D / 2];  // this split's O: o[4 d + e] is its o[d][e]
   float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;  // this split's
   float sm_a = 0.0f, sm_b = 0.0f, sl_a = 0.0f, sl_b = 0.0f;        // merged state's m and l
 #pragma unroll
-  for (int i = 0; i < D / 2; ++i) o[i] = 0.0f, state[i] = 0.0f;
+  for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
 
   for (int tile = t_begin, it = 0; tile < t_end; ++tile, ++it) {
     const int stage = it % kStages;
@@ -228,12 +240,9 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(Params p) {
     fence_registers(sc);
     wgmma_fence();
 #pragma unroll
-    for (int kk = 0; kk < kDSteps; ++kk) {
-      const uint32_t step = (kk / 4) * kHalf + (kk % 4) * 32;
-      Wgmma<T, 64>::run(sc,
-                        smem_desc(q_addr + (kk / 4) * (kWgmmaItemRows * 128) + (kk % 4) * 32, 1),
-                        smem_desc(k_addr + step, 1), 1);
-    }
+    for (int kk = 0; kk < kDSteps; ++kk)
+      WgmmaRs<T, 64, false>::run(sc, qf[kk],
+                                 smem_desc(k_addr + (kk / 4) * kHalf + (kk % 4) * 32, 1), 1);
     wgmma_commit();
     wgmma_wait_all();
     fence_registers(sc);
@@ -301,8 +310,8 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(Params p) {
     for (int kk = 0; kk < 4; ++kk)
 #pragma unroll
       for (int h = 0; h < D / 64; ++h)
-        WgmmaRs<T, 64>::run(o + 32 * h, pf[kk],
-                            smem_desc(v_addr + h * kHalf + kk * 16 * 128, kHalf >> 4), 1);
+        WgmmaRs<T, 64, true>::run(o + 32 * h, pf[kk],
+                                  smem_desc(v_addr + h * kHalf + kk * 16 * 128, kHalf >> 4), 1);
     wgmma_commit();
     wgmma_wait_all();
     fence_registers(o);
@@ -341,11 +350,11 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(Params p) {
 #pragma unroll
         for (int i = 0; i < D / 2; ++i) {
           const bool first_row = (i & 3) < 2;
+          float& st = state[i * 32];
           if (j == 0)
-            state[i] = o[i];
+            st = o[i];
           else if (first_row ? sees_a : sees_b)
-            state[i] = first_row ? merge_value(state[i], aa, o[i], ba)
-                                 : merge_value(state[i], ab, o[i], bb);
+            st = first_row ? merge_value(st, aa, o[i], ba) : merge_value(st, ab, o[i], bb);
         }
         if (j == 0) {
           sm_a = m_a, sl_a = l_a, sm_b = m_b, sl_b = l_b;
@@ -371,11 +380,11 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(Params p) {
     for (int d = 0; d < kDTiles; ++d) {
       const int col = d * 8 + 2 * (lane & 3);
       if (row_a < rows_here)
-        *reinterpret_cast<uint32_t*>(row_out(row_a) + col) =
-            pack_half2<T>(__fdiv_rn(state[4 * d], sl_a), __fdiv_rn(state[4 * d + 1], sl_a));
+        *reinterpret_cast<uint32_t*>(row_out(row_a) + col) = pack_half2<T>(
+            __fdiv_rn(state[(4 * d) * 32], sl_a), __fdiv_rn(state[(4 * d + 1) * 32], sl_a));
       if (row_b < rows_here)
-        *reinterpret_cast<uint32_t*>(row_out(row_b) + col) =
-            pack_half2<T>(__fdiv_rn(state[4 * d + 2], sl_b), __fdiv_rn(state[4 * d + 3], sl_b));
+        *reinterpret_cast<uint32_t*>(row_out(row_b) + col) = pack_half2<T>(
+            __fdiv_rn(state[(4 * d + 2) * 32], sl_b), __fdiv_rn(state[(4 * d + 3) * 32], sl_b));
     }
   }
 #else

@@ -4,6 +4,7 @@ and B from shared memory, K-major or N-major (imm-trans-b), fp32 accumulators. A
 S = Q K^T keeps Q in registers; its P.V takes P straight from the softmax registers and V as
 stored (keys x head_dim rows, N-major).
 Usage: tools/gen_wgmma_rs.py > kernels/wgmma_rs.cuh && clang-format -i kernels/wgmma_rs.cuh"""
+import itertools
 import sys
 
 WIDTHS = [64]
@@ -28,13 +29,11 @@ template <typename T, int N, bool kTransB>
 struct WgmmaRs;
 
 """)
-for t, name in TYPES:
-  for trans in (0, 1):
-    for n in WIDTHS:
-        r = n // 2
-        regs = ", ".join(f"%{i}" for i in range(r))
-        cons = ", ".join(f'"+f"(d[{i}])' for i in range(r))
-        out.write(f"""template <>
+for (t, name), trans, n in itertools.product(TYPES, (0, 1), WIDTHS):
+    r = n // 2
+    regs = ", ".join(f"%{i}" for i in range(r))
+    cons = ", ".join(f'"+f"(d[{i}])' for i in range(r))
+    out.write(f"""template <>
 struct WgmmaRs<{t}, {n}, {"true" if trans else "false"}> {{
   __device__ __forceinline__ static void run(float* d, const uint32_t (&a)[4], uint64_t desc_b, int scale_d) {{
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)

@@ -121,6 +121,14 @@ void paged_kv_write(Half type, const PagedKvWriteArgs& args, cudaStream_t stream
 // second pass; otherwise one block walks the splits in order. Both give the same bits.
 constexpr int kAttentionSplitTokens = 512;
 
+// Which kernel runs paged attention (the same for a step's plan and its layers). Auto: wgmma
+// on a compute-capability 9.0 device for head_dim 64 and 128 when the step has a prompt chunk,
+// mma.sync otherwise (kernels/notes/paged_attention.md). Each gives a row the same bits in every
+// step composition, and the two give the same bits as each other (the tensor cores sum each
+// 16-wide k-step alike; tests/kernels/batch_kernels_test.cc checks it), so choosing per step
+// keeps that guarantee.
+enum class PagedAttentionKernel { Auto, MmaSync, Wgmma };
+
 struct PagedAttentionArgs {
   const void* q = nullptr;       // [num_tokens, n_heads * head_dim] 16-bit
   const void* k_pool = nullptr;  // block 0 of the layer: [n_kv_heads][block_size][head_dim] 16-bit
@@ -137,6 +145,7 @@ struct PagedAttentionArgs {
   // Splits of one-block sequences spread over blocks (faster for few, long sequences). The
   // result is the same either way; off is for tests.
   bool split_kv = true;
+  PagedAttentionKernel kernel = PagedAttentionKernel::Auto;  // the same for plan and layers
   void* scratch = nullptr;  // paged_attention_scratch_bytes(...) bytes
   size_t scratch_bytes = 0;
   void* out = nullptr;  // [num_tokens, n_heads * head_dim] 16-bit

@@ -16,24 +16,29 @@
 // rounding intrinsics, so the block kernel and the merge kernel compute merges identically.
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "kernels/batch_ops.h"
 #include "kernels/cuda_check.h"
 #include "kernels/half_utils.cuh"
 #include "kernels/head_dim_dispatch.h"
 #include "kernels/mma.cuh"
+#include "kernels/paged_attention_split.cuh"
 #include "kernels/pdl.cuh"
 
 namespace hearth::kernels {
 
 namespace {
 
+using paged::kKeys;
+using paged::kSplit;
+using paged::kTilesPerSplit;
+using paged::merge_factors;
+using paged::merge_value;
+using paged::Params;
+
 constexpr int kRows = 64;  // (query, head) rows per block
-constexpr int kKeys = 64;  // keys per tile
 constexpr int kWarps = 4;
-constexpr int kSplit = kAttentionSplitTokens;
-constexpr int kTilesPerSplit = kSplit / kKeys;
-static_assert(kSplit % kKeys == 0);
 
 // Scratch: a header, the work items, the merge list, then split partials.
 struct Layout {
@@ -57,35 +62,13 @@ Layout layout_for(int tokens, int seqs, int max_kv_len) {
   return l;
 }
 
-struct Params {
-  PagedAttentionArgs a;
-  int group, q_dim;
-  const int* header;   // [0]: items, [1]: merges
-  const int4* items;   // {seq, first row, split (-1: all, in order), partial base}
-  const int2* merges;  // {seq, partial base}
-  float* partials;     // entries of head_dim + 2 floats: o[head_dim], m, l
-};
-
-// ---- The merge of split states, shared by both kernels ----
-
-// State (m, l, o) of a row after split j merged into the state of splits 0..j-1: m in log2
-// units, l the sum of exp2(s - m), o the unnormalised output.
-__device__ __forceinline__ void merge_factors(float m_state, float m_split, float& m, float& a,
-                                              float& b) {
-  m = fmaxf(m_state, m_split);
-  a = exp2f(__fsub_rn(m_state, m));
-  b = exp2f(__fsub_rn(m_split, m));
-}
-__device__ __forceinline__ float merge_value(float state, float a, float split, float b) {
-  return __fmaf_rn(state, a, __fmul_rn(split, b));
-}
-
 // ---- Plan: one block lays out the step's work ----
 
 struct PlanParams {
   const int* query_start;
   const int* first_pos;
   int num_seqs, group, n_heads, j_max;
+  int item_rows;  // rows of an item walked by one block: 64 (mma.sync) or 128 (wgmma)
   bool split_kv;
   long long capacity;  // partial entries that fit
   int* header;
@@ -135,8 +118,8 @@ __global__ void __launch_bounds__(kPlanThreads) plan_kernel(PlanParams p) {
     Seq q;
     q.n = p.query_start[s + 1] - p.query_start[s];
     q.splits = q.n > 0 ? (p.first_pos[s] + q.n - 1) / kSplit + 1 : 0;
-    const bool spread =
-        p.split_kv && q.n > 0 && q.n * p.group <= kRows && q.splits > 1 && q.splits <= p.j_max;
+    const bool spread = p.split_kv && q.n > 0 && q.n * p.group <= paged::kSpreadRows &&
+                        q.splits > 1 && q.splits <= p.j_max;
     q.entries = spread ? (long long)q.n * p.n_heads * q.splits : 0;
     return q;
   };
@@ -155,7 +138,7 @@ __global__ void __launch_bounds__(kPlanThreads) plan_kernel(PlanParams p) {
         items += q.splits;
         ++merges;
       } else {
-        items += (q.n * p.group + kRows - 1) / kRows;
+        items += (q.n * p.group + p.item_rows - 1) / p.item_rows;
       }
     }
   }
@@ -172,8 +155,8 @@ __global__ void __launch_bounds__(kPlanThreads) plan_kernel(PlanParams p) {
       p.merges[merge++] = make_int2(s, base);
     } else {
       // Heaviest (latest) rows first: they walk the most keys.
-      for (int b = (q.n * p.group + kRows - 1) / kRows - 1; b >= 0; --b)
-        p.items[item++] = make_int4(s, b * kRows, -1, 0);
+      for (int b = (q.n * p.group + p.item_rows - 1) / p.item_rows - 1; b >= 0; --b)
+        p.items[item++] = make_int4(s, b * p.item_rows, -1, 0);
     }
   }
   if (threadIdx.x == 0) {
@@ -499,10 +482,31 @@ Params params_for(const PagedAttentionArgs& a, const Layout& l) {
   return p;
 }
 
+// The kernel for these args (the plan's item size follows it).
+bool use_wgmma(const PagedAttentionArgs& a) {
+  if (a.kernel == PagedAttentionKernel::MmaSync) return false;
+  const bool fits = a.head_dim == 64 || a.head_dim == 128;
+  if (a.kernel == PagedAttentionKernel::Wgmma) {
+    if (!fits) fail("the wgmma kernel takes head_dim 64 or 128, not " + std::to_string(a.head_dim));
+    if (!paged::wgmma_available()) fail("the wgmma kernel needs a compute-capability 9.0 device");
+    return true;
+  }
+  // Auto: steps of decodes alone stay on mma.sync (faster for one query per sequence, the
+  // wgmma kernel's 64-row MMAs are mostly empty there); both kernels give a row the same bits
+  // (PagedAttention.WgmmaEqualsMmaSyncBitForBit), so the choice per step keeps invariance.
+  return fits && a.num_tokens > a.num_seqs && paged::wgmma_available();
+}
+
 template <typename T, int D>
 void launch(const PagedAttentionArgs& a, cudaStream_t stream) {
   const Layout l = layout_for(a.num_tokens, a.num_seqs, a.max_kv_len);
   const Params p = params_for(a, l);
+  if (use_wgmma(a)) {
+    paged::launch_wgmma(std::is_same_v<T, __half> ? Half::F16 : Half::BF16, p, l.max_items, stream);
+    if (a.split_kv && l.j_max > 1)
+      launch_pdl(merge_kernel<T, D>, dim3(a.num_seqs, a.n_kv_heads), dim3(256), 0, stream, p);
+    return;
+  }
   auto kernel = paged_attention_kernel<T, D>;
   constexpr size_t kSmem = sizeof(Smem<T, D>);
   static const bool configured = [&] {
@@ -535,6 +539,7 @@ void paged_attention_plan(const PagedAttentionArgs& a, cudaStream_t stream) {
   p.n_heads = a.n_heads;
   p.j_max = l.j_max;
   p.split_kv = a.split_kv;
+  p.item_rows = use_wgmma(a) ? paged::kWgmmaItemRows : kRows;
   p.capacity = (long long)((a.scratch_bytes - l.partials) / ((a.head_dim + 2) * sizeof(float)));
   char* base = static_cast<char*>(a.scratch);
   p.header = reinterpret_cast<int*>(base);

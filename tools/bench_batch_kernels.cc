@@ -15,6 +15,7 @@
 #include "kernels/device_buffer.h"
 #include "kernels/gemm.h"
 #include "kernels/ops.h"
+#include "kernels/wgmma_matmul.h"
 #include "worker/engine/logprobs.h"
 
 namespace hearth::bench {
@@ -186,7 +187,8 @@ json bench_attention(const BatchKernelBenchOptions& o, cudaStream_t stream, Time
   fill_random(q.get(), q.bytes());
   json rows = json::array();
   std::printf(
-      "\n| attention | step | us | KV GB/s | of %.0f GB/s | TFLOP/s |\n|---|---|---|---|---|---|\n",
+      "\n| attention | step | kernel | us | KV GB/s | of %.0f GB/s | TFLOP/s |\n"
+      "|---|---|---|---|---|---|---|\n",
       o.copy_gbps);
   struct Step {
     std::string name;
@@ -197,6 +199,8 @@ json bench_attention(const BatchKernelBenchOptions& o, cudaStream_t stream, Time
   steps.push_back({"decode 256 x 512", std::vector<std::pair<int, int>>(256, {511, 1})});
   steps.push_back({"decode 1 x 8k", {{8191, 1}}});
   steps.push_back({"decode 8 x 8k", std::vector<std::pair<int, int>>(8, {8191, 1})});
+  steps.push_back({"prefill chunk 512 at 0", {{0, 512}}});
+  steps.push_back({"prefill chunk 512 at 4k", {{4096, 512}}});
   steps.push_back({"prefill chunk 2k at 0", {{0, 2048}}});
   steps.push_back({"prefill chunk 2k at 4k", {{4096, 2048}}});
   {
@@ -238,17 +242,26 @@ json bench_attention(const BatchKernelBenchOptions& o, cudaStream_t stream, Time
     a.n_heads = n_heads, a.n_kv_heads = n_kv, a.head_dim = d, a.max_kv_len = max_kv;
     a.scale = 1.0f / std::sqrt(float(d)), a.scratch = scratch.get();
     a.scratch_bytes = scratch_bytes, a.out = out.get();
-    const double plan_us = timer.us([&](int) { kernels::paged_attention_plan(a, stream); });
-    const double us = timer.us([&](int) { kernels::paged_attention(Half::BF16, a, stream); });
-    const double gbps = kv_bytes / us / 1e3, tflops = flops / us / 1e6;
-    rows.push_back({{"step", st.name},
-                    {"us", us},
-                    {"plan_us", plan_us},
-                    {"kv_gbps", gbps},
-                    {"fraction_of_copy_bandwidth", gbps / o.copy_gbps},
-                    {"tflops", tflops}});
-    std::printf("| paged | %s | %.1f (+%.1f plan, once per step) | %.0f | %.1f%% | %.1f |\n",
-                st.name.c_str(), us, plan_us, gbps, 100 * gbps / o.copy_gbps, tflops);
+    // Each kernel with its own plan (the item size differs); the default (auto) is one of them.
+    std::vector<std::pair<const char*, kernels::PagedAttentionKernel>> kinds{
+        {"mma.sync", kernels::PagedAttentionKernel::MmaSync}};
+    if (kernels::wgmma_matmul_available())
+      kinds.push_back({"wgmma", kernels::PagedAttentionKernel::Wgmma});
+    for (auto [kind, kernel] : kinds) {
+      a.kernel = kernel;
+      const double plan_us = timer.us([&](int) { kernels::paged_attention_plan(a, stream); });
+      const double us = timer.us([&](int) { kernels::paged_attention(Half::BF16, a, stream); });
+      const double gbps = kv_bytes / us / 1e3, tflops = flops / us / 1e6;
+      rows.push_back({{"step", st.name},
+                      {"kernel", kind},
+                      {"us", us},
+                      {"plan_us", plan_us},
+                      {"kv_gbps", gbps},
+                      {"fraction_of_copy_bandwidth", gbps / o.copy_gbps},
+                      {"tflops", tflops}});
+      std::printf("| paged | %s | %s | %.1f (+%.1f plan, once per step) | %.0f | %.1f%% | %.1f |\n",
+                  st.name.c_str(), kind, us, plan_us, gbps, 100 * gbps / o.copy_gbps, tflops);
+    }
   }
 
   // The one-sequence kernels of today's engine on a contiguous cache, for comparison.
@@ -269,7 +282,7 @@ json bench_attention(const BatchKernelBenchOptions& o, cudaStream_t stream, Time
   rows.push_back({{"step", "contiguous decode 1 x 8k (attention_decode)"},
                   {"us", dec_us},
                   {"kv_gbps", dec_gbps}});
-  std::printf("| contiguous | decode 1 x 8k (attention_decode) | %.1f | %.0f | %.1f%% | |\n",
+  std::printf("| contiguous | decode 1 x 8k (attention_decode) | | %.1f | %.0f | %.1f%% | |\n",
               dec_us, dec_gbps, 100 * dec_gbps / o.copy_gbps);
   kernels::PrefillAttentionArgs pa;
   pa.q = q.get(), pa.k_cache = kp.get(), pa.v_cache = vp.get(), pa.start_pos = 0, pa.n = 2048;
@@ -280,7 +293,7 @@ json bench_attention(const BatchKernelBenchOptions& o, cudaStream_t stream, Time
   rows.push_back({{"step", "contiguous prefill 2k at 0 (attention_prefill)"},
                   {"us", pre_us},
                   {"tflops", pre_tflops}});
-  std::printf("| contiguous | prefill 2k at 0 (attention_prefill) | %.1f | | | %.1f |\n", pre_us,
+  std::printf("| contiguous | prefill 2k at 0 (attention_prefill) | | %.1f | | | %.1f |\n", pre_us,
               pre_tflops);
   return rows;
 }

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <map>
 #include <numeric>
@@ -12,6 +13,7 @@
 
 #include "kernels/batch_ops.h"
 #include "kernels/reference.h"
+#include "kernels/wgmma_matmul.h"
 #include "tests/kernels/gpu_test_util.h"
 #include "worker/engine/logprobs.h"
 #include "worker/engine/sampler.h"
@@ -343,6 +345,9 @@ class PagedFixture {
     std::vector<float> q;  // [n][n_heads * head_dim]
   };
 
+  // The kernel of the following runs (plan and attention alike).
+  void use(kernels::PagedAttentionKernel k) { kernel_ = k; }
+
   // Runs one step; returns out [tokens][n_heads * head_dim] as 16-bit bits.
   std::vector<uint16_t> run(const std::vector<Seq>& seqs, bool split_kv = true) {
     const int qd = h_.n_heads * h_.head_dim;
@@ -376,6 +381,7 @@ class PagedFixture {
     a.head_dim = h_.head_dim, a.max_kv_len = max_kv;
     a.scale = 1.0f / std::sqrt(float(h_.head_dim)), a.split_kv = split_kv;
     a.scratch = scratch.get(), a.scratch_bytes = scratch_bytes, a.out = out.get();
+    a.kernel = kernel_;
     kernels::paged_attention_plan(a, nullptr);
     kernels::paged_attention(t_, a, nullptr);
     last_ = {starts, first, table, q, max_blocks};
@@ -444,7 +450,29 @@ class PagedFixture {
   DeviceBuffer dkv_;
   std::vector<int> free_;
   Last last_;
+  kernels::PagedAttentionKernel kernel_ = kernels::PagedAttentionKernel::Auto;
 };
+
+// The paged attention kernels this device runs: mma.sync always, wgmma on Hopper (head_dim 64
+// and 128), and there the default (auto), which picks one of them per step.
+std::vector<kernels::PagedAttentionKernel> paged_kernels(int head_dim) {
+  std::vector<kernels::PagedAttentionKernel> k{kernels::PagedAttentionKernel::MmaSync};
+  if (kernels::wgmma_matmul_available() && (head_dim == 64 || head_dim == 128)) {
+    k.push_back(kernels::PagedAttentionKernel::Wgmma);
+    k.push_back(kernels::PagedAttentionKernel::Auto);
+  }
+  return k;
+}
+const char* kernel_name(kernels::PagedAttentionKernel k) {
+  switch (k) {
+    case kernels::PagedAttentionKernel::Wgmma:
+      return "wgmma";
+    case kernels::PagedAttentionKernel::MmaSync:
+      return "mma.sync";
+    default:
+      return "auto";
+  }
+}
 
 std::vector<float> from_bits(const std::vector<uint16_t>& bits, Half t) {
   std::vector<float> v(bits.size());
@@ -457,29 +485,31 @@ TEST(PagedAttention, MatchesReference) {
   const Heads shapes[] = {{32, 8, 128}, {14, 2, 64}, {8, 8, 64}, {16, 2, 128}, {4, 1, 32}};
   for (Half t : kTypes)
     for (const Heads& h : shapes)
-      for (auto [block_size, layers] : {std::pair{16, 0}, {32, 0}, {16, 2}}) {
-        PagedFixture f(t, h, block_size, 400, layers);
-        // Decodes at split edges, chunks from the start and mid-sequence, one crossing splits.
-        std::vector<PagedFixture::Seq> seqs;
-        for (auto [first, n] : {std::pair{0, 1},
-                                {511, 1},
-                                {600, 1},
-                                {0, 70},
-                                {1000, 40},
-                                {505, 9},
-                                {1500, 1},
-                                {1023, 3}})
-          seqs.push_back(f.random_seq(first, n));
-        const std::vector<float> got = from_bits(f.run(seqs), t);
-        const std::vector<float> ref = f.reference(int(seqs.size()));
-        // P is rounded to 16 bits before the PV product, as in every flash kernel: allow 2x.
-        EXPECT_LT(relative_error(got, ref), 2 * half_tolerance(t))
-            << name(t) << " heads " << h.n_heads << "/" << h.n_kv_heads << " d=" << h.head_dim
-            << " block " << block_size << " layers " << layers;
-        // Splits in separate blocks or walked by one block: the same bits.
-        const std::vector<uint16_t> split = f.run(seqs, true), whole = f.run(seqs, false);
-        EXPECT_EQ(split, whole) << name(t) << " d=" << h.head_dim;
-      }
+      for (auto [block_size, layers] : {std::pair{16, 0}, {32, 0}, {16, 2}})
+        for (kernels::PagedAttentionKernel kernel : paged_kernels(h.head_dim)) {
+          PagedFixture f(t, h, block_size, 400, layers);
+          f.use(kernel);
+          // Decodes at split edges, chunks from the start and mid-sequence, one crossing splits.
+          std::vector<PagedFixture::Seq> seqs;
+          for (auto [first, n] : {std::pair{0, 1},
+                                  {511, 1},
+                                  {600, 1},
+                                  {0, 70},
+                                  {1000, 40},
+                                  {505, 9},
+                                  {1500, 1},
+                                  {1023, 3}})
+            seqs.push_back(f.random_seq(first, n));
+          const std::vector<float> got = from_bits(f.run(seqs), t);
+          const std::vector<float> ref = f.reference(int(seqs.size()));
+          // P is rounded to 16 bits before the PV product, as in every flash kernel: allow 2x.
+          EXPECT_LT(relative_error(got, ref), 2 * half_tolerance(t))
+              << name(t) << " heads " << h.n_heads << "/" << h.n_kv_heads << " d=" << h.head_dim
+              << " block " << block_size << " layers " << layers << " " << kernel_name(kernel);
+          // Splits in separate blocks or walked by one block: the same bits.
+          const std::vector<uint16_t> split = f.run(seqs, true), whole = f.run(seqs, false);
+          EXPECT_EQ(split, whole) << name(t) << " d=" << h.head_dim << " " << kernel_name(kernel);
+        }
 }
 
 // One sequence's queries, computed as decodes, in prompt chunks of many sizes, in other
@@ -494,71 +524,110 @@ TEST(PagedAttention, QueryResultDoesNotDependOnTheStep) {
   };
   for (const Config& c :
        {Config{Half::BF16, {32, 8, 128}, 16}, Config{Half::F16, {14, 2, 64}, 32}}) {
-    PagedFixture f(c.t, c.h, c.block_size, 4500);
-    const int qd = c.h.n_heads * c.h.head_dim;
-    const PagedFixture::Seq target = f.random_seq(0, len);
-    // Queries of `target` at positions [first, first + n) as a step entry.
-    auto chunk = [&](const std::vector<int>& blocks, int first, int n) {
-      PagedFixture::Seq s{blocks, first, n, {}};
-      s.q.assign(target.q.begin() + size_t(first) * qd, target.q.begin() + size_t(first + n) * qd);
-      return s;
-    };
-    // Reference: the whole prompt as one chunk, alone.
-    const std::vector<uint16_t> want = f.run({chunk(target.blocks, 0, len)});
-    auto expect_rows = [&](const std::vector<uint16_t>& got, int token0, int first, int n,
-                           const std::string& what) {
-      const int bad = [&] {
-        int b = 0;
-        for (int i = 0; i < n; ++i)
-          b += std::memcmp(&got[size_t(token0 + i) * qd], &want[size_t(first + i) * qd],
-                           size_t(qd) * 2) != 0;
-        return b;
-      }();
-      EXPECT_EQ(bad, 0) << name(c.t) << " d=" << c.h.head_dim << ": " << what;
-    };
-
-    // Chunked prefill, chunk sizes 1 (every position as a decode), 7, 64, 300, 512, 1000.
-    for (int size : {1, 7, 64, 300, 512, 1000})
-      for (int first = 0; first < len; first += size) {
-        const int n = std::min(size, len - first);
-        expect_rows(f.run({chunk(target.blocks, first, n)}), 0, first, n,
-                    "chunk size " + std::to_string(size) + " at " + std::to_string(first));
-      }
-
-    // The same cache in other blocks (a fresh, shuffled block table).
-    const std::vector<int> moved = f.take_blocks(len);
-    f.copy_sequence(target.blocks, moved, len);
-    expect_rows(f.run({chunk(moved, 0, len)}), 0, 0, len, "other blocks");
-    for (int p : {0, 511, 512, 1299})
-      expect_rows(f.run({chunk(moved, p, 1)}), 0, p, 1, "other blocks, decode");
-
-    // Among 1 .. 99 other sequences of mixed lengths (decodes and chunks), at any place, with
-    // splits spread over blocks or not.
-    for (int others : {1, 2, 7, 32, 99}) {
-      std::vector<PagedFixture::Seq> batch;
-      for (int i = 0; i < others; ++i) {
-        const bool decode = rng()() % 3 != 0;
-        const int first = int(rng()() % 800);
-        batch.push_back(f.random_seq(first, decode ? 1 : 1 + int(rng()() % 64)));
-      }
-      struct Probe {
-        int first, n;
+    for (kernels::PagedAttentionKernel kernel : paged_kernels(c.h.head_dim)) {
+      PagedFixture f(c.t, c.h, c.block_size, 4500);
+      f.use(kernel);
+      const int qd = c.h.n_heads * c.h.head_dim;
+      const PagedFixture::Seq target = f.random_seq(0, len);
+      // Queries of `target` at positions [first, first + n) as a step entry.
+      auto chunk = [&](const std::vector<int>& blocks, int first, int n) {
+        PagedFixture::Seq s{blocks, first, n, {}};
+        s.q.assign(target.q.begin() + size_t(first) * qd,
+                   target.q.begin() + size_t(first + n) * qd);
+        return s;
       };
-      for (Probe probe :
-           {Probe{1299, 1}, Probe{511, 1}, Probe{700, 64}, Probe{500, 30}, Probe{0, 600}})
-        for (bool split_kv : {true, false}) {
-          const size_t at = rng()() % (batch.size() + 1);
-          std::vector<PagedFixture::Seq> step = batch;
-          step.insert(step.begin() + at, chunk(target.blocks, probe.first, probe.n));
-          int token0 = 0;
-          for (size_t i = 0; i < at; ++i) token0 += step[i].n;
-          expect_rows(f.run(step, split_kv), token0, probe.first, probe.n,
-                      std::to_string(others) + " others, place " + std::to_string(at) +
-                          ", queries " + std::to_string(probe.first) + "+" +
-                          std::to_string(probe.n) + (split_kv ? "" : ", splits in one block"));
+      // Reference: the whole prompt as one chunk, alone.
+      const std::vector<uint16_t> want = f.run({chunk(target.blocks, 0, len)});
+      auto expect_rows = [&](const std::vector<uint16_t>& got, int token0, int first, int n,
+                             const std::string& what) {
+        const int bad = [&] {
+          int b = 0;
+          for (int i = 0; i < n; ++i)
+            b += std::memcmp(&got[size_t(token0 + i) * qd], &want[size_t(first + i) * qd],
+                             size_t(qd) * 2) != 0;
+          return b;
+        }();
+        EXPECT_EQ(bad, 0) << name(c.t) << " d=" << c.h.head_dim << " " << kernel_name(kernel)
+                          << ": " << what;
+      };
+
+      // Chunked prefill, chunk sizes 1 (every position as a decode), 7, 64, 300, 512, 1000.
+      for (int size : {1, 7, 64, 300, 512, 1000})
+        for (int first = 0; first < len; first += size) {
+          const int n = std::min(size, len - first);
+          expect_rows(f.run({chunk(target.blocks, first, n)}), 0, first, n,
+                      "chunk size " + std::to_string(size) + " at " + std::to_string(first));
         }
+
+      // The same cache in other blocks (a fresh, shuffled block table).
+      const std::vector<int> moved = f.take_blocks(len);
+      f.copy_sequence(target.blocks, moved, len);
+      expect_rows(f.run({chunk(moved, 0, len)}), 0, 0, len, "other blocks");
+      for (int p : {0, 511, 512, 1299})
+        expect_rows(f.run({chunk(moved, p, 1)}), 0, p, 1, "other blocks, decode");
+
+      // Among 1 .. 99 other sequences of mixed lengths (decodes and chunks), at any place, with
+      // splits spread over blocks or not.
+      for (int others : {1, 2, 7, 32, 99}) {
+        std::vector<PagedFixture::Seq> batch;
+        for (int i = 0; i < others; ++i) {
+          const bool decode = rng()() % 3 != 0;
+          const int first = int(rng()() % 800);
+          batch.push_back(f.random_seq(first, decode ? 1 : 1 + int(rng()() % 64)));
+        }
+        struct Probe {
+          int first, n;
+        };
+        for (Probe probe :
+             {Probe{1299, 1}, Probe{511, 1}, Probe{700, 64}, Probe{500, 30}, Probe{0, 600}})
+          for (bool split_kv : {true, false}) {
+            const size_t at = rng()() % (batch.size() + 1);
+            std::vector<PagedFixture::Seq> step = batch;
+            step.insert(step.begin() + at, chunk(target.blocks, probe.first, probe.n));
+            int token0 = 0;
+            for (size_t i = 0; i < at; ++i) token0 += step[i].n;
+            expect_rows(f.run(step, split_kv), token0, probe.first, probe.n,
+                        std::to_string(others) + " others, place " + std::to_string(at) +
+                            ", queries " + std::to_string(probe.first) + "+" +
+                            std::to_string(probe.n) + (split_kv ? "" : ", splits in one block"));
+          }
+      }
     }
   }
+}
+
+// The two kernels on one step (decodes at and across split edges, chunks from the start and
+// mid-sequence), bit for bit: the default picks mma.sync for steps of decodes alone and wgmma
+// otherwise, which keeps a row's bits independent of the step only because these are equal.
+TEST(PagedAttention, WgmmaEqualsMmaSyncBitForBit) {
+  HEARTH_REQUIRE_GPU();
+  if (!kernels::wgmma_matmul_available()) GTEST_SKIP() << "no compute-capability 9.0 device";
+  for (auto [t, h] : {std::pair{Half::BF16, Heads{32, 8, 128}},
+                      {Half::F16, Heads{14, 2, 64}},
+                      {Half::F16, Heads{16, 2, 128}},
+                      {Half::BF16, Heads{8, 8, 64}}})
+    for (int block_size : {16, 32}) {
+      PagedFixture f(t, h, block_size, 1500);
+      std::vector<PagedFixture::Seq> seqs;
+      for (auto [first, n] : {std::pair{0, 700},
+                              {1023, 1},
+                              {300, 200},
+                              {2000, 1},
+                              {0, 1},
+                              {511, 1},
+                              {512, 1},
+                              {1500, 77}})
+        seqs.push_back(f.random_seq(first, n));
+      f.use(kernels::PagedAttentionKernel::MmaSync);
+      const std::vector<uint16_t> old_bits = f.run(seqs);
+      f.use(kernels::PagedAttentionKernel::Wgmma);
+      const std::vector<uint16_t> new_bits = f.run(seqs);
+      ASSERT_EQ(old_bits.size(), new_bits.size());
+      size_t same = 0;
+      for (size_t i = 0; i < old_bits.size(); ++i) same += old_bits[i] == new_bits[i];
+      EXPECT_EQ(same, old_bits.size()) << name(t) << " heads " << h.n_heads << "/" << h.n_kv_heads
+                                       << " d=" << h.head_dim << " block " << block_size;
+    }
 }
 
 // ---- Sampling ----

@@ -1,0 +1,438 @@
+// Paged attention for a mixed step on Hopper's warpgroup MMA (sm_90a), batch invariant.
+//
+// The rows, tiles, splits and merges of paged_attention.cu's mma.sync kernel, on wgmma: a block
+// takes an item of up to 128 (query, head) rows of one sequence and kv head. Warpgroup 0 is the
+// producer: its 128 threads copy each 64-key tile of K and V through the block table into a ring
+// of shared-memory stages (cp.async, zero-filled past the sequence's end, 128-byte swizzled as
+// wgmma descriptors read it), each stage completing a `full` mbarrier. Warpgroups 1 and 2 each
+// own 64 rows: S = Q K^T with Q and K from shared memory (m64n64k16, k-steps of 16 in order),
+// the online softmax in registers, then O += P V with P straight from the S registers and V read
+// N-major (imm-trans-b), and the stage is handed back on its `empty` mbarrier.
+//
+// Why the bits are those of a row alone: a thread of a warpgroup holds the same rows and keys of
+// S and O as the thread of the same lane and warp in the mma.sync kernel (the wgmma accumulator
+// layout is four m16n8 layouts stacked), so the softmax below is that kernel's code line for
+// line, on the same values, with the same rounding intrinsics. Each warpgroup walks the tiles
+// up to its own last row's position, exactly as a 64-row item of the mma.sync kernel; tiles past
+// it (for the other warpgroup) are waited for and handed back untouched. Rows past the item's
+// end see no keys and are never stored.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cuda_check.h"
+#include "kernels/half_utils.cuh"
+#include "kernels/mma.cuh"
+#include "kernels/paged_attention_split.cuh"
+#include "kernels/pdl.cuh"
+#include "kernels/wgmma.cuh"
+#include "kernels/wgmma_rs.cuh"
+
+namespace hearth::kernels::paged {
+
+namespace {
+
+constexpr int kConsumers = kWgmmaItemRows / 64;
+constexpr int kThreads = 128 * (kConsumers + 1);
+constexpr int kStages = 4;
+
+template <int D>
+struct Layout {
+  static constexpr int kQBytes = kWgmmaItemRows * D * 2;  // [128 rows x D]
+  static constexpr int kTileBytes = kKeys * D * 2;        // [64 keys x D]
+  static constexpr int kStageBytes = 2 * kTileBytes;      // K then V
+  static constexpr int kStateBytes = 64 * D * 4;          // a warpgroup's merged O (fp32)
+  static constexpr int kStateOffset = kQBytes + kStages * kStageBytes;
+  static constexpr int kBarrierOffset = kStateOffset + kConsumers * kStateBytes;
+  static constexpr size_t kSmemBytes = kBarrierOffset + 2 * 8 * kStages + 1024;
+  static_assert(kSmemBytes <= 227 * 1024);
+};
+
+// Byte offset of 16-byte chunk c (of D / 8) of row r in a [rows x D] tile kept as D / 64 column
+// halves of rows x 128 bytes each, chunks XORed with r % 8: the 128-byte swizzle of wgmma.
+__device__ __forceinline__ uint32_t tile_offset(int rows, int r, int c) {
+  return uint32_t((c / 8) * rows * 128 + r * 128 + ((c % 8) ^ (r % 8)) * 16);
+}
+
+// Shared-memory matrix descriptor, 128-byte swizzle, 8-row groups 1024 bytes apart. lbo_field:
+// 1 for K-major operands (unused there); for N-major V, the distance between 64-column halves.
+__device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo_field) {
+  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(lbo_field) << 16) |
+         (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
+}
+
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+// The barrier counts one arrival when all of this thread's earlier cp.asyncs have landed.
+__device__ __forceinline__ void mbar_arrive_on_copies(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_addr(bar))
+               : "memory");
+}
+// The spin stays inside the asm: a C++ loop on a per-thread flag would look divergent to ptxas,
+// which then serialises the wgmmas after it.
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  asm volatile(
+      "{\n.reg .pred p;\nwait_%=:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+      "@!p bra wait_%=;\n}\n" ::"r"(smem_addr(bar)),
+      "r"(parity)
+      : "memory");
+}
+// Shared memory written by cp.async (generic proxy) becomes visible to wgmma (async proxy).
+__device__ __forceinline__ void fence_proxy_async() {
+  asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_wait_all() {
+  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+}
+template <int N>
+__device__ __forceinline__ void fence_registers(float (&r)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+
+template <typename T, int D>
+__global__ void __launch_bounds__(kThreads, 1) attention_kernel(Params p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using L = Layout<D>;
+  constexpr int kChunks = D / 8;   // 16-byte chunks per row
+  constexpr int kDSteps = D / 16;  // k-steps of S = QK^T
+  constexpr int kDTiles = D / 8;   // 8-column groups of O
+  constexpr int kHalf = 64 * 128;  // bytes of a 64-row, 64-column half of a K or V tile
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* base =
+      reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint8_t* q_smem = base;
+  uint8_t* kv_smem = base + L::kQBytes;
+  uint64_t* full = reinterpret_cast<uint64_t*>(base + L::kBarrierOffset);
+  uint64_t* empty = full + kStages;
+  const PagedAttentionArgs& a = p.a;
+  allow_dependents_early();
+  wait_for_producer();  // the plan, q and this step's pool rows
+  if (int(blockIdx.x) >= p.header[0]) return;
+  const int4 item = p.items[blockIdx.x];
+  const int s = item.x, r0 = item.y, split = item.z, kvh = blockIdx.y;
+  const int q_first = a.query_start[s], n = a.query_start[s + 1] - q_first;
+  const int pos0 = a.first_pos[s], kv_len = pos0 + n, rows = n * p.group;
+  const int rows_here = min(kWgmmaItemRows, rows - r0);
+  const int consumers = (rows_here + 63) / 64;
+  const int t_begin = split >= 0 ? split * kTilesPerSplit : 0;
+  // The tiles a 64-row item of the mma.sync kernel ending at local row `last` walks.
+  auto tiles_end = [&](int last) {
+    const int last_pos = pos0 + (r0 + last) / p.group;
+    return split >= 0 ? min(t_begin + kTilesPerSplit, last_pos / kKeys + 1) : last_pos / kKeys + 1;
+  };
+  const int t_end = tiles_end(rows_here - 1);
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < kStages; ++i) {
+      mbar_init(&full[i], 128);
+      mbar_init(&empty[i], consumers);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  // The warpgroup index through a shuffle: ptxas then knows it is uniform across the warpgroup
+  // (branches on it do not serialise the wgmmas).
+  const int wg = __shfl_sync(~0u, int(threadIdx.x / 128), 0), t = threadIdx.x % 128;
+
+  if (wg == 0) {
+    // ---- Producer: K and V tiles through the block table ----
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+    const T* kp = static_cast<const T*>(a.k_pool);
+    const T* vp = static_cast<const T*>(a.v_pool);
+    const int* table = a.block_table + int64_t(s) * a.max_blocks;
+    for (int tile = t_begin, it = 0; tile < t_end; ++tile, ++it) {
+      const int stage = it % kStages;
+      mbar_wait(&empty[stage], ((it / kStages) & 1) ^ 1);
+      uint8_t* ks = kv_smem + stage * L::kStageBytes;
+      uint8_t* vs = ks + L::kTileBytes;
+      // Two threads per key, one table look-up and one address each; at each step the pair
+      // copies two adjacent 16-byte chunks (one 32-byte sector) of K and of V.
+      const int row = t / 2, key = tile * kKeys + row, side = t % 2;
+      const bool ok = key < kv_len;  // past the end: zeros, so that 0 * V is 0
+      int64_t at = 0;
+      if (ok) {
+        const int block = table[key / a.block_size];
+        at = int64_t(block) * a.block_stride +
+             (int64_t(kvh) * a.block_size + key % a.block_size) * D + side * 8;
+      }
+#pragma unroll
+      for (int c = 0; c < kChunks / 2; ++c) {
+        const uint32_t off = tile_offset(kKeys, row, 2 * c + side);
+        cp_async16(ks + off, kp + at + c * 16, ok);
+        cp_async16(vs + off, vp + at + c * 16, ok);
+      }
+      mbar_arrive_on_copies(&full[stage]);
+    }
+    asm volatile("cp.async.wait_all;" ::: "memory");
+    return;
+  }
+
+  // ---- Consumers: warpgroup w owns local rows [64 w, 64 w + 64) of the item ----
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+  const int w = wg - 1;
+  if (w >= consumers) return;
+  const int warp = t / 32, lane = t % 32, row0 = 64 * w;
+  const int t_mine = tiles_end(min(row0 + 63, rows_here - 1));
+  {
+    // Q rows: row i is (token r / group, head kvh * group + r % group) with r = r0 + i.
+    const T* qg = static_cast<const T*>(a.q);
+    for (int i = t; i < 64 * kChunks; i += 128) {
+      const int row = row0 + i / kChunks, c = i % kChunks, r = r0 + row;
+      const bool ok = row < rows_here;
+      const T* src =
+          qg + int64_t(q_first + r / p.group) * p.q_dim + (kvh * p.group + r % p.group) * D + c * 8;
+      cp_async16(q_smem + tile_offset(kWgmmaItemRows, row, c), ok ? src : qg, ok);
+    }
+    cp_async_commit();
+    cp_async_wait<0>();
+    fence_proxy_async();
+    asm volatile("bar.sync %0, 128;" ::"r"(w + 1) : "memory");
+  }
+  // Q stays in registers for the whole walk: S's wgmmas then read only K from shared memory.
+  uint32_t qf[kDSteps][4];
+#pragma unroll
+  for (int st = 0; st < kDSteps; ++st)
+    ldmatrix_x4(qf[st], q_smem + tile_offset(kWgmmaItemRows, row0 + warp * 16 + (lane & 15),
+                                             2 * st + (lane >> 4)));
+  // The merged O of earlier splits, in shared memory (registers hold Q, S and this split's O).
+  float* state = reinterpret_cast<float*>(base + L::kStateOffset + w * L::kStateBytes) +
+                 warp * (D / 2) * 32 + lane;
+
+  // This thread's two rows (a: lane / 4, b: lane / 4 + 8 of its warp's 16) and their positions.
+  const int row_a = row0 + warp * 16 + lane / 4, row_b = row_a + 8;
+  const int pos_a = row_a < rows_here ? pos0 + (r0 + row_a) / p.group : -1;
+  const int pos_b = row_b < rows_here ? pos0 + (r0 + row_b) / p.group : -1;
+  const float scale_log2 = __fmul_rn(a.scale, 1.4426950408889634f);
+
+  float sc[32];    // S of 64 keys: sc[4 j + e] is the mma.sync kernel's sc[j][e]
+  float o[D / 2];  // this split's O: o[4 d + e] is its o[d][e]
+  float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;  // this split's
+  float sm_a = 0.0f, sm_b = 0.0f, sl_a = 0.0f, sl_b = 0.0f;        // merged state's m and l
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
+
+  for (int tile = t_begin, it = 0; tile < t_end; ++tile, ++it) {
+    const int stage = it % kStages;
+    mbar_wait(&full[stage], (it / kStages) & 1);
+    if (tile >= t_mine) {  // only the other warpgroup's rows see this tile
+      if (t == 0) mbar_arrive(&empty[stage]);
+      continue;
+    }
+    fence_proxy_async();
+    const uint32_t k_addr = smem_addr(kv_smem + stage * L::kStageBytes);
+    const uint32_t v_addr = k_addr + L::kTileBytes;
+    // S = Q K^T: k-steps of 16 along the head dim, in order.
+#pragma unroll
+    for (int i = 0; i < 32; ++i) sc[i] = 0.0f;
+    fence_registers(sc);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kDSteps; ++kk)
+      WgmmaRs<T, 64, false>::run(sc, qf[kk],
+                                 smem_desc(k_addr + (kk / 4) * kHalf + (kk % 4) * 32, 1), 1);
+    wgmma_commit();
+    wgmma_wait_all();
+    fence_registers(sc);
+
+    // Causal mask (a row sees keys <= its position), log2 units, running max.
+    float max_a = -INFINITY, max_b = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int key = tile * kKeys + j * 8 + 2 * (lane & 3) + (e & 1);
+        const float v =
+            key <= (e < 2 ? pos_a : pos_b) ? __fmul_rn(sc[4 * j + e], scale_log2) : -INFINITY;
+        sc[4 * j + e] = v;
+        if (e < 2)
+          max_a = fmaxf(max_a, v);
+        else
+          max_b = fmaxf(max_b, v);
+      }
+#pragma unroll
+    for (int off = 1; off <= 2; off <<= 1) {
+      max_a = fmaxf(max_a, __shfl_xor_sync(~0u, max_a, off));
+      max_b = fmaxf(max_b, __shfl_xor_sync(~0u, max_b, off));
+    }
+    const float new_a = fmaxf(m_a, max_a), new_b = fmaxf(m_b, max_b);
+    // A row with nothing visible yet keeps m = -inf; its factors must stay finite.
+    const float alpha_a = new_a == -INFINITY ? 1.0f : exp2f(__fsub_rn(m_a, new_a));
+    const float alpha_b = new_b == -INFINITY ? 1.0f : exp2f(__fsub_rn(m_b, new_b));
+    m_a = new_a;
+    m_b = new_b;
+    float sum_a = 0.0f, sum_b = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      float* x = sc + 4 * j;
+      x[0] = m_a == -INFINITY ? 0.0f : exp2f(__fsub_rn(x[0], m_a));
+      x[1] = m_a == -INFINITY ? 0.0f : exp2f(__fsub_rn(x[1], m_a));
+      x[2] = m_b == -INFINITY ? 0.0f : exp2f(__fsub_rn(x[2], m_b));
+      x[3] = m_b == -INFINITY ? 0.0f : exp2f(__fsub_rn(x[3], m_b));
+      sum_a = __fadd_rn(sum_a, __fadd_rn(x[0], x[1]));
+      sum_b = __fadd_rn(sum_b, __fadd_rn(x[2], x[3]));
+    }
+    l_a = __fmaf_rn(l_a, alpha_a, sum_a);
+    l_b = __fmaf_rn(l_b, alpha_b, sum_b);
+#pragma unroll
+    for (int d = 0; d < kDTiles; ++d) {
+      o[4 * d + 0] = __fmul_rn(o[4 * d + 0], alpha_a);
+      o[4 * d + 1] = __fmul_rn(o[4 * d + 1], alpha_a);
+      o[4 * d + 2] = __fmul_rn(o[4 * d + 2], alpha_b);
+      o[4 * d + 3] = __fmul_rn(o[4 * d + 3], alpha_b);
+    }
+    // O += P V: P's accumulators are already the A fragments (16 keys per k-step); V is read
+    // N-major, one 64-column half of the head dim per wgmma.
+    // P packed before the fence: registers written between wgmmas would make ptxas wait.
+    uint32_t pf[4][4];
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      pf[kk][0] = pack_half2<T>(sc[8 * kk + 0], sc[8 * kk + 1]);
+      pf[kk][1] = pack_half2<T>(sc[8 * kk + 2], sc[8 * kk + 3]);
+      pf[kk][2] = pack_half2<T>(sc[8 * kk + 4], sc[8 * kk + 5]);
+      pf[kk][3] = pack_half2<T>(sc[8 * kk + 6], sc[8 * kk + 7]);
+    }
+    fence_registers(o);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+      for (int h = 0; h < D / 64; ++h)
+        WgmmaRs<T, 64, true>::run(o + 32 * h, pf[kk],
+                                  smem_desc(v_addr + h * kHalf + kk * 16 * 128, kHalf >> 4), 1);
+    wgmma_commit();
+    wgmma_wait_all();
+    fence_registers(o);
+    if (t == 0) mbar_arrive(&empty[stage]);
+
+    // End of a split: finish its sums over the quad, then merge it into the state (in order)
+    // or publish it as a partial; the next split starts afresh.
+    if ((tile + 1) % kTilesPerSplit == 0 || tile + 1 == t_mine) {
+      const int j = tile / kTilesPerSplit;
+#pragma unroll
+      for (int off = 1; off <= 2; off <<= 1) {
+        l_a = __fadd_rn(l_a, __shfl_xor_sync(~0u, l_a, off));
+        l_b = __fadd_rn(l_b, __shfl_xor_sync(~0u, l_b, off));
+      }
+      const bool sees_a = pos_a >= j * kSplit, sees_b = pos_b >= j * kSplit;
+      if (split >= 0) {
+        const int64_t entry_a = (int64_t(j) * rows + r0 + row_a) * a.n_kv_heads + kvh + item.w;
+        const int64_t entry_b = entry_a + 8 * int64_t(a.n_kv_heads);
+        float* pa = p.partials + entry_a * (D + 2);
+        float* pb = p.partials + entry_b * (D + 2);
+#pragma unroll
+        for (int d = 0; d < kDTiles; ++d) {
+          const int col = d * 8 + 2 * (lane & 3);
+          if (sees_a) *reinterpret_cast<float2*>(pa + col) = make_float2(o[4 * d], o[4 * d + 1]);
+          if (sees_b)
+            *reinterpret_cast<float2*>(pb + col) = make_float2(o[4 * d + 2], o[4 * d + 3]);
+        }
+        if ((lane & 3) == 0) {
+          if (sees_a) pa[D] = m_a, pa[D + 1] = l_a;
+          if (sees_b) pb[D] = m_b, pb[D + 1] = l_b;
+        }
+      } else {
+        float ma, aa, ba, mb, ab, bb;
+        merge_factors(sm_a, m_a, ma, aa, ba);
+        merge_factors(sm_b, m_b, mb, ab, bb);
+#pragma unroll
+        for (int i = 0; i < D / 2; ++i) {
+          const bool first_row = (i & 3) < 2;
+          float& st = state[i * 32];
+          if (j == 0)
+            st = o[i];
+          else if (first_row ? sees_a : sees_b)
+            st = first_row ? merge_value(st, aa, o[i], ba) : merge_value(st, ab, o[i], bb);
+        }
+        if (j == 0) {
+          sm_a = m_a, sl_a = l_a, sm_b = m_b, sl_b = l_b;
+        } else {
+          if (sees_a) sl_a = merge_value(sl_a, aa, l_a, ba), sm_a = ma;
+          if (sees_b) sl_b = merge_value(sl_b, ab, l_b, bb), sm_b = mb;
+        }
+      }
+      m_a = m_b = -INFINITY;
+      l_a = l_b = 0.0f;
+#pragma unroll
+      for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
+    }
+  }
+
+  if (split < 0) {
+    T* out = static_cast<T*>(a.out);
+    auto row_out = [&](int row) {
+      const int r = r0 + row;
+      return out + int64_t(q_first + r / p.group) * p.q_dim + (kvh * p.group + r % p.group) * D;
+    };
+#pragma unroll
+    for (int d = 0; d < kDTiles; ++d) {
+      const int col = d * 8 + 2 * (lane & 3);
+      if (row_a < rows_here)
+        *reinterpret_cast<uint32_t*>(row_out(row_a) + col) = pack_half2<T>(
+            __fdiv_rn(state[(4 * d) * 32], sl_a), __fdiv_rn(state[(4 * d + 1) * 32], sl_a));
+      if (row_b < rows_here)
+        *reinterpret_cast<uint32_t*>(row_out(row_b) + col) = pack_half2<T>(
+            __fdiv_rn(state[(4 * d + 2) * 32], sl_b), __fdiv_rn(state[(4 * d + 3) * 32], sl_b));
+    }
+  }
+#else
+  (void)p;
+  __trap();
+#endif
+}
+
+template <typename T, int D>
+void launch(const Params& p, int grid, cudaStream_t stream) {
+  auto kernel = attention_kernel<T, D>;
+  static const bool configured = [&] {
+    HEARTH_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           int(Layout<D>::kSmemBytes)));
+    return true;
+  }();
+  (void)configured;
+  launch_pdl(kernel, dim3(grid, p.a.n_kv_heads), dim3(kThreads), Layout<D>::kSmemBytes, stream, p);
+}
+
+}  // namespace
+
+bool wgmma_available() {
+  static const bool ok = [] {
+    int device = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&device) != cudaSuccess) return false;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess)
+      return false;
+    if (major != 9 || minor != 0) return false;
+    cudaFuncAttributes attr{};
+    return cudaFuncGetAttributes(&attr, attention_kernel<__nv_bfloat16, 128>) == cudaSuccess &&
+           attr.binaryVersion == 90;
+  }();
+  return ok;
+}
+
+void launch_wgmma(Half type, const Params& p, int grid, cudaStream_t stream) {
+  HEARTH_DISPATCH_HALF(type, T, {
+    if (p.a.head_dim == 128)
+      launch<T, 128>(p, grid, stream);
+    else if (p.a.head_dim == 64)
+      launch<T, 64>(p, grid, stream);
+    else
+      throw std::invalid_argument(
+          "paged_attention: the wgmma kernel takes head_dim 64 or 128, not " +
+          std::to_string(p.a.head_dim));
+  });
+}
+
+}  // namespace hearth::kernels::paged

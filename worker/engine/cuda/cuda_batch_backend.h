@@ -57,6 +57,7 @@ class CudaBatchBackend final : public Backend {
   void forward(const ForwardBatch& batch) override;
   std::span<const float> logits(int entry) override;
   std::vector<SampleResult> sample(std::span<const SampleRequest> requests) override;
+  double last_step_device_ms() override;
 
   // Bytes one token position takes in the pool (keys and values of every layer, 16-bit).
   static int64_t kv_bytes_per_token(const ModelConfig& config) {
@@ -97,6 +98,11 @@ class CudaBatchBackend final : public Backend {
   CudaTokenMask token_mask_{c_.vocab};
   CudaKvPool kv_;  // last: it takes a share of what the others left free
   DecodeGraphs graphs_;
+
+  // The last step's device time: recorded when forward() starts and when sample()'s copies
+  // end; `step_timed_` once both are on the stream.
+  CudaEvent step_begin_ = make_event(cudaEventDefault), step_end_ = make_event(cudaEventDefault);
+  bool step_timed_ = false;
 
   // The last forward: entry -> row of the logits (-1: none), and rows copied to the host.
   std::vector<int> entry_row_;

@@ -267,16 +267,16 @@ int run(int argc, char** argv) {
                "structured-output mask's cost; needs the model's tokenizer.json)");
   bool mixed = false;
   hearth::bench::MixedBenchOptions mixed_options;
-  std::string budgets = "2048,1024,512,256";
+  std::string budgets = "0,1024,512,256";
   app.add_flag("--mixed", mixed,
                "with --serve-bench: mixed lengths (prompts 16-1,024, outputs 16-512) kept "
-               "--streams at a time, once per --budgets token budget");
+               "--streams at a time, once per --budgets decode_step_tokens");
   app.add_option("--streams", mixed_options.streams, "with --mixed: requests at once (64)")
       ->check(CLI::PositiveNumber);
   app.add_option("--mixed-requests", mixed_options.requests, "with --mixed: requests in all (192)")
       ->check(CLI::PositiveNumber);
   app.add_option("--budgets", budgets,
-                 "with --mixed: max_batch_tokens per run (a,b,...; 2048,1024,512,256)");
+                 "with --mixed: decode_step_tokens per run, 0 for off (a,b,...; 0,1024,512,256)");
   hearth::bench::PrefixBenchOptions prefix;
   hearth::bench::add_prefix_bench_flags(app, prefix);
   CLI11_PARSE(app, argc, argv);

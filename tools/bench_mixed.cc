@@ -49,7 +49,7 @@ std::vector<Request> workload(const MixedBenchOptions& o, int vocab) {
 json run_budget(CudaBatchBackend& backend, const MixedBenchOptions& o, const ModelConfig& c,
                 int budget) {
   EngineOptions options = o.engine;
-  options.max_batch_tokens = budget;
+  options.decode_step_tokens = budget;
   Engine engine(backend, options, nullptr, {});
   std::deque<Request> queue;
   for (Request& r : workload(o, c.vocab)) queue.push_back(std::move(r));
@@ -100,7 +100,8 @@ json run_budget(CudaBatchBackend& backend, const MixedBenchOptions& o, const Mod
   }
   const double wall_s = ms_between(start, Clock::now()) / 1e3;
   const EngineStats s = engine.stats();
-  json r = {{"max_batch_tokens", budget},
+  json r = {{"decode_step_tokens", budget},
+            {"max_batch_tokens", options.max_batch_tokens},
             {"requests", finished},
             {"generated_tokens", generated},
             {"wall_s", wall_s},
@@ -117,14 +118,14 @@ json run_budget(CudaBatchBackend& backend, const MixedBenchOptions& o, const Mod
             {"step_tokens_mean", mean(step_tokens)},
             {"steps", s.steps},
             {"preemptions", s.preemptions}};
-  std::fprintf(stderr,
-               "mixed: budget %5d  %8.1f tok/s  ITL p50 %6.2f p99 %7.2f ms  TTFT p50 %7.1f p99 "
-               "%7.1f ms  step p50 %.2f p99 %.2f ms (GPU %.2f / %.2f)\n",
-               budget, r["output_tok_s"].get<double>(), r["itl_ms_p50"].get<double>(),
-               r["itl_ms_p99"].get<double>(), r["ttft_ms_p50"].get<double>(),
-               r["ttft_ms_p99"].get<double>(), r["step_ms_p50"].get<double>(),
-               r["step_ms_p99"].get<double>(), r["step_gpu_ms_p50"].get<double>(),
-               r["step_gpu_ms_p99"].get<double>());
+  std::fprintf(
+      stderr,
+      "mixed: decode_step_tokens %5d  %8.1f tok/s  ITL p50 %6.2f p99 %7.2f ms  TTFT p50 %7.1f p99 "
+      "%7.1f ms  step p50 %.2f p99 %.2f ms (GPU %.2f / %.2f)\n",
+      budget, r["output_tok_s"].get<double>(), r["itl_ms_p50"].get<double>(),
+      r["itl_ms_p99"].get<double>(), r["ttft_ms_p50"].get<double>(), r["ttft_ms_p99"].get<double>(),
+      r["step_ms_p50"].get<double>(), r["step_ms_p99"].get<double>(),
+      r["step_gpu_ms_p50"].get<double>(), r["step_gpu_ms_p99"].get<double>());
   return r;
 }
 
@@ -133,15 +134,13 @@ json run_budget(CudaBatchBackend& backend, const MixedBenchOptions& o, const Mod
 json mixed_bench(const MixedBenchOptions& o) {
   if (o.budgets.empty()) throw std::runtime_error("--budgets lists no token budget");
   for (int b : o.budgets)
-    if (b < 1) throw std::runtime_error("--budgets: token budgets must be positive");
+    if (b < 0) throw std::runtime_error("--budgets: token budgets must be at least 0 (off)");
   if (o.streams < 1 || o.requests < 1) throw std::runtime_error("--streams, --mixed-requests < 1");
   if (o.min_prompt < 1 || o.max_prompt < o.min_prompt || o.min_output < 1 ||
       o.max_output < o.min_output)
     throw std::runtime_error("mixed lengths must be positive ranges");
   EngineOptions engine = o.engine;
   engine.max_running = o.streams;
-  // The activations are sized for the largest budget; each engine uses its own.
-  engine.max_batch_tokens = *std::max_element(o.budgets.begin(), o.budgets.end());
   const int context = o.max_prompt + o.max_output;
 
   std::fprintf(stderr, "mixed: loading %s\n", o.model_dir.c_str());
@@ -160,22 +159,24 @@ json mixed_bench(const MixedBenchOptions& o) {
     MixedBenchOptions warm = opt;
     warm.requests = std::min(o.requests, o.streams);
     warm.max_output = warm.min_output;
-    run_budget(backend, warm, c, engine.max_batch_tokens);
+    run_budget(backend, warm, c, 0);
   }
   json runs = json::array();
   for (int budget : o.budgets) runs.push_back(run_budget(backend, opt, c, budget));
 
   const std::string label = o.label.empty() ? o.model_dir : o.label;
   std::printf(
-      "\n| %s, mixed: %d streams, %d requests, prompts %d-%d, outputs %d-%d | output tok/s | ITL "
-      "p50 / p99 ms | TTFT p50 / p99 ms | step p50 / p99 ms (GPU p50 / p99) |\n|---|---|---|---|"
+      "\n| %s, mixed: %d streams, %d requests, prompts %d-%d, outputs %d-%d, max_batch_tokens %d | "
+      "output tok/s | ITL p50 / p99 ms | TTFT p50 / p99 ms | step p50 / p99 ms (GPU p50 / p99) "
+      "|\n|---|---|---|---|"
       "---|\n",
-      label.c_str(), o.streams, o.requests, o.min_prompt, o.max_prompt, o.min_output, o.max_output);
+      label.c_str(), o.streams, o.requests, o.min_prompt, o.max_prompt, o.min_output, o.max_output,
+      engine.max_batch_tokens);
   for (const json& r : runs)
     std::printf(
-        "| max_batch_tokens %d | %.0f | %.2f / %.2f | %.0f / %.0f | %.2f / %.2f (%.2f / "
+        "| decode_step_tokens %d | %.0f | %.2f / %.2f | %.0f / %.0f | %.2f / %.2f (%.2f / "
         "%.2f) |\n",
-        r["max_batch_tokens"].get<int>(), r["output_tok_s"].get<double>(),
+        r["decode_step_tokens"].get<int>(), r["output_tok_s"].get<double>(),
         r["itl_ms_p50"].get<double>(), r["itl_ms_p99"].get<double>(),
         r["ttft_ms_p50"].get<double>(), r["ttft_ms_p99"].get<double>(),
         r["step_ms_p50"].get<double>(), r["step_ms_p99"].get<double>(),

@@ -72,9 +72,27 @@ json decode_breakdown(CudaBatchBackend& backend, const ServeBenchOptions& o, int
     forward_ms.push_back(ms_between(t0, t1));
     sample_ms.push_back(ms_between(t1, Clock::now()));
   }
+  // The forward again, eagerly with events between its kernels: device ms per phase (means of
+  // 5), where a step's time goes. Short kernels also carry their launches here (no graph).
+  constexpr int kRuns = 5;
+  std::array<double, StepPhases::kPhases> phase_ms{};
+  for (int i = 0; i < kRuns; ++i) backend.profile_forward(batch, phase_ms);
+  json phases = json::object();
+  double eager_ms = 0;
+  for (int p = 0; p < StepPhases::kPhases; ++p) {
+    phases[std::string(step_phase_name(StepPhase(p)))] = phase_ms[p] / kRuns;
+    eager_ms += phase_ms[p] / kRuns;
+  }
+  std::string line;
+  for (const auto& [name, ms] : phases.items())
+    line += " " + name + " " + std::to_string(ms.get<double>()).substr(0, 5);
+  std::fprintf(stderr, "serve: c=%d decode step, eager %.2f ms by phase:%s\n", concurrency,
+               eager_ms, line.c_str());
   return {{"kv_len", kv_len},
           {"forward_ms", percentile(forward_ms, 0.5)},
-          {"sample_ms", percentile(sample_ms, 0.5)}};
+          {"sample_ms", percentile(sample_ms, 0.5)},
+          {"eager_forward_ms", eager_ms},
+          {"eager_phase_ms", phases}};
 }
 
 json run_level(CudaBatchBackend& backend, const ServeBenchOptions& o, const ModelConfig& c,

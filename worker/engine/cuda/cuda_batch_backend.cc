@@ -165,6 +165,24 @@ std::vector<SampleResult> CudaBatchBackend::sample(std::span<const SampleRequest
   return results;
 }
 
+void CudaBatchBackend::profile_forward(const ForwardBatch& batch,
+                                       std::array<double, StepPhases::kPhases>& ms) {
+  const bool graphs = options_.cuda_graphs;
+  options_.cuda_graphs = false;
+  phases_.begin(stream_.get());
+  model_.set_phases(&phases_);
+  try {
+    forward(batch);
+  } catch (...) {
+    options_.cuda_graphs = graphs;
+    model_.set_phases(nullptr);
+    throw;
+  }
+  options_.cuda_graphs = graphs;
+  model_.set_phases(nullptr);
+  phases_.finish(ms);
+}
+
 double CudaBatchBackend::last_step_device_ms() {
   if (!step_timed_) return -1;
   float ms = 0;

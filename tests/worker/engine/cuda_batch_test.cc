@@ -282,7 +282,8 @@ TEST_F(CudaBatchEngine, BatchedEqualsAloneBitForBit) {
 }
 
 // Budgets of 16 and 2048 tokens per step (and a backend whose sub-steps hold 16): same bits.
-// Graphs off, and matmul tilings timed and picked per band of rows: the same bits.
+// Graphs off, matmul tilings timed and picked per band of rows, and decode steps capped or not
+// (decode_step_tokens): the same bits.
 TEST_F(CudaBatchEngine, BudgetAndGraphsDoNotChangeBits) {
   HEARTH_REQUIRE_GPU();
   const std::vector<Request> requests = mixed_requests(32, 3000);
@@ -296,6 +297,13 @@ TEST_F(CudaBatchEngine, BudgetAndGraphsDoNotChangeBits) {
   EngineOptions tuned = wide;
   tuned.matmul_tiling = MatmulTiling::Tuned;
   expect_same(run(*backend(tuned), tuned, requests), want, "matmul_tiling tuned");
+  // Prompt chunks beside decodes cut to a step of 24 tokens, or not cut at all: same bits.
+  for (int decode_step : {24, 0}) {
+    EngineOptions capped = wide;
+    capped.decode_step_tokens = decode_step;
+    expect_same(run(*backend(capped), capped, requests), want,
+                "decode_step_tokens " + std::to_string(decode_step));
+  }
 }
 
 // A pool of 50 blocks, about one long sequence, for 24 requests admitted 256 prompt tokens a

@@ -23,6 +23,7 @@
 #include "kernels/ops.h"
 #include "tools/bench_batch_kernels.h"
 #include "tools/bench_prefix.h"
+#include "tools/bench_mixed.h"
 #include "tools/bench_serve.h"
 #include "worker/engine/cuda/cuda_backend.h"
 #include "worker/engine/profile.h"
@@ -264,6 +265,18 @@ int run(int argc, char** argv) {
   app.add_flag("--json-object", json_object,
                "with --serve-bench: every request asks for response_format json_object (the "
                "structured-output mask's cost; needs the model's tokenizer.json)");
+  bool mixed = false;
+  hearth::bench::MixedBenchOptions mixed_options;
+  std::string budgets = "0,1024,512,256";
+  app.add_flag("--mixed", mixed,
+               "with --serve-bench: mixed lengths (prompts 16-1,024, outputs 16-512) kept "
+               "--streams at a time, once per --budgets decode_step_tokens");
+  app.add_option("--streams", mixed_options.streams, "with --mixed: requests at once (64)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--mixed-requests", mixed_options.requests, "with --mixed: requests in all (192)")
+      ->check(CLI::PositiveNumber);
+  app.add_option("--budgets", budgets,
+                 "with --mixed: decode_step_tokens per run, 0 for off (a,b,...; 0,1024,512,256)");
   hearth::bench::PrefixBenchOptions prefix;
   hearth::bench::add_prefix_bench_flags(app, prefix);
   CLI11_PARSE(app, argc, argv);
@@ -295,6 +308,15 @@ int run(int argc, char** argv) {
     cudaDeviceProp prop{};
     if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) prefix.machine["gpu"] = prop.name;
     const json report = hearth::bench::prefix_bench(prefix);
+    std::printf("%s\n", report.dump().c_str());
+    write_json(report);
+    return 0;
+  }
+  if (serve && mixed) {
+    hearth::bench::MixedBenchOptions& o = mixed_options;
+    o.model_dir = model_dir, o.label = label, o.budgets = parse_list(budgets);
+    o.temperature = temperature, o.engine = profile.engine;
+    const json report = hearth::bench::mixed_bench(o);
     std::printf("%s\n", report.dump().c_str());
     write_json(report);
     return 0;

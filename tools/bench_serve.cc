@@ -72,9 +72,27 @@ json decode_breakdown(CudaBatchBackend& backend, const ServeBenchOptions& o, int
     forward_ms.push_back(ms_between(t0, t1));
     sample_ms.push_back(ms_between(t1, Clock::now()));
   }
+  // The forward again, eagerly with events between its kernels: device ms per phase (means of
+  // 5), where a step's time goes. Short kernels also carry their launches here (no graph).
+  constexpr int kRuns = 5;
+  std::array<double, StepPhases::kPhases> phase_ms{};
+  for (int i = 0; i < kRuns; ++i) backend.profile_forward(batch, phase_ms);
+  json phases = json::object();
+  double eager_ms = 0;
+  for (int p = 0; p < StepPhases::kPhases; ++p) {
+    phases[std::string(step_phase_name(StepPhase(p)))] = phase_ms[p] / kRuns;
+    eager_ms += phase_ms[p] / kRuns;
+  }
+  std::string line;
+  for (const auto& [name, ms] : phases.items())
+    line += " " + name + " " + std::to_string(ms.get<double>()).substr(0, 5);
+  std::fprintf(stderr, "serve: c=%d decode step, eager %.2f ms by phase:%s\n", concurrency,
+               eager_ms, line.c_str());
   return {{"kv_len", kv_len},
           {"forward_ms", percentile(forward_ms, 0.5)},
-          {"sample_ms", percentile(sample_ms, 0.5)}};
+          {"sample_ms", percentile(sample_ms, 0.5)},
+          {"eager_forward_ms", eager_ms},
+          {"eager_phase_ms", phases}};
 }
 
 json run_level(CudaBatchBackend& backend, const ServeBenchOptions& o, const ModelConfig& c,
@@ -97,6 +115,11 @@ json run_level(CudaBatchBackend& backend, const ServeBenchOptions& o, const Mode
   }
   std::map<std::string, Clock::time_point> last;
   std::vector<double> ttft, itl, full_decode_steps;
+  // Full decode steps again, step start to next step start (wall) against the device's time
+  // for the step: the difference is what the GPU waited for the host.
+  std::vector<double> step_wall, step_gpu;
+  std::optional<Clock::time_point> decode_began;
+  double decode_gpu = 0;
   int peak_blocks = 0, finished = 0;
   uint64_t generated = 0;
   const Clock::time_point start = Clock::now();
@@ -105,8 +128,14 @@ json run_level(CudaBatchBackend& backend, const ServeBenchOptions& o, const Mode
   uint64_t forwarded = 0;
   while (engine.has_work()) {
     const Clock::time_point t0 = Clock::now();
+    if (decode_began) {
+      step_wall.push_back(ms_between(*decode_began, t0));
+      step_gpu.push_back(decode_gpu);
+      decode_began.reset();
+    }
     const std::vector<RequestOutput> outputs = engine.step();
     const Clock::time_point t1 = Clock::now();
+    const double gpu_ms = backend.last_step_device_ms();
     const EngineStats s = engine.stats();
     peak_blocks = std::max(peak_blocks, s.kv_blocks_used);
     int tokens = 0;
@@ -132,8 +161,10 @@ json run_level(CudaBatchBackend& backend, const ServeBenchOptions& o, const Mode
     }
     generated += tokens;
     // A step that ran one token for each of `concurrency` sequences: the steady decode step.
-    if (tokens == concurrency && s.forwarded_tokens - forwarded == uint64_t(concurrency))
+    if (tokens == concurrency && s.forwarded_tokens - forwarded == uint64_t(concurrency)) {
       full_decode_steps.push_back(ms_between(t0, t1));
+      if (gpu_ms >= 0) decode_began = t0, decode_gpu = gpu_ms;
+    }
     forwarded = s.forwarded_tokens;
   }
   const EngineStats s = engine.stats();
@@ -157,6 +188,9 @@ json run_level(CudaBatchBackend& backend, const ServeBenchOptions& o, const Mode
             {"itl_ms_p99", percentile(itl, 0.99)},
             {"full_decode_step_ms_p50", percentile(full_decode_steps, 0.5)},
             {"full_decode_steps", full_decode_steps.size()},
+            {"decode_step_wall_ms_p50", percentile(step_wall, 0.5)},
+            {"decode_step_gpu_ms_p50", percentile(step_gpu, 0.5)},
+            {"decode_step_gpu_idle_ms_p50", percentile(idle_ms(step_wall, step_gpu), 0.5)},
             {"steps", s.steps},
             {"forwarded_tokens", s.forwarded_tokens},
             {"preemptions", s.preemptions},
@@ -172,14 +206,15 @@ json run_level(CudaBatchBackend& backend, const ServeBenchOptions& o, const Mode
   r["decode_step"] = decode_breakdown(backend, o, concurrency, mean_kv);
   r["decode_step_roofline_ms"] =
       (double(weight_bytes(c)) + concurrency * per_token * mean_kv) / (o.copy_gbps * 1e6);
-  std::fprintf(stderr,
-               "serve: c=%3d  %8.1f tok/s  TTFT p50 %7.1f ms  ITL p50 %6.2f p99 %6.2f ms  "
-               "step %6.2f ms (roofline %.2f)  %4.1f%% of roofline\n",
-               concurrency, r["output_tok_s"].get<double>(), r["ttft_ms_p50"].get<double>(),
-               r["itl_ms_p50"].get<double>(), r["itl_ms_p99"].get<double>(),
-               r["full_decode_step_ms_p50"].get<double>(),
-               r["decode_step_roofline_ms"].get<double>(),
-               100 * r["fraction_of_roofline"].get<double>());
+  std::fprintf(
+      stderr,
+      "serve: c=%3d  %8.1f tok/s  TTFT p50 %7.1f ms  ITL p50 %6.2f p99 %6.2f ms  "
+      "step %6.2f ms (GPU %.2f, idle %.2f; roofline %.2f)  %4.1f%% of roofline\n",
+      concurrency, r["output_tok_s"].get<double>(), r["ttft_ms_p50"].get<double>(),
+      r["itl_ms_p50"].get<double>(), r["itl_ms_p99"].get<double>(),
+      r["decode_step_wall_ms_p50"].get<double>(), r["decode_step_gpu_ms_p50"].get<double>(),
+      r["decode_step_gpu_idle_ms_p50"].get<double>(), r["decode_step_roofline_ms"].get<double>(),
+      100 * r["fraction_of_roofline"].get<double>());
   return r;
 }
 
@@ -232,7 +267,8 @@ json serve_bench(const ServeBenchOptions& o) {
   std::printf(
       "\n| %s%s%s | output tok/s | TTFT p50 / p99 ms | ITL p50 / p99 ms | decode step ms: forward "
       "+ "
-      "sample (roofline) | KV peak | of roofline (%.0f GB/s) |\n|---|---|---|---|---|---|---|\n",
+      "sample (roofline) | step wall / GPU ms | KV peak | of roofline (%.0f GB/s) "
+      "|\n|---|---|---|---|---|---|---|---|\n",
       label.c_str(), opt.engine.batch_invariant ? "" : " (batch_invariant: false)",
       o.json_object ? " (json_object)" : "", o.copy_gbps);
   for (const json& l : levels) {
@@ -240,11 +276,13 @@ json serve_bench(const ServeBenchOptions& o) {
     const double fwd = d.is_null() ? 0 : d["forward_ms"].get<double>(),
                  smp = d.is_null() ? 0 : d["sample_ms"].get<double>();
     std::printf(
-        "| c=%d | %.0f | %.1f / %.1f | %.2f / %.2f | %.2f + %.2f (%.2f) | %.1f%% | %.1f%% |\n",
+        "| c=%d | %.0f | %.1f / %.1f | %.2f / %.2f | %.2f + %.2f (%.2f) | %.2f / %.2f | %.1f%% | "
+        "%.1f%% |\n",
         l["concurrency"].get<int>(), l["output_tok_s"].get<double>(),
         l["ttft_ms_p50"].get<double>(), l["ttft_ms_p99"].get<double>(),
         l["itl_ms_p50"].get<double>(), l["itl_ms_p99"].get<double>(), fwd, smp,
-        l["decode_step_roofline_ms"].get<double>(), 100 * l["kv_peak_fraction"].get<double>(),
+        l["decode_step_roofline_ms"].get<double>(), l["decode_step_wall_ms_p50"].get<double>(),
+        l["decode_step_gpu_ms_p50"].get<double>(), 100 * l["kv_peak_fraction"].get<double>(),
         100 * l["fraction_of_roofline"].get<double>());
   }
   std::fflush(stdout);

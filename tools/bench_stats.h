@@ -23,6 +23,14 @@ inline double percentile(std::vector<double> v, double p) {
   return v[i];
 }
 
+// Per step, wall time minus device time: how long the device waited for the host.
+inline std::vector<double> idle_ms(const std::vector<double>& wall,
+                                   const std::vector<double>& gpu) {
+  std::vector<double> idle(std::min(wall.size(), gpu.size()));
+  for (size_t i = 0; i < idle.size(); ++i) idle[i] = wall[i] - gpu[i];
+  return idle;
+}
+
 inline double mean(const std::vector<double>& v) {
   return v.empty() ? 0 : std::accumulate(v.begin(), v.end(), 0.0) / double(v.size());
 }

@@ -101,6 +101,11 @@ class Backend {
   // One result per request, in order. The default samples on the host from logits(entry).
   virtual std::vector<SampleResult> sample(std::span<const SampleRequest> requests);
 
+  // Device time of the last step, from the start of forward() to the end of sample()'s work
+  // (events on the GPU's stream, so host time between steps is not in it); negative where the
+  // backend has no such clock (the CPU). Cheap: read once the step's results are back.
+  virtual double last_step_device_ms() { return -1; }
+
  protected:
   // What forward() promises to refuse, checked against this backend's limits (context, vocab,
   // pool, max_sequences): throws std::runtime_error naming the entry.

@@ -19,7 +19,7 @@ double ms_between(Clock::time_point from, Clock::time_point to) {
 }
 
 SchedulerOptions scheduler_options(const EngineOptions& options, const Backend& backend) {
-  SchedulerOptions s{options.max_batch_tokens, options.max_running};
+  SchedulerOptions s{options.max_batch_tokens, options.max_running, options.decode_step_tokens};
   if (backend.max_sequences() > 0) s.max_running = std::min(s.max_running, backend.max_sequences());
   return s;
 }

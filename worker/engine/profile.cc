@@ -262,6 +262,11 @@ const std::map<std::string, Setter>& setters() {
         [](Profile& p, const json& v, const std::string& l) {
           p.engine.max_batch_tokens = int(integer(v, l, "max_batch_tokens", 1, 1 << 20));
         }}},
+      {"decode_step_tokens",
+       {KeyKind::Engine,
+        [](Profile& p, const json& v, const std::string& l) {
+          p.engine.decode_step_tokens = int(integer(v, l, "decode_step_tokens", 0, 1 << 20));
+        }}},
       {"max_running",
        {KeyKind::Engine,
         [](Profile& p, const json& v, const std::string& l) {
@@ -284,9 +289,9 @@ const std::map<std::string, Setter>& setters() {
         }}},
       {"kv_cache_dtype",
        {KeyKind::Engine,
-        [](Profile& p, const json& v, const std::string& l) {
-          p.engine.kv_cache_dtype = one_of<KvCacheDtype>(v, l, "kv_cache_dtype");
-        }}},
+        [](Profile& p, const json& v,
+           const std::string&
+               l) { p.engine.kv_cache_dtype = one_of<KvCacheDtype>(v, l, "kv_cache_dtype"); }}},
       {"weights_layout",
        {KeyKind::Engine,
         [](Profile& p, const json& v,
@@ -415,6 +420,7 @@ json profile_to_json(const Profile& p) {
               {"kv_pool_gb", p.engine.kv_pool_gb},
               {"kv_pool_fraction", p.engine.kv_pool_fraction},
               {"max_batch_tokens", p.engine.max_batch_tokens},
+              {"decode_step_tokens", p.engine.decode_step_tokens},
               {"max_running", p.engine.max_running},
               {"prefix_cache", p.engine.prefix_cache},
               {"cuda_engine", option_name(p.engine.cuda_engine)},

@@ -11,6 +11,9 @@ Scheduler::Scheduler(const SchedulerOptions& options, KvCacheManager& kv)
   if (options_.max_batch_tokens < 1)
     throw std::runtime_error("max_batch_tokens must be at least 1, got " +
                              std::to_string(options_.max_batch_tokens));
+  if (options_.decode_step_tokens < 0)
+    throw std::runtime_error("decode_step_tokens must be at least 0, got " +
+                             std::to_string(options_.decode_step_tokens));
   if (options_.max_running < 1)
     throw std::runtime_error("max_running must be at least 1, got " +
                              std::to_string(options_.max_running));
@@ -101,6 +104,9 @@ Schedule Scheduler::schedule() {
       const int count = std::min(seq->pending(), budget);
       if (reserve(*seq, seq->computed + count, step, out)) take(*seq, count);
     }
+    // Prompt chunks beside decodes fill the step only up to decode_step_tokens.
+    if (decodes && out.tokens > 0 && options_.decode_step_tokens > 0)
+      budget = std::min(budget, std::max(0, options_.decode_step_tokens - out.tokens));
   }
 
   // New (and preempted) sequences, in queue order, while everything allows; held ones are

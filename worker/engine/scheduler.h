@@ -3,9 +3,12 @@
 //
 // A step has a token budget (max_batch_tokens). Running sequences that decode (one pending
 // token) go first, oldest first; then running sequences still in their prompt get chunks of
-// it, oldest first; then, if nobody was preempted this step, waiting sequences are admitted in
-// arrival order while the budget, max_running and the KV pool allow, each with as much of its
-// prompt as the budget leaves. A sequence that will not fit waits (the queue is FIFO: nobody
+// it, oldest first, and a step that carries decodes lets prompt chunks fill it only up to
+// decode_step_tokens (decodes themselves are never cut by it), so a decode step stays short
+// when prompts arrive (ITL under mixed load) while a step of prompts alone gets the whole
+// budget (TTFT of an idle engine); then, if nobody was preempted this step, waiting sequences are
+// admitted in arrival order while the budget, max_running and the KV pool allow, each with as much
+// of its prompt as the budget leaves. A sequence that will not fit waits (the queue is FIFO: nobody
 // jumps it), it never fails. A held sequence (Sequence::held) is passed over wherever it is:
 // running, it keeps its blocks (it may still be preempted like any other); waiting, the ones
 // behind it may be admitted first. Holding changes when a sequence runs, never its tokens.
@@ -46,6 +49,7 @@ namespace hearth {
 struct SchedulerOptions {
   int max_batch_tokens = 2048;  // tokens per step, over all sequences
   int max_running = 256;        // sequences holding KV at once
+  int decode_step_tokens = 0;   // tokens per step once it carries decodes; 0: max_batch_tokens
 };
 
 // `count` tokens of `seq`, from position `start` (== seq->computed when scheduled). The step's

@@ -282,7 +282,8 @@ TEST_F(CudaBatchEngine, BatchedEqualsAloneBitForBit) {
 }
 
 // Budgets of 16 and 2048 tokens per step (and a backend whose sub-steps hold 16): same bits.
-// Graphs off, and matmul tilings timed and picked per band of rows: the same bits.
+// Graphs off, matmul tilings timed and picked per band of rows, and decode steps capped or not
+// (decode_step_tokens): the same bits.
 TEST_F(CudaBatchEngine, BudgetAndGraphsDoNotChangeBits) {
   HEARTH_REQUIRE_GPU();
   const std::vector<Request> requests = mixed_requests(32, 3000);
@@ -296,6 +297,13 @@ TEST_F(CudaBatchEngine, BudgetAndGraphsDoNotChangeBits) {
   EngineOptions tuned = wide;
   tuned.matmul_tiling = MatmulTiling::Tuned;
   expect_same(run(*backend(tuned), tuned, requests), want, "matmul_tiling tuned");
+  // Prompt chunks beside decodes cut to a step of 24 tokens, or not cut at all: same bits.
+  for (int decode_step : {24, 0}) {
+    EngineOptions capped = wide;
+    capped.decode_step_tokens = decode_step;
+    expect_same(run(*backend(capped), capped, requests), want,
+                "decode_step_tokens " + std::to_string(decode_step));
+  }
 }
 
 // A pool of 50 blocks, about one long sequence, for 24 requests admitted 256 prompt tokens a
@@ -380,6 +388,34 @@ TEST_F(CudaBatchEngine, RefusesBadEntriesNamingThem) {
   ForwardBatch fine{{{ok, 0, table, false}}};
   b->forward(fine);
   EXPECT_THROW(b->logits(0), std::runtime_error);  // logits were not asked for
+}
+
+// The step clock: a step's device time is known once its sampling is back, not before. The
+// phase profile (an eager forward with events between its kernels) changes no bit of the
+// logits a graph replay gives, and times the phases it names.
+TEST_F(CudaBatchEngine, StepDeviceTimeAndPhaseProfile) {
+  HEARTH_REQUIRE_GPU();
+  auto b = backend(options(2048, 4, 256));
+  EXPECT_LT(b->last_step_device_ms(), 0);  // no step yet
+  const std::vector<int32_t> prompt = {1, 2, 3, 4, 5}, next = {6}, table = {0};
+  b->forward(ForwardBatch{{{prompt, 0, table, true}}});
+  EXPECT_LT(b->last_step_device_ms(), 0);  // forward alone: the step has not ended
+  const SampleRequest greedy{};
+  b->sample(std::span(&greedy, 1));
+  EXPECT_GT(b->last_step_device_ms(), 0);
+
+  const ForwardBatch decode{{{next, 5, table, true}}};
+  for (int i = 0; i < 3; ++i) b->forward(decode);  // eager, captured, replayed
+  ASSERT_GT(b->decode_graphs(), 0);
+  const std::vector<float> replayed = copy(b->logits(0));
+  std::array<double, StepPhases::kPhases> ms{};
+  b->profile_forward(decode, ms);
+  const std::vector<float> profiled = copy(b->logits(0));
+  ASSERT_EQ(profiled.size(), replayed.size());
+  EXPECT_EQ(std::memcmp(profiled.data(), replayed.data(), replayed.size() * 4), 0);
+  for (StepPhase p : {StepPhase::Norm, StepPhase::Q, StepPhase::KV, StepPhase::Attention,
+                      StepPhase::GateUp, StepPhase::Down, StepPhase::Head})
+    EXPECT_GT(ms[int(p)], 0) << step_phase_name(p);
 }
 
 // Without an explicit size the pool is resolve_kv_pool's share of the free memory, capped at

@@ -268,6 +268,19 @@ TEST_F(EngineTest, TokenBudgetAndBlockSizeDoNotChangeTokens) {
   }
 }
 
+// Prompt chunks cut to the decode-step budget beside decodes: the same tokens as alone.
+TEST_F(EngineTest, DecodeStepBudgetDoesNotChangeTokens) {
+  for (auto [budget, decode_step] : {std::pair{64, 1}, {64, 9}, {2048, 17}}) {
+    EngineOptions options;
+    options.max_batch_tokens = budget;
+    options.decode_step_tokens = decode_step;
+    const Outcome run = together(options, roomy(16));
+    expect_same_as_alone(
+        run, *requests_, *alone_,
+        "budget " + std::to_string(budget) + " decode step " + std::to_string(decode_step));
+  }
+}
+
 TEST_F(EngineTest, MaxRunningBoundsTheBatchAndOthersWait) {
   EngineOptions options;
   options.max_running = 3;

@@ -121,6 +121,7 @@ TEST(Profile, BatchingKeys) {
                       {"kv_pool_tokens", 100000},
                       {"kv_pool_gb", 1.5},
                       {"max_batch_tokens", 512},
+                      {"decode_step_tokens", 96},
                       {"max_running", 64}},
                      "x");
   EXPECT_EQ(p.request.logprobs, 5);
@@ -129,6 +130,7 @@ TEST(Profile, BatchingKeys) {
   EXPECT_EQ(p.engine.kv_pool_tokens, 100000);
   EXPECT_EQ(p.engine.kv_pool_gb, 1.5);
   EXPECT_EQ(p.engine.max_batch_tokens, 512);
+  EXPECT_EQ(p.engine.decode_step_tokens, 96);
   EXPECT_EQ(p.engine.max_running, 64);
   Profile q;
   apply_profile_json(q, profile_to_json(p), "round trip");
@@ -138,6 +140,7 @@ TEST(Profile, BatchingKeys) {
   expect_refused({{"kv_block_size", 0}}, "'kv_block_size'");
   expect_refused({{"max_batch_tokens", 0}}, "'max_batch_tokens'");
   expect_refused({{"max_running", 0}}, "'max_running'");
+  expect_refused({{"decode_step_tokens", -1}}, "'decode_step_tokens'");
   expect_refused({{"kv_pool_gb", -1}}, "'kv_pool_gb'");
   RequestSettings r;
   EXPECT_THROW(apply_request_json(r, {{"max_running", 4}}, "request 7"), std::runtime_error);

@@ -55,6 +55,25 @@ TEST(Scheduler, LongPromptsAreChunkedBehindDecodes) {
   EXPECT_EQ(shape(f.step()), (Shape{{1, 1}, {2, 1}, {3, 5}}));  // 2 now decodes; 3 admitted
 }
 
+// decode_step_tokens: prompts alone take the whole budget; beside decodes they are cut so the
+// step holds at most decode_step_tokens, decodes included; decodes are never cut by it.
+TEST(Scheduler, PromptChunksBesideDecodesStayWithinTheDecodeStepBudget) {
+  Fixture f(100, 4, {20, 8, 6});
+  f.add(3);
+  f.add(25);
+  EXPECT_EQ(shape(f.step()), (Shape{{1, 3}, {2, 17}}));  // no decode yet: the whole budget
+  EXPECT_EQ(shape(f.step()), (Shape{{1, 1}, {2, 5}}));   // one decode: 6 in all
+  f.add(9);
+  EXPECT_EQ(shape(f.step()), (Shape{{1, 1}, {2, 3}, {3, 2}}));  // 2 ends its prompt; 3 admitted
+  EXPECT_EQ(shape(f.step()), (Shape{{1, 1}, {2, 1}, {3, 4}}));
+  // Decodes past the decode-step budget all run; prompt chunks wait for room.
+  Fixture g(100, 4, {20, 8, 2});
+  for (int i = 0; i < 3; ++i) g.add(2);
+  EXPECT_EQ(shape(g.step()), (Shape{{1, 2}, {2, 2}, {3, 2}}));
+  g.add(5);
+  EXPECT_EQ(shape(g.step()), (Shape{{1, 1}, {2, 1}, {3, 1}}));
+}
+
 TEST(Scheduler, MaxRunningAndThePoolMakeSequencesWaitInOrder) {
   Fixture f(3, 4, {100, 2});
   f.add(4);
@@ -150,6 +169,7 @@ TEST(Scheduler, RefusesOptionsThatCannotMakeProgress) {
   KvCacheManager kv(1, 1);
   EXPECT_THROW(Scheduler({0, 1}, kv), std::runtime_error);
   EXPECT_THROW(Scheduler({1, 0}, kv), std::runtime_error);
+  EXPECT_THROW(Scheduler({1, 1, -1}, kv), std::runtime_error);
 }
 
 }  // namespace

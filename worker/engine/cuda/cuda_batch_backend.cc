@@ -107,6 +107,8 @@ void CudaBatchBackend::run_decode(const ForwardBatch& batch) {
 
 void CudaBatchBackend::forward(const ForwardBatch& batch) {
   check_batch(batch);
+  HEARTH_CUDA_CHECK(cudaEventRecord(step_begin_.get(), stream_.get()));
+  step_timed_ = false;
   kv_.prepare(stream_.get());
   entry_row_.assign(batch.entries.size(), -1);
   host_logits_.assign(batch.entries.size(), {});
@@ -157,7 +159,36 @@ std::vector<SampleResult> CudaBatchBackend::sample(std::span<const SampleRequest
   // logits buffer is this backend's own, rewritten by every forward.
   token_mask_.apply(requests, entry_row_, const_cast<float*>(model_.logits(0)), stream_.get());
   // top_logprobs too come from the device: no logits row crosses to the host.
-  return sampling_.sample(requests, entry_row_, model_.logits(0), stream_.get());
+  std::vector<SampleResult> results =
+      sampling_.sample(requests, entry_row_, model_.logits(0), stream_.get(), step_end_.get());
+  step_timed_ = true;
+  return results;
+}
+
+void CudaBatchBackend::profile_forward(const ForwardBatch& batch,
+                                       std::array<double, StepPhases::kPhases>& ms) {
+  const bool graphs = options_.cuda_graphs;
+  options_.cuda_graphs = false;
+  phases_.begin(stream_.get());
+  model_.set_phases(&phases_);
+  try {
+    forward(batch);
+  } catch (...) {
+    options_.cuda_graphs = graphs;
+    model_.set_phases(nullptr);
+    throw;
+  }
+  options_.cuda_graphs = graphs;
+  model_.set_phases(nullptr);
+  phases_.finish(ms);
+}
+
+double CudaBatchBackend::last_step_device_ms() {
+  if (!step_timed_) return -1;
+  float ms = 0;
+  HEARTH_CUDA_CHECK(cudaEventSynchronize(step_end_.get()));
+  HEARTH_CUDA_CHECK(cudaEventElapsedTime(&ms, step_begin_.get(), step_end_.get()));
+  return ms;
 }
 
 }  // namespace hearth

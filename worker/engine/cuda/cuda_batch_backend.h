@@ -17,6 +17,7 @@
 
 #include <cuda_runtime.h>
 
+#include <array>
 #include <memory>
 #include <vector>
 
@@ -31,6 +32,7 @@
 #include "worker/engine/cuda/cuda_weights.h"
 #include "worker/engine/cuda/decode_graphs.h"
 #include "worker/engine/cuda/step_inputs.h"
+#include "worker/engine/cuda/step_phases.h"
 #include "worker/engine/engine_options.h"
 
 namespace hearth {
@@ -57,6 +59,11 @@ class CudaBatchBackend final : public Backend {
   void forward(const ForwardBatch& batch) override;
   std::span<const float> logits(int entry) override;
   std::vector<SampleResult> sample(std::span<const SampleRequest> requests) override;
+  double last_step_device_ms() override;
+
+  // Runs `batch` eagerly (no graph) with events between its kernels and adds each phase's
+  // device milliseconds to `ms` (step_phases.h); the logits are left as forward() leaves them.
+  void profile_forward(const ForwardBatch& batch, std::array<double, StepPhases::kPhases>& ms);
 
   // Bytes one token position takes in the pool (keys and values of every layer, 16-bit).
   static int64_t kv_bytes_per_token(const ModelConfig& config) {
@@ -97,6 +104,12 @@ class CudaBatchBackend final : public Backend {
   CudaTokenMask token_mask_{c_.vocab};
   CudaKvPool kv_;  // last: it takes a share of what the others left free
   DecodeGraphs graphs_;
+
+  // The last step's device time: recorded when forward() starts and when sample()'s copies
+  // end; `step_timed_` once both are on the stream.
+  CudaEvent step_begin_ = make_event(cudaEventDefault), step_end_ = make_event(cudaEventDefault);
+  bool step_timed_ = false;
+  StepPhases phases_;
 
   // The last forward: entry -> row of the logits (-1: none), and rows copied to the host.
   std::vector<int> entry_row_;

@@ -52,9 +52,12 @@ void CudaLlamaForward::layer(int l, const StepShape& s, const StepInputs& in, co
   const float eps = float(c.rms_eps);
 
   kernels::rmsnorm(type_, x_.get<float>(), L.attn_norm, T, h, eps, xn_.get(), st);
+  mark(StepPhase::Norm, st);
   matmuls_.run(kQ, MatmulEpilogue::StoreF32, xn_.get(), L.wq, nullptr, q32_.get(), T, qd, h, st);
+  mark(StepPhase::Q, st);
   matmuls_.run(kKV, MatmulEpilogue::StoreF32, xn_.get(), L.wk, nullptr, k32_.get(), T, kvd, h, st);
   matmuls_.run(kKV, MatmulEpilogue::StoreF32, xn_.get(), L.wv, nullptr, v32_.get(), T, kvd, h, st);
+  mark(StepPhase::KV, st);
 
   kernels::PagedKvWriteArgs kw;
   kw.q = q32_.get<float>(), kw.k = k32_.get<float>(), kw.v = v32_.get<float>();
@@ -66,24 +69,31 @@ void CudaLlamaForward::layer(int l, const StepShape& s, const StepInputs& in, co
   kw.q_out = q16_.get(), kw.k_pool = kv.k(l), kw.v_pool = kv.v(l);
   kw.block_stride = kv.block_stride();
   kernels::paged_kv_write(type_, kw, st);
+  mark(StepPhase::KvWrite, st);
 
   kernels::PagedAttentionArgs at = attention;
   at.k_pool = kv.k(l), at.v_pool = kv.v(l);
   kernels::paged_attention(type_, at, st);
+  mark(StepPhase::Attention, st);
   matmuls_.run(kO, MatmulEpilogue::AccumulateF32, att_.get(), L.wo, nullptr, x_.get(), T, h, qd,
                st);
+  mark(StepPhase::O, st);
 
   kernels::rmsnorm(type_, x_.get<float>(), L.mlp_norm, T, h, eps, xn_.get(), st);
+  mark(StepPhase::Norm, st);
   matmuls_.run(kGateUp, MatmulEpilogue::SwiGLU, xn_.get(), L.w_gate, L.w_up, act_.get(), T,
                c.intermediate, h, st);
+  mark(StepPhase::GateUp, st);
   matmuls_.run(kDown, MatmulEpilogue::AccumulateF32, act_.get(), L.w_down, nullptr, x_.get(), T, h,
                c.intermediate, st);
+  mark(StepPhase::Down, st);
 }
 
 void CudaLlamaForward::launch(const StepShape& s, const StepInputs& in, const CudaKvPool& kv,
                               cudaStream_t st) {
   const ModelConfig& c = config_;
   kernels::embedding(type_, weights_.embed(), in.tokens(), s.tokens, c.hidden, x_.get<float>(), st);
+  mark(StepPhase::Inputs, st);
   kernels::PagedAttentionArgs at;
   at.q = q16_.get();
   at.query_start = in.query_start();
@@ -97,6 +107,7 @@ void CudaLlamaForward::launch(const StepShape& s, const StepInputs& in, const Cu
   at.out = att_.get();
   at.k_pool = kv.k(0), at.v_pool = kv.v(0), at.block_stride = kv.block_stride();
   kernels::paged_attention_plan(at, st);
+  mark(StepPhase::Inputs, st);
   for (int l = 0; l < c.n_layers; ++l) layer(l, s, in, kv, at, st);
   if (s.rows == 0) return;
   kernels::gather_rows(x_.get<float>(), in.rows(), s.rows, c.hidden, xg_.get<float>(), st);
@@ -105,6 +116,7 @@ void CudaLlamaForward::launch(const StepShape& s, const StepInputs& in, const Cu
   matmuls_.run(kLmHead, MatmulEpilogue::StoreF32, xgn_.get(), weights_.lm_head(), nullptr,
                logits_.get<float>() + size_t(s.logits_row) * c.vocab, s.rows, c.vocab, c.hidden,
                st);
+  mark(StepPhase::Head, st);
 }
 
 }  // namespace hearth

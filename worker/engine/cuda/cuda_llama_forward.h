@@ -17,6 +17,7 @@
 #include "worker/engine/cuda/cuda_memory_plan.h"
 #include "worker/engine/cuda/cuda_weights.h"
 #include "worker/engine/cuda/step_inputs.h"
+#include "worker/engine/cuda/step_phases.h"
 #include "worker/engine/engine_options.h"
 
 namespace hearth {
@@ -36,6 +37,8 @@ class CudaLlamaForward {
 
   const float* logits(int row) const { return logits_.get<float>() + size_t(row) * config_.vocab; }
   const TilingTable& matmul_tiling() const { return matmuls_.tiling(); }
+  // Marks each phase's end on `phases` while set (eager steps only: never while capturing).
+  void set_phases(StepPhases* phases) { phases_ = phases; }
 
  private:
   void layer(int l, const StepShape& shape, const StepInputs& inputs, const CudaKvPool& kv,
@@ -49,6 +52,10 @@ class CudaLlamaForward {
   CudaMatmuls matmuls_;
   size_t attention_scratch_bytes_ = 0;
   DeviceBuffer attention_scratch_;
+  StepPhases* phases_ = nullptr;
+  void mark(StepPhase phase, cudaStream_t stream) {
+    if (phases_) phases_->mark(phase, stream);
+  }
 };
 
 }  // namespace hearth

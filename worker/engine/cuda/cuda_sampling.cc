@@ -25,9 +25,12 @@ CudaSampling::CudaSampling(int max_rows, int vocab, DeviceArena& arena)
 
 std::vector<SampleResult> CudaSampling::sample(std::span<const SampleRequest> requests,
                                                std::span<const int> entry_row, const float* logits,
-                                               cudaStream_t st) {
+                                               cudaStream_t st, cudaEvent_t done) {
   const int R = int(requests.size());
-  if (R == 0) return {};
+  if (R == 0) {
+    if (done) HEARTH_CUDA_CHECK(cudaEventRecord(done, st));
+    return {};
+  }
   if (R > max_rows_)
     throw std::runtime_error("sample: " + std::to_string(R) + " requests, at most " +
                              std::to_string(max_rows_));
@@ -115,6 +118,7 @@ std::vector<SampleResult> CudaSampling::sample(std::span<const SampleRequest> re
     HEARTH_CUDA_CHECK(cudaMemcpyAsync(out_top_logprobs, top_logprobs_.get(), size_t(R) * kTop * 4,
                                       cudaMemcpyDeviceToHost, st));
   }
+  if (done) HEARTH_CUDA_CHECK(cudaEventRecord(done, st));
   HEARTH_CUDA_CHECK(cudaStreamSynchronize(st));
 
   std::vector<SampleResult> results(R);

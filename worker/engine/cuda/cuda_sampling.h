@@ -22,9 +22,10 @@ class CudaSampling {
 
   // Request r samples row entry_row[requests[r].entry] of `logits` (vocab floats a row), which
   // must exist (>= 0). Tokens, logprobs and each request's top_logprobs, all from the device.
+  // `done`, if given, is recorded on `stream` after the last copy back, before the wait.
   std::vector<SampleResult> sample(std::span<const SampleRequest> requests,
                                    std::span<const int> entry_row, const float* logits,
-                                   cudaStream_t stream);
+                                   cudaStream_t stream, cudaEvent_t done = nullptr);
 
  private:
   int max_rows_, vocab_;

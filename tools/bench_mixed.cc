@@ -1,0 +1,196 @@
+#include "tools/bench_mixed.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <deque>
+#include <map>
+#include <stdexcept>
+
+#include "tools/bench_stats.h"
+#include "weight-server/model/device_store.h"
+#include "weight-server/model/hf_model.h"
+#include "worker/engine/cuda/cuda_batch_backend.h"
+#include "worker/engine/engine.h"
+
+namespace hearth::bench {
+
+namespace {
+
+using json = nlohmann::json;
+
+// splitmix64: the workload is the same on every run and machine.
+uint64_t next(uint64_t& state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+int uniform(uint64_t& state, int lo, int hi) {
+  return lo + int(next(state) % uint64_t(hi - lo + 1));
+}
+
+std::vector<Request> workload(const MixedBenchOptions& o, int vocab) {
+  uint64_t rng = 23;
+  std::vector<Request> requests(o.requests);
+  for (int i = 0; i < o.requests; ++i) {
+    Request& r = requests[i];
+    r.id = std::to_string(i);
+    r.prompt.resize(uniform(rng, o.min_prompt, o.max_prompt));
+    for (int32_t& t : r.prompt) t = int32_t(next(rng) % uint64_t(vocab));
+    r.settings.max_tokens = uniform(rng, o.min_output, o.max_output);
+    r.settings.ignore_eos = true;
+    r.settings.sampling.temperature = o.temperature;
+    r.settings.sampling.seed = uint64_t(i);
+  }
+  return requests;
+}
+
+json run_budget(CudaBatchBackend& backend, const MixedBenchOptions& o, const ModelConfig& c,
+                int budget) {
+  EngineOptions options = o.engine;
+  options.decode_step_tokens = budget;
+  Engine engine(backend, options, nullptr, {});
+  std::deque<Request> queue;
+  for (Request& r : workload(o, c.vocab)) queue.push_back(std::move(r));
+  std::map<std::string, Clock::time_point> submitted, last;
+  std::vector<double> ttft, itl, wall, gpu, step_tokens;
+  uint64_t generated = 0;
+  int finished = 0;
+  const Clock::time_point start = Clock::now();
+  auto refill = [&] {
+    while (!queue.empty() && int(submitted.size()) < o.streams) {
+      submitted.emplace(queue.front().id, Clock::now());
+      engine.submit(std::move(queue.front()));
+      queue.pop_front();
+    }
+  };
+  refill();
+  while (engine.has_work()) {
+    const Clock::time_point t0 = Clock::now();
+    const std::vector<RequestOutput> outputs = engine.step();
+    const Clock::time_point t1 = Clock::now();
+    const double gpu_ms = backend.last_step_device_ms();
+    wall.push_back(ms_between(t0, t1));
+    if (gpu_ms >= 0) gpu.push_back(gpu_ms);
+    step_tokens.push_back(engine.stats().last_step_tokens);
+    for (const RequestOutput& out : outputs) {
+      for (size_t k = 0; k < out.tokens.size(); ++k) {
+        ++generated;
+        auto it = last.find(out.id);
+        if (it == last.end()) {
+          ttft.push_back(ms_between(submitted.at(out.id), t1));
+          last.emplace(out.id, t1);
+        } else {
+          itl.push_back(ms_between(it->second, t1));
+          it->second = t1;
+        }
+      }
+      if (out.finish) {
+        if (out.finish->reason != FinishReason::Length)
+          throw std::runtime_error("request " + out.id + " ended with " +
+                                   finish_reason_name(out.finish->reason) + ": " +
+                                   out.finish->error);
+        ++finished;
+        submitted.erase(out.id);
+        last.erase(out.id);
+      }
+    }
+    refill();
+  }
+  const double wall_s = ms_between(start, Clock::now()) / 1e3;
+  const EngineStats s = engine.stats();
+  json r = {{"decode_step_tokens", budget},
+            {"max_batch_tokens", options.max_batch_tokens},
+            {"requests", finished},
+            {"generated_tokens", generated},
+            {"wall_s", wall_s},
+            {"output_tok_s", double(generated) / wall_s},
+            {"ttft_ms_p50", percentile(ttft, 0.5)},
+            {"ttft_ms_p99", percentile(ttft, 0.99)},
+            {"itl_ms_p50", percentile(itl, 0.5)},
+            {"itl_ms_p99", percentile(itl, 0.99)},
+            {"itl_ms_max", percentile(itl, 1.0)},
+            {"step_ms_p50", percentile(wall, 0.5)},
+            {"step_ms_p99", percentile(wall, 0.99)},
+            {"step_gpu_ms_p50", percentile(gpu, 0.5)},
+            {"step_gpu_ms_p99", percentile(gpu, 0.99)},
+            {"step_tokens_mean", mean(step_tokens)},
+            {"steps", s.steps},
+            {"preemptions", s.preemptions}};
+  std::fprintf(
+      stderr,
+      "mixed: decode_step_tokens %5d  %8.1f tok/s  ITL p50 %6.2f p99 %7.2f ms  TTFT p50 %7.1f p99 "
+      "%7.1f ms  step p50 %.2f p99 %.2f ms (GPU %.2f / %.2f)\n",
+      budget, r["output_tok_s"].get<double>(), r["itl_ms_p50"].get<double>(),
+      r["itl_ms_p99"].get<double>(), r["ttft_ms_p50"].get<double>(), r["ttft_ms_p99"].get<double>(),
+      r["step_ms_p50"].get<double>(), r["step_ms_p99"].get<double>(),
+      r["step_gpu_ms_p50"].get<double>(), r["step_gpu_ms_p99"].get<double>());
+  return r;
+}
+
+}  // namespace
+
+json mixed_bench(const MixedBenchOptions& o) {
+  if (o.budgets.empty()) throw std::runtime_error("--budgets lists no token budget");
+  for (int b : o.budgets)
+    if (b < 0) throw std::runtime_error("--budgets: token budgets must be at least 0 (off)");
+  if (o.streams < 1 || o.requests < 1) throw std::runtime_error("--streams, --mixed-requests < 1");
+  if (o.min_prompt < 1 || o.max_prompt < o.min_prompt || o.min_output < 1 ||
+      o.max_output < o.min_output)
+    throw std::runtime_error("mixed lengths must be positive ranges");
+  EngineOptions engine = o.engine;
+  engine.max_running = o.streams;
+  const int context = o.max_prompt + o.max_output;
+
+  std::fprintf(stderr, "mixed: loading %s\n", o.model_dir.c_str());
+  const HfModel hf = HfModel::open(o.model_dir);
+  const ModelConfig& c = hf.config();
+  UploadOptions up;
+  up.progress = true;
+  std::shared_ptr<DeviceStore> store = DeviceStore::upload(hf, up);
+  CudaBatchBackend backend(store, engine, context);
+  backend.capture_decode_graphs(context);
+
+  MixedBenchOptions opt = o;
+  opt.engine = engine;
+  // An unreported warm-up: the first prompt chunks of each shape set their kernels up.
+  {
+    MixedBenchOptions warm = opt;
+    warm.requests = std::min(o.requests, o.streams);
+    warm.max_output = warm.min_output;
+    run_budget(backend, warm, c, 0);
+  }
+  json runs = json::array();
+  for (int budget : o.budgets) runs.push_back(run_budget(backend, opt, c, budget));
+
+  const std::string label = o.label.empty() ? o.model_dir : o.label;
+  std::printf(
+      "\n| %s, mixed: %d streams, %d requests, prompts %d-%d, outputs %d-%d, max_batch_tokens %d | "
+      "output tok/s | ITL p50 / p99 ms | TTFT p50 / p99 ms | step p50 / p99 ms (GPU p50 / p99) "
+      "|\n|---|---|---|---|"
+      "---|\n",
+      label.c_str(), o.streams, o.requests, o.min_prompt, o.max_prompt, o.min_output, o.max_output,
+      engine.max_batch_tokens);
+  for (const json& r : runs)
+    std::printf(
+        "| decode_step_tokens %d | %.0f | %.2f / %.2f | %.0f / %.0f | %.2f / %.2f (%.2f / "
+        "%.2f) |\n",
+        r["decode_step_tokens"].get<int>(), r["output_tok_s"].get<double>(),
+        r["itl_ms_p50"].get<double>(), r["itl_ms_p99"].get<double>(),
+        r["ttft_ms_p50"].get<double>(), r["ttft_ms_p99"].get<double>(),
+        r["step_ms_p50"].get<double>(), r["step_ms_p99"].get<double>(),
+        r["step_gpu_ms_p50"].get<double>(), r["step_gpu_ms_p99"].get<double>());
+  std::fflush(stdout);
+  return {{"mode", "serve-mixed"},
+          {"model", {{"label", label}, {"parameters", c.parameter_count()}}},
+          {"workload",
+           {{"streams", o.streams},
+            {"requests", o.requests},
+            {"prompt_tokens", {o.min_prompt, o.max_prompt}},
+            {"output_tokens", {o.min_output, o.max_output}},
+            {"temperature", o.temperature}}},
+          {"runs", runs}};
+}
+
+}  // namespace hearth::bench

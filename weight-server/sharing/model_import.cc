@@ -24,6 +24,18 @@ double ms_since(Clock::time_point& mark) {
 
 }  // namespace
 
+Manifest manifest_for_rank(const Manifest& manifest, std::optional<int> rank) {
+  if (!rank) {
+    if (manifest.sharded())
+      throw std::runtime_error("model '" + manifest.model + "' is sharded for tensor parallel " +
+                               std::to_string(manifest.tensor_parallel) +
+                               ": a worker must import it as one of its ranks (0.." +
+                               std::to_string(manifest.tensor_parallel - 1) + ")");
+    return manifest;
+  }
+  return manifest.rank_view(*rank);
+}
+
 FetchedManifest fetch_manifest(ipc::Client& client, const std::string& model) {
   ipc::Frame reply = client.call(ipc::op::kManifest, {{"model", model}});
   const auto it = reply.body.find("manifest");
@@ -44,7 +56,7 @@ ImportedModel import_served_model(ipc::Client& client, const std::string& model,
   ImportedModel out;
   Clock::time_point mark = Clock::now();
   FetchedManifest fetched = fetch_manifest(client, model);
-  out.manifest = std::move(fetched.manifest);
+  out.manifest = manifest_for_rank(fetched.manifest, options.rank);
   out.files = std::move(fetched.files);
   out.timings.manifest_ms = ms_since(mark);
 

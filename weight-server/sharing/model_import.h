@@ -23,7 +23,11 @@ struct ImportOptions {
   int verify_threads = 4;
   // A model sharded for tensor parallelism is imported as one rank: only that rank's pieces are
   // received and mapped. Required for a sharded model, refused for an unsharded one.
-  std::optional<int> rank;
+  std::optional<int> rank = std::nullopt;
+  // Without a rank, a sharded model is imported whole, every rank's pieces in a store of its own
+  // (ImportedModel::ranks): what a worker that runs all ranks in process (the CPU engine) needs.
+  // False: a sharded model without a rank is refused.
+  bool all_ranks = false;
   // vmm: called once the device is known, before the descriptors are received, so a caller
   // can start its own GPU set-up beside the import.
   std::function<void(const Manifest&, int device)> on_device = nullptr;
@@ -54,9 +58,10 @@ Manifest manifest_for_rank(const Manifest& manifest, std::optional<int> rank);
 FetchedManifest fetch_manifest(ipc::Client& client, const std::string& model);
 
 struct ImportedModel {
-  Manifest manifest;
+  Manifest manifest;  // all_ranks: the whole sharded manifest; else what was imported
   SharedFiles files;
-  std::shared_ptr<const WeightStore> store;
+  std::shared_ptr<const WeightStore> store;               // all_ranks: rank 0's pieces
+  std::vector<std::shared_ptr<const WeightStore>> ranks;  // all_ranks of a sharded model
   ImportTimings timings;
 };
 

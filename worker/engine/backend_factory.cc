@@ -93,15 +93,16 @@ std::unique_ptr<Backend> make_backend(const EngineOptions& options, const Engine
       return std::make_unique<CpuBackend>(
           weights.store, context, kv,
           kv_memory(per_token * kv.block_size, kv.num_blocks, context_blocks),
-          options.tensor_parallel);
+          options.tensor_parallel, weights.ranks);
     }
     return std::make_unique<CpuBackend>(weights.store, context, kv, nullptr,
-                                        options.tensor_parallel);
+                                        options.tensor_parallel, weights.ranks);
   }
-  if (options.tensor_parallel > 1)
-    throw std::runtime_error("tensor_parallel " + std::to_string(options.tensor_parallel) +
-                             " on the cuda backend: not built yet (issue 26: NCCL ranks, one "
-                             "GPU each); the cpu backend runs it in process");
+  if (options.tensor_parallel > 1 || !weights.ranks.empty())
+    throw std::runtime_error(
+        "tensor_parallel " + std::to_string(options.tensor_parallel) +
+        " (or a sharded model) on the cuda backend: not built yet (issue 26: NCCL ranks, one "
+        "GPU each); the cpu backend runs it in process");
   return make_cuda_backend(options, weights, context, std::move(warmup), kv_memory);
 }
 

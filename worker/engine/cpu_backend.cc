@@ -92,7 +92,8 @@ void rope(float* v, int n_heads, int head_dim, int pos, const std::vector<float>
 }  // namespace
 
 CpuBackend::CpuBackend(std::shared_ptr<const WeightStore> store, int context_length, KvPoolShape kv,
-                       std::shared_ptr<KvMemory> memory, int tensor_parallel)
+                       std::shared_ptr<KvMemory> memory, int tensor_parallel,
+                       std::vector<std::shared_ptr<const WeightStore>> rank_stores)
     : store_(std::move(store)),
       c_(store_->config()),
       context_(context_length),
@@ -109,11 +110,23 @@ CpuBackend::CpuBackend(std::shared_ptr<const WeightStore> store, int context_len
   if (kv_.num_blocks < 0)
     throw std::runtime_error("negative KV pool size " + std::to_string(kv_.num_blocks));
   w_ = bind_weights(*store_);
+  if (!rank_stores.empty() && int(rank_stores.size()) != tensor_parallel)
+    throw std::runtime_error(
+        "the model is sharded for tensor parallel " + std::to_string(rank_stores.size()) +
+        ", the engine's tensor_parallel is " + std::to_string(tensor_parallel) +
+        "; set tensor_parallel=" + std::to_string(rank_stores.size()));
   if (tensor_parallel > 1) {
     const ShardPlan plan = ShardPlan::make(c_, tensor_parallel);
     vocab_per_rank_ = plan.vocab_per_rank();
     for (int r = 0; r < tensor_parallel; ++r) {
-      auto pieces = std::make_shared<const RankStore>(*store_, plan, r);
+      std::shared_ptr<const WeightStore> pieces =
+          rank_stores.empty() ? std::make_shared<const RankStore>(*store_, plan, r)
+                              : rank_stores[size_t(r)];
+      // A store of pieces from elsewhere must hold exactly this rank's shapes.
+      for (const TensorShard& s : plan.tensors(r))
+        if (pieces->at(s.name).info.shape != s.shape)
+          throw std::runtime_error("rank " + std::to_string(r) + "'s tensor '" + s.name +
+                                   "' is not the shape the shard plan gives it");
       ranks_.push_back({pieces, bind_weights(*pieces)});
     }
   }

@@ -31,10 +31,13 @@ class CpuBackend final : public Backend {
   // the embedding and LM head per rank, bitwise what one rank computes from the whole matrix;
   // o_proj and down as each rank's partial product over its columns, summed in rank order
   // 0, 1, ..., N-1 (a fixed order, as an all-reduce that adds ranks in order), then added to the
-  // residual. So a TP=N engine is deterministic and batch-invariant as TP=1 is, but not equal to
-  // it: the split sums round differently.
+  // residual. `rank_stores` (a model the server sharded; `store` is then rank 0's) are the
+  // ranks' pieces, one store each, instead of pieces cut from `store`; there must be
+  // `tensor_parallel` of them. So a TP=N engine is deterministic and batch-invariant as TP=1 is,
+  // but not equal to it: the split sums round differently.
   CpuBackend(std::shared_ptr<const WeightStore> store, int context_length, KvPoolShape kv = {},
-             std::shared_ptr<KvMemory> memory = nullptr, int tensor_parallel = 1);
+             std::shared_ptr<KvMemory> memory = nullptr, int tensor_parallel = 1,
+             std::vector<std::shared_ptr<const WeightStore>> rank_stores = {});
 
   std::string name() const override { return "cpu"; }
   int tensor_parallel() const { return ranks_.empty() ? 1 : int(ranks_.size()); }

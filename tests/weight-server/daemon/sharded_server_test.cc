@@ -73,6 +73,40 @@ TEST(ShardedServer, ImportsThatDoNotMatchTheShardingAreRefused) {
   EXPECT_EQ(server.stats()["descriptors_total"], 0);
 }
 
+// The token events of a jsonl run (the final event carries timings, so it is left out).
+std::string token_events(const std::string& out) {
+  std::string tokens;
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line);)
+    if (line.find("\"done\"") == std::string::npos) tokens += line + "\n";
+  return tokens;
+}
+
+// A served CPU worker with tensor_parallel 2 runs both ranks in process on the server's pieces
+// and gives the tokens and logprobs a single-process TP 2 worker gives from the directory.
+TEST(ShardedServer, ServedWorkerRunsTheRanksOnTheServersPieces) {
+  ServerProcess server(sharded_args(2));
+  std::vector<std::string> gen = test::generation_args(7, 24, /*ignore_eos=*/true);
+  gen.insert(gen.end(), {"--set", "tensor_parallel=2"});
+  std::vector<std::string> served = {"--server", server.socket(), "--model", "tiny",
+                                     "--verify-weights"};
+  served.insert(served.end(), gen.begin(), gen.end());
+  std::vector<std::string> alone = {"--model", test::tiny_model_dir().string()};
+  alone.insert(alone.end(), gen.begin(), gen.end());
+  const test::WorkerRun a = test::run_worker(server.dir(), served);
+  const test::WorkerRun b = test::run_worker(server.dir(), alone);
+  ASSERT_TRUE(a.status.success()) << a.err;
+  ASSERT_TRUE(b.status.success()) << b.err;
+  EXPECT_EQ(std::count(a.out.begin(), a.out.end(), '\n'), 25) << a.out;
+  EXPECT_EQ(token_events(a.out), token_events(b.out));
+
+  // Without the degree the engine is refused, naming what to set.
+  served.erase(served.end() - 2, served.end());
+  const test::WorkerRun c = test::run_worker(server.dir(), served);
+  EXPECT_FALSE(c.status.success());
+  EXPECT_NE(c.err.find("set tensor_parallel=2"), std::string::npos) << c.err;
+}
+
 TEST(ShardedServer, RefusesADegreeTheModelCannotTake) {
   ServerProcess server(sharded_args(4), /*wait=*/false);
   const ExitStatus status = server.process().wait();

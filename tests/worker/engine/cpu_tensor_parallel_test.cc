@@ -17,6 +17,7 @@
 #include "worker/engine/backend_factory.h"
 #include "worker/engine/cache_domain.h"
 #include "worker/engine/cpu_backend.h"
+#include "worker/engine/profile.h"
 
 namespace hearth {
 namespace {
@@ -241,6 +242,13 @@ TEST(CpuTensorParallel, BatchedEqualsAlone) {
   const auto ba = batched.logits(0), bb = batched.logits(1);
   EXPECT_EQ(std::vector<float>(ba.begin(), ba.end()), la);
   EXPECT_EQ(std::vector<float>(bb.begin(), bb.end()), lb);
+}
+
+TEST(CpuTensorParallel, IsAnEngineProfileKey) {
+  EXPECT_EQ(parse_engine_profile(R"({"tensor_parallel": 4})", "p").engine.tensor_parallel, 4);
+  EXPECT_EQ(parse_engine_profile("{}", "p").engine.tensor_parallel, 1);
+  EXPECT_THROW(parse_engine_profile(R"({"tensor_parallel": 0})", "p"), std::runtime_error);
+  EXPECT_THROW(parse_engine_profile(R"({"tensor_parallel": 65})", "p"), std::runtime_error);
 }
 
 TEST(CpuTensorParallel, IsPartOfTheCacheDomainAndRefusedOnCuda) {

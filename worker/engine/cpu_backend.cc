@@ -187,10 +187,14 @@ void CpuBackend::row_parallel(float* out, const float* in, int64_t in_cols, int 
     for (int t = 0; t < n; ++t)
       std::copy_n(in + t * in_cols + col, W.cols, &part_in_[size_t(t) * W.cols]);
     col += W.cols;
-    float* sum = r == 0 ? out : (part_out_.resize(size_t(n) * W.rows), part_out_.data());
-    matmul(sum, part_in_.data(), n, W);
-    if (r > 0)  // the all-reduce: ranks added one after another, in rank order
-      for (int64_t i = 0; i < n * W.rows; ++i) out[i] += part_out_[i];
+    if (r == 0) {
+      matmul(out, part_in_.data(), n, W);
+      continue;
+    }
+    part_out_.resize(size_t(n) * W.rows);
+    matmul(part_out_.data(), part_in_.data(), n, W);
+    // The all-reduce: each rank's partial added to the sum so far, in rank order.
+    for (int64_t i = 0; i < n * W.rows; ++i) out[i] += part_out_[i];
   }
 }
 

@@ -54,6 +54,16 @@ TEST(ShardedServer, EachRankImportsOnlyItsPieces) {
   ASSERT_EQ(models[0]["ranks"].size(), 2u);
   EXPECT_EQ(models[0]["ranks"][1]["rank"], 1);
   EXPECT_GT(models[0]["ranks"][1]["bytes"].get<uint64_t>(), 0u);
+
+  // hearth-ctl manifest shows each rank's pieces with their slices.
+  const test::WorkerRun shown = test::run_binary("hearth-ctl", server.dir(),
+                                                 {"--socket", server.socket(), "manifest", "tiny"});
+  ASSERT_TRUE(shown.status.success()) << shown.err;
+  const json manifest = json::parse(shown.out)["manifest"];
+  EXPECT_EQ(manifest["tensor_parallel"], 2);
+  const json& piece = manifest["ranks"][1]["tensors"][2];  // after embed and layer 0's norm
+  EXPECT_EQ(piece["name"], "model.layers.0.self_attn.q_proj.weight");
+  EXPECT_EQ(piece["slice"], json({{"split", "rows"}, {"begin", 128}, {"end", 256}}));
 }
 
 TEST(ShardedServer, ImportsThatDoNotMatchTheShardingAreRefused) {

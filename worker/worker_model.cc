@@ -44,6 +44,7 @@ WorkerModel attach_served_model(const std::string& socket, const std::string& na
   ImportOptions import;
   import.verify = options.verify_weights;
   import.on_device = options.on_device;
+  import.all_ranks = true;  // the CPU engine runs a sharded model's ranks in process
   ImportedModel imported = import_served_model(*client, name, import);
   m.name = imported.manifest.model;
   m.identity = model_identity(imported.manifest);
@@ -52,6 +53,7 @@ WorkerModel attach_served_model(const std::string& socket, const std::string& na
   m.tokenizer_config_json = m.files->text(kTokenizerConfigFile);
   m.generation_config_json = m.files->text(kGenerationConfigFile);
   m.store = std::move(imported.store);
+  m.ranks = std::move(imported.ranks);
   m.import_timings = imported.timings;
   m.server = std::move(client);
   return m;

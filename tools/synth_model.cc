@@ -235,6 +235,9 @@ void store(std::byte* out, DType dtype, uint64_t i, float v) {
       std::memcpy(out + 2 * i, &h, 2);
       break;
     }
+    case DType::F8_E4M3:
+      // fp8 is made from bf16 rows with their scales (write_synthetic_model), never per value.
+      throw std::logic_error("synth: fp8 values are quantized per row, not stored one by one");
   }
 }
 
@@ -274,6 +277,8 @@ SynthResult write_synthetic_model(const fs::path& out_dir, const SynthOptions& o
   auto preset_it = presets().find(opt.preset);
   if (preset_it == presets().end()) throw std::runtime_error("unknown preset '" + opt.preset + "'");
   const DType dtype = opt.dtype;
+  if (dtype_is_scaled(dtype))
+    throw std::runtime_error("hearth-synth: F8_E4M3 weights need their scales (not yet written)");
   const char* torch_dtype = dtype == DType::BF16  ? "bfloat16"
                             : dtype == DType::F16 ? "float16"
                                                   : "float32";

@@ -40,6 +40,12 @@ void load_row(const WeightRef& w, int64_t row, float* out) {
       for (int64_t i = 0; i < n; ++i) out[i] = f16_to_f32(p[i]);
       return;
     }
+    case DType::F8_E4M3: {
+      const uint8_t* p = static_cast<const uint8_t*>(w.data) + row * n;
+      const float scale = w.row_scale(row);
+      for (int64_t i = 0; i < n; ++i) out[i] = fp8_e4m3_to_f32(p[i]) * scale;
+      return;
+    }
   }
 }
 

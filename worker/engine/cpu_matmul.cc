@@ -8,21 +8,6 @@
 
 namespace hearth::cpu {
 
-// The compiler vectorises the sixteen independent partial sums without reassociating, so the
-// result does not depend on the instruction set.
-float dot(const float* a, const float* b, int64_t n) {
-  constexpr int kLanes = 16;
-  float acc[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int j = 0; j < kLanes; ++j) acc[j] += a[i + j] * b[i + j];
-  float tail = 0.0f;
-  for (; i < n; ++i) tail += a[i] * b[i];
-  for (int width = kLanes / 2; width > 0; width /= 2)
-    for (int j = 0; j < width; ++j) acc[j] += acc[j + width];
-  return acc[0] + tail;
-}
-
 void load_row(const WeightRef& w, int64_t row, float* out) {
   const int64_t n = w.cols;
   switch (w.dtype) {

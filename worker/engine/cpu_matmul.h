@@ -10,8 +10,21 @@
 
 namespace hearth::cpu {
 
-// Sixteen partial sums in a fixed order, so the result is the same on every x86-64.
-float dot(const float* a, const float* b, int64_t n);
+// Sixteen independent partial sums in a fixed order: the compiler vectorises this without
+// reassociating, so the result does not depend on the instruction set. Inline: attention calls
+// it per head and position.
+inline float dot(const float* a, const float* b, int64_t n) {
+  constexpr int kLanes = 16;
+  float acc[kLanes] = {};
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes)
+    for (int j = 0; j < kLanes; ++j) acc[j] += a[i + j] * b[i + j];
+  float tail = 0.0f;
+  for (; i < n; ++i) tail += a[i] * b[i];
+  for (int width = kLanes / 2; width > 0; width /= 2)
+    for (int j = 0; j < width; ++j) acc[j] += acc[j + width];
+  return acc[0] + tail;
+}
 
 // Row `row` of `w` as fp32 values (an fp8 row dequantized: code x its scale).
 void load_row(const WeightRef& w, int64_t row, float* out);

@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <functional>
+
+#include <nlohmann/json.hpp>
 
 #include "tools/synth_model.h"
 #include "weight-server/daemon/served_model.h"
@@ -70,6 +73,57 @@ TEST(ServedFp8, AnFp8CheckpointIsServedAsItIs) {
   options.quantize_fp8 = true;  // nothing left to quantize
   const auto served = load_served_model({dir, "m"}, options);
   expect_manifest_of(parse_manifest(served->manifest), HfModel::open(dir));
+}
+
+// A worker refuses a manifest whose fp8 tensors disagree with its architecture, naming them.
+TEST(ServedFp8, AManifestWhoseDtypesDisagreeIsRefused) {
+  using json = nlohmann::json;
+  ServeOptions options;
+  options.backend = "memfd";
+  options.quantize_fp8 = true;
+  const auto served = load_served_model({synth("tamper", false), "m"}, options);
+  // Sets tensor `name`'s dtype to `dtype`, its bytes to match.
+  const auto retype = [](json& j, const std::string& name, const std::string& dtype) {
+    for (json& t : j["tensors"])
+      if (t["name"] == name) {
+        uint64_t n = dtype == "F32" ? 4 : dtype == "F8_E4M3" ? 1 : 2;
+        for (const json& d : t["shape"]) n *= d.get<uint64_t>();
+        t["dtype"] = dtype;
+        t["bytes"] = n;
+        t["allocation_bytes"] = std::max(n, t["allocation_bytes"].get<uint64_t>());
+      }
+  };
+  const std::string proj = "model.layers.1.mlp.up_proj.weight";
+  const std::vector<std::pair<std::function<void(json&)>, std::string>> cases = {
+      {[](json& j) { j["architecture"].erase("quantization_config"); },
+       "tensor 'model.layers.0.self_attn.q_proj.weight' is F8_E4M3; only the decoder projections"},
+      {[&](json& j) { retype(j, proj, "BF16"); }, "tensor '" + proj + "' is BF16"},
+      {[&](json& j) { retype(j, proj + "_scale", "F8_E4M3"); },
+       "tensor '" + proj + "_scale' is F8_E4M3; a weight scale must be F32, F16 or BF16"},
+      {[&](json& j) {
+         json kept = json::array();
+         for (const json& t : j["tensors"])
+           if (t["name"] != proj + "_scale") kept.push_back(t);
+         j["tensors"] = kept;
+       },
+       "missing tensor '" + proj + "_scale'"},
+      {[](json& j) {
+         j["architecture"]["quantization_config"]["config_groups"]["group_0"]["weights"]
+          ["strategy"] = "tensor";
+       },
+       "tensor 'model.layers.0.self_attn.q_proj.weight_scale' has shape [64, 1], the "
+       "architecture implies [1]"},
+  };
+  for (const auto& [edit, expect] : cases) {
+    json j = served->manifest;
+    edit(j);
+    try {
+      parse_manifest(j);
+      ADD_FAILURE() << expect << ": accepted";
+    } catch (const std::runtime_error& e) {
+      EXPECT_NE(std::string(e.what()).find(expect), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace

@@ -70,10 +70,4 @@ HfModel quantize_fp8_at_load(const HfModel& source, int threads) {
   return m;
 }
 
-bool parse_quantize_option(const std::string& value) {
-  if (value.empty() || value == "none") return false;
-  if (value == "fp8") return true;
-  throw std::runtime_error("--quantize " + value + ": unknown (none or fp8)");
-}
-
 }  // namespace hearth

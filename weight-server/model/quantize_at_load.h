@@ -5,16 +5,11 @@
 // memfd, vmm) then holds the result as if it had been read from disk.
 #pragma once
 
-#include <string>
-
 #include "weight-server/model/hf_model.h"
 
 namespace hearth {
 
 // Refuses (naming it) a model that is already quantized. `threads` quantize tensors in parallel.
 HfModel quantize_fp8_at_load(const HfModel& source, int threads);
-
-// The --quantize option's values: "" or "none" (as loaded) and "fp8". Anything else throws.
-bool parse_quantize_option(const std::string& value);
 
 }  // namespace hearth

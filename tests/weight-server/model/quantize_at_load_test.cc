@@ -198,12 +198,5 @@ TEST(Fp8Model, MalformedCheckpointsAreRefusedNamingTheTensor) {
       << open_error(gptq);
 }
 
-TEST(Fp8Model, QuantizeOptionValues) {
-  EXPECT_FALSE(parse_quantize_option(""));
-  EXPECT_FALSE(parse_quantize_option("none"));
-  EXPECT_TRUE(parse_quantize_option("fp8"));
-  EXPECT_THROW(parse_quantize_option("int4"), std::runtime_error);
-}
-
 }  // namespace
 }  // namespace hearth

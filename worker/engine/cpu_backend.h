@@ -1,5 +1,6 @@
 // The CPU engine: the whole Llama-family forward pass in fp32 arithmetic, reading bf16/f16/f32
-// weights in place, over a batch of sequences whose keys and values live in a paged pool.
+// weights in place (fp8 projections by the W8A8 formula, cpu_matmul.h), over a batch of
+// sequences whose keys and values live in a paged pool.
 // Simple and exact enough to be the oracle every GPU kernel and proof run is checked against;
 // reductions run in a fixed order, so results are the same on every x86-64.
 //

@@ -119,6 +119,14 @@ struct Case {
   int m, n, k;
 };
 
+// The tensor core sums a stage's 128 fp8 products with fewer mantissa bits than fp32 (about 14,
+// by DeepSeek-V3's measurement), which dominates the error against the exact sum; still well
+// below a 16-bit output's rounding, and far below fp8's own quantization error.
+constexpr double kFp32Tolerance = 1e-3;
+double half_tolerance(Half t) {
+  return test::half_tolerance(t) + kFp32Tolerance;
+}
+
 TEST(Fp8Matmul, MatchesReferenceForEveryEpilogueAndTiling) {
   HEARTH_REQUIRE_FP8();
   // Partial row and column tiles; K not a multiple of the 128-wide stage; a long K (promotion).
@@ -168,7 +176,7 @@ TEST(Fp8Matmul, MatchesReferenceForEveryEpilogueAndTiling) {
         for (size_t i = 0; i < outs; ++i) ref[i] = float(out[i] + bias[i % c.n]);
         const double err = test::relative_error(test::download_f32(o, outs), ref);
         worst = std::max(worst, err);
-        EXPECT_LT(err, 1e-4);
+        EXPECT_LT(err, kFp32Tolerance);
       }
       {  // accumulate into a residual
         auto o = test::upload(resid);
@@ -177,7 +185,7 @@ TEST(Fp8Matmul, MatchesReferenceForEveryEpilogueAndTiling) {
         run(Half::BF16, MatmulEpilogue::AccumulateF32, tiles, b);
         std::vector<float> ref(outs);
         for (size_t i = 0; i < outs; ++i) ref[i] = float(out[i] + resid[i]);
-        EXPECT_LT(test::relative_error(test::download_f32(o, outs), ref), 1e-4);
+        EXPECT_LT(test::relative_error(test::download_f32(o, outs), ref), kFp32Tolerance);
       }
       for (Half t : {Half::BF16, Half::F16}) {
         SCOPED_TRACE(test::name(t));
@@ -187,8 +195,7 @@ TEST(Fp8Matmul, MatchesReferenceForEveryEpilogueAndTiling) {
           b.out = o.get();
           run(t, MatmulEpilogue::StoreHalf, tiles, b);
           std::vector<float> ref(out.begin(), out.end());
-          EXPECT_LT(test::relative_error(test::download_half(o, outs, t), ref),
-                    test::half_tolerance(t));
+          EXPECT_LT(test::relative_error(test::download_half(o, outs, t), ref), half_tolerance(t));
         }
         {  // SwiGLU of gate and up
           auto o = test::poisoned(outs * 2);
@@ -199,8 +206,7 @@ TEST(Fp8Matmul, MatchesReferenceForEveryEpilogueAndTiling) {
           std::vector<float> ref(outs);
           for (size_t i = 0; i < outs; ++i)
             ref[i] = float(out[i] / (1.0 + std::exp(-out[i])) * out_up[i]);
-          EXPECT_LT(test::relative_error(test::download_half(o, outs, t), ref),
-                    test::half_tolerance(t));
+          EXPECT_LT(test::relative_error(test::download_half(o, outs, t), ref), half_tolerance(t));
         }
       }
     }

@@ -89,8 +89,9 @@ __device__ __forceinline__ void wgmma_fence() {
 __device__ __forceinline__ void wgmma_commit() {
   asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
 }
-__device__ __forceinline__ void wgmma_wait_all() {
-  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(kPending) : "memory");
 }
 __device__ __forceinline__ void fence_register(float& r) {
   asm volatile("" : "+f"(r)::"memory");
@@ -119,6 +120,12 @@ struct Config {
   // Two blocks per SM only where both register sets (2 x BN / 2) fit 128 registers a thread.
   static constexpr int kMinBlocks = kConsumers == 1 && kSmemBytes <= 113 * 1024 && BN <= 64 ? 2 : 1;
   static constexpr bool kMoveRegisters = kConsumers == 2;
+  // A second stage-sum register set (so one stage's wgmmas overlap the previous promotion)
+  // where three sets and ~40 more registers fit the thread's share of the register file. Not
+  // with two consumers: at 168 registers ptxas serializes the wgmmas (C7514) instead; there
+  // the other consumer's wgmmas fill the gap.
+  static constexpr int kRegisterLimit = kMinBlocks == 2 ? 128 : 255;
+  static constexpr bool kDoubleBuffer = kConsumers == 1 && 3 * (BN / 2) + 40 <= kRegisterLimit;
   static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0, "swizzle atoms are 1024 bytes");
   static_assert(kRows % 64 == 0 ||
                     size_t(kABytes) * (kStages - 1) + 64 * kRowBytes <= kBarrierOffset,
@@ -204,36 +211,74 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     if constexpr (C::kMoveRegisters) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
     wait_for_producer();  // the epilogue reads and writes `out`, which earlier kernels may touch
     const int cw = wg - 1, t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
-    float acc[BN / 2], part[BN / 2];
+    float acc[BN / 2], part0[BN / 2], part1[C::kDoubleBuffer ? BN / 2 : 1];
 #pragma unroll
-    for (int i = 0; i < BN / 2; ++i) part[i] = 0.0f;
+    for (int i = 0; i < BN / 2; ++i) part0[i] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < (C::kDoubleBuffer ? BN / 2 : 1); ++i) part1[i] = 0.0f;
+    // Stage number `n` (counted over the block's tiles) waits for its data, then its 128
+    // products per output are summed by the tensor core from zero into `part`.
+    auto issue = [&](auto& part, int n) {
+      const int s = n % kStages;
+      mbar_wait(&full[s], (n / kStages) & 1);
+      const uint32_t a = smem_addr(a_smem + size_t(s) * C::kABytes + (wg - 1) * 64 * kRowBytes);
+      const uint32_t b = smem_addr(b_smem + size_t(s) * C::kBBytes);
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) fence_register(part[i]);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kStepsPerStage; ++kk)
+        WgmmaE4m3<BN>::run(part, smem_desc(a + kk * 32), smem_desc(b + kk * 32), kk > 0);
+      wgmma_commit();
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) fence_register(part[i]);
+    };
+    // Stage `n`'s wgmmas are done: hand the stage back and promote its sums into the fp32
+    // accumulator, stages in ascending K order.
+    auto promote = [&](auto& part, int n) {
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) fence_register(part[i]);
+      if (t == 0) mbar_arrive(&empty[n % kStages]);
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) acc[i] = __fadd_rn(acc[i], part[i]);
+    };
     int it = 0;
     for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
       int tm, tn;
       tile_coords(unit, p.tiles_m, p.tiles_n, tm, tn);
 #pragma unroll
       for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
-      for (int kt = 0; kt < k_tiles; ++kt, ++it) {
-        const int s = it % kStages;
-        mbar_wait(&full[s], (it / kStages) & 1);
-        const uint32_t a = smem_addr(a_smem + size_t(s) * C::kABytes + cw * 64 * kRowBytes);
-        const uint32_t b = smem_addr(b_smem + size_t(s) * C::kBBytes);
-#pragma unroll
-        for (int i = 0; i < BN / 2; ++i) fence_register(part[i]);
-        wgmma_fence();
-        // The stage's 128 products per output, summed by the tensor core from zero.
-#pragma unroll
-        for (int kk = 0; kk < kStepsPerStage; ++kk)
-          WgmmaE4m3<BN>::run(part, smem_desc(a + kk * 32), smem_desc(b + kk * 32), kk > 0);
-        wgmma_commit();
-        wgmma_wait_all();
-#pragma unroll
-        for (int i = 0; i < BN / 2; ++i) fence_register(part[i]);
-        if (t == 0) mbar_arrive(&empty[s]);
-          // Promotion: stage sums join the fp32 accumulator in ascending K order.
-#pragma unroll
-        for (int i = 0; i < BN / 2; ++i) acc[i] = __fadd_rn(acc[i], part[i]);
+      if constexpr (C::kDoubleBuffer) {
+        // Two register sets: a stage's wgmmas run while the one before it is promoted. The
+        // additions into acc are the single set's, in the same order: the same bits.
+        issue(part0, it);
+        int kt = 1;
+        for (; kt + 1 < k_tiles; kt += 2) {
+          issue(part1, it + kt);
+          wgmma_wait<1>();
+          promote(part0, it + kt - 1);
+          issue(part0, it + kt + 1);
+          wgmma_wait<1>();
+          promote(part1, it + kt);
+        }
+        if (kt < k_tiles) {
+          issue(part1, it + kt);
+          wgmma_wait<1>();
+          promote(part0, it + kt - 1);
+          wgmma_wait<0>();
+          promote(part1, it + kt);
+        } else {
+          wgmma_wait<0>();
+          promote(part0, it + kt - 1);
+        }
+      } else {
+        for (int kt = 0; kt < k_tiles; ++kt) {
+          issue(part0, it + kt);
+          wgmma_wait<0>();
+          promote(part0, it + kt);
+        }
       }
+      it += k_tiles;
 
       // Epilogue: out = acc * (a_scale[row] * w_scale[col]), then bias / SwiGLU / store, the
       // same arithmetic per element in every tiling.

@@ -65,7 +65,7 @@ int main(int argc, char** argv) {
   std::vector<int> ms{1, 8, 32, 64, 128, 256, 512, 2048};
   bool all_tiles = false;
   double peak = 1979.0, gbps_peak = 3020.0;
-  app.add_option("--ms", ms, "row counts");
+  app.add_option("--ms", ms, "row counts (a,b,...)")->delimiter(',');
   app.add_flag("--all-tiles", all_tiles, "also time every fp8 tiling");
   app.add_option("--peak-tflops", peak, "fp8 rate percentages are of (H100 SXM dense: 1979)");
   app.add_option("--peak-gbps", gbps_peak, "bandwidth percentages are of (H100 SXM: 3020)");

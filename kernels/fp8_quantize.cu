@@ -9,6 +9,7 @@
 #include "kernels/cuda_check.h"
 #include "kernels/fp8_e4m3.h"
 #include "kernels/half_utils.cuh"
+#include "kernels/pdl.cuh"
 
 namespace hearth::kernels {
 
@@ -31,10 +32,15 @@ __device__ __forceinline__ void unpack8(uint4 v, float (&x)[8]) {
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     fp8_quantize_rows_kernel(const T* in, int64_t ld, int k, uint8_t* codes, float* scales) {
+  // Launched with programmatic dependent launch: the matmul after it may start streaming its
+  // weights now; this kernel reads and writes nothing before the kernels ahead of it are done.
+  allow_dependents_early();
+  wait_for_producer();
   const int64_t row = blockIdx.x;
   const T* src = in + row * ld;
   uint8_t* dst = codes + row * int64_t(k);
   float amax = 0.0f;
+#pragma unroll 4
   for (int i = threadIdx.x * 8; i < k; i += kThreads * 8) {
     float x[8];
     unpack8<T>(*reinterpret_cast<const uint4*>(src + i), x);
@@ -50,6 +56,7 @@ __global__ void __launch_bounds__(kThreads)
   for (int w = 0; w < kThreads / 32; ++w) amax = fmaxf(amax, warp_amax[w]);
   const float scale = amax > 0.0f ? __fdiv_rn(amax, kE4m3Max) : 1.0f;
   if (threadIdx.x == 0) scales[row] = scale;
+#pragma unroll 2
   for (int i = threadIdx.x * 8; i < k; i += kThreads * 8) {
     float x[8];
     unpack8<T>(*reinterpret_cast<const uint4*>(src + i), x);

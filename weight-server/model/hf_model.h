@@ -62,12 +62,23 @@ class HfModel {
 };
 
 // The tensors a model of this configuration must have, with their shapes, in a stable order
-// (embedding, then per layer, then final norm and head).
+// (embedding, then per layer, then final norm and head). A quantized model's projections are
+// F8_E4M3, each followed by its scale "<name>_scale" (shape [out, 1] per channel, [1] per
+// tensor, where [] is accepted too).
 struct ExpectedTensor {
+  enum class Role { Plain, Fp8Weight, Fp8Scale };
   std::string name;
   std::vector<int64_t> shape;
+  Role role = Role::Plain;
 };
 std::vector<ExpectedTensor> expected_tensors(const ModelConfig& config);
+
+// Why a tensor of this dtype and shape cannot be `want` ("" when it can): the shape, or a dtype
+// its role does not allow (fp8 codes outside the quantized projections, a 16-bit projection in
+// a quantized model, a scale that is not F32, F16 or BF16). `implied` names what implies the
+// expectation in the message ("the config", "the architecture").
+std::string tensor_mismatch(const ExpectedTensor& want, DType dtype,
+                            const std::vector<int64_t>& shape, const char* implied);
 
 // End-of-sequence ids from generation_config.json, falling back to config.json's. Throws
 // (naming `label`) for a file that is not JSON or holds a bos or eos id outside the vocabulary.

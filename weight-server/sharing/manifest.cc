@@ -104,7 +104,7 @@ ManifestTensor parse_tensor(const Reader& r, const json& t, size_t index) {
   where = "tensor '" + out.info.name + "': ";
   const std::string dtype = r.string(t, "dtype", where);
   const auto parsed = parse_dtype(dtype);
-  if (!parsed) r.fail(where + "unsupported dtype '" + dtype + "' (F32, F16 or BF16)");
+  if (!parsed) r.fail(where + "unsupported dtype '" + dtype + "' (F32, F16, BF16 or F8_E4M3)");
   out.info.dtype = *parsed;
   const json& shape = r.field(t, "shape", where);
   if (!shape.is_array() || shape.size() > kMaxDims)
@@ -153,11 +153,9 @@ void check_against_architecture(const Reader& r, const Manifest& m) {
     const auto it = by_name.find(want.name);
     if (it == by_name.end()) r.fail("missing tensor '" + want.name + "'");
     const TensorInfo& got = it->second->info;
-    if (got.shape != want.shape) {
-      const TensorInfo expected{want.name, got.dtype, want.shape, 0};
-      r.fail("tensor '" + want.name + "' has shape " + got.shape_string() +
-             ", the architecture implies " + expected.shape_string());
-    }
+    if (const std::string why = tensor_mismatch(want, got.dtype, got.shape, "the architecture");
+        !why.empty())
+      r.fail(why);
     by_name.erase(it);
   }
   if (!by_name.empty())

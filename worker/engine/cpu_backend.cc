@@ -1,4 +1,5 @@
 #include "worker/engine/cpu_backend.h"
+#include "worker/engine/cpu_matmul.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,57 +10,9 @@ namespace hearth {
 
 namespace {
 
-// Sixteen independent partial sums in a fixed order: the compiler vectorises this without
-// reassociating, so the result does not depend on the instruction set.
-float dot(const float* a, const float* b, int64_t n) {
-  constexpr int kLanes = 16;
-  float acc[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int j = 0; j < kLanes; ++j) acc[j] += a[i + j] * b[i + j];
-  float tail = 0.0f;
-  for (; i < n; ++i) tail += a[i] * b[i];
-  for (int width = kLanes / 2; width > 0; width /= 2)
-    for (int j = 0; j < width; ++j) acc[j] += acc[j + width];
-  return acc[0] + tail;
-}
-
-void load_row(const WeightRef& w, int64_t row, float* out) {
-  const int64_t n = w.cols;
-  switch (w.dtype) {
-    case DType::F32:
-      std::copy_n(static_cast<const float*>(w.data) + row * n, n, out);
-      return;
-    case DType::BF16: {
-      const uint16_t* p = static_cast<const uint16_t*>(w.data) + row * n;
-      for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(p[i]);
-      return;
-    }
-    case DType::F16: {
-      const uint16_t* p = static_cast<const uint16_t*>(w.data) + row * n;
-      for (int64_t i = 0; i < n; ++i) out[i] = f16_to_f32(p[i]);
-      return;
-    }
-  }
-}
-
-// out[t, r] = sum_c W[r, c] * in[t, c] (+ bias[r]) for n rows of input. Each weight row is
-// converted once and used for every token, so prefill reads the weights once.
-void matmul(float* out, const float* in, int n, const WeightRef& W, const WeightRef& bias = {}) {
-  std::vector<float> row(W.cols);
-  std::vector<float> b;
-  if (bias) {
-    b.resize(bias.cols);
-    load_row(bias, 0, b.data());
-  }
-  for (int64_t r = 0; r < W.rows; ++r) {
-    load_row(W, r, row.data());
-    for (int t = 0; t < n; ++t) {
-      float v = dot(row.data(), in + int64_t(t) * W.cols, W.cols);
-      out[int64_t(t) * W.rows + r] = bias ? v + b[r] : v;
-    }
-  }
-}
+using cpu::dot;
+using cpu::load_row;
+using cpu::matmul;
 
 // y = w * (x / rms(x)), computed in fp32 as transformers does.
 void rmsnorm(float* y, const float* x, const WeightRef& w, int64_t n, double eps) {

@@ -41,8 +41,10 @@ struct WorkerModel {
   ImportTimings import_timings;
 };
 
-// Single-process mode: maps the directory's safetensors and uses them in place.
-WorkerModel open_model_dir(const std::filesystem::path& dir);
+// Single-process mode: maps the directory's safetensors and uses them in place, or with
+// `quantize_fp8` a 16/32-bit model's projections quantized at load (quantize_at_load.h; an fp8
+// model is used as it is).
+WorkerModel open_model_dir(const std::filesystem::path& dir, bool quantize_fp8 = false);
 
 struct ServedModelOptions {
   bool verify_weights = false;  // xxh3 of every imported tensor against the manifest

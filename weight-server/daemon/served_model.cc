@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "weight-server/sharing/checksum.h"
+#include "weight-server/model/quantize_at_load.h"
 #include "weight-server/sharing/memfd_store.h"
 #include "weight-server/model/parallel_for.h"
 #include "weight-server/sharing/vmm_backend.h"
@@ -78,7 +79,7 @@ std::unique_ptr<ServedModel> load_served_model(const ModelSpec& spec, const Serv
   served->dir = spec.dir;
   log("loading '" + spec.name + "' from " + spec.dir.string() + " (" + options.backend +
       " backend)");
-  const HfModel model = [&] {
+  const HfModel opened = [&] {
     if (!options.open_as) return HfModel::open(spec.dir);
     // Every file is opened here (the shards are mapped): after this, the rights no longer
     // matter, and the server's own identity comes back.
@@ -91,6 +92,9 @@ std::unique_ptr<ServedModel> load_served_model(const ModelSpec& spec, const Serv
                                options.open_as->describe() + ")");
     }
   }();
+  const bool quantize = options.quantize_fp8 && !opened.config().quantization.fp8();
+  const HfModel model = quantize ? quantize_fp8_at_load(opened, options.threads) : opened;
+  if (quantize) log("quantized '" + spec.name + "' to fp8 (per-channel scales)");
   served->open_seconds = seconds_since(start);
 
   if (options.backend == "memfd") {

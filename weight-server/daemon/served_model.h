@@ -42,6 +42,9 @@ struct ServeOptions {
   int device = 0;                 // vmm
   int threads = 4;                // writers/uploaders and hashers
   bool progress = false;
+  // Quantize a 16/32-bit model's projections to fp8 at load (quantize_at_load.h); a model
+  // already in fp8 is served as it is.
+  bool quantize_fp8 = false;
   std::function<void(std::string_view)> log;  // progress and summary lines; null: silent
   // Whose rights open the model's files: an admin `load` opens them as the admin
   // (requester_identity.h); unset, as the server (its own --model directories).

@@ -120,6 +120,12 @@ int run(int argc, char** argv) {
                  "the device memory the budget divides, in MiB (default: the GPU's with the vmm "
                  "backend, the machine's RAM with memfd)")
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 30));
+  std::string quantize = "none";
+  app.add_option("--quantize", quantize,
+                 "none | fp8: store the decoder projections as e4m3 with per-channel F32 scales, "
+                 "quantized once at load (the bytes hearth-synth --dtype fp8 writes); fp8 "
+                 "checkpoints are served as they are")
+      ->check(CLI::IsMember({"none", "fp8"}));
   app.add_flag("--quiet", quiet, "no progress lines");
   CLI11_PARSE(app, argc, argv);
 
@@ -137,6 +143,7 @@ int run(int argc, char** argv) {
   serve.backend = resolve_backend(backend);
   serve.device = device;
   serve.threads = threads;
+  serve.quantize_fp8 = quantize == "fp8";
   serve.progress = !quiet;
   serve.log = log_line;
 

@@ -52,6 +52,7 @@ class HfModel {
   uint64_t total_bytes() const;
 
  private:
+  friend HfModel quantize_fp8_at_load(const HfModel& source, int threads);
   std::filesystem::path dir_;
   ModelConfig config_;
   std::string config_json_, tokenizer_config_json_, generation_config_json_;
@@ -59,6 +60,7 @@ class HfModel {
   std::vector<std::shared_ptr<SafetensorsFile>> shards_;
   std::vector<HfTensor> tensors_;
   std::map<std::string, size_t> by_name_;
+  std::shared_ptr<const std::vector<std::byte>> owned_;  // tensors made at load (quantized)
 };
 
 // The tensors a model of this configuration must have, with their shapes, in a stable order

@@ -11,10 +11,13 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <functional>
 #include <map>
 #include <random>
 #include <tuple>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -68,6 +71,48 @@ fs::path synth_fp8(const std::string& name, const json& overrides = kConfig) {
   opt.config_overrides = overrides;
   write_synthetic_model(dir, opt);
   return dir;
+}
+
+// The same codes with one scale per tensor (the first row's; compressed-tensors strategy
+// "tensor"): the model it makes is codes x that scale, whatever the codes were quantized by.
+void make_per_tensor(const fs::path& dir) {
+  const fs::path file = dir / "model.safetensors";
+  std::string image;
+  {
+    std::ifstream in(file, std::ios::binary);
+    image.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  uint64_t len = 0;
+  std::memcpy(&len, image.data(), 8);
+  json header = json::parse(image.substr(8, len));
+  const std::string data = image.substr(8 + len);
+  std::vector<std::pair<uint64_t, std::string>> order;
+  for (const auto& [name, t] : header.items())
+    if (name != "__metadata__") order.emplace_back(t["data_offsets"][0].get<uint64_t>(), name);
+  std::sort(order.begin(), order.end());
+  std::string out_data;
+  for (const auto& [begin, name] : order) {
+    json& t = header[name];
+    const uint64_t end = t["data_offsets"][1].get<uint64_t>();
+    std::string bytes = data.substr(begin, end - begin);
+    if (name.ends_with("_scale")) {
+      ASSERT_EQ(t["dtype"], "F32") << name;
+      bytes.resize(4);
+      t["shape"] = {1};
+    }
+    t["data_offsets"] = {out_data.size(), out_data.size() + bytes.size()};
+    out_data += bytes;
+  }
+  std::string h = header.dump();
+  h.append((8 - h.size() % 8) % 8, ' ');
+  len = h.size();
+  std::ofstream out(file, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(&len), 8);
+  out << h << out_data;
+  out.close();
+  json config = json::parse(std::ifstream(dir / "config.json"));
+  config["quantization_config"]["config_groups"]["group_0"]["weights"]["strategy"] = "tensor";
+  std::ofstream(dir / "config.json") << config.dump(2);
 }
 
 EngineOptions options(int max_batch_tokens = 2048, int max_running = 128,
@@ -128,6 +173,30 @@ TEST(CudaFp8, BindsCodesInPlaceWithTheCheckpointsRowScales) {
   }
   EXPECT_EQ(cw.type(), kernels::Half::BF16);
   EXPECT_EQ(on_device.lm_head.dtype, DType::BF16);
+}
+
+// A per-tensor scale becomes the same fp32 value on every row.
+TEST(CudaFp8, RepeatsAPerTensorScaleOnEveryRow) {
+  HEARTH_REQUIRE_FP8();
+  const fs::path dir = synth_fp8("tensor");
+  make_per_tensor(dir);
+  auto hf = std::make_shared<HfModel>(HfModel::open(dir));
+  ASSERT_EQ(hf->config().quantization.strategy, QuantizationConfig::Strategy::Tensor);
+  const std::shared_ptr<const WeightStore> dev = DeviceStore::upload(*hf, {});
+  const CudaWeights cw = CudaWeights::bind(*dev, dev->config());
+  const HostStore host(hf);
+  const ModelWeights on_host = bind_weights(host);
+  for (int l = 0; l < cw.num_layers(); ++l)
+    for (const auto& [scales, ref] : {std::pair{cw.scales(l).wq, &on_host.layers[l].wq},
+                                      {cw.scales(l).w_up, &on_host.layers[l].w_up},
+                                      {cw.scales(l).w_down, &on_host.layers[l].w_down}}) {
+      ASSERT_EQ(ref->scale_count, 1) << ref->name;
+      std::vector<float> got(size_t(ref->rows));
+      ASSERT_EQ(cudaMemcpy(got.data(), scales, got.size() * 4, cudaMemcpyDeviceToHost),
+                cudaSuccess);
+      for (int64_t r = 0; r < ref->rows; ++r)
+        ASSERT_EQ(got[r], ref->row_scale(0)) << ref->name << " row " << r;
+    }
 }
 
 TEST(CudaFp8, SingleSequenceEngineRefusesFp8ByName) {
@@ -195,6 +264,9 @@ TEST(CudaFp8, MatchesTheCpuEngineOnTheSameFp8Weights) {
   EngineOptions o = options(256);
   o.batch_invariant = false;
   check_against_cpu(dir, prompt, 10, o, "batch_invariant false");
+  const fs::path tensor = synth_fp8("cpu_tensor");
+  make_per_tensor(tensor);
+  check_against_cpu(tensor, prompt, 10, options(), "per-tensor scales");
 }
 
 // ---- Batch invariance through the engine ----------------------------------------------------

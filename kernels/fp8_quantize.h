@@ -24,4 +24,10 @@ struct Fp8QuantizeArgs {
 // Requires 16-byte aligned in and codes (8-byte would do for codes), ld % 8 == 0.
 void fp8_quantize_rows(Half type, const Fp8QuantizeArgs& args, cudaStream_t stream);
 
+// rmsnorm (kernels/ops.h) of n fp32 rows of `hidden`, quantized as fp8_quantize_rows would
+// quantize rmsnorm's 16-bit output, in one kernel (kernels/rmsnorm_fp8.cu): the same codes
+// [n, hidden] and row scales [n], bit for bit, without the 16-bit rows.
+void rmsnorm_fp8(Half type, const float* x, const float* weight, int n, int hidden, float eps,
+                 uint8_t* codes, float* scales, cudaStream_t stream);
+
 }  // namespace hearth::kernels

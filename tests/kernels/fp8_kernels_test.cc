@@ -7,11 +7,14 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "kernels/batch_ops.h"
 #include "kernels/fp8_matmul.h"
 #include "kernels/fp8_quantize.h"
+#include "kernels/ops.h"
+#include "kernels/reference.h"
 #include "tests/kernels/gpu_test_util.h"
 #include "weight-server/model/fp8.h"
 
@@ -108,6 +111,54 @@ TEST(Fp8Quantize, EqualsTheCpuRuleByteForByte) {
   EXPECT_EQ(0, std::memcmp(want.codes.data(), download<uint8_t>(codes, want.codes.size()).data(),
                            want.codes.size()));
   EXPECT_EQ(0, std::memcmp(want.scales.data(), download<float>(scales, rows).data(), rows * 4));
+}
+
+// rmsnorm_fp8 == rmsnorm then fp8_quantize_rows, byte for byte (codes and scales), at widths
+// of each of rmsnorm's block sizes, with an all-zero row; its codes are the CPU rule applied
+// to rmsnorm's 16-bit output, and decode to the CPU reference rmsnorm within e4m3's rounding.
+TEST(Fp8Quantize, RmsnormFp8EqualsRmsnormThenQuantize) {
+  HEARTH_REQUIRE_GPU();
+  const int n = 37;
+  for (Half t : {Half::BF16, Half::F16})
+    for (int hidden : {64, 200, 512, 1024, 2048, 4096, 8192}) {
+      SCOPED_TRACE(std::string(test::name(t)) + " hidden " + std::to_string(hidden));
+      std::vector<float> x = test::random_floats(size_t(n) * hidden, 3.0f);
+      std::fill(x.begin() + size_t(5) * hidden, x.begin() + size_t(6) * hidden, 0.0f);
+      std::vector<float> w = test::random_floats(size_t(hidden), 0.5f);
+      for (float& v : w) v += 1.0f;
+      const float eps = 1e-5f;
+      auto dx = test::upload(x), dw = test::upload(w);
+      DeviceBuffer xn(size_t(n) * hidden * 2);
+      auto codes = test::poisoned(size_t(n) * hidden), scales = test::poisoned(size_t(n) * 4);
+      kernels::rmsnorm(t, dx.get<float>(), dw.get<float>(), n, hidden, eps, xn.get(), nullptr);
+      kernels::Fp8QuantizeArgs q;
+      q.in = xn.get(), q.rows = n, q.k = hidden;
+      q.codes = codes.get<uint8_t>(), q.scales = scales.get<float>();
+      kernels::fp8_quantize_rows(t, q, nullptr);
+      auto fused_codes = test::poisoned(size_t(n) * hidden),
+           fused_scales = test::poisoned(size_t(n) * 4);
+      kernels::rmsnorm_fp8(t, dx.get<float>(), dw.get<float>(), n, hidden, eps,
+                           fused_codes.get<uint8_t>(), fused_scales.get<float>(), nullptr);
+      const auto want_codes = download<uint8_t>(codes, size_t(n) * hidden);
+      const auto got_codes = download<uint8_t>(fused_codes, size_t(n) * hidden);
+      const auto want_scales = download<float>(scales, n);
+      const auto got_scales = download<float>(fused_scales, n);
+      EXPECT_EQ(0, std::memcmp(want_scales.data(), got_scales.data(), size_t(n) * 4));
+      for (int r = 0; r < n; ++r)
+        EXPECT_EQ(
+            0, std::memcmp(&want_codes[size_t(r) * hidden], &got_codes[size_t(r) * hidden], hidden))
+            << "row " << r;
+      const std::vector<float> normed = test::download_half(xn, size_t(n) * hidden, t);
+      const Quantized cpu = quantize_cpu(normed, n, hidden, hidden);
+      EXPECT_EQ(0, std::memcmp(cpu.codes.data(), got_codes.data(), cpu.codes.size()));
+      EXPECT_EQ(0, std::memcmp(cpu.scales.data(), got_scales.data(), size_t(n) * 4));
+      EXPECT_EQ(got_scales[5], 1.0f);  // the all-zero row
+      const std::vector<float> ref = reference::rmsnorm(x, w, n, hidden, eps);
+      std::vector<float> decoded(ref.size());
+      for (size_t i = 0; i < ref.size(); ++i)
+        decoded[i] = fp8_e4m3_to_f32(got_codes[i]) * got_scales[i / hidden];
+      EXPECT_LT(test::relative_error(decoded, ref), 0.05);  // e4m3 keeps 3 mantissa bits
+    }
 }
 
 void run(Half t, MatmulEpilogue e, Fp8Tiles tiles, const kernels::Fp8MatmulArgs& args) {

@@ -61,6 +61,12 @@ void CudaLlamaForward::layer(int l, const StepShape& s, const StepInputs& in, co
   auto input = [&](const void* a, int k) {
     if (fp8) matmuls_.quantize(a, T, k, st);
   };
+  // rmsnorm into xn_, or (fp8) straight into the quantized input: the same codes as
+  // quantizing xn_, without writing it.
+  auto norm = [&](const float* weight) {
+    if (fp8) return matmuls_.rmsnorm_quantize(x_.get<float>(), weight, T, h, eps, st);
+    kernels::rmsnorm(type_, x_.get<float>(), weight, T, h, eps, xn_.get(), st);
+  };
   auto matmul = [&](MatmulShape shape, MatmulEpilogue e, const void* a, const void* w,
                     const float* w_scale, const void* w_up, const float* w_up_scale, void* out,
                     int n, int k) {
@@ -68,8 +74,7 @@ void CudaLlamaForward::layer(int l, const StepShape& s, const StepInputs& in, co
     matmuls_.run(shape, e, a, w, w_up, out, T, n, k, st);
   };
 
-  kernels::rmsnorm(type_, x_.get<float>(), L.attn_norm, T, h, eps, xn_.get(), st);
-  input(xn_.get(), h);
+  norm(L.attn_norm);
   matmul(kQ, MatmulEpilogue::StoreF32, xn_.get(), L.wq, S.wq, nullptr, nullptr, q32_.get(), qd, h);
   matmul(kKV, MatmulEpilogue::StoreF32, xn_.get(), L.wk, S.wk, nullptr, nullptr, k32_.get(), kvd,
          h);
@@ -94,8 +99,7 @@ void CudaLlamaForward::layer(int l, const StepShape& s, const StepInputs& in, co
   matmul(kO, MatmulEpilogue::AccumulateF32, att_.get(), L.wo, S.wo, nullptr, nullptr, x_.get(), h,
          qd);
 
-  kernels::rmsnorm(type_, x_.get<float>(), L.mlp_norm, T, h, eps, xn_.get(), st);
-  input(xn_.get(), h);
+  norm(L.mlp_norm);
   matmul(kGateUp, MatmulEpilogue::SwiGLU, xn_.get(), L.w_gate, S.w_gate, L.w_up, S.w_up, act_.get(),
          c.intermediate, h);
   input(act_.get(), c.intermediate);

@@ -59,6 +59,13 @@ void CudaMatmuls::quantize(const void* a, int m, int k, cudaStream_t stream) {
   quantized_m_ = m, quantized_k_ = k;
 }
 
+void CudaMatmuls::rmsnorm_quantize(const float* x, const float* weight, int m, int k, float eps,
+                                   cudaStream_t stream) {
+  kernels::rmsnorm_fp8(type_, x, weight, m, k, eps, codes_.get<uint8_t>(), row_scales_.get<float>(),
+                       stream);
+  quantized_m_ = m, quantized_k_ = k;
+}
+
 void CudaMatmuls::run_fp8(MatmulEpilogue epilogue, const void* w, const float* w_scale,
                           const void* w_up, const float* w_up_scale, void* out, int m, int n, int k,
                           cudaStream_t stream) {

@@ -44,6 +44,10 @@ class CudaMatmuls {
   // fp8: `a` (m rows of k values of the 16-bit type) quantized to e4m3 codes and row scales,
   // the input of every run_fp8 until the next quantize.
   void quantize(const void* a, int m, int k, cudaStream_t stream);
+  // fp8: rmsnorm of m fp32 rows of k (kernels/ops.h) quantized as quantize() would quantize
+  // its 16-bit output (the same bits), in one kernel: the input of q/k/v and of gate/up.
+  void rmsnorm_quantize(const float* x, const float* weight, int m, int k, float eps,
+                        cudaStream_t stream);
   // fp8: out = the quantized input times the codes w (and w_up for SwiGLU), each product
   // scaled by its input row's and weight row's scales; the epilogues of run().
   void run_fp8(kernels::MatmulEpilogue epilogue, const void* w, const float* w_scale,

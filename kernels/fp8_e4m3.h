@@ -1,8 +1,8 @@
-// The e4m3 encoder of the fp8 kernels, in integer arithmetic so that host and device give the
-// same bits without relying on a conversion instruction's rounding: round to nearest, ties to
-// even, saturating to ±448, NaN -> 0x7f. The same function as weight-server/model/fp8.h's
-// f32_to_fp8_e4m3 (tests/kernels/fp8_e4m3_test.cc checks it against that one); kernels/ sits
-// below weight-server/ in the layering, hence a second spelling rather than an include.
+// hearth's one e4m3 encoder, in integer arithmetic so that host and device give the same bits
+// without relying on a conversion instruction's rounding: round to nearest, ties to even,
+// saturating to ±448, NaN -> 0x7f. The GPU kernels call it, and weight-server/model/fp8.h
+// (f32_to_fp8_e4m3) for everything made on the host; tests/kernels/fp8_e4m3_test.cc checks it
+// against an encoder written with other arithmetic (frexp and rint).
 #pragma once
 
 #include <cstdint>

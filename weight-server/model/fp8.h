@@ -6,8 +6,9 @@
 #pragma once
 
 #include <bit>
-#include <cmath>
 #include <cstdint>
+
+#include "kernels/fp8_e4m3.h"
 
 namespace hearth {
 
@@ -28,26 +29,9 @@ constexpr float fp8_e4m3_to_f32(uint8_t b) {
 
 // Round to nearest, ties to even; saturating: every finite value (and ±inf) beyond ±448 becomes
 // ±448, as CUDA's __nv_cvt_float_to_fp8(x, __NV_SATFINITE, __NV_E4M3) and torch's clamped cast.
+// The one encoder, shared with the GPU kernels (integer arithmetic, so host and device agree).
 inline uint8_t f32_to_fp8_e4m3(float f) {
-  if (std::isnan(f)) return kFp8E4m3Nan;
-  const uint8_t sign = std::signbit(f) ? 0x80 : 0x00;
-  const float a = std::fabs(f);
-  if (a >= kFp8E4m3Max) return sign | 0x7e;
-  int exponent2;
-  std::frexp(a, &exponent2);  // a = fraction · 2^exponent2, fraction in [0.5, 1)
-  const int unbiased = exponent2 - 1;
-  unsigned code;
-  if (a < 0x1p-6f) {
-    // Subnormal steps of 2^-9; 8 steps rounds up into the smallest normal, which is code 8.
-    code = unsigned(std::nearbyint(a * 0x1p9f));
-  } else {
-    // a / 2^unbiased is in [1, 2); its eighths above 1 are the mantissa, and a carry to 8
-    // moves into the exponent, which the sum below does by itself.
-    const float eighths = (std::ldexp(a, -unbiased) - 1.0f) * 8.0f;
-    code = unsigned((unbiased + 7) << 3) + unsigned(std::nearbyint(eighths));
-  }
-  if (code > 0x7e) code = 0x7e;  // 0x7f is NaN: what rounds past 448 saturates
-  return sign | uint8_t(code);
+  return kernels::encode_e4m3(f);
 }
 
 // Per-output-channel symmetric quantization, the FP8-dynamic checkpoints' weight scheme: a row's

@@ -53,11 +53,19 @@ void CudaLlamaForward::layer(int l, const StepShape& s, const StepInputs& in, co
 
   kernels::rmsnorm(type_, x_.get<float>(), L.attn_norm, T, h, eps, xn_.get(), st);
   mark(StepPhase::Norm, st);
-  matmuls_.run(kQ, MatmulEpilogue::StoreF32, xn_.get(), L.wq, nullptr, q32_.get(), T, qd, h, st);
-  mark(StepPhase::Q, st);
-  matmuls_.run(kKV, MatmulEpilogue::StoreF32, xn_.get(), L.wk, nullptr, k32_.get(), T, kvd, h, st);
-  matmuls_.run(kKV, MatmulEpilogue::StoreF32, xn_.get(), L.wv, nullptr, v32_.get(), T, kvd, h, st);
-  mark(StepPhase::KV, st);
+  if (matmuls_.fuses_qkv()) {  // one launch, the same bits
+    matmuls_.run_qkv(xn_.get(), L.wq, L.wk, L.wv, q32_.get(), k32_.get(), v32_.get(), T, qd, kvd, h,
+                     st);
+    mark(StepPhase::QKV, st);
+  } else {
+    matmuls_.run(kQ, MatmulEpilogue::StoreF32, xn_.get(), L.wq, nullptr, q32_.get(), T, qd, h, st);
+    mark(StepPhase::Q, st);
+    matmuls_.run(kKV, MatmulEpilogue::StoreF32, xn_.get(), L.wk, nullptr, k32_.get(), T, kvd, h,
+                 st);
+    matmuls_.run(kKV, MatmulEpilogue::StoreF32, xn_.get(), L.wv, nullptr, v32_.get(), T, kvd, h,
+                 st);
+    mark(StepPhase::KV, st);
+  }
 
   kernels::PagedKvWriteArgs kw;
   kw.q = q32_.get<float>(), kw.k = k32_.get<float>(), kw.v = v32_.get<float>();

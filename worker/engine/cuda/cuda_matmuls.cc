@@ -8,6 +8,7 @@
 #include "kernels/cuda_check.h"
 #include "kernels/cuda_handles.h"
 #include "kernels/ops.h"
+#include "kernels/wgmma_matmul.h"
 
 namespace hearth {
 
@@ -49,6 +50,29 @@ void CudaMatmuls::run(MatmulShape shape, MatmulEpilogue epilogue, const void* a,
   args.workspace = ws_.get(), args.workspace_bytes = ws_bytes_;
   args.tiles = tiles_[shape][matmul_band(m)];
   kernels::batch_matmul(type_, epilogue, args, stream);
+}
+
+bool CudaMatmuls::fuses_qkv() const {
+  return !gemm_ && kernels::wgmma_matmul_available();
+}
+
+void CudaMatmuls::run_qkv(const void* a, const void* wq, const void* wk, const void* wv, void* q,
+                          void* k, void* v, int m, int q_dim, int kv_dim, int hidden,
+                          cudaStream_t stream) {
+  const MatmulEpilogue e = MatmulEpilogue::StoreF32;
+  if (!fuses_qkv()) {
+    run(kQ, e, a, wq, nullptr, q, m, q_dim, hidden, stream);
+    run(kKV, e, a, wk, nullptr, k, m, kv_dim, hidden, stream);
+    run(kKV, e, a, wv, nullptr, v, m, kv_dim, hidden, stream);
+    return;
+  }
+  // The tuned q and kv tilings were timed on each weight alone: the fused launch picks its own
+  // (any wgmma tiling gives the same bits).
+  kernels::MatmulArgs args;
+  args.a = a, args.w = wq, args.m = m, args.n = q_dim, args.k = hidden, args.out = q;
+  args.more[0] = {wk, nullptr, k, kv_dim};
+  args.more[1] = {wv, nullptr, v, kv_dim};
+  kernels::wgmma_matmul(type_, e, args, kernels::WgmmaTiles::Auto, stream);
 }
 
 void CudaMatmuls::cublas(MatmulEpilogue epilogue, const void* a, const void* w, const void* w_up,

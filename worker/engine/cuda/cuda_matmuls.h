@@ -36,6 +36,14 @@ class CudaMatmuls {
   void run(MatmulShape shape, kernels::MatmulEpilogue epilogue, const void* a, const void* w,
            const void* w_up, void* out, int m, int n, int k, cudaStream_t stream);
 
+  // True when q, k and v run as one launch (run_qkv): the wgmma kernel, batch_invariant on.
+  bool fuses_qkv() const;
+  // q = a · wqᵀ, k = a · wkᵀ, v = a · wvᵀ, fp32 out, in one launch of the wgmma kernel over the
+  // three weights (the bits of three calls; k and v alone are too few tiles to fill the GPU);
+  // three calls where it does not fuse.
+  void run_qkv(const void* a, const void* wq, const void* wk, const void* wv, void* q, void* k,
+               void* v, int m, int q_dim, int kv_dim, int hidden, cudaStream_t stream);
+
   // One matrix of a step to tune: its operands' buffers (any contents) and largest row count.
   struct TuneJob {
     MatmulShape shape;

@@ -13,6 +13,8 @@
 
 #include "kernels/batch_ops.h"
 #include "kernels/device_buffer.h"
+#include "kernels/fp8_matmul.h"
+#include "kernels/fp8_quantize.h"
 #include "kernels/gemm.h"
 #include "kernels/ops.h"
 #include "kernels/wgmma_matmul.h"
@@ -110,11 +112,34 @@ json bench_matmul(const BatchKernelBenchOptions& o, cudaStream_t stream, Timer& 
   fill_random(arena.get(), arena_bytes);
   fill_random(a.get(), a.bytes());
   kernels::Gemm cublas(Half::BF16);
+  // fp8 (issue 25): e4m3 weights with per-channel scales, activations quantized per token. The
+  // weight codes are valid finite e4m3 (no NaN), as quantized weights are.
+  const bool fp8 = kernels::fp8_matmul_available();
+  const size_t fp8_arena_bytes = arena_bytes / 2;
+  DeviceBuffer fp8_arena(fp8 ? fp8_arena_bytes : 0), fp8_scales(fp8 ? 2 * 14336 * 4 : 0),
+      fp8_a(fp8 ? size_t(max_m) * 14336 : 0), fp8_a_scales(fp8 ? size_t(max_m) * 4 : 0);
+  if (fp8) {
+    std::vector<uint8_t> codes(64 << 20);
+    std::mt19937 gen(5);
+    for (auto& c : codes) c = uint8_t(gen() % 0x7f) | uint8_t(gen() & 0x80);  // never 0x7f
+    for (size_t off = 0; off < fp8_arena_bytes; off += codes.size())
+      HEARTH_CUDA_CHECK(cudaMemcpy(static_cast<char*>(fp8_arena.get()) + off, codes.data(),
+                                   std::min(codes.size(), fp8_arena_bytes - off),
+                                   cudaMemcpyHostToDevice));
+    const std::vector<float> scales(2 * 14336, 0.02f / 448);
+    HEARTH_CUDA_CHECK(
+        cudaMemcpy(fp8_scales.get(), scales.data(), fp8_scales.bytes(), cudaMemcpyHostToDevice));
+    kernels::Fp8QuantizeArgs q;  // the activations' codes and scales, as a real step has them
+    q.in = a.get(), q.rows = max_m, q.k = 14336, q.codes = fp8_a.get<uint8_t>();
+    q.scales = fp8_a_scales.get<float>();
+    kernels::fp8_quantize_rows(Half::BF16, q, stream);
+  }
   json rows = json::array();
   std::printf(
-      "\n| matmul | N x K | M | kernel | us | GB/s | of %.0f GB/s | TFLOP/s | of %.0f TFLOP/s | vs "
-      "cuBLASLt |\n|---|---|---|---|---|---|---|---|---|---|\n",
-      o.copy_gbps, o.matmul_tflops);
+      "\n| matmul | N x K | M | kernel | us | GB/s | of %.0f GB/s | TFLOP/s | of %.0f TFLOP/s "
+      "(fp8: "
+      "of %.0f) | vs cuBLASLt |\n|---|---|---|---|---|---|---|---|---|---|\n",
+      o.copy_gbps, o.matmul_tflops, o.fp8_tflops);
   for (const Shape& s : shapes) {
     const int mats = s.swiglu ? 2 : 1;
     const size_t w_bytes = size_t(s.n) * s.k * 2 * mats;
@@ -145,12 +170,45 @@ json bench_matmul(const BatchKernelBenchOptions& o, cudaStream_t stream, Timer& 
               stream);
         }));
       }
+      // fp8 (not the LM head, which stays 16-bit): the matmul alone on quantized activations,
+      // and with the activations' quantization before it (what a step runs).
+      const bool fp8_shape = fp8 && s.n != 128256;
+      const size_t fp8_w_bytes = size_t(s.n) * s.k * mats;
+      const int fp8_copies = int(std::clamp<size_t>(fp8_arena_bytes / fp8_w_bytes, 1, 16));
+      const double fp8_bytes = double(fp8_w_bytes) + double(m) * s.k + 2.0 * m * s.n * mats;
+      auto fp8_matmul = [&](int i) {
+        const uint8_t* w = fp8_arena.get<uint8_t>() + (i % fp8_copies) * fp8_w_bytes;
+        kernels::Fp8MatmulArgs args;
+        args.a = fp8_a.get<uint8_t>(), args.a_scale = fp8_a_scales.get<float>();
+        args.w = w, args.w_scale = fp8_scales.get<float>(), args.m = m, args.n = s.n, args.k = s.k;
+        if (s.swiglu)
+          args.w_up = w + fp8_w_bytes / 2, args.w_up_scale = fp8_scales.get<float>() + s.n;
+        args.out = out.get();
+        kernels::fp8_matmul(
+            Half::BF16,
+            s.swiglu ? kernels::MatmulEpilogue::SwiGLU : kernels::MatmulEpilogue::StoreHalf, args,
+            kernels::Fp8Tiles::Auto, stream);
+      };
+      double fp8_us = 0, fp8_quant_us = 0;
+      if (fp8_shape) {
+        fp8_us = timer.us(fp8_matmul);
+        fp8_quant_us = timer.us([&](int i) {
+          kernels::Fp8QuantizeArgs q;
+          q.in = a.get(), q.rows = m, q.k = s.k, q.codes = fp8_a.get<uint8_t>();
+          q.scales = fp8_a_scales.get<float>();
+          kernels::fp8_quantize_rows(Half::BF16, q, stream);
+          fp8_matmul(i);
+        });
+      }
       const double cublas_us = timer.us([&](int i) {
         cublas.run(weight(i), a.get(), out.get(), m, s.n * mats, s.k, kernels::Gemm::Out::Half,
                    stream);
       });
-      auto report = [&](const char* kernel, double us, double baseline) {
-        const double gbps = bytes / us / 1e3, tflops = flops / us / 1e6;
+      auto report = [&](const char* kernel, double us, double baseline, double moved = 0,
+                        double peak = 0) {
+        if (moved == 0) moved = bytes;
+        if (peak == 0) peak = o.matmul_tflops;
+        const double gbps = moved / us / 1e3, tflops = flops / us / 1e6;
         rows.push_back({{"shape", s.name},
                         {"n", s.n},
                         {"k", s.k},
@@ -160,15 +218,21 @@ json bench_matmul(const BatchKernelBenchOptions& o, cudaStream_t stream, Timer& 
                         {"gbps", gbps},
                         {"tflops", tflops},
                         {"fraction_of_copy_bandwidth", gbps / o.copy_gbps},
-                        {"fraction_of_matmul_rate", tflops / o.matmul_tflops},
+                        {"fraction_of_matmul_rate", tflops / peak},
+                        {"matmul_rate_ceiling_tflops", peak},
                         {"time_vs_cublaslt", us / baseline}});
         std::printf("| %s | %dx%d | %d | %s | %.1f | %.0f | %.1f%% | %.1f | %.1f%% | %.2fx |\n",
                     s.name, s.n, s.k, m, kernel, us, gbps, 100 * gbps / o.copy_gbps, tflops,
-                    100 * tflops / o.matmul_tflops, us / baseline);
+                    100 * tflops / peak, us / baseline);
       };
       report("cuBLASLt", cublas_us, cublas_us);
       for (size_t f = 0; f < families.size(); ++f)
         report(tiles_name(families[f]), family_us[f], cublas_us);
+      if (fp8_shape) {
+        report("fp8 wgmma", fp8_us, cublas_us, fp8_bytes, o.fp8_tflops);
+        report("fp8 quantize + wgmma", fp8_quant_us, cublas_us, fp8_bytes + 2.0 * m * s.k,
+               o.fp8_tflops);
+      }
       std::fflush(stdout);
     }
   }

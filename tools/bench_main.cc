@@ -348,6 +348,10 @@ int run(int argc, char** argv) {
   std::fprintf(stderr, "bench: loading %s\n", model_dir.c_str());
   auto t0 = Clock::now();
   hearth::HfModel hf = hearth::HfModel::open(model_dir);
+  if (hf.config().quantization.fp8())
+    throw std::runtime_error(
+        "hearth-bench's decode and prefill runs use the single-sequence engine, which reads 16-bit "
+        "weights only; for an fp8 model use --serve-bench (--concurrency 1 for one stream)");
   hearth::UploadOptions up;
   up.layout = layout == "packed" ? hearth::DeviceLayout::Packed : hearth::DeviceLayout::PerTensor;
   up.progress = true;

@@ -20,12 +20,13 @@ namespace {
 
 using json = nlohmann::json;
 
-// Bytes of the matrices one forward pass streams (everything but the embedding table).
+// Bytes of the matrices one forward pass streams (everything but the embedding table): the
+// projections one byte a weight in an fp8 model (their scales are noise), the LM head 16-bit.
 uint64_t weight_bytes(const ModelConfig& c) {
   const uint64_t h = c.hidden;
   const uint64_t per_layer =
       h * c.q_dim() + 2 * h * c.kv_dim() + uint64_t(c.q_dim()) * h + 3 * h * c.intermediate;
-  return (per_layer * c.n_layers + h * c.vocab) * 2;
+  return per_layer * c.n_layers * (c.quantization.fp8() ? 1 : 2) + h * c.vocab * 2;
 }
 
 std::vector<int32_t> prompt(int n, int vocab, int salt) {
@@ -265,11 +266,13 @@ json serve_bench(const ServeBenchOptions& o) {
 
   const std::string label = o.label.empty() ? o.model_dir : o.label;
   std::printf(
-      "\n| %s%s%s | output tok/s | TTFT p50 / p99 ms | ITL p50 / p99 ms | decode step ms: forward "
+      "\n| %s%s%s%s | output tok/s | TTFT p50 / p99 ms | ITL p50 / p99 ms | decode step ms: "
+      "forward "
       "+ "
       "sample (roofline) | step wall / GPU ms | KV peak | of roofline (%.0f GB/s) "
       "|\n|---|---|---|---|---|---|---|---|\n",
-      label.c_str(), opt.engine.batch_invariant ? "" : " (batch_invariant: false)",
+      label.c_str(), c.quantization.fp8() ? " (fp8)" : "",
+      opt.engine.batch_invariant ? "" : " (batch_invariant: false)",
       o.json_object ? " (json_object)" : "", o.copy_gbps);
   for (const json& l : levels) {
     const json& d = l["decode_step"];
@@ -286,28 +289,31 @@ json serve_bench(const ServeBenchOptions& o) {
         100 * l["fraction_of_roofline"].get<double>());
   }
   std::fflush(stdout);
-  return {
-      {"mode", "serve"},
-      {"model", {{"label", label}, {"parameters", c.parameter_count()}, {"layers", c.n_layers}}},
-      {"workload",
-       {{"prompt_tokens", o.prompt_tokens},
-        {"output_tokens", o.output_tokens},
-        {"temperature", o.temperature}}},
-      {"engine",
-       {{"max_batch_tokens", opt.engine.max_batch_tokens},
-        {"max_running", opt.engine.max_running},
-        {"kv_block_size", opt.engine.kv_block_size},
-        {"cuda_graphs", opt.engine.cuda_graphs},
-        {"matmul_tiling", option_name(opt.engine.matmul_tiling)},
-        {"batch_invariant", opt.engine.batch_invariant},
-        {"kv_pool_blocks", backend.kv_pool().num_blocks},
-        {"kv_pool_gb", backend.kv_pool_bytes() / 1e9},
-        {"workspace_gb", (backend.workspace_bytes() - backend.kv_pool_bytes()) / 1e9},
-        {"decode_graphs", backend.decode_graphs()},
-        {"graph_capture_ms", capture_ms}}},
-      {"weights_gb", store->device_bytes() / 1e9},
-      {"copy_gbps", o.copy_gbps},
-      {"levels", levels}};
+  return {{"mode", "serve"},
+          {"model",
+           {{"label", label},
+            {"parameters", c.parameter_count()},
+            {"layers", c.n_layers},
+            {"projections", c.quantization.fp8() ? "fp8" : "16-bit"}}},
+          {"workload",
+           {{"prompt_tokens", o.prompt_tokens},
+            {"output_tokens", o.output_tokens},
+            {"temperature", o.temperature}}},
+          {"engine",
+           {{"max_batch_tokens", opt.engine.max_batch_tokens},
+            {"max_running", opt.engine.max_running},
+            {"kv_block_size", opt.engine.kv_block_size},
+            {"cuda_graphs", opt.engine.cuda_graphs},
+            {"matmul_tiling", option_name(opt.engine.matmul_tiling)},
+            {"batch_invariant", opt.engine.batch_invariant},
+            {"kv_pool_blocks", backend.kv_pool().num_blocks},
+            {"kv_pool_gb", backend.kv_pool_bytes() / 1e9},
+            {"workspace_gb", (backend.workspace_bytes() - backend.kv_pool_bytes()) / 1e9},
+            {"decode_graphs", backend.decode_graphs()},
+            {"graph_capture_ms", capture_ms}}},
+          {"weights_gb", store->device_bytes() / 1e9},
+          {"copy_gbps", o.copy_gbps},
+          {"levels", levels}};
 }
 
 }  // namespace hearth::bench

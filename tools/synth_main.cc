@@ -19,8 +19,10 @@ int run(int argc, char** argv) {
   app.add_option("--preset", opt.preset, "architecture and size: " + list)
       ->check(CLI::IsMember(presets));
   app.add_option("--out", out_dir, "output directory (created)")->required();
-  app.add_option("--dtype", dtype, "bf16 | f16 | f32")
-      ->check(CLI::IsMember({"bf16", "f16", "f32"}));
+  app.add_option("--dtype", dtype,
+                 "bf16 | f16 | f32 | fp8 (the decoder projections e4m3 with F32 per-channel "
+                 "scales, compressed-tensors FP8-dynamic; the rest bf16)")
+      ->check(CLI::IsMember({"bf16", "f16", "f32", "fp8"}));
   std::string seed;
   app.add_option("--seed", seed, "seed of every weight value, 0 to 2^64-1")
       ->check(CLI::Validator(
@@ -40,9 +42,10 @@ int run(int argc, char** argv) {
       ->check(CLI::Range(0, 1024));
   CLI11_PARSE(app, argc, argv);
   if (!seed.empty()) opt.seed = *hearth::parse_unsigned(seed);
-  opt.dtype = dtype == "bf16"  ? hearth::DType::BF16
-              : dtype == "f16" ? hearth::DType::F16
-                               : hearth::DType::F32;
+  opt.fp8 = dtype == "fp8";
+  opt.dtype = dtype == "bf16" || opt.fp8 ? hearth::DType::BF16
+              : dtype == "f16"           ? hearth::DType::F16
+                                         : hearth::DType::F32;
   opt.progress = true;
   const hearth::SynthResult r = hearth::write_synthetic_model(out_dir, opt);
   std::fprintf(stderr, "hearth-synth: %s (%s, %.1fM parameters, %.2f GB) in %s, %.1f s\n",

@@ -20,6 +20,7 @@
 #include "tools/synth_real_tokenizer.h"
 #include "tools/synth_tokenizer.h"
 #include "weight-server/model/dtype.h"
+#include "weight-server/model/fp8_quantize.h"
 #include "weight-server/model/hf_model.h"
 #include "weight-server/model/model_config.h"
 
@@ -28,6 +29,7 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 using hearth::DType;
+using hearth::ExpectedTensor;
 
 // Config fields as transformers writes them; parsed back through hearth's own parser so a
 // preset can never describe something the engine would refuse.
@@ -200,7 +202,10 @@ float uniform(uint64_t seed, uint64_t stream, uint64_t i) {
 
 struct TensorPlan {
   hearth::ExpectedTensor spec;
-  uint64_t offset = 0;  // within its shard's data section
+  DType dtype = DType::BF16;
+  uint64_t stream = 0;      // which values: the tensor's index in the unquantized model
+  size_t scale_tensor = 0;  // an fp8 weight's scale tensor (the next one)
+  uint64_t offset = 0;      // within its shard's data section
   uint64_t bytes = 0;
   int shard = 0;
   // Values are centre + spread * uniform: unit-variance rows for matrices, ~1 for norms.
@@ -235,15 +240,18 @@ void store(std::byte* out, DType dtype, uint64_t i, float v) {
       std::memcpy(out + 2 * i, &h, 2);
       break;
     }
+    case DType::F8_E4M3:
+      // fp8 is made from bf16 rows with their scales (write_synthetic_model), never per value.
+      throw std::logic_error("synth: fp8 values are quantized per row, not stored one by one");
   }
 }
 
-std::string header_bytes(const std::vector<TensorPlan>& tensors, int shard, DType dtype) {
+std::string header_bytes(const std::vector<TensorPlan>& tensors, int shard) {
   json h = json::object();
   h["__metadata__"] = {{"format", "pt"}, {"generator", "hearth-synth"}};
   for (const TensorPlan& t : tensors) {
     if (t.shard != shard) continue;
-    h[t.spec.name] = {{"dtype", std::string(hearth::dtype_name(dtype))},
+    h[t.spec.name] = {{"dtype", std::string(hearth::dtype_name(t.dtype))},
                       {"shape", t.spec.shape},
                       {"data_offsets", {t.offset, t.offset + t.bytes}}};
   }
@@ -274,6 +282,8 @@ SynthResult write_synthetic_model(const fs::path& out_dir, const SynthOptions& o
   auto preset_it = presets().find(opt.preset);
   if (preset_it == presets().end()) throw std::runtime_error("unknown preset '" + opt.preset + "'");
   const DType dtype = opt.dtype;
+  if (dtype_is_scaled(dtype))
+    throw std::runtime_error("hearth-synth: fp8 is an option over a 16- or 32-bit dtype");
   const char* torch_dtype = dtype == DType::BF16  ? "bfloat16"
                             : dtype == DType::F16 ? "float16"
                                                   : "float32";
@@ -282,6 +292,7 @@ SynthResult write_synthetic_model(const fs::path& out_dir, const SynthOptions& o
   config["hidden_act"] = "silu";
   config["rms_norm_eps"] = 1e-5;
   config["torch_dtype"] = torch_dtype;
+  if (opt.fp8) config["quantization_config"] = quantization_config_json(kFp8PerChannel);
   if (opt.config_overrides.is_object())
     for (const auto& [k, v] : opt.config_overrides.items()) config[k] = v;
   // A real tokenizer's ids must all have an embedding row: a preset too small for them grows
@@ -309,9 +320,16 @@ SynthResult write_synthetic_model(const fs::path& out_dir, const SynthOptions& o
   const ModelConfig cfg = parse_model_config(config, opt.preset);
 
   std::vector<TensorPlan> tensors;
+  uint64_t stream = 0;
   for (auto& spec : expected_tensors(cfg)) {
+    using Role = ExpectedTensor::Role;
     TensorPlan t{spec};
-    t.bytes = dtype_size(dtype);
+    t.dtype = spec.role == Role::Fp8Weight  ? DType::F8_E4M3
+              : spec.role == Role::Fp8Scale ? DType::F32
+                                            : dtype;
+    if (spec.role != Role::Fp8Scale) t.stream = stream++;
+    t.scale_tensor = tensors.size() + 1;
+    t.bytes = dtype_size(t.dtype);
     for (int64_t d : spec.shape) t.bytes *= uint64_t(d);
     plan_values(t);
     tensors.push_back(std::move(t));
@@ -350,7 +368,7 @@ SynthResult write_synthetic_model(const fs::path& out_dir, const SynthOptions& o
       const fs::path path = out_dir / shard_name(s);
       fds[s] = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
       if (fds[s] < 0) throw std::runtime_error(path.string() + ": cannot create");
-      const std::string header = header_bytes(tensors, s, dtype);
+      const std::string header = header_bytes(tensors, s);
       if (::write(fds[s], header.data(), header.size()) != ssize_t(header.size()))
         throw std::runtime_error(path.string() + ": write failed");
       data_start[s] = header.size();
@@ -365,14 +383,22 @@ SynthResult write_synthetic_model(const fs::path& out_dir, const SynthOptions& o
     size_t tensor;
     uint64_t first, count;
   };
+  // An fp8 weight's chunks are whole rows, each written with its scale; a scale tensor has
+  // no chunks of its own.
   std::vector<Chunk> chunks;
-  const uint64_t per_chunk = (16ull << 20) / dtype_size(dtype);
   uint64_t total_bytes = 0;
   for (size_t ti = 0; ti < tensors.size(); ++ti) {
-    const uint64_t n = tensors[ti].bytes / dtype_size(dtype);
+    const TensorPlan& t = tensors[ti];
+    total_bytes += t.bytes;
+    if (t.spec.role == ExpectedTensor::Role::Fp8Scale) continue;
+    const uint64_t n = t.bytes / dtype_size(t.dtype);
+    uint64_t per_chunk = (16ull << 20) / dtype_size(t.dtype);
+    if (t.dtype == DType::F8_E4M3) {
+      const uint64_t cols = uint64_t(t.spec.shape[1]);
+      per_chunk = std::max<uint64_t>(1, per_chunk / cols) * cols;
+    }
     for (uint64_t first = 0; first < n; first += per_chunk)
       chunks.push_back({ti, first, std::min(per_chunk, n - first)});
-    total_bytes += tensors[ti].bytes;
   }
 
   std::atomic<size_t> next{0};
@@ -381,15 +407,37 @@ SynthResult write_synthetic_model(const fs::path& out_dir, const SynthOptions& o
   const auto start = std::chrono::steady_clock::now();
   auto worker = [&] {
     std::vector<std::byte> buf(std::min<uint64_t>(16ull << 20, total_bytes));
+    std::vector<std::byte> row;  // an fp8 weight's row in `dtype`, as the bf16 model has it
+    std::vector<float> scales;   // and the scales of a chunk's rows
     for (size_t c; !failed && (c = next++) < chunks.size();) {
       const Chunk& ch = chunks[c];
       const TensorPlan& t = tensors[ch.tensor];
-      for (uint64_t i = 0; i < ch.count; ++i)
-        store(buf.data(), dtype, i,
-              t.centre + t.spread * uniform(opt.seed, ch.tensor, ch.first + i));
-      const uint64_t bytes = ch.count * dtype_size(dtype);
-      const uint64_t at = data_start[t.shard] + t.offset + ch.first * dtype_size(dtype);
-      if (::pwrite(fds[t.shard], buf.data(), bytes, off_t(at)) != ssize_t(bytes)) failed = true;
+      const auto value = [&](uint64_t i) {
+        return t.centre + t.spread * uniform(opt.seed, t.stream, i);
+      };
+      uint64_t bytes = ch.count * dtype_size(t.dtype);
+      if (t.dtype == DType::F8_E4M3) {
+        const uint64_t cols = uint64_t(t.spec.shape[1]), rows = ch.count / cols;
+        row.resize(cols * dtype_size(dtype));
+        scales.resize(rows);
+        for (uint64_t r = 0; r < rows; ++r) {
+          for (uint64_t i = 0; i < cols; ++i)
+            store(row.data(), dtype, i, value(ch.first + r * cols + i));
+          scales[r] = quantize_row_fp8(row.data(), dtype, int64_t(cols),
+                                       reinterpret_cast<uint8_t*>(buf.data()) + r * cols);
+        }
+        const TensorPlan& s = tensors[t.scale_tensor];
+        const uint64_t at = data_start[s.shard] + s.offset + ch.first / cols * 4;
+        if (::pwrite(fds[s.shard], scales.data(), rows * 4, off_t(at)) != ssize_t(rows * 4))
+          failed = true;
+        bytes += rows * 4;
+      } else {
+        for (uint64_t i = 0; i < ch.count; ++i) store(buf.data(), t.dtype, i, value(ch.first + i));
+      }
+      const uint64_t code_bytes = ch.count * dtype_size(t.dtype);
+      const uint64_t at = data_start[t.shard] + t.offset + ch.first * dtype_size(t.dtype);
+      if (::pwrite(fds[t.shard], buf.data(), code_bytes, off_t(at)) != ssize_t(code_bytes))
+        failed = true;
       const uint64_t done = written += bytes;
       if (opt.progress && done * 20 / total_bytes != (done - bytes) * 20 / total_bytes)
         std::fprintf(stderr, "hearth-synth: %3.0f%% of %.2f GB\n", 100.0 * done / total_bytes,

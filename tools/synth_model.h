@@ -18,7 +18,10 @@ namespace hearth {
 
 struct SynthOptions {
   std::string preset = "tiny-llama";
-  DType dtype = DType::BF16;
+  DType dtype = DType::BF16;  // of every tensor, or (with fp8) of those left unquantized
+  // The seven decoder projections in fp8 with F32 [out, 1] scales (compressed-tensors
+  // FP8-dynamic): the same seed's `dtype` weights quantized row by row (fp8_quantize.h).
+  bool fp8 = false;
   uint64_t seed = 0;
   double shard_gb = 0;  // > 0: shards of about this size plus an index
   // A real tokenizer.json (or a directory holding one, with its tokenizer_config.json) instead

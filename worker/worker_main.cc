@@ -98,6 +98,12 @@ int run(int argc, char** argv) {
   app.add_flag("--verify-weights", verify_weights,
                "served mode: check the xxh3 of every imported tensor against the manifest")
       ->needs(server_opt);
+  std::string quantize = "none";
+  app.add_option("--quantize", quantize,
+                 "single-process mode: none | fp8, the decoder projections quantized to e4m3 "
+                 "with per-channel scales at load (as hearth-server --quantize fp8 does)")
+      ->check(CLI::IsMember({"none", "fp8"}))
+      ->excludes(server_opt);
   uid_t server_uid = 0;
   auto* server_uid_opt =
       app.add_option("--server-uid", server_uid,
@@ -230,7 +236,7 @@ int run(int argc, char** argv) {
   const auto opening = std::chrono::steady_clock::now();
   hearth::WorkerModel model = *server_opt
                                   ? hearth::attach_served_model(server_socket, model_arg, served)
-                                  : hearth::open_model_dir(model_arg);
+                                  : hearth::open_model_dir(model_arg, quantize == "fp8");
   if (model.server) {
     // The import's steps follow one another; their durations place them on the timeline.
     const hearth::ImportTimings& t = model.import_timings;

@@ -2,23 +2,28 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "base/json_limits.h"
 #include "weight-server/model/hf_model.h"
 #include "weight-server/model/host_store.h"
+#include "weight-server/model/quantize_at_load.h"
 #include "worker/model_identity.h"
 #include "tokenizer/tokenizer.h"
 
 namespace hearth {
 
-WorkerModel open_model_dir(const std::filesystem::path& dir) {
+WorkerModel open_model_dir(const std::filesystem::path& dir, bool quantize_fp8) {
   // tokenizer.json is opened from its cached image, built from these bytes when they parsed,
   // or parsed now: either way its checks are the parser's, not another pass here.
   HfOpenOptions options;
   options.check_tokenizer_json = false;
   auto hf = std::make_shared<const HfModel>(HfModel::open(dir, options));
+  if (quantize_fp8 && !hf->config().quantization.fp8())
+    hf = std::make_shared<const HfModel>(
+        quantize_fp8_at_load(*hf, int(std::max(1u, std::thread::hardware_concurrency()))));
   WorkerModel m;
   m.name = std::filesystem::absolute(dir).lexically_normal().filename().string();
   if (m.name.empty()) m.name = std::filesystem::absolute(dir).parent_path().filename().string();
@@ -44,6 +49,7 @@ WorkerModel attach_served_model(const std::string& socket, const std::string& na
   ImportOptions import;
   import.verify = options.verify_weights;
   import.on_device = options.on_device;
+  import.all_ranks = true;  // the CPU engine runs a sharded model's ranks in process
   ImportedModel imported = import_served_model(*client, name, import);
   m.name = imported.manifest.model;
   m.identity = model_identity(imported.manifest);
@@ -52,6 +58,7 @@ WorkerModel attach_served_model(const std::string& socket, const std::string& na
   m.tokenizer_config_json = m.files->text(kTokenizerConfigFile);
   m.generation_config_json = m.files->text(kGenerationConfigFile);
   m.store = std::move(imported.store);
+  m.ranks = std::move(imported.ranks);
   m.import_timings = imported.timings;
   m.server = std::move(client);
   return m;

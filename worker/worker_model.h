@@ -23,11 +23,13 @@ class Tokenizer;
 class HfModel;
 
 struct WorkerModel {
-  EngineWeights weights() const { return {store, source}; }
+  EngineWeights weights() const { return {store, source, ranks}; }
   std::string name;
   std::shared_ptr<const WeightStore> store;
   std::shared_ptr<const HfModel> source;  // single-process mode: the directory, for uploads
-  std::string identity;                   // for the prefix cache's domain (model_identity.h)
+  // Served mode, a model the server sharded: every rank's pieces (store is rank 0's).
+  std::vector<std::shared_ptr<const WeightStore>> ranks;
+  std::string identity;  // for the prefix cache's domain (model_identity.h)
   // Into `source` (single-process) or `files` (served), which keep it alive; empty when absent.
   std::string_view tokenizer_json;
   std::string tokenizer_config_json, generation_config_json;  // "" when absent
@@ -41,8 +43,10 @@ struct WorkerModel {
   ImportTimings import_timings;
 };
 
-// Single-process mode: maps the directory's safetensors and uses them in place.
-WorkerModel open_model_dir(const std::filesystem::path& dir);
+// Single-process mode: maps the directory's safetensors and uses them in place, or with
+// `quantize_fp8` a 16/32-bit model's projections quantized at load (quantize_at_load.h; an fp8
+// model is used as it is).
+WorkerModel open_model_dir(const std::filesystem::path& dir, bool quantize_fp8 = false);
 
 struct ServedModelOptions {
   bool verify_weights = false;  // xxh3 of every imported tensor against the manifest

@@ -35,7 +35,7 @@ inline std::vector<std::byte> valid_safetensors(const std::vector<TensorSpec>& t
   nlohmann::json h = nlohmann::json::object();
   uint64_t offset = 0;
   for (const TensorSpec& t : tensors) {
-    uint64_t bytes = t.dtype == "F32" ? 4 : 2;
+    uint64_t bytes = t.dtype == "F32" ? 4 : t.dtype == "F8_E4M3" ? 1 : 2;
     for (int64_t d : t.shape) bytes *= uint64_t(d);
     h[t.name] = {
         {"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};

@@ -193,29 +193,42 @@ TEST(WorkerRequests, BadUsageIsAClearError) {
   }
 }
 
+// A hearth-server on the default model (as "fortunes", memfd weights) with `extra` flags,
+// listening at `socket` when this returns.
+ChildProcess start_server(const TempDir& dir, const std::string& socket,
+                          const std::vector<std::string>& extra = {}) {
+  std::vector<std::string> argv = {(bin_dir() / "hearth-server").string(),
+                                   "--model",
+                                   default_model().string() + ":fortunes",
+                                   "--socket",
+                                   socket,
+                                   "--backend",
+                                   "memfd",
+                                   "--quiet"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  ChildProcess server =
+      ChildProcess::spawn(ChildProcess::Options(argv)
+                              .stdout_to(ChildProcess::Stream::file(dir / "server.out"))
+                              .stderr_to(ChildProcess::Stream::file(dir / "server.err")));
+  for (int i = 0; i < 3000; ++i) {
+    if (server.wait_until(std::chrono::steady_clock::now()))
+      throw std::runtime_error("hearth-server exited: " + read_file(dir / "server.err"));
+    try {
+      ipc::Client::connect(socket);
+      return server;
+    } catch (const ipc::IpcError&) {
+      std::this_thread::sleep_for(10ms);
+    }
+  }
+  throw std::runtime_error("hearth-server did not start listening");
+}
+
 TEST(WorkerRequests, ServedWorkerWritesWhatASingleProcessOneWrites) {
   if (!fs::exists(bin_dir() / "hearth-server")) GTEST_SKIP() << "hearth-server is not built";
   TempDir dir;
   write_file(dir / "requests.jsonl", request_file());
   const std::string socket = (dir / "sock" / "hearth.sock").string();
-  ChildProcess server =
-      ChildProcess::spawn(ChildProcess::Options({(bin_dir() / "hearth-server").string(), "--model",
-                                                 default_model().string() + ":fortunes", "--socket",
-                                                 socket, "--backend", "memfd", "--quiet"})
-                              .stdout_to(ChildProcess::Stream::file(dir / "server.out"))
-                              .stderr_to(ChildProcess::Stream::file(dir / "server.err")));
-  bool up = false;
-  for (int i = 0; i < 3000 && !up; ++i) {
-    ASSERT_FALSE(server.wait_until(std::chrono::steady_clock::now()))
-        << "hearth-server exited: " << read_file(dir / "server.err");
-    try {
-      ipc::Client::connect(socket);
-      up = true;
-    } catch (const ipc::IpcError&) {
-      std::this_thread::sleep_for(10ms);
-    }
-  }
-  ASSERT_TRUE(up) << "hearth-server did not start listening";
+  ChildProcess server = start_server(dir, socket);
 
   const std::string file = (dir / "requests.jsonl").string();
   const CommandResult served = run_command(
@@ -230,6 +243,37 @@ TEST(WorkerRequests, ServedWorkerWritesWhatASingleProcessOneWrites) {
   const auto a = by_id(served.out), b = by_id(local.out);
   check_batched_output(a);
   for (const auto& [id, g] : b) expect_same(a.at(id), g, id);
+}
+
+// Issue 25: the server quantizes the default model to fp8 once at load; its workers (weights
+// verified against the manifest's checksums) write what a single-process worker quantizing the
+// same model writes, and that differs from the bf16 model's tokens or logprobs (fp8 was used).
+TEST(WorkerRequests, ServedFp8WorkerWritesWhatASingleProcessFp8OneWrites) {
+  if (!fs::exists(bin_dir() / "hearth-server")) GTEST_SKIP() << "hearth-server is not built";
+  TempDir dir;
+  write_file(dir / "requests.jsonl", request_file());
+  const std::string socket = (dir / "sock" / "hearth.sock").string();
+  ChildProcess server = start_server(dir, socket, {"--quantize", "fp8"});
+
+  const std::string file = (dir / "requests.jsonl").string();
+  const CommandResult served = run_command({worker_bin().string(), "--server", socket, "--model",
+                                            "fortunes", "--verify-weights", "--requests", file},
+                                           dir.path());
+  const CommandResult local =
+      run_command({worker_bin().string(), "--model", default_model().string(), "--backend", "cpu",
+                   "--quantize", "fp8", "--requests", file},
+                  dir.path());
+  const CommandResult bf16 =
+      run_command({worker_bin().string(), "--model", default_model().string(), "--backend", "cpu",
+                   "--requests", file},
+                  dir.path());
+  ASSERT_EQ(served.exit_code(), 0) << served.err;
+  ASSERT_EQ(local.exit_code(), 0) << local.err;
+  ASSERT_EQ(bf16.exit_code(), 0) << bf16.err;
+  const auto a = by_id(served.out), b = by_id(local.out), c = by_id(bf16.out);
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& [id, g] : b) expect_same(a.at(id), g, id);
+  EXPECT_NE(a.at("warm").logprobs, c.at("warm").logprobs);
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
-// hearth-ctl: asks a running hearth-server what it serves, or (from the admin uid) to load,
-// unload or stop. Prints the server's reply as JSON on stdout; a refusal goes to stderr with
-// exit status 1.
+// hearth-ctl: asks a running hearth-server what it serves (list, stats, a model's manifest), or
+// (from the admin uid) to load, unload or stop. Prints the server's reply as JSON on stdout; a
+// refusal goes to stderr with exit status 1.
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -38,6 +38,9 @@ int run(int argc, char** argv) {
   CLI::App* list = app.add_subcommand("list", "models served, with their lease counts");
   CLI::App* stats = app.add_subcommand(
       "stats", "models, bytes, clients, leases, uptime; memory: weights, KV per worker, free");
+  CLI::App* manifest = app.add_subcommand(
+      "manifest", "a served model's manifest: every tensor, per rank with its slice when sharded");
+  manifest->add_option("model", model, "the served model's name")->required();
   CLI::App* load = app.add_subcommand("load", "admin: load a model directory and serve it");
   load->add_option("dir", dir, "HF model directory")->required()->check(CLI::ExistingDirectory);
   load->add_option("--name", name, "name to serve it under (default: the directory's basename)");
@@ -53,6 +56,10 @@ int run(int argc, char** argv) {
   json args = json::object();
   if (*list) request = op::kList;
   if (*stats) request = op::kStats;
+  if (*manifest) {
+    request = op::kManifest;  // the files' descriptors that come with it are closed unread
+    args["model"] = model;
+  }
   if (*load) {
     request = op::kLoad;
     // The server resolves paths from its own working directory, not ours.

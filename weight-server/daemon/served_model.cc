@@ -5,7 +5,9 @@
 #include <stdexcept>
 
 #include "weight-server/sharing/checksum.h"
+#include "weight-server/model/quantize_at_load.h"
 #include "weight-server/sharing/memfd_store.h"
+#include "weight-server/sharing/sharded_memfd_store.h"
 #include "weight-server/model/parallel_for.h"
 #include "weight-server/sharing/vmm_backend.h"
 #include "tokenizer/tokenizer.h"
@@ -65,6 +67,26 @@ json ServedModel::summary() const {
               {"checksum_seconds", checksum_seconds},
               {"tokenizer_image_seconds", image_seconds}}}};
   if (!store->gpu_uuid().empty()) s["gpu_uuid"] = store->gpu_uuid();
+  if (const auto* sharded = dynamic_cast<const ShardedMemfdStore*>(store.get())) {
+    // Per rank: its device (null on the host), how many pieces and bytes it holds.
+    s["tensor_parallel"] = sharded->plan().ranks();
+    json ranks = json::array();
+    for (int r = 0; r < sharded->plan().ranks(); ++r) {
+      uint64_t pieces = 0, bytes = 0, allocation = 0;
+      for (size_t i = 0; i < sharded->tensors().size(); ++i)
+        if (sharded->ranks()[i] == r) {
+          ++pieces;
+          bytes += sharded->tensors()[i].info.bytes;
+          allocation += sharded->tensors()[i].alloc_bytes;
+        }
+      ranks.push_back({{"rank", r},
+                       {"device", nullptr},
+                       {"tensors", pieces},
+                       {"bytes", bytes},
+                       {"allocation_bytes", allocation}});
+    }
+    s["ranks"] = std::move(ranks);
+  }
   return s;
 }
 
@@ -77,8 +99,11 @@ std::unique_ptr<ServedModel> load_served_model(const ModelSpec& spec, const Serv
   served->name = spec.name;
   served->dir = spec.dir;
   log("loading '" + spec.name + "' from " + spec.dir.string() + " (" + options.backend +
-      " backend)");
-  const HfModel model = [&] {
+      " backend" +
+      (options.tensor_parallel > 1 ? ", tensor parallel " + std::to_string(options.tensor_parallel)
+                                   : std::string()) +
+      ")");
+  const HfModel opened = [&] {
     if (!options.open_as) return HfModel::open(spec.dir);
     // Every file is opened here (the shards are mapped): after this, the rights no longer
     // matter, and the server's own identity comes back.
@@ -91,9 +116,23 @@ std::unique_ptr<ServedModel> load_served_model(const ModelSpec& spec, const Serv
                                options.open_as->describe() + ")");
     }
   }();
+  const bool quantize = options.quantize_fp8 && !opened.config().quantization.fp8();
+  const HfModel model = quantize ? quantize_fp8_at_load(opened, options.threads) : opened;
+  if (quantize) log("quantized '" + spec.name + "' to fp8 (per-channel scales)");
   served->open_seconds = seconds_since(start);
 
-  if (options.backend == "memfd") {
+  const ShardedMemfdStore* sharded = nullptr;
+  if (options.tensor_parallel > 1) {
+    if (options.backend != "memfd")
+      throw std::runtime_error("--tensor-parallel " + std::to_string(options.tensor_parallel) +
+                               " with the " + options.backend +
+                               " backend: not built yet (issue 26; the memfd backend shards)");
+    const ShardPlan plan = ShardPlan::make(model.config(), options.tensor_parallel);
+    auto store =
+        ShardedMemfdStore::create(model, plan, {options.threads, options.progress, spec.name});
+    sharded = store.get();
+    served->store = std::move(store);
+  } else if (options.backend == "memfd") {
     served->store = MemfdStore::create(model, {options.threads, options.progress, spec.name});
   } else if (options.backend == "vmm") {
     served->store = upload_vmm_store(model, {options.device, options.threads, options.progress});
@@ -108,6 +147,10 @@ std::unique_ptr<ServedModel> load_served_model(const ModelSpec& spec, const Serv
   std::vector<uint64_t> checksums(store.tensors().size());
   parallel_for(checksums.size(), options.threads, [&](size_t i) {
     const StoredTensor& stored = store.tensors()[i];
+    if (sharded) {  // pieces keep their source's dtype: hash what was stored
+      checksums[i] = xxh3_checksum({static_cast<const std::byte*>(stored.data), stored.info.bytes});
+      return;
+    }
     const HfTensor* source = model.find(stored.info.name);
     if (!source) throw std::logic_error("stored tensor '" + stored.info.name + "' has no source");
     checksums[i] = xxh3_checksum_as_stored(source->data, source->info.dtype, stored.info.dtype);
@@ -125,8 +168,11 @@ std::unique_ptr<ServedModel> load_served_model(const ModelSpec& spec, const Serv
 
   // Round-tripped through the parser, so the server never hands out a manifest its own workers
   // would refuse.
-  served->manifest =
-      manifest_to_json(build_manifest(spec.name, model, store, checksums, served->files.entries));
+  served->manifest = manifest_to_json(
+      sharded ? build_sharded_manifest(spec.name, model, store, checksums, served->files.entries,
+                                       sharded->plan(), sharded->ranks(),
+                                       std::vector<int>(size_t(sharded->plan().ranks()), -1))
+              : build_manifest(spec.name, model, store, checksums, served->files.entries));
   parse_manifest(served->manifest);
   served->total_seconds = seconds_since(start);
 

@@ -40,8 +40,14 @@ struct ServedModel {
 struct ServeOptions {
   std::string backend = "memfd";  // "memfd" | "vmm"
   int device = 0;                 // vmm
-  int threads = 4;                // writers/uploaders and hashers
+  // > 1: every tensor split into this many ranks' pieces (shard_plan.h), each its own
+  // allocation; memfd only for now (the vmm ranks, one GPU each, are issue 26's next step).
+  int tensor_parallel = 1;
+  int threads = 4;  // writers/uploaders and hashers
   bool progress = false;
+  // Quantize a 16/32-bit model's projections to fp8 at load (quantize_at_load.h); a model
+  // already in fp8 is served as it is.
+  bool quantize_fp8 = false;
   std::function<void(std::string_view)> log;  // progress and summary lines; null: silent
   // Whose rights open the model's files: an admin `load` opens them as the admin
   // (requester_identity.h); unset, as the server (its own --model directories).

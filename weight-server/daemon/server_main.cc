@@ -17,6 +17,7 @@
 #include "broker/broker.h"
 #include "ipc/main_guard.h"
 #include "weight-server/daemon/model_spec.h"
+#include "weight-server/model/shard_plan.h"
 #include "weight-server/daemon/server_handler.h"
 #include "weight-server/sharing/vmm_backend.h"
 
@@ -74,7 +75,7 @@ int run(int argc, char** argv) {
   std::string socket, backend = "auto";
   std::vector<uid_t> allow_uids;
   uid_t admin_uid = ::geteuid();
-  int device = 0, threads = 4;
+  int device = 0, threads = 4, tensor_parallel = 1;
   size_t max_clients = 256, max_clients_per_uid = 64;
   int idle_timeout_ms = 10'000, quiet_timeout_ms = 60'000;
   bool quiet = false;
@@ -97,6 +98,10 @@ int run(int argc, char** argv) {
                  "uid allowed to load, unload and shut down (default: the server's)")
       ->check(kUid);
   app.add_option("--device", device, "CUDA device for the vmm backend")->check(CLI::Range(0, 1023));
+  app.add_option("--tensor-parallel", tensor_parallel,
+                 "split every model into this many ranks' shards, each tensor's piece its own "
+                 "allocation, listed per rank in the manifest (memfd backend; issue 26)")
+      ->check(CLI::Range(1, hearth::kMaxTensorParallel));
   app.add_option("--threads", threads, "threads that copy and checksum weights")
       ->check(CLI::Range(1, 64));
   app.add_option("--max-clients", max_clients, "connections served at once")
@@ -120,6 +125,12 @@ int run(int argc, char** argv) {
                  "the device memory the budget divides, in MiB (default: the GPU's with the vmm "
                  "backend, the machine's RAM with memfd)")
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 30));
+  std::string quantize = "none";
+  app.add_option("--quantize", quantize,
+                 "none | fp8: store the decoder projections as e4m3 with per-channel F32 scales, "
+                 "quantized once at load (the bytes hearth-synth --dtype fp8 writes); fp8 "
+                 "checkpoints are served as they are")
+      ->check(CLI::IsMember({"none", "fp8"}));
   app.add_flag("--quiet", quiet, "no progress lines");
   CLI11_PARSE(app, argc, argv);
 
@@ -136,7 +147,9 @@ int run(int argc, char** argv) {
   hearth::ServeOptions serve;
   serve.backend = resolve_backend(backend);
   serve.device = device;
+  serve.tensor_parallel = tensor_parallel;
   serve.threads = threads;
+  serve.quantize_fp8 = quantize == "fp8";
   serve.progress = !quiet;
   serve.log = log_line;
 

@@ -19,9 +19,11 @@ namespace {
 constexpr size_t kStagingBytes = 32ull << 20;
 constexpr uint64_t kPackedAlignment = 256;
 
-// What a tensor becomes on the device: 2-D f32 is stored as bf16.
+// What a tensor becomes on the device: a 2-D f32 matrix is stored as bf16 (an fp8 weight's
+// [out, 1] scale is no matrix: it stays as it is).
 DType device_dtype(const TensorInfo& t) {
-  return t.dtype == DType::F32 && t.shape.size() == 2 ? DType::BF16 : t.dtype;
+  return t.dtype == DType::F32 && t.shape.size() == 2 && !t.name.ends_with("_scale") ? DType::BF16
+                                                                                     : t.dtype;
 }
 
 // A piece of one tensor to copy: source bytes on the host, destination on the device.

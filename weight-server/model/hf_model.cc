@@ -48,9 +48,8 @@ void check_utf8(std::string_view text, const fs::path& path) {
                              "); model files travel to workers as JSON text, which must be UTF-8");
 }
 
-}  // namespace
-
-std::vector<ExpectedTensor> expected_tensors(const ModelConfig& c) {
+// The tensors of the unquantized architecture.
+std::vector<ExpectedTensor> expected_plain_tensors(const ModelConfig& c) {
   using S = std::vector<int64_t>;
   std::vector<ExpectedTensor> out;
   const int64_t h = c.hidden, q = c.q_dim(), kv = c.kv_dim(), inter = c.intermediate;
@@ -79,6 +78,58 @@ std::vector<ExpectedTensor> expected_tensors(const ModelConfig& c) {
   out.push_back({"model.norm.weight", S{h}});
   if (!c.tie_embeddings) out.push_back({"lm_head.weight", S{c.vocab, h}});
   return out;
+}
+
+}  // namespace
+
+std::vector<ExpectedTensor> expected_tensors(const ModelConfig& c) {
+  using S = std::vector<int64_t>;
+  std::vector<ExpectedTensor> plain = expected_plain_tensors(c);
+  if (!c.quantization.fp8()) return plain;
+  std::vector<ExpectedTensor> out;
+  for (ExpectedTensor& t : plain) {
+    if (!is_quantized_projection(t.name)) {
+      out.push_back(std::move(t));
+      continue;
+    }
+    const bool channel = c.quantization.strategy == QuantizationConfig::Strategy::Channel;
+    ExpectedTensor scale{t.name + "_scale", channel ? S{t.shape[0], 1} : S{1},
+                         ExpectedTensor::Role::Fp8Scale};
+    t.role = ExpectedTensor::Role::Fp8Weight;
+    out.push_back(std::move(t));
+    out.push_back(std::move(scale));
+  }
+  return out;
+}
+
+std::string tensor_mismatch(const ExpectedTensor& want, DType dtype,
+                            const std::vector<int64_t>& shape, const char* implied) {
+  using Role = ExpectedTensor::Role;
+  const bool shape_ok =
+      shape == want.shape ||
+      (want.role == Role::Fp8Scale && want.shape == std::vector<int64_t>{1} && shape.empty());
+  if (!shape_ok) {
+    const TensorInfo got{want.name, dtype, shape, 0}, expected{want.name, dtype, want.shape, 0};
+    return "tensor '" + want.name + "' has shape " + got.shape_string() + ", " + implied +
+           " implies " + expected.shape_string();
+  }
+  const std::string named = "tensor '" + want.name + "' is " + std::string(dtype_name(dtype));
+  switch (want.role) {
+    case Role::Plain:
+      if (dtype_is_scaled(dtype))
+        return named +
+               "; only the decoder projections of a model whose quantization_config says "
+               "so may be fp8";
+      return "";
+    case Role::Fp8Weight:
+      if (dtype != DType::F8_E4M3)
+        return named + ", but quantization_config makes the decoder projections F8_E4M3";
+      return "";
+    case Role::Fp8Scale:
+      if (dtype_is_scaled(dtype)) return named + "; a weight scale must be F32, F16 or BF16";
+      return "";
+  }
+  return "";
 }
 
 std::vector<int> eos_token_ids(const ModelConfig& config, const std::string& generation_config,
@@ -184,12 +235,9 @@ HfModel HfModel::open(const fs::path& dir, const HfOpenOptions& options) {
     if (it == found.end())
       throw std::runtime_error(dir.string() + ": missing tensor '" + want.name + "'");
     HfTensor& t = it->second;
-    if (t.info.shape != want.shape) {
-      TensorInfo expected{want.name, t.info.dtype, want.shape, 0};
-      throw std::runtime_error((dir / t.shard).string() + ": tensor '" + want.name +
-                               "' has shape " + t.info.shape_string() + ", the config implies " +
-                               expected.shape_string());
-    }
+    if (const std::string why = tensor_mismatch(want, t.info.dtype, t.info.shape, "the config");
+        !why.empty())
+      throw std::runtime_error((dir / t.shard).string() + ": " + why);
     m.by_name_[want.name] = m.tensors_.size();
     m.tensors_.push_back(std::move(t));
     found.erase(it);

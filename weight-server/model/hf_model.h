@@ -52,6 +52,7 @@ class HfModel {
   uint64_t total_bytes() const;
 
  private:
+  friend HfModel quantize_fp8_at_load(const HfModel& source, int threads);
   std::filesystem::path dir_;
   ModelConfig config_;
   std::string config_json_, tokenizer_config_json_, generation_config_json_;
@@ -59,15 +60,27 @@ class HfModel {
   std::vector<std::shared_ptr<SafetensorsFile>> shards_;
   std::vector<HfTensor> tensors_;
   std::map<std::string, size_t> by_name_;
+  std::shared_ptr<const std::vector<std::byte>> owned_;  // tensors made at load (quantized)
 };
 
 // The tensors a model of this configuration must have, with their shapes, in a stable order
-// (embedding, then per layer, then final norm and head).
+// (embedding, then per layer, then final norm and head). A quantized model's projections are
+// F8_E4M3, each followed by its scale "<name>_scale" (shape [out, 1] per channel, [1] per
+// tensor, where [] is accepted too).
 struct ExpectedTensor {
+  enum class Role { Plain, Fp8Weight, Fp8Scale };
   std::string name;
   std::vector<int64_t> shape;
+  Role role = Role::Plain;
 };
 std::vector<ExpectedTensor> expected_tensors(const ModelConfig& config);
+
+// Why a tensor of this dtype and shape cannot be `want` ("" when it can): the shape, or a dtype
+// its role does not allow (fp8 codes outside the quantized projections, a 16-bit projection in
+// a quantized model, a scale that is not F32, F16 or BF16). `implied` names what implies the
+// expectation in the message ("the config", "the architecture").
+std::string tensor_mismatch(const ExpectedTensor& want, DType dtype,
+                            const std::vector<int64_t>& shape, const char* implied);
 
 // End-of-sequence ids from generation_config.json, falling back to config.json's. Throws
 // (naming `label`) for a file that is not JSON or holds a bos or eos id outside the vocabulary.

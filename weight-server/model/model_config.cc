@@ -220,6 +220,7 @@ ModelConfig parse_model_config(const json& cfg, const std::string& label) {
       refuse(label, "rope_theta and the rope scaling give frequencies that are not finite");
   c.bos_ids = token_id_list(cfg, "bos_token_id", c.vocab, label);
   c.eos_ids = token_id_list(cfg, "eos_token_id", c.vocab, label);
+  c.quantization = parse_quantization_config(cfg, label);
   if (c.parameter_count() > kMaxParameters)
     refuse(label, "the sizes imply " + std::to_string(c.parameter_count()) +
                       " parameters, more than the " + std::to_string(kMaxParameters) +

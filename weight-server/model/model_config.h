@@ -9,6 +9,8 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "weight-server/model/quantization_config.h"
+
 namespace hearth {
 
 enum class Architecture { Llama, Mistral, Qwen2, Qwen3 };
@@ -53,6 +55,7 @@ struct ModelConfig {
   bool qk_norm = false;   // Qwen3: RMSNorm over each head of q and k before RoPE
   std::vector<int> bos_ids;
   std::vector<int> eos_ids;
+  QuantizationConfig quantization;  // fp8 decoder projections, or none
 
   int q_dim() const { return n_heads * head_dim; }
   int kv_dim() const { return n_kv_heads * head_dim; }

@@ -80,9 +80,9 @@ TensorInfo parse_tensor_info(const std::string& name, const json& desc, const st
   if (!dtype_it->is_string()) fail_tensor(label, name, "dtype " + must_be("a string", *dtype_it));
   auto dtype = parse_dtype(dtype_it->get<std::string>());
   if (!dtype)
-    fail_tensor(
-        label, name,
-        "unsupported dtype " + dtype_it->get<std::string>() + " (supported: F32, F16, BF16)");
+    fail_tensor(label, name,
+                "unsupported dtype " + dtype_it->get<std::string>() +
+                    " (supported: F32, F16, BF16, F8_E4M3)");
   info.dtype = *dtype;
 
   auto shape_it = desc.find("shape");

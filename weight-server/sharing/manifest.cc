@@ -104,7 +104,7 @@ ManifestTensor parse_tensor(const Reader& r, const json& t, size_t index) {
   where = "tensor '" + out.info.name + "': ";
   const std::string dtype = r.string(t, "dtype", where);
   const auto parsed = parse_dtype(dtype);
-  if (!parsed) r.fail(where + "unsupported dtype '" + dtype + "' (F32, F16 or BF16)");
+  if (!parsed) r.fail(where + "unsupported dtype '" + dtype + "' (F32, F16, BF16 or F8_E4M3)");
   out.info.dtype = *parsed;
   const json& shape = r.field(t, "shape", where);
   if (!shape.is_array() || shape.size() > kMaxDims)
@@ -153,15 +153,87 @@ void check_against_architecture(const Reader& r, const Manifest& m) {
     const auto it = by_name.find(want.name);
     if (it == by_name.end()) r.fail("missing tensor '" + want.name + "'");
     const TensorInfo& got = it->second->info;
-    if (got.shape != want.shape) {
-      const TensorInfo expected{want.name, got.dtype, want.shape, 0};
-      r.fail("tensor '" + want.name + "' has shape " + got.shape_string() +
-             ", the architecture implies " + expected.shape_string());
-    }
+    if (const std::string why = tensor_mismatch(want, got.dtype, got.shape, "the architecture");
+        !why.empty())
+      r.fail(why);
     by_name.erase(it);
   }
   if (!by_name.empty())
     r.fail("unexpected tensor '" + by_name.begin()->first + "' for " + m.config.architecture_name);
+}
+
+TensorSlice parse_slice(const Reader& r, const json& t, const std::string& where) {
+  const json& v = r.field(t, "slice", where);
+  if (!v.is_object()) r.fail(where + "'slice' " + Reader::got("must be an object", v));
+  const std::string split = r.string(v, "split", where + "slice: ");
+  TensorSlice out;
+  if (split == "rows")
+    out.split = ShardSplit::Rows;
+  else if (split == "columns")
+    out.split = ShardSplit::Columns;
+  else if (split != "replicated")
+    r.fail(where + "slice: unknown split '" + split + "' (rows, columns or replicated)");
+  out.begin =
+      int64_t(std::min<uint64_t>(r.unsigned_int(v, "begin", where + "slice: "), 1ull << 40));
+  out.end = int64_t(std::min<uint64_t>(r.unsigned_int(v, "end", where + "slice: "), 1ull << 40));
+  return out;
+}
+
+std::string describe(const TensorSlice& s) {
+  return std::string(shard_split_name(s.split)) + " [" + std::to_string(s.begin) + ", " +
+         std::to_string(s.end) + ")";
+}
+
+// Each rank must hold exactly its pieces of the shard plan: the same names, slices and shapes.
+// A piece missing, overlapping another rank's or shaped otherwise would have a rank compute on
+// the wrong rows, or read past an allocation.
+void check_against_plan(const Reader& r, const Manifest& m, const ShardPlan& plan) {
+  std::set<uint64_t> allocations;
+  for (const ManifestTensor& t : m.tensors)
+    if (!allocations.insert(t.allocation).second)
+      r.fail("allocation " + std::to_string(t.allocation) + " is used by two tensors (one is '" +
+             t.info.name + "' of rank " + std::to_string(t.rank) + ")");
+  size_t i = 0;
+  for (int rank = 0; rank < m.tensor_parallel; ++rank) {
+    const std::string where = "rank " + std::to_string(rank) + ": ";
+    std::map<std::string, const ManifestTensor*> by_name;
+    for (; i < m.tensors.size() && m.tensors[i].rank == rank; ++i)
+      if (!by_name.emplace(m.tensors[i].info.name, &m.tensors[i]).second)
+        r.fail(where + "tensor '" + m.tensors[i].info.name + "' appears twice");
+    for (const TensorShard& want : plan.tensors(rank)) {
+      const auto it = by_name.find(want.name);
+      if (it == by_name.end()) r.fail(where + "missing its shard of tensor '" + want.name + "'");
+      const ManifestTensor& got = *it->second;
+      if (got.slice != want.slice)
+        r.fail(where + "tensor '" + want.name + "' holds " + describe(got.slice) + ", but rank " +
+               std::to_string(rank) + " of " + std::to_string(m.tensor_parallel) + " holds " +
+               describe(want.slice) +
+               " (the ranks' slices tile each tensor in rank order, none overlapping)");
+      if (got.info.shape != want.shape) {
+        const TensorInfo expected{want.name, got.info.dtype, want.shape, 0};
+        r.fail(where + "tensor '" + want.name + "' has shape " + got.info.shape_string() +
+               ", its slice implies " + expected.shape_string());
+      }
+      by_name.erase(it);
+    }
+    if (!by_name.empty())
+      r.fail(where + "unexpected tensor '" + by_name.begin()->first + "' for " +
+             m.config.architecture_name);
+  }
+}
+
+json tensor_to_json(const ManifestTensor& t, bool sharded) {
+  json j = {{"name", t.info.name},
+            {"dtype", std::string(dtype_name(t.info.dtype))},
+            {"shape", t.info.shape},
+            {"bytes", t.info.bytes},
+            {"allocation_bytes", t.allocation_bytes},
+            {"allocation", t.allocation},
+            {"xxh3", checksum_to_hex(t.xxh3)}};
+  if (sharded)
+    j["slice"] = {
+        {"split", shard_split_name(t.slice.split)}, {"begin", t.slice.begin}, {"end", t.slice.end}};
+  return j;
 }
 
 // Measured as encoded, escapes included, when the server builds the manifest at load.
@@ -178,7 +250,82 @@ void check_fits_in_a_reply(const Manifest& m, const json& j) {
                              std::to_string(kMaxManifestBytes) + " a reply can carry to a worker");
 }
 
+// "tensor_parallel" and "ranks": [{"rank", "device", "tensors"}], one entry per rank, in any
+// order; the pieces are kept rank after rank.
+ShardPlan parse_ranks(const Reader& r, const json& j, Manifest& m) {
+  const json& n = r.field(j, "tensor_parallel", "");
+  if (!n.is_number_integer() || n.get<int64_t>() < 2 || n.get<int64_t>() > kMaxTensorParallel)
+    r.fail("'tensor_parallel' " +
+           Reader::got("must be an integer in 2.." + std::to_string(kMaxTensorParallel), n));
+  m.tensor_parallel = n.get<int>();
+  // The degree must suit the architecture before any rank is read against it.
+  const ShardPlan plan = [&] {
+    try {
+      return ShardPlan::make(m.config, m.tensor_parallel);
+    } catch (const std::runtime_error& e) {
+      r.fail(e.what());
+    }
+  }();
+  const json& ranks = r.field(j, "ranks", "");
+  if (!ranks.is_array()) r.fail("'ranks' is not an array");
+  std::vector<const json*> by_rank(size_t(m.tensor_parallel), nullptr);
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    const json& entry = ranks[i];
+    const std::string where = "ranks[" + std::to_string(i) + "]: ";
+    if (!entry.is_object()) r.fail(where + "not an object");
+    const uint64_t rank = r.unsigned_int(entry, "rank", where);
+    if (rank >= uint64_t(m.tensor_parallel))
+      r.fail(where + "rank " + std::to_string(rank) + " is out of range (tensor_parallel " +
+             std::to_string(m.tensor_parallel) + " has ranks 0.." +
+             std::to_string(m.tensor_parallel - 1) + ")");
+    if (by_rank[rank]) r.fail(where + "rank " + std::to_string(rank) + " is listed twice");
+    by_rank[rank] = &entry;
+  }
+  size_t total = 0;
+  for (int rank = 0; rank < m.tensor_parallel; ++rank) {
+    const std::string where = "rank " + std::to_string(rank) + ": ";
+    if (!by_rank[size_t(rank)]) r.fail(where + "missing (no entry in 'ranks' holds its shard)");
+    const json& entry = *by_rank[size_t(rank)];
+    const json& device = r.field(entry, "device", where);
+    if (m.backend == "vmm") {
+      if (!device.is_number_integer() || device.get<int64_t>() < 0 || device.get<int64_t>() > 1023)
+        r.fail(where + "'device' " + Reader::got("must be a CUDA device index", device));
+      m.devices.push_back(device.get<int>());
+    } else {
+      if (!device.is_null()) r.fail(where + "'device' must be null for the memfd backend");
+      m.devices.push_back(-1);
+    }
+    const json& tensors = r.field(entry, "tensors", where);
+    if (!tensors.is_array()) r.fail(where + "'tensors' is not an array");
+    total += tensors.size();
+    if (total > kMaxTensors) r.fail("too many tensors (" + std::to_string(total) + ")");
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      ManifestTensor t = parse_tensor(r, tensors[i], i);
+      t.rank = rank;
+      t.slice = parse_slice(r, tensors[i], where + "tensor '" + t.info.name + "': ");
+      m.tensors.push_back(std::move(t));
+    }
+  }
+  return plan;
+}
+
 }  // namespace
+
+Manifest Manifest::rank_view(int rank) const {
+  if (!sharded())
+    throw std::runtime_error("model '" + model +
+                             "' is not sharded for tensor parallelism: it has no rank " +
+                             std::to_string(rank));
+  if (rank < 0 || rank >= tensor_parallel)
+    throw std::runtime_error("model '" + model + "' is sharded for tensor parallel " +
+                             std::to_string(tensor_parallel) + ": rank " + std::to_string(rank) +
+                             " is not in 0.." + std::to_string(tensor_parallel - 1));
+  Manifest view = *this;
+  view.tensors.clear();
+  for (const ManifestTensor& t : tensors)
+    if (t.rank == rank) view.tensors.push_back(t);
+  return view;
+}
 
 uint64_t Manifest::tensor_bytes() const {
   uint64_t n = 0;
@@ -216,29 +363,39 @@ Manifest build_manifest(const std::string& name, const HfModel& model, const Exp
   m.files = std::move(files);
   for (size_t i = 0; i < store.tensors().size(); ++i) {
     const StoredTensor& t = store.tensors()[i];
-    m.tensors.push_back(ManifestTensor{t.info, t.alloc_bytes, t.alloc_id, checksums.at(i)});
+    m.tensors.push_back(ManifestTensor{t.info, t.alloc_bytes, t.alloc_id, checksums.at(i), 0, {}});
+  }
+  return m;
+}
+
+Manifest build_sharded_manifest(const std::string& name, const HfModel& model,
+                                const ExportableStore& store,
+                                const std::vector<uint64_t>& checksums,
+                                std::vector<ManifestFile> files, const ShardPlan& plan,
+                                const std::vector<int>& ranks, std::vector<int> devices) {
+  Manifest m = build_manifest(name, model, store, checksums, std::move(files));
+  m.tensor_parallel = plan.ranks();
+  m.devices = std::move(devices);
+  std::vector<size_t> next(size_t(plan.ranks()), 0);  // each rank's pieces in plan order
+  for (size_t i = 0; i < m.tensors.size(); ++i) {
+    const int rank = ranks.at(i);
+    m.tensors[i].rank = rank;
+    m.tensors[i].slice = plan.tensors(rank).at(next[size_t(rank)]++).slice;
   }
   return m;
 }
 
 json manifest_to_json(const Manifest& m) {
   json tensors = json::array();
-  for (const ManifestTensor& t : m.tensors) {
-    tensors.push_back({{"name", t.info.name},
-                       {"dtype", std::string(dtype_name(t.info.dtype))},
-                       {"shape", t.info.shape},
-                       {"bytes", t.info.bytes},
-                       {"allocation_bytes", t.allocation_bytes},
-                       {"allocation", t.allocation},
-                       {"xxh3", checksum_to_hex(t.xxh3)}});
-  }
+  if (!m.sharded())
+    for (const ManifestTensor& t : m.tensors) tensors.push_back(tensor_to_json(t, false));
   auto text = [](const std::string& s) { return s.empty() ? json(nullptr) : json(s); };
   json files = json::object();
   for (std::string_view name : kManifestFileNames) files[std::string(name)] = nullptr;
   for (const ManifestFile& f : m.files)
     files[f.name] = {{"bytes", f.bytes}, {"xxh3", checksum_to_hex(f.xxh3)}, {"fd", f.fd}};
   json j = {{"format", kManifestFormat},
-            {"version", kManifestVersion},
+            {"version", m.sharded() ? kShardedManifestVersion : kManifestVersion},
             {"model", m.model},
             {"backend", m.backend},
             {"gpu_uuid", text(m.gpu_uuid)},
@@ -247,6 +404,21 @@ json manifest_to_json(const Manifest& m) {
             {"tensor_bytes", m.tensor_bytes()},
             {"allocation_bytes", m.allocation_bytes()},
             {"tensors", std::move(tensors)}};
+  if (m.sharded()) {
+    j.erase("tensors");
+    j["tensor_parallel"] = m.tensor_parallel;
+    json ranks = json::array();
+    for (int r = 0; r < m.tensor_parallel; ++r) {
+      json pieces = json::array();
+      for (const ManifestTensor& t : m.tensors)
+        if (t.rank == r) pieces.push_back(tensor_to_json(t, true));
+      const int device = size_t(r) < m.devices.size() ? m.devices[size_t(r)] : -1;
+      ranks.push_back({{"rank", r},
+                       {"device", device < 0 ? json(nullptr) : json(device)},
+                       {"tensors", std::move(pieces)}});
+    }
+    j["ranks"] = std::move(ranks);
+  }
   check_fits_in_a_reply(m, j);
   return j;
 }
@@ -259,9 +431,12 @@ Manifest parse_manifest(const json& j) {
   if (r.string(j, "format") != kManifestFormat)
     r.fail("'format' is not '" + std::string(kManifestFormat) + "'");
   const json& version = r.field(j, "version", "");
-  if (!version.is_number_integer() || version.get<int64_t>() != kManifestVersion)
-    r.fail("version " + json_excerpt(version) + " is not supported (this build reads version " +
-           std::to_string(kManifestVersion) + ")");
+  if (!version.is_number_integer() || (version.get<int64_t>() != kManifestVersion &&
+                                       version.get<int64_t>() != kShardedManifestVersion))
+    r.fail("version " + json_excerpt(version) + " is not supported (this build reads versions " +
+           std::to_string(kManifestVersion) + " and " + std::to_string(kShardedManifestVersion) +
+           ")");
+  const bool sharded = version.get<int64_t>() == kShardedManifestVersion;
 
   Manifest m;
   m.model = r.string(j, "model");
@@ -284,6 +459,11 @@ Manifest parse_manifest(const json& j) {
 
   m.files = parse_files(r, r.field(j, "files", ""));
 
+  if (sharded) {
+    const ShardPlan plan = parse_ranks(r, j, m);
+    check_against_plan(r, m, plan);
+    return m;
+  }
   const json& tensors = r.field(j, "tensors", "");
   if (!tensors.is_array()) r.fail("'tensors' is not an array");
   if (tensors.size() > kMaxTensors)

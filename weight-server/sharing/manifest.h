@@ -19,6 +19,7 @@
 #include "weight-server/model/hf_model.h"
 #include "weight-server/model/model_config.h"
 #include "weight-server/model/safetensors.h"
+#include "weight-server/model/shard_plan.h"
 #include "weight-server/sharing/exportable_store.h"
 
 namespace hearth {
@@ -26,6 +27,9 @@ namespace hearth {
 // Bumped on any change a reader of an older version would misread.
 // 2: the files travel as sealed memfds beside the manifest, no longer inline as text.
 inline constexpr int kManifestVersion = 2;
+// A model sharded for tensor parallelism (shard_plan.h): "tensor_parallel" and "ranks" instead of
+// "tensors", so that a reader of version 2 refuses it by its version rather than misread it.
+inline constexpr int kShardedManifestVersion = 3;
 inline constexpr const char* kManifestFormat = "hearth-manifest";
 // The largest manifest a `manifest` reply can carry: a frame, less room for the reply around it.
 inline constexpr size_t kMaxManifestBytes = ipc::kDefaultMaxFrameBytes - 4096;
@@ -35,6 +39,10 @@ struct ManifestTensor {
   uint64_t allocation_bytes = 0;  // the allocation's size (>= info.bytes; rounded for vmm)
   uint64_t allocation = 0;        // the id to ask the server for; the tensor starts at offset 0
   uint64_t xxh3 = 0;              // of the info.bytes stored bytes
+  // Sharded manifests only: the rank holding this piece and which slice of the whole tensor
+  // (ShardPlan) it is; info.shape is the piece's.
+  int rank = 0;
+  TensorSlice slice;
 };
 
 // The files a manifest may name, in the order their descriptors are attached.
@@ -63,6 +71,15 @@ struct Manifest {
   ModelConfig config;                                      // parsed from `architecture`
   std::vector<ManifestFile> files;                         // fd i is files[i]
   std::vector<ManifestTensor> tensors;                     // in the architecture's order
+  // 1: unsharded (version 2). N > 1: `tensors` holds rank 0's pieces, then rank 1's, ... each
+  // rank's in the architecture's order, and devices[r] is rank r's CUDA device (-1 for memfd).
+  int tensor_parallel = 1;
+  std::vector<int> devices;
+
+  bool sharded() const { return tensor_parallel > 1; }
+  // The manifest a worker on `rank` imports: only that rank's pieces. Throws std::runtime_error
+  // for an unsharded manifest or a rank outside 0..tensor_parallel-1.
+  Manifest rank_view(int rank) const;
 
   const ManifestFile* file(std::string_view name) const;  // null when absent
 
@@ -76,6 +93,14 @@ struct Manifest {
 Manifest build_manifest(const std::string& name, const HfModel& model, const ExportableStore& store,
                         const std::vector<uint64_t>& checksums, std::vector<ManifestFile> files);
 
+// The manifest of a store holding `plan`'s pieces, rank after rank (`ranks[i]` and `slices[i]`
+// belong to store.tensors()[i]); `devices` per rank.
+Manifest build_sharded_manifest(const std::string& name, const HfModel& model,
+                                const ExportableStore& store,
+                                const std::vector<uint64_t>& checksums,
+                                std::vector<ManifestFile> files, const ShardPlan& plan,
+                                const std::vector<int>& ranks, std::vector<int> devices);
+
 // The manifest as JSON. Throws std::runtime_error when it would not fit in a reply
 // (kMaxManifestBytes), so that a server refuses such a model when loading it.
 nlohmann::json manifest_to_json(const Manifest& manifest);
@@ -83,8 +108,9 @@ nlohmann::json manifest_to_json(const Manifest& manifest);
 // Reads and validates a manifest: format and version, field types, backend, known file names
 // with distinct descriptor indexes 0..n-1, dtype/shape/bytes consistency, unique allocation
 // ids, and exactly the tensors (names and shapes) that expected_tensors() gives for the
-// architecture. Throws std::runtime_error naming the model,
-// the tensor and the field at fault.
+// architecture; a sharded one (version 3): every rank 0..N-1 once, each with exactly its pieces of
+// ShardPlan::make(config, N) (no piece missing, overlapping another or shaped otherwise). Throws
+// std::runtime_error naming the model, the tensor and the field at fault.
 Manifest parse_manifest(const nlohmann::json& json);
 
 }  // namespace hearth

@@ -24,6 +24,18 @@ double ms_since(Clock::time_point& mark) {
 
 }  // namespace
 
+Manifest manifest_for_rank(const Manifest& manifest, std::optional<int> rank) {
+  if (!rank) {
+    if (manifest.sharded())
+      throw std::runtime_error("model '" + manifest.model + "' is sharded for tensor parallel " +
+                               std::to_string(manifest.tensor_parallel) +
+                               ": a worker must import it as one of its ranks (0.." +
+                               std::to_string(manifest.tensor_parallel - 1) + ")");
+    return manifest;
+  }
+  return manifest.rank_view(*rank);
+}
+
 FetchedManifest fetch_manifest(ipc::Client& client, const std::string& model) {
   ipc::Frame reply = client.call(ipc::op::kManifest, {{"model", model}});
   const auto it = reply.body.find("manifest");
@@ -44,7 +56,9 @@ ImportedModel import_served_model(ipc::Client& client, const std::string& model,
   ImportedModel out;
   Clock::time_point mark = Clock::now();
   FetchedManifest fetched = fetch_manifest(client, model);
-  out.manifest = std::move(fetched.manifest);
+  const bool whole = fetched.manifest.sharded() && !options.rank && options.all_ranks;
+  out.manifest =
+      whole ? std::move(fetched.manifest) : manifest_for_rank(fetched.manifest, options.rank);
   out.files = std::move(fetched.files);
   out.timings.manifest_ms = ms_since(mark);
 
@@ -52,22 +66,40 @@ ImportedModel import_served_model(ipc::Client& client, const std::string& model,
   // before it takes a lease or a single descriptor.
   int device = -1;
   if (out.manifest.backend == "vmm") {
+    if (whole)
+      throw std::runtime_error(
+          "model '" + model +
+          "': importing every rank of a sharded vmm model is not built yet (issue 26)");
     device = vmm_device_for(out.manifest.gpu_uuid);
     if (options.on_device) options.on_device(out.manifest, device);
     out.timings.gpu_ms = ms_since(mark);
   }
 
-  const std::vector<uint64_t> ids = out.manifest.allocation_ids();
-  std::vector<UniqueFd> fds = client.import_allocations(model, ids);
-  out.timings.import_ms = ms_since(mark);
+  if (whole) {
+    for (int r = 0; r < out.manifest.tensor_parallel; ++r) {
+      const Manifest view = out.manifest.rank_view(r);
+      std::vector<UniqueFd> fds = client.import_allocations(model, view.allocation_ids());
+      out.ranks.push_back(std::make_shared<ImportedMemfdStore>(view, std::move(fds)));
+    }
+    out.store = out.ranks[0];
+    out.timings.import_ms = ms_since(mark);
+  } else {
+    const std::vector<uint64_t> ids = out.manifest.allocation_ids();
+    std::vector<UniqueFd> fds = client.import_allocations(model, ids);
+    out.timings.import_ms = ms_since(mark);
 
-  if (out.manifest.backend == "memfd")
-    out.store = std::make_shared<ImportedMemfdStore>(out.manifest, std::move(fds));
-  else
-    out.store = import_vmm_store(out.manifest, std::move(fds), device);
+    if (out.manifest.backend == "memfd")
+      out.store = std::make_shared<ImportedMemfdStore>(out.manifest, std::move(fds));
+    else
+      out.store = import_vmm_store(out.manifest, std::move(fds), device);
+  }
   out.timings.map_ms = ms_since(mark);
 
-  if (options.verify) {
+  if (options.verify && whole) {
+    for (int r = 0; r < out.manifest.tensor_parallel; ++r)
+      verify_weights(*out.ranks[size_t(r)], out.manifest.rank_view(r), options.verify_threads);
+    out.timings.verify_ms = ms_since(mark);
+  } else if (options.verify) {
     verify_weights(*out.store, out.manifest, options.verify_threads);
     out.timings.verify_ms = ms_since(mark);
   }

@@ -8,6 +8,7 @@
 #include <functional>
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "ipc/client.h"
@@ -20,6 +21,13 @@ namespace hearth {
 struct ImportOptions {
   bool verify = false;  // xxh3 of every tensor against the manifest
   int verify_threads = 4;
+  // A model sharded for tensor parallelism is imported as one rank: only that rank's pieces are
+  // received and mapped. Required for a sharded model, refused for an unsharded one.
+  std::optional<int> rank = std::nullopt;
+  // Without a rank, a sharded model is imported whole, every rank's pieces in a store of its own
+  // (ImportedModel::ranks): what a worker that runs all ranks in process (the CPU engine) needs.
+  // False: a sharded model without a rank is refused.
+  bool all_ranks = false;
   // vmm: called once the device is known, before the descriptors are received, so a caller
   // can start its own GPU set-up beside the import.
   std::function<void(const Manifest&, int device)> on_device = nullptr;
@@ -39,14 +47,21 @@ struct FetchedManifest {
   SharedFiles files;
 };
 
+// The manifest a worker on `rank` (none: an unsharded worker) imports from `manifest`: the
+// manifest itself when unsharded, the rank's view when sharded. Throws std::runtime_error when
+// the two disagree (a sharded model without a rank, a rank of an unsharded model, a rank out of
+// range).
+Manifest manifest_for_rank(const Manifest& manifest, std::optional<int> rank);
+
 // Asks the server for `model`'s manifest, validates it and checks and maps the files its reply
 // carries. Throws as import_served_model does.
 FetchedManifest fetch_manifest(ipc::Client& client, const std::string& model);
 
 struct ImportedModel {
-  Manifest manifest;
+  Manifest manifest;  // all_ranks: the whole sharded manifest; else what was imported
   SharedFiles files;
-  std::shared_ptr<const WeightStore> store;
+  std::shared_ptr<const WeightStore> store;               // all_ranks: rank 0's pieces
+  std::vector<std::shared_ptr<const WeightStore>> ranks;  // all_ranks of a sharded model
   ImportTimings timings;
 };
 

@@ -92,10 +92,17 @@ std::unique_ptr<Backend> make_backend(const EngineOptions& options, const Engine
       const int context_blocks = (context + kv.block_size - 1) / kv.block_size;
       return std::make_unique<CpuBackend>(
           weights.store, context, kv,
-          kv_memory(per_token * kv.block_size, kv.num_blocks, context_blocks));
+          kv_memory(per_token * kv.block_size, kv.num_blocks, context_blocks),
+          options.tensor_parallel, weights.ranks);
     }
-    return std::make_unique<CpuBackend>(weights.store, context, kv);
+    return std::make_unique<CpuBackend>(weights.store, context, kv, nullptr,
+                                        options.tensor_parallel, weights.ranks);
   }
+  if (options.tensor_parallel > 1 || !weights.ranks.empty())
+    throw std::runtime_error(
+        "tensor_parallel " + std::to_string(options.tensor_parallel) +
+        " (or a sharded model) on the cuda backend: not built yet (issue 26: NCCL ranks, one "
+        "GPU each); the cpu backend runs it in process");
   return make_cuda_backend(options, weights, context, std::move(warmup), kv_memory);
 }
 

@@ -22,6 +22,9 @@ BlockKey cache_domain_key(const EngineOptions& options, std::string_view backend
   field("decode_gemv", option_name(options.decode_gemv));
   field("weights_layout", option_name(options.weights_layout));
   field("batch_invariant", options.batch_invariant ? "true" : "false");
+  // Only when sharded, so that every TP=1 key stays what it was.
+  if (options.tensor_parallel > 1)
+    field("tensor_parallel", std::to_string(options.tensor_parallel));
   const XXH128_hash_t h = XXH3_128bits(text.data(), text.size());
   return {h.low64, h.high64};
 }

@@ -5,7 +5,8 @@
 // It covers the model's identity (the worker's; served mode: the manifest's tensor checksums),
 // the resolved backend (the cpu backend computes in fp32, the cuda one in bf16/f16), and the
 // engine options that change numerics: cuda_engine, kv_cache_dtype, decode_gemv,
-// batch_invariant and weights_layout (the last believed bit-neutral, but cheap to keep apart).
+// batch_invariant, weights_layout (the last believed bit-neutral, but cheap to keep apart) and
+// tensor_parallel above 1 (its split sums round differently).
 // The weights' dtype is part of the model identity. With batch_invariant off a block's bits
 // depend on what shared its steps, so a hit gives a block as good as a recomputed one but not
 // the same bits; that engine promises no bit-identity anyway. Left out because they change no bits:

@@ -1,65 +1,21 @@
 #include "worker/engine/cpu_backend.h"
+#include "worker/engine/cpu_matmul.h"
 
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
 #include <string>
 
+#include "weight-server/model/rank_store.h"
+#include "weight-server/model/shard_plan.h"
+
 namespace hearth {
 
 namespace {
 
-// Sixteen independent partial sums in a fixed order: the compiler vectorises this without
-// reassociating, so the result does not depend on the instruction set.
-float dot(const float* a, const float* b, int64_t n) {
-  constexpr int kLanes = 16;
-  float acc[kLanes] = {};
-  int64_t i = 0;
-  for (; i + kLanes <= n; i += kLanes)
-    for (int j = 0; j < kLanes; ++j) acc[j] += a[i + j] * b[i + j];
-  float tail = 0.0f;
-  for (; i < n; ++i) tail += a[i] * b[i];
-  for (int width = kLanes / 2; width > 0; width /= 2)
-    for (int j = 0; j < width; ++j) acc[j] += acc[j + width];
-  return acc[0] + tail;
-}
-
-void load_row(const WeightRef& w, int64_t row, float* out) {
-  const int64_t n = w.cols;
-  switch (w.dtype) {
-    case DType::F32:
-      std::copy_n(static_cast<const float*>(w.data) + row * n, n, out);
-      return;
-    case DType::BF16: {
-      const uint16_t* p = static_cast<const uint16_t*>(w.data) + row * n;
-      for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_f32(p[i]);
-      return;
-    }
-    case DType::F16: {
-      const uint16_t* p = static_cast<const uint16_t*>(w.data) + row * n;
-      for (int64_t i = 0; i < n; ++i) out[i] = f16_to_f32(p[i]);
-      return;
-    }
-  }
-}
-
-// out[t, r] = sum_c W[r, c] * in[t, c] (+ bias[r]) for n rows of input. Each weight row is
-// converted once and used for every token, so prefill reads the weights once.
-void matmul(float* out, const float* in, int n, const WeightRef& W, const WeightRef& bias = {}) {
-  std::vector<float> row(W.cols);
-  std::vector<float> b;
-  if (bias) {
-    b.resize(bias.cols);
-    load_row(bias, 0, b.data());
-  }
-  for (int64_t r = 0; r < W.rows; ++r) {
-    load_row(W, r, row.data());
-    for (int t = 0; t < n; ++t) {
-      float v = dot(row.data(), in + int64_t(t) * W.cols, W.cols);
-      out[int64_t(t) * W.rows + r] = bias ? v + b[r] : v;
-    }
-  }
-}
+using cpu::dot;
+using cpu::load_row;
+using cpu::matmul;
 
 // y = w * (x / rms(x)), computed in fp32 as transformers does.
 void rmsnorm(float* y, const float* x, const WeightRef& w, int64_t n, double eps) {
@@ -89,7 +45,8 @@ void rope(float* v, int n_heads, int head_dim, int pos, const std::vector<float>
 }  // namespace
 
 CpuBackend::CpuBackend(std::shared_ptr<const WeightStore> store, int context_length, KvPoolShape kv,
-                       std::shared_ptr<KvMemory> memory)
+                       std::shared_ptr<KvMemory> memory, int tensor_parallel,
+                       std::vector<std::shared_ptr<const WeightStore>> rank_stores)
     : store_(std::move(store)),
       c_(store_->config()),
       context_(context_length),
@@ -106,6 +63,26 @@ CpuBackend::CpuBackend(std::shared_ptr<const WeightStore> store, int context_len
   if (kv_.num_blocks < 0)
     throw std::runtime_error("negative KV pool size " + std::to_string(kv_.num_blocks));
   w_ = bind_weights(*store_);
+  if (!rank_stores.empty() && int(rank_stores.size()) != tensor_parallel)
+    throw std::runtime_error(
+        "the model is sharded for tensor parallel " + std::to_string(rank_stores.size()) +
+        ", the engine's tensor_parallel is " + std::to_string(tensor_parallel) +
+        "; set tensor_parallel=" + std::to_string(rank_stores.size()));
+  if (tensor_parallel > 1) {
+    const ShardPlan plan = ShardPlan::make(c_, tensor_parallel);
+    vocab_per_rank_ = plan.vocab_per_rank();
+    for (int r = 0; r < tensor_parallel; ++r) {
+      std::shared_ptr<const WeightStore> pieces =
+          rank_stores.empty() ? std::make_shared<const RankStore>(*store_, plan, r)
+                              : rank_stores[size_t(r)];
+      // A store of pieces from elsewhere must hold exactly this rank's shapes.
+      for (const TensorShard& s : plan.tensors(r))
+        if (pieces->at(s.name).info.shape != s.shape)
+          throw std::runtime_error("rank " + std::to_string(r) + "'s tensor '" + s.name +
+                                   "' is not the shape the shard plan gives it");
+      ranks_.push_back({pieces, bind_weights(*pieces)});
+    }
+  }
   inv_freq_ = rope_inverse_frequencies(c_);
   block_floats_ = size_t(c_.n_layers) * 2 * c_.n_kv_heads * kv_.block_size * c_.head_dim;
   if (memory_) {
@@ -130,6 +107,54 @@ float* CpuBackend::pool() const {
 
 int64_t CpuBackend::kv_bytes_per_token(const ModelConfig& config) {
   return 2 * int64_t(config.n_layers) * config.kv_dim() * int64_t(sizeof(float));
+}
+
+template <typename Get>
+void CpuBackend::column_parallel(float* out, int64_t out_cols, const float* in, int n, Get get) {
+  if (ranks_.empty()) {
+    const auto [W, b] = get(w_);
+    matmul(out, in, n, W, b);
+    return;
+  }
+  int64_t col = 0;
+  for (const Rank& rank : ranks_) {
+    const auto [W, b] = get(rank.w);
+    part_out_.resize(size_t(n) * W.rows);
+    matmul(part_out_.data(), in, n, W, b);
+    for (int t = 0; t < n; ++t)
+      std::copy_n(&part_out_[size_t(t) * W.rows], W.rows, out + t * out_cols + col);
+    col += W.rows;
+  }
+}
+
+template <typename Get>
+void CpuBackend::row_parallel(float* out, const float* in, int64_t in_cols, int n, Get get) {
+  if (ranks_.empty()) {
+    matmul(out, in, n, get(w_));
+    return;
+  }
+  int64_t col = 0;
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    const WeightRef W = get(ranks_[r].w);
+    part_in_.resize(size_t(n) * W.cols);
+    for (int t = 0; t < n; ++t)
+      std::copy_n(in + t * in_cols + col, W.cols, &part_in_[size_t(t) * W.cols]);
+    col += W.cols;
+    if (r == 0) {
+      matmul(out, part_in_.data(), n, W);
+      continue;
+    }
+    part_out_.resize(size_t(n) * W.rows);
+    matmul(part_out_.data(), part_in_.data(), n, W);
+    // The all-reduce: each rank's partial added to the sum so far, in rank order.
+    for (int64_t i = 0; i < n * W.rows; ++i) out[i] += part_out_[i];
+  }
+}
+
+void CpuBackend::embed_row(int32_t token, float* out) const {
+  if (ranks_.empty()) return load_row(w_.embed, token, out);
+  const int rank = token / vocab_per_rank_;  // the rank whose vocabulary rows hold it
+  load_row(ranks_[size_t(rank)].w.embed, token - rank * vocab_per_rank_, out);
 }
 
 float* CpuBackend::k_slot(int layer, int32_t block, int offset, int kv_head) const {
@@ -170,11 +195,11 @@ void CpuBackend::forward(const ForwardBatch& batch) {
 
   int r = 0;
   for (const ForwardEntry& entry : batch.entries)
-    for (int32_t token : entry.tokens) load_row(w_.embed, token, &x_[r++ * h]);
+    for (int32_t token : entry.tokens) embed_row(token, &x_[r++ * h]);
   for (int l = 0; l < c_.n_layers; ++l) {
     const LayerWeights& L = w_.layers[l];
     attention(L, l);
-    mlp(L, n);
+    mlp(L, l, n);
   }
 
   // Logits of each wanting entry's last row, gathered so the LM head reads its weights once.
@@ -187,7 +212,9 @@ void CpuBackend::forward(const ForwardBatch& batch) {
     logits_row_[e] = m++;
   }
   logits_.resize(size_t(m) * c_.vocab);
-  if (m > 0) matmul(logits_.data(), xn_.data(), m, w_.lm_head);
+  if (m > 0)
+    column_parallel(logits_.data(), c_.vocab, xn_.data(), m,
+                    [](const ModelWeights& w) { return std::pair(w.lm_head, WeightRef{}); });
 }
 
 std::span<const float> CpuBackend::logits(int entry) {
@@ -202,9 +229,14 @@ void CpuBackend::attention(const LayerWeights& L, int layer) {
   const int64_t h = c_.hidden, qd = c_.q_dim(), kvd = c_.kv_dim(), hd = c_.head_dim;
   const int bs = kv_.block_size;
   for (int t = 0; t < n; ++t) rmsnorm(&xn_[t * h], &x_[t * h], L.attn_norm, h, c_.rms_eps);
-  matmul(q_.data(), xn_.data(), n, L.wq, L.bq);
-  matmul(k_.data(), xn_.data(), n, L.wk, L.bk);
-  matmul(v_.data(), xn_.data(), n, L.wv, L.bv);
+  auto of = [layer](auto member, auto bias) {
+    return [=](const ModelWeights& w) {
+      return std::pair(w.layers[layer].*member, w.layers[layer].*bias);
+    };
+  };
+  column_parallel(q_.data(), qd, xn_.data(), n, of(&LayerWeights::wq, &LayerWeights::bq));
+  column_parallel(k_.data(), kvd, xn_.data(), n, of(&LayerWeights::wk, &LayerWeights::bk));
+  column_parallel(v_.data(), kvd, xn_.data(), n, of(&LayerWeights::wv, &LayerWeights::bv));
 
   // Every row's keys and values go into its sequence's blocks before any row attends, so a
   // row sees the rows before it in its own chunk.
@@ -254,20 +286,25 @@ void CpuBackend::attention(const LayerWeights& L, int layer) {
       }
     }
   }
-  matmul(xn_.data(), att_.data(), n, L.wo);
+  row_parallel(xn_.data(), att_.data(), qd, n,
+               [layer](const ModelWeights& w) { return w.layers[layer].wo; });
   for (int64_t i = 0; i < n * h; ++i) x_[i] += xn_[i];
 }
 
-void CpuBackend::mlp(const LayerWeights& L, int n) {
+void CpuBackend::mlp(const LayerWeights& L, int layer, int n) {
   const int64_t h = c_.hidden, inter = c_.intermediate;
   for (int t = 0; t < n; ++t) rmsnorm(&xn_[t * h], &x_[t * h], L.mlp_norm, h, c_.rms_eps);
-  matmul(gate_.data(), xn_.data(), n, L.w_gate);
-  matmul(up_.data(), xn_.data(), n, L.w_up);
+  auto of = [layer](auto member) {
+    return [=](const ModelWeights& w) { return std::pair(w.layers[layer].*member, WeightRef{}); };
+  };
+  column_parallel(gate_.data(), inter, xn_.data(), n, of(&LayerWeights::w_gate));
+  column_parallel(up_.data(), inter, xn_.data(), n, of(&LayerWeights::w_up));
   for (int64_t i = 0; i < n * inter; ++i) {
     const float g = gate_[i];
     gate_[i] = g / (1.0f + std::exp(-g)) * up_[i];  // SiLU(gate) * up
   }
-  matmul(xn_.data(), gate_.data(), n, L.w_down);
+  row_parallel(xn_.data(), gate_.data(), inter, n,
+               [layer](const ModelWeights& w) { return w.layers[layer].w_down; });
   for (int64_t i = 0; i < n * h; ++i) x_[i] += xn_[i];
 }
 

@@ -1,5 +1,6 @@
 // The CPU engine: the whole Llama-family forward pass in fp32 arithmetic, reading bf16/f16/f32
-// weights in place, over a batch of sequences whose keys and values live in a paged pool.
+// weights in place (fp8 projections by the W8A8 formula, cpu_matmul.h), over a batch of
+// sequences whose keys and values live in a paged pool.
 // Simple and exact enough to be the oracle every GPU kernel and proof run is checked against;
 // reductions run in a fixed order, so results are the same on every x86-64.
 //
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "worker/engine/backend.h"
+#include "weight-server/model/model_config.h"
 #include "worker/engine/model_weights.h"
 
 namespace hearth {
@@ -24,10 +26,22 @@ class CpuBackend final : public Backend {
   // blocks never used cost nothing. With `memory` (served mode: a lease from the server) the
   // pool is that memory, as many blocks as it holds at each forward, and kv.num_blocks is
   // ignored; its block_bytes must be kv_bytes_per_token * kv.block_size.
+  //
+  // `tensor_parallel` N > 1 runs N in-process ranks (issue 26), each on its own piece of every
+  // tensor (shard_plan.h, cut from `store`): q/k/v and gate/up rows, the vocabulary's rows of
+  // the embedding and LM head per rank, bitwise what one rank computes from the whole matrix;
+  // o_proj and down as each rank's partial product over its columns, summed in rank order
+  // 0, 1, ..., N-1 (a fixed order, as an all-reduce that adds ranks in order), then added to the
+  // residual. `rank_stores` (a model the server sharded; `store` is then rank 0's) are the
+  // ranks' pieces, one store each, instead of pieces cut from `store`; there must be
+  // `tensor_parallel` of them. So a TP=N engine is deterministic and batch-invariant as TP=1 is,
+  // but not equal to it: the split sums round differently.
   CpuBackend(std::shared_ptr<const WeightStore> store, int context_length, KvPoolShape kv = {},
-             std::shared_ptr<KvMemory> memory = nullptr);
+             std::shared_ptr<KvMemory> memory = nullptr, int tensor_parallel = 1,
+             std::vector<std::shared_ptr<const WeightStore>> rank_stores = {});
 
   std::string name() const override { return "cpu"; }
+  int tensor_parallel() const { return ranks_.empty() ? 1 : int(ranks_.size()); }
   int context_length() const override { return context_; }
   int vocab_size() const override { return c_.vocab; }
   KvPoolShape kv_pool() const override;
@@ -44,13 +58,29 @@ class CpuBackend final : public Backend {
     int pos;
   };
   void attention(const LayerWeights& L, int layer);
-  void mlp(const LayerWeights& L, int n);
+  void mlp(const LayerWeights& L, int layer, int n);
+  // out[t][...] = each rank's rows of the matrix `get` picks (and its bias), side by side in
+  // rank order; with one rank, the whole matrix.
+  template <typename Get>
+  void column_parallel(float* out, int64_t out_cols, const float* in, int n, Get get);
+  // out[t][...] = sum over ranks, in rank order, of rank r's columns of `in` times its piece of
+  // the matrix `get` picks; with one rank, the whole product.
+  template <typename Get>
+  void row_parallel(float* out, const float* in, int64_t in_cols, int n, Get get);
+  void embed_row(int32_t token, float* out) const;
   float* k_slot(int layer, int32_t block, int offset, int kv_head) const;
   float* v_slot(int layer, int32_t block, int offset, int kv_head) const;
 
   std::shared_ptr<const WeightStore> store_;
   const ModelConfig& c_;
   ModelWeights w_;
+  struct Rank {
+    std::shared_ptr<const WeightStore> store;  // its pieces
+    ModelWeights w;
+  };
+  std::vector<Rank> ranks_;  // empty: one rank on the whole store
+  int vocab_per_rank_ = 0;
+  std::vector<float> part_in_, part_out_;
   int context_;
   KvPoolShape kv_;
   std::vector<float> inv_freq_;

@@ -110,6 +110,11 @@ struct EngineOptions {
   // batches, but cuBLASLt picks its kernel by M, so a row's bits depend on how many rows share
   // its step and a request's tokens on what else runs. For comparison only: off by default.
   bool batch_invariant = true;
+  // Tensor parallelism (issue 26): ranks that each hold a piece of every tensor
+  // (weight-server/model/shard_plan.h), their partial sums added in rank order. The cpu backend
+  // runs them in process; the cuda backend refuses more than 1 (not built yet). It changes
+  // numerics (TP=2 is not TP=1), so it is part of the cache domain.
+  int tensor_parallel = 1;
 };
 
 }  // namespace hearth

@@ -1,5 +1,6 @@
 #include "worker/engine/model_weights.h"
 
+#include <stdexcept>
 #include <string>
 
 namespace hearth {
@@ -17,11 +18,33 @@ WeightRef ref(const StoredTensor& t) {
   return r;
 }
 
+// An fp8 matrix with its scale tensor, checked to have one value per tensor or per row.
+WeightRef scaled_ref(const WeightStore& store, const StoredTensor& t) {
+  WeightRef r = ref(t);
+  if (!dtype_is_scaled(t.info.dtype)) return r;
+  const std::string scale_name = scale_tensor_name(t.info.name);
+  const StoredTensor* s = store.find(scale_name);
+  if (!s)
+    throw std::runtime_error("weight '" + t.info.name + "' is " +
+                             std::string(dtype_name(t.info.dtype)) + " but has no scale tensor '" +
+                             scale_name + "'");
+  const auto count = int64_t(s->info.numel());
+  if (dtype_is_scaled(s->info.dtype) || (count != 1 && count != r.rows))
+    throw std::runtime_error("scale tensor '" + scale_name + "' is " +
+                             std::string(dtype_name(s->info.dtype)) + " " + s->info.shape_string() +
+                             "; wanted a 16- or 32-bit float, 1 or " + std::to_string(r.rows) +
+                             " values");
+  r.scale = s->data;
+  r.scale_dtype = s->info.dtype;
+  r.scale_count = count;
+  return r;
+}
+
 }  // namespace
 
 ModelWeights bind_weights(const WeightStore& store) {
   const ModelConfig& c = store.config();
-  auto get = [&](const std::string& name) { return ref(store.at(name)); };
+  auto get = [&](const std::string& name) { return scaled_ref(store, store.at(name)); };
   ModelWeights w;
   w.embed = get(std::string(kEmbeddingWeight));
   for (int l = 0; l < c.n_layers; ++l) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -12,11 +13,21 @@
 namespace hearth {
 
 // A matrix [rows, cols] in row-major order, or a vector (rows == 1). Null when absent.
+// An F8_E4M3 matrix carries its scale: `scale_count` values of `scale_dtype`, one for the whole
+// tensor or one per row (output channel); element (r, c) is dec(code) * scale[r or 0]. Null
+// and 0 for every other dtype.
 struct WeightRef {
   const void* data = nullptr;
   DType dtype = DType::F32;
   int64_t rows = 0, cols = 0;
-  std::string_view name;  // the tensor's name in the store (for messages)
+  std::string_view name;        // the tensor's name in the store (for messages)
+  const void* scale = nullptr;  // host or device address, as `data`
+  DType scale_dtype = DType::F32;
+  int64_t scale_count = 0;  // 1 (per tensor) or rows (per channel)
+  // Row r's scale as fp32 (host addresses only).
+  float row_scale(int64_t r) const {
+    return load_as_f32(scale, scale_dtype, scale_count == 1 ? 0 : size_t(r));
+  }
   explicit operator bool() const { return data != nullptr; }
 };
 
@@ -59,7 +70,14 @@ struct ModelWeights {
   WeightRef lm_head;  // the embedding itself when tied
 };
 
+// Binds every tensor by name; an F8_E4M3 matrix `<module>.weight` also binds its scale tensor
+// `<module>.weight_scale` (which must hold 1 or `rows` elements).
 ModelWeights bind_weights(const WeightStore& store);
+
+// The name of the scale tensor beside an fp8 weight: "<module>.weight" -> "<module>.weight_scale".
+inline std::string scale_tensor_name(std::string_view weight_name) {
+  return std::string(weight_name) + "_scale";
+}
 
 // The token embedding's name in every supported architecture. Its dtype is the 16-bit type the
 // CUDA engine computes in.

@@ -307,6 +307,11 @@ const std::map<std::string, Setter>& setters() {
         [](Profile& p, const json& v,
            const std::string&
                l) { p.engine.matmul_tiling = one_of<MatmulTiling>(v, l, "matmul_tiling"); }}},
+      {"tensor_parallel",
+       {KeyKind::Engine,
+        [](Profile& p, const json& v,
+           const std::string&
+               l) { p.engine.tensor_parallel = int(integer(v, l, "tensor_parallel", 1, 64)); }}},
       {"batch_invariant",
        {KeyKind::Engine,
         [](Profile& p, const json& v,
@@ -429,7 +434,8 @@ json profile_to_json(const Profile& p) {
               {"weights_layout", option_name(p.engine.weights_layout)},
               {"decode_gemv", option_name(p.engine.decode_gemv)},
               {"matmul_tiling", option_name(p.engine.matmul_tiling)},
-              {"batch_invariant", p.engine.batch_invariant}};
+              {"batch_invariant", p.engine.batch_invariant},
+              {"tensor_parallel", p.engine.tensor_parallel}};
 }
 
 }  // namespace hearth

@@ -2,6 +2,7 @@
 // independent formula, every finite code read back exactly, ties to even, saturation, NaN, and
 // fresh random floats against a brute-force search for the nearest code.
 #include "weight-server/model/fp8.h"
+#include "weight-server/model/dtype.h"
 
 #include <gtest/gtest.h>
 
@@ -102,6 +103,20 @@ TEST(Fp8E4m3, RowScaleMapsTheLargestMagnitudeTo448) {
   EXPECT_EQ(fp8_e4m3_quantize(3.5f, scale), 0x7e);
   EXPECT_EQ(fp8_e4m3_quantize(-3.5f, scale), 0xfe);
   EXPECT_EQ(fp8_e4m3_quantize(0.0f, scale), 0x00);
+}
+
+// The dtype table knows fp8, and an fp8 code is only read as a weight with its scale.
+TEST(Fp8E4m3, DtypeReadsCodesOnlyWithTheirScale) {
+  EXPECT_EQ(parse_dtype("F8_E4M3"), DType::F8_E4M3);
+  EXPECT_EQ(dtype_size(DType::F8_E4M3), 1u);
+  EXPECT_EQ(dtype_name(DType::F8_E4M3), "F8_E4M3");
+  EXPECT_TRUE(dtype_is_scaled(DType::F8_E4M3));
+  EXPECT_FALSE(dtype_is_scaled(DType::BF16));
+  const uint8_t codes[] = {0x38, 0xc0, 0x7e};  // 1, -2, 448
+  EXPECT_EQ(load_as_f32(codes, DType::F8_E4M3, 0, 0.5f), 0.5f);
+  EXPECT_EQ(load_as_f32(codes, DType::F8_E4M3, 1, 0.5f), -1.0f);
+  EXPECT_EQ(load_as_f32(codes, DType::F8_E4M3, 2, 2.0f), 896.0f);
+  EXPECT_THROW(load_as_f32(codes, DType::F8_E4M3, 0), std::logic_error);
 }
 
 }  // namespace

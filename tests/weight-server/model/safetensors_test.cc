@@ -38,6 +38,19 @@ TEST(Safetensors, ParsesTensorsAndMetadata) {
   EXPECT_EQ(h.tensors[1].file_offset, h.tensors[0].file_offset + 24);
 }
 
+// fp8 weights (issue 25): one byte per element, their scales a tensor of their own.
+TEST(Safetensors, ParsesFp8E4m3WithItsScale) {
+  auto image = valid_safetensors({{"w_scale", "F32", {3, 1}}, {"w", "F8_E4M3", {3, 5}}});
+  SafetensorsHeader h = parse_safetensors(image, "x");
+  ASSERT_EQ(h.tensors.size(), 2u);
+  const SafetensorsEntry& w = h.tensors[0].info.name == "w" ? h.tensors[0] : h.tensors[1];
+  const SafetensorsEntry& s = h.tensors[0].info.name == "w" ? h.tensors[1] : h.tensors[0];
+  EXPECT_EQ(w.info.dtype, DType::F8_E4M3);
+  EXPECT_EQ(w.info.bytes, 15u);
+  EXPECT_EQ(s.info.bytes, 12u);
+  EXPECT_EQ(w.file_offset, s.file_offset + 12);
+}
+
 TEST(Safetensors, MetadataMustHoldStrings) {
   auto ok = safetensors_image(R"({"__metadata__":{"format":"pt"}})", 0);
   EXPECT_EQ(parse_safetensors(ok, "x").metadata.at("format"), "pt");
@@ -69,7 +82,7 @@ TEST(Safetensors, RefusesDuplicateTensorNames) {
 
 TEST(Safetensors, RefusesUnsupportedDtype) {
   expect_error(safetensors_image(R"({"w":{"dtype":"I64","shape":[1],"data_offsets":[0,8]}})", 8),
-               {"'w'", "unsupported dtype I64"});
+               {"'w'", "unsupported dtype I64", "F8_E4M3"});
 }
 
 TEST(Safetensors, RefusesSizeDisagreement) {

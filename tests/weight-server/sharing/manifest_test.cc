@@ -79,7 +79,7 @@ struct Tamper {
 
 TEST_F(ManifestTest, RefusesTamperedManifests) {
   const std::vector<Tamper> cases = {
-      {"newer version", [](json& j) { j["version"] = 3; }, "version 3 is not supported"},
+      {"newer version", [](json& j) { j["version"] = 4; }, "version 4 is not supported"},
       {"version 1 (files inline)", [](json& j) { j["version"] = 1; }, "version 1 is not supported"},
       {"other format", [](json& j) { j["format"] = "gguf"; }, "'format'"},
       {"unknown backend", [](json& j) { j["backend"] = "rdma"; }, "unknown backend 'rdma'"},

@@ -37,6 +37,10 @@ CudaBackend::CudaBackend(std::shared_ptr<const WeightStore> store, const EngineO
     throw std::runtime_error("kv_block_size must be positive, got " +
                              std::to_string(options_.kv_block_size));
   kv_ = {options_.kv_block_size, (context_ + options_.kv_block_size - 1) / options_.kv_block_size};
+  // Its fused matvecs read 16-bit weights only; the batched engine has the fp8 matmul.
+  if (c_.quantization.fp8())
+    throw std::runtime_error(
+        "cuda_engine \"single\" does not run fp8 weights; use cuda_engine \"batched\"");
   stream_ = make_stream();
   weights_ = CudaWeights::bind(*store_, c_);
   workspace_bytes_ += weights_.copied_bytes();

@@ -1,6 +1,7 @@
 #include "worker/engine/cuda/cuda_llama_forward.h"
 
 #include <cmath>
+#include <span>
 
 #include "kernels/ops.h"
 
@@ -26,7 +27,7 @@ CudaLlamaForward::CudaLlamaForward(const ModelConfig& c, const CudaWeights& weig
       xg_(arena.alloc(size_t(limits.max_step_seqs) * c.hidden * 4)),
       xgn_(arena.alloc(size_t(limits.max_step_seqs) * c.hidden * 2)),
       logits_(arena.alloc(size_t(limits.max_seqs) * c.vocab * 4)),
-      matmuls_(c, limits, type_, options.batch_invariant, arena) {
+      matmuls_(c, limits, type_, options.batch_invariant, weights.fp8(), arena) {
   const int T = limits.max_tokens, S = limits.max_step_seqs;
   attention_scratch_bytes_ =
       kernels::paged_attention_scratch_bytes(T, S, context_length, c.n_heads, c.head_dim, S);
@@ -40,7 +41,11 @@ CudaLlamaForward::CudaLlamaForward(const ModelConfig& c, const CudaWeights& weig
         {kGateUp, MatmulEpilogue::SwiGLU, c.intermediate, h, T, xn_.get(), act_.get()},
         {kDown, MatmulEpilogue::AccumulateF32, h, c.intermediate, T, act_.get(), x_.get()},
         {kLmHead, MatmulEpilogue::StoreF32, c.vocab, h, S, xgn_.get(), logits_.get()}};
-    matmuls_.tune(jobs, weights_, stream, arena);
+    // fp8: the projections' kernel picks its own tiles (any gives the same bits); the LM head
+    // is the one 16-bit matrix to tune.
+    const std::span<const CudaMatmuls::TuneJob> tuned =
+        weights.fp8() ? std::span(jobs).last(1) : std::span(jobs);
+    matmuls_.tune(tuned, weights_, stream, arena);
   }
 }
 
@@ -48,22 +53,41 @@ void CudaLlamaForward::layer(int l, const StepShape& s, const StepInputs& in, co
                              const kernels::PagedAttentionArgs& attention, cudaStream_t st) {
   const ModelConfig& c = config_;
   const CudaLayerWeights& L = weights_.layer(l);
+  const CudaLayerScales& S = weights_.scales(l);  // fp8 only
   const int T = s.tokens, h = c.hidden, qd = c.q_dim(), kvd = c.kv_dim();
   const float eps = float(c.rms_eps);
+  const bool fp8 = weights_.fp8();
+  // fp8: `a` quantized once for the projections after it that read it.
+  auto input = [&](const void* a, int k) {
+    if (fp8) matmuls_.quantize(a, T, k, st);
+  };
+  // rmsnorm into xn_, or (fp8) straight into the quantized input: the same codes as
+  // quantizing xn_, without writing it.
+  auto norm = [&](const float* weight) {
+    if (fp8) return matmuls_.rmsnorm_quantize(x_.get<float>(), weight, T, h, eps, st);
+    kernels::rmsnorm(type_, x_.get<float>(), weight, T, h, eps, xn_.get(), st);
+  };
+  auto matmul = [&](MatmulShape shape, MatmulEpilogue e, const void* a, const void* w,
+                    const float* w_scale, const void* w_up, const float* w_up_scale, void* out,
+                    int n, int k) {
+    if (fp8) return matmuls_.run_fp8(e, w, w_scale, w_up, w_up_scale, out, T, n, k, st);
+    matmuls_.run(shape, e, a, w, w_up, out, T, n, k, st);
+  };
 
-  kernels::rmsnorm(type_, x_.get<float>(), L.attn_norm, T, h, eps, xn_.get(), st);
+  norm(L.attn_norm);
   mark(StepPhase::Norm, st);
-  if (matmuls_.fuses_qkv()) {  // one launch, the same bits
+  if (!fp8 && matmuls_.fuses_qkv()) {  // one launch, the same bits
     matmuls_.run_qkv(xn_.get(), L.wq, L.wk, L.wv, q32_.get(), k32_.get(), v32_.get(), T, qd, kvd, h,
                      st);
     mark(StepPhase::QKV, st);
   } else {
-    matmuls_.run(kQ, MatmulEpilogue::StoreF32, xn_.get(), L.wq, nullptr, q32_.get(), T, qd, h, st);
+    matmul(kQ, MatmulEpilogue::StoreF32, xn_.get(), L.wq, S.wq, nullptr, nullptr, q32_.get(), qd,
+           h);
     mark(StepPhase::Q, st);
-    matmuls_.run(kKV, MatmulEpilogue::StoreF32, xn_.get(), L.wk, nullptr, k32_.get(), T, kvd, h,
-                 st);
-    matmuls_.run(kKV, MatmulEpilogue::StoreF32, xn_.get(), L.wv, nullptr, v32_.get(), T, kvd, h,
-                 st);
+    matmul(kKV, MatmulEpilogue::StoreF32, xn_.get(), L.wk, S.wk, nullptr, nullptr, k32_.get(), kvd,
+           h);
+    matmul(kKV, MatmulEpilogue::StoreF32, xn_.get(), L.wv, S.wv, nullptr, nullptr, v32_.get(), kvd,
+           h);
     mark(StepPhase::KV, st);
   }
 
@@ -83,17 +107,19 @@ void CudaLlamaForward::layer(int l, const StepShape& s, const StepInputs& in, co
   at.k_pool = kv.k(l), at.v_pool = kv.v(l);
   kernels::paged_attention(type_, at, st);
   mark(StepPhase::Attention, st);
-  matmuls_.run(kO, MatmulEpilogue::AccumulateF32, att_.get(), L.wo, nullptr, x_.get(), T, h, qd,
-               st);
+  input(att_.get(), qd);
+  matmul(kO, MatmulEpilogue::AccumulateF32, att_.get(), L.wo, S.wo, nullptr, nullptr, x_.get(), h,
+         qd);
   mark(StepPhase::O, st);
 
-  kernels::rmsnorm(type_, x_.get<float>(), L.mlp_norm, T, h, eps, xn_.get(), st);
+  norm(L.mlp_norm);
   mark(StepPhase::Norm, st);
-  matmuls_.run(kGateUp, MatmulEpilogue::SwiGLU, xn_.get(), L.w_gate, L.w_up, act_.get(), T,
-               c.intermediate, h, st);
+  matmul(kGateUp, MatmulEpilogue::SwiGLU, xn_.get(), L.w_gate, S.w_gate, L.w_up, S.w_up, act_.get(),
+         c.intermediate, h);
   mark(StepPhase::GateUp, st);
-  matmuls_.run(kDown, MatmulEpilogue::AccumulateF32, act_.get(), L.w_down, nullptr, x_.get(), T, h,
-               c.intermediate, st);
+  input(act_.get(), c.intermediate);
+  matmul(kDown, MatmulEpilogue::AccumulateF32, act_.get(), L.w_down, S.w_down, nullptr, nullptr,
+         x_.get(), h, c.intermediate);
   mark(StepPhase::Down, st);
 }
 

@@ -6,6 +6,9 @@
 //   RoPE, k/v into the pool), paged_attention, o_proj accumulated into the residual, rmsnorm,
 //   gate/up with SwiGLU fused, down accumulated -> the rows that want logits gathered, final
 //   norm, lm_head.
+// An fp8 model quantizes each projection input per row once (the rmsnorm output for q/k/v and
+// again for gate/up, the attention output for o, the SwiGLU output for down) and runs the fp8
+// matmul with the same epilogues; its LM head stays 16-bit.
 #pragma once
 
 #include <cuda_runtime.h>

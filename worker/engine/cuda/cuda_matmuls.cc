@@ -2,11 +2,14 @@
 
 #include <algorithm>
 #include <stdexcept>
+#include <string>
 #include <tuple>
 #include <utility>
 
 #include "kernels/cuda_check.h"
 #include "kernels/cuda_handles.h"
+#include "kernels/fp8_matmul.h"
+#include "kernels/fp8_quantize.h"
 #include "kernels/ops.h"
 #include "kernels/wgmma_matmul.h"
 
@@ -21,7 +24,7 @@ int matmul_band(int m) {
 }
 
 CudaMatmuls::CudaMatmuls(const ModelConfig& c, const StepLimits& limits, kernels::Half type,
-                         bool batch_invariant, DeviceArena& arena)
+                         bool batch_invariant, bool fp8, DeviceArena& arena)
     : type_(type) {
   const int T = limits.max_tokens, S = limits.max_step_seqs;
   struct Shape {
@@ -37,9 +40,46 @@ CudaMatmuls::CudaMatmuls(const ModelConfig& c, const StepLimits& limits, kernels
   if (!batch_invariant) {
     gemm_ = std::make_unique<kernels::Gemm>(type_);
     gemm_->warm_up();
-    gate16_ = arena.alloc(size_t(T) * c.intermediate * 2);
-    up16_ = arena.alloc(size_t(T) * c.intermediate * 2);
+    if (!fp8) {  // an fp8 model's SwiGLU is the fp8 matmul's epilogue
+      gate16_ = arena.alloc(size_t(T) * c.intermediate * 2);
+      up16_ = arena.alloc(size_t(T) * c.intermediate * 2);
+    }
   }
+  if (fp8) {
+    const int widest = std::max({c.hidden, c.q_dim(), c.intermediate});
+    codes_ = arena.alloc(size_t(T) * widest);
+    row_scales_ = arena.alloc(size_t(T) * sizeof(float));
+  }
+}
+
+void CudaMatmuls::quantize(const void* a, int m, int k, cudaStream_t stream) {
+  kernels::Fp8QuantizeArgs q;
+  q.in = a, q.rows = m, q.k = k, q.codes = codes_.get<uint8_t>();
+  q.scales = row_scales_.get<float>();
+  kernels::fp8_quantize_rows(type_, q, stream);
+  quantized_m_ = m, quantized_k_ = k;
+}
+
+void CudaMatmuls::rmsnorm_quantize(const float* x, const float* weight, int m, int k, float eps,
+                                   cudaStream_t stream) {
+  kernels::rmsnorm_fp8(type_, x, weight, m, k, eps, codes_.get<uint8_t>(), row_scales_.get<float>(),
+                       stream);
+  quantized_m_ = m, quantized_k_ = k;
+}
+
+void CudaMatmuls::run_fp8(MatmulEpilogue epilogue, const void* w, const float* w_scale,
+                          const void* w_up, const float* w_up_scale, void* out, int m, int n, int k,
+                          cudaStream_t stream) {
+  if (m != quantized_m_ || k != quantized_k_)
+    throw std::logic_error("fp8 matmul of " + std::to_string(m) + "x" + std::to_string(k) +
+                           " on a quantized input of " + std::to_string(quantized_m_) + "x" +
+                           std::to_string(quantized_k_));
+  kernels::Fp8MatmulArgs args;
+  args.a = codes_.get<uint8_t>(), args.a_scale = row_scales_.get<float>();
+  args.w = static_cast<const uint8_t*>(w), args.w_scale = w_scale;
+  args.w_up = static_cast<const uint8_t*>(w_up), args.w_up_scale = w_up_scale;
+  args.m = m, args.n = n, args.k = k, args.out = out;
+  kernels::fp8_matmul(type_, epilogue, args, kernels::Fp8Tiles::Auto, stream);
 }
 
 void CudaMatmuls::run(MatmulShape shape, MatmulEpilogue epilogue, const void* a, const void* w,

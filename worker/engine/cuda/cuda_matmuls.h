@@ -1,5 +1,9 @@
 // The matrix products of a batched step: batch_matmul with a tiling per matrix and row-count
 // band (tuned on the model's own weights when asked), or cuBLASLt when batch_invariant is off.
+// An fp8 model's projections run kernels/fp8_matmul.h on an input quantized per row by
+// kernels/fp8_quantize.h (once for every projection reading it), whatever batch_invariant says:
+// there is no faster fp8 path to trade invariance for, and its bits do not depend on the batch.
+// Its LM head stays 16-bit, on the path batch_invariant picks.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -29,8 +33,9 @@ class CudaMatmuls {
   // One workspace for every shape of a step of `limits`, in stream order. batch_invariant:
   // false also warms up cuBLASLt (before any decode graph is captured) and holds its 16-bit
   // gate/up outputs, which SwiGLU then combines.
+  // fp8: also the quantized input (codes and a scale per row) of the widest projection.
   CudaMatmuls(const ModelConfig& config, const StepLimits& limits, kernels::Half type,
-              bool batch_invariant, DeviceArena& arena);
+              bool batch_invariant, bool fp8, DeviceArena& arena);
 
   // out = a · wᵀ (and w_up for SwiGLU), a being m rows of k, w n rows of k.
   void run(MatmulShape shape, kernels::MatmulEpilogue epilogue, const void* a, const void* w,
@@ -43,6 +48,18 @@ class CudaMatmuls {
   // three calls where it does not fuse.
   void run_qkv(const void* a, const void* wq, const void* wk, const void* wv, void* q, void* k,
                void* v, int m, int q_dim, int kv_dim, int hidden, cudaStream_t stream);
+  // fp8: `a` (m rows of k values of the 16-bit type) quantized to e4m3 codes and row scales,
+  // the input of every run_fp8 until the next quantize.
+  void quantize(const void* a, int m, int k, cudaStream_t stream);
+  // fp8: rmsnorm of m fp32 rows of k (kernels/ops.h) quantized as quantize() would quantize
+  // its 16-bit output (the same bits), in one kernel: the input of q/k/v and of gate/up.
+  void rmsnorm_quantize(const float* x, const float* weight, int m, int k, float eps,
+                        cudaStream_t stream);
+  // fp8: out = the quantized input times the codes w (and w_up for SwiGLU), each product
+  // scaled by its input row's and weight row's scales; the epilogues of run().
+  void run_fp8(kernels::MatmulEpilogue epilogue, const void* w, const float* w_scale,
+               const void* w_up, const float* w_up_scale, void* out, int m, int n, int k,
+               cudaStream_t stream);
 
   // One matrix of a step to tune: its operands' buffers (any contents) and largest row count.
   struct TuneJob {
@@ -72,6 +89,8 @@ class CudaMatmuls {
   TilingTable tiles_{};  // Auto everywhere unless tuned
   std::unique_ptr<kernels::Gemm> gemm_;
   DeviceBuffer gate16_, up16_;
+  DeviceBuffer codes_, row_scales_;  // fp8: the quantized input
+  int quantized_m_ = 0, quantized_k_ = 0;
 };
 
 }  // namespace hearth

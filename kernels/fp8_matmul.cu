@@ -1,0 +1,568 @@
+// Row-invariant fp8 matmul with wgmma and TMA (see fp8_matmul.h for why it is invariant).
+//
+// The pipeline of kernels/wgmma_matmul.cu (a producer warpgroup issuing TMA copies of K stages
+// into a ring of 128-byte-swizzled shared-memory stages on full/empty mbarriers; one or two
+// consumer warpgroups of 64 rows; a persistent grid walking tiles grouped by 8 along M), with
+// three differences: a stage is 128 e4m3 values of K (128 bytes, the same swizzle row), the
+// instruction is m64nNk32 e4m3 x e4m3, and each stage's four wgmmas sum into a fresh register
+// set that is then added into the fp32 accumulator (promotion: the tensor core's fp8 sums keep
+// fewer mantissa bits than fp32). No clusters: the 16-bit kernel's were slower, not faster.
+// The PTX helpers are the 16-bit kernel's; kept here so the two files change independently.
+// Compiled for sm_90a only; elsewhere the kernel body traps and fp8_matmul_available() is false.
+#include "kernels/fp8_matmul.h"
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/cuda_check.h"
+#include "kernels/device_sm_count.h"
+#include "kernels/fp8_support.h"
+#include "kernels/half_utils.cuh"
+#include "kernels/matmul_epilogue.cuh"
+#include "kernels/pdl.cuh"
+#include "kernels/wgmma_fp8.cuh"
+
+namespace hearth::kernels {
+
+namespace {
+
+constexpr int kBK = 128;  // K per stage: 128 one-byte codes, one swizzle row
+constexpr int kRowBytes = kBK;
+constexpr int kStepsPerStage = kBK / 32;
+
+struct Params {
+  CUtensorMap map_a;   // A [m, k], box {128, BM}
+  CUtensorMap map_w0;  // W (SwiGLU: gate) [n, k], box {128, BN (SwiGLU: BN / 2)}
+  CUtensorMap map_w1;  // SwiGLU: up
+  const float* a_scale;
+  const float* w_scale;
+  const float* w_up_scale;
+  const float* bias;
+  void* out;
+  int m, n, k;
+  int tiles_m, tiles_n;
+  MatmulEpilogue epilogue;
+};
+
+// ---- PTX helpers (sm_90) ----
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)),
+               "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t done;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+        "selp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(smem_addr(bar)), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+__device__ __forceinline__ void tma_load(void* dst, const CUtensorMap* map, int x, int y,
+                                         uint64_t* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3}], [%4];" ::"r"(smem_addr(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(x), "r"(y), "r"(smem_addr(bar))
+      : "memory");
+}
+__device__ __forceinline__ void wgmma_fence() {
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+}
+__device__ __forceinline__ void wgmma_commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+}
+template <int kPending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(kPending) : "memory");
+}
+__device__ __forceinline__ void fence_register(float& r) {
+  asm volatile("" : "+f"(r)::"memory");
+}
+// K-major rows of 128 bytes, 128-byte swizzle, 8-row groups 1024 bytes apart.
+__device__ __forceinline__ uint64_t smem_desc(uint32_t addr) {
+  return uint64_t((addr & 0x3FFFF) >> 4) | (uint64_t(1) << 16) | (uint64_t(1024 >> 4) << 32) |
+         (uint64_t(1) << 62);
+}
+
+using epilogue::silu_mul;
+using epilogue::store_pair;
+
+// kRows: 16, 32 or 64 with one consumer warpgroup, 128 with two. As in the 16-bit kernel, a
+// small tile's 64-row wgmma reads past its A region into the next stages; those rows are never
+// stored, and a row's result depends on its own A row only.
+template <int kRows, int kBN, int kStageCount>
+struct Config {
+  static constexpr int kStages = kStageCount;
+  static constexpr int kConsumers = kRows > 64 ? kRows / 64 : 1;
+  static constexpr int BM = kRows, BN = kBN, kThreads = 128 * (kConsumers + 1);
+  static constexpr int kABytes = BM * kRowBytes, kBBytes = BN * kRowBytes;
+  static constexpr int kStageBytes = kABytes + kBBytes;
+  static constexpr size_t kBarrierOffset = size_t(kStageBytes) * kStages;
+  static constexpr size_t kSmemBytes = kBarrierOffset + 2 * 8 * kStages + 1024;
+  // Two blocks per SM only where both register sets (2 x BN / 2) fit 128 registers a thread.
+  static constexpr int kMinBlocks = kConsumers == 1 && kSmemBytes <= 113 * 1024 && BN <= 64 ? 2 : 1;
+  static constexpr bool kMoveRegisters = kConsumers == 2;
+  // A second stage-sum register set (so one stage's wgmmas overlap the previous promotion)
+  // where three sets and ~40 more registers fit the thread's share of the register file. Not
+  // with two consumers: at 168 registers ptxas serializes the wgmmas (C7514) instead; there
+  // the other consumer's wgmmas fill the gap.
+  static constexpr int kRegisterLimit = kMinBlocks == 2 ? 128 : 255;
+  static constexpr bool kDoubleBuffer = kConsumers == 1 && 3 * (BN / 2) + 40 <= kRegisterLimit;
+  static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0, "swizzle atoms are 1024 bytes");
+  static_assert(kRows % 64 == 0 ||
+                    size_t(kABytes) * (kStages - 1) + 64 * kRowBytes <= kBarrierOffset,
+                "a small tile's 64-row wgmma must stay inside the stages");
+};
+
+__device__ __forceinline__ void tile_coords(int unit, int tiles_m, int tiles_n, int& tm, int& tn) {
+  constexpr int kGroup = 8;
+  const int per_group = kGroup * tiles_n, first_m = unit / per_group * kGroup;
+  const int group_m = min(tiles_m - first_m, kGroup);
+  tm = first_m + unit % per_group % group_m;
+  tn = unit % per_group / group_m;
+}
+
+template <typename T, typename C, bool kSwiGLU>
+__global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
+    fp8_matmul_kernel(const __grid_constant__ Params p) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  constexpr int BM = C::BM, BN = C::BN, kStages = C::kStages;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* base =
+      reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint8_t* a_smem = base;
+  uint8_t* b_smem = base + size_t(C::kABytes) * kStages;
+  uint64_t* full = reinterpret_cast<uint64_t*>(base + C::kBarrierOffset);
+  uint64_t* empty = full + kStages;
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], C::kConsumers);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  }
+  __syncthreads();
+  allow_dependents_early();
+
+  const int units = p.tiles_m * p.tiles_n;
+  const int k_tiles = (p.k + kBK - 1) / kBK;
+  const int wg = threadIdx.x / 128;
+  if (wg == 0) {
+    // ---- Producer ----
+    if constexpr (C::kMoveRegisters) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
+    if (threadIdx.x == 0) {
+      auto load_w = [&](int s, int kt, int tn) {
+        uint8_t* dst = b_smem + size_t(s) * C::kBBytes;
+        if constexpr (kSwiGLU) {
+          tma_load(dst, &p.map_w0, kt * kBK, tn * (BN / 2), &full[s]);
+          tma_load(dst + (BN / 2) * kRowBytes, &p.map_w1, kt * kBK, tn * (BN / 2), &full[s]);
+        } else {
+          tma_load(dst, &p.map_w0, kt * kBK, tn * BN, &full[s]);
+        }
+      };
+      auto load_a = [&](int s, int kt, int tm) {
+        tma_load(a_smem + size_t(s) * C::kABytes, &p.map_a, kt * kBK, tm * BM, &full[s]);
+      };
+      // The first stages' weights stream in before waiting for the kernel that wrote A.
+      int tm0 = 0, tn0 = 0;
+      const int pre = int(blockIdx.x) < units ? min(kStages, k_tiles) : 0;
+      if (pre) tile_coords(blockIdx.x, p.tiles_m, p.tiles_n, tm0, tn0);
+      for (int s = 0; s < pre; ++s) {
+        mbar_expect_tx(&full[s], C::kStageBytes);
+        load_w(s, s, tn0);
+      }
+      wait_for_producer();
+      for (int s = 0; s < pre; ++s) load_a(s, s, tm0);
+      int it = 0;
+      for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
+        int tm, tn;
+        tile_coords(unit, p.tiles_m, p.tiles_n, tm, tn);
+        for (int kt = 0; kt < k_tiles; ++kt, ++it) {
+          if (it < pre) continue;
+          const int s = it % kStages;
+          mbar_wait(&empty[s], ((it / kStages) & 1) ^ 1);
+          mbar_expect_tx(&full[s], C::kStageBytes);
+          load_w(s, kt, tn);
+          load_a(s, kt, tm);
+        }
+      }
+    }
+    __syncwarp();
+  } else {
+    // ---- Consumers ----
+    if constexpr (C::kMoveRegisters) asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
+    wait_for_producer();  // the epilogue reads and writes `out`, which earlier kernels may touch
+    const int cw = wg - 1, t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
+    float acc[BN / 2], part0[BN / 2], part1[C::kDoubleBuffer ? BN / 2 : 1];
+#pragma unroll
+    for (int i = 0; i < BN / 2; ++i) part0[i] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < (C::kDoubleBuffer ? BN / 2 : 1); ++i) part1[i] = 0.0f;
+    // Stage number `n` (counted over the block's tiles) waits for its data, then its 128
+    // products per output are summed by the tensor core from zero into `part`.
+    auto issue = [&](auto& part, int n) {
+      const int s = n % kStages;
+      mbar_wait(&full[s], (n / kStages) & 1);
+      const uint32_t a = smem_addr(a_smem + size_t(s) * C::kABytes + (wg - 1) * 64 * kRowBytes);
+      const uint32_t b = smem_addr(b_smem + size_t(s) * C::kBBytes);
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) fence_register(part[i]);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kStepsPerStage; ++kk)
+        WgmmaE4m3<BN>::run(part, smem_desc(a + kk * 32), smem_desc(b + kk * 32), kk > 0);
+      wgmma_commit();
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) fence_register(part[i]);
+    };
+    // Stage `n`'s wgmmas are done: hand the stage back and promote its sums into the fp32
+    // accumulator, stages in ascending K order.
+    auto promote = [&](auto& part, int n) {
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) fence_register(part[i]);
+      if (t == 0) mbar_arrive(&empty[n % kStages]);
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) acc[i] = __fadd_rn(acc[i], part[i]);
+    };
+    int it = 0;
+    for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
+      int tm, tn;
+      tile_coords(unit, p.tiles_m, p.tiles_n, tm, tn);
+#pragma unroll
+      for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+      if constexpr (C::kDoubleBuffer) {
+        // Two register sets: a stage's wgmmas run while the one before it is promoted. The
+        // additions into acc are the single set's, in the same order: the same bits.
+        issue(part0, it);
+        int kt = 1;
+        for (; kt + 1 < k_tiles; kt += 2) {
+          issue(part1, it + kt);
+          wgmma_wait<1>();
+          promote(part0, it + kt - 1);
+          issue(part0, it + kt + 1);
+          wgmma_wait<1>();
+          promote(part1, it + kt);
+        }
+        if (kt < k_tiles) {
+          issue(part1, it + kt);
+          wgmma_wait<1>();
+          promote(part0, it + kt - 1);
+          wgmma_wait<0>();
+          promote(part1, it + kt);
+        } else {
+          wgmma_wait<0>();
+          promote(part0, it + kt - 1);
+        }
+      } else {
+        for (int kt = 0; kt < k_tiles; ++kt) {
+          issue(part0, it + kt);
+          wgmma_wait<0>();
+          promote(part0, it + kt);
+        }
+      }
+      it += k_tiles;
+
+      // Epilogue: out = acc * (a_scale[row] * w_scale[col]), then bias / SwiGLU / store, the
+      // same arithmetic per element in every tiling.
+      const int local0 = cw * 64 + warp * 16 + lane / 4;
+      constexpr int kOutGroups = kSwiGLU ? BN / 16 : BN / 8;
+      const int col0 = (kSwiGLU ? tn * (BN / 2) : tn * BN) + 2 * (lane % 4);
+#pragma unroll
+      for (int j = 0; j < kOutGroups; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int local = local0 + 8 * h, row = tm * BM + local, col = col0 + 8 * j;
+          if (local >= BM || row >= p.m || col >= p.n) continue;
+          const bool second = col + 1 < p.n;
+          const float sx = p.a_scale[row];
+          float v0 = __fmul_rn(acc[4 * j + 2 * h], __fmul_rn(sx, p.w_scale[col]));
+          float v1 =
+              second ? __fmul_rn(acc[4 * j + 2 * h + 1], __fmul_rn(sx, p.w_scale[col + 1])) : 0.0f;
+          if constexpr (kSwiGLU) {
+            const float u0 =
+                __fmul_rn(acc[4 * j + 2 * h + BN / 4], __fmul_rn(sx, p.w_up_scale[col]));
+            v0 = silu_mul(v0, u0);
+            if (second) {
+              const float u1 =
+                  __fmul_rn(acc[4 * j + 2 * h + 1 + BN / 4], __fmul_rn(sx, p.w_up_scale[col + 1]));
+              v1 = silu_mul(v1, u1);
+            }
+          } else if (p.bias) {
+            v0 = __fadd_rn(v0, p.bias[col]);
+            if (second) v1 = __fadd_rn(v1, p.bias[col + 1]);
+          }
+          store_pair<T>(p, row, col, v0, v1);
+        }
+    }
+  }
+#else
+  (void)p;
+  __trap();
+#endif
+}
+
+// ---- Host side ----
+
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
+                                 const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
+                                 const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                 CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+EncodeTiled encode_tiled() {
+  static EncodeTiled fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult status{};
+    const cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000,
+                                                             cudaEnableDefault, &status);
+    if (err != cudaSuccess || status != cudaDriverEntryPointSuccess || !f)
+      throw std::runtime_error("fp8_matmul: cuTensorMapEncodeTiled is unavailable");
+    return reinterpret_cast<EncodeTiled>(f);
+  }();
+  return fn;
+}
+
+// A [rows, k] matrix of one-byte codes with rows `ld` bytes apart, read as boxes of 128 x
+// box_rows; what lies past k or rows reads as zero (adds nothing to a sum).
+CUtensorMap tensor_map(const void* ptr, int rows, int k, int64_t ld, int box_rows) {
+  CUtensorMap map;
+  const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(rows)};
+  const cuuint64_t strides[1] = {cuuint64_t(ld)};
+  const cuuint32_t box[2] = {cuuint32_t(kBK), cuuint32_t(box_rows)};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult r = encode_tiled()(
+      &map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(ptr), dims, strides, box,
+      element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS)
+    throw std::runtime_error("fp8_matmul: cuTensorMapEncodeTiled failed (" + std::to_string(r) +
+                             ")");
+  return map;
+}
+
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+template <typename T, int kRows, int kBN, int kStages, bool kSwiGLU>
+void launch(const Fp8MatmulArgs& a, int64_t lda, Params p, cudaStream_t stream) {
+  using C = Config<kRows, kBN, kStages>;
+  static_assert(C::kSmemBytes <= 227 * 1024, "tile configuration exceeds shared memory");
+  auto kernel = fp8_matmul_kernel<T, C, kSwiGLU>;
+  static const int resident = [&] {
+    HEARTH_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           int(C::kSmemBytes)));
+    int n = 0;
+    HEARTH_CUDA_CHECK(
+        cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, C::kThreads, C::kSmemBytes));
+    if (n < 1) throw std::runtime_error("fp8_matmul: tile configuration does not fit an SM");
+    return n * device_sm_count();
+  }();
+  const int w_box = kSwiGLU ? kBN / 2 : kBN;
+  p.map_a = tensor_map(a.a, a.m, a.k, lda, kRows);
+  p.map_w0 = tensor_map(a.w, a.n, a.k, a.k, w_box);
+  if (kSwiGLU) p.map_w1 = tensor_map(a.w_up, a.n, a.k, a.k, w_box);
+  p.tiles_m = int(ceil_div(a.m, kRows));
+  p.tiles_n = int(ceil_div(a.n, w_box));
+  const int64_t units = int64_t(p.tiles_m) * p.tiles_n;
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(unsigned(std::min<int64_t>(units, resident)));
+  config.blockDim = dim3(C::kThreads);
+  config.dynamicSmemBytes = C::kSmemBytes;
+  config.stream = stream;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attr;
+  config.numAttrs = 1;
+  HEARTH_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p));
+}
+
+template <typename T, bool kSwiGLU>
+void dispatch(Fp8Tiles tiles, const Fp8MatmulArgs& a, int64_t lda, const Params& p,
+              cudaStream_t stream) {
+  // Stage bytes equal the 16-bit kernel's for the same tile (128 bytes of K a row), so the
+  // same stage counts: ~100 KB for two blocks per SM, ~190 KB for one.
+  switch (tiles) {
+    case Fp8Tiles::M16N32:
+      return launch<T, 16, 32, 16, kSwiGLU>(a, lda, p, stream);
+    case Fp8Tiles::M16N64:
+      return launch<T, 16, 64, 10, kSwiGLU>(a, lda, p, stream);
+    case Fp8Tiles::M32N32:
+      return launch<T, 32, 32, 12, kSwiGLU>(a, lda, p, stream);
+    case Fp8Tiles::M64N64:
+      return launch<T, 64, 64, 6, kSwiGLU>(a, lda, p, stream);
+    case Fp8Tiles::M16N32Deep:
+      return launch<T, 16, 32, 32, kSwiGLU>(a, lda, p, stream);
+    case Fp8Tiles::M32N32Deep:
+      return launch<T, 32, 32, 24, kSwiGLU>(a, lda, p, stream);
+    case Fp8Tiles::M64N32Deep:
+      return launch<T, 64, 32, 16, kSwiGLU>(a, lda, p, stream);
+    case Fp8Tiles::M64N64Deep:
+      return launch<T, 64, 64, 12, kSwiGLU>(a, lda, p, stream);
+    case Fp8Tiles::M64N128:
+      return launch<T, 64, 128, 8, kSwiGLU>(a, lda, p, stream);
+    case Fp8Tiles::M128N64:
+      return launch<T, 128, 64, 8, kSwiGLU>(a, lda, p, stream);
+    default:
+      return launch<T, 128, 128, 6, kSwiGLU>(a, lda, p, stream);
+  }
+}
+
+struct Candidate {
+  Fp8Tiles tiles;
+  int rows, weight_rows, per_sm;
+  double efficiency;  // relative rate of a full wave of these tiles (a guess until measured)
+};
+
+// Any choice gives the same bits; this one is about speed (the 16-bit kernel's rule).
+Fp8Tiles choose(int m, int n, bool swiglu) {
+  const int64_t sms = device_sm_count();
+  const int64_t weight_rows = swiglu ? 2 * int64_t(n) : n;
+  if (m <= 64) {
+    const bool one_wave = ceil_div(weight_rows, 32) <= sms;
+    if (m <= 16)
+      return one_wave                      ? Fp8Tiles::M16N32Deep
+             : weight_rows / 64 >= 2 * sms ? Fp8Tiles::M16N64
+                                           : Fp8Tiles::M16N32;
+    if (m <= 32) return one_wave ? Fp8Tiles::M32N32Deep : Fp8Tiles::M32N32;
+    if (one_wave) return Fp8Tiles::M64N32Deep;
+    return ceil_div(weight_rows, 64) <= sms ? Fp8Tiles::M64N64Deep : Fp8Tiles::M64N64;
+  }
+  static constexpr Candidate kCandidates[] = {{Fp8Tiles::M64N64, 64, 64, 2, 0.45},
+                                              {Fp8Tiles::M64N64Deep, 64, 64, 1, 0.4},
+                                              {Fp8Tiles::M64N128, 64, 128, 1, 0.6},
+                                              {Fp8Tiles::M128N64, 128, 64, 1, 0.75},
+                                              {Fp8Tiles::M128N128, 128, 128, 1, 1.0}};
+  Fp8Tiles best = Fp8Tiles::M128N128;
+  double best_cost = 1e300;
+  for (const Candidate& c : kCandidates) {
+    const int64_t tiles = ceil_div(m, c.rows) * ceil_div(weight_rows, c.weight_rows);
+    const double rounds = double(ceil_div(tiles, sms * c.per_sm));
+    const double cost = rounds * c.rows * c.weight_rows * c.per_sm / c.efficiency;
+    if (cost < best_cost) best_cost = cost, best = c.tiles;
+  }
+  return best;
+}
+
+[[noreturn]] void fail(const std::string& what) {
+  throw std::invalid_argument("fp8_matmul: " + what);
+}
+
+bool aligned16(const void* p) {
+  return (reinterpret_cast<uintptr_t>(p) & 15) == 0;
+}
+
+}  // namespace
+
+const char* fp8_tiles_name(Fp8Tiles t) {
+  switch (t) {
+    case Fp8Tiles::Auto:
+      return "auto";
+    case Fp8Tiles::M16N32:
+      return "16x32";
+    case Fp8Tiles::M16N64:
+      return "16x64";
+    case Fp8Tiles::M32N32:
+      return "32x32";
+    case Fp8Tiles::M64N64:
+      return "64x64";
+    case Fp8Tiles::M16N32Deep:
+      return "16x32deep";
+    case Fp8Tiles::M32N32Deep:
+      return "32x32deep";
+    case Fp8Tiles::M64N32Deep:
+      return "64x32deep";
+    case Fp8Tiles::M64N64Deep:
+      return "64x64deep";
+    case Fp8Tiles::M64N128:
+      return "64x128";
+    case Fp8Tiles::M128N64:
+      return "128x64";
+    case Fp8Tiles::M128N128:
+      return "128x128";
+  }
+  return "?";
+}
+
+bool fp8_matmul_available() {
+  static const bool ok = [] {
+    int device = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&device) != cudaSuccess) return false;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess)
+      return false;
+    if (!fp8_matmul_refusal(major, minor).empty()) return false;
+    cudaFuncAttributes attr{};
+    auto kernel = fp8_matmul_kernel<__nv_bfloat16, Config<16, 32, 16>, false>;
+    return cudaFuncGetAttributes(&attr, kernel) == cudaSuccess && attr.binaryVersion == 90;
+  }();
+  return ok;
+}
+
+void require_fp8_matmul() {
+  if (fp8_matmul_available()) return;
+  int device = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) != cudaSuccess)
+    throw std::runtime_error("fp8 weights need a CUDA device, and none is usable");
+  const std::string why = fp8_matmul_refusal(major, minor);
+  throw std::runtime_error(!why.empty() ? why
+                                        : "fp8 weights need the fp8 wgmma matmul, and this build "
+                                          "has no sm_90a code for it");
+}
+
+void fp8_matmul(Half out_type, MatmulEpilogue epilogue, const Fp8MatmulArgs& a, Fp8Tiles tiles,
+                cudaStream_t stream) {
+  const bool swiglu = epilogue == MatmulEpilogue::SwiGLU;
+  if (a.m < 1 || a.n < 1)
+    fail("m and n must be positive (m " + std::to_string(a.m) + ", n " + std::to_string(a.n) + ")");
+  if (a.k < 16 || a.k % 16 != 0)
+    fail("k must be a positive multiple of 16, not " + std::to_string(a.k));
+  const int64_t lda = a.lda ? a.lda : a.k;
+  if (lda < a.k || lda % 16 != 0)
+    fail("lda (" + std::to_string(lda) + ") must be >= k and a multiple of 16");
+  if (!a.a || !a.a_scale || !a.w || !a.w_scale || !a.out)
+    fail("a, a_scale, w, w_scale and out are required");
+  if (!aligned16(a.a) || !aligned16(a.w) || (a.w_up && !aligned16(a.w_up)))
+    fail("a and the weights must be 16-byte aligned");
+  if (swiglu && (!a.w_up || !a.w_up_scale)) fail("SwiGLU needs w_up and w_up_scale");
+  if (swiglu && a.bias) fail("SwiGLU takes no bias");
+  if (tiles == Fp8Tiles::Auto) tiles = choose(a.m, a.n, swiglu);
+  Params p{};
+  p.a_scale = a.a_scale;
+  p.w_scale = a.w_scale;
+  p.w_up_scale = a.w_up_scale;
+  p.bias = a.bias;
+  p.out = a.out;
+  p.m = a.m;
+  p.n = a.n;
+  p.k = a.k;
+  p.epilogue = epilogue;
+  HEARTH_DISPATCH_HALF(out_type, T, {
+    if (swiglu)
+      dispatch<T, true>(tiles, a, lda, p, stream);
+    else
+      dispatch<T, false>(tiles, a, lda, p, stream);
+  });
+}
+
+}  // namespace hearth::kernels

@@ -76,7 +76,12 @@ void CudaLlamaForward::layer(int l, const StepShape& s, const StepInputs& in, co
 
   norm(L.attn_norm);
   mark(StepPhase::Norm, st);
-  if (!fp8 && matmuls_.fuses_qkv()) {  // one launch, the same bits
+  // q, k and v in one launch where the kernel allows (the bits of three).
+  if (fp8) {
+    matmuls_.run_qkv_fp8(L.wq, S.wq, L.wk, S.wk, L.wv, S.wv, q32_.get(), k32_.get(), v32_.get(), T,
+                         qd, kvd, h, st);
+    mark(StepPhase::QKV, st);
+  } else if (matmuls_.fuses_qkv()) {
     matmuls_.run_qkv(xn_.get(), L.wq, L.wk, L.wv, q32_.get(), k32_.get(), v32_.get(), T, qd, kvd, h,
                      st);
     mark(StepPhase::QKV, st);

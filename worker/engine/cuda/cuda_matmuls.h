@@ -61,6 +61,12 @@ class CudaMatmuls {
                const void* w_up, const float* w_up_scale, void* out, int m, int n, int k,
                cudaStream_t stream);
 
+  // fp8: q, k and v from the quantized input in one launch of the fp8 matmul over the three
+  // weights (each with its scales), fp32 out: the bits of three run_fp8 calls.
+  void run_qkv_fp8(const void* wq, const float* sq, const void* wk, const float* sk, const void* wv,
+                   const float* sv, void* q, void* k, void* v, int m, int q_dim, int kv_dim,
+                   int hidden, cudaStream_t stream);
+
   // One matrix of a step to tune: its operands' buffers (any contents) and largest row count.
   struct TuneJob {
     MatmulShape shape;

@@ -16,6 +16,7 @@
 // Weight tiles stream in before the block waits for the kernel that produced A (programmatic
 // dependent launch).
 #include <algorithm>
+#include <array>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -494,6 +495,18 @@ void batch_matmul_mma(Half type, MatmulEpilogue epilogue, const MatmulArgs& a,
                       cudaStream_t stream) {
   const bool swiglu = epilogue == MatmulEpilogue::SwiGLU;
   const int64_t lda = checked_matmul_lda("batch_matmul", epilogue, a);
+  std::array<MatmulSegment, 3> segments;
+  if (const int count = matmul_segments(a, segments); count > 1) {
+    // One call per weight: K slices depend on each weight's shape, as for separate calls.
+    MatmulArgs one = a;
+    one.more = {};
+    for (int i = 0; i < count; ++i) {
+      one.w = segments[i].w, one.bias = segments[i].bias, one.out = segments[i].out;
+      one.n = segments[i].n;
+      batch_matmul_mma(type, epilogue, one, stream);
+    }
+    return;
+  }
   const Choice c = choose(a.m, a.n, a.k, swiglu, a.tiles);
   const Workspace ws = workspace_for(a.m, a.n, a.k, swiglu, a.tiles);
   if (ws.total() > 0 && (!a.workspace || a.workspace_bytes < ws.total()))

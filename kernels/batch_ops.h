@@ -22,6 +22,7 @@
 
 #include <cuda_runtime.h>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 
@@ -44,6 +45,16 @@ enum class MatmulEpilogue { StoreF32, StoreHalf, AccumulateF32, SwiGLU };
 // (128 x 256) are pipelined tensor-core tiles for prompt chunks.
 enum class MatmulTiles { Auto, Skinny, Medium, Large };
 
+// A further weight multiplied by the same activations in the same call (k and v after q): its
+// own [n, k] weight, optional bias [n] and [m, n] output. Column j of a segment gets exactly the
+// arithmetic of a call on that weight alone (its own tiles, the same K order), so the same bits.
+struct MatmulSegment {
+  const void* w = nullptr;
+  const float* bias = nullptr;
+  void* out = nullptr;
+  int n = 0;
+};
+
 struct MatmulArgs {
   const void* a = nullptr;      // activations [m, k], 16-bit, rows `lda` elements apart
   int64_t lda = 0;              // 0: k
@@ -58,7 +69,12 @@ struct MatmulArgs {
   void* workspace = nullptr;
   size_t workspace_bytes = 0;
   MatmulTiles tiles = MatmulTiles::Auto;
+  // Weights after w (whose segment is w, bias, n, out), in order, while their w is set; not
+  // with SwiGLU. The wgmma kernel runs them all in one launch; mma.sync one call each.
+  std::array<MatmulSegment, 2> more{};
 };
+// The segments of a call, w's first: how many are set (1 to 3) into `out`.
+int matmul_segments(const MatmulArgs& args, std::array<MatmulSegment, 3>& out);
 
 // The checks both matmul kernels make before launching: shapes, alignment, the SwiGLU pair.
 // Throws std::invalid_argument naming `kernel`; returns the row stride of `a` (lda, 0 → k).

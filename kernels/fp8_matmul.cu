@@ -15,6 +15,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <stdexcept>
 #include <string>
 
@@ -34,19 +35,43 @@ constexpr int kBK = 128;  // K per stage: 128 one-byte codes, one swizzle row
 constexpr int kRowBytes = kBK;
 constexpr int kStepsPerStage = kBK / 32;
 
+constexpr int kMaxSegments = 3;  // q, k and v
+
+// One weight of the launch (as in wgmma_matmul.cu): its column tiles tile0 .. the next
+// segment's tile0 - 1 are its tiles 0, 1, ... of a launch of it alone.
+struct Segment {
+  CUtensorMap map;  // W (SwiGLU: gate) [n, k], box {128, BN (SwiGLU: BN / 2)}
+  const float* w_scale;
+  const float* bias;
+  void* out;  // [m, n]
+  int n, tile0;
+};
+
 struct Params {
   CUtensorMap map_a;   // A [m, k], box {128, BM}
-  CUtensorMap map_w0;  // W (SwiGLU: gate) [n, k], box {128, BN (SwiGLU: BN / 2)}
-  CUtensorMap map_w1;  // SwiGLU: up
+  CUtensorMap map_w1;  // SwiGLU: up (one segment only)
+  Segment seg[kMaxSegments];
   const float* a_scale;
-  const float* w_scale;
   const float* w_up_scale;
-  const float* bias;
-  void* out;
-  int m, n, k;
-  int tiles_m, tiles_n;
+  int segments;
+  int m, k;
+  int tiles_m, tiles_n;  // tiles_n: over all segments
   MatmulEpilogue epilogue;
 };
+
+// What store_pair writes: one segment's output.
+struct StoreTarget {
+  void* out;
+  int n;
+  MatmulEpilogue epilogue;
+};
+
+// The segment of column tile tn (the segments' tiles numbered one after another).
+__device__ __forceinline__ const Segment& segment_of(const Params& p, int tn) {
+  int s = 0;
+  while (s + 1 < p.segments && tn >= p.seg[s + 1].tile0) ++s;
+  return p.seg[s];
+}
 
 // ---- PTX helpers (sm_90) ----
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -169,13 +194,15 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     // ---- Producer ----
     if constexpr (C::kMoveRegisters) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
     if (threadIdx.x == 0) {
-      auto load_w = [&](int s, int kt, int tn) {
+      auto load_w = [&](int s, int kt, int tile) {
+        const Segment& g = segment_of(p, tile);
+        const int tn = tile - g.tile0;  // the column tile within its own weight
         uint8_t* dst = b_smem + size_t(s) * C::kBBytes;
         if constexpr (kSwiGLU) {
-          tma_load(dst, &p.map_w0, kt * kBK, tn * (BN / 2), &full[s]);
+          tma_load(dst, &g.map, kt * kBK, tn * (BN / 2), &full[s]);
           tma_load(dst + (BN / 2) * kRowBytes, &p.map_w1, kt * kBK, tn * (BN / 2), &full[s]);
         } else {
-          tma_load(dst, &p.map_w0, kt * kBK, tn * BN, &full[s]);
+          tma_load(dst, &g.map, kt * kBK, tn * BN, &full[s]);
         }
       };
       auto load_a = [&](int s, int kt, int tm) {
@@ -244,8 +271,10 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     };
     int it = 0;
     for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
-      int tm, tn;
-      tile_coords(unit, p.tiles_m, p.tiles_n, tm, tn);
+      int tm, tile;
+      tile_coords(unit, p.tiles_m, p.tiles_n, tm, tile);
+      const Segment& g = segment_of(p, tile);
+      const int tn = tile - g.tile0;
 #pragma unroll
       for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
       if constexpr (C::kDoubleBuffer) {
@@ -290,12 +319,12 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int local = local0 + 8 * h, row = tm * BM + local, col = col0 + 8 * j;
-          if (local >= BM || row >= p.m || col >= p.n) continue;
-          const bool second = col + 1 < p.n;
+          if (local >= BM || row >= p.m || col >= g.n) continue;
+          const bool second = col + 1 < g.n;
           const float sx = p.a_scale[row];
-          float v0 = __fmul_rn(acc[4 * j + 2 * h], __fmul_rn(sx, p.w_scale[col]));
+          float v0 = __fmul_rn(acc[4 * j + 2 * h], __fmul_rn(sx, g.w_scale[col]));
           float v1 =
-              second ? __fmul_rn(acc[4 * j + 2 * h + 1], __fmul_rn(sx, p.w_scale[col + 1])) : 0.0f;
+              second ? __fmul_rn(acc[4 * j + 2 * h + 1], __fmul_rn(sx, g.w_scale[col + 1])) : 0.0f;
           if constexpr (kSwiGLU) {
             const float u0 =
                 __fmul_rn(acc[4 * j + 2 * h + BN / 4], __fmul_rn(sx, p.w_up_scale[col]));
@@ -305,11 +334,11 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
                   __fmul_rn(acc[4 * j + 2 * h + 1 + BN / 4], __fmul_rn(sx, p.w_up_scale[col + 1]));
               v1 = silu_mul(v1, u1);
             }
-          } else if (p.bias) {
-            v0 = __fadd_rn(v0, p.bias[col]);
-            if (second) v1 = __fadd_rn(v1, p.bias[col + 1]);
+          } else if (g.bias) {
+            v0 = __fadd_rn(v0, g.bias[col]);
+            if (second) v1 = __fadd_rn(v1, g.bias[col + 1]);
           }
-          store_pair<T>(p, row, col, v0, v1);
+          store_pair<T>(StoreTarget{g.out, g.n, p.epilogue}, row, col, v0, v1);
         }
     }
   }
@@ -362,7 +391,8 @@ int64_t ceil_div(int64_t a, int64_t b) {
 }
 
 template <typename T, int kRows, int kBN, int kStages, bool kSwiGLU>
-void launch(const Fp8MatmulArgs& a, int64_t lda, Params p, cudaStream_t stream) {
+void launch(const Fp8MatmulArgs& a, int64_t lda, const std::array<Fp8MatmulSegment, 3>& segs,
+            Params p, cudaStream_t stream) {
   using C = Config<kRows, kBN, kStages>;
   static_assert(C::kSmemBytes <= 227 * 1024, "tile configuration exceeds shared memory");
   auto kernel = fp8_matmul_kernel<T, C, kSwiGLU>;
@@ -377,10 +407,16 @@ void launch(const Fp8MatmulArgs& a, int64_t lda, Params p, cudaStream_t stream) 
   }();
   const int w_box = kSwiGLU ? kBN / 2 : kBN;
   p.map_a = tensor_map(a.a, a.m, a.k, lda, kRows);
-  p.map_w0 = tensor_map(a.w, a.n, a.k, a.k, w_box);
   if (kSwiGLU) p.map_w1 = tensor_map(a.w_up, a.n, a.k, a.k, w_box);
+  // Each weight its own descriptor and run of column tiles, numbered as if launched alone.
+  int tiles_n = 0;
+  for (int s = 0; s < p.segments; ++s) {
+    p.seg[s].map = tensor_map(segs[s].w, segs[s].n, a.k, a.k, w_box);
+    p.seg[s].tile0 = tiles_n;
+    tiles_n += int(ceil_div(segs[s].n, w_box));
+  }
   p.tiles_m = int(ceil_div(a.m, kRows));
-  p.tiles_n = int(ceil_div(a.n, w_box));
+  p.tiles_n = tiles_n;
   const int64_t units = int64_t(p.tiles_m) * p.tiles_n;
   cudaLaunchConfig_t config{};
   config.gridDim = dim3(unsigned(std::min<int64_t>(units, resident)));
@@ -396,33 +432,33 @@ void launch(const Fp8MatmulArgs& a, int64_t lda, Params p, cudaStream_t stream) 
 }
 
 template <typename T, bool kSwiGLU>
-void dispatch(Fp8Tiles tiles, const Fp8MatmulArgs& a, int64_t lda, const Params& p,
-              cudaStream_t stream) {
+void dispatch(Fp8Tiles tiles, const Fp8MatmulArgs& a, int64_t lda,
+              const std::array<Fp8MatmulSegment, 3>& segs, const Params& p, cudaStream_t stream) {
   // Stage bytes equal the 16-bit kernel's for the same tile (128 bytes of K a row), so the
   // same stage counts: ~100 KB for two blocks per SM, ~190 KB for one.
   switch (tiles) {
     case Fp8Tiles::M16N32:
-      return launch<T, 16, 32, 16, kSwiGLU>(a, lda, p, stream);
+      return launch<T, 16, 32, 16, kSwiGLU>(a, lda, segs, p, stream);
     case Fp8Tiles::M16N64:
-      return launch<T, 16, 64, 10, kSwiGLU>(a, lda, p, stream);
+      return launch<T, 16, 64, 10, kSwiGLU>(a, lda, segs, p, stream);
     case Fp8Tiles::M32N32:
-      return launch<T, 32, 32, 12, kSwiGLU>(a, lda, p, stream);
+      return launch<T, 32, 32, 12, kSwiGLU>(a, lda, segs, p, stream);
     case Fp8Tiles::M64N64:
-      return launch<T, 64, 64, 6, kSwiGLU>(a, lda, p, stream);
+      return launch<T, 64, 64, 6, kSwiGLU>(a, lda, segs, p, stream);
     case Fp8Tiles::M16N32Deep:
-      return launch<T, 16, 32, 32, kSwiGLU>(a, lda, p, stream);
+      return launch<T, 16, 32, 32, kSwiGLU>(a, lda, segs, p, stream);
     case Fp8Tiles::M32N32Deep:
-      return launch<T, 32, 32, 24, kSwiGLU>(a, lda, p, stream);
+      return launch<T, 32, 32, 24, kSwiGLU>(a, lda, segs, p, stream);
     case Fp8Tiles::M64N32Deep:
-      return launch<T, 64, 32, 16, kSwiGLU>(a, lda, p, stream);
+      return launch<T, 64, 32, 16, kSwiGLU>(a, lda, segs, p, stream);
     case Fp8Tiles::M64N64Deep:
-      return launch<T, 64, 64, 12, kSwiGLU>(a, lda, p, stream);
+      return launch<T, 64, 64, 12, kSwiGLU>(a, lda, segs, p, stream);
     case Fp8Tiles::M64N128:
-      return launch<T, 64, 128, 8, kSwiGLU>(a, lda, p, stream);
+      return launch<T, 64, 128, 8, kSwiGLU>(a, lda, segs, p, stream);
     case Fp8Tiles::M128N64:
-      return launch<T, 128, 64, 8, kSwiGLU>(a, lda, p, stream);
+      return launch<T, 128, 64, 8, kSwiGLU>(a, lda, segs, p, stream);
     default:
-      return launch<T, 128, 128, 6, kSwiGLU>(a, lda, p, stream);
+      return launch<T, 128, 128, 6, kSwiGLU>(a, lda, segs, p, stream);
   }
 }
 
@@ -546,22 +582,35 @@ void fp8_matmul(Half out_type, MatmulEpilogue epilogue, const Fp8MatmulArgs& a, 
     fail("a and the weights must be 16-byte aligned");
   if (swiglu && (!a.w_up || !a.w_up_scale)) fail("SwiGLU needs w_up and w_up_scale");
   if (swiglu && a.bias) fail("SwiGLU takes no bias");
-  if (tiles == Fp8Tiles::Auto) tiles = choose(a.m, a.n, swiglu);
+  std::array<Fp8MatmulSegment, 3> segs;
   Params p{};
+  segs[p.segments++] = Fp8MatmulSegment{a.w, a.w_scale, a.bias, a.out, a.n};
+  for (const Fp8MatmulSegment& s : a.more) {
+    if (!s.w) continue;
+    if (swiglu) fail("SwiGLU takes one weight pair, not more segments");
+    if (s.n < 1 || !s.w_scale || !s.out) fail("a further segment needs n > 0, w_scale and out");
+    if (!aligned16(s.w)) fail("a and the weights must be 16-byte aligned");
+    segs[p.segments++] = s;
+  }
+  int n = 0;  // every segment's columns: the tiling is chosen for the whole launch
+  for (int s = 0; s < p.segments; ++s) {
+    p.seg[s].w_scale = segs[s].w_scale;
+    p.seg[s].bias = segs[s].bias;
+    p.seg[s].out = segs[s].out;
+    p.seg[s].n = segs[s].n;
+    n += segs[s].n;
+  }
+  if (tiles == Fp8Tiles::Auto) tiles = choose(a.m, n, swiglu);
   p.a_scale = a.a_scale;
-  p.w_scale = a.w_scale;
   p.w_up_scale = a.w_up_scale;
-  p.bias = a.bias;
-  p.out = a.out;
   p.m = a.m;
-  p.n = a.n;
   p.k = a.k;
   p.epilogue = epilogue;
   HEARTH_DISPATCH_HALF(out_type, T, {
     if (swiglu)
-      dispatch<T, true>(tiles, a, lda, p, stream);
+      dispatch<T, true>(tiles, a, lda, segs, p, stream);
     else
-      dispatch<T, false>(tiles, a, lda, p, stream);
+      dispatch<T, false>(tiles, a, lda, segs, p, stream);
   });
 }
 

@@ -13,6 +13,7 @@
 
 #include <cuda_runtime.h>
 
+#include <array>
 #include <cstdint>
 
 #include "kernels/batch_ops.h"
@@ -41,6 +42,17 @@ constexpr Fp8Tiles kAllFp8Tiles[] = {
     Fp8Tiles::M64N128,    Fp8Tiles::M128N64,    Fp8Tiles::M128N128};
 const char* fp8_tiles_name(Fp8Tiles t);
 
+// A further weight on the same quantized input in the same launch (k and v after q): its codes
+// [n, k], row scales [n], optional bias [n] and [m, n] output. As for MatmulSegment, a column
+// gets the arithmetic (and bits) of a launch of its weight alone.
+struct Fp8MatmulSegment {
+  const uint8_t* w = nullptr;
+  const float* w_scale = nullptr;
+  const float* bias = nullptr;
+  void* out = nullptr;
+  int n = 0;
+};
+
 struct Fp8MatmulArgs {
   const uint8_t* a = nullptr;         // activations [m, k] e4m3, rows `lda` bytes apart
   int64_t lda = 0;                    // 0: k
@@ -52,6 +64,8 @@ struct Fp8MatmulArgs {
   const float* bias = nullptr;        // optional [n]
   int m = 0, n = 0, k = 0;            // k: a multiple of 16
   void* out = nullptr;                // [m, n], contiguous: fp32 or `out_type`
+  // Weights after w, in order, while their w is set; not with SwiGLU. One launch for all.
+  std::array<Fp8MatmulSegment, 2> more{};
 };
 
 // True when the current device runs it (compute capability 9.0 and sm_90a code in this build).

@@ -1,5 +1,6 @@
 // The argument checks batch_matmul (mma.sync) and wgmma_matmul share, so the two kernels refuse
 // the same calls with the same words.
+#include <array>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -26,7 +27,21 @@ int64_t checked_matmul_lda(const char* kernel, MatmulEpilogue epilogue, const Ma
     fail("a and the weights must be 16-byte aligned");
   if (swiglu && !a.w_up) fail("SwiGLU needs w_up");
   if (swiglu && a.bias) fail("SwiGLU takes no bias");
+  for (const MatmulSegment& s : a.more) {
+    if (!s.w) continue;
+    if (swiglu) fail("SwiGLU takes one weight pair, not more segments");
+    if (s.n < 1 || !s.out) fail("a further segment needs n > 0 and out");
+    if (!aligned16(s.w)) fail("a and the weights must be 16-byte aligned");
+  }
   return lda;
+}
+
+int matmul_segments(const MatmulArgs& a, std::array<MatmulSegment, 3>& out) {
+  int n = 0;
+  out[n++] = MatmulSegment{a.w, a.bias, a.out, a.n};
+  for (const MatmulSegment& s : a.more)
+    if (s.w) out[n++] = s;
+  return n;
 }
 
 }  // namespace hearth::kernels

@@ -13,6 +13,7 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
+#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <stdexcept>
@@ -33,16 +34,40 @@ namespace {
 constexpr int kBK = 64;  // K per stage: 128 bytes of 16-bit values, one swizzle row
 constexpr int kRowBytes = kBK * 2;
 
+constexpr int kMaxSegments = 3;  // q, k and v
+
+// One weight of the launch and its output columns: tiles tile0 .. the next segment's tile0 - 1
+// are its column tiles 0, 1, ... exactly as in a launch of this weight alone.
+struct Segment {
+  CUtensorMap map;  // W (SwiGLU: gate) [n, k], box {64, BN (SwiGLU, clusters: BN / 2)}
+  const float* bias;
+  void* out;  // [m, n]
+  int n, tile0;
+};
+
 struct Params {
   CUtensorMap map_a;   // A [m, k], box {64, BM}
-  CUtensorMap map_w0;  // W (SwiGLU: gate) [n, k], box {64, BN (SwiGLU: BN / 2)}
-  CUtensorMap map_w1;  // SwiGLU: up
-  const float* bias;
-  void* out;
-  int m, n, k;
-  int tiles_m, tiles_n;
+  CUtensorMap map_w1;  // SwiGLU: up (one segment only)
+  Segment seg[kMaxSegments];
+  int segments;
+  int m, k;
+  int tiles_m, tiles_n;  // tiles_n: over all segments
   MatmulEpilogue epilogue;
 };
+
+// What store_pair writes: one segment's output.
+struct StoreTarget {
+  void* out;
+  int n;
+  MatmulEpilogue epilogue;
+};
+
+// The segment of column tile tn (tiles of all segments numbered one after another).
+__device__ __forceinline__ const Segment& segment_of(const Params& p, int tn) {
+  int s = 0;
+  while (s + 1 < p.segments && tn >= p.seg[s + 1].tile0) ++s;
+  return p.seg[s];
+}
 
 // ---- PTX helpers (sm_90) ----
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -200,22 +225,23 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     // ---- Producer ----
     if constexpr (C::kMoveRegisters) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
     if (threadIdx.x == 0) {
-      auto load_w = [&](int s, int kt, int tn) {
+      auto load_w = [&](int s, int kt, int tile) {
+        const Segment& g = segment_of(p, tile);
+        const int tn = tile - g.tile0;  // the column tile within its own weight
         uint8_t* dst = b_smem + size_t(s) * C::kBBytes;
         if constexpr (kCluster > 1) {
           // This block's half of the weight tile, to both blocks; SwiGLU: rank 0 the gate
           // rows, rank 1 the up rows.
           dst += rank * (BN / 2) * kRowBytes;
           if constexpr (kSwiGLU)
-            tma_load_multicast(dst, rank ? &p.map_w1 : &p.map_w0, kt * kBK, tn * (BN / 2),
-                               &full[s]);
+            tma_load_multicast(dst, rank ? &p.map_w1 : &g.map, kt * kBK, tn * (BN / 2), &full[s]);
           else
-            tma_load_multicast(dst, &p.map_w0, kt * kBK, tn * BN + rank * (BN / 2), &full[s]);
+            tma_load_multicast(dst, &g.map, kt * kBK, tn * BN + rank * (BN / 2), &full[s]);
         } else if constexpr (kSwiGLU) {
-          tma_load(dst, &p.map_w0, kt * kBK, tn * (BN / 2), &full[s]);
+          tma_load(dst, &g.map, kt * kBK, tn * (BN / 2), &full[s]);
           tma_load(dst + (BN / 2) * kRowBytes, &p.map_w1, kt * kBK, tn * (BN / 2), &full[s]);
         } else {
-          tma_load(dst, &p.map_w0, kt * kBK, tn * BN, &full[s]);
+          tma_load(dst, &g.map, kt * kBK, tn * BN, &full[s]);
         }
       };
       auto load_a = [&](int s, int kt, int tm) {
@@ -254,9 +280,12 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     float acc[BN / 2];
     int it = 0;
     for (int unit = first_unit; unit < units; unit += unit_step) {
-      int um, tn;
-      tile_coords(unit, units_m, p.tiles_n, um, tn);
+      int um, tile;
+      tile_coords(unit, units_m, p.tiles_n, um, tile);
       const int tm = um * kCluster + rank;
+      const Segment& g = segment_of(p, tile);
+      const int tn = tile - g.tile0;
+      const StoreTarget target{g.out, g.n, p.epilogue};
 #pragma unroll
       for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
       int prev = 0;
@@ -302,16 +331,16 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int local = local0 + 8 * h, row = tm * BM + local, col = col0 + 8 * j;
-          if (local >= BM || row >= p.m || col >= p.n) continue;
+          if (local >= BM || row >= p.m || col >= g.n) continue;
           float v0 = acc[4 * j + 2 * h], v1 = acc[4 * j + 2 * h + 1];
           if constexpr (kSwiGLU) {
             v0 = silu_mul(v0, acc[4 * j + 2 * h + BN / 4]);
             v1 = silu_mul(v1, acc[4 * j + 2 * h + 1 + BN / 4]);
-          } else if (p.bias) {
-            v0 = __fadd_rn(v0, p.bias[col]);
-            if (col + 1 < p.n) v1 = __fadd_rn(v1, p.bias[col + 1]);
+          } else if (g.bias) {
+            v0 = __fadd_rn(v0, g.bias[col]);
+            if (col + 1 < g.n) v1 = __fadd_rn(v1, g.bias[col + 1]);
           }
-          store_pair<T>(p, row, col, v0, v1);
+          store_pair<T>(target, row, col, v0, v1);
         }
     }
   }
@@ -366,7 +395,8 @@ int64_t ceil_div(int64_t a, int64_t b) {
 }
 
 template <typename T, int kRows, int kBN, int kStages, int kCluster, bool kSwiGLU>
-void launch(Half type, const MatmulArgs& a, int64_t lda, Params p, cudaStream_t stream) {
+void launch(Half type, const MatmulArgs& a, int64_t lda, const std::array<MatmulSegment, 3>& segs,
+            Params p, cudaStream_t stream) {
   using C = Config<kRows, kBN, kStages, kCluster>;
   static_assert(C::kSmemBytes <= 227 * 1024, "tile configuration exceeds shared memory");
   auto kernel = wgmma_matmul_kernel<T, C, kStages, kCluster, kSwiGLU>;
@@ -401,10 +431,16 @@ void launch(Half type, const MatmulArgs& a, int64_t lda, Params p, cudaStream_t 
   }();
   const int w_box = kSwiGLU || kCluster > 1 ? kBN / 2 : kBN;
   p.map_a = tensor_map(type, a.a, a.m, a.k, lda, kRows);
-  p.map_w0 = tensor_map(type, a.w, a.n, a.k, a.k, w_box);
   if (kSwiGLU) p.map_w1 = tensor_map(type, a.w_up, a.n, a.k, a.k, w_box);
+  // Each weight its own descriptor and run of column tiles, numbered as if launched alone.
+  int tiles_n = 0;
+  for (int s = 0; s < p.segments; ++s) {
+    p.seg[s].map = tensor_map(type, segs[s].w, segs[s].n, a.k, a.k, w_box);
+    p.seg[s].tile0 = tiles_n;
+    tiles_n += int(ceil_div(segs[s].n, kSwiGLU ? kBN / 2 : kBN));
+  }
   p.tiles_m = int(ceil_div(a.m, kRows));
-  p.tiles_n = int(ceil_div(a.n, kSwiGLU ? kBN / 2 : kBN));
+  p.tiles_n = tiles_n;
   const int64_t units = ceil_div(p.tiles_m, kCluster) * p.tiles_n;
   config.gridDim = dim3(unsigned(kCluster * std::min<int64_t>(units, resident)));
   static const bool debug = [&] {
@@ -418,42 +454,42 @@ void launch(Half type, const MatmulArgs& a, int64_t lda, Params p, cudaStream_t 
 }
 
 template <typename T, bool kSwiGLU>
-void dispatch(Half type, WgmmaTiles tiles, const MatmulArgs& a, int64_t lda, const Params& p,
-              cudaStream_t stream) {
+void dispatch(Half type, WgmmaTiles tiles, const MatmulArgs& a, int64_t lda,
+              const std::array<MatmulSegment, 3>& segs, const Params& p, cudaStream_t stream) {
   // Stages: about 100 KB of pipeline for tiles that run two blocks per SM, ~200 KB otherwise.
   switch (tiles) {
     case WgmmaTiles::M16N32:
-      return launch<T, 16, 32, 16, 1, kSwiGLU>(type, a, lda, p, stream);
+      return launch<T, 16, 32, 16, 1, kSwiGLU>(type, a, lda, segs, p, stream);
     case WgmmaTiles::M16N64:
-      return launch<T, 16, 64, 10, 1, kSwiGLU>(type, a, lda, p, stream);
+      return launch<T, 16, 64, 10, 1, kSwiGLU>(type, a, lda, segs, p, stream);
     case WgmmaTiles::M32N32:
-      return launch<T, 32, 32, 12, 1, kSwiGLU>(type, a, lda, p, stream);
+      return launch<T, 32, 32, 12, 1, kSwiGLU>(type, a, lda, segs, p, stream);
     case WgmmaTiles::M64N64:
-      return launch<T, 64, 64, 6, 1, kSwiGLU>(type, a, lda, p, stream);
+      return launch<T, 64, 64, 6, 1, kSwiGLU>(type, a, lda, segs, p, stream);
     case WgmmaTiles::M16N32Deep:
-      return launch<T, 16, 32, 32, 1, kSwiGLU>(type, a, lda, p, stream);
+      return launch<T, 16, 32, 32, 1, kSwiGLU>(type, a, lda, segs, p, stream);
     case WgmmaTiles::M32N32Deep:
-      return launch<T, 32, 32, 24, 1, kSwiGLU>(type, a, lda, p, stream);
+      return launch<T, 32, 32, 24, 1, kSwiGLU>(type, a, lda, segs, p, stream);
     case WgmmaTiles::M64N32Deep:
-      return launch<T, 64, 32, 16, 1, kSwiGLU>(type, a, lda, p, stream);
+      return launch<T, 64, 32, 16, 1, kSwiGLU>(type, a, lda, segs, p, stream);
     case WgmmaTiles::M64N64Deep:
-      return launch<T, 64, 64, 12, 1, kSwiGLU>(type, a, lda, p, stream);
+      return launch<T, 64, 64, 12, 1, kSwiGLU>(type, a, lda, segs, p, stream);
     case WgmmaTiles::M64N128:
-      return launch<T, 64, 128, 4, 1, kSwiGLU>(type, a, lda, p, stream);
+      return launch<T, 64, 128, 4, 1, kSwiGLU>(type, a, lda, segs, p, stream);
     case WgmmaTiles::M64N256:
-      return launch<T, 64, 256, 5, 1, kSwiGLU>(type, a, lda, p, stream);
+      return launch<T, 64, 256, 5, 1, kSwiGLU>(type, a, lda, segs, p, stream);
     case WgmmaTiles::M128N64:
-      return launch<T, 128, 64, 8, 1, kSwiGLU>(type, a, lda, p, stream);
+      return launch<T, 128, 64, 8, 1, kSwiGLU>(type, a, lda, segs, p, stream);
     case WgmmaTiles::M128N128:
-      return launch<T, 128, 128, 6, 1, kSwiGLU>(type, a, lda, p, stream);
+      return launch<T, 128, 128, 6, 1, kSwiGLU>(type, a, lda, segs, p, stream);
     case WgmmaTiles::M128N192:
-      return launch<T, 128, 192, 5, 1, kSwiGLU>(type, a, lda, p, stream);
+      return launch<T, 128, 192, 5, 1, kSwiGLU>(type, a, lda, segs, p, stream);
     case WgmmaTiles::M128N256:
-      return launch<T, 128, 256, 4, 1, kSwiGLU>(type, a, lda, p, stream);
+      return launch<T, 128, 256, 4, 1, kSwiGLU>(type, a, lda, segs, p, stream);
     case WgmmaTiles::M256N128:
-      return launch<T, 128, 128, 6, 2, kSwiGLU>(type, a, lda, p, stream);
+      return launch<T, 128, 128, 6, 2, kSwiGLU>(type, a, lda, segs, p, stream);
     default:
-      return launch<T, 128, 256, 4, 2, kSwiGLU>(type, a, lda, p, stream);
+      return launch<T, 128, 256, 4, 2, kSwiGLU>(type, a, lda, segs, p, stream);
   }
 }
 
@@ -558,19 +594,25 @@ void wgmma_matmul(Half type, MatmulEpilogue epilogue, const MatmulArgs& a, Wgmma
                   cudaStream_t stream) {
   const bool swiglu = epilogue == MatmulEpilogue::SwiGLU;
   const int64_t lda = checked_matmul_lda("wgmma_matmul", epilogue, a);
-  if (tiles == WgmmaTiles::Auto) tiles = choose(a.m, a.n, swiglu);
+  std::array<MatmulSegment, 3> segs;
   Params p{};
-  p.bias = a.bias;
-  p.out = a.out;
+  p.segments = matmul_segments(a, segs);
+  int n = 0;  // every segment's columns: the tiling is chosen for the whole launch
+  for (int s = 0; s < p.segments; ++s) {
+    p.seg[s].bias = segs[s].bias;
+    p.seg[s].out = segs[s].out;
+    p.seg[s].n = segs[s].n;
+    n += segs[s].n;
+  }
+  if (tiles == WgmmaTiles::Auto) tiles = choose(a.m, n, swiglu);
   p.m = a.m;
-  p.n = a.n;
   p.k = a.k;
   p.epilogue = epilogue;
   HEARTH_DISPATCH_HALF(type, T, {
     if (swiglu)
-      dispatch<T, true>(type, tiles, a, lda, p, stream);
+      dispatch<T, true>(type, tiles, a, lda, segs, p, stream);
     else
-      dispatch<T, false>(type, tiles, a, lda, p, stream);
+      dispatch<T, false>(type, tiles, a, lda, segs, p, stream);
   });
 }
 

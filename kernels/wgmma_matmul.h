@@ -49,7 +49,10 @@ const char* wgmma_tiles_name(WgmmaTiles t);
 // True when the current device can run it (compute capability 9.0, this build has sm_90a code).
 bool wgmma_matmul_available();
 // args as for batch_matmul; args.tiles and the workspace are not used (no K split: none needed).
-// Requires k % 8 == 0, lda % 8 == 0, 16-byte aligned a and weights.
+// Requires k % 8 == 0, lda % 8 == 0, 16-byte aligned a and weights. With args.more (q, k and v
+// in one launch) each weight keeps its own run of column tiles, numbered and loaded as in a
+// launch of it alone, and the tiling is chosen for all the columns together: one launch fills
+// the GPU where three narrow ones could not, and every output has the bits of separate calls.
 void wgmma_matmul(Half type, MatmulEpilogue epilogue, const MatmulArgs& args, WgmmaTiles tiles,
                   cudaStream_t stream);
 

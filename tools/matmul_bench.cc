@@ -67,6 +67,49 @@ double time_us(cudaStream_t s, const std::function<void(int)>& body) {
   return t[2];
 }
 
+// q, k and v of the 8B (4,096 + 1,024 + 1,024 rows of 4,096, fp32 out as in the engine): three
+// launches against one launch over the three weights (MatmulArgs::more). Same bits; the one
+// launch has enough tiles to fill the GPU.
+void qkv_table(const std::vector<int>& ms, const DeviceBuffer& arena, const DeviceBuffer& a,
+               const DeviceBuffer& out, cudaStream_t stream) {
+  constexpr int kQ = 4096, kKv = 1024, kK = 4096;
+  const size_t q_bytes = size_t(kQ) * kK * 2, kv_bytes = size_t(kKv) * kK * 2;
+  const size_t set_bytes = q_bytes + 2 * kv_bytes;
+  const int copies = int(std::clamp<size_t>(arena.bytes() / set_bytes, 1, 16));
+  auto weights = [&](int i) { return static_cast<char*>(arena.get()) + (i % copies) * set_bytes; };
+  std::printf(
+      "\n| q/k/v 4096+1024+1024 x 4096, fp32 out | M | three launches us | one launch us "
+      "| speedup |\n|---|---|---|---|---|\n");
+  for (int m : ms) {
+    char* o = static_cast<char*>(out.get());
+    void* q_out = o;
+    void* k_out = o + size_t(m) * kQ * 4;
+    void* v_out = o + size_t(m) * (kQ + kKv) * 4;
+    auto args_for = [&](const void* w, int n, void* dst) {
+      kernels::MatmulArgs args;
+      args.a = a.get(), args.w = w, args.m = m, args.n = n, args.k = kK, args.out = dst;
+      return args;
+    };
+    const auto e = kernels::MatmulEpilogue::StoreF32;
+    const auto t = kernels::WgmmaTiles::Auto;
+    const double three_us = time_us(stream, [&](int i) {
+      char* w = weights(i);
+      kernels::wgmma_matmul(Half::BF16, e, args_for(w, kQ, q_out), t, stream);
+      kernels::wgmma_matmul(Half::BF16, e, args_for(w + q_bytes, kKv, k_out), t, stream);
+      kernels::wgmma_matmul(Half::BF16, e, args_for(w + q_bytes + kv_bytes, kKv, v_out), t, stream);
+    });
+    const double one_us = time_us(stream, [&](int i) {
+      char* w = weights(i);
+      kernels::MatmulArgs args = args_for(w, kQ, q_out);
+      args.more[0] = {w + q_bytes, nullptr, k_out, kKv};
+      args.more[1] = {w + q_bytes + kv_bytes, nullptr, v_out, kKv};
+      kernels::wgmma_matmul(Half::BF16, e, args, t, stream);
+    });
+    std::printf("| | %d | %.1f | %.1f | %.2f |\n", m, three_us, one_us, three_us / one_us);
+    std::fflush(stdout);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -74,11 +117,12 @@ int main(int argc, char** argv) {
       "hearth-matmul-bench: invariant matmuls (wgmma + TMA, mma.sync) vs cuBLASLt at the 8B "
       "shapes, bf16, every row count"};
   std::vector<int> ms{1, 8, 32, 64, 128, 256, 512, 2048};
-  bool all_tiles = false;
+  bool all_tiles = false, qkv_only = false;
   double peak = 796.0;
   std::string json_path;
   app.add_option("--ms", ms, "row counts");
   app.add_flag("--all-tiles", all_tiles, "also time every wgmma tiling");
+  app.add_flag("--qkv-only", qkv_only, "only the q/k/v table: three launches against one");
   app.add_option("--peak-tflops", peak, "the rate percentages are of (H100 SXM bf16 dense: 796)");
   app.add_option("--json", json_path, "write every number here");
   CLI11_PARSE(app, argc, argv);
@@ -112,6 +156,7 @@ int main(int argc, char** argv) {
       "|\n|---|---|---|---|---|---|---|---|---|---|---|\n",
       peak);
   for (const Shape& s : shapes) {
+    if (qkv_only) break;
     const int mats = s.swiglu ? 2 : 1;
     const size_t w_bytes = size_t(s.n) * s.k * 2 * mats;
     const int copies = int(std::clamp<size_t>(arena_bytes / w_bytes, 1, 16));
@@ -172,6 +217,7 @@ int main(int argc, char** argv) {
              << ", \"tilings_us\": {" << tiles_json << "}}\n";
     }
   }
+  qkv_table(ms, arena, a, out, stream);
   HEARTH_CUDA_CHECK(cudaStreamDestroy(stream));
   return 0;
 }

@@ -413,9 +413,16 @@ TEST_F(CudaBatchEngine, StepDeviceTimeAndPhaseProfile) {
   const std::vector<float> profiled = copy(b->logits(0));
   ASSERT_EQ(profiled.size(), replayed.size());
   EXPECT_EQ(std::memcmp(profiled.data(), replayed.data(), replayed.size() * 4), 0);
-  for (StepPhase p : {StepPhase::Norm, StepPhase::Q, StepPhase::KV, StepPhase::Attention,
-                      StepPhase::GateUp, StepPhase::Down, StepPhase::Head})
+  for (StepPhase p :
+       {StepPhase::Norm, StepPhase::Attention, StepPhase::GateUp, StepPhase::Down, StepPhase::Head})
     EXPECT_GT(ms[int(p)], 0) << step_phase_name(p);
+  // q, k and v: one launch on the wgmma kernel, else q then k and v.
+  if (ms[int(StepPhase::QKV)] > 0) {
+    EXPECT_EQ(ms[int(StepPhase::Q)] + ms[int(StepPhase::KV)], 0);
+  } else {
+    EXPECT_GT(ms[int(StepPhase::Q)], 0);
+    EXPECT_GT(ms[int(StepPhase::KV)], 0);
+  }
 }
 
 // Without an explicit size the pool is resolve_kv_pool's share of the free memory, capped at

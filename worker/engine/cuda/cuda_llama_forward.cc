@@ -76,13 +76,25 @@ void CudaLlamaForward::layer(int l, const StepShape& s, const StepInputs& in, co
 
   norm(L.attn_norm);
   mark(StepPhase::Norm, st);
-  matmul(kQ, MatmulEpilogue::StoreF32, xn_.get(), L.wq, S.wq, nullptr, nullptr, q32_.get(), qd, h);
-  mark(StepPhase::Q, st);
-  matmul(kKV, MatmulEpilogue::StoreF32, xn_.get(), L.wk, S.wk, nullptr, nullptr, k32_.get(), kvd,
-         h);
-  matmul(kKV, MatmulEpilogue::StoreF32, xn_.get(), L.wv, S.wv, nullptr, nullptr, v32_.get(), kvd,
-         h);
-  mark(StepPhase::KV, st);
+  // q, k and v in one launch where the kernel allows (the bits of three).
+  if (fp8) {
+    matmuls_.run_qkv_fp8(L.wq, S.wq, L.wk, S.wk, L.wv, S.wv, q32_.get(), k32_.get(), v32_.get(), T,
+                         qd, kvd, h, st);
+    mark(StepPhase::QKV, st);
+  } else if (matmuls_.fuses_qkv()) {
+    matmuls_.run_qkv(xn_.get(), L.wq, L.wk, L.wv, q32_.get(), k32_.get(), v32_.get(), T, qd, kvd, h,
+                     st);
+    mark(StepPhase::QKV, st);
+  } else {
+    matmul(kQ, MatmulEpilogue::StoreF32, xn_.get(), L.wq, S.wq, nullptr, nullptr, q32_.get(), qd,
+           h);
+    mark(StepPhase::Q, st);
+    matmul(kKV, MatmulEpilogue::StoreF32, xn_.get(), L.wk, S.wk, nullptr, nullptr, k32_.get(), kvd,
+           h);
+    matmul(kKV, MatmulEpilogue::StoreF32, xn_.get(), L.wv, S.wv, nullptr, nullptr, v32_.get(), kvd,
+           h);
+    mark(StepPhase::KV, st);
+  }
 
   kernels::PagedKvWriteArgs kw;
   kw.q = q32_.get<float>(), kw.k = k32_.get<float>(), kw.v = v32_.get<float>();

@@ -41,6 +41,13 @@ class CudaMatmuls {
   void run(MatmulShape shape, kernels::MatmulEpilogue epilogue, const void* a, const void* w,
            const void* w_up, void* out, int m, int n, int k, cudaStream_t stream);
 
+  // True when q, k and v run as one launch (run_qkv): the wgmma kernel, batch_invariant on.
+  bool fuses_qkv() const;
+  // q = a · wqᵀ, k = a · wkᵀ, v = a · wvᵀ, fp32 out, in one launch of the wgmma kernel over the
+  // three weights (the bits of three calls; k and v alone are too few tiles to fill the GPU);
+  // three calls where it does not fuse.
+  void run_qkv(const void* a, const void* wq, const void* wk, const void* wv, void* q, void* k,
+               void* v, int m, int q_dim, int kv_dim, int hidden, cudaStream_t stream);
   // fp8: `a` (m rows of k values of the 16-bit type) quantized to e4m3 codes and row scales,
   // the input of every run_fp8 until the next quantize.
   void quantize(const void* a, int m, int k, cudaStream_t stream);
@@ -53,6 +60,12 @@ class CudaMatmuls {
   void run_fp8(kernels::MatmulEpilogue epilogue, const void* w, const float* w_scale,
                const void* w_up, const float* w_up_scale, void* out, int m, int n, int k,
                cudaStream_t stream);
+
+  // fp8: q, k and v from the quantized input in one launch of the fp8 matmul over the three
+  // weights (each with its scales), fp32 out: the bits of three run_fp8 calls.
+  void run_qkv_fp8(const void* wq, const float* sq, const void* wk, const float* sk, const void* wv,
+                   const float* sv, void* q, void* k, void* v, int m, int q_dim, int kv_dim,
+                   int hidden, cudaStream_t stream);
 
   // One matrix of a step to tune: its operands' buffers (any contents) and largest row count.
   struct TuneJob {

@@ -5,8 +5,9 @@
 namespace hearth {
 
 std::string_view step_phase_name(StepPhase phase) {
-  static constexpr std::string_view names[] = {"inputs",    "norm", "q",       "k+v",  "kv_write",
-                                               "attention", "o",    "gate_up", "down", "head"};
+  static constexpr std::string_view names[] = {"inputs",  "norm",     "q",         "k+v",
+                                               "q+k+v",   "kv_write", "attention", "o",
+                                               "gate_up", "down",     "head"};
   static_assert(std::size(names) == StepPhases::kPhases);
   return names[int(phase)];
 }

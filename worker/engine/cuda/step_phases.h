@@ -20,6 +20,7 @@ enum class StepPhase {
   Norm,     // both rmsnorms of every layer
   Q,        // q projection
   KV,       // k and v projections
+  QKV,      // q, k and v in one launch (the wgmma kernel; then Q and KV stay empty)
   KvWrite,  // bias, head norm, RoPE, keys and values into the pool
   Attention,
   O,       // o projection into the residual

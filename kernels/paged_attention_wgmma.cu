@@ -7,7 +7,9 @@
 // wgmma descriptors read it), each stage completing a `full` mbarrier. Warpgroups 1 and 2 each
 // own 64 rows: S = Q K^T with Q and K from shared memory (m64n64k16, k-steps of 16 in order),
 // the online softmax in registers, then O += P V with P straight from the S registers and V read
-// N-major (imm-trans-b), and the stage is handed back on its `empty` mbarrier.
+// N-major (imm-trans-b), and the stage is handed back on its `empty` mbarrier. The consumers
+// follow FlashAttention-3's schedule (see the consumer loop): a tile's P V runs under the next
+// tile's softmax, and the two warpgroups take turns issuing wgmmas.
 //
 // Why the bits are those of a row alone: a thread of a warpgroup holds the same rows and keys of
 // S and O as the thread of the same lane and warp in the mma.sync kernel (the wgmma accumulator

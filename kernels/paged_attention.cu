@@ -14,6 +14,8 @@
 // (alpha = 1, p = 0, and V past the sequence's end is zero-filled so 0 * V stays 0), and whole
 // splits beyond the row's position are not merged at all. All softmax arithmetic uses explicit
 // rounding intrinsics, so the block kernel and the merge kernel compute merges identically.
+#include <algorithm>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -482,6 +484,16 @@ Params params_for(const PagedAttentionArgs& a, const Layout& l) {
   return p;
 }
 
+// Blocks that can have work: at most ceil(tokens x group / item_rows) + seqs items of rows, plus
+// at most j_max for a sequence whose splits are spread (replacing at least one item of rows).
+// The rest of max_items would only start, read the plan's count and exit, each holding an SM.
+int grid_items(const PagedAttentionArgs& a, const Layout& l, int item_rows) {
+  const int group = a.n_heads / a.n_kv_heads;
+  int64_t bound = (int64_t(a.num_tokens) * group + item_rows - 1) / item_rows + a.num_seqs;
+  if (a.split_kv) bound += int64_t(a.num_seqs) * l.j_max;
+  return int(std::min<int64_t>(bound, l.max_items));
+}
+
 // The kernel for these args (the plan's item size follows it).
 bool use_wgmma(const PagedAttentionArgs& a) {
   if (a.kernel == PagedAttentionKernel::MmaSync) return false;
@@ -502,7 +514,8 @@ void launch(const PagedAttentionArgs& a, cudaStream_t stream) {
   const Layout l = layout_for(a.num_tokens, a.num_seqs, a.max_kv_len);
   const Params p = params_for(a, l);
   if (use_wgmma(a)) {
-    paged::launch_wgmma(std::is_same_v<T, __half> ? Half::F16 : Half::BF16, p, l.max_items, stream);
+    paged::launch_wgmma(std::is_same_v<T, __half> ? Half::F16 : Half::BF16, p,
+                        grid_items(a, l, paged::kWgmmaItemRows), stream);
     if (a.split_kv && l.j_max > 1)
       launch_pdl(merge_kernel<T, D>, dim3(a.num_seqs, a.n_kv_heads), dim3(256), 0, stream, p);
     return;
@@ -515,7 +528,8 @@ void launch(const PagedAttentionArgs& a, cudaStream_t stream) {
     return true;
   }();
   (void)configured;
-  launch_pdl(kernel, dim3(l.max_items, a.n_kv_heads), dim3(kWarps * 32), kSmem, stream, p);
+  launch_pdl(kernel, dim3(grid_items(a, l, kRows), a.n_kv_heads), dim3(kWarps * 32), kSmem, stream,
+             p);
   if (a.split_kv && l.j_max > 1)
     launch_pdl(merge_kernel<T, D>, dim3(a.num_seqs, a.n_kv_heads), dim3(256), 0, stream, p);
 }

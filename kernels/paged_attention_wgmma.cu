@@ -7,7 +7,9 @@
 // wgmma descriptors read it), each stage completing a `full` mbarrier. Warpgroups 1 and 2 each
 // own 64 rows: S = Q K^T with Q and K from shared memory (m64n64k16, k-steps of 16 in order),
 // the online softmax in registers, then O += P V with P straight from the S registers and V read
-// N-major (imm-trans-b), and the stage is handed back on its `empty` mbarrier.
+// N-major (imm-trans-b), and the stage is handed back on its `empty` mbarrier. The consumers
+// follow FlashAttention-3's schedule (see the consumer loop): a tile's P V runs under the next
+// tile's softmax, and the two warpgroups take turns issuing wgmmas.
 //
 // Why the bits are those of a row alone: a thread of a warpgroup holds the same rows and keys of
 // S and O as the thread of the same lane and warp in the mma.sync kernel (the wgmma accumulator
@@ -94,13 +96,35 @@ __device__ __forceinline__ void wgmma_fence() {
 __device__ __forceinline__ void wgmma_commit() {
   asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
 }
-__device__ __forceinline__ void wgmma_wait_all() {
-  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+// Waits until at most `Pending` of this thread's committed wgmma groups are still running
+// (groups complete in commit order).
+template <int Pending>
+__device__ __forceinline__ void wgmma_wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(Pending) : "memory");
 }
+// The compiler may not move reads or writes of these registers across this point (the wgmmas
+// that read or write them run asynchronously, unknown to it).
 template <int N>
 __device__ __forceinline__ void fence_registers(float (&r)[N]) {
 #pragma unroll
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(r[i])::"memory");
+}
+template <int N>
+__device__ __forceinline__ void fence_registers(uint32_t (&r)[N][4]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(r[i][j])::"memory");
+}
+
+// Named barriers over the two consumer warpgroups (256 threads): ids 1 and 2 are their Q loads,
+// 3 + w is warpgroup w's turn to issue wgmmas (FlashAttention-3's ping-pong schedule).
+constexpr int kTurnBarrier = 3;
+__device__ __forceinline__ void wait_turn(int w) {
+  asm volatile("bar.sync %0, 256;" ::"r"(kTurnBarrier + w) : "memory");
+}
+__device__ __forceinline__ void pass_turn(int w) {
+  asm volatile("bar.arrive %0, 256;" ::"r"(kTurnBarrier + (w ^ 1)) : "memory");
 }
 
 template <typename T, int D>
@@ -217,34 +241,68 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(Params p) {
   const int pos_b = row_b < rows_here ? pos0 + (r0 + row_b) / p.group : -1;
   const float scale_log2 = __fmul_rn(a.scale, 1.4426950408889634f);
 
-  float sc[32];    // S of 64 keys: sc[4 j + e] is the mma.sync kernel's sc[j][e]
-  float o[D / 2];  // this split's O: o[4 d + e] is its o[d][e]
+  float sc[32];            // S of 64 keys: sc[4 j + e] is the mma.sync kernel's sc[j][e]
+  float o[D / 2];          // this split's O: o[4 d + e] is its o[d][e]
+  uint32_t pf[4][4] = {};  // P of the tile whose O += P V is still to be issued (A fragments)
   float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;  // this split's
   float sm_a = 0.0f, sm_b = 0.0f, sl_a = 0.0f, sl_b = 0.0f;        // merged state's m and l
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
 
+  // O += P V from pf and the V tile of `st`: V read N-major, one 64-column half of the head dim
+  // per wgmma, 16 keys per k-step. The caller fences before and commits after.
+  auto issue_pv = [&](int st) {
+    const uint32_t v_addr = smem_addr(kv_smem + st * L::kStageBytes) + L::kTileBytes;
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+      for (int h = 0; h < D / 64; ++h)
+        WgmmaRs<T, 64, true>::run(o + 32 * h, pf[kk],
+                                  smem_desc(v_addr + h * kHalf + kk * 16 * 128, kHalf >> 4), 1);
+  };
+  // The schedule (FlashAttention-3's), which only moves when independent work is issued; every
+  // value still goes through the same operations in the same order:
+  // - one tile's O += P V is issued together with the next tile's S = Q K^T and runs under
+  //   that tile's softmax (o is rescaled by the new tile's alpha once P V has landed, so o sees
+  //   "times alpha(t), plus P(t) V(t)" tile after tile as before). At a split's end the P V is
+  //   issued and waited for at once (the merge needs it), so nothing crosses a split.
+  // - with two consumer warpgroups, they take turns issuing their wgmmas (named barriers), so
+  //   one's softmax runs while the other's wgmmas hold the tensor cores. Both walk every tile
+  //   to t_end and take one turn per tile, skipped tiles included, so the turns pair up;
+  //   warpgroup 1 hands warpgroup 0 the first turn and keeps its last one.
+  const bool ping_pong = consumers == 2;
+  if (ping_pong && w == 1 && t_begin < t_end) pass_turn(w);
+  bool pv_pending = false;  // pf and pv_stage hold the previous tile's P V
+  int pv_stage = 0;
+
   for (int tile = t_begin, it = 0; tile < t_end; ++tile, ++it) {
     const int stage = it % kStages;
+    const bool pass_after = ping_pong && !(w == 1 && tile + 1 == t_end);
     mbar_wait(&full[stage], (it / kStages) & 1);
     if (tile >= t_mine) {  // only the other warpgroup's rows see this tile
+      // No P V is pending: the tile before t_mine ended this warpgroup's last split.
+      if (ping_pong) wait_turn(w);
+      if (pass_after) pass_turn(w);
       if (t == 0) mbar_arrive(&empty[stage]);
       continue;
     }
     fence_proxy_async();
     const uint32_t k_addr = smem_addr(kv_smem + stage * L::kStageBytes);
-    const uint32_t v_addr = k_addr + L::kTileBytes;
-    // S = Q K^T: k-steps of 16 along the head dim, in order.
+    // S = Q K^T: k-steps of 16 along the head dim, in order; then the previous tile's P V.
 #pragma unroll
     for (int i = 0; i < 32; ++i) sc[i] = 0.0f;
     fence_registers(sc);
+    if (ping_pong) wait_turn(w);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kDSteps; ++kk)
       WgmmaRs<T, 64, false>::run(sc, qf[kk],
                                  smem_desc(k_addr + (kk / 4) * kHalf + (kk % 4) * 32, 1), 1);
     wgmma_commit();
-    wgmma_wait_all();
+    if (pv_pending) issue_pv(pv_stage);
+    wgmma_commit();  // an empty group when nothing was pending: the waits below stay fixed
+    if (pass_after) pass_turn(w);
+    wgmma_wait<1>();  // S has landed; the P V may still run
     fence_registers(sc);
 
     // Causal mask (a row sees keys <= its position), log2 units, running max.
@@ -286,6 +344,12 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(Params p) {
     }
     l_a = __fmaf_rn(l_a, alpha_a, sum_a);
     l_b = __fmaf_rn(l_b, alpha_b, sum_b);
+    // The previous tile's P V has landed: its stage goes back, o takes this tile's alpha and
+    // pf this tile's P.
+    wgmma_wait<0>();
+    fence_registers(o);
+    fence_registers(pf);
+    if (pv_pending && t == 0) mbar_arrive(&empty[pv_stage]);
 #pragma unroll
     for (int d = 0; d < kDTiles; ++d) {
       o[4 * d + 0] = __fmul_rn(o[4 * d + 0], alpha_a);
@@ -293,10 +357,8 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(Params p) {
       o[4 * d + 2] = __fmul_rn(o[4 * d + 2], alpha_b);
       o[4 * d + 3] = __fmul_rn(o[4 * d + 3], alpha_b);
     }
-    // O += P V: P's accumulators are already the A fragments (16 keys per k-step); V is read
-    // N-major, one 64-column half of the head dim per wgmma.
-    // P packed before the fence: registers written between wgmmas would make ptxas wait.
-    uint32_t pf[4][4];
+    // P's accumulators are already the A fragments of O += P V (16 keys per k-step). Packed
+    // here, before any wgmma fence: registers written between wgmmas would make ptxas wait.
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
       pf[kk][0] = pack_half2<T>(sc[8 * kk + 0], sc[8 * kk + 1]);
@@ -304,22 +366,24 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(Params p) {
       pf[kk][2] = pack_half2<T>(sc[8 * kk + 4], sc[8 * kk + 5]);
       pf[kk][3] = pack_half2<T>(sc[8 * kk + 6], sc[8 * kk + 7]);
     }
+    fence_registers(pf);
     fence_registers(o);
+    if ((tile + 1) % kTilesPerSplit != 0 && tile + 1 != t_mine) {
+      pv_pending = true;  // issued with the next tile's S
+      pv_stage = stage;
+      continue;
+    }
     wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-      for (int h = 0; h < D / 64; ++h)
-        WgmmaRs<T, 64, true>::run(o + 32 * h, pf[kk],
-                                  smem_desc(v_addr + h * kHalf + kk * 16 * 128, kHalf >> 4), 1);
+    issue_pv(stage);
     wgmma_commit();
-    wgmma_wait_all();
+    wgmma_wait<0>();
     fence_registers(o);
+    pv_pending = false;
     if (t == 0) mbar_arrive(&empty[stage]);
 
     // End of a split: finish its sums over the quad, then merge it into the state (in order)
     // or publish it as a partial; the next split starts afresh.
-    if ((tile + 1) % kTilesPerSplit == 0 || tile + 1 == t_mine) {
+    {
       const int j = tile / kTilesPerSplit;
 #pragma unroll
       for (int off = 1; off <= 2; off <<= 1) {

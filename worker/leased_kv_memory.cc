@@ -79,6 +79,13 @@ int LeasedKvMemory::shrink(int keep) {
   return blocks();
 }
 
+ipc::WirePlace LeasedKvMemory::place_of_block(int block) const {
+  if (block < 0 || block >= blocks())
+    throw std::out_of_range("block " + std::to_string(block) + " is not in the leased pool");
+  const uint64_t at = uint64_t(block) * uint64_t(block_bytes_);
+  return {chunk_ids_[at / chunk_bytes_], at % chunk_bytes_};
+}
+
 void LeasedKvMemory::wait_for_memory() {
   // Another worker frees memory on its own schedule; the server has no way to call back.
   std::this_thread::sleep_for(std::chrono::milliseconds(10));

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "ipc/client.h"
+#include "ipc/kv_share_protocol.h"
 #include "weight-server/sharing/kv_chunk.h"
 #include "worker/engine/kv_memory.h"
 
@@ -45,6 +46,9 @@ class LeasedKvMemory final : public KvMemory {
   uint64_t bytes() const override { return chunk_ids_.size() * chunk_bytes_; }
 
   uint64_t chunk_bytes() const { return chunk_bytes_; }
+  // Where block `block` (< blocks()) lives on the server: its chunk id and byte offset, the
+  // place it is published under for other workers (shared_kv_blocks.h).
+  ipc::WirePlace place_of_block(int block) const;
 
  private:
   // Asks for `chunks` more and maps what comes; returns how many came.

@@ -1,0 +1,123 @@
+// The worker's side of prefix KV sharing (issue 22 item 3) against the real server in-process,
+// memfd chunks: worker A writes a block of its leased pool and publishes it; worker B finds it
+// under the same chain, reads A's bytes through a read-only mapping of A's chunk, and never
+// under another salt; B's references hold A's block until B drops them or goes.
+#include "worker/shared_kv_blocks.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+
+#include "tests/weight-server/daemon/in_process_server.h"
+#include "worker/leased_kv_memory.h"
+
+namespace hearth {
+namespace {
+
+constexpr uint64_t kMiB = uint64_t(1) << 20;
+constexpr int64_t kBlock = 256 * 1024;
+constexpr ipc::WireKey kDomain{7, 8};
+constexpr ipc::WireKey kRoot{9, 10};
+
+std::shared_ptr<ipc::Client> connect(const std::string& socket) {
+  ipc::ClientOptions options;
+  options.name = "shared-kv-test";
+  options.timeout = std::chrono::seconds(60);
+  return std::make_shared<ipc::Client>(ipc::Client::connect(socket, options));
+}
+
+// The permissions /proc/self/maps shows for the mapping that holds `p` ("r--s", ...).
+std::string permissions_at(const void* p) {
+  std::ifstream maps("/proc/self/maps");
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  for (std::string line; std::getline(maps, line);) {
+    std::istringstream in(line);
+    std::string range, perms;
+    in >> range >> perms;
+    const size_t dash = range.find('-');
+    const uintptr_t lo = std::stoull(range.substr(0, dash), nullptr, 16);
+    const uintptr_t hi = std::stoull(range.substr(dash + 1), nullptr, 16);
+    if (at >= lo && at < hi) return perms;
+  }
+  return "";
+}
+
+class SharedKvBlocksTest : public ::testing::Test {
+ protected:
+  void SetUp() override { write_synthetic_model(model_dir_.path(), SynthOptions{}); }
+  test::TempDir model_dir_;
+  std::mt19937_64 rng_{std::random_device{}()};
+};
+
+TEST_F(SharedKvBlocksTest, WorkerBReadsTheBlockWorkerAComputedThroughAReadOnlyMapping) {
+  test::InProcessServer server({}, model_dir_.path(), nullptr, 64 * kMiB, 0.5);
+  auto a_server = connect(server.socket());
+  auto b_server = connect(server.socket());
+  LeasedKvMemory a_pool(a_server, kBlock, 16, 16);
+  ASSERT_EQ(a_pool.blocks(), 16);
+  SharedKvBlocks a(a_server, kDomain, kBlock, 4);
+  SharedKvBlocks b(b_server, kDomain, kBlock, 4);
+
+  // A fills blocks 9 and 10 (in its second chunk) and publishes them as a two-block chain.
+  std::vector<std::byte> bytes(2 * kBlock);
+  for (std::byte& x : bytes) x = std::byte(rng_());
+  std::memcpy(a_pool.base() + 9 * kBlock, bytes.data(), bytes.size());
+  std::vector<ipc::KvLookupLink> chain;
+  std::vector<ipc::KvPublishBlock> blocks;
+  for (int i = 0; i < 2; ++i) {
+    ipc::KvLookupLink link{{rng_(), rng_()}, std::vector<int32_t>(16)};
+    for (int32_t& t : link.tokens) t = int32_t(rng_() % 1000);
+    blocks.push_back(
+        {a_pool.place_of_block(9 + i), link.key, i == 0 ? kRoot : chain[0].key, link.tokens});
+    chain.push_back(link);
+  }
+  EXPECT_EQ(blocks[0].place.chunk, blocks[1].place.chunk);
+  EXPECT_EQ(a.publish(blocks), 2u);
+
+  const std::vector<SharedKvBlocks::Found> found = b.lookup(kRoot, chain);
+  ASSERT_EQ(found.size(), 2u);
+  EXPECT_EQ(b.references(), 2u);
+  EXPECT_EQ(b.mapped_chunks(), 1);
+  EXPECT_EQ(std::memcmp(found[0].data, bytes.data(), kBlock), 0);
+  EXPECT_EQ(std::memcmp(found[1].data, bytes.data() + kBlock, kBlock), 0);
+  EXPECT_EQ(permissions_at(found[0].data), "r--s");
+  EXPECT_TRUE(b.lookup({9, 11}, chain).empty());  // another salt: another root
+
+  // A may not write its block again while B reads it; once B drops it, A may.
+  const std::vector<ipc::WirePlace> first{blocks[0].place};
+  EXPECT_TRUE(a.withdraw(first).empty());
+  const std::vector<ipc::WirePlace> b_first{found[0].place};
+  b.unref(b_first);
+  EXPECT_EQ(b.references(), 1u);
+  EXPECT_EQ(a.withdraw(first), std::vector<size_t>{0});
+}
+
+TEST_F(SharedKvBlocksTest, AWorkerThatGoesDropsItsReferences) {
+  test::InProcessServer server({}, model_dir_.path(), nullptr, 64 * kMiB, 0.5);
+  auto a_server = connect(server.socket());
+  LeasedKvMemory a_pool(a_server, kBlock, 8, 8);
+  SharedKvBlocks a(a_server, kDomain, kBlock, 4);
+  ipc::KvLookupLink link{{rng_(), rng_()}, {1, 2, 3}};
+  const std::vector<ipc::KvPublishBlock> blocks{
+      {a_pool.place_of_block(0), link.key, kRoot, link.tokens}};
+  ASSERT_EQ(a.publish(blocks), 1u);
+  const std::vector<ipc::KvLookupLink> chain{link};
+  {
+    auto b_server = connect(server.socket());
+    SharedKvBlocks b(b_server, kDomain, kBlock, 4);
+    ASSERT_EQ(b.lookup(kRoot, chain).size(), 1u);
+    ASSERT_EQ(b.lookup(kRoot, chain).size(), 1u);
+    const std::vector<ipc::WirePlace> place{blocks[0].place};
+    EXPECT_TRUE(a.withdraw(place).empty());
+  }
+  // B's destructor gave both references back before its connection closed.
+  const std::vector<ipc::WirePlace> place{blocks[0].place};
+  EXPECT_EQ(a.withdraw(place), std::vector<size_t>{0});
+}
+
+}  // namespace
+}  // namespace hearth

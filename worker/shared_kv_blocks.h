@@ -1,0 +1,71 @@
+// Served mode, the worker's side of prefix KV sharing across workers (issue 22 item 3): it
+// publishes full blocks of its own leased pool, finds blocks other workers published under the
+// same hash chain, maps their chunks read-only (a worker never writes a block it did not
+// allocate) and holds one server-side reference per block found until it drops it. The engine
+// is not wired to it yet (STATUS-kvshare.md): this is the piece it will call on a local
+// prefix-cache miss (lookup) and after a step succeeded (publish).
+//
+// Foreign chunks are mapped into a reservation of their own, slot after slot, never unmapped
+// while this object lives (a slot is a chunk; chunks are few and the reservation is only
+// address space). On the GPU the same shape holds with a VMM range mapped read-only; this class
+// is the CPU backend's (memfd) version.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "ipc/client.h"
+#include "ipc/kv_share_protocol.h"
+
+namespace hearth {
+
+class SharedKvBlocks {
+ public:
+  // A block another worker (or this one) published: where it is, and its bytes in this
+  // process (read-only).
+  struct Found {
+    ipc::WirePlace place;
+    const std::byte* data = nullptr;
+  };
+
+  // `domain`: the engine's cache domain key; `max_chunks`: the most foreign chunks ever mapped.
+  // `server` is the worker's connection; nothing else may use it at the same time.
+  SharedKvBlocks(std::shared_ptr<ipc::Client> server, ipc::WireKey domain, int64_t block_bytes,
+                 int max_chunks);
+  ~SharedKvBlocks();
+  SharedKvBlocks(const SharedKvBlocks&) = delete;
+  SharedKvBlocks& operator=(const SharedKvBlocks&) = delete;
+
+  // Publishes full blocks of this worker's own chunks (call only after the step that filled them
+  // succeeded). Returns how many the server took (a duplicate key is not an error).
+  uint64_t publish(std::span<const ipc::KvPublishBlock> blocks);
+  // The longest published run of `chain` after `root`; each found block holds a reference until
+  // unref(). Throws ipc::IpcError or std::runtime_error (a reply that is not what was asked, a
+  // chunk that is not a sealed memfd of its size).
+  std::vector<Found> lookup(const ipc::WireKey& root, std::span<const ipc::KvLookupLink> chain);
+  // Drops one reference per place (as many as lookups returned it).
+  void unref(std::span<const ipc::WirePlace> places);
+  // Asks to write own published blocks again; returns the indexes of `places` now free to write.
+  std::vector<size_t> withdraw(std::span<const ipc::WirePlace> places);
+
+  uint64_t references() const { return references_; }
+  int mapped_chunks() const { return int(slots_.size()); }
+
+ private:
+  class Reservation;
+  std::shared_ptr<ipc::Client> server_;
+  ipc::WireKey domain_;
+  int64_t block_bytes_;
+  int max_chunks_;
+  uint64_t chunk_bytes_;  // kv_chunk_bytes_for(block_bytes): every worker's chunk size
+  std::unique_ptr<Reservation> range_;
+  std::map<uint64_t, int> slots_;  // foreign chunk id -> its slot in range_
+  std::map<std::pair<uint64_t, uint64_t>, uint64_t> held_;  // place -> references held
+  uint64_t references_ = 0;
+};
+
+}  // namespace hearth

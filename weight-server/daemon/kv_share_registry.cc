@@ -45,7 +45,10 @@ std::vector<KvBlockPlace> KvShareRegistry::lookup(ClientId client, const KvShare
                                                   std::span<const KvShareLink> chain) {
   std::vector<KvBlockPlace> hits;
   KvShareKey parent = root;
+  const uint64_t held = references_of(client);
+  const uint64_t room = held < max_references_ ? max_references_ - held : 0;
   for (const KvShareLink& link : chain) {
+    if (hits.size() == room) break;
     auto found = by_key_.find(link.key);
     if (found == by_key_.end()) break;
     const KvShareBlock& block = entries_.at(found->second).block;

@@ -62,6 +62,12 @@ class KvShareRegistry {
  public:
   using ClientId = uint64_t;
 
+  // References one client may hold at once: a client that looks up without ever dropping what
+  // it found cannot pin other workers' blocks without bound (a lookup past it finds less).
+  static constexpr uint64_t kDefaultMaxReferences = uint64_t(1) << 20;
+  explicit KvShareRegistry(uint64_t max_references_per_client = kDefaultMaxReferences)
+      : max_references_(max_references_per_client) {}
+
   enum class Publish {
     kPublished,
     kDuplicate,   // the key is published already (the same prefix computed twice): ignored
@@ -79,7 +85,8 @@ class KvShareRegistry {
 
   Publish publish(ClientId owner, const KvBlockPlace& place, const KvShareBlock& block);
   // Walks `chain` from `root` under (domain, block_bytes) and returns the places of the longest
-  // run of hits from its start; each hit gains one reference for `client`.
+  // run of hits from its start, cut where `client` would pass its reference limit; each hit
+  // gains one reference for `client`.
   std::vector<KvBlockPlace> lookup(ClientId client, const KvShareKey& domain, uint64_t block_bytes,
                                    const KvShareKey& root, std::span<const KvShareLink> chain);
   // Drops one reference of `client` per place. False, changing nothing, when `client` does not
@@ -128,6 +135,7 @@ class KvShareRegistry {
   std::map<uint64_t, Chunk> chunks_;
   std::map<ClientId, std::map<KvBlockPlace, uint64_t>> refs_by_client_;
   uint64_t clock_ = 0;
+  uint64_t max_references_;
 };
 
 }  // namespace hearth

@@ -204,5 +204,22 @@ TEST_F(KvShareRegistryTest, AChunkStillOwnedIsNeverEvicted) {
   EXPECT_THROW(registry.add_chunk(kB, 1, kChunk), std::invalid_argument);
 }
 
+TEST_F(KvShareRegistryTest, AClientThatNeverDropsReferencesFindsNoMoreAtItsLimit) {
+  KvShareRegistry limited(3);
+  limited.add_chunk(kA, 1, kChunk);
+  Chain chain(2, rng);
+  for (int i = 0; i < 2; ++i)
+    ASSERT_EQ(limited.publish(kA, {1, uint64_t(i) * kBlock}, chain.block(i)), Publish::kPublished);
+  auto links = chain.links();
+  EXPECT_EQ(limited.lookup(kB, kDomain, kBlock, kRoot, links).size(), 2u);
+  EXPECT_EQ(limited.lookup(kB, kDomain, kBlock, kRoot, links).size(), 1u);
+  EXPECT_TRUE(limited.lookup(kB, kDomain, kBlock, kRoot, links).empty());
+  EXPECT_EQ(limited.references_of(kB), 3u);
+  EXPECT_EQ(limited.lookup(kC, kDomain, kBlock, kRoot, links).size(), 2u);  // others unaffected
+  const std::vector<KvBlockPlace> first{{1, 0}};
+  EXPECT_TRUE(limited.unref(kB, first));
+  EXPECT_EQ(limited.lookup(kB, kDomain, kBlock, kRoot, links).size(), 1u);
+}
+
 }  // namespace
 }  // namespace hearth

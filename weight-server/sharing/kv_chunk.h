@@ -45,6 +45,10 @@ class KvChunkRange {
   // Checks that `fd` is a chunk of `bytes` and maps it writable at base() + offset. Throws
   // std::runtime_error starting with `label`.
   virtual void map(uint64_t offset, int fd, uint64_t bytes, const std::string& label) = 0;
+  // The same, read-only: another worker's chunk, whose shared prefix blocks this worker reads
+  // and never writes (issue 22 item 3). Ranges that cannot do it yet (VMM) throw
+  // std::runtime_error.
+  virtual void map_read_only(uint64_t offset, int fd, uint64_t bytes, const std::string& label);
   virtual void unmap(uint64_t offset, uint64_t bytes) = 0;
 };
 

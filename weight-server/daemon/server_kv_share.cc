@@ -124,7 +124,7 @@ broker::Reply ServerHandler::kv_lookup(broker::Session& session, const ipc::Requ
   json sizes = json::array();
   for (uint64_t id : chunks) {
     const KvChunk& chunk = kv_chunks_.at(id);
-    fds.push_back(chunk.memory->export_fd());
+    fds.push_back(chunk.memory->export_read_only_fd());
     sizes.push_back(chunk.bytes);
   }
   json blocks = json::array();

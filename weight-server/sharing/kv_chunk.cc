@@ -29,6 +29,13 @@ class MemfdKvChunk final : public KvChunkMemory {
     if (!copy) fail("cannot duplicate a KV chunk memfd", errno);
     return copy;
   }
+  UniqueFd export_read_only_fd() const override {
+    // A new open file description, read-only: the memfd's own is read-write.
+    const std::string path = "/proc/self/fd/" + std::to_string(fd_.get());
+    UniqueFd reader(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!reader) fail("cannot reopen a KV chunk memfd read-only", errno);
+    return reader;
+  }
 
  private:
   UniqueFd fd_;

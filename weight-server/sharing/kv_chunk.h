@@ -31,6 +31,10 @@ class KvChunkMemory {
   virtual ~KvChunkMemory() = default;
   // A new descriptor for the chunk, owned by the caller (to pass by SCM_RIGHTS).
   virtual UniqueFd export_fd() const = 0;
+  // A descriptor for a worker that only reads the chunk (another worker's shared prefix
+  // blocks): on the CPU backend the memfd reopened read-only, so no mapping of it can ever be
+  // made writable. Default: export_fd() (a VMM reader sets its own access, read-only).
+  virtual UniqueFd export_read_only_fd() const { return export_fd(); }
 };
 
 // The CPU backend's chunk: a memfd made by create_kv_chunk_memfd.

@@ -5,6 +5,7 @@
 // nothing.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
 #include <sys/mman.h>
 
 #include <chrono>
@@ -121,6 +122,10 @@ TEST_F(KvShareTest, ABlockWorkerAPublishedIsReadByWorkerBFromTheSameMemory) {
   EXPECT_EQ(found.body["chunk_bytes"], json::array({kChunk}));
   ASSERT_EQ(found.fds.size(), 1u);
   check_kv_chunk_memfd(found.fds[0].get(), kChunk, "shared chunk");
+  // B's descriptor is read-only: no mapping of it can be made writable.
+  EXPECT_EQ(::fcntl(found.fds[0].get(), F_GETFL) & O_ACCMODE, O_RDONLY);
+  EXPECT_EQ(::mmap(nullptr, kChunk, PROT_READ | PROT_WRITE, MAP_SHARED, found.fds[0].get(), 0),
+            MAP_FAILED);
   Mapping theirs(found.fds[0].get(), PROT_READ);
   ASSERT_NE(theirs.p, MAP_FAILED);
   EXPECT_EQ(std::memcmp(theirs.bytes(), pattern.data(), pattern.size()), 0);

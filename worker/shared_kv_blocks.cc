@@ -1,9 +1,5 @@
 #include "worker/shared_kv_blocks.h"
 
-#include <sys/mman.h>
-
-#include <cerrno>
-#include <cstring>
 #include <stdexcept>
 #include <string>
 
@@ -11,33 +7,6 @@
 #include "weight-server/sharing/kv_chunk.h"
 
 namespace hearth {
-
-// Address space for the foreign chunks: PROT_NONE until a chunk is mapped read-only over a slot.
-class SharedKvBlocks::Reservation {
- public:
-  explicit Reservation(uint64_t bytes) : bytes_(bytes) {
-    void* p = ::mmap(nullptr, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED)
-      throw std::runtime_error("cannot reserve " + std::to_string(bytes) +
-                               " bytes for shared KV chunks: " + std::strerror(errno));
-    base_ = static_cast<std::byte*>(p);
-  }
-  ~Reservation() { ::munmap(base_, bytes_); }
-  Reservation(const Reservation&) = delete;
-  Reservation& operator=(const Reservation&) = delete;
-
-  std::byte* base() const { return base_; }
-  void map_read_only(uint64_t offset, int fd, uint64_t bytes) {
-    void* p = ::mmap(base_ + offset, bytes, PROT_READ, MAP_SHARED | MAP_FIXED, fd, 0);
-    if (p == MAP_FAILED)
-      throw std::runtime_error(std::string("cannot map a shared KV chunk: ") +
-                               std::strerror(errno));
-  }
-
- private:
-  std::byte* base_ = nullptr;
-  uint64_t bytes_;
-};
 
 SharedKvBlocks::SharedKvBlocks(std::shared_ptr<ipc::Client> server, ipc::WireKey domain,
                                int64_t block_bytes, int max_chunks)
@@ -48,7 +17,7 @@ SharedKvBlocks::SharedKvBlocks(std::shared_ptr<ipc::Client> server, ipc::WireKey
   if (!server_ || block_bytes <= 0 || max_chunks <= 0)
     throw std::invalid_argument("shared KV blocks need a server, a block size and chunks");
   chunk_bytes_ = kv_chunk_bytes_for(uint64_t(block_bytes));
-  range_ = std::make_unique<Reservation>(uint64_t(max_chunks) * chunk_bytes_);
+  range_ = reserve_memfd_kv_range(uint64_t(max_chunks) * chunk_bytes_);
 }
 
 SharedKvBlocks::~SharedKvBlocks() {
@@ -106,9 +75,9 @@ std::vector<SharedKvBlocks::Found> SharedKvBlocks::lookup(
       throw std::runtime_error("the server's KV lookup passed chunk " + std::to_string(id) +
                                " of an unexpected size, or one mapped already");
     if (int(slots_.size()) == max_chunks_) break;  // no room: the hits in it are cut below
-    check_kv_chunk_memfd(reply.fds[i].get(), chunk_bytes_, "shared KV chunk " + std::to_string(id));
     const int slot = int(slots_.size());
-    range_->map_read_only(uint64_t(slot) * chunk_bytes_, reply.fds[i].get(), chunk_bytes_);
+    range_->map_read_only(uint64_t(slot) * chunk_bytes_, reply.fds[i].get(), chunk_bytes_,
+                          "shared KV chunk " + std::to_string(id));
     slots_.emplace(id, slot);
   }
   std::vector<Found> found;

@@ -5,10 +5,10 @@
 // is not wired to it yet (STATUS-kvshare.md): this is the piece it will call on a local
 // prefix-cache miss (lookup) and after a step succeeded (publish).
 //
-// Foreign chunks are mapped into a reservation of their own, slot after slot, never unmapped
-// while this object lives (a slot is a chunk; chunks are few and the reservation is only
-// address space). On the GPU the same shape holds with a VMM range mapped read-only; this class
-// is the CPU backend's (memfd) version.
+// Foreign chunks are mapped read-only (KvChunkRange::map_read_only, from the read-only
+// descriptor the server passes) into a range of their own, slot after slot, never unmapped while
+// this object lives (a slot is a chunk; chunks are few and the range is only address space).
+// On the GPU the same shape holds with a VMM range; this class is the CPU backend's (memfd).
 #pragma once
 
 #include <cstddef>
@@ -20,6 +20,7 @@
 
 #include "ipc/client.h"
 #include "ipc/kv_share_protocol.h"
+#include "weight-server/sharing/kv_chunk.h"
 
 namespace hearth {
 
@@ -56,14 +57,13 @@ class SharedKvBlocks {
   int mapped_chunks() const { return int(slots_.size()); }
 
  private:
-  class Reservation;
   std::shared_ptr<ipc::Client> server_;
   ipc::WireKey domain_;
   int64_t block_bytes_;
   int max_chunks_;
   uint64_t chunk_bytes_;  // kv_chunk_bytes_for(block_bytes): every worker's chunk size
-  std::unique_ptr<Reservation> range_;
-  std::map<uint64_t, int> slots_;  // foreign chunk id -> its slot in range_
+  std::unique_ptr<KvChunkRange> range_;  // max_chunks slots, mapped read-only
+  std::map<uint64_t, int> slots_;        // foreign chunk id -> its slot in range_
   std::map<std::pair<uint64_t, uint64_t>, uint64_t> held_;  // place -> references held
   uint64_t references_ = 0;
 };

@@ -17,12 +17,36 @@ SharedKvBlocks::SharedKvBlocks(std::shared_ptr<ipc::Client> server, ipc::WireKey
   if (!server_ || block_bytes <= 0 || max_chunks <= 0)
     throw std::invalid_argument("shared KV blocks need a server, a block size and chunks");
   chunk_bytes_ = kv_chunk_bytes_for(uint64_t(block_bytes));
-  range_ = reserve_memfd_kv_range(uint64_t(max_chunks) * chunk_bytes_);
+  own_range_ = reserve_memfd_kv_range(uint64_t(max_chunks) * chunk_bytes_);
+  range_ = own_range_.get();
+}
+
+SharedKvBlocks::SharedKvBlocks(std::shared_ptr<ipc::Client> server, ipc::WireKey domain,
+                               int64_t block_bytes, int max_chunks, KvChunkRange& range,
+                               uint64_t first_offset)
+    : server_(std::move(server)),
+      domain_(domain),
+      block_bytes_(block_bytes),
+      max_chunks_(max_chunks),
+      range_(&range),
+      first_offset_(first_offset) {
+  if (!server_ || block_bytes <= 0 || max_chunks <= 0)
+    throw std::invalid_argument("shared KV blocks need a server, a block size and chunks");
+  chunk_bytes_ = kv_chunk_bytes_for(uint64_t(block_bytes));
 }
 
 SharedKvBlocks::~SharedKvBlocks() {
   // Unmapped first; the references go back now, or with the connection if the server is gone.
-  range_.reset();
+  if (own_range_) {
+    own_range_.reset();
+  } else {
+    for (const auto& [id, slot] : slots_) {
+      try {
+        range_->unmap(first_offset_ + uint64_t(slot) * chunk_bytes_, chunk_bytes_);
+      } catch (const std::exception&) {
+      }
+    }
+  }
   if (held_.empty() || !server_->connected()) return;
   std::vector<ipc::WirePlace> places;
   for (const auto& [place, count] : held_)
@@ -76,8 +100,8 @@ std::vector<SharedKvBlocks::Found> SharedKvBlocks::lookup(
                                " of an unexpected size, or one mapped already");
     if (int(slots_.size()) == max_chunks_) break;  // no room: the hits in it are cut below
     const int slot = int(slots_.size());
-    range_->map_read_only(uint64_t(slot) * chunk_bytes_, reply.fds[i].get(), chunk_bytes_,
-                          "shared KV chunk " + std::to_string(id));
+    range_->map_read_only(first_offset_ + uint64_t(slot) * chunk_bytes_, reply.fds[i].get(),
+                          chunk_bytes_, "shared KV chunk " + std::to_string(id));
     slots_.emplace(id, slot);
   }
   std::vector<Found> found;
@@ -86,7 +110,8 @@ std::vector<SharedKvBlocks::Found> SharedKvBlocks::lookup(
     if (slot == slots_.end() || place.offset % uint64_t(block_bytes_) != 0 ||
         place.offset >= chunk_bytes_)
       break;  // the run stops at the first block this worker cannot read
-    found.push_back({place, range_->base() + uint64_t(slot->second) * chunk_bytes_ + place.offset});
+    found.push_back({place, range_->base() + first_offset_ + uint64_t(slot->second) * chunk_bytes_ +
+                                place.offset});
   }
   if (found.size() < places.size()) unref(std::span(places).subspan(found.size()));
   return found;

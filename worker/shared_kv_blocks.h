@@ -37,6 +37,11 @@ class SharedKvBlocks {
   // `server` is the worker's connection; nothing else may use it at the same time.
   SharedKvBlocks(std::shared_ptr<ipc::Client> server, ipc::WireKey domain, int64_t block_bytes,
                  int max_chunks);
+  // The same, mapping foreign chunks into `range` from `first_offset` on (room for
+  // `max_chunks`), a range that outlives this object: a leased pool's, so that foreign blocks
+  // are block ids of the pool's address space.
+  SharedKvBlocks(std::shared_ptr<ipc::Client> server, ipc::WireKey domain, int64_t block_bytes,
+                 int max_chunks, KvChunkRange& range, uint64_t first_offset);
   ~SharedKvBlocks();
   SharedKvBlocks(const SharedKvBlocks&) = delete;
   SharedKvBlocks& operator=(const SharedKvBlocks&) = delete;
@@ -62,8 +67,10 @@ class SharedKvBlocks {
   int64_t block_bytes_;
   int max_chunks_;
   uint64_t chunk_bytes_;  // kv_chunk_bytes_for(block_bytes): every worker's chunk size
-  std::unique_ptr<KvChunkRange> range_;  // max_chunks slots, mapped read-only
-  std::map<uint64_t, int> slots_;        // foreign chunk id -> its slot in range_
+  std::unique_ptr<KvChunkRange> own_range_;  // when no range was given
+  KvChunkRange* range_;                      // max_chunks slots from first_offset_, read-only
+  uint64_t first_offset_ = 0;
+  std::map<uint64_t, int> slots_;  // foreign chunk id -> its slot in range_
   std::map<std::pair<uint64_t, uint64_t>, uint64_t> held_;  // place -> references held
   uint64_t references_ = 0;
 };

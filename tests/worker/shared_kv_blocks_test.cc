@@ -119,5 +119,41 @@ TEST_F(SharedKvBlocksTest, AWorkerThatGoesDropsItsReferences) {
   EXPECT_EQ(a.withdraw(place), std::vector<size_t>{0});
 }
 
+// The engine's view (SharedKv) of a leased pool with sharing on: a block worker A computed is a
+// block id of worker B's own address space, past B's pool, holding A's bytes read-only.
+TEST_F(SharedKvBlocksTest, ALeasedPoolFindsAnotherWorkersBlocksAsIdsPastItsOwn) {
+  test::InProcessServer server({}, model_dir_.path(), nullptr, 64 * kMiB, 0.5);
+  const BlockKey domain{3, 4}, root{5, 6};
+  LeasedKvMemory a(connect(server.socket()), kBlock, 16, 16, nullptr, {domain, 2});
+  LeasedKvMemory b(connect(server.socket()), kBlock, 16, 8, nullptr, {domain, 2});
+  LeasedKvMemory other(connect(server.socket()), kBlock, 16, 8, nullptr, {{3, 5}, 2});
+  EXPECT_EQ(b.first_foreign_block(), 16);
+  EXPECT_EQ(b.foreign_capacity(), 16);
+
+  std::vector<std::byte> bytes(kBlock);
+  for (std::byte& x : bytes) x = std::byte(rng_());
+  std::memcpy(a.base() + 12 * kBlock, bytes.data(), bytes.size());
+  std::vector<int32_t> tokens(16);
+  for (int32_t& t : tokens) t = int32_t(rng_() % 1000);
+  const BlockKey key{rng_(), rng_()};
+  const std::vector<SharedKvBlock> published{{12, key, root, tokens}};
+  EXPECT_EQ(a.publish(published), 1u);
+
+  const std::vector<SharedKvLink> chain{{key, tokens}};
+  const std::vector<int32_t> found = b.find(root, chain);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_GE(found[0], b.first_foreign_block());
+  EXPECT_LT(found[0], b.first_foreign_block() + b.foreign_capacity());
+  EXPECT_EQ(std::memcmp(b.base() + int64_t(found[0]) * kBlock, bytes.data(), kBlock), 0);
+  EXPECT_EQ(permissions_at(b.base() + int64_t(found[0]) * kBlock), "r--s");
+  EXPECT_TRUE(other.find(root, chain).empty());  // another cache domain
+
+  // A writes block 12 again only once B gave it back.
+  const std::vector<int32_t> own{12};
+  EXPECT_TRUE(a.withdraw(own).empty());
+  b.release(found);
+  EXPECT_EQ(a.withdraw(own), own);
+}
+
 }  // namespace
 }  // namespace hearth

@@ -201,6 +201,32 @@ TEST_F(KvShareTest, AKilledOwnersChunkStaysForItsReadersAndIsEvictedWhenMemoryIs
       b.call(ipc::op::kKvLookup, ipc::make_kv_lookup_args(chain.lookup())).body["blocks"].empty());
 }
 
+// A worker that shrinks its pool returns chunks it published into: they stay, the server's, and
+// count in the budget as the server's, not the worker's.
+TEST_F(KvShareTest, AReturnedChunkWithPublishedBlocksStaysFindable) {
+  test::InProcessServer server({}, model_dir_.path(), nullptr, 64 * kMiB, 0.5);
+  ipc::Client a = connect(server.socket());
+  ipc::Client b = connect(server.socket());
+  const std::vector<uint64_t> ids = lease(a, 2).body["chunks"].get<std::vector<uint64_t>>();
+  ASSERT_EQ(ids.size(), 2u);
+  Chain chain(1, rng_);
+  a.call(ipc::op::kKvPublish, ipc::make_kv_publish_args(chain.publish(ids[0], 1)));
+  EXPECT_EQ(a.call(ipc::op::kKvReturn, ipc::make_kv_return_args(ids)).body["returned"], 2);
+  const json s = stats(a);
+  EXPECT_EQ(s["kv_chunks"], 1);
+  EXPECT_EQ(s["kv_share"]["orphaned_chunks"], 1);
+  EXPECT_EQ(s["memory"]["kv_bytes"], kChunk);
+  for (const json& worker : s["workers"]) EXPECT_EQ(worker["kv"]["bytes"], 0) << worker.dump();
+  // A no longer owns it: it cannot publish there or take its block back.
+  EXPECT_THROW(a.call(ipc::op::kKvPublish, ipc::make_kv_publish_args(chain.publish(ids[0], 1))),
+               ipc::ProtocolError);
+  const std::vector<ipc::WirePlace> place{{ids[0], 0}};
+  EXPECT_THROW(a.call(ipc::op::kKvWithdraw, ipc::make_kv_places_args(place)), ipc::ProtocolError);
+  ipc::Frame found = b.call(ipc::op::kKvLookup, ipc::make_kv_lookup_args(chain.lookup()));
+  EXPECT_EQ(found.body["blocks"].size(), 1u);
+  EXPECT_EQ(found.fds.size(), 1u);
+}
+
 TEST_F(KvShareTest, HostileSharingMessagesAreRefusedAndChangeNothing) {
   test::InProcessServer server({}, model_dir_.path(), nullptr, 64 * kMiB, 0.5);
   ipc::Client a = connect(server.socket());

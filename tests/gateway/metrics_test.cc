@@ -152,6 +152,12 @@ TEST(PromText, RefusesWhatIsNotTheFormat) {
   EXPECT_THROW(PromText("# TYPE h histogram\nh_bucket{le=\"1\"} 2\nh_bucket{le=\"+Inf\"} 1\n"
                         "h_count 1\nh_sum 1\n"),
                std::runtime_error);
+  EXPECT_THROW(PromText("# TYPE 1x gauge\n"), std::runtime_error);          // a bad metric name
+  EXPECT_THROW(PromText("# TYPE x gauges\n"), std::runtime_error);          // an unknown type
+  EXPECT_THROW(PromText("# TYPE x gauge\nx  1\n"), std::runtime_error);     // no value
+  EXPECT_THROW(PromText("# TYPE x gauge\nx 1 12a\n"), std::runtime_error);  // a bad timestamp
+  EXPECT_THROW(PromText("# TYPE x gauge\nx{a:b=\"1\"} 1\n"), std::runtime_error);  // label name
+  EXPECT_NO_THROW(PromText("# TYPE x gauge\nx 1 -1700000000\n"));
   EXPECT_NO_THROW(PromText("# HELP x a gauge\n# TYPE x gauge\nx{a=\"q\\\"\"} 1.5\n"));
 }
 

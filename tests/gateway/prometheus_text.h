@@ -7,7 +7,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <map>
-#include <regex>
 #include <set>
 #include <sstream>
 #include <stdexcept>
@@ -40,29 +39,59 @@ class PromText {
         throw std::runtime_error("line " + std::to_string(number) + ": " + why + ": " + line);
       };
       if (line.empty()) continue;
-      std::smatch m;
-      static const std::regex help(R"(# HELP ([a-zA-Z_:][a-zA-Z0-9_:]*) (.*))");
-      static const std::regex type(
-          R"(# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) (counter|gauge|histogram|summary|untyped))");
       if (line[0] == '#') {
-        if (std::regex_match(line, m, help)) {
-          families_[m[1]].help = m[2];
-        } else if (std::regex_match(line, m, type)) {
-          PromFamily& f = families_[m[1]];
-          if (!f.type.empty()) fail("a second TYPE");
-          if (!f.samples.empty()) fail("TYPE after the family's samples");
-          f.type = m[2];
-        } else if (line.rfind("# HELP", 0) == 0 || line.rfind("# TYPE", 0) == 0) {
-          fail("a malformed HELP or TYPE");
+        const bool is_help = line.rfind("# HELP ", 0) == 0, is_type = line.rfind("# TYPE ", 0) == 0;
+        if (!is_help && !is_type) {
+          if (line.rfind("# HELP", 0) == 0 || line.rfind("# TYPE", 0) == 0)
+            fail("a malformed HELP or TYPE");
+          continue;  // a comment
         }
+        const size_t space = line.find(' ', 7);
+        const std::string name = line.substr(7, space == std::string::npos ? space : space - 7);
+        if (space == std::string::npos || !metric_name(name)) fail("a malformed HELP or TYPE");
+        const std::string rest = line.substr(space + 1);
+        if (is_help) {
+          families_[name].help = rest;
+          continue;
+        }
+        static const std::set<std::string> kTypes = {"counter", "gauge", "histogram", "summary",
+                                                     "untyped"};
+        if (!kTypes.count(rest)) fail("a malformed HELP or TYPE");
+        PromFamily& f = families_[name];
+        if (!f.type.empty()) fail("a second TYPE");
+        if (!f.samples.empty()) fail("TYPE after the family's samples");
+        f.type = rest;
         continue;
       }
-      static const std::regex sample(R"(([a-zA-Z_:][a-zA-Z0-9_:]*)(\{(.*)\})? (\S+)( -?[0-9]+)?)");
-      if (!std::regex_match(line, m, sample)) fail("not a sample");
+      // name, optional {labels}, one space, the value, optional timestamp
+      size_t at = 0;
+      while (at < line.size() && metric_char(line[at], at == 0)) ++at;
+      const std::string sample_name = line.substr(0, at);
+      std::string label_text;
+      bool has_labels = false;
+      if (at < line.size() && line[at] == '{') {
+        const size_t close = line.rfind('}');
+        if (close == std::string::npos || close < at) fail("not a sample");
+        label_text = line.substr(at + 1, close - at - 1);
+        has_labels = true;
+        at = close + 1;
+      }
+      if (sample_name.empty() || at >= line.size() || line[at] != ' ') fail("not a sample");
+      const size_t value_end = line.find(' ', at + 1);
+      const std::string value_text = line.substr(
+          at + 1, value_end == std::string::npos ? std::string::npos : value_end - at - 1);
+      if (value_text.empty()) fail("not a sample");
+      if (value_end != std::string::npos) {
+        const std::string stamp = line.substr(value_end + 1);
+        const size_t digits = stamp.rfind('-', 0) == 0 ? 1 : 0;
+        if (stamp.size() == digits ||
+            stamp.find_first_not_of("0123456789", digits) != std::string::npos)
+          fail("not a sample");
+      }
       PromSample s;
-      s.name = m[1];
-      s.value = parse_value(m[4], fail);
-      if (m[2].matched) s.labels = parse_labels(m[3], fail);
+      s.name = sample_name;
+      s.value = parse_value(value_text, fail);
+      if (has_labels) s.labels = parse_labels(label_text, fail);
       std::string key = s.name + "{";
       for (const auto& [k, v] : s.labels) key += k + "=" + v + ",";
       if (!seen.insert(key).second) fail("the same sample twice");
@@ -95,6 +124,21 @@ class PromText {
   }
 
  private:
+  // [a-zA-Z_:][a-zA-Z0-9_:]* for metric names; label names have no ':'.
+  static bool metric_char(char c, bool first) {
+    const bool alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == ':';
+    return alpha || (!first && c >= '0' && c <= '9');
+  }
+  static bool metric_name(const std::string& name) {
+    if (name.empty()) return false;
+    for (size_t i = 0; i < name.size(); ++i)
+      if (!metric_char(name[i], i == 0)) return false;
+    return true;
+  }
+  static bool label_name(const std::string& name) {
+    return metric_name(name) && name.find(':') == std::string::npos;
+  }
+
   template <typename Fail>
   static double parse_value(const std::string& v, const Fail& fail) {
     if (v == "+Inf") return INFINITY;
@@ -112,11 +156,10 @@ class PromText {
     std::map<std::string, std::string> labels;
     size_t i = 0;
     while (i < text.size()) {
-      static const std::regex name_re(R"([a-zA-Z_][a-zA-Z0-9_]*)");
       const size_t eq = text.find('=', i);
       if (eq == std::string::npos) fail("a label without '='");
       const std::string name = text.substr(i, eq - i);
-      if (!std::regex_match(name, name_re)) fail("a bad label name '" + name + "'");
+      if (!label_name(name)) fail("a bad label name '" + name + "'");
       if (eq + 1 >= text.size() || text[eq + 1] != '"') fail("an unquoted label value");
       std::string value;
       size_t j = eq + 2;

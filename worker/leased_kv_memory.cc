@@ -103,12 +103,33 @@ std::vector<int32_t> LeasedKvMemory::find(const BlockKey& root,
     links.push_back({{link.key.low, link.key.high},
                      std::vector<int32_t>(link.tokens.begin(), link.tokens.end())});
   std::vector<int32_t> ids;
+  std::vector<ipc::WirePlace> own;
   for (const SharedKvBlocks::Found& found : shared_->lookup({root.low, root.high}, links)) {
+    // A block this worker published and its own cache forgot: the engine takes it as its own
+    // block (which it withdraws before writing), never through a read-only alias it could
+    // still be reading after a withdraw that ignores the owner's own references.
+    if (const int32_t block = own_block_at(found.place); block >= 0) {
+      ids.push_back(block);
+      own.push_back(found.place);
+      continue;
+    }
     const int64_t id = (found.data - base()) / block_bytes_;
     ids.push_back(int32_t(id));
     foreign_[int32_t(id)] = found.place;
   }
+  if (!own.empty()) shared_->unref(own);
   return ids;
+}
+
+void LeasedKvMemory::set_domain(const BlockKey& domain) {
+  if (shared_) shared_->set_domain({domain.low, domain.high});
+}
+
+int32_t LeasedKvMemory::own_block_at(const ipc::WirePlace& place) const {
+  for (size_t i = 0; i < chunk_ids_.size(); ++i)
+    if (chunk_ids_[i] == place.chunk)
+      return int32_t((i * chunk_bytes_ + place.offset) / uint64_t(block_bytes_));
+  return -1;
 }
 
 void LeasedKvMemory::release(std::span<const int32_t> foreign) {

@@ -23,7 +23,7 @@ namespace hearth {
 
 // Prefix KV shared with other workers (issue 22 item 3): `chunks` slots past the pool's own
 // range for other workers' chunks, mapped read-only; 0 turns sharing off. `domain` is the
-// engine's cache domain key.
+// engine's cache domain key (the engine sets it again once it exists: SharedKv::set_domain).
 struct LeasedKvSharing {
   BlockKey domain;
   int chunks = 0;
@@ -56,6 +56,8 @@ class LeasedKvMemory final : public KvMemory, public SharedKv {
   int chunks() const override { return int(chunk_ids_.size()); }
   uint64_t bytes() const override { return chunk_ids_.size() * chunk_bytes_; }
 
+  SharedKv* shared() override { return shared_ ? this : nullptr; }
+
   uint64_t chunk_bytes() const { return chunk_bytes_; }
   // Where block `block` (< blocks()) lives on the server: its chunk id and byte offset, the
   // place it is published under for other workers (shared_kv_blocks.h).
@@ -65,6 +67,7 @@ class LeasedKvMemory final : public KvMemory, public SharedKv {
   // published and every own block is free to write.
   int first_foreign_block() const override { return max_blocks(); }
   int foreign_capacity() const override { return sharing_chunks_ * blocks_per_chunk_; }
+  void set_domain(const BlockKey& domain) override;
   std::vector<int32_t> find(const BlockKey& root, std::span<const SharedKvLink> chain) override;
   void release(std::span<const int32_t> foreign) override;
   uint64_t publish(std::span<const SharedKvBlock> blocks) override;
@@ -73,6 +76,8 @@ class LeasedKvMemory final : public KvMemory, public SharedKv {
  private:
   // Asks for `chunks` more and maps what comes; returns how many came.
   int lease(int chunks);
+  // The own block id at `place`, or -1 when it is not in a chunk this pool holds.
+  int32_t own_block_at(const ipc::WirePlace& place) const;
 
   std::shared_ptr<ipc::Client> server_;
   int64_t block_bytes_;

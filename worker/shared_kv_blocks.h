@@ -2,8 +2,8 @@
 // publishes full blocks of its own leased pool, finds blocks other workers published under the
 // same hash chain, maps their chunks read-only (a worker never writes a block it did not
 // allocate) and holds one server-side reference per block found until it drops it. The engine
-// is not wired to it yet (STATUS-kvshare.md): this is the piece it will call on a local
-// prefix-cache miss (lookup) and after a step succeeded (publish).
+// calls it through LeasedKvMemory (its SharedKv) on a local prefix-cache miss (lookup) and after
+// a step succeeded (publish).
 //
 // Foreign chunks are mapped read-only (KvChunkRange::map_read_only, from the read-only
 // descriptor the server passes) into a range of their own, slot after slot, never unmapped while
@@ -57,6 +57,9 @@ class SharedKvBlocks {
   void unref(std::span<const ipc::WirePlace> places);
   // Asks to write own published blocks again; returns the indexes of `places` now free to write.
   std::vector<size_t> withdraw(std::span<const ipc::WirePlace> places);
+
+  // The cache domain of every later publish and lookup (the engine's, known after this exists).
+  void set_domain(const ipc::WireKey& domain) { domain_ = domain; }
 
   uint64_t references() const { return references_; }
   int mapped_chunks() const { return int(slots_.size()); }

@@ -272,6 +272,11 @@ const std::map<std::string, Setter>& setters() {
         [](Profile& p, const json& v, const std::string& l) {
           p.engine.prefix_cache = boolean(v, l, "prefix_cache");
         }}},
+      {"kv_share",
+       {KeyKind::Engine,
+        [](Profile& p, const json& v, const std::string& l) {
+          p.engine.kv_share = boolean(v, l, "kv_share");
+        }}},
       {"cuda_engine",
        {KeyKind::Engine,
         [](Profile& p, const json& v, const std::string& l) {
@@ -284,9 +289,9 @@ const std::map<std::string, Setter>& setters() {
         }}},
       {"kv_cache_dtype",
        {KeyKind::Engine,
-        [](Profile& p, const json& v, const std::string& l) {
-          p.engine.kv_cache_dtype = one_of<KvCacheDtype>(v, l, "kv_cache_dtype");
-        }}},
+        [](Profile& p, const json& v,
+           const std::string&
+               l) { p.engine.kv_cache_dtype = one_of<KvCacheDtype>(v, l, "kv_cache_dtype"); }}},
       {"weights_layout",
        {KeyKind::Engine,
         [](Profile& p, const json& v,
@@ -417,6 +422,7 @@ json profile_to_json(const Profile& p) {
               {"max_batch_tokens", p.engine.max_batch_tokens},
               {"max_running", p.engine.max_running},
               {"prefix_cache", p.engine.prefix_cache},
+              {"kv_share", p.engine.kv_share},
               {"cuda_engine", option_name(p.engine.cuda_engine)},
               {"cuda_graphs", p.engine.cuda_graphs},
               {"kv_cache_dtype", option_name(p.engine.kv_cache_dtype)},

@@ -2,8 +2,8 @@
 // engine sees them: block ids in the same address space as its own pool, no sockets (the
 // provider lives in worker/: LeasedKvMemory). Foreign blocks have ids from first_foreign_block()
 // on; the engine reads them and never writes them, and gives each one it found back
-// (release) when no sequence holds it any more. Not wired into the engine yet
-// (STATUS-kvshare.md).
+// (release) when no sequence holds it any more. The engine reaches it through
+// KvMemory::shared(); KvCacheManager finds, releases, publishes and withdraws.
 #pragma once
 
 #include <cstdint>
@@ -34,8 +34,14 @@ class SharedKv {
   // Foreign block ids are [first_foreign_block(), first_foreign_block() + foreign_capacity()).
   virtual int first_foreign_block() const = 0;
   virtual int foreign_capacity() const = 0;
-  // The foreign blocks that continue `chain` from `root` (the longest published run), each
-  // held until release(). Throws std::runtime_error when the provider is gone or lies.
+  // The engine's cache domain (cache_domain.h), known only once the engine exists (after the
+  // memory): every find and publish after this call is made in it. Chains are rooted in the
+  // domain already; the provider's own check is a second line.
+  virtual void set_domain(const BlockKey& domain) = 0;
+  // The blocks that continue `chain` from `root` (the longest published run), each foreign one
+  // held until release(). A block this worker published itself comes back as its own id
+  // (< first_foreign_block(), nothing to release). Throws std::runtime_error when the provider
+  // is gone or lies.
   virtual std::vector<int32_t> find(const BlockKey& root, std::span<const SharedKvLink> chain) = 0;
   // Gives foreign blocks back, once per find() that returned them.
   virtual void release(std::span<const int32_t> foreign) = 0;

@@ -287,9 +287,9 @@ int run(int argc, char** argv) {
         return hearth::reserve_vmm_kv_range(served_device, bytes);
       };
     // Sharing prefix KV with other workers: room for as many of their chunks as the pool's
-    // own (address space only). The engine sets the cache domain once it exists. memfd
-    // (CPU backend) only until the VMM range maps another worker's chunk read-only.
-    const bool share = profile.engine.kv_share && profile.engine.prefix_cache && !reserve;
+    // own (address space only), mapped read-only (memfd PROT_READ, VMM read-only device
+    // access). The engine sets the cache domain once it exists.
+    const bool share = profile.engine.kv_share && profile.engine.prefix_cache;
     leased_kv = [&model, reserve, share](int64_t block_bytes, int max_blocks, int min_blocks) {
       hearth::LeasedKvSharing sharing;
       if (share) {

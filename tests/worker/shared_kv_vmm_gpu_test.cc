@@ -2,8 +2,10 @@
 // leased pools on device ranges. Worker B finds the block worker A published and maps A's chunk
 // past its own pool with read-only device access: a kernel and a copy read A's bytes there, the
 // driver reports read-only access for B and read-write for A, and a write through B's mapping
-// (in a child process, whose context the fault ends) changes nothing. A served CUDA worker
-// SIGKILLed while it generates returns its lease, and a worker beside it keeps its tokens.
+// (in a child process, whose context the fault ends) changes nothing. As processes: a served
+// CUDA worker reads the prompt prefix another computed, with the tokens and logprobs of
+// computing it itself; one SIGKILLed while it generates returns its lease, and a worker beside
+// it keeps its tokens.
 // Skipped without a GPU.
 #include <gtest/gtest.h>
 
@@ -14,6 +16,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <random>
 #include <vector>
 
@@ -141,9 +144,58 @@ TEST_F(SharedKvVmm, WorkerBReadsWorkerAsBlockThroughAReadOnlyDeviceMapping) {
   EXPECT_EQ(a->withdraw(mine), mine);
 }
 
+// Long enough for several full blocks on the tiny model's tokenizer, short of its context.
+const std::string kPrompt =
+    "The lighthouse keeper wrote in his log every evening: the wind, the ships, the birds that "
+    "rested on the rail, the colour of the sea at dusk, and the names of the stars he could see "
+    "before the lamp was lit. Tonight he wrote:";
+
+// One served CUDA worker run over one sampled request with logprobs, to completion.
+test::Stream run_served(const test::ServerProcess& server, const test::TempDir& dir,
+                        std::vector<std::string> extra = {}) {
+  const std::string requests = dir / "p.jsonl";
+  std::ofstream(requests) << json{{"id", "p"},         {"prompt", kPrompt}, {"temperature", 0.8},
+                                  {"seed", 3},         {"logprobs", 3},     {"max_tokens", 24},
+                                  {"ignore_eos", true}}
+                                 .dump()
+                          << "\n";
+  std::vector<std::string> args = {"--server",   server.socket(), "--model",  "tiny",
+                                   "--backend",  "cuda",          "--format", "jsonl",
+                                   "--requests", requests};
+  args.insert(args.end(), extra.begin(), extra.end());
+  const test::WorkerRun run = test::run_worker(dir, args);
+  EXPECT_TRUE(run.status.exited_with(0)) << run.err;
+  return test::parse_stream(run.out);
+}
+
+// Two served CUDA workers, one after the other, on one vmm server: the second reads every full
+// block of the prompt the first computed (its chunks, kept by the server for their published
+// blocks, mapped read-only), and its tokens and logprobs are those of a worker with kv_share
+// off, which computes the prompt itself.
+TEST(SharedKvVmmProcess, WorkerBReadsThePrefixWorkerAComputedWithTheSameTokens) {
+  REQUIRE_GPU();
+  test::ServerProcess server(
+      {"--backend", "vmm", "--model", test::tiny_model_dir().string() + ":tiny"});
+  test::TempDir dir;
+  const test::Stream a = run_served(server, dir);
+  ASSERT_FALSE(a.tokens.empty()) << server.log();
+  EXPECT_EQ(a.done["cached_tokens"], 0);
+  const int shareable = (a.done.at("prompt_tokens").get<int>() - 1) / 16 * 16;
+  ASSERT_GE(shareable, 64) << a.done.dump();
+  EXPECT_GT(server.stats()["kv_share"]["blocks"].get<int>(), 0) << server.stats().dump();
+
+  const test::Stream b = run_served(server, dir);
+  EXPECT_EQ(b.done["cached_tokens"], shareable) << b.done.dump();
+  const test::Stream alone = run_served(server, dir, {"--set", "kv_share=false"});
+  EXPECT_EQ(alone.done["cached_tokens"], 0) << alone.done.dump();
+  ASSERT_EQ(b.tokens.size(), 24u);
+  EXPECT_EQ(b.tokens, alone.tokens) << "tokens or logprobs differ with the prefix shared";
+  EXPECT_EQ(a.tokens, alone.tokens);
+}
+
 // A served CUDA worker SIGKILLed while it generates (read, so its engine is stepping): its lease
-// returns as its connection closes, and a worker generating beside it keeps the tokens it gets
-// alone.
+// returns as its connection closes (but for chunks holding blocks it published, which the
+// server keeps as its own), and a worker generating beside it keeps the tokens it gets alone.
 TEST(SharedKvVmmProcess, AWorkerKilledMidStepReturnsItsLeaseAndOthersKeepTheirTokens) {
   REQUIRE_GPU();
   constexpr int kTokens = 300;
@@ -163,24 +215,30 @@ TEST(SharedKvVmmProcess, AWorkerKilledMidStepReturnsItsLeaseAndOthersKeepTheirTo
   const auto survivor_first = test::next_line(survivor);
   ASSERT_TRUE(survivor_first) << "the survivor produced no token";
   json s = server.stats();
-  bool leased = false;
+  uint64_t chunk_bytes = 0;
   for (const json& w : s["workers"])
-    if (w["pid"] == victim.pid()) leased = w["kv"]["chunks"].get<int>() > 0;
-  ASSERT_TRUE(leased) << "the victim holds no KV lease: " << s.dump();
+    if (w["pid"] == victim.pid() && w["kv"]["chunks"].get<uint64_t>() > 0)
+      chunk_bytes = w["kv"]["bytes"].get<uint64_t>() / w["kv"]["chunks"].get<uint64_t>();
+  ASSERT_GT(chunk_bytes, 0u) << "the victim holds no KV lease: " << s.dump();
 
   ASSERT_EQ(::kill(victim.pid(), SIGKILL), 0);
   victim.wait();
   const std::string out = *survivor_first + "\n" + test::rest_of_output(survivor);
   EXPECT_TRUE(survivor.wait().success());
-  // Both connections are closed now; every byte of KV is back.
+  // Both connections are closed now: no worker holds KV, and the only KV left is the chunks
+  // the server keeps for their published blocks (kv_share), which other workers may read.
+  auto settled = [&](const json& st) {
+    return st["workers"].empty() &&
+           st["memory"]["kv_bytes"].get<uint64_t>() ==
+               st["kv_share"]["orphaned_chunks"].get<uint64_t>() * chunk_bytes;
+  };
   const auto deadline = test::patience_deadline();
   s = server.stats();
-  while (s["memory"]["kv_bytes"] != 0 && std::chrono::steady_clock::now() < deadline) {
+  while (!settled(s) && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
     s = server.stats();
   }
-  EXPECT_EQ(s["memory"]["kv_bytes"], 0) << s.dump();
-  for (const json& w : s["workers"]) EXPECT_NE(w["pid"], victim.pid()) << s.dump();
+  EXPECT_TRUE(settled(s)) << s.dump();
 
   test::TempDir tmp;
   const test::WorkerRun alone =

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -17,7 +18,6 @@
 #include "tests/support/temp_dir.h"
 #include "weight-server/daemon/server_handler.h"
 #include "weight-server/sharing/vmm_backend.h"
-#include "worker/leased_kv_memory.h"
 
 namespace hearth::test {
 
@@ -46,8 +46,8 @@ class VmmKvServer {
   }
   nlohmann::json stats() const { return client()->call(ipc::op::kStats).body; }
 
-  // The reservation a served worker makes for its pool on device 0.
-  static LeasedKvMemory::Reserve device_range() {
+  // The reservation a served worker makes for its pool on device 0 (LeasedKvMemory::Reserve).
+  static std::function<std::unique_ptr<KvChunkRange>(uint64_t)> device_range() {
     return [](uint64_t bytes) { return reserve_vmm_kv_range(0, bytes); };
   }
 

@@ -23,6 +23,7 @@
 
 #include "kernels/batch_ops.h"
 #include "tests/support/vmm_kv_server.h"
+#include "worker/leased_kv_memory.h"
 #include "tests/weight-server/daemon/server_test_support.h"
 #include "weight-server/model/cuda_driver.h"
 

@@ -183,7 +183,9 @@ TEST(SharedKvVmmProcess, WorkerBReadsThePrefixWorkerAComputedWithTheSameTokens) 
   test::ServerProcess server(
       {"--backend", "vmm", "--model", test::tiny_model_dir().string() + ":tiny"});
   test::TempDir dir;
-  const test::Stream a = run_served(server, dir);
+  // A's prompt goes one block per step, steps with nothing to sample: each publishes its block
+  // only once the stream finished it.
+  const test::Stream a = run_served(server, dir, {"--set", "max_batch_tokens=16"});
   ASSERT_FALSE(a.tokens.empty()) << server.log();
   EXPECT_EQ(a.done["cached_tokens"], 0);
   const int shareable = (a.done.at("prompt_tokens").get<int>() - 1) / 16 * 16;

@@ -14,6 +14,8 @@
 
 #include "ipc/protocol.h"
 #include "tests/weight-server/daemon/in_process_server.h"
+#include "weight-server/model/host_store.h"
+#include "worker/engine/cpu_backend.h"
 #include "worker/engine/kv_cache_manager.h"
 #include "worker/engine/sequence.h"
 #include "worker/leased_kv_memory.h"
@@ -229,6 +231,36 @@ TEST_F(SharedKvBlocksTest, ACacheManagerSharesPublishedBlocksAndNeverReusesOnesA
   EXPECT_EQ(a.pinned_blocks(), 0);
   a.free(3);
   EXPECT_EQ(connect(server.socket())->call(ipc::op::kStats).body["kv_share"]["blocks"], 0);
+}
+
+// The CPU backend's view of a sharing pool: other workers' block ids are admitted only for
+// positions a forward reads, never for the positions it writes (a worker never writes a block
+// it did not allocate), and ids past the foreign slots are refused like any outside the pool.
+TEST_F(SharedKvBlocksTest, TheCpuBackendNeverWritesAForeignBlock) {
+  test::InProcessServer server({}, model_dir_.path(), nullptr, 64 * kMiB, 0.5);
+  auto store =
+      std::make_shared<HostStore>(std::make_shared<HfModel>(HfModel::open(model_dir_.path())));
+  constexpr int kTokensPerBlock = 16;
+  const int64_t block_bytes = CpuBackend::kv_bytes_per_token(store->config()) * kTokensPerBlock;
+  auto memory = std::make_shared<LeasedKvMemory>(connect(server.socket()), block_bytes, 4, 4,
+                                                 nullptr, LeasedKvSharing{{3, 4}, 1});
+  CpuBackend cpu(store, 64, {kTokensPerBlock, 0}, memory);
+  const KvPoolShape view = cpu.kv_pool();
+  EXPECT_EQ(view.foreign_first, memory->max_blocks());
+  EXPECT_EQ(view.foreign_blocks, memory->foreign_capacity());
+  ASSERT_GT(view.foreign_blocks, 0);
+
+  const std::vector<int32_t> tokens{1, 2, 3};
+  auto forward = [&](int start, std::vector<int32_t> table) {
+    ForwardBatch batch;
+    batch.entries.push_back({tokens, start, table, true});
+    cpu.forward(batch);
+  };
+  // Writing positions 0-2 into a foreign block, or position 16 into one: refused.
+  EXPECT_THROW(forward(0, {view.foreign_first}), std::runtime_error);
+  EXPECT_THROW(forward(16, {0, view.foreign_first}), std::runtime_error);
+  EXPECT_THROW(forward(0, {view.foreign_first + view.foreign_blocks}), std::runtime_error);
+  EXPECT_NO_THROW(forward(0, {0}));  // an own block
 }
 
 }  // namespace

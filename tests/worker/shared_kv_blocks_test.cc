@@ -12,7 +12,12 @@
 #include <sstream>
 #include <string>
 
+#include "ipc/protocol.h"
 #include "tests/weight-server/daemon/in_process_server.h"
+#include "weight-server/model/host_store.h"
+#include "worker/engine/cpu_backend.h"
+#include "worker/engine/kv_cache_manager.h"
+#include "worker/engine/sequence.h"
 #include "worker/leased_kv_memory.h"
 
 namespace hearth {
@@ -153,6 +158,109 @@ TEST_F(SharedKvBlocksTest, ALeasedPoolFindsAnotherWorkersBlocksAsIdsPastItsOwn) 
   EXPECT_TRUE(a.withdraw(own).empty());
   b.release(found);
   EXPECT_EQ(a.withdraw(own), own);
+}
+
+// The engine's bookkeeping over two real leased pools: worker B's KvCacheManager takes the full
+// blocks worker A's published, only once A flushed them (after its step), holds them as foreign
+// ids past its own pool and gives them back when its sequence is freed; A never hands a block
+// out for writing while B still reads it (pinned), and does once B gave it back.
+TEST_F(SharedKvBlocksTest, ACacheManagerSharesPublishedBlocksAndNeverReusesOnesAnotherReads) {
+  test::InProcessServer server({}, model_dir_.path(), nullptr, 64 * kMiB, 0.5);
+  const BlockKey domain{3, 4};
+  LeasedKvMemory a_mem(connect(server.socket()), kBlock, 16, 16, nullptr, {domain, 1});
+  LeasedKvMemory b_mem(connect(server.socket()), kBlock, 16, 16, nullptr, {domain, 1});
+  constexpr int kTokensPerBlock = 4;
+  KvCacheManager a(a_mem.blocks(), kTokensPerBlock, true, true);
+  KvCacheManager b(b_mem.blocks(), kTokensPerBlock, true, true);
+  a.share(a_mem.shared());
+  b.share(b_mem.shared());
+  ASSERT_TRUE(a.sharing() && b.sharing());
+
+  Sequence sa;
+  sa.id = 1;
+  for (int i = 0; i < 18; ++i) sa.tokens.push_back(int32_t(rng_() % 1000));
+  sa.chain_root = chain_root_key(domain, "");
+  Sequence sb = sa;
+  sb.id = 7;
+  ASSERT_TRUE(a.allocate(sa.id, 18));
+  const std::vector<int32_t> a_table(a.block_table(sa.id).begin(), a.block_table(sa.id).end());
+  std::vector<std::byte> bytes(size_t(kBlock) * 4);
+  for (std::byte& x : bytes) x = std::byte(rng_());
+  for (int j = 0; j < 4; ++j)
+    std::memcpy(a_mem.base() + int64_t(a_table[j]) * kBlock, bytes.data() + j * kBlock, kBlock);
+  sa.computed = 18;
+  a.cache_full_blocks(sa, 0, 18);  // four full blocks, queued
+
+  int shared = -1;
+  EXPECT_EQ(b.reuse_cached_blocks(sb, &shared), 0);  // nothing published before the flush
+  EXPECT_EQ(shared, 0);
+  b.free(sb.id);
+  a.publish_queued();
+  EXPECT_EQ(a.shared_published_blocks(), 4u);
+
+  // B takes the four (never the block of its last token) as blocks past its own pool.
+  EXPECT_EQ(b.reuse_cached_blocks(sb, &shared), 16);
+  EXPECT_EQ(shared, 16);
+  EXPECT_EQ(sb.computed, 16);
+  const std::span<const int32_t> b_table = b.block_table(sb.id);
+  ASSERT_EQ(b_table.size(), 4u);
+  for (int j = 0; j < 4; ++j) {
+    EXPECT_GE(b_table[j], b_mem.first_foreign_block());
+    EXPECT_EQ(
+        std::memcmp(b_mem.base() + int64_t(b_table[j]) * kBlock, bytes.data() + j * kBlock, kBlock),
+        0);
+  }
+  EXPECT_EQ(b.pool().used(), 0);  // foreign blocks are not in B's pool
+  ASSERT_TRUE(b.allocate(sb.id, 19));
+  EXPECT_LT(b.block_table(sb.id)[4], b_mem.first_foreign_block());
+
+  // A's sequence ends: its published blocks are free and cached. Taking the whole pool must
+  // write them, and B reads them: they stay pinned, and the allocation fails.
+  a.free(sa.id);
+  const int total = a.pool().total();
+  EXPECT_FALSE(a.allocate(2, total * kTokensPerBlock));
+  EXPECT_EQ(a.pinned_blocks(), 4);
+  ASSERT_TRUE(a.allocate(2, (total - 4) * kTokensPerBlock));
+  for (int32_t block : a.block_table(2))
+    for (int j = 0; j < 4; ++j) EXPECT_NE(block, a_table[j]);
+  a.free(2);
+
+  // B gives them back with its sequence; then A may write them again.
+  b.free(sb.id);
+  ASSERT_TRUE(a.allocate(3, total * kTokensPerBlock));
+  EXPECT_EQ(a.pinned_blocks(), 0);
+  a.free(3);
+  EXPECT_EQ(connect(server.socket())->call(ipc::op::kStats).body["kv_share"]["blocks"], 0);
+}
+
+// The CPU backend's view of a sharing pool: other workers' block ids are admitted only for
+// positions a forward reads, never for the positions it writes (a worker never writes a block
+// it did not allocate), and ids past the foreign slots are refused like any outside the pool.
+TEST_F(SharedKvBlocksTest, TheCpuBackendNeverWritesAForeignBlock) {
+  test::InProcessServer server({}, model_dir_.path(), nullptr, 64 * kMiB, 0.5);
+  auto store =
+      std::make_shared<HostStore>(std::make_shared<HfModel>(HfModel::open(model_dir_.path())));
+  constexpr int kTokensPerBlock = 16;
+  const int64_t block_bytes = CpuBackend::kv_bytes_per_token(store->config()) * kTokensPerBlock;
+  auto memory = std::make_shared<LeasedKvMemory>(connect(server.socket()), block_bytes, 4, 4,
+                                                 nullptr, LeasedKvSharing{{3, 4}, 1});
+  CpuBackend cpu(store, 64, {kTokensPerBlock, 0}, memory);
+  const KvPoolShape view = cpu.kv_pool();
+  EXPECT_EQ(view.foreign_first, memory->max_blocks());
+  EXPECT_EQ(view.foreign_blocks, memory->foreign_capacity());
+  ASSERT_GT(view.foreign_blocks, 0);
+
+  const std::vector<int32_t> tokens{1, 2, 3};
+  auto forward = [&](int start, std::vector<int32_t> table) {
+    ForwardBatch batch;
+    batch.entries.push_back({tokens, start, table, true});
+    cpu.forward(batch);
+  };
+  // Writing positions 0-2 into a foreign block, or position 16 into one: refused.
+  EXPECT_THROW(forward(0, {view.foreign_first}), std::runtime_error);
+  EXPECT_THROW(forward(16, {0, view.foreign_first}), std::runtime_error);
+  EXPECT_THROW(forward(0, {view.foreign_first + view.foreign_blocks}), std::runtime_error);
+  EXPECT_NO_THROW(forward(0, {0}));  // an own block
 }
 
 }  // namespace

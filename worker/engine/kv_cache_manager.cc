@@ -25,6 +25,7 @@ int KvCacheManager::blocks_needed(SequenceId seq, int tokens) const {
 bool KvCacheManager::allocate(SequenceId seq, int tokens) {
   const int n = blocks_needed(seq, tokens);
   if (n == 0) return true;
+  if (n > pool_.free()) unpin_withdrawn();  // pinned blocks other workers may have let go
   if (n > pool_.free()) return false;
   std::vector<int32_t>& table = tables_[seq];
   const size_t first_new = table.size();

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <map>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -16,6 +17,7 @@
 #include "tests/weight-server/daemon/in_process_server.h"
 #include "weight-server/model/host_store.h"
 #include "worker/engine/cpu_backend.h"
+#include "worker/engine/engine.h"
 #include "worker/engine/kv_cache_manager.h"
 #include "worker/engine/sequence.h"
 #include "worker/leased_kv_memory.h"
@@ -261,6 +263,92 @@ TEST_F(SharedKvBlocksTest, TheCpuBackendNeverWritesAForeignBlock) {
   EXPECT_THROW(forward(16, {0, view.foreign_first}), std::runtime_error);
   EXPECT_THROW(forward(0, {view.foreign_first + view.foreign_blocks}), std::runtime_error);
   EXPECT_NO_THROW(forward(0, {0}));  // an own block
+}
+
+// Engines on leased pools of one server, as served workers run them. B's pool is too small for
+// its requests, so it preempts and recomputes; it reads A's prefix blocks each time it admits a
+// request and gives them back as its sequences go. Its tokens and logprobs are those of C, the
+// same engine with kv_share off, and once it is done nothing of A's is referenced any more.
+TEST_F(SharedKvBlocksTest, EnginesSharingUnderPreemptionGiveTheTokensOfOneThatDoesNot) {
+  test::InProcessServer server({}, model_dir_.path(), nullptr, 512 * kMiB, 0.5);
+  auto store =
+      std::make_shared<HostStore>(std::make_shared<HfModel>(HfModel::open(model_dir_.path())));
+  constexpr int kTokensPerBlock = 16, kContext = 256;
+  const int64_t block_bytes = CpuBackend::kv_bytes_per_token(store->config()) * kTokensPerBlock;
+  const int pool_blocks = int(kv_chunk_bytes_for(uint64_t(block_bytes)) / block_bytes);
+  struct Worker {
+    std::shared_ptr<LeasedKvMemory> memory;
+    std::unique_ptr<CpuBackend> backend;
+    std::unique_ptr<Engine> engine;
+  };
+  auto make = [&](bool share) {
+    Worker w;
+    w.memory = std::make_shared<LeasedKvMemory>(connect(server.socket()), block_bytes, pool_blocks,
+                                                pool_blocks, nullptr,
+                                                share ? LeasedKvSharing{{}, 1} : LeasedKvSharing{});
+    w.backend =
+        std::make_unique<CpuBackend>(store, kContext, KvPoolShape{kTokensPerBlock, 0}, w.memory);
+    EngineOptions options;
+    options.kv_share = share;
+    w.engine =
+        std::make_unique<Engine>(*w.backend, options, nullptr, std::vector<int32_t>{}, "synthetic");
+    return w;
+  };
+  using Tokens = std::map<std::string, std::vector<std::pair<int32_t, float>>>;
+  auto run = [](Engine& engine, Tokens& tokens, std::map<std::string, int>& cached) {
+    while (engine.has_work())
+      for (const RequestOutput& out : engine.step()) {
+        for (const TokenOutput& t : out.tokens) tokens[out.id].push_back({t.token, t.logprob});
+        if (out.finish) cached[out.id] = out.finish->cached_tokens;
+      }
+  };
+  std::vector<int32_t> prefix(48);
+  for (int32_t& t : prefix) t = int32_t(rng_() % uint64_t(store->config().vocab));
+  auto request = [&](int i, int max_tokens) {
+    Request r{"r" + std::to_string(i), prefix, {}};
+    r.prompt.push_back(int32_t(i));
+    r.settings.sampling.temperature = 0.8f;
+    r.settings.sampling.seed = uint64_t(i);
+    r.settings.max_tokens = max_tokens;
+    r.settings.ignore_eos = true;
+    r.settings.logprobs = 2;
+    return r;
+  };
+
+  Worker a = make(true);
+  a.engine->submit(request(100, 1));
+  Tokens a_tokens;
+  std::map<std::string, int> a_cached;
+  run(*a.engine, a_tokens, a_cached);
+  EXPECT_EQ(a.engine->stats().kv_share_published_blocks, 3u);  // the prefix's full blocks
+
+  // More requests of 49 + 180 positions (15 blocks, 12 of them own) than the pool holds at once.
+  const int n = pool_blocks / 12 + 6;
+  Worker b = make(true), c = make(false);
+  Tokens b_tokens, c_tokens;
+  std::map<std::string, int> b_cached, c_cached;
+  for (int i = 0; i < n; ++i) {
+    b.engine->submit(request(i, 180));
+    c.engine->submit(request(i, 180));
+  }
+  run(*b.engine, b_tokens, b_cached);
+  run(*c.engine, c_tokens, c_cached);
+  const EngineStats bs = b.engine->stats();
+  EXPECT_GT(bs.preemptions, 0u) << pool_blocks << " blocks";
+  EXPECT_EQ(int(b_tokens.size()), n);
+  EXPECT_EQ(b_tokens, c_tokens);
+  // A's three blocks, found by every request (B never caches them itself); C finds its own.
+  for (int i = 0; i < n; ++i) EXPECT_EQ(b_cached["r" + std::to_string(i)], 48);
+  EXPECT_EQ(c.engine->stats().kv_share_hit_tokens, 0u);
+  EXPECT_FALSE(c.engine->stats().kv_share);
+  EXPECT_GE(bs.kv_share_hit_tokens, uint64_t(n) * 48);
+  EXPECT_EQ(bs.kv_share_hit_blocks * kTokensPerBlock, bs.kv_share_hit_tokens);
+  EXPECT_EQ(bs.kv_blocks_used, 0);
+
+  // Nobody reads A's blocks any more: every one of them is A's to write again.
+  std::vector<int32_t> all(size_t(a.memory->blocks()));
+  for (int32_t i = 0; i < a.memory->blocks(); ++i) all[size_t(i)] = i;
+  EXPECT_EQ(a.memory->withdraw(all), all);
 }
 
 }  // namespace

@@ -48,6 +48,9 @@ struct Metrics::PerModel {
   prometheus::Counter* prefix_queries;
   prometheus::Counter* prefix_hits;
   prometheus::Counter* preemptions;
+  prometheus::Counter* kv_share_hit_tokens;
+  prometheus::Counter* kv_share_hit_blocks;
+  prometheus::Counter* kv_share_published_blocks;
   prometheus::Counter* prompt_tokens;
   prometheus::Counter* generation_tokens;
   prometheus::Histogram* iteration_tokens;
@@ -96,6 +99,15 @@ Metrics::Metrics()
                                                "Prefix cache hits, in tokens.")),
       preemptions_(family<prometheus::Counter>(*registry_, "hearth:num_preemptions_total",
                                                "Cumulative number of preemptions.")),
+      kv_share_hit_tokens_(family<prometheus::Counter>(
+          *registry_, "hearth:kv_share_hit_tokens_total",
+          "Prompt tokens whose KV was read from blocks another worker computed.")),
+      kv_share_hit_blocks_(
+          family<prometheus::Counter>(*registry_, "hearth:kv_share_hit_blocks_total",
+                                      "KV blocks found among those other workers shared.")),
+      kv_share_published_blocks_(
+          family<prometheus::Counter>(*registry_, "hearth:kv_share_published_blocks_total",
+                                      "Own full KV blocks shared with other workers.")),
       prompt_tokens_(family<prometheus::Counter>(*registry_, "hearth:prompt_tokens_total",
                                                  "Prefill tokens processed.")),
       generation_tokens_(family<prometheus::Counter>(*registry_, "hearth:generation_tokens_total",
@@ -153,6 +165,9 @@ Metrics::PerModel& Metrics::model(const std::string& name) {
     m->prefix_queries = &prefix_queries_.Add(labels);
     m->prefix_hits = &prefix_hits_.Add(labels);
     m->preemptions = &preemptions_.Add(labels);
+    m->kv_share_hit_tokens = &kv_share_hit_tokens_.Add(labels);
+    m->kv_share_hit_blocks = &kv_share_hit_blocks_.Add(labels);
+    m->kv_share_published_blocks = &kv_share_published_blocks_.Add(labels);
     m->prompt_tokens = &prompt_tokens_.Add(labels);
     m->generation_tokens = &generation_tokens_.Add(labels);
     m->iteration_tokens = &iteration_tokens_.Add(labels, iteration_token_buckets());
@@ -218,6 +233,9 @@ void Metrics::set_engines(const std::vector<WorkerReport>& workers) {
     add(m.prefix_queries, now.prefix_queries, seen.prefix_queries);
     add(m.prefix_hits, now.prefix_hits, seen.prefix_hits);
     add(m.preemptions, now.preemptions, seen.preemptions);
+    add(m.kv_share_hit_tokens, now.kv_share_hit_tokens, seen.kv_share_hit_tokens);
+    add(m.kv_share_hit_blocks, now.kv_share_hit_blocks, seen.kv_share_hit_blocks);
+    add(m.kv_share_published_blocks, now.kv_share_published_blocks, seen.kv_share_published_blocks);
     std::vector<double> buckets(kIterationTokenBuckets.size() + 1, 0.0);
     bool stepped = false;
     for (size_t i = 0; i < buckets.size(); ++i) {

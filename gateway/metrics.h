@@ -47,6 +47,8 @@ struct EngineSnapshot {
   int64_t kv_blocks_used = 0, kv_blocks_total = 0, kv_block_size = 0;
   int64_t prefix_queries = 0, prefix_hits = 0;  // tokens
   int64_t preemptions = 0;
+  // Prefix KV read from other workers' shared blocks (issue 22 item 4), and own blocks shared.
+  int64_t kv_share_hit_tokens = 0, kv_share_hit_blocks = 0, kv_share_published_blocks = 0;
   IterationTokens iteration_tokens;
 };
 
@@ -85,6 +87,9 @@ class Metrics {
   prometheus::Family<prometheus::Counter>& prefix_queries_;
   prometheus::Family<prometheus::Counter>& prefix_hits_;
   prometheus::Family<prometheus::Counter>& preemptions_;
+  prometheus::Family<prometheus::Counter>& kv_share_hit_tokens_;
+  prometheus::Family<prometheus::Counter>& kv_share_hit_blocks_;
+  prometheus::Family<prometheus::Counter>& kv_share_published_blocks_;
   prometheus::Family<prometheus::Counter>& prompt_tokens_;
   prometheus::Family<prometheus::Counter>& generation_tokens_;
   prometheus::Family<prometheus::Counter>& success_;

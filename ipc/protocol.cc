@@ -7,15 +7,16 @@
 #include <cmath>
 
 #include "ipc/fd_passing.h"
+#include "ipc/kv_share_protocol.h"
 #include "base/json_limits.h"
 
 namespace hearth::ipc {
 namespace {
 
-constexpr std::array<std::string_view, 14> kKnownOps = {
-    op::kHello,  op::kList,   op::kManifest, op::kImport,   op::kRelease,
-    op::kStats,  op::kLoad,   op::kUnload,   op::kShutdown, op::kSubmit,
-    op::kCancel, op::kEvents, op::kKvLease,  op::kKvReturn,
+constexpr std::array<std::string_view, 18> kKnownOps = {
+    op::kHello,   op::kList,     op::kManifest,  op::kImport,   op::kRelease, op::kStats,
+    op::kLoad,    op::kUnload,   op::kShutdown,  op::kSubmit,   op::kCancel,  op::kEvents,
+    op::kKvLease, op::kKvReturn, op::kKvPublish, op::kKvLookup, op::kKvUnref, op::kKvWithdraw,
 };
 constexpr std::array<std::string_view, 3> kAdminOps = {op::kLoad, op::kUnload, op::kShutdown};
 

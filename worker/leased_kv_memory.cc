@@ -13,16 +13,23 @@
 namespace hearth {
 
 LeasedKvMemory::LeasedKvMemory(std::shared_ptr<ipc::Client> server, int64_t block_bytes,
-                               int max_blocks, int min_blocks, const Reserve& reserve)
+                               int max_blocks, int min_blocks, const Reserve& reserve,
+                               LeasedKvSharing sharing)
     : server_(std::move(server)), block_bytes_(block_bytes) {
+  if (sharing.chunks < 0) throw std::invalid_argument("a negative count of shared KV chunks");
   if (!server_ || block_bytes <= 0 || max_blocks <= 0 || min_blocks < 0)
     throw std::invalid_argument("a leased KV pool needs a server, blocks and a size");
   chunk_bytes_ = kv_chunk_bytes_for(uint64_t(block_bytes));
   blocks_per_chunk_ = int(chunk_bytes_ / uint64_t(block_bytes));
   max_chunks_ = (std::max(max_blocks, min_blocks) + blocks_per_chunk_ - 1) / blocks_per_chunk_;
   min_chunks_ = (min_blocks + blocks_per_chunk_ - 1) / blocks_per_chunk_;
-  const uint64_t bytes = uint64_t(max_chunks_) * chunk_bytes_;
+  sharing_chunks_ = sharing.chunks;
+  const uint64_t bytes = uint64_t(max_chunks_ + sharing_chunks_) * chunk_bytes_;
   range_ = reserve ? reserve(bytes) : reserve_memfd_kv_range(bytes);
+  if (sharing_chunks_ > 0)
+    shared_ = std::make_unique<SharedKvBlocks>(
+        server_, ipc::WireKey{sharing.domain.low, sharing.domain.high}, block_bytes_,
+        sharing_chunks_, *range_, uint64_t(max_chunks_) * chunk_bytes_);
   if (min_chunks_ > 0) lease(min_chunks_);
 }
 
@@ -30,6 +37,7 @@ LeasedKvMemory::~LeasedKvMemory() {
   // Unmapped first, so nothing here reaches a chunk once returned. The chunks go back with the
   // connection; a worker that lives on without its pool (tests) returns them now. A server
   // already gone has nothing to take back.
+  shared_.reset();  // its mappings live in range_; its references go back first
   range_.reset();
   if (!chunk_ids_.empty() && server_->connected()) {
     try {
@@ -77,6 +85,84 @@ int LeasedKvMemory::shrink(int keep) {
   chunk_ids_.resize(keep_chunks);
   server_->call(ipc::op::kKvReturn, ipc::make_kv_return_args(returned));
   return blocks();
+}
+
+ipc::WirePlace LeasedKvMemory::place_of_block(int block) const {
+  if (block < 0 || block >= blocks())
+    throw std::out_of_range("block " + std::to_string(block) + " is not in the leased pool");
+  const uint64_t at = uint64_t(block) * uint64_t(block_bytes_);
+  return {chunk_ids_[at / chunk_bytes_], at % chunk_bytes_};
+}
+
+std::vector<int32_t> LeasedKvMemory::find(const BlockKey& root,
+                                          std::span<const SharedKvLink> chain) {
+  if (!shared_ || chain.empty()) return {};
+  std::vector<ipc::KvLookupLink> links;
+  links.reserve(chain.size());
+  for (const SharedKvLink& link : chain)
+    links.push_back({{link.key.low, link.key.high},
+                     std::vector<int32_t>(link.tokens.begin(), link.tokens.end())});
+  std::vector<int32_t> ids;
+  std::vector<ipc::WirePlace> own;
+  for (const SharedKvBlocks::Found& found : shared_->lookup({root.low, root.high}, links)) {
+    // A block this worker published and its own cache forgot: the engine takes it as its own
+    // block (which it withdraws before writing), never through a read-only alias it could
+    // still be reading after a withdraw that ignores the owner's own references.
+    if (const int32_t block = own_block_at(found.place); block >= 0) {
+      ids.push_back(block);
+      own.push_back(found.place);
+      continue;
+    }
+    const int64_t id = (found.data - base()) / block_bytes_;
+    ids.push_back(int32_t(id));
+    foreign_[int32_t(id)] = found.place;
+  }
+  if (!own.empty()) shared_->unref(own);
+  return ids;
+}
+
+void LeasedKvMemory::set_domain(const BlockKey& domain) {
+  if (shared_) shared_->set_domain({domain.low, domain.high});
+}
+
+int32_t LeasedKvMemory::own_block_at(const ipc::WirePlace& place) const {
+  for (size_t i = 0; i < chunk_ids_.size(); ++i)
+    if (chunk_ids_[i] == place.chunk)
+      return int32_t((i * chunk_bytes_ + place.offset) / uint64_t(block_bytes_));
+  return -1;
+}
+
+void LeasedKvMemory::release(std::span<const int32_t> foreign) {
+  if (!shared_ || foreign.empty()) return;
+  std::vector<ipc::WirePlace> places;
+  for (int32_t id : foreign) {
+    const auto it = foreign_.find(id);
+    if (it == foreign_.end())
+      throw std::invalid_argument("block " + std::to_string(id) + " is not a foreign block found");
+    places.push_back(it->second);
+  }
+  shared_->unref(places);
+}
+
+uint64_t LeasedKvMemory::publish(std::span<const SharedKvBlock> blocks) {
+  if (!shared_ || blocks.empty()) return 0;
+  std::vector<ipc::KvPublishBlock> wire;
+  wire.reserve(blocks.size());
+  for (const SharedKvBlock& b : blocks)
+    wire.push_back({place_of_block(b.block),
+                    {b.key.low, b.key.high},
+                    {b.parent.low, b.parent.high},
+                    std::vector<int32_t>(b.tokens.begin(), b.tokens.end())});
+  return shared_->publish(wire);
+}
+
+std::vector<int32_t> LeasedKvMemory::withdraw(std::span<const int32_t> own) {
+  if (!shared_) return {own.begin(), own.end()};
+  std::vector<ipc::WirePlace> places;
+  for (int32_t block : own) places.push_back(place_of_block(block));
+  std::vector<int32_t> free_to_write;
+  for (size_t i : shared_->withdraw(places)) free_to_write.push_back(own[i]);
+  return free_to_write;
 }
 
 void LeasedKvMemory::wait_for_memory() {

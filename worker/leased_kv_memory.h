@@ -8,16 +8,28 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <vector>
 
 #include "ipc/client.h"
+#include "ipc/kv_share_protocol.h"
 #include "weight-server/sharing/kv_chunk.h"
 #include "worker/engine/kv_memory.h"
+#include "worker/engine/shared_kv.h"
+#include "worker/shared_kv_blocks.h"
 
 namespace hearth {
 
-class LeasedKvMemory final : public KvMemory {
+// Prefix KV shared with other workers (issue 22 item 3): `chunks` slots past the pool's own
+// range for other workers' chunks, mapped read-only; 0 turns sharing off. `domain` is the
+// engine's cache domain key (the engine sets it again once it exists: SharedKv::set_domain).
+struct LeasedKvSharing {
+  BlockKey domain;
+  int chunks = 0;
+};
+
+class LeasedKvMemory final : public KvMemory, public SharedKv {
  public:
   // Reserves room for `max_blocks` blocks of `block_bytes` and leases the chunks `min_blocks`
   // need (stated to the server as this worker's guaranteed minimum), or what the budget gives
@@ -25,10 +37,10 @@ class LeasedKvMemory final : public KvMemory {
   // nothing else may use it at the same time. Throws ipc::IpcError (a refusal, a dead server)
   // or std::runtime_error (a chunk that is not what was leased).
   // `reserve` makes the range (default: memfd chunks in host memory; reserve_vmm_kv_range for
-  // the GPU).
+  // the GPU). `sharing` adds room for other workers' chunks after the pool's own.
   using Reserve = std::function<std::unique_ptr<KvChunkRange>(uint64_t bytes)>;
   LeasedKvMemory(std::shared_ptr<ipc::Client> server, int64_t block_bytes, int max_blocks,
-                 int min_blocks, const Reserve& reserve = nullptr);
+                 int min_blocks, const Reserve& reserve = nullptr, LeasedKvSharing sharing = {});
   ~LeasedKvMemory() override;
   LeasedKvMemory(const LeasedKvMemory&) = delete;
   LeasedKvMemory& operator=(const LeasedKvMemory&) = delete;
@@ -44,11 +56,28 @@ class LeasedKvMemory final : public KvMemory {
   int chunks() const override { return int(chunk_ids_.size()); }
   uint64_t bytes() const override { return chunk_ids_.size() * chunk_bytes_; }
 
+  SharedKv* shared() override { return shared_ ? this : nullptr; }
+
   uint64_t chunk_bytes() const { return chunk_bytes_; }
+  // Where block `block` (< blocks()) lives on the server: its chunk id and byte offset, the
+  // place it is published under for other workers (shared_kv_blocks.h).
+  ipc::WirePlace place_of_block(int block) const;
+
+  // SharedKv: foreign blocks follow max_blocks(). With sharing off, nothing is ever found or
+  // published and every own block is free to write.
+  int first_foreign_block() const override { return max_blocks(); }
+  int foreign_capacity() const override { return sharing_chunks_ * blocks_per_chunk_; }
+  void set_domain(const BlockKey& domain) override;
+  std::vector<int32_t> find(const BlockKey& root, std::span<const SharedKvLink> chain) override;
+  void release(std::span<const int32_t> foreign) override;
+  uint64_t publish(std::span<const SharedKvBlock> blocks) override;
+  std::vector<int32_t> withdraw(std::span<const int32_t> own) override;
 
  private:
   // Asks for `chunks` more and maps what comes; returns how many came.
   int lease(int chunks);
+  // The own block id at `place`, or -1 when it is not in a chunk this pool holds.
+  int32_t own_block_at(const ipc::WirePlace& place) const;
 
   std::shared_ptr<ipc::Client> server_;
   int64_t block_bytes_;
@@ -58,6 +87,9 @@ class LeasedKvMemory final : public KvMemory {
   int min_chunks_;
   std::unique_ptr<KvChunkRange> range_;  // max_chunks_ * chunk_bytes_ of address space
   std::vector<uint64_t> chunk_ids_;      // chunk i of the range, in lease order
+  int sharing_chunks_ = 0;
+  std::unique_ptr<SharedKvBlocks> shared_;     // maps into range_ past max_chunks_
+  std::map<int32_t, ipc::WirePlace> foreign_;  // foreign block id -> its place, once found
 };
 
 }  // namespace hearth

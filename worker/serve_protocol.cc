@@ -85,7 +85,11 @@ nlohmann::json stats_json(const EngineStats& s) {
                         {"prefix_cache_queries", s.prefix_cache_queries},
                         {"prefix_cache_hits", s.prefix_cache_hits},
                         {"prefix_cache_blocks", s.prefix_cache_blocks},
-                        {"prefix_cache_evicted_blocks", s.prefix_cache_evicted_blocks}};
+                        {"prefix_cache_evicted_blocks", s.prefix_cache_evicted_blocks},
+                        {"kv_share", s.kv_share},
+                        {"kv_share_hit_blocks", s.kv_share_hit_blocks},
+                        {"kv_share_hit_tokens", s.kv_share_hit_tokens},
+                        {"kv_share_published_blocks", s.kv_share_published_blocks}};
   if (s.kv_lease)
     out["kv_lease"] = {{"chunks", s.kv_lease_chunks},
                        {"bytes", s.kv_lease_bytes},

@@ -1,6 +1,7 @@
 // hearth-worker: runs one prompt, or a file of requests together in one engine, through a model
 // and streams the generated tokens, either on a model directory of its own (single-process mode)
 // or on weights a hearth-server shares.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -291,9 +292,18 @@ int run(int argc, char** argv) {
       reserve = [served_device](uint64_t bytes) {
         return hearth::reserve_vmm_kv_range(served_device, bytes);
       };
-    leased_kv = [&model, reserve](int64_t block_bytes, int max_blocks, int min_blocks) {
+    // Sharing prefix KV with other workers: room for as many of their chunks as the pool's
+    // own (address space only), mapped read-only (memfd PROT_READ, VMM read-only device
+    // access). The engine sets the cache domain once it exists.
+    const bool share = profile.engine.kv_share && profile.engine.prefix_cache;
+    leased_kv = [&model, reserve, share](int64_t block_bytes, int max_blocks, int min_blocks) {
+      hearth::LeasedKvSharing sharing;
+      if (share) {
+        const int per_chunk = int(hearth::kv_chunk_bytes_for(uint64_t(block_bytes)) / block_bytes);
+        sharing.chunks = (std::max(max_blocks, min_blocks) + per_chunk - 1) / per_chunk;
+      }
       return std::make_shared<hearth::LeasedKvMemory>(model.server, block_bytes, max_blocks,
-                                                      min_blocks, reserve);
+                                                      min_blocks, reserve, sharing);
     };
   }
   std::unique_ptr<hearth::Backend> backend =

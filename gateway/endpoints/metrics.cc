@@ -14,6 +14,10 @@ EngineSnapshot engine_snapshot(const nlohmann::json& stats) {
   snap.prefix_queries = stats.value("prefix_cache_queries", int64_t(0));
   snap.prefix_hits = stats.value("prefix_cache_hits", int64_t(0));
   snap.preemptions = stats.value("preemptions", int64_t(0));
+  // The worker's prefix KV sharing counters (0 from a worker without sharing).
+  snap.kv_share_hit_tokens = stats.value("kv_share_hit_tokens", int64_t(0));
+  snap.kv_share_hit_blocks = stats.value("kv_share_hit_blocks", int64_t(0));
+  snap.kv_share_published_blocks = stats.value("kv_share_published_blocks", int64_t(0));
   // Step counts of another bucket layout (a worker of another build) are left out, not misread.
   if (const auto it = stats.find("iteration_tokens"); it != stats.end() && it->is_object()) {
     const nlohmann::json& counts = it->value("counts", nlohmann::json());

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include "gateway/endpoints/metrics.h"
 #include "gateway/metrics.h"
 #include "tests/gateway/prometheus_text.h"
 
@@ -54,6 +55,9 @@ TEST(Metrics, VllmNamesAndTypesInValidExpositionText) {
       {"hearth:prefix_cache_queries_total", "counter"},
       {"hearth:prefix_cache_hits_total", "counter"},
       {"hearth:num_preemptions_total", "counter"},
+      {"hearth:kv_share_hit_tokens_total", "counter"},
+      {"hearth:kv_share_hit_blocks_total", "counter"},
+      {"hearth:kv_share_published_blocks_total", "counter"},
       {"hearth:prompt_tokens_total", "counter"},
       {"hearth:generation_tokens_total", "counter"},
       {"hearth:request_success_total", "counter"},
@@ -141,6 +145,38 @@ TEST(Metrics, FinishReasonsAreKeptApart) {
   EXPECT_EQ(count("length"), 1);
   EXPECT_EQ(count("abort"), 1);
   EXPECT_EQ(count("error"), 2);
+}
+
+// Issue 22 item 4: the prefix KV shared across workers, per model, summed over its workers and
+// added on across a restart, as the other counters are; read from the workers' stats fields.
+TEST(Metrics, KvSharingCountersAreSummedPerModel) {
+  auto shared = [](int64_t tokens, int64_t blocks, int64_t published) {
+    EngineSnapshot s;
+    s.kv_share_hit_tokens = tokens;
+    s.kv_share_hit_blocks = blocks;
+    s.kv_share_published_blocks = published;
+    return s;
+  };
+  Metrics metrics;
+  metrics.set_engines({{"m", "", 1, shared(64, 4, 0)},
+                       {"m", "small", 1, shared(0, 0, 5)},
+                       {"other", "", 1, shared(16, 1, 2)}});
+  metrics.set_engines({{"m", "", 2, shared(32, 2, 1)}, {"m", "small", 1, shared(0, 0, 5)}});
+  const PromText text(metrics.render());
+  const std::map<std::string, std::string> m = {{"model_name", "m"}},
+                                           other = {{"model_name", "other"}};
+  EXPECT_EQ(text.value("hearth:kv_share_hit_tokens_total", m), 96);
+  EXPECT_EQ(text.value("hearth:kv_share_hit_blocks_total", m), 6);
+  EXPECT_EQ(text.value("hearth:kv_share_published_blocks_total", m), 6);
+  EXPECT_EQ(text.value("hearth:kv_share_hit_tokens_total", other), 16);
+  EXPECT_EQ(text.value("hearth:kv_share_published_blocks_total", other), 2);
+
+  const EngineSnapshot parsed = engine_snapshot(
+      {{"kv_share_hit_tokens", 48}, {"kv_share_hit_blocks", 3}, {"kv_share_published_blocks", 7}});
+  EXPECT_EQ(parsed.kv_share_hit_tokens, 48);
+  EXPECT_EQ(parsed.kv_share_hit_blocks, 3);
+  EXPECT_EQ(parsed.kv_share_published_blocks, 7);
+  EXPECT_EQ(engine_snapshot(nlohmann::json::object()).kv_share_hit_tokens, 0);
 }
 
 // The reader itself refuses what is not the format.

@@ -18,17 +18,14 @@
 
 #include <nlohmann/json.hpp>
 
-#include "broker/broker.h"
-#include "ipc/client.h"
-#include "tests/ipc/test_util.h"
+#include "tests/support/vmm_kv_server.h"
+#include "worker/leased_kv_memory.h"
 #include "tools/synth_model.h"
-#include "weight-server/daemon/server_handler.h"
 #include "weight-server/model/device_store.h"
 #include "weight-server/model/hf_model.h"
 #include "weight-server/sharing/vmm_backend.h"
 #include "worker/engine/cuda/cuda_batch_backend.h"
 #include "worker/engine/engine.h"
-#include "worker/leased_kv_memory.h"
 
 namespace hearth {
 namespace {
@@ -107,27 +104,15 @@ TEST(CudaLeasedKv, ServedPoolGivesTheTokensOfTheOwnPool) {
   CudaBatchBackend alone_pool(store, own, kContext);
   const std::map<std::string, Outcome> want = run(alone_pool, own, all);
 
-  test::TempDir run_dir;
-  ServeOptions serve;
-  serve.backend = "vmm";
-  ServerHandler handler(serve);
-  broker::BrokerOptions options;
-  options.socket_path = run_dir / "run/hearth.sock";
-  options.handle_signals = false;
-  broker::Broker broker(options, handler);
-  std::thread loop([&] { broker.run(); });
+  test::VmmKvServer server;
   {
-    ipc::ClientOptions client_options;
-    client_options.timeout = std::chrono::seconds(60);
-    auto client =
-        std::make_shared<ipc::Client>(ipc::Client::connect(options.socket_path, client_options));
+    std::shared_ptr<ipc::Client> client = server.client();
     std::shared_ptr<LeasedKvMemory> memory;
     int max_blocks = 0, min_blocks = 0;
     const KvMemoryFactory lease = [&](int64_t block_bytes, int most, int fewest) {
       max_blocks = most, min_blocks = fewest;
-      memory = std::make_shared<LeasedKvMemory>(
-          client, block_bytes, most, fewest,
-          [](uint64_t bytes) { return reserve_vmm_kv_range(0, bytes); });
+      memory = std::make_shared<LeasedKvMemory>(client, block_bytes, most, fewest,
+                                                test::VmmKvServer::device_range());
       return memory;
     };
     CudaBatchBackend served(store, o, kContext, lease);
@@ -157,8 +142,6 @@ TEST(CudaLeasedKv, ServedPoolGivesTheTokensOfTheOwnPool) {
     const std::map<std::string, Outcome> again = run(served, o, all);
     for (const auto& [id, w] : want) EXPECT_EQ(again.at(id).tokens, w.tokens) << id << " again";
   }
-  broker.shutdown();
-  loop.join();
   fs::remove_all(dir);
 }
 

@@ -10,15 +10,10 @@
 #include <memory>
 #include <numeric>
 #include <random>
-#include <thread>
 #include <vector>
 
-#include "broker/broker.h"
-#include "ipc/client.h"
 #include "kernels/batch_ops.h"
-#include "tests/ipc/test_util.h"
-#include "weight-server/daemon/server_handler.h"
-#include "weight-server/sharing/vmm_backend.h"
+#include "tests/support/vmm_kv_server.h"
 #include "worker/leased_kv_memory.h"
 
 namespace hearth {
@@ -29,29 +24,15 @@ constexpr uint64_t kMiB = uint64_t(1) << 20;
 TEST(LeasedKvMemoryGpu, VmmChunksMapIntoOneRangeThatAKernelReadsAndWrites) {
   std::string why;
   if (!vmm_gpu_available(&why)) GTEST_SKIP() << why;
-  test::TempDir dir;
-  ServeOptions serve;
-  serve.backend = "vmm";
-  ServerHandler handler(serve);
-  broker::BrokerOptions options;
-  options.socket_path = dir / "run/hearth.sock";
-  options.handle_signals = false;
-  broker::Broker broker(options, handler);
-  std::thread loop([&] { broker.run(); });
-
+  test::VmmKvServer server;
   {
-    ipc::ClientOptions client_options;
-    client_options.timeout = std::chrono::seconds(60);
-    auto client =
-        std::make_shared<ipc::Client>(ipc::Client::connect(options.socket_path, client_options));
-    auto stats_client = ipc::Client::connect(options.socket_path, client_options);
+    std::shared_ptr<ipc::Client> client = server.client();
     // Blocks of 1 MiB: chunks of 2 MiB hold two; a minimum of 4 blocks leases two chunks.
-    LeasedKvMemory memory(client, int64_t(kMiB), 8, 4,
-                          [](uint64_t bytes) { return reserve_vmm_kv_range(0, bytes); });
+    LeasedKvMemory memory(client, int64_t(kMiB), 8, 4, test::VmmKvServer::device_range());
     ASSERT_EQ(memory.chunks(), 2);
     ASSERT_EQ(memory.grow(2), 2);
     ASSERT_EQ(memory.blocks(), 6);
-    EXPECT_EQ(stats_client.call(ipc::op::kStats).body["memory"]["kv_bytes"], 6 * kMiB);
+    EXPECT_EQ(server.stats()["memory"]["kv_bytes"], 6 * kMiB);
 
     // Rows of 1024 floats: the first half of the range, random, goes in from the host; a kernel
     // gathers them in a random order into the second half. Both halves cross chunk boundaries.
@@ -85,10 +66,8 @@ TEST(LeasedKvMemoryGpu, VmmChunksMapIntoOneRangeThatAKernelReadsAndWrites) {
 
     // Shrinking returns the chunks past the first two blocks; the server counts them back.
     EXPECT_EQ(memory.shrink(2), 2);
-    EXPECT_EQ(stats_client.call(ipc::op::kStats).body["memory"]["kv_bytes"], 2 * kMiB);
+    EXPECT_EQ(server.stats()["memory"]["kv_bytes"], 2 * kMiB);
   }
-  broker.shutdown();
-  loop.join();
 }
 
 }  // namespace

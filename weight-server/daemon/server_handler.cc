@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "ipc/errors.h"
+#include "ipc/kv_share_protocol.h"
 #include "ipc/protocol.h"
 #include "weight-server/sharing/vmm_backend.h"
 
@@ -95,6 +96,10 @@ broker::Reply ServerHandler::handle(broker::Session& session, const ipc::Request
   if (op == ipc::op::kStats) return stats(session);
   if (op == ipc::op::kKvLease) return kv_lease(session, request);
   if (op == ipc::op::kKvReturn) return kv_return(session, request);
+  if (op == ipc::op::kKvPublish) return kv_publish(session, request);
+  if (op == ipc::op::kKvLookup) return kv_lookup(session, request);
+  if (op == ipc::op::kKvUnref) return kv_unref(session, request);
+  if (op == ipc::op::kKvWithdraw) return kv_withdraw(session, request);
   if (op == ipc::op::kLoad) return load(session, request);
   if (op == ipc::op::kUnload) return unload(request);
   return Reply::error(ErrorCode::kUnknownOp, "the weight server does not handle " + named(op));
@@ -114,6 +119,7 @@ void ServerHandler::on_disconnect(broker::Session& session) {
     log("KV lease of client " + std::to_string(session.id()) + " (pid " +
         std::to_string(it->second.pid) + ", " + std::to_string(it->second.kv_chunks.size()) +
         " chunks) returned: disconnected");
+  kv_share_.forget(session.id());
   drop_kv_chunks(session.id(), it->second);
   budget_.forget(session.id());
   clients_.erase(it);
@@ -226,6 +232,7 @@ broker::Reply ServerHandler::stats(broker::Session& session) const {
        {"memory", budget_.to_json()},
        {"kv_chunks", kv_chunks_.size()},
        {"kv_chunks_total", kv_chunks_total_},
+       {"kv_share", kv_share_stats()},
        {"imports_total", imports_total_},
        {"descriptors_total", descriptors_total_},
        {"leases_total", leases_total_},
@@ -331,7 +338,12 @@ broker::Reply ServerHandler::kv_lease(broker::Session& session, const ipc::Reque
                                                     std::to_string(client.kv_chunk_bytes) +
                                                     "); one size per lease");
   const uint64_t min_bytes = req.min_chunks * req.chunk_bytes;
-  const uint64_t n = budget_.grantable(session.id(), req.chunk_bytes, req.chunks, min_bytes);
+  uint64_t n = budget_.grantable(session.id(), req.chunk_bytes, req.chunks, min_bytes);
+  if (n < req.chunks) {
+    // Shared blocks nobody reads give way to a worker that needs memory.
+    evict_shared_kv((req.chunks - n) * req.chunk_bytes);
+    n = budget_.grantable(session.id(), req.chunk_bytes, req.chunks, min_bytes);
+  }
   std::vector<uint64_t> ids;
   std::vector<UniqueFd> fds;
   ids.reserve(n);
@@ -346,6 +358,7 @@ broker::Reply ServerHandler::kv_lease(broker::Session& session, const ipc::Reque
       fds.push_back(memory->export_fd());
       ++next_kv_chunk_;
       kv_chunks_.emplace(id, KvChunk{session.id(), req.chunk_bytes, std::move(memory)});
+      kv_share_.add_chunk(session.id(), id, req.chunk_bytes);
       client.kv_chunks.insert(id);
       budget_.add(session.id(), req.chunk_bytes);
       ids.push_back(id);
@@ -373,15 +386,15 @@ broker::Reply ServerHandler::kv_return(broker::Session& session, const ipc::Requ
                                                     std::to_string(id) + "; nothing returned");
   for (uint64_t id : req.chunks) {
     budget_.remove(session.id(), kv_chunks_.at(id).bytes);
-    kv_chunks_.erase(id);
+    give_up_kv_chunk(session.id(), id);
     client.kv_chunks.erase(id);
   }
   session.set_holds_lease(!client.leases.empty() || !client.kv_chunks.empty());
   return Reply::ok({{"returned", req.chunks.size()}});
 }
 
-void ServerHandler::drop_kv_chunks(broker::ClientId, Client& client) {
-  for (uint64_t id : client.kv_chunks) kv_chunks_.erase(id);
+void ServerHandler::drop_kv_chunks(broker::ClientId id, Client& client) {
+  for (uint64_t chunk : client.kv_chunks) give_up_kv_chunk(id, chunk);
   client.kv_chunks.clear();
 }
 

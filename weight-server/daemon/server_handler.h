@@ -17,6 +17,7 @@
 
 #include "broker/broker.h"
 #include "broker/handler.h"
+#include "weight-server/daemon/kv_share_registry.h"
 #include "weight-server/daemon/memory_budget.h"
 #include "weight-server/daemon/served_model.h"
 #include "weight-server/sharing/kv_chunk.h"
@@ -58,7 +59,7 @@ class ServerHandler final : public broker::Handler {
     std::set<uint64_t> kv_chunks;  // KV chunk ids it holds
   };
   struct KvChunk {
-    broker::ClientId owner = 0;
+    broker::ClientId owner = 0;  // kSharedHolder once orphaned: kept for its published blocks
     uint64_t bytes = 0;
     std::unique_ptr<KvChunkMemory> memory;
   };
@@ -72,6 +73,17 @@ class ServerHandler final : public broker::Handler {
   broker::Reply kv_return(broker::Session& session, const ipc::Request& request);
   // Drops the chunks `client` holds (its connection closed, or it returned them).
   void drop_kv_chunks(broker::ClientId id, Client& client);
+  // Prefix KV shared across workers (server_kv_share.cc).
+  broker::Reply kv_publish(broker::Session& session, const ipc::Request& request);
+  broker::Reply kv_lookup(broker::Session& session, const ipc::Request& request);
+  broker::Reply kv_unref(broker::Session& session, const ipc::Request& request);
+  broker::Reply kv_withdraw(broker::Session& session, const ipc::Request& request);
+  // The owner gave chunk `id` up: freed, or kept for its published blocks (its bytes then
+  // count as the server's in the budget, under kSharedHolder).
+  void give_up_kv_chunk(broker::ClientId owner, uint64_t id);
+  // Frees orphaned chunks nobody references, least recently used first, toward `bytes`.
+  void evict_shared_kv(uint64_t bytes);
+  nlohmann::json kv_share_stats() const;
   void update_weights_budget();
   broker::Reply load(broker::Session& session, const ipc::Request& request);
   broker::Reply unload(const ipc::Request& request);
@@ -97,6 +109,11 @@ class ServerHandler final : public broker::Handler {
   std::map<uint64_t, KvChunk> kv_chunks_;  // every leased KV chunk, by id
   uint64_t next_kv_chunk_ = 1;             // ids are never reused while the server runs
   uint64_t kv_chunks_total_ = 0;           // chunks ever leased
+  // Which published blocks hold which prefix, and who reads them (issue 22 item 3).
+  KvShareRegistry kv_share_;
+  uint64_t kv_share_evicted_ = 0;  // orphaned chunks freed for memory
+  // Broker client ids start at 1: 0 holds the budget of orphaned chunks.
+  static constexpr broker::ClientId kSharedHolder = 0;
 
   // Load threads reach the broker through this, under the mutex, until finish_loads().
   std::mutex loads_mutex_;

@@ -37,6 +37,7 @@ const CudaDriver& CudaDriver::get() {
       resolve(driver.mem_map, "cuMemMap");
       resolve(driver.mem_unmap, "cuMemUnmap");
       resolve(driver.set_access, "cuMemSetAccess");
+      resolve(driver.get_access, "cuMemGetAccess");
       resolve(driver.granularity, "cuMemGetAllocationGranularity");
       resolve(driver.export_handle, "cuMemExportToShareableHandle");
       resolve(driver.import_handle, "cuMemImportFromShareableHandle");

@@ -15,6 +15,7 @@ struct CudaDriver {
   decltype(&::cuMemMap) mem_map = nullptr;
   decltype(&::cuMemUnmap) mem_unmap = nullptr;
   decltype(&::cuMemSetAccess) set_access = nullptr;
+  decltype(&::cuMemGetAccess) get_access = nullptr;
   decltype(&::cuMemGetAllocationGranularity) granularity = nullptr;
   decltype(&::cuMemExportToShareableHandle) export_handle = nullptr;
   decltype(&::cuMemImportFromShareableHandle) import_handle = nullptr;

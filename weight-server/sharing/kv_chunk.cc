@@ -29,6 +29,13 @@ class MemfdKvChunk final : public KvChunkMemory {
     if (!copy) fail("cannot duplicate a KV chunk memfd", errno);
     return copy;
   }
+  UniqueFd export_read_only_fd() const override {
+    // A new open file description, read-only: the memfd's own is read-write.
+    const std::string path = "/proc/self/fd/" + std::to_string(fd_.get());
+    UniqueFd reader(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!reader) fail("cannot reopen a KV chunk memfd read-only", errno);
+    return reader;
+  }
 
  private:
   UniqueFd fd_;
@@ -49,12 +56,10 @@ class MemfdKvRange final : public KvChunkRange {
 
   std::byte* base() const override { return base_; }
   void map(uint64_t offset, int fd, uint64_t bytes, const std::string& label) override {
-    check_kv_chunk_memfd(fd, bytes, label);
-    if (offset > bytes_ || bytes > bytes_ - offset)
-      throw std::runtime_error(label + ": outside the reserved range");
-    if (::mmap(base_ + offset, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) ==
-        MAP_FAILED)
-      fail(label + ": cannot map", errno);
+    map_with(PROT_READ | PROT_WRITE, offset, fd, bytes, label);
+  }
+  void map_read_only(uint64_t offset, int fd, uint64_t bytes, const std::string& label) override {
+    map_with(PROT_READ, offset, fd, bytes, label);
   }
   void unmap(uint64_t offset, uint64_t bytes) override {
     // Mapping the reservation back over it drops the chunk in one step.
@@ -64,11 +69,23 @@ class MemfdKvRange final : public KvChunkRange {
   }
 
  private:
+  void map_with(int prot, uint64_t offset, int fd, uint64_t bytes, const std::string& label) {
+    check_kv_chunk_memfd(fd, bytes, label);
+    if (offset > bytes_ || bytes > bytes_ - offset)
+      throw std::runtime_error(label + ": outside the reserved range");
+    if (::mmap(base_ + offset, bytes, prot, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED)
+      fail(label + ": cannot map", errno);
+  }
+
   std::byte* base_ = nullptr;
   uint64_t bytes_;
 };
 
 }  // namespace
+
+void KvChunkRange::map_read_only(uint64_t, int, uint64_t, const std::string& label) {
+  throw std::runtime_error(label + ": this KV range cannot map a chunk read-only yet");
+}
 
 std::unique_ptr<KvChunkRange> reserve_memfd_kv_range(uint64_t bytes) {
   return std::make_unique<MemfdKvRange>(bytes);

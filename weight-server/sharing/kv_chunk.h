@@ -31,6 +31,11 @@ class KvChunkMemory {
   virtual ~KvChunkMemory() = default;
   // A new descriptor for the chunk, owned by the caller (to pass by SCM_RIGHTS).
   virtual UniqueFd export_fd() const = 0;
+  // A descriptor for a worker that only reads the chunk (another worker's shared prefix
+  // blocks): on the CPU backend the memfd reopened read-only, so no mapping of it can ever be
+  // made writable. Default: export_fd() (VMM: the reader's mapping is the guard, see
+  // KvChunkRange::map_read_only).
+  virtual UniqueFd export_read_only_fd() const { return export_fd(); }
 };
 
 // The CPU backend's chunk: a memfd made by create_kv_chunk_memfd.
@@ -45,6 +50,12 @@ class KvChunkRange {
   // Checks that `fd` is a chunk of `bytes` and maps it writable at base() + offset. Throws
   // std::runtime_error starting with `label`.
   virtual void map(uint64_t offset, int fd, uint64_t bytes, const std::string& label) = 0;
+  // The same, read-only: another worker's chunk, whose shared prefix blocks this worker reads
+  // and never writes (issue 22 item 3). The memfd range maps it PROT_READ (and its descriptor
+  // is read-only too); the VMM range sets, and checks, read-only device access, the only guard
+  // there (a VMM handle has no read-only kind). Throws std::runtime_error starting with `label`;
+  // nothing stays mapped then.
+  virtual void map_read_only(uint64_t offset, int fd, uint64_t bytes, const std::string& label);
   virtual void unmap(uint64_t offset, uint64_t bytes) = 0;
 };
 

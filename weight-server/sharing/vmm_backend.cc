@@ -74,6 +74,12 @@ class VmmKvChunk final : public KvChunkMemory {
       throw std::system_error(errno, std::generic_category(), "duplicating a KV chunk's handle");
     return UniqueFd(fd);
   }
+  // A VMM handle's descriptor names the allocation, not an access mode: there is no read-only
+  // kind of it, and whoever imports it may map it read-write. The guard is the reader's own
+  // mapping (VmmKvRange::map_read_only sets and checks read-only access), which a worker of
+  // ours always uses for another worker's chunk; the server still sends only chunks that hold
+  // published blocks, to clients of the same uid rules as any lease.
+  UniqueFd export_read_only_fd() const override { return export_fd(); }
 
  private:
   VmmAllocation allocation_;
@@ -98,23 +104,14 @@ class VmmKvRange final : public KvChunkRange {
 
   std::byte* base() const override { return reinterpret_cast<std::byte*>(base_); }
   void map(uint64_t offset, int fd, uint64_t bytes, const std::string& label) override {
-    if (offset > bytes_ || bytes > bytes_ - offset)
-      throw std::runtime_error(label + ": outside the reserved range");
-    const CudaDriver& d = CudaDriver::get();
-    CUmemGenericAllocationHandle handle = 0;
-    check_cu(d.import_handle(&handle, reinterpret_cast<void*>(static_cast<intptr_t>(fd)),
-                             CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
-             "cuMemImportFromShareableHandle (KV chunk)");
-    // The mapping holds the memory from here on; the handle is not needed past cuMemMap.
-    const CUresult mapped = d.mem_map(base_ + offset, bytes, 0, handle, 0);
-    d.mem_release(handle);
-    check_cu(mapped, "cuMemMap (KV chunk; is it the size that was leased?)");
-    mapped_.emplace(offset, bytes);
-    CUmemAccessDesc access{};
-    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    access.location.id = device_;
-    access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    check_cu(d.set_access(base_ + offset, bytes, &access, 1), "cuMemSetAccess (KV chunk)");
+    map_with(CU_MEM_ACCESS_FLAGS_PROT_READWRITE, offset, fd, bytes, label);
+  }
+  // Another worker's chunk (shared prefix KV, issue 22 item 3). The descriptor is the
+  // allocation's handle, which carries no access mode (export_read_only_fd), so this mapping's
+  // access, read-only for this device, is what keeps the reader from writing it. The driver is
+  // asked what it granted, so a driver that maps more than asked is refused, not trusted.
+  void map_read_only(uint64_t offset, int fd, uint64_t bytes, const std::string& label) override {
+    map_with(CU_MEM_ACCESS_FLAGS_PROT_READ, offset, fd, bytes, label);
   }
   void unmap(uint64_t offset, uint64_t bytes) override {
     check_cu(CudaDriver::get().mem_unmap(base_ + offset, bytes), "cuMemUnmap (KV chunk)");
@@ -122,6 +119,41 @@ class VmmKvRange final : public KvChunkRange {
   }
 
  private:
+  void map_with(CUmemAccess_flags flags, uint64_t offset, int fd, uint64_t bytes,
+                const std::string& label) {
+    if (offset > bytes_ || bytes > bytes_ - offset)
+      throw std::runtime_error(label + ": outside the reserved range");
+    const CudaDriver& d = CudaDriver::get();
+    const std::string what = label + ": ";
+    CUmemGenericAllocationHandle handle = 0;
+    check_cu(d.import_handle(&handle, reinterpret_cast<void*>(static_cast<intptr_t>(fd)),
+                             CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+             (what + "cuMemImportFromShareableHandle (KV chunk)").c_str());
+    // The mapping holds the memory from here on; the handle is not needed past cuMemMap.
+    const CUresult mapped = d.mem_map(base_ + offset, bytes, 0, handle, 0);
+    d.mem_release(handle);
+    check_cu(mapped, (what + "cuMemMap (KV chunk; is it the size that was leased?)").c_str());
+    mapped_.emplace(offset, bytes);
+    CUmemAccessDesc access{};
+    access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    access.location.id = device_;
+    access.flags = flags;
+    CUresult set = d.set_access(base_ + offset, bytes, &access, 1);
+    unsigned long long granted = 0;
+    if (set == CUDA_SUCCESS) set = d.get_access(&granted, &access.location, base_ + offset);
+    if (set != CUDA_SUCCESS || granted != flags) {
+      // Nothing half-mapped stays behind: the caller never sees this chunk.
+      d.mem_unmap(base_ + offset, bytes);
+      mapped_.erase(offset);
+      check_cu(set, (what + "cuMemSetAccess (KV chunk, " + access_name(flags) + ")").c_str());
+      throw std::runtime_error(what + "the driver granted access " + std::to_string(granted) +
+                               " to a KV chunk mapped " + access_name(flags) + "; refusing it");
+    }
+  }
+  static std::string access_name(CUmemAccess_flags flags) {
+    return flags == CU_MEM_ACCESS_FLAGS_PROT_READ ? "read-only" : "read-write";
+  }
+
   int device_;
   uint64_t bytes_;
   CUdeviceptr base_ = 0;

@@ -55,10 +55,17 @@ void Backend::check_batch(const ForwardBatch& batch) const {
       throw std::runtime_error(where + "its block table has " +
                                std::to_string(entry.block_table.size()) + " blocks, " +
                                std::to_string(blocks) + " are needed");
-    for (int64_t b = 0; b < blocks; ++b)
-      if (entry.block_table[b] < 0 || entry.block_table[b] >= kv.num_blocks)
-        throw std::runtime_error(where + "KV block " + std::to_string(entry.block_table[b]) +
-                                 " is outside the pool of " + std::to_string(kv.num_blocks));
+    // Blocks from the first one this forward writes on are the engine's own; those before may
+    // be other workers' (read-only).
+    const int64_t first_written = entry.start_pos / kv.block_size;
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int32_t block = entry.block_table[b];
+      if (b < first_written && kv.foreign(block)) continue;
+      if (block < 0 || block >= kv.num_blocks)
+        throw std::runtime_error(where + "KV block " + std::to_string(block) +
+                                 " is outside the pool of " + std::to_string(kv.num_blocks) +
+                                 (kv.foreign(block) ? " (another worker's, read-only)" : ""));
+    }
   }
 }
 

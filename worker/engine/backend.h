@@ -23,10 +23,17 @@
 namespace hearth {
 
 // The KV pool's shape: `num_blocks` blocks of `block_size` token positions, per layer and for
-// keys and values alike. Block ids run over [0, num_blocks).
+// keys and values alike. Block ids run over [0, num_blocks). With prefix KV shared across
+// workers (shared_kv.h), ids [foreign_first, foreign_first + foreign_blocks) name blocks other
+// workers computed: a block table may hold them for positions it reads, never for positions a
+// forward writes.
 struct KvPoolShape {
   int block_size = 16;
   int num_blocks = 0;
+  int foreign_first = 0, foreign_blocks = 0;
+  bool foreign(int32_t block) const {
+    return block >= foreign_first && block - foreign_first < foreign_blocks;
+  }
 };
 
 // One sequence's share of a forward pass.

@@ -50,7 +50,15 @@ Engine::Engine(Backend& backend, const EngineOptions& options, const Tokenizer* 
       kv_(backend.kv_pool().num_blocks, backend.kv_pool().block_size,
           options.prefix_cache && backend.paged_kv(), backend.kv_memory() != nullptr),
       scheduler_(scheduler_options(options, backend), kv_),
-      cache_domain_(cache_domain_key(options, backend.name(), model_identity)) {}
+      cache_domain_(cache_domain_key(options, backend.name(), model_identity)) {
+  // The provider learns the domain only now: the engine computes it after the backend, hence
+  // after the memory, exists.
+  if (SharedKv* shared = memory_ ? memory_->shared() : nullptr;
+      shared && options.kv_share && kv_.prefix_caching()) {
+    shared->set_domain(cache_domain_);
+    kv_.share(shared);
+  }
+}
 
 Engine::~Engine() = default;
 
@@ -315,6 +323,8 @@ std::vector<RequestOutput> Engine::step() {
     // waited on), do the blocks it filled become findable, and before a finish frees them.
     for (const ScheduledChunk& c : schedule.chunks)
       kv_.cache_full_blocks(*c.seq, c.start, c.start + c.count);
+    // Other workers may read them from now on, for the same reason.
+    kv_.publish_queued();
     const Clock::time_point done = Clock::now();
     for (size_t i = 0; i < results.size(); ++i) {
       Live& live = *by_sequence_.at(sampled[i]);
@@ -399,6 +409,10 @@ EngineStats Engine::stats() const {
   s.prefix_cache_hits = scheduler_.prefix_cache_hits();
   s.prefix_cache_blocks = kv_.cached_blocks();
   s.prefix_cache_evicted_blocks = kv_.evicted_blocks();
+  s.kv_share = kv_.sharing();
+  s.kv_share_hit_tokens = scheduler_.shared_hit_tokens();
+  s.kv_share_hit_blocks = scheduler_.shared_hit_tokens() / uint64_t(kv_.block_size());
+  s.kv_share_published_blocks = kv_.shared_published_blocks();
   if (memory_) {
     s.kv_lease = true;
     s.kv_lease_chunks = memory_->chunks();

@@ -92,6 +92,12 @@ struct EngineOptions {
   // token; off means no lookups and no registration. Engines whose KV does not live in the
   // paged pool (cuda_engine "single") never cache.
   bool prefix_cache = true;
+  // Prefix KV shared across workers (issue 22 item 3): with prefix caching on and a KV pool
+  // leased from hearth-server (served mode), full blocks are published to workers of the same
+  // cache domain and a local miss looks for blocks they computed. Changes no token (the
+  // kernels are batch-invariant: a block's bits do not depend on who computed it). A
+  // single-process engine has no one to share with: the option does nothing there.
+  bool kv_share = true;
 
   // CUDA engine options. cuda_engine: "batched" runs many sequences per step over the paged
   // pool (batch-invariant kernels); "single" is the one-sequence engine with its own contiguous

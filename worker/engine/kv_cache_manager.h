@@ -8,15 +8,25 @@
 // takes it for something else. So a full pool evicts cached blocks before anyone has to wait.
 // A sequence finds the cached blocks that continue its computed prefix and holds them like its
 // own; nobody writes to a full block once computed, so sharing needs no copy.
+//
+// Shared across workers (share(), issue 22 item 3): on a local miss the rest of a sequence's
+// full blocks are looked up with the provider (shared_kv.h). Blocks other workers computed come
+// back as foreign ids, held in the table like own blocks but never in the pool: freeing the
+// sequence gives them back to the provider. Own full blocks are published, but only through
+// publish_queued(), which the engine calls once the step that filled them succeeded. Before the
+// pool hands a published block out for writing it is withdrawn; one another worker still reads
+// stays out of the free queue (pinned) until a later withdraw succeeds.
 #pragma once
 
 #include <cstdint>
 #include <span>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "worker/engine/kv_block_pool.h"
 #include "worker/engine/prefix_cache.h"
+#include "worker/engine/shared_kv.h"
 
 namespace hearth {
 
@@ -47,8 +57,9 @@ class KvCacheManager {
   // Takes the longest run of cached blocks that continues `seq`'s computed tokens, in whole
   // blocks and never covering its last token (whose logits the next step needs), and advances
   // seq.computed past them. A partly computed last block is swapped for the cached full one.
-  // Returns the tokens found (0 with caching off).
-  int reuse_cached_blocks(Sequence& seq);
+  // Returns the tokens found (0 with caching off); `shared`, when given, gets those of them in
+  // blocks other workers computed.
+  int reuse_cached_blocks(Sequence& seq, int* shared = nullptr);
   // The block a lookup for `seq` would try next; -1 when its next lookup cannot find anything
   // (caching off, or that block would hold its last token).
   int next_lookup_block(const Sequence& seq) const;
@@ -59,7 +70,22 @@ class KvCacheManager {
   // Forgets every cached block nobody holds (they stay free); the rest stay cached.
   void drop_unused_cached_blocks();
   // Forgets every cached block; those held stay with their holders, unshared from now on.
-  void forget_cached_blocks() { cache_.clear(); }
+  // Blocks queued for publishing are dropped (the step that filled them is not trusted).
+  void forget_cached_blocks() {
+    cache_.clear();
+    to_publish_.clear();
+  }
+
+  // Shares full blocks with other workers through `shared` (null: not at all). Needs prefix
+  // caching; call before any sequence exists.
+  void share(SharedKv* shared);
+  bool sharing() const { return shared_ != nullptr; }
+  // Publishes the blocks cache_full_blocks() registered since the last call. Call only once
+  // the step that filled them succeeded. A provider that fails is a miss for other workers,
+  // never an error here.
+  void publish_queued();
+  uint64_t shared_published_blocks() const { return published_total_; }
+  int pinned_blocks() const { return int(pinned_.size()); }
 
   // Adds `n` free blocks at the end of the pool.
   void grow(int n) { pool_.grow(n); }
@@ -77,6 +103,29 @@ class KvCacheManager {
   PrefixCache cache_;
   uint64_t evicted_ = 0;
   std::unordered_map<SequenceId, std::vector<int32_t>> tables_;
+
+  bool foreign(int32_t block) const {
+    return shared_ != nullptr && block >= shared_->first_foreign_block();
+  }
+  // After `table` took new blocks from `first_new` on: withdraws the published ones, pins those
+  // other workers still read and takes others instead. False, giving every new block back,
+  // when the pool runs out.
+  bool withdraw_new(std::vector<int32_t>& table, size_t first_new);
+  // Asks again for the pinned blocks; those now free to write go back to the free queue.
+  void unpin_withdrawn();
+  // Gives the provider back foreign blocks; a provider that is gone took them back already.
+  void release_foreign(std::span<const int32_t> blocks);
+
+  struct QueuedBlock {
+    int32_t block;
+    BlockKey key, parent;
+    std::vector<int32_t> tokens;
+  };
+  SharedKv* shared_ = nullptr;
+  std::vector<QueuedBlock> to_publish_;
+  std::unordered_set<int32_t> published_;  // own blocks that may be published
+  std::vector<int32_t> pinned_;            // published, read by others, held out of the pool
+  uint64_t published_total_ = 0;
 };
 
 }  // namespace hearth

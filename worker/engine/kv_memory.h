@@ -11,6 +11,8 @@
 #include <functional>
 #include <memory>
 
+#include "worker/engine/shared_kv.h"
+
 namespace hearth {
 
 class KvMemory {
@@ -36,6 +38,10 @@ class KvMemory {
   // Called when requests wait for memory and nothing can run: blocks a little, so that an
   // engine driven in a loop does not spin while another worker frees memory.
   virtual void wait_for_memory() {}
+
+  // Prefix KV shared with other workers of the same cache domain (shared_kv.h): blocks they
+  // computed, readable at ids past max_blocks(); null when this memory does not share.
+  virtual SharedKv* shared() { return nullptr; }
 
   // For stats: chunks and bytes held now.
   virtual int chunks() const = 0;

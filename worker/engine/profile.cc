@@ -277,6 +277,11 @@ const std::map<std::string, Setter>& setters() {
         [](Profile& p, const json& v, const std::string& l) {
           p.engine.prefix_cache = boolean(v, l, "prefix_cache");
         }}},
+      {"kv_share",
+       {KeyKind::Engine,
+        [](Profile& p, const json& v, const std::string& l) {
+          p.engine.kv_share = boolean(v, l, "kv_share");
+        }}},
       {"cuda_engine",
        {KeyKind::Engine,
         [](Profile& p, const json& v, const std::string& l) {
@@ -428,6 +433,7 @@ json profile_to_json(const Profile& p) {
               {"decode_step_tokens", p.engine.decode_step_tokens},
               {"max_running", p.engine.max_running},
               {"prefix_cache", p.engine.prefix_cache},
+              {"kv_share", p.engine.kv_share},
               {"cuda_engine", option_name(p.engine.cuda_engine)},
               {"cuda_graphs", p.engine.cuda_graphs},
               {"kv_cache_dtype", option_name(p.engine.kv_cache_dtype)},

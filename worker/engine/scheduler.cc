@@ -57,8 +57,9 @@ bool Scheduler::reserve(Sequence& seq, int tokens, uint64_t step, Schedule& out)
   return true;
 }
 
-void Scheduler::count_hit(Sequence& seq, int from, int found) {
+void Scheduler::count_hit(Sequence& seq, int from, int found, int shared) {
   prefix_hits_ += uint64_t(found);
+  shared_hits_ += uint64_t(shared);
   // Prompt positions found before this request ever computed them (not a recompute's).
   const int first = std::max(from, seq.computed_high);
   seq.cached_prompt_tokens += std::max(0, std::min(from + found, seq.prompt_tokens) - first);
@@ -98,7 +99,9 @@ Schedule Scheduler::schedule() {
       if ((seq->pending() == 1) != decodes) continue;
       if (!decodes) {
         const int from = seq->computed;
-        count_hit(*seq, from, kv_.reuse_cached_blocks(*seq));
+        int shared = 0;
+        const int found = kv_.reuse_cached_blocks(*seq, &shared);
+        count_hit(*seq, from, found, shared);
         if (waits_for_block(*seq)) continue;
       }
       const int count = std::min(seq->pending(), budget);
@@ -119,7 +122,8 @@ Schedule Scheduler::schedule() {
       continue;
     }
     const int from = seq.computed, brought = seq.pending();
-    const int found = kv_.reuse_cached_blocks(seq);
+    int shared = 0;
+    const int found = kv_.reuse_cached_blocks(seq, &shared);
     const int count = std::min(seq.pending(), budget);
     if (waits_for_block(seq) || !kv_.allocate(seq.id, seq.computed + count)) {
       kv_.free(seq.id);  // the blocks it found stay cached for its next try
@@ -127,7 +131,7 @@ Schedule Scheduler::schedule() {
       break;
     }
     if (kv_.prefix_caching()) prefix_queries_ += uint64_t(brought);
-    count_hit(seq, from, found);
+    count_hit(seq, from, found, shared);
     it = waiting_.erase(it);
     running_.push_back(&seq);
     seq.status = SequenceStatus::Running;

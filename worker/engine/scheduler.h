@@ -87,6 +87,8 @@ class Scheduler {
   // Prefix caching, in tokens: brought by admitted sequences, and found in the cache.
   uint64_t prefix_cache_queries() const { return prefix_queries_; }
   uint64_t prefix_cache_hits() const { return prefix_hits_; }
+  // Of those hits, tokens in blocks other workers computed (kv_cache_manager.h, sharing).
+  uint64_t shared_hit_tokens() const { return shared_hits_; }
   const SchedulerOptions& options() const { return options_; }
 
  private:
@@ -94,8 +96,9 @@ class Scheduler {
   // when `seq` itself had to be preempted.
   bool reserve(Sequence& seq, int tokens, uint64_t step, Schedule& out);
   void preempt(Sequence& seq, Schedule& out);
-  // Counts `found` tokens that `seq` took from the cache starting at position `from`.
-  void count_hit(Sequence& seq, int from, int found);
+  // Counts `found` tokens that `seq` took from the cache starting at position `from`, `shared`
+  // of them from other workers' blocks.
+  void count_hit(Sequence& seq, int from, int found, int shared);
 
   SchedulerOptions options_;
   KvCacheManager& kv_;
@@ -103,7 +106,7 @@ class Scheduler {
   std::deque<Sequence*> waiting_;
   uint64_t preemptions_ = 0;
   uint64_t steps_ = 0;
-  uint64_t prefix_queries_ = 0, prefix_hits_ = 0;
+  uint64_t prefix_queries_ = 0, prefix_hits_ = 0, shared_hits_ = 0;
 };
 
 }  // namespace hearth

@@ -10,13 +10,9 @@
 #include <algorithm>
 #include <numeric>
 #include <random>
-#include <thread>
 #include <vector>
 
-#include "broker/broker.h"
-#include "ipc/client.h"
-#include "tests/ipc/test_util.h"
-#include "weight-server/daemon/server_handler.h"
+#include "tests/support/vmm_kv_server.h"
 #include "weight-server/sharing/kv_chunk.h"
 #include "weight-server/sharing/vmm_backend.h"
 
@@ -31,19 +27,10 @@ constexpr uint64_t kChunk = uint64_t(2) << 20;
 TEST(KvLeaseGpu, VmmChunksMapIntoOneRangeThatAKernelReadsAndWrites) {
   std::string why;
   if (!vmm_gpu_available(&why)) GTEST_SKIP() << why;
-  test::TempDir dir;
-  ServeOptions serve;
-  serve.backend = "vmm";
-  ServerHandler handler(serve);
-  broker::BrokerOptions options;
-  options.socket_path = dir / "run/hearth.sock";
-  options.handle_signals = false;
-  broker::Broker broker(options, handler);
-  std::thread loop([&] { broker.run(); });
+  test::VmmKvServer server;
   {
-    ipc::ClientOptions client_options;
-    client_options.timeout = std::chrono::seconds(60);
-    ipc::Client client = ipc::Client::connect(options.socket_path, client_options);
+    const std::shared_ptr<ipc::Client> connection = server.client();
+    ipc::Client& client = *connection;
     ipc::Frame lease = client.call(ipc::op::kKvLease, ipc::make_kv_lease_args({kChunk, 4, 4}));
     ASSERT_EQ(lease.fds.size(), 4u);
     const json stats = client.call(ipc::op::kStats).body;
@@ -88,8 +75,6 @@ TEST(KvLeaseGpu, VmmChunksMapIntoOneRangeThatAKernelReadsAndWrites) {
     client.call(ipc::op::kKvReturn, ipc::make_kv_return_args(ids));
     EXPECT_EQ(client.call(ipc::op::kStats).body["memory"]["kv_bytes"], 0);
   }
-  broker.shutdown();
-  loop.join();
 }
 
 }  // namespace

@@ -37,9 +37,11 @@ std::string write_requests(const TempDir& dir, const std::string& name, int coun
   return path;
 }
 
+// Leases alone: with kv_share on, chunks holding published prefix blocks outlive their worker
+// as the server's until a lease needs the memory (kv_share_process_test.cc tests that).
 std::vector<std::string> served_args(const ServerProcess& server, const std::string& requests) {
-  return {"--server", server.socket(), "--model", "tiny",     "--backend",
-          "cpu",      "--requests",    requests,  "--format", "jsonl"};
+  return {"--server",   server.socket(), "--model",  "tiny",  "--backend", "cpu",
+          "--requests", requests,        "--format", "jsonl", "--set",     "kv_share=false"};
 }
 
 // Each request's final event, by id; fails the test unless every one finished by length.

@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <fstream>
+#include <string>
 
 #include "weight-server/sharing/kv_chunk.h"
 
@@ -65,6 +67,31 @@ TEST(KvChunk, ARangeMapsChunksOneAfterAnother) {
   EXPECT_THROW(range->map(6 * kMiB, chunks[0]->export_fd().get(), 2 * kMiB, "past the end"),
                std::runtime_error);
   range->unmap(2 * kMiB, 2 * kMiB);
+}
+
+// Another worker's chunk (shared prefix KV): mapped read-only, it shows what the owner wrote,
+// and the mapping does not let this process write.
+TEST(KvChunk, ARangeMapsAnotherWorkersChunkReadOnly) {
+  std::unique_ptr<KvChunkMemory> chunk = create_memfd_kv_chunk(2 * kMiB, "theirs");
+  std::unique_ptr<KvChunkRange> owner = reserve_memfd_kv_range(2 * kMiB);
+  owner->map(0, chunk->export_fd().get(), 2 * kMiB, "own");
+  std::memset(owner->base() + 4096, 0x3c, 64);
+  std::unique_ptr<KvChunkRange> reader = reserve_memfd_kv_range(4 * kMiB);
+  reader->map_read_only(2 * kMiB, chunk->export_fd().get(), 2 * kMiB, "theirs");
+  const std::byte* p = reader->base() + 2 * kMiB + 4096;
+  EXPECT_EQ(p[63], std::byte(0x3c));
+  // The mapping's own flags: readable, shared, not writable.
+  std::ifstream maps("/proc/self/maps");
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  std::string perms;
+  for (std::string line; std::getline(maps, line);) {
+    const uintptr_t lo = std::stoull(line.substr(0, line.find('-')), nullptr, 16);
+    const uintptr_t hi = std::stoull(line.substr(line.find('-') + 1), nullptr, 16);
+    if (at >= lo && at < hi) perms = line.substr(line.find(' ') + 1, 4);
+  }
+  EXPECT_EQ(perms, "r--s");
+  EXPECT_THROW(reader->map_read_only(4 * kMiB, chunk->export_fd().get(), 2 * kMiB, "past the end"),
+               std::runtime_error);
 }
 
 }  // namespace

@@ -155,6 +155,13 @@ std::span<const float> CudaBatchBackend::logits(int entry) {
 }
 
 std::vector<SampleResult> CudaBatchBackend::sample(std::span<const SampleRequest> requests) {
+  // The engine publishes a step's full blocks to other workers once sample() returned, so
+  // their keys and values must be written by then, and a failed step known: a sampling step
+  // waits for the stream anyway; a step of prompt chunks alone waits here when sharing.
+  if (requests.empty()) {
+    if (kv_.shares()) synchronize();
+    return {};
+  }
   // Structured output: masked in place, so the sampler and top_logprobs both see it. The
   // logits buffer is this backend's own, rewritten by every forward.
   token_mask_.apply(requests, entry_row_, const_cast<float*>(model_.logits(0)), stream_.get());

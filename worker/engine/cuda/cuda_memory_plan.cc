@@ -58,6 +58,21 @@ CudaKvPool::CudaKvPool(const ModelConfig& c, const EngineOptions& options, int c
   HEARTH_CUDA_CHECK(cudaStreamSynchronize(stream));
 }
 
+KvPoolShape CudaKvPool::shape() const {
+  if (!memory_) return shape_;
+  KvPoolShape shape{shape_.block_size, memory_->blocks()};
+  // As the CPU backend's view: other workers' chunks are mapped read-only into the same
+  // reserved range past the pool's own, so k(layer) / v(layer) + id * block_stride() address
+  // their blocks like own ones and captured decode graphs stay valid (the range never moves):
+  // the view only has to admit their ids. A kernel write there would fault (read-only device
+  // access); check_batch refuses a table that would ask for one.
+  if (const SharedKv* shared = memory_->shared()) {
+    shape.foreign_first = shared->first_foreign_block();
+    shape.foreign_blocks = shared->foreign_capacity();
+  }
+  return shape;
+}
+
 void CudaKvPool::prepare(cudaStream_t stream) {
   if (!memory_) return;
   if (memory_->blocks() == 0) {

@@ -52,7 +52,8 @@ int64_t cuda_kv_bytes_per_token(const ModelConfig& config);
 // (what a leased chunk holds) and the kernels step from block to block by block_stride().
 // Single-process, the pool is one allocation; served, it is the worker's leased range (VMM
 // chunks mapped into one reservation that never moves, so captured graphs stay valid as chunks
-// come and go), holding blocks [0, memory->blocks()).
+// come and go), holding blocks [0, memory->blocks()); other workers' chunks, mapped read-only
+// into the same reservation past the pool's own, hold the foreign blocks.
 class CudaKvPool {
  public:
   // Own pool: sized by resolve_kv_pool from the memory free now, so it must be allocated last.
@@ -62,9 +63,11 @@ class CudaKvPool {
   CudaKvPool(const ModelConfig& config, const EngineOptions& options, int context_length,
              cudaStream_t stream, DeviceArena& arena, const KvMemoryFactory& lease = nullptr);
 
-  KvPoolShape shape() const {
-    return memory_ ? KvPoolShape{shape_.block_size, memory_->blocks()} : shape_;
-  }
+  // Leased, blocks [0, memory->blocks()), and other workers' blocks (shared prefix KV) at ids
+  // from memory->shared()->first_foreign_block() on.
+  KvPoolShape shape() const;
+  // True when other workers' blocks may be in this pool's block tables.
+  bool shares() const { return memory_ && memory_->shared(); }
   KvMemory* memory() const { return memory_.get(); }
   // Before a step: a leased block 0 freshly mapped is zeroed (see the constructor).
   void prepare(cudaStream_t stream);

@@ -1,0 +1,355 @@
+// The worker's side of prefix KV sharing (issue 22 item 3) against the real server in-process,
+// memfd chunks: worker A writes a block of its leased pool and publishes it; worker B finds it
+// under the same chain, reads A's bytes through a read-only mapping of A's chunk, and never
+// under another salt; B's references hold A's block until B drops them or goes.
+#include "worker/shared_kv_blocks.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+
+#include "ipc/protocol.h"
+#include "tests/weight-server/daemon/in_process_server.h"
+#include "weight-server/model/host_store.h"
+#include "worker/engine/cpu_backend.h"
+#include "worker/engine/engine.h"
+#include "worker/engine/kv_cache_manager.h"
+#include "worker/engine/sequence.h"
+#include "worker/leased_kv_memory.h"
+
+namespace hearth {
+namespace {
+
+constexpr uint64_t kMiB = uint64_t(1) << 20;
+constexpr int64_t kBlock = 256 * 1024;
+constexpr ipc::WireKey kDomain{7, 8};
+constexpr ipc::WireKey kRoot{9, 10};
+
+std::shared_ptr<ipc::Client> connect(const std::string& socket) {
+  ipc::ClientOptions options;
+  options.name = "shared-kv-test";
+  options.timeout = std::chrono::seconds(60);
+  return std::make_shared<ipc::Client>(ipc::Client::connect(socket, options));
+}
+
+// The permissions /proc/self/maps shows for the mapping that holds `p` ("r--s", ...).
+std::string permissions_at(const void* p) {
+  std::ifstream maps("/proc/self/maps");
+  const auto at = reinterpret_cast<uintptr_t>(p);
+  for (std::string line; std::getline(maps, line);) {
+    std::istringstream in(line);
+    std::string range, perms;
+    in >> range >> perms;
+    const size_t dash = range.find('-');
+    const uintptr_t lo = std::stoull(range.substr(0, dash), nullptr, 16);
+    const uintptr_t hi = std::stoull(range.substr(dash + 1), nullptr, 16);
+    if (at >= lo && at < hi) return perms;
+  }
+  return "";
+}
+
+class SharedKvBlocksTest : public ::testing::Test {
+ protected:
+  void SetUp() override { write_synthetic_model(model_dir_.path(), SynthOptions{}); }
+  test::TempDir model_dir_;
+  std::mt19937_64 rng_{std::random_device{}()};
+};
+
+TEST_F(SharedKvBlocksTest, WorkerBReadsTheBlockWorkerAComputedThroughAReadOnlyMapping) {
+  test::InProcessServer server({}, model_dir_.path(), nullptr, 64 * kMiB, 0.5);
+  auto a_server = connect(server.socket());
+  auto b_server = connect(server.socket());
+  LeasedKvMemory a_pool(a_server, kBlock, 16, 16);
+  ASSERT_EQ(a_pool.blocks(), 16);
+  SharedKvBlocks a(a_server, kDomain, kBlock, 4);
+  SharedKvBlocks b(b_server, kDomain, kBlock, 4);
+
+  // A fills blocks 9 and 10 (in its second chunk) and publishes them as a two-block chain.
+  std::vector<std::byte> bytes(2 * kBlock);
+  for (std::byte& x : bytes) x = std::byte(rng_());
+  std::memcpy(a_pool.base() + 9 * kBlock, bytes.data(), bytes.size());
+  std::vector<ipc::KvLookupLink> chain;
+  std::vector<ipc::KvPublishBlock> blocks;
+  for (int i = 0; i < 2; ++i) {
+    ipc::KvLookupLink link{{rng_(), rng_()}, std::vector<int32_t>(16)};
+    for (int32_t& t : link.tokens) t = int32_t(rng_() % 1000);
+    blocks.push_back(
+        {a_pool.place_of_block(9 + i), link.key, i == 0 ? kRoot : chain[0].key, link.tokens});
+    chain.push_back(link);
+  }
+  EXPECT_EQ(blocks[0].place.chunk, blocks[1].place.chunk);
+  EXPECT_EQ(a.publish(blocks), 2u);
+
+  const std::vector<SharedKvBlocks::Found> found = b.lookup(kRoot, chain);
+  ASSERT_EQ(found.size(), 2u);
+  EXPECT_EQ(b.references(), 2u);
+  EXPECT_EQ(b.mapped_chunks(), 1);
+  EXPECT_EQ(std::memcmp(found[0].data, bytes.data(), kBlock), 0);
+  EXPECT_EQ(std::memcmp(found[1].data, bytes.data() + kBlock, kBlock), 0);
+  EXPECT_EQ(permissions_at(found[0].data), "r--s");
+  EXPECT_TRUE(b.lookup({9, 11}, chain).empty());  // another salt: another root
+
+  // A may not write its block again while B reads it; once B drops it, A may.
+  const std::vector<ipc::WirePlace> first{blocks[0].place};
+  EXPECT_TRUE(a.withdraw(first).empty());
+  const std::vector<ipc::WirePlace> b_first{found[0].place};
+  b.unref(b_first);
+  EXPECT_EQ(b.references(), 1u);
+  EXPECT_EQ(a.withdraw(first), std::vector<size_t>{0});
+}
+
+TEST_F(SharedKvBlocksTest, AWorkerThatGoesDropsItsReferences) {
+  test::InProcessServer server({}, model_dir_.path(), nullptr, 64 * kMiB, 0.5);
+  auto a_server = connect(server.socket());
+  LeasedKvMemory a_pool(a_server, kBlock, 8, 8);
+  SharedKvBlocks a(a_server, kDomain, kBlock, 4);
+  ipc::KvLookupLink link{{rng_(), rng_()}, {1, 2, 3}};
+  const std::vector<ipc::KvPublishBlock> blocks{
+      {a_pool.place_of_block(0), link.key, kRoot, link.tokens}};
+  ASSERT_EQ(a.publish(blocks), 1u);
+  const std::vector<ipc::KvLookupLink> chain{link};
+  {
+    auto b_server = connect(server.socket());
+    SharedKvBlocks b(b_server, kDomain, kBlock, 4);
+    ASSERT_EQ(b.lookup(kRoot, chain).size(), 1u);
+    ASSERT_EQ(b.lookup(kRoot, chain).size(), 1u);
+    const std::vector<ipc::WirePlace> place{blocks[0].place};
+    EXPECT_TRUE(a.withdraw(place).empty());
+  }
+  // B's destructor gave both references back before its connection closed.
+  const std::vector<ipc::WirePlace> place{blocks[0].place};
+  EXPECT_EQ(a.withdraw(place), std::vector<size_t>{0});
+}
+
+// The engine's view (SharedKv) of a leased pool with sharing on: a block worker A computed is a
+// block id of worker B's own address space, past B's pool, holding A's bytes read-only.
+TEST_F(SharedKvBlocksTest, ALeasedPoolFindsAnotherWorkersBlocksAsIdsPastItsOwn) {
+  test::InProcessServer server({}, model_dir_.path(), nullptr, 64 * kMiB, 0.5);
+  const BlockKey domain{3, 4}, root{5, 6};
+  LeasedKvMemory a(connect(server.socket()), kBlock, 16, 16, nullptr, {domain, 2});
+  LeasedKvMemory b(connect(server.socket()), kBlock, 16, 8, nullptr, {domain, 2});
+  LeasedKvMemory other(connect(server.socket()), kBlock, 16, 8, nullptr, {{3, 5}, 2});
+  EXPECT_EQ(b.first_foreign_block(), 16);
+  EXPECT_EQ(b.foreign_capacity(), 16);
+
+  std::vector<std::byte> bytes(kBlock);
+  for (std::byte& x : bytes) x = std::byte(rng_());
+  std::memcpy(a.base() + 12 * kBlock, bytes.data(), bytes.size());
+  std::vector<int32_t> tokens(16);
+  for (int32_t& t : tokens) t = int32_t(rng_() % 1000);
+  const BlockKey key{rng_(), rng_()};
+  const std::vector<SharedKvBlock> published{{12, key, root, tokens}};
+  EXPECT_EQ(a.publish(published), 1u);
+
+  const std::vector<SharedKvLink> chain{{key, tokens}};
+  const std::vector<int32_t> found = b.find(root, chain);
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_GE(found[0], b.first_foreign_block());
+  EXPECT_LT(found[0], b.first_foreign_block() + b.foreign_capacity());
+  EXPECT_EQ(std::memcmp(b.base() + int64_t(found[0]) * kBlock, bytes.data(), kBlock), 0);
+  EXPECT_EQ(permissions_at(b.base() + int64_t(found[0]) * kBlock), "r--s");
+  EXPECT_TRUE(other.find(root, chain).empty());  // another cache domain
+
+  // A writes block 12 again only once B gave it back.
+  const std::vector<int32_t> own{12};
+  EXPECT_TRUE(a.withdraw(own).empty());
+  b.release(found);
+  EXPECT_EQ(a.withdraw(own), own);
+}
+
+// The engine's bookkeeping over two real leased pools: worker B's KvCacheManager takes the full
+// blocks worker A's published, only once A flushed them (after its step), holds them as foreign
+// ids past its own pool and gives them back when its sequence is freed; A never hands a block
+// out for writing while B still reads it (pinned), and does once B gave it back.
+TEST_F(SharedKvBlocksTest, ACacheManagerSharesPublishedBlocksAndNeverReusesOnesAnotherReads) {
+  test::InProcessServer server({}, model_dir_.path(), nullptr, 64 * kMiB, 0.5);
+  const BlockKey domain{3, 4};
+  LeasedKvMemory a_mem(connect(server.socket()), kBlock, 16, 16, nullptr, {domain, 1});
+  LeasedKvMemory b_mem(connect(server.socket()), kBlock, 16, 16, nullptr, {domain, 1});
+  constexpr int kTokensPerBlock = 4;
+  KvCacheManager a(a_mem.blocks(), kTokensPerBlock, true, true);
+  KvCacheManager b(b_mem.blocks(), kTokensPerBlock, true, true);
+  a.share(a_mem.shared());
+  b.share(b_mem.shared());
+  ASSERT_TRUE(a.sharing() && b.sharing());
+
+  Sequence sa;
+  sa.id = 1;
+  for (int i = 0; i < 18; ++i) sa.tokens.push_back(int32_t(rng_() % 1000));
+  sa.chain_root = chain_root_key(domain, "");
+  Sequence sb = sa;
+  sb.id = 7;
+  ASSERT_TRUE(a.allocate(sa.id, 18));
+  const std::vector<int32_t> a_table(a.block_table(sa.id).begin(), a.block_table(sa.id).end());
+  std::vector<std::byte> bytes(size_t(kBlock) * 4);
+  for (std::byte& x : bytes) x = std::byte(rng_());
+  for (int j = 0; j < 4; ++j)
+    std::memcpy(a_mem.base() + int64_t(a_table[j]) * kBlock, bytes.data() + j * kBlock, kBlock);
+  sa.computed = 18;
+  a.cache_full_blocks(sa, 0, 18);  // four full blocks, queued
+
+  int shared = -1;
+  EXPECT_EQ(b.reuse_cached_blocks(sb, &shared), 0);  // nothing published before the flush
+  EXPECT_EQ(shared, 0);
+  b.free(sb.id);
+  a.publish_queued();
+  EXPECT_EQ(a.shared_published_blocks(), 4u);
+
+  // B takes the four (never the block of its last token) as blocks past its own pool.
+  EXPECT_EQ(b.reuse_cached_blocks(sb, &shared), 16);
+  EXPECT_EQ(shared, 16);
+  EXPECT_EQ(sb.computed, 16);
+  const std::span<const int32_t> b_table = b.block_table(sb.id);
+  ASSERT_EQ(b_table.size(), 4u);
+  for (int j = 0; j < 4; ++j) {
+    EXPECT_GE(b_table[j], b_mem.first_foreign_block());
+    EXPECT_EQ(
+        std::memcmp(b_mem.base() + int64_t(b_table[j]) * kBlock, bytes.data() + j * kBlock, kBlock),
+        0);
+  }
+  EXPECT_EQ(b.pool().used(), 0);  // foreign blocks are not in B's pool
+  ASSERT_TRUE(b.allocate(sb.id, 19));
+  EXPECT_LT(b.block_table(sb.id)[4], b_mem.first_foreign_block());
+
+  // A's sequence ends: its published blocks are free and cached. Taking the whole pool must
+  // write them, and B reads them: they stay pinned, and the allocation fails.
+  a.free(sa.id);
+  const int total = a.pool().total();
+  EXPECT_FALSE(a.allocate(2, total * kTokensPerBlock));
+  EXPECT_EQ(a.pinned_blocks(), 4);
+  ASSERT_TRUE(a.allocate(2, (total - 4) * kTokensPerBlock));
+  for (int32_t block : a.block_table(2))
+    for (int j = 0; j < 4; ++j) EXPECT_NE(block, a_table[j]);
+  a.free(2);
+
+  // B gives them back with its sequence; then A may write them again.
+  b.free(sb.id);
+  ASSERT_TRUE(a.allocate(3, total * kTokensPerBlock));
+  EXPECT_EQ(a.pinned_blocks(), 0);
+  a.free(3);
+  EXPECT_EQ(connect(server.socket())->call(ipc::op::kStats).body["kv_share"]["blocks"], 0);
+}
+
+// The CPU backend's view of a sharing pool: other workers' block ids are admitted only for
+// positions a forward reads, never for the positions it writes (a worker never writes a block
+// it did not allocate), and ids past the foreign slots are refused like any outside the pool.
+TEST_F(SharedKvBlocksTest, TheCpuBackendNeverWritesAForeignBlock) {
+  test::InProcessServer server({}, model_dir_.path(), nullptr, 64 * kMiB, 0.5);
+  auto store =
+      std::make_shared<HostStore>(std::make_shared<HfModel>(HfModel::open(model_dir_.path())));
+  constexpr int kTokensPerBlock = 16;
+  const int64_t block_bytes = CpuBackend::kv_bytes_per_token(store->config()) * kTokensPerBlock;
+  auto memory = std::make_shared<LeasedKvMemory>(connect(server.socket()), block_bytes, 4, 4,
+                                                 nullptr, LeasedKvSharing{{3, 4}, 1});
+  CpuBackend cpu(store, 64, {kTokensPerBlock, 0}, memory);
+  const KvPoolShape view = cpu.kv_pool();
+  EXPECT_EQ(view.foreign_first, memory->max_blocks());
+  EXPECT_EQ(view.foreign_blocks, memory->foreign_capacity());
+  ASSERT_GT(view.foreign_blocks, 0);
+
+  const std::vector<int32_t> tokens{1, 2, 3};
+  auto forward = [&](int start, std::vector<int32_t> table) {
+    ForwardBatch batch;
+    batch.entries.push_back({tokens, start, table, true});
+    cpu.forward(batch);
+  };
+  // Writing positions 0-2 into a foreign block, or position 16 into one: refused.
+  EXPECT_THROW(forward(0, {view.foreign_first}), std::runtime_error);
+  EXPECT_THROW(forward(16, {0, view.foreign_first}), std::runtime_error);
+  EXPECT_THROW(forward(0, {view.foreign_first + view.foreign_blocks}), std::runtime_error);
+  EXPECT_NO_THROW(forward(0, {0}));  // an own block
+}
+
+// Engines on leased pools of one server, as served workers run them. B's pool is too small for
+// its requests, so it preempts and recomputes; it reads A's prefix blocks each time it admits a
+// request and gives them back as its sequences go. Its tokens and logprobs are those of C, the
+// same engine with kv_share off, and once it is done nothing of A's is referenced any more.
+TEST_F(SharedKvBlocksTest, EnginesSharingUnderPreemptionGiveTheTokensOfOneThatDoesNot) {
+  test::InProcessServer server({}, model_dir_.path(), nullptr, 512 * kMiB, 0.5);
+  auto store =
+      std::make_shared<HostStore>(std::make_shared<HfModel>(HfModel::open(model_dir_.path())));
+  constexpr int kTokensPerBlock = 16, kContext = 256;
+  const int64_t block_bytes = CpuBackend::kv_bytes_per_token(store->config()) * kTokensPerBlock;
+  const int pool_blocks = int(kv_chunk_bytes_for(uint64_t(block_bytes)) / block_bytes);
+  struct Worker {
+    std::shared_ptr<LeasedKvMemory> memory;
+    std::unique_ptr<CpuBackend> backend;
+    std::unique_ptr<Engine> engine;
+  };
+  auto make = [&](bool share) {
+    Worker w;
+    w.memory = std::make_shared<LeasedKvMemory>(connect(server.socket()), block_bytes, pool_blocks,
+                                                pool_blocks, nullptr,
+                                                share ? LeasedKvSharing{{}, 1} : LeasedKvSharing{});
+    w.backend =
+        std::make_unique<CpuBackend>(store, kContext, KvPoolShape{kTokensPerBlock, 0}, w.memory);
+    EngineOptions options;
+    options.kv_share = share;
+    w.engine =
+        std::make_unique<Engine>(*w.backend, options, nullptr, std::vector<int32_t>{}, "synthetic");
+    return w;
+  };
+  using Tokens = std::map<std::string, std::vector<std::pair<int32_t, float>>>;
+  auto run = [](Engine& engine, Tokens& tokens, std::map<std::string, int>& cached) {
+    while (engine.has_work())
+      for (const RequestOutput& out : engine.step()) {
+        for (const TokenOutput& t : out.tokens) tokens[out.id].push_back({t.token, t.logprob});
+        if (out.finish) cached[out.id] = out.finish->cached_tokens;
+      }
+  };
+  std::vector<int32_t> prefix(48);
+  for (int32_t& t : prefix) t = int32_t(rng_() % uint64_t(store->config().vocab));
+  auto request = [&](int i, int max_tokens) {
+    Request r{"r" + std::to_string(i), prefix, {}};
+    r.prompt.push_back(int32_t(i));
+    r.settings.sampling.temperature = 0.8f;
+    r.settings.sampling.seed = uint64_t(i);
+    r.settings.max_tokens = max_tokens;
+    r.settings.ignore_eos = true;
+    r.settings.logprobs = 2;
+    return r;
+  };
+
+  Worker a = make(true);
+  a.engine->submit(request(100, 1));
+  Tokens a_tokens;
+  std::map<std::string, int> a_cached;
+  run(*a.engine, a_tokens, a_cached);
+  EXPECT_EQ(a.engine->stats().kv_share_published_blocks, 3u);  // the prefix's full blocks
+
+  // More requests of 49 + 180 positions (15 blocks, 12 of them own) than the pool holds at once.
+  const int n = pool_blocks / 12 + 6;
+  Worker b = make(true), c = make(false);
+  Tokens b_tokens, c_tokens;
+  std::map<std::string, int> b_cached, c_cached;
+  for (int i = 0; i < n; ++i) {
+    b.engine->submit(request(i, 180));
+    c.engine->submit(request(i, 180));
+  }
+  run(*b.engine, b_tokens, b_cached);
+  run(*c.engine, c_tokens, c_cached);
+  const EngineStats bs = b.engine->stats();
+  EXPECT_GT(bs.preemptions, 0u) << pool_blocks << " blocks";
+  EXPECT_EQ(int(b_tokens.size()), n);
+  EXPECT_EQ(b_tokens, c_tokens);
+  // A's three blocks, found by every request (B never caches them itself); C finds its own.
+  for (int i = 0; i < n; ++i) EXPECT_EQ(b_cached["r" + std::to_string(i)], 48);
+  EXPECT_EQ(c.engine->stats().kv_share_hit_tokens, 0u);
+  EXPECT_FALSE(c.engine->stats().kv_share);
+  EXPECT_GE(bs.kv_share_hit_tokens, uint64_t(n) * 48);
+  EXPECT_EQ(bs.kv_share_hit_blocks * kTokensPerBlock, bs.kv_share_hit_tokens);
+  EXPECT_EQ(bs.kv_blocks_used, 0);
+
+  // Nobody reads A's blocks any more: every one of them is A's to write again.
+  std::vector<int32_t> all(size_t(a.memory->blocks()));
+  for (int32_t i = 0; i < a.memory->blocks(); ++i) all[size_t(i)] = i;
+  EXPECT_EQ(a.memory->withdraw(all), all);
+}
+
+}  // namespace
+}  // namespace hearth

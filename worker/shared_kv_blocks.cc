@@ -1,0 +1,145 @@
+#include "worker/shared_kv_blocks.h"
+
+#include <stdexcept>
+#include <string>
+
+#include "ipc/errors.h"
+#include "weight-server/sharing/kv_chunk.h"
+
+namespace hearth {
+
+SharedKvBlocks::SharedKvBlocks(std::shared_ptr<ipc::Client> server, ipc::WireKey domain,
+                               int64_t block_bytes, int max_chunks)
+    : server_(std::move(server)),
+      domain_(domain),
+      block_bytes_(block_bytes),
+      max_chunks_(max_chunks) {
+  if (!server_ || block_bytes <= 0 || max_chunks <= 0)
+    throw std::invalid_argument("shared KV blocks need a server, a block size and chunks");
+  chunk_bytes_ = kv_chunk_bytes_for(uint64_t(block_bytes));
+  own_range_ = reserve_memfd_kv_range(uint64_t(max_chunks) * chunk_bytes_);
+  range_ = own_range_.get();
+}
+
+SharedKvBlocks::SharedKvBlocks(std::shared_ptr<ipc::Client> server, ipc::WireKey domain,
+                               int64_t block_bytes, int max_chunks, KvChunkRange& range,
+                               uint64_t first_offset)
+    : server_(std::move(server)),
+      domain_(domain),
+      block_bytes_(block_bytes),
+      max_chunks_(max_chunks),
+      range_(&range),
+      first_offset_(first_offset) {
+  if (!server_ || block_bytes <= 0 || max_chunks <= 0)
+    throw std::invalid_argument("shared KV blocks need a server, a block size and chunks");
+  chunk_bytes_ = kv_chunk_bytes_for(uint64_t(block_bytes));
+}
+
+SharedKvBlocks::~SharedKvBlocks() {
+  // Unmapped first; the references go back now, or with the connection if the server is gone.
+  if (own_range_) {
+    own_range_.reset();
+  } else {
+    for (const auto& [id, slot] : slots_) {
+      try {
+        range_->unmap(first_offset_ + uint64_t(slot) * chunk_bytes_, chunk_bytes_);
+      } catch (const std::exception&) {
+      }
+    }
+  }
+  if (held_.empty() || !server_->connected()) return;
+  std::vector<ipc::WirePlace> places;
+  for (const auto& [place, count] : held_)
+    for (uint64_t i = 0; i < count; ++i) places.push_back({place.first, place.second});
+  try {
+    for (size_t at = 0; at < places.size(); at += ipc::kMaxKvShareBlocks) {
+      const size_t n = std::min(ipc::kMaxKvShareBlocks, places.size() - at);
+      server_->call(ipc::op::kKvUnref, ipc::make_kv_places_args(std::span(places).subspan(at, n)));
+    }
+  } catch (const std::exception&) {
+  }
+}
+
+uint64_t SharedKvBlocks::publish(std::span<const ipc::KvPublishBlock> blocks) {
+  uint64_t published = 0;
+  for (size_t at = 0; at < blocks.size(); at += ipc::kMaxKvShareBlocks) {
+    ipc::KvPublishRequest request{domain_, uint64_t(block_bytes_), {}};
+    const size_t n = std::min(ipc::kMaxKvShareBlocks, blocks.size() - at);
+    request.blocks.assign(blocks.begin() + long(at), blocks.begin() + long(at + n));
+    const ipc::Frame reply = server_->call(ipc::op::kKvPublish, ipc::make_kv_publish_args(request));
+    published += reply.body.value("published", uint64_t(0));
+  }
+  return published;
+}
+
+std::vector<SharedKvBlocks::Found> SharedKvBlocks::lookup(
+    const ipc::WireKey& root, std::span<const ipc::KvLookupLink> chain) {
+  if (chain.empty()) return {};
+  if (chain.size() > ipc::kMaxKvShareBlocks) chain = chain.first(ipc::kMaxKvShareBlocks);
+  ipc::KvLookupRequest request{domain_, uint64_t(block_bytes_), root, {}, {}};
+  request.chain.assign(chain.begin(), chain.end());
+  for (const auto& [id, slot] : slots_) request.mapped.push_back(id);
+  ipc::Frame reply = server_->call(ipc::op::kKvLookup, ipc::make_kv_lookup_args(request));
+  const nlohmann::json& blocks = reply.body.at("blocks");
+  const nlohmann::json& chunks = reply.body.at("chunks");
+  const nlohmann::json& sizes = reply.body.at("chunk_bytes");
+  if (!blocks.is_array() || !chunks.is_array() || !sizes.is_array() ||
+      chunks.size() != reply.fds.size() || sizes.size() != chunks.size() ||
+      blocks.size() > chain.size())
+    throw std::runtime_error("the server's KV lookup reply does not match what was asked");
+  std::vector<ipc::WirePlace> places;
+  for (const nlohmann::json& block : blocks)
+    places.push_back({block.at("chunk").get<uint64_t>(), block.at("offset").get<uint64_t>()});
+  // The references are ours from here: count them before anything can throw.
+  for (const ipc::WirePlace& place : places) ++held_[{place.chunk, place.offset}];
+  references_ += places.size();
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    const uint64_t id = chunks[i].get<uint64_t>();
+    if (sizes[i].get<uint64_t>() != chunk_bytes_ || slots_.contains(id))
+      throw std::runtime_error("the server's KV lookup passed chunk " + std::to_string(id) +
+                               " of an unexpected size, or one mapped already");
+    if (int(slots_.size()) == max_chunks_) break;  // no room: the hits in it are cut below
+    const int slot = int(slots_.size());
+    range_->map_read_only(first_offset_ + uint64_t(slot) * chunk_bytes_, reply.fds[i].get(),
+                          chunk_bytes_, "shared KV chunk " + std::to_string(id));
+    slots_.emplace(id, slot);
+  }
+  std::vector<Found> found;
+  for (const ipc::WirePlace& place : places) {
+    const auto slot = slots_.find(place.chunk);
+    if (slot == slots_.end() || place.offset % uint64_t(block_bytes_) != 0 ||
+        place.offset >= chunk_bytes_)
+      break;  // the run stops at the first block this worker cannot read
+    found.push_back({place, range_->base() + first_offset_ + uint64_t(slot->second) * chunk_bytes_ +
+                                place.offset});
+  }
+  if (found.size() < places.size()) unref(std::span(places).subspan(found.size()));
+  return found;
+}
+
+void SharedKvBlocks::unref(std::span<const ipc::WirePlace> places) {
+  if (places.empty()) return;
+  for (size_t at = 0; at < places.size(); at += ipc::kMaxKvShareBlocks) {
+    const size_t n = std::min(ipc::kMaxKvShareBlocks, places.size() - at);
+    server_->call(ipc::op::kKvUnref, ipc::make_kv_places_args(places.subspan(at, n)));
+  }
+  for (const ipc::WirePlace& place : places) {
+    auto it = held_.find({place.chunk, place.offset});
+    if (it != held_.end() && --it->second == 0) held_.erase(it);
+    --references_;
+  }
+}
+
+std::vector<size_t> SharedKvBlocks::withdraw(std::span<const ipc::WirePlace> places) {
+  std::vector<size_t> free_to_write;
+  if (places.empty()) return free_to_write;
+  const ipc::Frame reply = server_->call(ipc::op::kKvWithdraw, ipc::make_kv_places_args(places));
+  for (const nlohmann::json& index : reply.body.at("withdrawn")) {
+    const size_t i = index.get<size_t>();
+    if (i >= places.size()) throw std::runtime_error("the server withdrew a block not asked for");
+    free_to_write.push_back(i);
+  }
+  return free_to_write;
+}
+
+}  // namespace hearth

@@ -1,0 +1,81 @@
+// Served mode, the worker's side of prefix KV sharing across workers (issue 22 item 3): it
+// publishes full blocks of its own leased pool, finds blocks other workers published under the
+// same hash chain, maps their chunks read-only (a worker never writes a block it did not
+// allocate) and holds one server-side reference per block found until it drops it. The engine
+// calls it through LeasedKvMemory (its SharedKv) on a local prefix-cache miss (lookup) and after
+// a step succeeded (publish).
+//
+// Foreign chunks are mapped read-only (KvChunkRange::map_read_only, from the read-only
+// descriptor the server passes) into a range of their own, slot after slot, never unmapped while
+// this object lives (a slot is a chunk; chunks are few and the range is only address space).
+// On the GPU the same shape holds with a VMM range; this class is the CPU backend's (memfd).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "ipc/client.h"
+#include "ipc/kv_share_protocol.h"
+#include "weight-server/sharing/kv_chunk.h"
+
+namespace hearth {
+
+class SharedKvBlocks {
+ public:
+  // A block another worker (or this one) published: where it is, and its bytes in this
+  // process (read-only).
+  struct Found {
+    ipc::WirePlace place;
+    const std::byte* data = nullptr;
+  };
+
+  // `domain`: the engine's cache domain key; `max_chunks`: the most foreign chunks ever mapped.
+  // `server` is the worker's connection; nothing else may use it at the same time.
+  SharedKvBlocks(std::shared_ptr<ipc::Client> server, ipc::WireKey domain, int64_t block_bytes,
+                 int max_chunks);
+  // The same, mapping foreign chunks into `range` from `first_offset` on (room for
+  // `max_chunks`), a range that outlives this object: a leased pool's, so that foreign blocks
+  // are block ids of the pool's address space.
+  SharedKvBlocks(std::shared_ptr<ipc::Client> server, ipc::WireKey domain, int64_t block_bytes,
+                 int max_chunks, KvChunkRange& range, uint64_t first_offset);
+  ~SharedKvBlocks();
+  SharedKvBlocks(const SharedKvBlocks&) = delete;
+  SharedKvBlocks& operator=(const SharedKvBlocks&) = delete;
+
+  // Publishes full blocks of this worker's own chunks (call only after the step that filled them
+  // succeeded). Returns how many the server took (a duplicate key is not an error).
+  uint64_t publish(std::span<const ipc::KvPublishBlock> blocks);
+  // The longest published run of `chain` after `root`; each found block holds a reference until
+  // unref(). Throws ipc::IpcError or std::runtime_error (a reply that is not what was asked, a
+  // chunk that is not a sealed memfd of its size).
+  std::vector<Found> lookup(const ipc::WireKey& root, std::span<const ipc::KvLookupLink> chain);
+  // Drops one reference per place (as many as lookups returned it).
+  void unref(std::span<const ipc::WirePlace> places);
+  // Asks to write own published blocks again; returns the indexes of `places` now free to write.
+  std::vector<size_t> withdraw(std::span<const ipc::WirePlace> places);
+
+  // The cache domain of every later publish and lookup (the engine's, known after this exists).
+  void set_domain(const ipc::WireKey& domain) { domain_ = domain; }
+
+  uint64_t references() const { return references_; }
+  int mapped_chunks() const { return int(slots_.size()); }
+
+ private:
+  std::shared_ptr<ipc::Client> server_;
+  ipc::WireKey domain_;
+  int64_t block_bytes_;
+  int max_chunks_;
+  uint64_t chunk_bytes_;  // kv_chunk_bytes_for(block_bytes): every worker's chunk size
+  std::unique_ptr<KvChunkRange> own_range_;  // when no range was given
+  KvChunkRange* range_;                      // max_chunks slots from first_offset_, read-only
+  uint64_t first_offset_ = 0;
+  std::map<uint64_t, int> slots_;  // foreign chunk id -> its slot in range_
+  std::map<std::pair<uint64_t, uint64_t>, uint64_t> held_;  // place -> references held
+  uint64_t references_ = 0;
+};
+
+}  // namespace hearth

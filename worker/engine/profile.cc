@@ -289,9 +289,8 @@ const std::map<std::string, Setter>& setters() {
         }}},
       {"cuda_graphs",
        {KeyKind::Engine,
-        [](Profile& p, const json& v, const std::string& l) {
-          p.engine.cuda_graphs = boolean(v, l, "cuda_graphs");
-        }}},
+        [](Profile& p, const json& v,
+           const std::string& l) { p.engine.cuda_graphs = boolean(v, l, "cuda_graphs"); }}},
       {"kv_cache_dtype",
        {KeyKind::Engine,
         [](Profile& p, const json& v,

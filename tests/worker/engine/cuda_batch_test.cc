@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/kernels/gpu_test_util.h"
+#include "tests/worker/engine/engine_outcomes.h"
 #include "tests/support/paths.h"
 #include "tools/synth_model.h"
 #include "weight-server/model/device_store.h"
@@ -149,36 +150,6 @@ TEST(CudaBatch, NonInvariantCublasPathMatchesCpu) {
 
 // ---- Batch invariance through the engine ----------------------------------------------------
 
-struct Outcome {
-  std::vector<int32_t> tokens;
-  std::vector<float> logprobs;
-  FinishReason reason = FinishReason::Error;
-  int preemptions = 0;
-};
-
-std::map<std::string, Outcome> run(Backend& backend, const EngineOptions& o,
-                                   const std::vector<Request>& requests) {
-  Engine engine(backend, o, nullptr, {});
-  for (const Request& r : requests) engine.submit(r);
-  std::map<std::string, Outcome> out;
-  while (engine.has_work()) {
-    for (const RequestOutput& step : engine.step()) {
-      Outcome& r = out[step.id];
-      for (const TokenOutput& t : step.tokens) {
-        r.tokens.push_back(t.token);
-        r.logprobs.push_back(t.logprob);
-      }
-      if (step.finish) {
-        r.reason = step.finish->reason;
-        r.preemptions = step.finish->preemptions;
-        EXPECT_NE(r.reason, FinishReason::Error) << step.id << ": " << step.finish->error;
-      }
-    }
-  }
-  EXPECT_EQ(engine.stats().kv_blocks_used, 0);  // every block back in the pool
-  return out;
-}
-
 // `n` requests of mixed prompt lengths (1 .. 700: some cross an attention split), lengths of
 // output and sampling settings.
 std::vector<Request> mixed_requests(int n, int vocab) {
@@ -216,19 +187,6 @@ std::vector<Request> mixed_requests(int n, int vocab) {
   return requests;
 }
 
-void expect_same(const std::map<std::string, Outcome>& got,
-                 const std::map<std::string, Outcome>& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (const auto& [id, w] : want) {
-    const Outcome& g = got.at(id);
-    EXPECT_EQ(g.tokens, w.tokens) << what << " " << id;
-    ASSERT_EQ(g.logprobs.size(), w.logprobs.size()) << what << " " << id;
-    EXPECT_EQ(0, std::memcmp(g.logprobs.data(), w.logprobs.data(), w.logprobs.size() * 4))
-        << what << " " << id << ": logprobs differ in their bits";
-    EXPECT_EQ(g.reason, w.reason) << what << " " << id;
-  }
-}
-
 class CudaBatchEngine : public testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -252,11 +210,11 @@ class CudaBatchEngine : public testing::Test {
     return std::make_unique<CudaBatchBackend>(*dev_, o, kContext);
   }
   // Each request alone, on one backend, one engine per request.
-  std::map<std::string, Outcome> alone(const std::vector<Request>& requests) {
+  std::map<std::string, test::EngineOutcome> alone(const std::vector<Request>& requests) {
     const EngineOptions o = options();
     auto b = backend(o);
-    std::map<std::string, Outcome> out;
-    for (const Request& r : requests) out[r.id] = run(*b, o, {r}).at(r.id);
+    std::map<std::string, test::EngineOutcome> out;
+    for (const Request& r : requests) out[r.id] = test::run_engine(*b, o, {r}).at(r.id);
     return out;
   }
   static inline std::shared_ptr<HfModel>* hf_ = nullptr;
@@ -269,14 +227,14 @@ class CudaBatchEngine : public testing::Test {
 TEST_F(CudaBatchEngine, BatchedEqualsAloneBitForBit) {
   HEARTH_REQUIRE_GPU();
   const std::vector<Request> all = mixed_requests(100, 3000);
-  const std::map<std::string, Outcome> want = alone(all);
+  const std::map<std::string, test::EngineOutcome> want = alone(all);
   const EngineOptions o = options(256, 128);
   auto b = backend(o);
   for (int n : {1, 2, 7, 32, 100}) {
     const std::vector<Request> some(all.end() - n, all.end());  // different positions per n
-    std::map<std::string, Outcome> w;
+    std::map<std::string, test::EngineOutcome> w;
     for (const Request& r : some) w[r.id] = want.at(r.id);
-    expect_same(run(*b, o, some), w, std::to_string(n) + " together");
+    test::expect_same_outcomes(test::run_engine(*b, o, some), w, std::to_string(n) + " together");
   }
   EXPECT_GT(b->decode_graphs(), 0);
 }
@@ -288,21 +246,25 @@ TEST_F(CudaBatchEngine, BudgetAndGraphsDoNotChangeBits) {
   HEARTH_REQUIRE_GPU();
   const std::vector<Request> requests = mixed_requests(32, 3000);
   const EngineOptions wide = options(2048, 64);
-  const std::map<std::string, Outcome> want = run(*backend(wide), wide, requests);
+  const std::map<std::string, test::EngineOutcome> want =
+      test::run_engine(*backend(wide), wide, requests);
   const EngineOptions narrow = options(16, 64);
-  expect_same(run(*backend(narrow), narrow, requests), want, "max_batch_tokens 16");
+  test::expect_same_outcomes(test::run_engine(*backend(narrow), narrow, requests), want,
+                             "max_batch_tokens 16");
   EngineOptions eager = wide;
   eager.cuda_graphs = false;
-  expect_same(run(*backend(eager), eager, requests), want, "cuda_graphs off");
+  test::expect_same_outcomes(test::run_engine(*backend(eager), eager, requests), want,
+                             "cuda_graphs off");
   EngineOptions tuned = wide;
   tuned.matmul_tiling = MatmulTiling::Tuned;
-  expect_same(run(*backend(tuned), tuned, requests), want, "matmul_tiling tuned");
+  test::expect_same_outcomes(test::run_engine(*backend(tuned), tuned, requests), want,
+                             "matmul_tiling tuned");
   // Prompt chunks beside decodes cut to a step of 24 tokens, or not cut at all: same bits.
   for (int decode_step : {24, 0}) {
     EngineOptions capped = wide;
     capped.decode_step_tokens = decode_step;
-    expect_same(run(*backend(capped), capped, requests), want,
-                "decode_step_tokens " + std::to_string(decode_step));
+    test::expect_same_outcomes(test::run_engine(*backend(capped), capped, requests), want,
+                               "decode_step_tokens " + std::to_string(decode_step));
   }
 }
 
@@ -314,11 +276,11 @@ TEST_F(CudaBatchEngine, PreemptionAndWaitingKeepTheTokens) {
   const std::vector<Request> requests = mixed_requests(24, 3000);
   const EngineOptions o = options(256, 24, 800);
   auto b = backend(o);
-  const std::map<std::string, Outcome> got = run(*b, o, requests);
+  const std::map<std::string, test::EngineOutcome> got = test::run_engine(*b, o, requests);
   int preempted = 0;
   for (const auto& [id, r] : got) preempted += r.preemptions;
   EXPECT_GT(preempted, 0) << "the pool was meant to be too small";
-  expect_same(got, alone(requests), "small pool");
+  test::expect_same_outcomes(got, alone(requests), "small pool");
 }
 
 // Prefix caching: 48 requests behind shared prefixes of 0 to 600 tokens (inside a block, on a
@@ -340,15 +302,16 @@ TEST_F(CudaBatchEngine, PrefixCacheDoesNotChangeBits) {
   for (const EngineOptions& base : {options(256, 48), options(256, 24, 2000)}) {
     EngineOptions off = base;
     off.prefix_cache = false;
-    const std::map<std::string, Outcome> want = run(*backend(off), off, requests);
+    const std::map<std::string, test::EngineOutcome> want =
+        test::run_engine(*backend(off), off, requests);
     auto b = backend(base);
     Engine engine(*b, base, nullptr, {});
     for (const Request& r : requests) engine.submit(r);
-    std::map<std::string, Outcome> got;
+    std::map<std::string, test::EngineOutcome> got;
     int cached = 0;
     while (engine.has_work())
       for (const RequestOutput& step : engine.step()) {
-        Outcome& r = got[step.id];
+        test::EngineOutcome& r = got[step.id];
         for (const TokenOutput& t : step.tokens) {
           r.tokens.push_back(t.token);
           r.logprobs.push_back(t.logprob);
@@ -356,7 +319,7 @@ TEST_F(CudaBatchEngine, PrefixCacheDoesNotChangeBits) {
         if (step.finish) r.reason = step.finish->reason, cached += step.finish->cached_tokens;
       }
     const std::string what = "pool " + std::to_string(base.kv_pool_tokens);
-    expect_same(got, want, what);
+    test::expect_same_outcomes(got, want, what);
     EXPECT_GT(cached, 0) << what;
     EXPECT_EQ(engine.stats().kv_blocks_used, 0) << what;
   }

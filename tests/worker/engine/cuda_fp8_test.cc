@@ -24,6 +24,7 @@
 #include "kernels/fp8_matmul.h"
 #include "kernels/fp8_support.h"
 #include "tests/kernels/gpu_test_util.h"
+#include "tests/worker/engine/engine_outcomes.h"
 #include "tools/synth_model.h"
 #include "weight-server/model/device_store.h"
 #include "weight-server/model/hf_model.h"
@@ -271,33 +272,6 @@ TEST(CudaFp8, MatchesTheCpuEngineOnTheSameFp8Weights) {
 
 // ---- Batch invariance through the engine ----------------------------------------------------
 
-struct Outcome {
-  std::vector<int32_t> tokens;
-  std::vector<float> logprobs;
-  FinishReason reason = FinishReason::Error;
-};
-
-std::map<std::string, Outcome> run(Backend& backend, const EngineOptions& o,
-                                   const std::vector<Request>& requests) {
-  Engine engine(backend, o, nullptr, {});
-  for (const Request& r : requests) engine.submit(r);
-  std::map<std::string, Outcome> out;
-  while (engine.has_work())
-    for (const RequestOutput& step : engine.step()) {
-      Outcome& r = out[step.id];
-      for (const TokenOutput& t : step.tokens) {
-        r.tokens.push_back(t.token);
-        r.logprobs.push_back(t.logprob);
-      }
-      if (step.finish) {
-        r.reason = step.finish->reason;
-        EXPECT_NE(r.reason, FinishReason::Error) << step.id << ": " << step.finish->error;
-      }
-    }
-  EXPECT_EQ(engine.stats().kv_blocks_used, 0);
-  return out;
-}
-
 // Prompts of 1 .. 700 tokens, greedy and sampled.
 std::vector<Request> mixed_requests(int n, int vocab) {
   std::mt19937 rng(4321 + n);
@@ -322,19 +296,6 @@ std::vector<Request> mixed_requests(int n, int vocab) {
     requests.push_back(std::move(r));
   }
   return requests;
-}
-
-void expect_same(const std::map<std::string, Outcome>& got,
-                 const std::map<std::string, Outcome>& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (const auto& [id, w] : want) {
-    const Outcome& g = got.at(id);
-    EXPECT_EQ(g.tokens, w.tokens) << what << " " << id;
-    ASSERT_EQ(g.logprobs.size(), w.logprobs.size()) << what << " " << id;
-    EXPECT_EQ(0, std::memcmp(g.logprobs.data(), w.logprobs.data(), w.logprobs.size() * 4))
-        << what << " " << id << ": logprobs differ in their bits";
-    EXPECT_EQ(g.reason, w.reason) << what << " " << id;
-  }
 }
 
 class CudaFp8Engine : public testing::Test {
@@ -363,19 +324,19 @@ class CudaFp8Engine : public testing::Test {
 TEST_F(CudaFp8Engine, BatchedEqualsAloneBitForBit) {
   HEARTH_REQUIRE_FP8();
   const std::vector<Request> all = mixed_requests(40, 3000);
-  std::map<std::string, Outcome> want;
+  std::map<std::string, test::EngineOutcome> want;
   {
     const EngineOptions o = options();
     auto b = backend(o);
-    for (const Request& r : all) want[r.id] = run(*b, o, {r}).at(r.id);
+    for (const Request& r : all) want[r.id] = test::run_engine(*b, o, {r}).at(r.id);
   }
   const EngineOptions o = options(256, 64);
   auto b = backend(o);
   for (int n : {1, 7, 40}) {
     const std::vector<Request> some(all.end() - n, all.end());
-    std::map<std::string, Outcome> w;
+    std::map<std::string, test::EngineOutcome> w;
     for (const Request& r : some) w[r.id] = want.at(r.id);
-    expect_same(run(*b, o, some), w, std::to_string(n) + " together");
+    test::expect_same_outcomes(test::run_engine(*b, o, some), w, std::to_string(n) + " together");
   }
   EXPECT_GT(b->decode_graphs(), 0);
 }
@@ -386,18 +347,21 @@ TEST_F(CudaFp8Engine, ChunkingGraphsAndTuningDoNotChangeBits) {
   HEARTH_REQUIRE_FP8();
   const std::vector<Request> requests = mixed_requests(24, 3000);
   const EngineOptions wide = options(2048, 64);
-  const std::map<std::string, Outcome> want = run(*backend(wide), wide, requests);
+  const std::map<std::string, test::EngineOutcome> want =
+      test::run_engine(*backend(wide), wide, requests);
   for (int budget : {16, 100}) {
     const EngineOptions narrow = options(budget, 64);
-    expect_same(run(*backend(narrow), narrow, requests), want,
-                "max_batch_tokens " + std::to_string(budget));
+    test::expect_same_outcomes(test::run_engine(*backend(narrow), narrow, requests), want,
+                               "max_batch_tokens " + std::to_string(budget));
   }
   EngineOptions eager = wide;
   eager.cuda_graphs = false;
-  expect_same(run(*backend(eager), eager, requests), want, "cuda_graphs off");
+  test::expect_same_outcomes(test::run_engine(*backend(eager), eager, requests), want,
+                             "cuda_graphs off");
   EngineOptions tuned = wide;
   tuned.matmul_tiling = MatmulTiling::Tuned;
-  expect_same(run(*backend(tuned), tuned, requests), want, "matmul_tiling tuned");
+  test::expect_same_outcomes(test::run_engine(*backend(tuned), tuned, requests), want,
+                             "matmul_tiling tuned");
 }
 
 }  // namespace

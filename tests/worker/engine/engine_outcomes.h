@@ -1,0 +1,65 @@
+// What a request came to when an engine ran a batch of them to the end (tokens, their logprobs,
+// the finish reason), and the bitwise comparison the GPU engine tests make between two runs
+// (alone vs batched, chunked vs whole, graphs vs eager).
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "worker/engine/backend.h"
+#include "worker/engine/engine.h"
+
+namespace hearth::test {
+
+struct EngineOutcome {
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;
+  FinishReason reason = FinishReason::Error;
+  int preemptions = 0;
+};
+
+// Runs `requests` on one engine until every one finished; expects no error and every KV block
+// back in the pool at the end.
+inline std::map<std::string, EngineOutcome> run_engine(Backend& backend, const EngineOptions& o,
+                                                       const std::vector<Request>& requests) {
+  Engine engine(backend, o, nullptr, {});
+  for (const Request& r : requests) engine.submit(r);
+  std::map<std::string, EngineOutcome> out;
+  while (engine.has_work()) {
+    for (const RequestOutput& step : engine.step()) {
+      EngineOutcome& r = out[step.id];
+      for (const TokenOutput& t : step.tokens) {
+        r.tokens.push_back(t.token);
+        r.logprobs.push_back(t.logprob);
+      }
+      if (step.finish) {
+        r.reason = step.finish->reason;
+        r.preemptions = step.finish->preemptions;
+        EXPECT_NE(r.reason, FinishReason::Error) << step.id << ": " << step.finish->error;
+      }
+    }
+  }
+  EXPECT_EQ(engine.stats().kv_blocks_used, 0);  // every block back in the pool
+  return out;
+}
+
+// Tokens, reasons and the logprobs' bits equal, request by request.
+inline void expect_same_outcomes(const std::map<std::string, EngineOutcome>& got,
+                                 const std::map<std::string, EngineOutcome>& want,
+                                 const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (const auto& [id, w] : want) {
+    const EngineOutcome& g = got.at(id);
+    EXPECT_EQ(g.tokens, w.tokens) << what << " " << id;
+    ASSERT_EQ(g.logprobs.size(), w.logprobs.size()) << what << " " << id;
+    EXPECT_EQ(0, std::memcmp(g.logprobs.data(), w.logprobs.data(), w.logprobs.size() * 4))
+        << what << " " << id << ": logprobs differ in their bits";
+    EXPECT_EQ(g.reason, w.reason) << what << " " << id;
+  }
+}
+
+}  // namespace hearth::test

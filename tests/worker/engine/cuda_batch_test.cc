@@ -230,12 +230,7 @@ TEST_F(CudaBatchEngine, BatchedEqualsAloneBitForBit) {
   const std::map<std::string, test::EngineOutcome> want = alone(all);
   const EngineOptions o = options(256, 128);
   auto b = backend(o);
-  for (int n : {1, 2, 7, 32, 100}) {
-    const std::vector<Request> some(all.end() - n, all.end());  // different positions per n
-    std::map<std::string, test::EngineOutcome> w;
-    for (const Request& r : some) w[r.id] = want.at(r.id);
-    test::expect_same_outcomes(test::run_engine(*b, o, some), w, std::to_string(n) + " together");
-  }
+  test::expect_together_equals_alone(*b, o, all, want, {1, 2, 7, 32, 100});
   EXPECT_GT(b->decode_graphs(), 0);
 }
 

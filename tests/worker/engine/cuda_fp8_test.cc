@@ -332,12 +332,7 @@ TEST_F(CudaFp8Engine, BatchedEqualsAloneBitForBit) {
   }
   const EngineOptions o = options(256, 64);
   auto b = backend(o);
-  for (int n : {1, 7, 40}) {
-    const std::vector<Request> some(all.end() - n, all.end());
-    std::map<std::string, test::EngineOutcome> w;
-    for (const Request& r : some) w[r.id] = want.at(r.id);
-    test::expect_same_outcomes(test::run_engine(*b, o, some), w, std::to_string(n) + " together");
-  }
+  test::expect_together_equals_alone(*b, o, all, want, {1, 7, 40});
   EXPECT_GT(b->decode_graphs(), 0);
 }
 

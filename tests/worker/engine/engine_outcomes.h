@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <initializer_list>
 #include <map>
 #include <string>
 #include <vector>
@@ -59,6 +60,20 @@ inline void expect_same_outcomes(const std::map<std::string, EngineOutcome>& got
     EXPECT_EQ(0, std::memcmp(g.logprobs.data(), w.logprobs.data(), w.logprobs.size() * 4))
         << what << " " << id << ": logprobs differ in their bits";
     EXPECT_EQ(g.reason, w.reason) << what << " " << id;
+  }
+}
+
+// For each n of `sizes`, the last n of `requests` run together on `backend` (different
+// positions per n) give each request the outcome it had alone (`alone`, by id).
+inline void expect_together_equals_alone(Backend& backend, const EngineOptions& o,
+                                         const std::vector<Request>& requests,
+                                         const std::map<std::string, EngineOutcome>& alone,
+                                         std::initializer_list<int> sizes) {
+  for (int n : sizes) {
+    const std::vector<Request> some(requests.end() - n, requests.end());
+    std::map<std::string, EngineOutcome> want;
+    for (const Request& r : some) want[r.id] = alone.at(r.id);
+    expect_same_outcomes(run_engine(backend, o, some), want, std::to_string(n) + " together");
   }
 }
 

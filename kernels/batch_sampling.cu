@@ -114,6 +114,8 @@ __device__ uint64_t kth_largest(const Key& key, int vocab, int k, SelectShared& 
 // 32 lanes each sum within 32 bits. Every lane of the warp calls it.
 __device__ __forceinline__ void warp_bucket_add(int digit, unsigned long long w, unsigned* count,
                                                 unsigned long long* mass) {
+  // Past the first digit most warps hold no token of the bucket: a ballot is cheaper than a match.
+  if (__ballot_sync(~0u, digit < 256) == 0) return;
   const unsigned peers = __match_any_sync(~0u, digit);
   if (digit >= 256) return;
   // Each group of peers reduces among itself (its own mask; groups are disjoint).

@@ -8,6 +8,9 @@
 #include <cuda_runtime.h>
 
 #include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
 #include <signal.h>
 
 #include "server_test_support.h"
@@ -124,6 +127,28 @@ TEST_F(ShardedVmmGpuTest, DevicesListPutsRanksWhereItSays) {
   ImportedModel model = import_served_model(client, "synth", {.rank = 0});
   EXPECT_EQ(model.manifest.devices, (std::vector<int>{1, 0}));
   EXPECT_EQ(device_of(model.store->tensors()[0].data), 1);
+}
+
+// --gpu-memory-fraction is each GPU's: a rank whose pieces pass its device's share is refused
+// at load, naming the GPU, before anything is uploaded; a device list that cannot work, too.
+TEST_F(ShardedVmmGpuTest, RefusesWhatDoesNotFitOrIsNotThere) {
+  const std::string model = synth_.path().string() + ":synth";
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"--tensor-parallel", "2", "--gpu-memory-fraction", "0.01", "--memory-mb", "1"},
+       "that --gpu-memory-fraction allows on GPU 0 (GPU-"},
+      {{"--tensor-parallel", "2", "--devices", "1,1"}, "device 1 is named twice"},
+      {{"--tensor-parallel", "2", "--devices", std::to_string(vmm_device_count()) + ",0"},
+       "device " + std::to_string(vmm_device_count()) + " is not present"},
+      {{"--tensor-parallel", std::to_string(vmm_device_count() + 1)},
+       "needs " + std::to_string(vmm_device_count() + 1) + " GPUs (one per rank)"},
+  };
+  for (const auto& [flags, expect] : cases) {
+    std::vector<std::string> args = {"--backend", "vmm", "--model", model};
+    args.insert(args.end(), flags.begin(), flags.end());
+    ServerProcess server(args, false);
+    EXPECT_FALSE(server.process().wait().success());
+    EXPECT_NE(server.log().find(expect), std::string::npos) << server.log();
+  }
 }
 
 TEST_F(ShardedVmmGpuTest, RefusesKvLeasesAcrossGpus) {

@@ -360,7 +360,7 @@ broker::Reply ServerHandler::kv_lease(broker::Session& session, const ipc::Reque
                         "kv_lease: this server shards its models over " +
                             std::to_string(defaults_.tensor_parallel) +
                             " GPUs (--tensor-parallel), and KV leases on several GPUs are not "
-                            "built yet; the worker sizes its own KV pool");
+                            "built yet: a worker of this server must size its own KV pool");
   const uint64_t min_bytes = req.min_chunks * req.chunk_bytes;
   uint64_t n = budget_.grantable(session.id(), req.chunk_bytes, req.chunks, min_bytes);
   if (n < req.chunks) {

@@ -7,7 +7,9 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <utility>
 #include <vector>
@@ -28,6 +30,8 @@ using json = nlohmann::json;
 using test::ServerProcess;
 
 constexpr uint64_t kTwoMiB = 2ull << 20;
+// Set in the child process of ARenumberedProcessFindsItsRankByUuid: the server's socket.
+constexpr const char* kChildSocket = "HEARTH_TEST_TP_SOCKET";
 
 uint64_t free_bytes(int device) {
   EXPECT_EQ(cudaSetDevice(device), cudaSuccess);
@@ -69,7 +73,8 @@ void expect_pieces_equal_the_plan(const HfModel& source, const Manifest& view, i
 class ShardedVmmGpuTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (vmm_device_count() < 2)
+    // The renumbering test's child sees one GPU on purpose.
+    if (!std::getenv(kChildSocket) && vmm_device_count() < 2)
       GTEST_SKIP() << "needs 2 GPUs, this machine has " << vmm_device_count();
     write_synthetic_model(synth_.path(), SynthOptions{});  // bf16, 2 KV heads
   }
@@ -108,6 +113,33 @@ TEST_F(ShardedVmmGpuTest, RankOneReadsItsPiecesBackFromGpuOne) {
   ASSERT_EQ(ranks.size(), 2u);
   EXPECT_EQ(ranks[1]["device"], 1);
   EXPECT_EQ(ranks[1]["gpu_uuid"], model.manifest.device_uuids[1]);
+}
+
+// A process that sees only GPU 1 (CUDA_VISIBLE_DEVICES=1) numbers it 0, not 1: importing rank 1
+// finds it by its UUID all the same. The test binary runs itself as that process.
+TEST_F(ShardedVmmGpuTest, ARenumberedProcessFindsItsRankByUuid) {
+  const std::string name = "ShardedVmmGpuTest.ARenumberedProcessFindsItsRankByUuid";
+  if (const char* socket = std::getenv(kChildSocket)) {
+    ASSERT_EQ(vmm_device_count(), 1);
+    ipc::Client client = test::connect_client(socket);
+    ImportedModel model = import_served_model(client, "synth", {.verify = true, .rank = 1});
+    EXPECT_EQ(model.manifest.devices[1], 1);  // the server's numbering
+    EXPECT_EQ(model.manifest.gpu_uuid, cuda_device_uuid(0));
+    EXPECT_EQ(device_of(model.store->tensors()[0].data), 0);
+    return;
+  }
+  auto server = start();
+  const std::string log = (tmp_.path() / "child.log").string();
+  ChildProcess child = ChildProcess::spawn(
+      ChildProcess::Options(
+          {std::filesystem::read_symlink("/proc/self/exe").string(), "--gtest_filter=" + name})
+          .with_env({"CUDA_VISIBLE_DEVICES=1", std::string(kChildSocket) + "=" + server->socket()})
+          .stdout_to(ChildProcess::Stream::file(log))
+          .stderr_to(ChildProcess::Stream::file(log + ".err")));
+  EXPECT_TRUE(child.wait().success()) << test::read_file(log) << test::read_file(log + ".err");
+  // It ran, and was not skipped.
+  EXPECT_NE(test::read_file(log).find("[       OK ] " + name), std::string::npos)
+      << test::read_file(log);
 }
 
 TEST_F(ShardedVmmGpuTest, AllRanksMapEachOnItsOwnGpu) {

@@ -158,6 +158,10 @@ int run(int argc, char** argv) {
   if (!devices.empty() && (serve.backend != "vmm" || tensor_parallel < 2))
     throw std::runtime_error("--devices is for the vmm backend with --tensor-parallel 2 or more");
   if (serve.backend == "vmm" && tensor_parallel > 1) {
+    if (app.count("--device") > 0)
+      throw std::runtime_error("--device names one GPU; with --tensor-parallel " +
+                               std::to_string(tensor_parallel) +
+                               " name one per rank with --devices");
     // Checked before binding or loading; the budget's own device is rank 0's.
     serve.devices = hearth::resolve_tensor_parallel_devices(devices, tensor_parallel,
                                                             hearth::vmm_device_count());

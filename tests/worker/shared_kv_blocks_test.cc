@@ -126,6 +126,32 @@ TEST_F(SharedKvBlocksTest, AWorkerThatGoesDropsItsReferences) {
   EXPECT_EQ(a.withdraw(place), std::vector<size_t>{0});
 }
 
+// A lookup whose chunk cannot be mapped (here: a range with no room where the slot would go; on
+// the GPU, a driver that refuses read-only access) holds none of the server's references after
+// it throws: A may write its block again at once.
+TEST_F(SharedKvBlocksTest, ALookupThatCannotMapAChunkGivesItsReferencesBack) {
+  test::InProcessServer server({}, model_dir_.path(), nullptr, 64 * kMiB, 0.5);
+  auto a_server = connect(server.socket());
+  auto b_server = connect(server.socket());
+  LeasedKvMemory a_pool(a_server, kBlock, 8, 8);
+  SharedKvBlocks a(a_server, kDomain, kBlock, 4);
+  ipc::KvLookupLink link{{rng_(), rng_()}, {4, 5, 6}};
+  const std::vector<ipc::KvPublishBlock> blocks{
+      {a_pool.place_of_block(3), link.key, kRoot, link.tokens}};
+  ASSERT_EQ(a.publish(blocks), 1u);
+
+  const uint64_t chunk = kv_chunk_bytes_for(uint64_t(kBlock));
+  const std::unique_ptr<KvChunkRange> range = reserve_memfd_kv_range(chunk);
+  // One slot promised, starting where the range ends: the first mapping is outside it.
+  SharedKvBlocks b(b_server, kDomain, kBlock, 1, *range, chunk);
+  const std::vector<ipc::KvLookupLink> chain{link};
+  EXPECT_THROW(b.lookup(kRoot, chain), std::runtime_error);
+  EXPECT_EQ(b.references(), 0u);
+  EXPECT_EQ(b.mapped_chunks(), 0);
+  const std::vector<ipc::WirePlace> place{blocks[0].place};
+  EXPECT_EQ(a.withdraw(place), std::vector<size_t>{0});  // nobody references it on the server
+}
+
 // The engine's view (SharedKv) of a leased pool with sharing on: a block worker A computed is a
 // block id of worker B's own address space, past B's pool, holding A's bytes read-only.
 TEST_F(SharedKvBlocksTest, ALeasedPoolFindsAnotherWorkersBlocksAsIdsPastItsOwn) {

@@ -40,7 +40,13 @@ int run(int argc, char** argv) {
                  "to hold its ids, BOS/EOS follow its config");
   app.add_option("--threads", opt.threads, "writer threads (0: one per core)")
       ->check(CLI::Range(0, 1024));
+  int context = 0;
+  app.add_option("--context", context,
+                 "max_position_embeddings instead of the preset's (e.g. tiny-llama with the "
+                 "default model's tokenizer and 4096 positions runs the long proof suite on a CPU)")
+      ->check(CLI::Range(1, 1 << 24));
   CLI11_PARSE(app, argc, argv);
+  if (context > 0) opt.config_overrides["max_position_embeddings"] = context;
   if (!seed.empty()) opt.seed = *hearth::parse_unsigned(seed);
   opt.fp8 = dtype == "fp8";
   opt.dtype = dtype == "bf16" || opt.fp8 ? hearth::DType::BF16

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -11,6 +13,40 @@
 #include "weight-server/sharing/kv_chunk.h"
 
 namespace hearth {
+namespace {
+
+// HEARTH_KV_TRACE=1: one stderr line per lease, lookup, release and publish with its time, to
+// find where a served request's time to first token goes (the server round trips and chunk
+// mappings here are outside the engine's step).
+bool tracing() {
+  static const bool on = [] {
+    const char* v = std::getenv("HEARTH_KV_TRACE");
+    return v && *v && std::string(v) != "0";
+  }();
+  return on;
+}
+
+class Trace {
+ public:
+  Trace()
+      : start_(tracing() ? std::chrono::steady_clock::now()
+                         : std::chrono::steady_clock::time_point{}) {}
+  template <typename... Args>
+  void line(const char* format, Args... args) const {
+    if (!tracing()) return;
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_)
+            .count();
+    std::fprintf(stderr, "hearth-worker: kv trace %.3f ms: ", ms);
+    std::fprintf(stderr, format, args...);
+    std::fputc('\n', stderr);
+  }
+
+ private:
+  std::chrono::steady_clock::time_point start_;
+};
+
+}  // namespace
 
 LeasedKvMemory::LeasedKvMemory(std::shared_ptr<ipc::Client> server, int64_t block_bytes,
                                int max_blocks, int min_blocks, const Reserve& reserve,
@@ -51,7 +87,9 @@ int LeasedKvMemory::lease(int chunks) {
   chunks = std::min({chunks, max_chunks_ - int(chunk_ids_.size()), int(ipc::kMaxFdsPerFrame)});
   if (chunks <= 0) return 0;
   ipc::KvLeaseRequest request{chunk_bytes_, uint64_t(chunks), uint64_t(min_chunks_)};
+  const Trace call_trace;
   ipc::Frame reply = server_->call(ipc::op::kKvLease, ipc::make_kv_lease_args(request));
+  call_trace.line("kv_lease call for %d chunks", chunks);
   const nlohmann::json& ids = reply.body.at("chunks");
   if (!ids.is_array() || ids.size() != reply.fds.size() || ids.size() > size_t(chunks) ||
       reply.body.value("chunk_bytes", uint64_t(0)) != chunk_bytes_)
@@ -59,6 +97,7 @@ int LeasedKvMemory::lease(int chunks) {
                              std::to_string(reply.fds.size()) + " descriptors for " +
                              std::to_string(ids.size()) + " ids)");
   int mapped = 0;
+  const Trace trace;
   for (size_t i = 0; i < ids.size(); ++i) {
     if (!ipc::is_unsigned_integer(ids[i]))
       throw std::runtime_error("the server's KV lease names a chunk that is not an id");
@@ -67,6 +106,7 @@ int LeasedKvMemory::lease(int chunks) {
     chunk_ids_.push_back(ids[i].get<uint64_t>());
     ++mapped;
   }
+  trace.line("lease asked %d chunks, got %d (mapping them)", chunks, mapped);
   return mapped;
 }
 
@@ -78,12 +118,14 @@ int LeasedKvMemory::grow(int blocks) {
 int LeasedKvMemory::shrink(int keep) {
   const size_t keep_chunks = size_t(std::max(keep, 0) + blocks_per_chunk_ - 1) / blocks_per_chunk_;
   if (keep_chunks >= chunk_ids_.size()) return blocks();
+  const Trace trace;
   // Unmapped first, so nothing here can reach the chunks once returned.
   for (size_t i = keep_chunks; i < chunk_ids_.size(); ++i)
     range_->unmap(i * chunk_bytes_, chunk_bytes_);
   const std::vector<uint64_t> returned(chunk_ids_.begin() + keep_chunks, chunk_ids_.end());
   chunk_ids_.resize(keep_chunks);
   server_->call(ipc::op::kKvReturn, ipc::make_kv_return_args(returned));
+  trace.line("returned %zu chunks, keeping %zu", returned.size(), keep_chunks);
   return blocks();
 }
 
@@ -104,7 +146,12 @@ std::vector<int32_t> LeasedKvMemory::find(const BlockKey& root,
                      std::vector<int32_t>(link.tokens.begin(), link.tokens.end())});
   std::vector<int32_t> ids;
   std::vector<ipc::WirePlace> own;
-  for (const SharedKvBlocks::Found& found : shared_->lookup({root.low, root.high}, links)) {
+  const Trace trace;
+  const uint64_t maps_before = shared_->chunk_maps();
+  const std::vector<SharedKvBlocks::Found> hits = shared_->lookup({root.low, root.high}, links);
+  trace.line("lookup of %zu blocks found %zu, mapped %llu new chunks", links.size(), hits.size(),
+             static_cast<unsigned long long>(shared_->chunk_maps() - maps_before));
+  for (const SharedKvBlocks::Found& found : hits) {
     // A block this worker published and its own cache forgot: the engine takes it as its own
     // block (which it withdraws before writing), never through a read-only alias it could
     // still be reading after a withdraw that ignores the owner's own references.
@@ -141,7 +188,9 @@ void LeasedKvMemory::release(std::span<const int32_t> foreign) {
       throw std::invalid_argument("block " + std::to_string(id) + " is not a foreign block found");
     places.push_back(it->second);
   }
+  const Trace trace;
   shared_->unref(places);
+  trace.line("released %zu foreign blocks", places.size());
 }
 
 uint64_t LeasedKvMemory::publish(std::span<const SharedKvBlock> blocks) {
@@ -153,7 +202,11 @@ uint64_t LeasedKvMemory::publish(std::span<const SharedKvBlock> blocks) {
                     {b.key.low, b.key.high},
                     {b.parent.low, b.parent.high},
                     std::vector<int32_t>(b.tokens.begin(), b.tokens.end())});
-  return shared_->publish(wire);
+  const Trace trace;
+  const uint64_t published = shared_->publish(wire);
+  trace.line("published %llu of %zu blocks", static_cast<unsigned long long>(published),
+             wire.size());
+  return published;
 }
 
 std::vector<int32_t> LeasedKvMemory::withdraw(std::span<const int32_t> own) {

@@ -89,7 +89,8 @@ nlohmann::json stats_json(const EngineStats& s) {
                         {"kv_share", s.kv_share},
                         {"kv_share_hit_blocks", s.kv_share_hit_blocks},
                         {"kv_share_hit_tokens", s.kv_share_hit_tokens},
-                        {"kv_share_published_blocks", s.kv_share_published_blocks}};
+                        {"kv_share_published_blocks", s.kv_share_published_blocks},
+                        {"kv_share_lookups", s.kv_share_lookups}};
   if (s.kv_lease)
     out["kv_lease"] = {{"chunks", s.kv_lease_chunks},
                        {"bytes", s.kv_lease_bytes},

@@ -80,6 +80,7 @@ std::vector<SharedKvBlocks::Found> SharedKvBlocks::lookup(
   request.chain.assign(chain.begin(), chain.end());
   for (const auto& [id, slot] : slots_) request.mapped.push_back(id);
   ipc::Frame reply = server_->call(ipc::op::kKvLookup, ipc::make_kv_lookup_args(request));
+  ++lookups_;
   const nlohmann::json& blocks = reply.body.at("blocks");
   const nlohmann::json& chunks = reply.body.at("chunks");
   const nlohmann::json& sizes = reply.body.at("chunk_bytes");
@@ -90,19 +91,31 @@ std::vector<SharedKvBlocks::Found> SharedKvBlocks::lookup(
   std::vector<ipc::WirePlace> places;
   for (const nlohmann::json& block : blocks)
     places.push_back({block.at("chunk").get<uint64_t>(), block.at("offset").get<uint64_t>()});
-  // The references are ours from here: count them before anything can throw.
+  // The references are ours from here: count them, and give them all back if this lookup
+  // cannot finish (a chunk of the wrong size, a mapping the range or the driver refuses), since
+  // the caller then has nothing to release.
   for (const ipc::WirePlace& place : places) ++held_[{place.chunk, place.offset}];
   references_ += places.size();
-  for (size_t i = 0; i < chunks.size(); ++i) {
-    const uint64_t id = chunks[i].get<uint64_t>();
-    if (sizes[i].get<uint64_t>() != chunk_bytes_ || slots_.contains(id))
-      throw std::runtime_error("the server's KV lookup passed chunk " + std::to_string(id) +
-                               " of an unexpected size, or one mapped already");
-    if (int(slots_.size()) == max_chunks_) break;  // no room: the hits in it are cut below
-    const int slot = int(slots_.size());
-    range_->map_read_only(first_offset_ + uint64_t(slot) * chunk_bytes_, reply.fds[i].get(),
-                          chunk_bytes_, "shared KV chunk " + std::to_string(id));
-    slots_.emplace(id, slot);
+  try {
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      const uint64_t id = chunks[i].get<uint64_t>();
+      if (sizes[i].get<uint64_t>() != chunk_bytes_ || slots_.contains(id))
+        throw std::runtime_error("the server's KV lookup passed chunk " + std::to_string(id) +
+                                 " of an unexpected size, or one mapped already");
+      if (int(slots_.size()) == max_chunks_) break;  // no room: the hits in it are cut below
+      const int slot = int(slots_.size());
+      range_->map_read_only(first_offset_ + uint64_t(slot) * chunk_bytes_, reply.fds[i].get(),
+                            chunk_bytes_, "shared KV chunk " + std::to_string(id));
+      slots_.emplace(id, slot);
+      ++chunk_maps_;
+    }
+  } catch (const std::exception&) {
+    try {
+      unref(places);
+    } catch (const std::exception&) {
+      // The server is gone: the references went with the connection.
+    }
+    throw;
   }
   std::vector<Found> found;
   for (const ipc::WirePlace& place : places) {

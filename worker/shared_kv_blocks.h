@@ -51,7 +51,8 @@ class SharedKvBlocks {
   uint64_t publish(std::span<const ipc::KvPublishBlock> blocks);
   // The longest published run of `chain` after `root`; each found block holds a reference until
   // unref(). Throws ipc::IpcError or std::runtime_error (a reply that is not what was asked, a
-  // chunk that is not a sealed memfd of its size).
+  // chunk that is not a sealed memfd of its size, a mapping that fails), holding no reference
+  // of that lookup then.
   std::vector<Found> lookup(const ipc::WireKey& root, std::span<const ipc::KvLookupLink> chain);
   // Drops one reference per place (as many as lookups returned it).
   void unref(std::span<const ipc::WirePlace> places);
@@ -63,6 +64,10 @@ class SharedKvBlocks {
 
   uint64_t references() const { return references_; }
   int mapped_chunks() const { return int(slots_.size()); }
+  // Lookups asked of the server, and foreign chunks mapped so far (each at most once: a chunk
+  // stays mapped while this object lives, and later lookups name it as mapped).
+  uint64_t lookups() const { return lookups_; }
+  uint64_t chunk_maps() const { return chunk_maps_; }
 
  private:
   std::shared_ptr<ipc::Client> server_;
@@ -76,6 +81,7 @@ class SharedKvBlocks {
   std::map<uint64_t, int> slots_;  // foreign chunk id -> its slot in range_
   std::map<std::pair<uint64_t, uint64_t>, uint64_t> held_;  // place -> references held
   uint64_t references_ = 0;
+  uint64_t lookups_ = 0, chunk_maps_ = 0;
 };
 
 }  // namespace hearth

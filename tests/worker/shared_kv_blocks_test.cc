@@ -126,6 +126,32 @@ TEST_F(SharedKvBlocksTest, AWorkerThatGoesDropsItsReferences) {
   EXPECT_EQ(a.withdraw(place), std::vector<size_t>{0});
 }
 
+// A lookup whose chunk cannot be mapped (here: a range with no room where the slot would go; on
+// the GPU, a driver that refuses read-only access) holds none of the server's references after
+// it throws: A may write its block again at once.
+TEST_F(SharedKvBlocksTest, ALookupThatCannotMapAChunkGivesItsReferencesBack) {
+  test::InProcessServer server({}, model_dir_.path(), nullptr, 64 * kMiB, 0.5);
+  auto a_server = connect(server.socket());
+  auto b_server = connect(server.socket());
+  LeasedKvMemory a_pool(a_server, kBlock, 8, 8);
+  SharedKvBlocks a(a_server, kDomain, kBlock, 4);
+  ipc::KvLookupLink link{{rng_(), rng_()}, {4, 5, 6}};
+  const std::vector<ipc::KvPublishBlock> blocks{
+      {a_pool.place_of_block(3), link.key, kRoot, link.tokens}};
+  ASSERT_EQ(a.publish(blocks), 1u);
+
+  const uint64_t chunk = kv_chunk_bytes_for(uint64_t(kBlock));
+  const std::unique_ptr<KvChunkRange> range = reserve_memfd_kv_range(chunk);
+  // One slot promised, starting where the range ends: the first mapping is outside it.
+  SharedKvBlocks b(b_server, kDomain, kBlock, 1, *range, chunk);
+  const std::vector<ipc::KvLookupLink> chain{link};
+  EXPECT_THROW(b.lookup(kRoot, chain), std::runtime_error);
+  EXPECT_EQ(b.references(), 0u);
+  EXPECT_EQ(b.mapped_chunks(), 0);
+  const std::vector<ipc::WirePlace> place{blocks[0].place};
+  EXPECT_EQ(a.withdraw(place), std::vector<size_t>{0});  // nobody references it on the server
+}
+
 // The engine's view (SharedKv) of a leased pool with sharing on: a block worker A computed is a
 // block id of worker B's own address space, past B's pool, holding A's bytes read-only.
 TEST_F(SharedKvBlocksTest, ALeasedPoolFindsAnotherWorkersBlocksAsIdsPastItsOwn) {
@@ -349,6 +375,102 @@ TEST_F(SharedKvBlocksTest, EnginesSharingUnderPreemptionGiveTheTokensOfOneThatDo
   std::vector<int32_t> all(size_t(a.memory->blocks()));
   for (int32_t i = 0; i < a.memory->blocks(); ++i) all[size_t(i)] = i;
   EXPECT_EQ(a.memory->withdraw(all), all);
+}
+
+// A request that cannot be admitted for lack of blocks asks the server for other workers' blocks
+// once, not at every step it waits: the next lookup waits until blocks were freed. B's pool is
+// one chunk, all of it taken by X; Y (A's prefix + 1 token) waits through X's decode steps.
+// Y still reads A's blocks once admitted, and its tokens are those of C, with kv_share off.
+TEST_F(SharedKvBlocksTest, AWaitingRequestLooksUpOnceUntilBlocksAreFreed) {
+  test::TempDir dir;
+  SynthOptions synth;
+  synth.config_overrides = {{"num_hidden_layers", 8}};  // blocks of 128 KiB: 16 to a chunk
+  write_synthetic_model(dir.path(), synth);
+  test::InProcessServer server({}, dir.path(), nullptr, 512 * kMiB, 0.5);
+  auto store = std::make_shared<HostStore>(std::make_shared<HfModel>(HfModel::open(dir.path())));
+  constexpr int kTokensPerBlock = 64, kContext = 1024;
+  const int64_t block_bytes = CpuBackend::kv_bytes_per_token(store->config()) * kTokensPerBlock;
+  const int pool_blocks = int(kv_chunk_bytes_for(uint64_t(block_bytes)) / block_bytes);
+  ASSERT_EQ(pool_blocks, 16);
+  struct Worker {
+    std::shared_ptr<LeasedKvMemory> memory;
+    std::unique_ptr<CpuBackend> backend;
+    std::unique_ptr<Engine> engine;
+  };
+  auto make = [&](bool share) {
+    Worker w;
+    w.memory = std::make_shared<LeasedKvMemory>(connect(server.socket()), block_bytes, pool_blocks,
+                                                pool_blocks, nullptr,
+                                                share ? LeasedKvSharing{{}, 1} : LeasedKvSharing{});
+    w.backend =
+        std::make_unique<CpuBackend>(store, kContext, KvPoolShape{kTokensPerBlock, 0}, w.memory);
+    EngineOptions options;
+    options.kv_share = share;
+    w.engine =
+        std::make_unique<Engine>(*w.backend, options, nullptr, std::vector<int32_t>{}, "synthetic");
+    return w;
+  };
+  const int vocab = store->config().vocab;
+  auto tokens = [&](int n) {
+    std::vector<int32_t> t(size_t(n), 0);
+    for (int32_t& x : t) x = int32_t(rng_() % uint64_t(vocab));
+    return t;
+  };
+  const std::vector<int32_t> prefix = tokens(2 * kTokensPerBlock);
+  auto make_request = [](std::string id, std::vector<int32_t> prompt, int max_tokens) {
+    Request r{std::move(id), std::move(prompt), {}};
+    r.settings.sampling.temperature = 0.8f;
+    r.settings.sampling.seed = 11;
+    r.settings.max_tokens = max_tokens;
+    r.settings.ignore_eos = true;
+    r.settings.logprobs = 1;
+    return r;
+  };
+  std::vector<int32_t> y_prompt = prefix;
+  y_prompt.push_back(1);
+  const Request x = make_request("x", tokens(15 * kTokensPerBlock), 60);  // then all 16 blocks
+  const Request y = make_request("y", y_prompt, 8);
+
+  Worker a = make(true);
+  a.engine->submit(make_request("a", prefix, 1));
+  while (a.engine->has_work()) a.engine->step();
+  ASSERT_EQ(a.engine->stats().kv_share_published_blocks, 2u);
+
+  using Tokens = std::map<std::string, std::vector<std::pair<int32_t, float>>>;
+  // X first, until it decodes (its 16th block taken), then Y beside it, to the end of both.
+  auto run = [&](Engine& engine, Tokens& out, std::map<std::string, int>& cached,
+                 uint64_t* lookups_while_y) {
+    engine.submit(x);
+    bool y_sent = false;
+    uint64_t at_y = 0, steps_y_waited = 0;
+    while (engine.has_work()) {
+      for (const RequestOutput& o : engine.step()) {
+        for (const TokenOutput& t : o.tokens) out[o.id].push_back({t.token, t.logprob});
+        if (o.finish) cached[o.id] = o.finish->cached_tokens;
+      }
+      if (!y_sent && out["x"].size() >= 2) {
+        engine.submit(y);
+        y_sent = true;
+        at_y = engine.stats().kv_share_lookups;
+      } else if (y_sent && out["y"].empty()) {
+        ++steps_y_waited;
+      }
+    }
+    if (lookups_while_y) *lookups_while_y = engine.stats().kv_share_lookups - at_y;
+    return steps_y_waited;
+  };
+  Worker b = make(true), c = make(false);
+  Tokens b_out, c_out;
+  std::map<std::string, int> b_cached, c_cached;
+  uint64_t lookups_while_y = 0;
+  const uint64_t waited = run(*b.engine, b_out, b_cached, &lookups_while_y);
+  run(*c.engine, c_out, c_cached, nullptr);
+  EXPECT_GE(waited, 50u);  // X's decode steps: Y had no block
+  // One lookup that found A's blocks but no block of its own, one when X's blocks came back.
+  EXPECT_LE(lookups_while_y, 2u) << "Y waited " << waited << " steps";
+  EXPECT_EQ(b_cached["y"], 2 * kTokensPerBlock);
+  EXPECT_EQ(b_out, c_out);
+  EXPECT_EQ(b_out["y"].size(), 8u);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <numeric>
@@ -103,7 +104,10 @@ uint64_t kv_chunk_bytes_for(uint64_t block_bytes) {
     throw std::runtime_error("a KV block of " + std::to_string(block_bytes) +
                              " bytes makes chunks (whole blocks, 2 MiB-aligned) over 1 GiB; "
                              "choose a kv_block_size that makes the block a power of two");
-  return blocks * block_bytes;
+  const uint64_t lcm = blocks * block_bytes;
+  if (block_bytes < kKvChunkAlignment || blocks >= kMinKvChunkBlocks) return lcm;
+  const uint64_t wanted = (kMinKvChunkBlocks + blocks - 1) / blocks;
+  return lcm * std::max<uint64_t>(1, std::min(wanted, kMaxKvChunkBytes / lcm));
 }
 
 UniqueFd create_kv_chunk_memfd(uint64_t bytes, const std::string& name) {

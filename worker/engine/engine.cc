@@ -413,6 +413,7 @@ EngineStats Engine::stats() const {
   s.kv_share_hit_tokens = scheduler_.shared_hit_tokens();
   s.kv_share_hit_blocks = scheduler_.shared_hit_tokens() / uint64_t(kv_.block_size());
   s.kv_share_published_blocks = kv_.shared_published_blocks();
+  s.kv_share_lookups = kv_.shared_lookups();
   if (memory_) {
     s.kv_lease = true;
     s.kv_lease_chunks = memory_->chunks();

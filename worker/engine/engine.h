@@ -61,6 +61,7 @@ struct EngineStats {
   // shares, blocks and tokens found in blocks other workers computed, own blocks published.
   bool kv_share = false;
   uint64_t kv_share_hit_blocks = 0, kv_share_hit_tokens = 0, kv_share_published_blocks = 0;
+  uint64_t kv_share_lookups = 0;  // lookups asked of the server (each a round trip)
 };
 
 class Engine {

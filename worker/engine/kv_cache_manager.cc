@@ -155,7 +155,7 @@ int KvCacheManager::next_lookup_block(const Sequence& seq) const {
   return prefix_cache_on_ && (j + 1) * block_size_ <= last_token ? j : -1;
 }
 
-int KvCacheManager::reuse_cached_blocks(Sequence& seq, int* shared) {
+int KvCacheManager::reuse_cached_blocks(Sequence& seq, int* shared, bool ask_shared) {
   if (shared) *shared = 0;
   if (!prefix_cache_on_) return 0;
   const int before = seq.computed;
@@ -181,7 +181,7 @@ int KvCacheManager::reuse_cached_blocks(Sequence& seq, int* shared) {
     pool_.reuse(block);
     take(j, block);
   }
-  if (!shared_ || (j + 1) * block_size_ > last_token) return seq.computed - before;
+  if (!shared_ || !ask_shared || (j + 1) * block_size_ > last_token) return seq.computed - before;
 
   // A local miss: the rest of the full blocks, as other workers may have published them.
   std::vector<SharedKvLink> chain;
@@ -189,6 +189,7 @@ int KvCacheManager::reuse_cached_blocks(Sequence& seq, int* shared) {
     chain.push_back(
         {block_key(seq, k), std::span(seq.tokens).subspan(k * block_size_, block_size_)});
   std::vector<int32_t> found;
+  ++lookups_;
   try {
     found = shared_->find(j == 0 ? seq.chain_root : seq.block_keys[j - 1], chain);
   } catch (const std::exception&) {

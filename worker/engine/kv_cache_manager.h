@@ -58,8 +58,8 @@ class KvCacheManager {
   // blocks and never covering its last token (whose logits the next step needs), and advances
   // seq.computed past them. A partly computed last block is swapped for the cached full one.
   // Returns the tokens found (0 with caching off); `shared`, when given, gets those of them in
-  // blocks other workers computed.
-  int reuse_cached_blocks(Sequence& seq, int* shared = nullptr);
+  // blocks other workers computed. `ask_shared` false: the local cache only.
+  int reuse_cached_blocks(Sequence& seq, int* shared = nullptr, bool ask_shared = true);
   // The block a lookup for `seq` would try next; -1 when its next lookup cannot find anything
   // (caching off, or that block would hold its last token).
   int next_lookup_block(const Sequence& seq) const;
@@ -85,6 +85,7 @@ class KvCacheManager {
   // never an error here.
   void publish_queued();
   uint64_t shared_published_blocks() const { return published_total_; }
+  uint64_t shared_lookups() const { return lookups_; }  // lookups asked of the provider
   int pinned_blocks() const { return int(pinned_.size()); }
 
   // Adds `n` free blocks at the end of the pool.
@@ -126,6 +127,7 @@ class KvCacheManager {
   std::unordered_set<int32_t> published_;  // own blocks that may be published
   std::vector<int32_t> pinned_;            // published, read by others, held out of the pool
   uint64_t published_total_ = 0;
+  uint64_t lookups_ = 0;
 };
 
 }  // namespace hearth

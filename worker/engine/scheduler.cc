@@ -123,13 +123,19 @@ Schedule Scheduler::schedule() {
     }
     const int from = seq.computed, brought = seq.pending();
     int shared = 0;
-    const int found = kv_.reuse_cached_blocks(seq, &shared);
+    // After a try that lacked blocks, other workers' blocks are asked for again only once more
+    // blocks are free: until then the same answer would be found and released again.
+    const bool ask_shared = seq.shared_retry_free < 0 || kv_.pool().free() > seq.shared_retry_free;
+    const int found = kv_.reuse_cached_blocks(seq, &shared, ask_shared);
     const int count = std::min(seq.pending(), budget);
-    if (waits_for_block(seq) || !kv_.allocate(seq.id, seq.computed + count)) {
+    const bool waits = waits_for_block(seq);
+    if (waits || !kv_.allocate(seq.id, seq.computed + count)) {
       kv_.free(seq.id);  // the blocks it found stay cached for its next try
       seq.computed = from;
+      if (!waits) seq.shared_retry_free = kv_.pool().free();
       break;
     }
+    seq.shared_retry_free = -1;
     if (kv_.prefix_caching()) prefix_queries_ += uint64_t(brought);
     count_hit(seq, from, found, shared);
     it = waiting_.erase(it);

@@ -34,6 +34,10 @@ struct Sequence {
   std::vector<BlockKey> block_keys;
   int cached_prompt_tokens = 0;  // prompt tokens found in the cache rather than computed
   int computed_high = 0;         // the most tokens ever computed or found (recomputes are not hits)
+  // Shared across workers: the pool's free blocks when this sequence last failed admission for
+  // lack of blocks (-1: it did not). Its next try asks the other workers' blocks again only once
+  // more blocks are free, so a waiting sequence does not look up (and release) every step.
+  int shared_retry_free = -1;
 
   int pending() const { return int(tokens.size()) - computed; }
   int generated() const { return int(tokens.size()) - prompt_tokens; }

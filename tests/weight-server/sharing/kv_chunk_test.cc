@@ -19,9 +19,13 @@ namespace {
 constexpr uint64_t kMiB = uint64_t(1) << 20;
 
 TEST(KvChunk, SizeIsWholeBlocksAndWhole2MiB) {
-  EXPECT_EQ(kv_chunk_bytes_for(2 * kMiB), 2 * kMiB);  // a block of 2 MiB (8B bf16, 16)
-  EXPECT_EQ(kv_chunk_bytes_for(163840), 10 * kMiB);   // the tiny model: 64 blocks
-  EXPECT_EQ(kv_chunk_bytes_for(3 * kMiB), 6 * kMiB);
+  // Blocks of 2 MiB and more (8B bf16, 16 tokens) come at least 8 to a chunk.
+  EXPECT_EQ(kv_chunk_bytes_for(2 * kMiB), 16 * kMiB);
+  EXPECT_EQ(kv_chunk_bytes_for(3 * kMiB), 24 * kMiB);      // 6 MiB holds 2: four of those
+  EXPECT_EQ(kv_chunk_bytes_for(5 * kMiB), 40 * kMiB);      // 80 layers (70B bf16)
+  EXPECT_EQ(kv_chunk_bytes_for(200 * kMiB), 1000 * kMiB);  // 1 GiB stops it at 5
+  EXPECT_EQ(kv_chunk_bytes_for(kMiB), 2 * kMiB);           // smaller blocks: the 2 MiB multiple
+  EXPECT_EQ(kv_chunk_bytes_for(163840), 10 * kMiB);        // the tiny model: 64 blocks
   EXPECT_EQ(kv_chunk_bytes_for(4096), 2 * kMiB);
   EXPECT_THROW(kv_chunk_bytes_for(0), std::runtime_error);
   EXPECT_THROW(kv_chunk_bytes_for(1000003), std::runtime_error);  // odd: a chunk of ~2 TB

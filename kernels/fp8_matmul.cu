@@ -7,7 +7,8 @@
 // instruction is m64nNk32 e4m3 x e4m3, and each stage's four wgmmas sum into a fresh register
 // set that is then added into the fp32 accumulator (promotion: the tensor core's fp8 sums keep
 // fewer mantissa bits than fp32). No clusters: the 16-bit kernel's were slower, not faster.
-// The PTX helpers are the 16-bit kernel's; kept here so the two files change independently.
+// The pipeline helpers, the tile walk and the producer loop are the 16-bit kernel's
+// (kernels/tma_pipeline.cuh, kernels/persistent_tiles.cuh).
 // Compiled for sm_90a only; elsewhere the kernel body traps and fp8_matmul_available() is false.
 #include "kernels/fp8_matmul.h"
 
@@ -25,6 +26,7 @@
 #include "kernels/half_utils.cuh"
 #include "kernels/matmul_epilogue.cuh"
 #include "kernels/pdl.cuh"
+#include "kernels/persistent_tiles.cuh"
 #include "kernels/tma_pipeline.cuh"
 #include "kernels/wgmma_fp8.cuh"
 
@@ -104,33 +106,17 @@ struct Config {
                 "a small tile's 64-row wgmma must stay inside the stages");
 };
 
-__device__ __forceinline__ void tile_coords(int unit, int tiles_m, int tiles_n, int& tm, int& tn) {
-  constexpr int kGroup = 8;
-  const int per_group = kGroup * tiles_n, first_m = unit / per_group * kGroup;
-  const int group_m = min(tiles_m - first_m, kGroup);
-  tm = first_m + unit % per_group % group_m;
-  tn = unit % per_group / group_m;
-}
-
 template <typename T, typename C, bool kSwiGLU>
 __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     fp8_matmul_kernel(const __grid_constant__ Params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int BM = C::BM, BN = C::BN, kStages = C::kStages;
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* base =
-      reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  uint8_t* a_smem = base;
-  uint8_t* b_smem = base + size_t(C::kABytes) * kStages;
-  uint64_t* full = reinterpret_cast<uint64_t*>(base + C::kBarrierOffset);
-  uint64_t* empty = full + kStages;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      mbar_init(&full[s], 1);
-      mbar_init(&empty[s], C::kConsumers);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
+  const StageRing ring = stage_ring<C, kStages>(smem_raw, C::kConsumers);
+  uint8_t* a_smem = ring.a;
+  uint8_t* b_smem = ring.b;
+  uint64_t* full = ring.full;
+  uint64_t* empty = ring.empty;
   __syncthreads();
   allow_dependents_early();
 
@@ -155,29 +141,8 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
       auto load_a = [&](int s, int kt, int tm) {
         tma_load(a_smem + size_t(s) * C::kABytes, &p.map_a, kt * kBK, tm * BM, &full[s]);
       };
-      // The first stages' weights stream in before waiting for the kernel that wrote A.
-      int tm0 = 0, tn0 = 0;
-      const int pre = int(blockIdx.x) < units ? min(kStages, k_tiles) : 0;
-      if (pre) tile_coords(blockIdx.x, p.tiles_m, p.tiles_n, tm0, tn0);
-      for (int s = 0; s < pre; ++s) {
-        mbar_expect_tx(&full[s], C::kStageBytes);
-        load_w(s, s, tn0);
-      }
-      wait_for_producer();
-      for (int s = 0; s < pre; ++s) load_a(s, s, tm0);
-      int it = 0;
-      for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
-        int tm, tn;
-        tile_coords(unit, p.tiles_m, p.tiles_n, tm, tn);
-        for (int kt = 0; kt < k_tiles; ++kt, ++it) {
-          if (it < pre) continue;
-          const int s = it % kStages;
-          mbar_wait(&empty[s], ((it / kStages) & 1) ^ 1);
-          mbar_expect_tx(&full[s], C::kStageBytes);
-          load_w(s, kt, tn);
-          load_a(s, kt, tm);
-        }
-      }
+      produce_stages<kStages, C::kStageBytes>(ring, blockIdx.x, gridDim.x, units, p.tiles_m,
+                                              p.tiles_n, k_tiles, load_w, load_a);
     }
     __syncwarp();
   } else {

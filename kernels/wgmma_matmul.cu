@@ -28,6 +28,7 @@
 #include "kernels/pdl.cuh"
 #include "kernels/persistent_tiles.cuh"
 #include "kernels/tma_pipeline.cuh"
+#include "kernels/tma_tensor_map.h"
 #include "kernels/wgmma.cuh"
 
 namespace hearth::kernels {
@@ -264,40 +265,11 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
 
 // ---- Host side ----
 
-using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
-                                 const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
-                                 const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
-                                 CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-EncodeTiled encode_tiled() {
-  static EncodeTiled fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult status{};
-    const cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000,
-                                                             cudaEnableDefault, &status);
-    if (err != cudaSuccess || status != cudaDriverEntryPointSuccess || !f)
-      throw std::runtime_error("wgmma_matmul: cuTensorMapEncodeTiled is unavailable");
-    return reinterpret_cast<EncodeTiled>(f);
-  }();
-  return fn;
-}
-
 // A [rows, k] 16-bit matrix with rows `ld` elements apart, read as boxes of 64 x box_rows.
 CUtensorMap tensor_map(Half type, const void* ptr, int rows, int k, int64_t ld, int box_rows) {
-  CUtensorMap map;
-  const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(rows)};
-  const cuuint64_t strides[1] = {cuuint64_t(ld) * 2};
-  const cuuint32_t box[2] = {cuuint32_t(kBK), cuuint32_t(box_rows)};
-  const cuuint32_t element_strides[2] = {1, 1};
-  const CUresult r = encode_tiled()(
-      &map, type == Half::BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-      2, const_cast<void*>(ptr), dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS)
-    throw std::runtime_error("wgmma_matmul: cuTensorMapEncodeTiled failed (" + std::to_string(r) +
-                             ")");
-  return map;
+  return swizzled_k_major_map(
+      type == Half::BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2,
+      ptr, rows, k, ld, kBK, box_rows, "wgmma_matmul");
 }
 
 int64_t ceil_div(int64_t a, int64_t b) {

@@ -302,17 +302,8 @@ void launch(const Fp8MatmulArgs& a, int64_t lda, const std::array<Fp8MatmulSegme
   p.tiles_m = int(ceil_div(a.m, kRows));
   p.tiles_n = tiles_n;
   const int64_t units = int64_t(p.tiles_m) * p.tiles_n;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(unsigned(std::min<int64_t>(units, resident)));
-  config.blockDim = dim3(C::kThreads);
-  config.dynamicSmemBytes = C::kSmemBytes;
-  config.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attr;
-  config.numAttrs = 1;
-  HEARTH_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p));
+  launch_pdl(kernel, dim3(unsigned(std::min<int64_t>(units, resident))), dim3(C::kThreads),
+             C::kSmemBytes, stream, p);
 }
 
 template <typename T, bool kSwiGLU>

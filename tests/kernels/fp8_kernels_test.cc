@@ -43,13 +43,7 @@ Quantized quantize_cpu(const std::vector<float>& v, int rows, int k, int64_t ld)
   return q;
 }
 
-template <typename T>
-std::vector<T> download(const DeviceBuffer& b, size_t n) {
-  std::vector<T> v(n);
-  HEARTH_CUDA_CHECK(cudaDeviceSynchronize());
-  HEARTH_CUDA_CHECK(cudaMemcpy(v.data(), b.get(), n * sizeof(T), cudaMemcpyDeviceToHost));
-  return v;
-}
+using test::download;
 
 TEST(Fp8Quantize, EqualsTheCpuRuleByteForByte) {
   HEARTH_REQUIRE_GPU();

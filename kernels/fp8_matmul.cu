@@ -63,22 +63,9 @@ struct Params {
   MatmulEpilogue epilogue;
 };
 
-// What store_pair writes: one segment's output.
-struct StoreTarget {
-  void* out;
-  int n;
-  MatmulEpilogue epilogue;
-};
-
-// The segment of column tile tn (the segments' tiles numbered one after another).
-__device__ __forceinline__ const Segment& segment_of(const Params& p, int tn) {
-  int s = 0;
-  while (s + 1 < p.segments && tn >= p.seg[s + 1].tile0) ++s;
-  return p.seg[s];
-}
-
 using epilogue::silu_mul;
 using epilogue::store_pair;
+using epilogue::StoreTarget;
 
 // kRows: 16, 32 or 64 with one consumer warpgroup, 128 with two. As in the 16-bit kernel, a
 // small tile's 64-row wgmma reads past its A region into the next stages; those rows are never

@@ -41,6 +41,15 @@ __device__ __forceinline__ StageRing stage_ring(uint8_t* smem, uint32_t releases
   return r;
 }
 
+// The segment (one weight of a launch over several: q, k and v) of column tile `tile`: the
+// segments' tiles are numbered one after another, p.seg[s].tile0 the first of segment s.
+template <typename P>
+__device__ __forceinline__ const auto& segment_of(const P& p, int tile) {
+  int s = 0;
+  while (s + 1 < p.segments && tile >= p.seg[s + 1].tile0) ++s;
+  return p.seg[s];
+}
+
 // Unit `unit` of a tiles_m x tiles_n grid, walked in groups of 8 along M so that neighbouring
 // blocks share weight tiles in L2: its row tile tm and column tile tn.
 __device__ __forceinline__ void tile_coords(int unit, int tiles_m, int tiles_n, int& tm, int& tn) {

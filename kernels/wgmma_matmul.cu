@@ -59,22 +59,9 @@ struct Params {
   MatmulEpilogue epilogue;
 };
 
-// What store_pair writes: one segment's output.
-struct StoreTarget {
-  void* out;
-  int n;
-  MatmulEpilogue epilogue;
-};
-
-// The segment of column tile tn (tiles of all segments numbered one after another).
-__device__ __forceinline__ const Segment& segment_of(const Params& p, int tn) {
-  int s = 0;
-  while (s + 1 < p.segments && tn >= p.seg[s + 1].tile0) ++s;
-  return p.seg[s];
-}
-
 using epilogue::silu_mul;
 using epilogue::store_pair;
+using epilogue::StoreTarget;
 
 // kRows: rows of A a block covers: 16, 32 or 64 with one consumer warpgroup, 128 with two.
 // A consumer's wgmma always spans 64 rows; when a tile has fewer, the rows past it read whatever

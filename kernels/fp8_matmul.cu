@@ -7,7 +7,8 @@
 // instruction is m64nNk32 e4m3 x e4m3, and each stage's four wgmmas sum into a fresh register
 // set that is then added into the fp32 accumulator (promotion: the tensor core's fp8 sums keep
 // fewer mantissa bits than fp32). No clusters: the 16-bit kernel's were slower, not faster.
-// The PTX helpers are the 16-bit kernel's; kept here so the two files change independently.
+// The pipeline helpers, the tile walk and the producer loop are the 16-bit kernel's
+// (kernels/tma_pipeline.cuh, kernels/persistent_tiles.cuh).
 // Compiled for sm_90a only; elsewhere the kernel body traps and fp8_matmul_available() is false.
 #include "kernels/fp8_matmul.h"
 
@@ -25,7 +26,9 @@
 #include "kernels/half_utils.cuh"
 #include "kernels/matmul_epilogue.cuh"
 #include "kernels/pdl.cuh"
+#include "kernels/persistent_tiles.cuh"
 #include "kernels/tma_pipeline.cuh"
+#include "kernels/tma_tensor_map.h"
 #include "kernels/wgmma_fp8.cuh"
 
 namespace hearth::kernels {
@@ -60,22 +63,9 @@ struct Params {
   MatmulEpilogue epilogue;
 };
 
-// What store_pair writes: one segment's output.
-struct StoreTarget {
-  void* out;
-  int n;
-  MatmulEpilogue epilogue;
-};
-
-// The segment of column tile tn (the segments' tiles numbered one after another).
-__device__ __forceinline__ const Segment& segment_of(const Params& p, int tn) {
-  int s = 0;
-  while (s + 1 < p.segments && tn >= p.seg[s + 1].tile0) ++s;
-  return p.seg[s];
-}
-
 using epilogue::silu_mul;
 using epilogue::store_pair;
+using epilogue::StoreTarget;
 
 // kRows: 16, 32 or 64 with one consumer warpgroup, 128 with two. As in the 16-bit kernel, a
 // small tile's 64-row wgmma reads past its A region into the next stages; those rows are never
@@ -104,33 +94,17 @@ struct Config {
                 "a small tile's 64-row wgmma must stay inside the stages");
 };
 
-__device__ __forceinline__ void tile_coords(int unit, int tiles_m, int tiles_n, int& tm, int& tn) {
-  constexpr int kGroup = 8;
-  const int per_group = kGroup * tiles_n, first_m = unit / per_group * kGroup;
-  const int group_m = min(tiles_m - first_m, kGroup);
-  tm = first_m + unit % per_group % group_m;
-  tn = unit % per_group / group_m;
-}
-
 template <typename T, typename C, bool kSwiGLU>
 __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     fp8_matmul_kernel(const __grid_constant__ Params p) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int BM = C::BM, BN = C::BN, kStages = C::kStages;
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* base =
-      reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  uint8_t* a_smem = base;
-  uint8_t* b_smem = base + size_t(C::kABytes) * kStages;
-  uint64_t* full = reinterpret_cast<uint64_t*>(base + C::kBarrierOffset);
-  uint64_t* empty = full + kStages;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      mbar_init(&full[s], 1);
-      mbar_init(&empty[s], C::kConsumers);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
+  const StageRing ring = stage_ring<C, kStages>(smem_raw, C::kConsumers);
+  uint8_t* a_smem = ring.a;
+  uint8_t* b_smem = ring.b;
+  uint64_t* full = ring.full;
+  uint64_t* empty = ring.empty;
   __syncthreads();
   allow_dependents_early();
 
@@ -155,29 +129,8 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
       auto load_a = [&](int s, int kt, int tm) {
         tma_load(a_smem + size_t(s) * C::kABytes, &p.map_a, kt * kBK, tm * BM, &full[s]);
       };
-      // The first stages' weights stream in before waiting for the kernel that wrote A.
-      int tm0 = 0, tn0 = 0;
-      const int pre = int(blockIdx.x) < units ? min(kStages, k_tiles) : 0;
-      if (pre) tile_coords(blockIdx.x, p.tiles_m, p.tiles_n, tm0, tn0);
-      for (int s = 0; s < pre; ++s) {
-        mbar_expect_tx(&full[s], C::kStageBytes);
-        load_w(s, s, tn0);
-      }
-      wait_for_producer();
-      for (int s = 0; s < pre; ++s) load_a(s, s, tm0);
-      int it = 0;
-      for (int unit = blockIdx.x; unit < units; unit += gridDim.x) {
-        int tm, tn;
-        tile_coords(unit, p.tiles_m, p.tiles_n, tm, tn);
-        for (int kt = 0; kt < k_tiles; ++kt, ++it) {
-          if (it < pre) continue;
-          const int s = it % kStages;
-          mbar_wait(&empty[s], ((it / kStages) & 1) ^ 1);
-          mbar_expect_tx(&full[s], C::kStageBytes);
-          load_w(s, kt, tn);
-          load_a(s, kt, tm);
-        }
-      }
+      produce_stages<kStages, C::kStageBytes>(ring, blockIdx.x, gridDim.x, units, p.tiles_m,
+                                              p.tiles_n, k_tiles, load_w, load_a);
     }
     __syncwarp();
   } else {
@@ -297,40 +250,11 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
 
 // ---- Host side ----
 
-using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
-                                 const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
-                                 const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
-                                 CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-EncodeTiled encode_tiled() {
-  static EncodeTiled fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult status{};
-    const cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000,
-                                                             cudaEnableDefault, &status);
-    if (err != cudaSuccess || status != cudaDriverEntryPointSuccess || !f)
-      throw std::runtime_error("fp8_matmul: cuTensorMapEncodeTiled is unavailable");
-    return reinterpret_cast<EncodeTiled>(f);
-  }();
-  return fn;
-}
-
 // A [rows, k] matrix of one-byte codes with rows `ld` bytes apart, read as boxes of 128 x
-// box_rows; what lies past k or rows reads as zero (adds nothing to a sum).
+// box_rows.
 CUtensorMap tensor_map(const void* ptr, int rows, int k, int64_t ld, int box_rows) {
-  CUtensorMap map;
-  const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(rows)};
-  const cuuint64_t strides[1] = {cuuint64_t(ld)};
-  const cuuint32_t box[2] = {cuuint32_t(kBK), cuuint32_t(box_rows)};
-  const cuuint32_t element_strides[2] = {1, 1};
-  const CUresult r = encode_tiled()(
-      &map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, const_cast<void*>(ptr), dims, strides, box,
-      element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS)
-    throw std::runtime_error("fp8_matmul: cuTensorMapEncodeTiled failed (" + std::to_string(r) +
-                             ")");
-  return map;
+  return swizzled_k_major_map(CU_TENSOR_MAP_DATA_TYPE_UINT8, 1, ptr, rows, k, ld, kBK, box_rows,
+                              "fp8_matmul");
 }
 
 int64_t ceil_div(int64_t a, int64_t b) {
@@ -365,17 +289,8 @@ void launch(const Fp8MatmulArgs& a, int64_t lda, const std::array<Fp8MatmulSegme
   p.tiles_m = int(ceil_div(a.m, kRows));
   p.tiles_n = tiles_n;
   const int64_t units = int64_t(p.tiles_m) * p.tiles_n;
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(unsigned(std::min<int64_t>(units, resident)));
-  config.blockDim = dim3(C::kThreads);
-  config.dynamicSmemBytes = C::kSmemBytes;
-  config.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attr;
-  config.numAttrs = 1;
-  HEARTH_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p));
+  launch_pdl(kernel, dim3(unsigned(std::min<int64_t>(units, resident))), dim3(C::kThreads),
+             C::kSmemBytes, stream, p);
 }
 
 template <typename T, bool kSwiGLU>

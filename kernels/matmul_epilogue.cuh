@@ -15,6 +15,13 @@ __device__ __forceinline__ float silu_mul(float g, float u) {
   return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, expf(-g))), u);
 }
 
+// One output of a launch over several weights, as store_pair writes it.
+struct StoreTarget {
+  void* out;
+  int n;
+  MatmulEpilogue epilogue;
+};
+
 // Writes two adjacent outputs (col, col + 1) of one row of p.out ([rows][p.n]), as p.epilogue
 // says: fp32 stored or added to what is there, or rounded to T.
 template <typename T, typename Params>

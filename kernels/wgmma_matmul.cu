@@ -5,7 +5,8 @@
 // completing on a `full` mbarrier), warpgroups 1..C are consumers (each owns 64 rows of the
 // block tile, issues m64nNk16 wgmmas over a stage, and frees it on the stage's `empty` mbarrier
 // once its wgmmas have read it). Blocks walk tiles grouped by 8 along M so neighbours share
-// weight tiles in L2; the producer runs ahead into the next tile while consumers store.
+// weight tiles in L2; the producer runs ahead into the next tile while consumers store (the ring,
+// the tile walk and the producer loop: kernels/persistent_tiles.cuh, shared with fp8_matmul.cu).
 // Compiled for sm_90a only (kernels/CMakeLists.txt); elsewhere the kernel body traps and
 // wgmma_matmul_available() is false.
 #include "kernels/wgmma_matmul.h"
@@ -25,7 +26,9 @@
 #include "kernels/matmul_epilogue.cuh"
 #include "kernels/mma.cuh"
 #include "kernels/pdl.cuh"
+#include "kernels/persistent_tiles.cuh"
 #include "kernels/tma_pipeline.cuh"
+#include "kernels/tma_tensor_map.h"
 #include "kernels/wgmma.cuh"
 
 namespace hearth::kernels {
@@ -56,22 +59,9 @@ struct Params {
   MatmulEpilogue epilogue;
 };
 
-// What store_pair writes: one segment's output.
-struct StoreTarget {
-  void* out;
-  int n;
-  MatmulEpilogue epilogue;
-};
-
-// The segment of column tile tn (tiles of all segments numbered one after another).
-__device__ __forceinline__ const Segment& segment_of(const Params& p, int tn) {
-  int s = 0;
-  while (s + 1 < p.segments && tn >= p.seg[s + 1].tile0) ++s;
-  return p.seg[s];
-}
-
 using epilogue::silu_mul;
 using epilogue::store_pair;
+using epilogue::StoreTarget;
 
 // kRows: rows of A a block covers: 16, 32 or 64 with one consumer warpgroup, 128 with two.
 // A consumer's wgmma always spans 64 rows; when a tile has fewer, the rows past it read whatever
@@ -103,14 +93,6 @@ struct Config {
                     size_t(kABytes) * kStages - kABoxBytes + 64 * kRowBytes <= kBarrierOffset,
                 "a small tile's 64-row wgmma must stay inside the stages");
 };
-
-__device__ __forceinline__ void tile_coords(int unit, int units_m, int tiles_n, int& um, int& tn) {
-  constexpr int kGroup = 8;
-  const int per_group = kGroup * tiles_n, first_m = unit / per_group * kGroup;
-  const int group_m = min(units_m - first_m, kGroup);
-  um = first_m + unit % per_group % group_m;
-  tn = unit % per_group / group_m;
-}
 
 __device__ __forceinline__ uint32_t cluster_rank() {
   uint32_t r;
@@ -146,22 +128,13 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   constexpr int BM = C::BM, BN = C::BN;
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* base =
-      reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
-  // Layout: the A regions of all stages, then their B regions (a small tile's wgmma reads past
-  // its A region into the next ones), then the barriers.
-  uint8_t* a_smem = base;
-  uint8_t* b_smem = base + size_t(C::kABytes) * kStages;
-  uint64_t* full = reinterpret_cast<uint64_t*>(base + C::kBarrierOffset);
-  uint64_t* empty = full + kStages;
+  // Every consumer of every block of the cluster hands a stage back.
+  const StageRing ring = stage_ring<C, kStages>(smem_raw, C::kConsumers * kCluster);
+  uint8_t* a_smem = ring.a;
+  uint8_t* b_smem = ring.b;
+  uint64_t* full = ring.full;
+  uint64_t* empty = ring.empty;
   const uint32_t rank = kCluster > 1 ? cluster_rank() : 0;
-  if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; ++s) {
-      mbar_init(&full[s], 1);
-      mbar_init(&empty[s], C::kConsumers * kCluster);
-    }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  }
   if constexpr (kCluster > 1)
     cluster_sync();  // the partner's barriers exist before anything multicasts into them
   else
@@ -202,34 +175,14 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
       auto load_w = [&](int s, int kt, int tile) {
         for (int j = 0; j < kSub; ++j) load_w_box(s, j, kt * kSub + j, tile);
       };
-      auto load_a = [&](int s, int kt, int tm) {
+      // Unit row um is the cluster's: this block's row tile is um * kCluster + rank.
+      auto load_a = [&](int s, int kt, int um) {
         for (int j = 0; j < kSub; ++j)
           tma_load(a_smem + size_t(s) * C::kABytes + size_t(j) * C::kABoxBytes, &p.map_a,
-                   (kt * kSub + j) * kBK, tm * BM, &full[s]);
+                   (kt * kSub + j) * kBK, (um * kCluster + rank) * BM, &full[s]);
       };
-      // The first stages' weights stream in before waiting for the kernel that wrote A.
-      int um0 = 0, tn0 = 0;
-      const int pre = first_unit < units ? min(kStages, k_tiles) : 0;
-      if (pre) tile_coords(first_unit, units_m, p.tiles_n, um0, tn0);
-      for (int s = 0; s < pre; ++s) {
-        mbar_expect_tx(&full[s], C::kStageBytes);
-        load_w(s, s, tn0);
-      }
-      wait_for_producer();
-      for (int s = 0; s < pre; ++s) load_a(s, s, um0 * kCluster + rank);
-      int it = 0;
-      for (int unit = first_unit; unit < units; unit += unit_step) {
-        int um, tn;
-        tile_coords(unit, units_m, p.tiles_n, um, tn);
-        for (int kt = 0; kt < k_tiles; ++kt, ++it) {
-          if (it < pre) continue;
-          const int s = it % kStages;
-          mbar_wait(&empty[s], ((it / kStages) & 1) ^ 1);
-          mbar_expect_tx(&full[s], C::kStageBytes);
-          load_w(s, kt, tn);
-          load_a(s, kt, um * kCluster + rank);
-        }
-      }
+      produce_stages<kStages, C::kStageBytes>(ring, first_unit, unit_step, units, units_m,
+                                              p.tiles_n, k_tiles, load_w, load_a);
     }
     __syncwarp();
   } else {
@@ -319,40 +272,11 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
 
 // ---- Host side ----
 
-using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*,
-                                 const cuuint64_t*, const cuuint64_t*, const cuuint32_t*,
-                                 const cuuint32_t*, CUtensorMapInterleave, CUtensorMapSwizzle,
-                                 CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
-
-EncodeTiled encode_tiled() {
-  static EncodeTiled fn = [] {
-    void* f = nullptr;
-    cudaDriverEntryPointQueryResult status{};
-    const cudaError_t err = cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000,
-                                                             cudaEnableDefault, &status);
-    if (err != cudaSuccess || status != cudaDriverEntryPointSuccess || !f)
-      throw std::runtime_error("wgmma_matmul: cuTensorMapEncodeTiled is unavailable");
-    return reinterpret_cast<EncodeTiled>(f);
-  }();
-  return fn;
-}
-
 // A [rows, k] 16-bit matrix with rows `ld` elements apart, read as boxes of 64 x box_rows.
 CUtensorMap tensor_map(Half type, const void* ptr, int rows, int k, int64_t ld, int box_rows) {
-  CUtensorMap map;
-  const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(rows)};
-  const cuuint64_t strides[1] = {cuuint64_t(ld) * 2};
-  const cuuint32_t box[2] = {cuuint32_t(kBK), cuuint32_t(box_rows)};
-  const cuuint32_t element_strides[2] = {1, 1};
-  const CUresult r = encode_tiled()(
-      &map, type == Half::BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-      2, const_cast<void*>(ptr), dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS)
-    throw std::runtime_error("wgmma_matmul: cuTensorMapEncodeTiled failed (" + std::to_string(r) +
-                             ")");
-  return map;
+  return swizzled_k_major_map(
+      type == Half::BF16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2,
+      ptr, rows, k, ld, kBK, box_rows, "wgmma_matmul");
 }
 
 int64_t ceil_div(int64_t a, int64_t b) {

@@ -7,9 +7,6 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstring>
-#include <functional>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -18,45 +15,11 @@
 #include "kernels/fp8_matmul.h"
 #include "kernels/fp8_quantize.h"
 #include "kernels/wgmma_matmul.h"
-
-namespace {
+#include "tools/matmul_bench_setup.h"
 
 using namespace hearth;
+using bench::time_us;
 using kernels::Half;
-
-void fill(void* dst, size_t bytes, const std::vector<uint8_t>& pattern) {
-  for (size_t off = 0; off < bytes; off += pattern.size())
-    HEARTH_CUDA_CHECK(cudaMemcpy(static_cast<char*>(dst) + off, pattern.data(),
-                                 std::min(pattern.size(), bytes - off), cudaMemcpyHostToDevice));
-}
-
-// Median of 5 batches of the mean time of body(i) in microseconds, batches of ~10 ms.
-double time_us(cudaStream_t s, const std::function<void(int)>& body) {
-  cudaEvent_t e0, e1;
-  HEARTH_CUDA_CHECK(cudaEventCreate(&e0));
-  HEARTH_CUDA_CHECK(cudaEventCreate(&e1));
-  auto batch = [&](int reps, int first) {
-    HEARTH_CUDA_CHECK(cudaEventRecord(e0, s));
-    for (int i = 0; i < reps; ++i) body(first + i);
-    HEARTH_CUDA_CHECK(cudaEventRecord(e1, s));
-    HEARTH_CUDA_CHECK(cudaEventSynchronize(e1));
-    float ms = 0;
-    HEARTH_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    return 1e3 * ms / reps;
-  };
-  batch(3, 0);
-  const double once = batch(2, 3);
-  const int reps = int(std::clamp(10000.0 / std::max(once, 1.0), 3.0, 300.0));
-  batch(reps, 5);
-  std::vector<double> t;
-  for (int i = 0; i < 5; ++i) t.push_back(batch(reps, 5 + i * reps));
-  std::sort(t.begin(), t.end());
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  return t[2];
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{
@@ -74,37 +37,17 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "no compute-capability 9.0 device: the fp8 wgmma needs sm_90a\n");
     return 1;
   }
-  struct Shape {
-    const char* name;
-    int n, k;
-    bool swiglu;
-  };
-  const Shape shapes[] = {{"qkv", 6144, 4096, false},
-                          {"o", 4096, 4096, false},
-                          {"gate+up SwiGLU", 14336, 4096, true},
-                          {"down", 4096, 14336, false}};
   cudaStream_t stream;
   HEARTH_CUDA_CHECK(cudaStreamCreate(&stream));
   const int max_m = *std::max_element(ms.begin(), ms.end());
   const size_t arena_bytes = size_t(1200) << 20;  // bf16 weights; fp8 use half of it
   DeviceBuffer arena(arena_bytes), a16(size_t(max_m) * 14336 * 2), a8(size_t(max_m) * 14336),
       a_scales(size_t(max_m) * 4), w_scales(2 * 14336 * 4), out(size_t(max_m) * 28672 * 4);
-  {
-    std::mt19937 gen(7);
-    std::normal_distribution<float> d(0.0f, 0.02f);
-    std::vector<uint8_t> bf16(8 << 20);
-    for (size_t i = 0; i < bf16.size(); i += 2) {
-      const float f = d(gen);
-      uint32_t bits;
-      std::memcpy(&bits, &f, 4);
-      bf16[i] = uint8_t(bits >> 16), bf16[i + 1] = uint8_t(bits >> 24);
-    }
-    fill(arena.get(), arena_bytes, bf16);
-    fill(a16.get(), a16.bytes(), bf16);
-    const std::vector<float> scales(2 * 14336, 0.02f / 448);
-    HEARTH_CUDA_CHECK(
-        cudaMemcpy(w_scales.get(), scales.data(), w_scales.bytes(), cudaMemcpyHostToDevice));
-  }
+  bench::fill_random_bf16(arena.get(), arena_bytes, 7);
+  bench::fill_random_bf16(a16.get(), a16.bytes(), 7);
+  const std::vector<float> scales(2 * 14336, 0.02f / 448);
+  HEARTH_CUDA_CHECK(
+      cudaMemcpy(w_scales.get(), scales.data(), w_scales.bytes(), cudaMemcpyHostToDevice));
   // The fp8 arena: the bf16 arena's first half quantized per row (real codes, no NaN).
   const size_t fp8_bytes = arena_bytes / 2;
   DeviceBuffer arena8(fp8_bytes), arena8_scales(fp8_bytes / 4096 * 4);
@@ -122,7 +65,7 @@ int main(int argc, char** argv) {
       "wgmma us | bf16 / fp8 time | tilings (us) "
       "|\n|---|---|---|---|---|---|---|---|---|---|---|\n",
       peak, gbps_peak);
-  for (const Shape& s : shapes) {
+  for (const bench::MatmulShape& s : bench::kLlama8bShapes) {
     const int mats = s.swiglu ? 2 : 1;
     const size_t w8 = size_t(s.n) * s.k * mats, w16 = 2 * w8;
     const int copies8 = int(std::clamp<size_t>(fp8_bytes / w8, 1, 16));

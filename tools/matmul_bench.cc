@@ -7,10 +7,7 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <cstring>
 #include <fstream>
-#include <functional>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -19,53 +16,13 @@
 #include "kernels/device_buffer.h"
 #include "kernels/gemm.h"
 #include "kernels/wgmma_matmul.h"
+#include "tools/matmul_bench_setup.h"
 
 namespace {
 
 using namespace hearth;
+using bench::time_us;
 using kernels::Half;
-
-void fill_random(void* dst, size_t bytes, unsigned seed) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> d(0.0f, 0.02f);
-  std::vector<uint16_t> v(4 << 20);
-  for (auto& x : v) {
-    const float f = d(gen);
-    uint32_t bits;
-    std::memcpy(&bits, &f, 4);
-    x = uint16_t(bits >> 16);
-  }
-  const size_t chunk = v.size() * 2;
-  for (size_t off = 0; off < bytes; off += chunk)
-    HEARTH_CUDA_CHECK(cudaMemcpy(static_cast<char*>(dst) + off, v.data(),
-                                 std::min(chunk, bytes - off), cudaMemcpyHostToDevice));
-}
-
-// Median of 5 batches of the mean time of body(i) in microseconds, batches of ~10 ms.
-double time_us(cudaStream_t s, const std::function<void(int)>& body) {
-  cudaEvent_t e0, e1;
-  HEARTH_CUDA_CHECK(cudaEventCreate(&e0));
-  HEARTH_CUDA_CHECK(cudaEventCreate(&e1));
-  auto batch = [&](int reps, int first) {
-    HEARTH_CUDA_CHECK(cudaEventRecord(e0, s));
-    for (int i = 0; i < reps; ++i) body(first + i);
-    HEARTH_CUDA_CHECK(cudaEventRecord(e1, s));
-    HEARTH_CUDA_CHECK(cudaEventSynchronize(e1));
-    float ms = 0;
-    HEARTH_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    return 1e3 * ms / reps;
-  };
-  batch(3, 0);
-  const double once = batch(2, 3);
-  const int reps = int(std::clamp(10000.0 / std::max(once, 1.0), 3.0, 300.0));
-  batch(reps, 5);  // settles clocks and caches before the timed batches
-  std::vector<double> t;
-  for (int i = 0; i < 5; ++i) t.push_back(batch(reps, 5 + i * reps));
-  std::sort(t.begin(), t.end());
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
-  return t[2];
-}
 
 // q, k and v of the 8B (4,096 + 1,024 + 1,024 rows of 4,096, fp32 out as in the engine): three
 // launches against one launch over the three weights (MatmulArgs::more). Same bits; the one
@@ -130,23 +87,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "no compute-capability 9.0 device: wgmma needs sm_90a\n");
     return 1;
   }
-  struct Shape {
-    const char* name;
-    int n, k;
-    bool swiglu;  // gate and up, each [n, k]; cuBLASLt runs them as one [2n, k]
-  };
-  const Shape shapes[] = {{"qkv", 6144, 4096, false},
-                          {"o", 4096, 4096, false},
-                          {"gate+up SwiGLU", 14336, 4096, true},
-                          {"down", 4096, 14336, false}};
   cudaStream_t stream;
   HEARTH_CUDA_CHECK(cudaStreamCreate(&stream));
   const int max_m = *std::max_element(ms.begin(), ms.end());
   const size_t arena_bytes = size_t(1200) << 20;
   DeviceBuffer arena(arena_bytes), a(size_t(max_m) * 14336 * 2), out(size_t(max_m) * 28672 * 4),
       ws_old;
-  fill_random(arena.get(), arena_bytes, 7);
-  fill_random(a.get(), a.bytes(), 11);
+  bench::fill_random_bf16(arena.get(), arena_bytes, 7);
+  bench::fill_random_bf16(a.get(), a.bytes(), 11);
   kernels::Gemm cublas(Half::BF16);
   std::ofstream json;
   if (!json_path.empty()) json.open(json_path);
@@ -155,7 +103,8 @@ int main(int argc, char** argv) {
       "wgmma / cuBLASLt | wgmma us | auto again | best tiling "
       "|\n|---|---|---|---|---|---|---|---|---|---|---|\n",
       peak);
-  for (const Shape& s : shapes) {
+  // SwiGLU: cuBLASLt runs gate and up as one [2n, k].
+  for (const bench::MatmulShape& s : bench::kLlama8bShapes) {
     if (qkv_only) break;
     const int mats = s.swiglu ? 2 : 1;
     const size_t w_bytes = size_t(s.n) * s.k * 2 * mats;

@@ -43,13 +43,7 @@ const char* tiles_name(MatmulTiles t) {
   }
 }
 
-template <typename T>
-std::vector<T> download(const DeviceBuffer& b, size_t n) {
-  std::vector<T> v(n);
-  HEARTH_CUDA_CHECK(cudaDeviceSynchronize());
-  HEARTH_CUDA_CHECK(cudaMemcpy(v.data(), b.get(), n * sizeof(T), cudaMemcpyDeviceToHost));
-  return v;
-}
+using test::download;
 
 // ---- Matmul ----
 

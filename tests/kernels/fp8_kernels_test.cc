@@ -16,6 +16,7 @@
 #include "kernels/ops.h"
 #include "kernels/reference.h"
 #include "tests/kernels/gpu_test_util.h"
+#include "tests/kernels/matmul_tiling_sweep.h"
 #include "weight-server/model/fp8.h"
 
 namespace hearth {
@@ -24,11 +25,6 @@ namespace {
 using kernels::Fp8Tiles;
 using kernels::Half;
 using kernels::MatmulEpilogue;
-
-#define HEARTH_REQUIRE_FP8()            \
-  HEARTH_REQUIRE_GPU();                 \
-  if (!kernels::fp8_matmul_available()) \
-  GTEST_SKIP() << "no compute-capability 9.0 device (the fp8 wgmma needs sm_90a)"
 
 // Rows quantized by the CPU rule: codes and scales.
 struct Quantized {
@@ -47,13 +43,7 @@ Quantized quantize_cpu(const std::vector<float>& v, int rows, int k, int64_t ld)
   return q;
 }
 
-template <typename T>
-std::vector<T> download(const DeviceBuffer& b, size_t n) {
-  std::vector<T> v(n);
-  HEARTH_CUDA_CHECK(cudaDeviceSynchronize());
-  HEARTH_CUDA_CHECK(cudaMemcpy(v.data(), b.get(), n * sizeof(T), cudaMemcpyDeviceToHost));
-  return v;
-}
+using test::download;
 
 TEST(Fp8Quantize, EqualsTheCpuRuleByteForByte) {
   HEARTH_REQUIRE_GPU();
@@ -182,8 +172,7 @@ TEST(Fp8Matmul, MatchesReferenceForEveryEpilogueAndTiling) {
   HEARTH_REQUIRE_FP8();
   // Partial row and column tiles; K not a multiple of the 128-wide stage; a long K (promotion).
   const Case cases[] = {{1, 96, 64}, {37, 200, 320}, {130, 264, 1040}, {70, 128, 8192}};
-  std::vector<Fp8Tiles> tilings(std::begin(kernels::kAllFp8Tiles), std::end(kernels::kAllFp8Tiles));
-  tilings.push_back(Fp8Tiles::Auto);
+  const std::vector<Fp8Tiles> tilings = test::every_tiling_and_auto(kernels::kAllFp8Tiles);
   double worst = 0;
   for (const Case& c : cases) {
     const auto x = test::random_floats(size_t(c.m) * c.k);
@@ -290,29 +279,9 @@ TEST(Fp8Matmul, RowsAreBitIdenticalWhateverTheTilingAndBatch) {
       run(Half::BF16, e, tiles, args);
       return download<unsigned char>(out, size_t(m) * row_bytes);
     };
-    const auto full = compute(Fp8Tiles::M128N128, 0, pool);
-    for (Fp8Tiles tiles : kernels::kAllFp8Tiles)
-      EXPECT_EQ(0, std::memcmp(full.data(), compute(tiles, 0, pool).data(), full.size()))
-          << "tiling " << kernels::fp8_tiles_name(tiles);
-    const int ms[] = {1,   2,   3,   5,   8,   13,  16,  31,  32,  33,  63,   64,   65,   100,
-                      127, 128, 129, 200, 255, 256, 257, 383, 512, 700, 1000, 1024, 1500, 2048};
-    const int firsts[] = {0, 1, 17, 37, 64};
-    int checked = 0;
-    for (int m : ms)
-      for (int first : firsts) {
-        if (first + m > pool) continue;
-        const bool all = (checked++ % 5) == 0;  // every tiling on a fifth of the cases
-        std::vector<Fp8Tiles> tilings{Fp8Tiles::Auto};
-        if (all)
-          tilings.insert(tilings.end(), std::begin(kernels::kAllFp8Tiles),
-                         std::end(kernels::kAllFp8Tiles));
-        for (Fp8Tiles tiles : tilings) {
-          const auto got = compute(tiles, first, m);
-          EXPECT_EQ(0, std::memcmp(full.data() + size_t(first) * row_bytes, got.data(), got.size()))
-              << "m " << m << " first row " << first << " tiling "
-              << kernels::fp8_tiles_name(tiles);
-        }
-      }
+    test::expect_rows_alike_whatever_the_tiling_and_batch(kernels::kAllFp8Tiles, Fp8Tiles::M128N128,
+                                                          pool, row_bytes, compute,
+                                                          kernels::fp8_tiles_name);
   }
 }
 

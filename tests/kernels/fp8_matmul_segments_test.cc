@@ -14,6 +14,7 @@
 #include "kernels/batch_ops.h"
 #include "kernels/fp8_matmul.h"
 #include "tests/kernels/gpu_test_util.h"
+#include "tests/kernels/matmul_tiling_sweep.h"
 #include "weight-server/model/fp8.h"
 
 namespace hearth {
@@ -22,11 +23,6 @@ namespace {
 using kernels::Fp8Tiles;
 using kernels::Half;
 using kernels::MatmulEpilogue;
-
-#define HEARTH_REQUIRE_FP8()            \
-  HEARTH_REQUIRE_GPU();                 \
-  if (!kernels::fp8_matmul_available()) \
-  GTEST_SKIP() << "no compute-capability 9.0 device (the fp8 wgmma needs sm_90a)"
 
 // rows x k values quantized per row by the rule of weight-server/model/fp8.h, on the device.
 struct DeviceCodes {
@@ -57,8 +53,7 @@ TEST(Fp8MatmulSegments, BitIdenticalToSeparateCallsForEveryBucketAndTiling) {
   const int ms[] = {1,   2,   3,   5,   8,   13,  16,  17,  31,  32,  33,   63,   64,   65,  100,
                     127, 128, 129, 200, 255, 256, 257, 383, 512, 700, 1000, 1024, 1500, 2048};
   const int pool = 2048;
-  std::vector<Fp8Tiles> tilings(std::begin(kernels::kAllFp8Tiles), std::end(kernels::kAllFp8Tiles));
-  tilings.push_back(Fp8Tiles::Auto);
+  const std::vector<Fp8Tiles> tilings = test::every_tiling_and_auto(kernels::kAllFp8Tiles);
   for (const Shape& s : shapes) {
     const DeviceCodes a = quantized(pool, s.k, 1.0f);
     std::array<DeviceCodes, 3> w;

@@ -78,11 +78,17 @@ inline DeviceBuffer poisoned(size_t bytes) {
   return b;
 }
 
-inline std::vector<float> download_f32(const DeviceBuffer& b, size_t n) {
-  std::vector<float> v(n);
+// n values of T from the device, once the work queued before has finished.
+template <typename T>
+std::vector<T> download(const DeviceBuffer& b, size_t n) {
+  std::vector<T> v(n);
   HEARTH_CUDA_CHECK(cudaDeviceSynchronize());
-  HEARTH_CUDA_CHECK(cudaMemcpy(v.data(), b.get(), n * 4, cudaMemcpyDeviceToHost));
+  HEARTH_CUDA_CHECK(cudaMemcpy(v.data(), b.get(), n * sizeof(T), cudaMemcpyDeviceToHost));
   return v;
+}
+
+inline std::vector<float> download_f32(const DeviceBuffer& b, size_t n) {
+  return download<float>(b, n);
 }
 
 inline std::vector<float> download_half(const DeviceBuffer& b, size_t n, kernels::Half t) {

@@ -14,6 +14,7 @@
 #include "kernels/batch_ops.h"
 #include "kernels/wgmma_matmul.h"
 #include "tests/kernels/gpu_test_util.h"
+#include "tests/kernels/matmul_tiling_sweep.h"
 
 namespace hearth {
 namespace {
@@ -21,11 +22,6 @@ namespace {
 using kernels::Half;
 using kernels::MatmulEpilogue;
 using kernels::WgmmaTiles;
-
-#define HEARTH_REQUIRE_WGMMA()            \
-  HEARTH_REQUIRE_GPU();                   \
-  if (!kernels::wgmma_matmul_available()) \
-  GTEST_SKIP() << "no compute-capability 9.0 device (wgmma needs sm_90a)"
 
 struct Shape {
   std::array<int, 3> n;  // q, k, v rows
@@ -86,10 +82,7 @@ Outputs compute(Half t, const Qkv& qkv, const void* a, int m, bool with_bias, Wg
 }
 
 std::vector<WgmmaTiles> every_tiling() {
-  std::vector<WgmmaTiles> tilings(std::begin(kernels::kAllWgmmaTiles),
-                                  std::end(kernels::kAllWgmmaTiles));
-  tilings.push_back(WgmmaTiles::Auto);
-  return tilings;
+  return test::every_tiling_and_auto(kernels::kAllWgmmaTiles);
 }
 
 TEST(WgmmaMatmulSegments, MatchesReference) {

@@ -12,6 +12,7 @@
 
 #include "kernels/batch_ops.h"
 #include "tests/kernels/gpu_test_util.h"
+#include "tests/kernels/matmul_tiling_sweep.h"
 
 namespace hearth {
 namespace {
@@ -19,11 +20,6 @@ namespace {
 using kernels::Half;
 using kernels::MatmulEpilogue;
 using kernels::WgmmaTiles;
-
-#define HEARTH_REQUIRE_WGMMA()            \
-  HEARTH_REQUIRE_GPU();                   \
-  if (!kernels::wgmma_matmul_available()) \
-  GTEST_SKIP() << "no compute-capability 9.0 device (wgmma needs sm_90a)"
 
 double silu(double g) {
   return g / (1.0 + std::exp(-g));
@@ -46,9 +42,7 @@ TEST(WgmmaMatmul, MatchesReferenceForEveryEpilogueAndTiling) {
   HEARTH_REQUIRE_WGMMA();
   // Odd sizes: partial row and column tiles, K not a multiple of the 64-wide stage.
   const Case cases[] = {{1, 96, 64}, {37, 200, 320}, {130, 264, 1040}};
-  std::vector<WgmmaTiles> tilings(std::begin(kernels::kAllWgmmaTiles),
-                                  std::end(kernels::kAllWgmmaTiles));
-  tilings.push_back(WgmmaTiles::Auto);
+  const std::vector<WgmmaTiles> tilings = test::every_tiling_and_auto(kernels::kAllWgmmaTiles);
   for (Half t : {Half::BF16, Half::F16})
     for (const Case& c : cases) {
       const auto a = test::rounded(test::random_floats(size_t(c.m) * c.k), t);
@@ -135,33 +129,9 @@ TEST(WgmmaMatmul, RowsAreBitIdenticalWhateverTheTilingAndBatch) {
         HEARTH_CUDA_CHECK(cudaMemcpy(host.data(), out.get(), host.size(), cudaMemcpyDeviceToHost));
         return host;
       };
-      // The whole pool once per tiling: all equal.
-      const auto full = compute(WgmmaTiles::M128N256, 0, pool);
-      for (WgmmaTiles tiles : kernels::kAllWgmmaTiles)
-        EXPECT_EQ(0, std::memcmp(full.data(), compute(tiles, 0, pool).data(), full.size()))
-            << "tiling " << kernels::wgmma_tiles_name(tiles);
-      // Batches of every bucket, starting at rows that put each row at another place in its
-      // 64-row wgmma (first_row not a multiple of 64), by the automatic and every tiling.
-      const int ms[] = {1,   2,   3,   5,   8,   13,  16,  31,  32,  33,  63,   64,   65,   100,
-                        127, 128, 129, 200, 255, 256, 257, 383, 512, 700, 1000, 1024, 1500, 2048};
-      const int firsts[] = {0, 1, 17, 37, 64};
-      int checked = 0;
-      for (int m : ms)
-        for (int first : firsts) {
-          if (first + m > pool) continue;
-          const bool all = (checked++ % 5) == 0;  // every tiling on a fifth of the cases
-          std::vector<WgmmaTiles> tilings{WgmmaTiles::Auto};
-          if (all)
-            tilings.insert(tilings.end(), std::begin(kernels::kAllWgmmaTiles),
-                           std::end(kernels::kAllWgmmaTiles));
-          for (WgmmaTiles tiles : tilings) {
-            const auto got = compute(tiles, first, m);
-            EXPECT_EQ(0,
-                      std::memcmp(full.data() + size_t(first) * row_bytes, got.data(), got.size()))
-                << "m " << m << " first row " << first << " tiling "
-                << kernels::wgmma_tiles_name(tiles);
-          }
-        }
+      test::expect_rows_alike_whatever_the_tiling_and_batch(kernels::kAllWgmmaTiles,
+                                                            WgmmaTiles::M128N256, pool, row_bytes,
+                                                            compute, kernels::wgmma_tiles_name);
     }
 }
 

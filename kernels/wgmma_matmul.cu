@@ -144,14 +144,13 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   const int units_m = (p.tiles_m + kCluster - 1) / kCluster, units = units_m * p.tiles_n;
   const int first_unit = blockIdx.x / kCluster, unit_step = gridDim.x / kCluster;
   constexpr int kSub = C::kBoxes;
-  const int k_boxes = (p.k + kBK - 1) / kBK, k_tiles = (k_boxes + kSub - 1) / kSub;
+  const int k_tiles = (p.k + kBK * kSub - 1) / (kBK * kSub);
   const int wg = threadIdx.x / 128;
   if (wg == 0) {
     // ---- Producer ----
     if constexpr (C::kMoveRegisters) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
     if (threadIdx.x == 0) {
-      // Box j of stage s holds K columns (kt * kSub + j) * 64 ...; boxes past K are loaded too
-      // (zero-filled, so the stage's byte count holds) but never multiplied.
+      // Box j of stage s holds K columns (kt * kSub + j) * 64 ... (K is a multiple of kSub boxes).
       auto load_w_box = [&](int s, int j, int kb, int tile) {
         const Segment& g = segment_of(p, tile);
         const int tn = tile - g.tile0;  // the column tile within its own weight
@@ -219,8 +218,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
         for (int i = 0; i < BN / 2; ++i) fence_register(acc[i]);
         wgmma_fence();
 #pragma unroll
-        for (int j = 0; j < kSub; ++j) {
-          if (kSub > 1 && kt * kSub + j >= k_boxes) break;
+        for (int j = 0; j < kSub; ++j) {  // K is a multiple of kSub boxes (wgmma_matmul)
           const uint32_t a = a0 + j * C::kABoxBytes, b = b0 + j * C::kBBoxBytes;
 #pragma unroll
           for (int kk = 0; kk < kBK / 16; ++kk)
@@ -501,6 +499,9 @@ void wgmma_matmul(Half type, MatmulEpilogue epilogue, const MatmulArgs& a, Wgmma
     n += segs[s].n;
   }
   if (tiles == WgmmaTiles::Auto) tiles = choose(a.m, n, a.k, swiglu);
+  // Four boxes a stage need K in whole stages: a box past K in the consumers' loop would be a
+  // divergent path (ptxas then serialises every wgmma). Any tiling gives the same bits.
+  if (tiles == WgmmaTiles::M16N32DeepK256 && a.k % (4 * kBK) != 0) tiles = WgmmaTiles::M16N32Deep;
   p.m = a.m;
   p.k = a.k;
   p.epilogue = epilogue;

@@ -50,17 +50,21 @@ __global__ void __launch_bounds__(kThreads) fixed_order_all_reduce(AllReduceArgs
   const float* src[kMaxAllReduceRanks];
   for (int p = 0; p < a.n_ranks; ++p) src[p] = a.staging[p] + half;
 
-  // Block b stages (and later sums) the same elements on every rank: the grid is the same.
-  const bool vec = a.count % 4 == 0 && reinterpret_cast<uintptr_t>(a.partial) % 16 == 0 &&
-                   reinterpret_cast<uintptr_t>(a.out) % 16 == 0;
+  // Block b stages (and later sums) the same groups of four elements on every rank: the grid and
+  // the grouping are the same everywhere. Only how this rank reads its own partial and output
+  // (16-byte or one at a time) depends on its pointers.
+  const bool aligned = reinterpret_cast<uintptr_t>(a.partial) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(a.out) % 16 == 0;
+  const int64_t groups = (a.count + 3) / 4;
   const int64_t stride = int64_t(a.blocks) * kThreads;
   const int64_t first = int64_t(blockIdx.x) * kThreads + threadIdx.x;
   float* mine = a.staging[a.rank] + half;
-  if (vec) {
-    for (int64_t i = first; i < a.count / 4; i += stride)
-      reinterpret_cast<float4*>(mine)[i] = reinterpret_cast<const float4*>(a.partial)[i];
-  } else {
-    for (int64_t i = first; i < a.count; i += stride) mine[i] = a.partial[i];
+  for (int64_t g = first; g < groups; g += stride) {
+    if (aligned && 4 * g + 4 <= a.count) {
+      reinterpret_cast<float4*>(mine)[g] = reinterpret_cast<const float4*>(a.partial)[g];
+    } else {
+      for (int64_t i = 4 * g; i < min(4 * g + 4, a.count); ++i) mine[i] = a.partial[i];
+    }
   }
 
   // The barrier: this block's writes, then its arrival flag on every peer; then wait for theirs.
@@ -76,13 +80,23 @@ __global__ void __launch_bounds__(kThreads) fixed_order_all_reduce(AllReduceArgs
   }
   __syncthreads();
 
-  if (vec) {
-    float4* out4 = reinterpret_cast<float4*>(a.out);
-    for (int64_t i = first; i < a.count / 4; i += stride)
-      out4[i] = reduce_four(a, src, i, a.accumulate ? out4[i] : float4{});
-  } else {
-    for (int64_t i = first; i < a.count; i += stride)
-      a.out[i] = reduce_one(a, src, i, a.accumulate ? a.out[i] : 0.0f);
+  for (int64_t g = first; g < groups; g += stride) {
+    if (4 * g + 4 <= a.count) {
+      float4 old{};
+      if (a.accumulate)
+        old = aligned
+                  ? reinterpret_cast<const float4*>(a.out)[g]
+                  : make_float4(a.out[4 * g], a.out[4 * g + 1], a.out[4 * g + 2], a.out[4 * g + 3]);
+      const float4 r = reduce_four(a, src, g, old);
+      if (aligned) {
+        reinterpret_cast<float4*>(a.out)[g] = r;
+      } else {
+        a.out[4 * g] = r.x, a.out[4 * g + 1] = r.y, a.out[4 * g + 2] = r.z, a.out[4 * g + 3] = r.w;
+      }
+    } else {
+      for (int64_t i = 4 * g; i < a.count; ++i)
+        a.out[i] = reduce_one(a, src, i, a.accumulate ? a.out[i] : 0.0f);
+    }
   }
   if (threadIdx.x == 0) a.epochs[blockIdx.x] = epoch;
 }

@@ -64,19 +64,23 @@ std::vector<float> host_sum(const std::vector<std::vector<float>>& parts,
 std::vector<std::vector<float>> run_once(PeerAllReduce& ar, std::vector<RankSide>& sides,
                                          const std::vector<std::vector<float>>& parts,
                                          const std::vector<float>& residual, bool accumulate,
-                                         bool launch = true) {
+                                         bool launch = true, int misaligned_rank = -1) {
   const int64_t count = int64_t(residual.size());
+  // The misaligned rank's buffers start one float in: not 16-byte aligned.
+  auto partial = [&](int r) {
+    return sides[size_t(r)].partial.get<float>() + (r == misaligned_rank);
+  };
+  auto out = [&](int r) { return sides[size_t(r)].out.get<float>() + (r == misaligned_rank); };
   for (int r = 0; r < ar.ranks(); ++r) {
     HEARTH_CUDA_CHECK(cudaSetDevice(ar.device(r)));
-    HEARTH_CUDA_CHECK(cudaMemcpy(sides[size_t(r)].partial.get(), parts[size_t(r)].data(),
-                                 size_t(count) * 4, cudaMemcpyHostToDevice));
-    HEARTH_CUDA_CHECK(cudaMemcpy(sides[size_t(r)].out.get(), residual.data(), size_t(count) * 4,
-                                 cudaMemcpyHostToDevice));
+    HEARTH_CUDA_CHECK(
+        cudaMemcpy(partial(r), parts[size_t(r)].data(), size_t(count) * 4, cudaMemcpyHostToDevice));
+    HEARTH_CUDA_CHECK(
+        cudaMemcpy(out(r), residual.data(), size_t(count) * 4, cudaMemcpyHostToDevice));
   }
   if (launch)
     for (int r = 0; r < ar.ranks(); ++r)
-      ar.run(r, sides[size_t(r)].partial.get<float>(), sides[size_t(r)].out.get<float>(), count,
-             accumulate, sides[size_t(r)].stream.get());
+      ar.run(r, partial(r), out(r), count, accumulate, sides[size_t(r)].stream.get());
   std::vector<std::vector<float>> outs;
   for (int r = 0; r < ar.ranks(); ++r) {
     HEARTH_CUDA_CHECK(cudaSetDevice(ar.device(r)));
@@ -141,6 +145,20 @@ TEST(PeerAllReduce, TwoRanksEqualTheHostRankOrderSum) {
 TEST(PeerAllReduce, AllGpusEqualTheHostRankOrderSum) {
   REQUIRE_GPUS(3);
   check_every_size(std::min(gpu_count(), kernels::kMaxAllReduceRanks));
+}
+
+TEST(PeerAllReduce, OneRankMisalignedStillSumsTheSameElements) {
+  REQUIRE_GPUS(2);
+  PeerAllReduce ar(first_devices(2), 64 * kCols);
+  auto sides = make_sides(ar, 64 * kCols);
+  for (int64_t count : {int64_t(4), int64_t(7), 33 * kCols, 64 * kCols - 1}) {
+    const auto parts = random_parts(2, count);
+    const auto residual = test::random_floats(size_t(count), 4.0f);
+    const auto want = host_sum(parts, residual, true);
+    const auto outs = run_once(ar, sides, parts, residual, true, true, /*misaligned_rank=*/1);
+    for (int r = 0; r < 2; ++r)
+      expect_bitwise(outs[size_t(r)], want, "rank " + std::to_string(r) + ", rank 1 misaligned");
+  }
 }
 
 TEST(PeerAllReduce, RepeatRunsAreIdentical) {

@@ -13,6 +13,7 @@
 
 #include "tools/synth_model.h"
 #include "weight-server/model/host_store.h"
+#include "weight-server/model/rank_store.h"
 #include "weight-server/model/shard_plan.h"
 #include "worker/engine/backend_factory.h"
 #include "worker/engine/cache_domain.h"
@@ -251,7 +252,7 @@ TEST(CpuTensorParallel, IsAnEngineProfileKey) {
   EXPECT_THROW(parse_engine_profile(R"({"tensor_parallel": 65})", "p"), std::runtime_error);
 }
 
-TEST(CpuTensorParallel, IsPartOfTheCacheDomainAndRefusedOnCuda) {
+TEST(CpuTensorParallel, IsPartOfTheCacheDomainAndShardedRefusedOnCuda) {
   EngineOptions one, two;
   two.tensor_parallel = 2;
   EXPECT_NE(cache_domain_key(one, "cpu", "m"), cache_domain_key(two, "cpu", "m"));
@@ -263,9 +264,15 @@ TEST(CpuTensorParallel, IsPartOfTheCacheDomainAndRefusedOnCuda) {
   EngineOptions cuda;
   cuda.backend = BackendKind::Cuda;
   cuda.tensor_parallel = 2;
+  // A model the server sharded needs a worker per GPU: refused before any GPU is looked for.
+  // (An unsharded model opened in process is the single-process GPU ranks' business:
+  // tests/worker/engine/cuda_tensor_parallel_test.cc.)
+  const ShardPlan plan = ShardPlan::make(store->config(), 2);
+  std::vector<std::shared_ptr<const WeightStore>> ranks;
+  for (int r = 0; r < 2; ++r) ranks.push_back(std::make_shared<RankStore>(*store, plan, r));
   try {
-    make_backend(cuda, EngineWeights{store, nullptr});
-    FAIL() << "a cuda backend with tensor_parallel 2 was built";
+    make_backend(cuda, EngineWeights{ranks[0], nullptr, ranks});
+    FAIL() << "a cuda backend on a sharded model was built";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("not built yet (issue 26"), std::string::npos) << e.what();
   }

@@ -8,6 +8,7 @@
 #include "weight-server/model/device_store.h"
 #include "worker/engine/cuda/cuda_backend.h"
 #include "worker/engine/cuda/cuda_batch_backend.h"
+#include "worker/engine/cuda/cuda_tp_backend.h"
 #include "worker/engine/cuda/cuda_warmup.h"
 #include "worker/engine/model_weights.h"
 
@@ -36,6 +37,20 @@ std::unique_ptr<Backend> make_cuda_backend(const EngineOptions& options,
                              "); use --backend cpu");
   const bool batched = options.cuda_engine == CudaEngineKind::Batched;
   std::shared_ptr<const WeightStore> store = weights.store;
+  if (options.tensor_parallel > 1) {
+    // One process, one GPU per rank, each rank's pieces cut from the host-resident model.
+    if (!batched) throw std::runtime_error("tensor_parallel on the GPU needs cuda_engine batched");
+    if (store->residence() != Residence::Host)
+      throw std::runtime_error(
+          "tensor_parallel on the GPU needs the model opened in process (a "
+          "served model's GPU ranks are not built yet)");
+    warmup.reset();
+    if (kv_memory)
+      throw std::runtime_error(
+          "tensor_parallel on the GPU with leased (served) KV memory: not "
+          "built yet");
+    return std::make_unique<CudaTpBackend>(*store, options, context_length);
+  }
   if (store->residence() == Residence::Host) {
     if (!weights.source)
       throw std::runtime_error("the cuda backend cannot run on host-resident (" +

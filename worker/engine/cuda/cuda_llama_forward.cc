@@ -54,7 +54,8 @@ CudaLlamaForward::CudaLlamaForward(const ModelConfig& c, const CudaWeights& weig
 }
 
 void CudaLlamaForward::layer(int l, const StepShape& s, const StepInputs& in, const CudaKvPool& kv,
-                             const kernels::PagedAttentionArgs& attention, cudaStream_t st) {
+                             const kernels::PagedAttentionArgs& attention, cudaStream_t st,
+                             LayerPart part) {
   const ModelConfig& c = config_;
   const CudaLayerWeights& L = weights_.layer(l);
   const CudaLayerScales& S = weights_.scales(l);  // fp8 only
@@ -78,55 +79,58 @@ void CudaLlamaForward::layer(int l, const StepShape& s, const StepInputs& in, co
     matmuls_.run(shape, e, a, w, w_up, out, T, n, k, st);
   };
 
-  norm(L.attn_norm);
-  mark(StepPhase::Norm, st);
-  // q, k and v in one launch where the kernel allows (the bits of three).
-  if (fp8) {
-    matmuls_.run_qkv_fp8(L.wq, S.wq, L.wk, S.wk, L.wv, S.wv, q32_.get(), k32_.get(), v32_.get(), T,
-                         qd, kvd, h, st);
-    mark(StepPhase::QKV, st);
-  } else if (matmuls_.fuses_qkv()) {
-    matmuls_.run_qkv(xn_.get(), L.wq, L.wk, L.wv, q32_.get(), k32_.get(), v32_.get(), T, qd, kvd, h,
-                     st);
-    mark(StepPhase::QKV, st);
-  } else {
-    matmul(kQ, MatmulEpilogue::StoreF32, xn_.get(), L.wq, S.wq, nullptr, nullptr, q32_.get(), qd,
-           h);
-    mark(StepPhase::Q, st);
-    matmul(kKV, MatmulEpilogue::StoreF32, xn_.get(), L.wk, S.wk, nullptr, nullptr, k32_.get(), kvd,
-           h);
-    matmul(kKV, MatmulEpilogue::StoreF32, xn_.get(), L.wv, S.wv, nullptr, nullptr, v32_.get(), kvd,
-           h);
-    mark(StepPhase::KV, st);
-  }
+  if (part != LayerPart::Mlp) {
+    norm(L.attn_norm);
+    mark(StepPhase::Norm, st);
+    // q, k and v in one launch where the kernel allows (the bits of three).
+    if (fp8) {
+      matmuls_.run_qkv_fp8(L.wq, S.wq, L.wk, S.wk, L.wv, S.wv, q32_.get(), k32_.get(), v32_.get(),
+                           T, qd, kvd, h, st);
+      mark(StepPhase::QKV, st);
+    } else if (matmuls_.fuses_qkv()) {
+      matmuls_.run_qkv(xn_.get(), L.wq, L.wk, L.wv, q32_.get(), k32_.get(), v32_.get(), T, qd, kvd,
+                       h, st);
+      mark(StepPhase::QKV, st);
+    } else {
+      matmul(kQ, MatmulEpilogue::StoreF32, xn_.get(), L.wq, S.wq, nullptr, nullptr, q32_.get(), qd,
+             h);
+      mark(StepPhase::Q, st);
+      matmul(kKV, MatmulEpilogue::StoreF32, xn_.get(), L.wk, S.wk, nullptr, nullptr, k32_.get(),
+             kvd, h);
+      matmul(kKV, MatmulEpilogue::StoreF32, xn_.get(), L.wv, S.wv, nullptr, nullptr, v32_.get(),
+             kvd, h);
+      mark(StepPhase::KV, st);
+    }
 
-  kernels::PagedKvWriteArgs kw;
-  kw.q = q32_.get<float>(), kw.k = k32_.get<float>(), kw.v = v32_.get<float>();
-  kw.bq = L.bq, kw.bk = L.bk, kw.bv = L.bv, kw.q_norm = L.q_norm, kw.k_norm = L.k_norm;
-  kw.inv_freq = weights_.inv_freq();
-  kw.pos = in.pos(), kw.slot = in.slot();
-  kw.num_tokens = T, kw.n_heads = c.n_heads, kw.n_kv_heads = c.n_kv_heads, kw.head_dim = c.head_dim,
-  kw.block_size = kv.shape().block_size, kw.eps = eps;
-  kw.q_out = q16_.get(), kw.k_pool = kv.k(l), kw.v_pool = kv.v(l);
-  kw.block_stride = kv.block_stride();
-  kernels::paged_kv_write(type_, kw, st);
-  mark(StepPhase::KvWrite, st);
+    kernels::PagedKvWriteArgs kw;
+    kw.q = q32_.get<float>(), kw.k = k32_.get<float>(), kw.v = v32_.get<float>();
+    kw.bq = L.bq, kw.bk = L.bk, kw.bv = L.bv, kw.q_norm = L.q_norm, kw.k_norm = L.k_norm;
+    kw.inv_freq = weights_.inv_freq();
+    kw.pos = in.pos(), kw.slot = in.slot();
+    kw.num_tokens = T, kw.n_heads = c.n_heads, kw.n_kv_heads = c.n_kv_heads,
+    kw.head_dim = c.head_dim, kw.block_size = kv.shape().block_size, kw.eps = eps;
+    kw.q_out = q16_.get(), kw.k_pool = kv.k(l), kw.v_pool = kv.v(l);
+    kw.block_stride = kv.block_stride();
+    kernels::paged_kv_write(type_, kw, st);
+    mark(StepPhase::KvWrite, st);
 
-  kernels::PagedAttentionArgs at = attention;
-  at.k_pool = kv.k(l), at.v_pool = kv.v(l);
-  kernels::paged_attention(type_, at, st);
-  mark(StepPhase::Attention, st);
-  input(att_.get(), qd);
-  // Tensor parallel: this rank's partial product, summed over the ranks into the residual.
-  if (tp_) {
-    matmul(kO, MatmulEpilogue::StoreF32, att_.get(), L.wo, S.wo, nullptr, nullptr, partial_.get(),
-           h, qd);
-    tp_->all_reduce(partial_.get<float>(), x_.get<float>(), int64_t(T) * h, true, st);
-  } else {
-    matmul(kO, MatmulEpilogue::AccumulateF32, att_.get(), L.wo, S.wo, nullptr, nullptr, x_.get(), h,
-           qd);
+    kernels::PagedAttentionArgs at = attention;
+    at.k_pool = kv.k(l), at.v_pool = kv.v(l);
+    kernels::paged_attention(type_, at, st);
+    mark(StepPhase::Attention, st);
+    input(att_.get(), qd);
+    // Tensor parallel: this rank's partial product, summed over the ranks into the residual.
+    if (tp_) {
+      matmul(kO, MatmulEpilogue::StoreF32, att_.get(), L.wo, S.wo, nullptr, nullptr, partial_.get(),
+             h, qd);
+      tp_->all_reduce(partial_.get<float>(), x_.get<float>(), int64_t(T) * h, true, st);
+    } else {
+      matmul(kO, MatmulEpilogue::AccumulateF32, att_.get(), L.wo, S.wo, nullptr, nullptr, x_.get(),
+             h, qd);
+    }
+    mark(StepPhase::O, st);
   }
-  mark(StepPhase::O, st);
+  if (part == LayerPart::Attention) return;
 
   norm(L.mlp_norm);
   mark(StepPhase::Norm, st);
@@ -155,17 +159,11 @@ void CudaLlamaForward::launch(const StepShape& s, const StepInputs& in, const Cu
 void CudaLlamaForward::begin(const StepShape& s, const StepInputs& in, const CudaKvPool& kv,
                              cudaStream_t st) {
   const ModelConfig& c = config_;
-  if (tp_) {
-    // Each token's row comes from the one rank holding it; the others add zeros.
-    kernels::embedding_range(type_, weights_.embed(), in.tokens(), s.tokens, c.hidden,
-                             tp_->vocab_begin, tp_->vocab_end, partial_.get<float>(), st);
-    tp_->all_reduce(partial_.get<float>(), x_.get<float>(), int64_t(s.tokens) * c.hidden, false,
-                    st);
-  } else {
+  if (!tp_) {
     kernels::embedding(type_, weights_.embed(), in.tokens(), s.tokens, c.hidden, x_.get<float>(),
                        st);
+    mark(StepPhase::Inputs, st);
   }
-  mark(StepPhase::Inputs, st);
   kernels::PagedAttentionArgs& at = attention_;
   at = {};
   at.q = q16_.get();
@@ -181,6 +179,14 @@ void CudaLlamaForward::begin(const StepShape& s, const StepInputs& in, const Cud
   at.k_pool = kv.k(0), at.v_pool = kv.v(0), at.block_stride = kv.block_stride();
   kernels::paged_attention_plan(at, st);
   mark(StepPhase::Inputs, st);
+  if (tp_) {
+    // Each token's row comes from the one rank holding it; the others add zeros. The
+    // all-reduce is the last launch of the part (see CudaTpRank).
+    kernels::embedding_range(type_, weights_.embed(), in.tokens(), s.tokens, c.hidden,
+                             tp_->vocab_begin, tp_->vocab_end, partial_.get<float>(), st);
+    tp_->all_reduce(partial_.get<float>(), x_.get<float>(), int64_t(s.tokens) * c.hidden, false,
+                    st);
+  }
 }
 
 void CudaLlamaForward::finish(const StepShape& s, const StepInputs& in, cudaStream_t st) {

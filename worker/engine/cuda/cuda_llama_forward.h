@@ -32,7 +32,10 @@ namespace hearth {
 // One tensor-parallel rank's part in a forward (issue 26), when the forward runs a rank's pieces
 // (its config has the rank's heads, channels and vocabulary rows): the embedding looks up only
 // the rows this rank holds (zeros elsewhere) and o_proj, down and that embedding are summed over
-// the ranks by `all_reduce` instead of accumulated in place.
+// the ranks by `all_reduce` instead of accumulated in place. Each all-reduce is the last launch
+// of a part (begin(), a layer's attention part, its MLP part): a driver enqueues one part on every
+// rank before the next part on any, so no rank's queue waits behind a peer's all-reduce that the
+// host has not launched yet (loading a kernel lazily may wait for the device's running kernels).
 struct CudaTpRank {
   int vocab_begin = 0, vocab_end = 0;
   // x = (accumulate ? x : 0) + the ranks' `partial`s summed in rank order, `count` floats.
@@ -43,6 +46,9 @@ struct CudaTpRank {
 
 class CudaLlamaForward {
  public:
+  // A layer up to o_proj (and its all-reduce), the rest from the MLP norm, or both.
+  enum class LayerPart { Attention, Mlp, Both };
+
   // Activations for one sub-step of `limits`, and the logits of a whole forward (max_seqs rows).
   // Tunes the matmuls when options.matmul_tiling is Tuned. `weights` must outlive this.
   CudaLlamaForward(const ModelConfig& config, const CudaWeights& weights, const StepLimits& limits,
@@ -58,9 +64,9 @@ class CudaLlamaForward {
   // then the LM head.
   void begin(const StepShape& shape, const StepInputs& inputs, const CudaKvPool& kv,
              cudaStream_t stream);
-  void run_layer(int l, const StepShape& shape, const StepInputs& inputs, const CudaKvPool& kv,
-                 cudaStream_t stream) {
-    layer(l, shape, inputs, kv, attention_, stream);
+  void run_layer(int l, LayerPart part, const StepShape& shape, const StepInputs& inputs,
+                 const CudaKvPool& kv, cudaStream_t stream) {
+    layer(l, shape, inputs, kv, attention_, stream, part);
   }
   void finish(const StepShape& shape, const StepInputs& inputs, cudaStream_t stream);
 
@@ -71,7 +77,8 @@ class CudaLlamaForward {
 
  private:
   void layer(int l, const StepShape& shape, const StepInputs& inputs, const CudaKvPool& kv,
-             const kernels::PagedAttentionArgs& attention, cudaStream_t stream);
+             const kernels::PagedAttentionArgs& attention, cudaStream_t stream,
+             LayerPart part = LayerPart::Both);
 
   const ModelConfig& config_;
   const CudaWeights& weights_;

@@ -171,19 +171,21 @@ void CudaTpBackend::run_substep(const ForwardBatch& batch, const SubStep& step, 
     DeviceScope scope(rank->device);
     shapes.push_back(rank->inputs->upload(rank->stream.get()));
   }
-  // Rank by rank within each layer: a rank's all-reduce waits on the GPU for its peers', so no
-  // rank's queue runs far ahead of the others'.
+  // Part by part, each on every rank before the next on any: a part ends with its all-reduce,
+  // which waits on the GPU for the peers' (see CudaTpRank).
   for (size_t r = 0; r < ranks_.size(); ++r) {
     Rank& rank = *ranks_[r];
     DeviceScope scope(rank.device);
     rank.model->begin(shapes[r], *rank.inputs, *rank.kv, rank.stream.get());
   }
+  using Part = CudaLlamaForward::LayerPart;
   for (int l = 0; l < c_.n_layers; ++l)
-    for (size_t r = 0; r < ranks_.size(); ++r) {
-      Rank& rank = *ranks_[r];
-      DeviceScope scope(rank.device);
-      rank.model->run_layer(l, shapes[r], *rank.inputs, *rank.kv, rank.stream.get());
-    }
+    for (Part part : {Part::Attention, Part::Mlp})
+      for (size_t r = 0; r < ranks_.size(); ++r) {
+        Rank& rank = *ranks_[r];
+        DeviceScope scope(rank.device);
+        rank.model->run_layer(l, part, shapes[r], *rank.inputs, *rank.kv, rank.stream.get());
+      }
   const StepShape& s = shapes[0];
   for (size_t r = 0; r < ranks_.size(); ++r) {
     Rank& rank = *ranks_[r];

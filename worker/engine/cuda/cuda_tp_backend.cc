@@ -135,6 +135,7 @@ CudaTpBackend::CudaTpBackend(const WeightStore& whole, const EngineOptions& opti
     if (r > 0) {
       o.kv_pool_tokens = int64_t(kv_shape_.num_blocks) * kv_shape_.block_size;
       o.kv_pool_gb = 0;
+      o.kv_pool_fraction = 0;
     }
     rank.kv = std::make_unique<CudaKvPool>(rank.config, o, context_, rank.stream.get(), rank.arena);
     if (r == 0) kv_shape_ = rank.kv->shape();

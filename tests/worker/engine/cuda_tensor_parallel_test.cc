@@ -1,6 +1,7 @@
 // Tensor parallelism on the GPU, one process driving 2+ GPUs (cuda_tp_backend.h, issue 26):
 // TP=2 gives every request the same tokens and logprob bits alone and batched, run after run,
-// and stays close to the CPU engine's TP=2 on the same weights. Skips with fewer than 2 GPUs,
+// with decode graphs (one per rank) or eager, and stays close to the CPU engine's TP=2 on the
+// same weights. Skips with fewer than 2 GPUs,
 // except the refusals, which need none.
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -96,7 +97,7 @@ TEST(CudaTensorParallel, AloneEqualsBatchedBitForBit) {
   test::expect_together_equals_alone(tp, o, all, alone, {2, 7, 24});
 }
 
-TEST(CudaTensorParallel, RepeatRunsAndStepBudgetsAreIdentical) {
+TEST(CudaTensorParallel, RepeatRunsStepBudgetsAndGraphsAreIdentical) {
   REQUIRE_GPUS(2);
   const std::vector<Request> all = mixed_requests(16);
   const EngineOptions wide = options(2, 2048);
@@ -105,6 +106,12 @@ TEST(CudaTensorParallel, RepeatRunsAndStepBudgetsAreIdentical) {
   test::expect_same_outcomes(
       test::run_engine(*std::make_unique<CudaTpBackend>(*host_model(), wide, kContext), wide, all),
       want, "a second backend");
+  EngineOptions eager = wide;
+  eager.cuda_graphs = false;
+  test::expect_same_outcomes(
+      test::run_engine(*std::make_unique<CudaTpBackend>(*host_model(), eager, kContext), eager,
+                       all),
+      want, "cuda_graphs off (decode steps eager, not replayed per rank)");
   const EngineOptions narrow = options(2, 32);
   test::expect_same_outcomes(
       test::run_engine(*std::make_unique<CudaTpBackend>(*host_model(), narrow, kContext), narrow,

@@ -167,11 +167,20 @@ void CudaTpBackend::run_substep(const ForwardBatch& batch, const SubStep& step, 
     for (const auto& rank : ranks_) row = rank->inputs->add(batch.entries[e], lo, hi);
     if (row >= 0) entry_row_[e] = row, logits_row = row + 1;
   }
+  launch_eager(upload_inputs(0));
+}
+
+std::vector<StepShape> CudaTpBackend::upload_inputs(int kv_bound) {
   std::vector<StepShape> shapes;
   for (const auto& rank : ranks_) {
     DeviceScope scope(rank->device);
     shapes.push_back(rank->inputs->upload(rank->stream.get()));
+    if (kv_bound > 0) shapes.back().max_kv_len = kv_bound;  // a graph's bound, not this step's
   }
+  return shapes;
+}
+
+void CudaTpBackend::launch_eager(const std::vector<StepShape>& shapes) {
   // Part by part, each on every rank before the next on any: a part ends with its all-reduce,
   // which waits on the GPU for the peers' (see CudaTpRank).
   for (size_t r = 0; r < ranks_.size(); ++r) {
@@ -187,24 +196,86 @@ void CudaTpBackend::run_substep(const ForwardBatch& batch, const SubStep& step, 
         DeviceScope scope(rank.device);
         rank.model->run_layer(l, part, shapes[r], *rank.inputs, *rank.kv, rank.stream.get());
       }
-  const StepShape& s = shapes[0];
   for (size_t r = 0; r < ranks_.size(); ++r) {
     Rank& rank = *ranks_[r];
     DeviceScope scope(rank.device);
     rank.model->finish(shapes[r], *rank.inputs, rank.stream.get());
-    if (s.rows == 0) continue;
-    // Rank r's vocabulary columns of the rows this sub-step computed, into rank 0's logits.
-    const int width = rank.vocab_end - rank.vocab_begin;
-    HEARTH_CUDA_CHECK(
-        cudaMemcpy2DAsync(logits_.get<float>() + size_t(s.logits_row) * c_.vocab + rank.vocab_begin,
-                          size_t(c_.vocab) * 4, rank.model->logits(s.logits_row), size_t(width) * 4,
-                          size_t(width) * 4, size_t(s.rows), cudaMemcpyDefault, rank.stream.get()));
-    HEARTH_CUDA_CHECK(cudaEventRecord(rank.done.get(), rank.stream.get()));
   }
+  gather_logits(shapes[0]);
+}
+
+void CudaTpBackend::gather_logits(const StepShape& s) {
   if (s.rows == 0) return;
+  for (const auto& rank : ranks_) {
+    DeviceScope scope(rank->device);
+    // Rank r's vocabulary columns of the rows this sub-step computed, into rank 0's logits.
+    const int width = rank->vocab_end - rank->vocab_begin;
+    HEARTH_CUDA_CHECK(cudaMemcpy2DAsync(
+        logits_.get<float>() + size_t(s.logits_row) * c_.vocab + rank->vocab_begin,
+        size_t(c_.vocab) * 4, rank->model->logits(s.logits_row), size_t(width) * 4,
+        size_t(width) * 4, size_t(s.rows), cudaMemcpyDefault, rank->stream.get()));
+    HEARTH_CUDA_CHECK(cudaEventRecord(rank->done.get(), rank->stream.get()));
+  }
   DeviceScope scope(ranks_[0]->device);
   for (size_t r = 1; r < ranks_.size(); ++r)
     HEARTH_CUDA_CHECK(cudaStreamWaitEvent(ranks_[0]->stream.get(), ranks_[r]->done.get(), 0));
+}
+
+bool CudaTpBackend::graphable(const ForwardBatch& batch) const {
+  if (!options_.cuda_graphs || int(batch.entries.size()) > limits_.max_step_seqs) return false;
+  for (const ForwardEntry& e : batch.entries)
+    if (e.tokens.size() != 1 || !e.want_logits) return false;
+  return true;
+}
+
+// A decode step, padded to its bucket as the batched backend pads it: eager the first time
+// (interleaved, so every kernel is loaded on every GPU), then each rank's whole forward captured
+// on its own stream, then replayed: one launch per rank, the ranks meeting at the all-reduces
+// on the GPUs.
+void CudaTpBackend::run_decode(const ForwardBatch& batch) {
+  const int n = int(batch.entries.size());
+  const int seqs = sequence_bucket(n, limits_.max_step_seqs);
+  int max_kv = 1;
+  for (const ForwardEntry& e : batch.entries) max_kv = std::max(max_kv, e.start_pos + 1);
+  const int kv_bound = kv_bucket(max_kv, context_);
+  for (const auto& rank : ranks_) rank->inputs->begin(0);
+  for (int i = 0; i < n; ++i)
+    for (const auto& rank : ranks_)
+      entry_row_[size_t(i)] = rank->inputs->add(batch.entries[i], 0, 1);
+  for (int i = n; i < seqs; ++i)
+    for (const auto& rank : ranks_) rank->inputs->add_padding();
+  const std::vector<StepShape> shapes = upload_inputs(kv_bound);
+  const std::pair key{seqs, kv_bound};
+  auto it = graphs_.find(key);
+  if (it == graphs_.end()) {
+    if (eager_runs_[key]++ == 0) return launch_eager(shapes);
+    std::vector<CudaGraphExec> execs;
+    for (size_t r = 0; r < ranks_.size(); ++r) {
+      Rank& rank = *ranks_[r];
+      DeviceScope scope(rank.device);
+      cudaStream_t s = rank.stream.get();
+      cudaGraph_t captured = nullptr;
+      HEARTH_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+      try {
+        rank.model->launch(shapes[r], *rank.inputs, *rank.kv, s);
+      } catch (...) {
+        cudaStreamEndCapture(s, &captured);
+        if (captured) cudaGraphDestroy(captured);
+        throw;
+      }
+      HEARTH_CUDA_CHECK(cudaStreamEndCapture(s, &captured));
+      const CudaGraph graph(captured);
+      cudaGraphExec_t exec = nullptr;
+      HEARTH_CUDA_CHECK(cudaGraphInstantiate(&exec, graph.get(), 0));
+      execs.emplace_back(exec);
+    }
+    it = graphs_.emplace(key, std::move(execs)).first;
+  }
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    DeviceScope scope(ranks_[r]->device);
+    HEARTH_CUDA_CHECK(cudaGraphLaunch(it->second[r].get(), ranks_[r]->stream.get()));
+  }
+  gather_logits(shapes[0]);
 }
 
 void CudaTpBackend::forward(const ForwardBatch& batch) {
@@ -221,6 +292,7 @@ void CudaTpBackend::forward(const ForwardBatch& batch) {
   }
   entry_row_.assign(batch.entries.size(), -1);
   host_logits_.assign(batch.entries.size(), {});
+  if (graphable(batch)) return run_decode(batch);
   int logits_row = 0;
   for (const SubStep& step : split_substeps(batch, limits_.max_tokens, limits_.max_step_seqs))
     run_substep(batch, step, logits_row);

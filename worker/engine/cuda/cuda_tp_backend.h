@@ -5,13 +5,16 @@
 // layer: each rank's o_proj and down (and embedding) partials are summed over the ranks by the
 // fixed-order all-reduce (kernels/peer_all_reduce.h), so every rank holds the same residual
 // bits; the LM head runs by vocabulary, the ranks' logits gathered into rank 0's rows, where
-// sampling and token masks run as in the batched backend. Eager only: no decode graphs yet.
+// sampling and token masks run as in the batched backend. Decode steps are captured per bucket
+// as the batched backend's are, one graph per rank (cuda_graphs); everything else runs eagerly.
 // Refused here: fp8 weights, served (leased) KV memory, weights already sharded by a server.
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <map>
 #include <memory>
+#include <utility>
 #include <span>
 #include <vector>
 
@@ -25,6 +28,7 @@
 #include "worker/engine/cuda/cuda_sampling.h"
 #include "worker/engine/cuda/cuda_token_mask.h"
 #include "worker/engine/cuda/cuda_weights.h"
+#include "worker/engine/cuda/decode_graphs.h"
 #include "worker/engine/cuda/device_rank_store.h"
 #include "worker/engine/cuda/step_inputs.h"
 #include "worker/engine/engine_options.h"
@@ -68,6 +72,12 @@ class CudaTpBackend final : public Backend {
     CudaEvent done = make_event();
   };
   void run_substep(const ForwardBatch& batch, const SubStep& step, int& logits_row);
+  bool graphable(const ForwardBatch& batch) const;
+  void run_decode(const ForwardBatch& batch);
+  // Each rank's inputs to its GPU; kv_bound > 0 replaces max_kv_len (a decode graph's bound).
+  std::vector<StepShape> upload_inputs(int kv_bound);
+  void launch_eager(const std::vector<StepShape>& shapes);
+  void gather_logits(const StepShape& shape);
 
   ModelConfig c_;
   EngineOptions options_;
@@ -81,6 +91,9 @@ class CudaTpBackend final : public Backend {
   std::unique_ptr<CudaSampling> sampling_;
   std::unique_ptr<CudaTokenMask> token_mask_;
   CudaEvent step_start_;
+  // Decode graphs per bucket (sequences, key-length bound), one per rank; eager runs so far.
+  std::map<std::pair<int, int>, std::vector<CudaGraphExec>> graphs_;
+  std::map<std::pair<int, int>, int> eager_runs_;
   std::vector<int> entry_row_;
   std::vector<std::vector<float>> host_logits_;
 };

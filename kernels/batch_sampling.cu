@@ -106,6 +106,28 @@ __device__ uint64_t kth_largest(const Key& key, int vocab, int k, SelectShared& 
   return prefix;
 }
 
+// Adds one token and its weight `w` to bucket `digit` (256: none) of `count` and `mass`, one
+// shared atomic per distinct digit of the warp rather than one per lane: logits crowd a few
+// digits, and 32 lanes adding to one shared word serialise.
+// Integer sums in any order are the same sum, so the buckets hold exactly what per-lane adds
+// gave. Weights are below 2^54 (nucleus weights are at most about 2^39): two 27-bit halves of
+// 32 lanes each sum within 32 bits. Every lane of the warp calls it.
+__device__ __forceinline__ void warp_bucket_add(int digit, unsigned long long w, unsigned* count,
+                                                unsigned long long* mass) {
+  // Past the first digit most warps hold no token of the bucket: a ballot is cheaper than a match.
+  if (__ballot_sync(~0u, digit < 256) == 0) return;
+  const unsigned peers = __match_any_sync(~0u, digit);
+  if (digit >= 256) return;
+  // Each group of peers reduces among itself (its own mask; groups are disjoint).
+  const unsigned lo = __reduce_add_sync(peers, unsigned(w & 0x7ffffffu));
+  const unsigned hi = __reduce_add_sync(peers, unsigned(w >> 27));
+  if ((threadIdx.x & 31) == unsigned(__ffs(peers) - 1)) {
+    atomicAdd(&count[digit], unsigned(__popc(peers)));
+    const unsigned long long sum = (static_cast<unsigned long long>(hi) << 27) + lo;
+    if (sum) atomicAdd(&mass[digit], sum);
+  }
+}
+
 // top-p's nucleus: the least key K among keys >= `floor` whose keys >= K hold at least
 // nucleus_need(top_p) of those keys' integer mass (sampling_rules::nucleus_weight), by a most
 // significant digit first select whose buckets count mass; integer sums, so atomics are exact.
@@ -127,14 +149,20 @@ __device__ uint64_t nucleus_least(const Value& value, float top, float temperatu
   for (int shift = 56; shift >= 0; shift -= 8) {
     for (int i = threadIdx.x; i < 256; i += kPrepareThreads) sh.mass[i] = 0, sh.count[i] = 0;
     __syncthreads();
-    for (int i = threadIdx.x; i < vocab; i += kPrepareThreads) {
-      const float v = value(i);
-      const uint64_t u = sort_key(v, i);
-      if (u < floor || (u & mask) != prefix) continue;
-      const int digit = int(u >> shift & 255);
-      atomicAdd(&sh.count[digit], 1u);
-      const unsigned long long w = sampling_rules::nucleus_weight(v, top, temperature);
-      if (w) atomicAdd(&sh.mass[digit], w);
+    // Whole warps every iteration: the bucket adds are warp-wide.
+    for (int i0 = 0; i0 < vocab; i0 += kPrepareThreads) {
+      const int i = i0 + threadIdx.x;
+      int digit = 256;
+      unsigned long long w = 0;
+      if (i < vocab) {
+        const float v = value(i);
+        const uint64_t u = sort_key(v, i);
+        if (u >= floor && (u & mask) == prefix) {
+          digit = int(u >> shift & 255);
+          w = sampling_rules::nucleus_weight(v, top, temperature);
+        }
+      }
+      warp_bucket_add(digit, w, sh.count, sh.mass);
     }
     __syncthreads();
     if (threadIdx.x == 0) {

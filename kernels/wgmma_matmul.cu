@@ -80,11 +80,17 @@ using epilogue::store_pair;
 // result depends on its own A row only. Small tiles load fewer A rows per stage, so a decode
 // step keeps more weight bytes in flight. kCluster 2: two blocks (adjacent row tiles, same
 // weight rows) each load half of the weight tile and multicast it to both, halving its L2 reads.
-template <int kRows, int kBN, int kStages, int kCluster>
+//
+// kSub: 64-wide K boxes per stage. A decode tile's boxes are small (16 x 64 of A, 32 x 64 of W:
+// 6 KB), and one block that waits, loads and frees a stage per box cannot stream more than
+// ~15 GB/s from one SM; kSub boxes per stage move kSub times the bytes per barrier round trip.
+// The wgmmas still run over K in ascending 16-wide steps, so the bits are those of kSub 1.
+template <int kRows, int kBN, int kStages, int kCluster, int kSub = 1>
 struct Config {
   static constexpr int kConsumers = kRows > 64 ? kRows / 64 : 1;
-  static constexpr int BM = kRows, BN = kBN, kThreads = 128 * (kConsumers + 1);
-  static constexpr int kABytes = BM * kRowBytes, kBBytes = BN * kRowBytes;
+  static constexpr int BM = kRows, BN = kBN, kThreads = 128 * (kConsumers + 1), kBoxes = kSub;
+  static constexpr int kABoxBytes = BM * kRowBytes, kBBoxBytes = BN * kRowBytes;
+  static constexpr int kABytes = kABoxBytes * kSub, kBBytes = kBBoxBytes * kSub;
   static constexpr int kStageBytes = kABytes + kBBytes;
   static constexpr size_t kBarrierOffset = size_t(kStageBytes) * kStages;
   static constexpr size_t kSmemBytes = kBarrierOffset + 2 * 8 * kStages + 1024;
@@ -93,8 +99,9 @@ struct Config {
   static constexpr int kMinBlocks = kConsumers == 1 && kSmemBytes <= 113 * 1024 ? 2 : 1;
   static constexpr bool kMoveRegisters = kConsumers == 2;
   static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0, "swizzle atoms are 1024 bytes");
+  static_assert(kCluster == 1 || kSub == 1, "clusters load one box per stage");
   static_assert(kRows % 64 == 0 ||
-                    size_t(kABytes) * (kStages - 1) + 64 * kRowBytes <= kBarrierOffset,
+                    size_t(kABytes) * kStages - kABoxBytes + 64 * kRowBytes <= kBarrierOffset,
                 "a small tile's 64-row wgmma must stay inside the stages");
 };
 
@@ -164,16 +171,20 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
 
   const int units_m = (p.tiles_m + kCluster - 1) / kCluster, units = units_m * p.tiles_n;
   const int first_unit = blockIdx.x / kCluster, unit_step = gridDim.x / kCluster;
-  const int k_tiles = (p.k + kBK - 1) / kBK;
+  constexpr int kSub = C::kBoxes;
+  const int k_boxes = (p.k + kBK - 1) / kBK, k_tiles = (k_boxes + kSub - 1) / kSub;
   const int wg = threadIdx.x / 128;
   if (wg == 0) {
     // ---- Producer ----
     if constexpr (C::kMoveRegisters) asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
     if (threadIdx.x == 0) {
-      auto load_w = [&](int s, int kt, int tile) {
+      // Box j of stage s holds K columns (kt * kSub + j) * 64 ...; boxes past K are loaded too
+      // (zero-filled, so the stage's byte count holds) but never multiplied.
+      auto load_w_box = [&](int s, int j, int kb, int tile) {
         const Segment& g = segment_of(p, tile);
         const int tn = tile - g.tile0;  // the column tile within its own weight
-        uint8_t* dst = b_smem + size_t(s) * C::kBBytes;
+        uint8_t* dst = b_smem + size_t(s) * C::kBBytes + size_t(j) * C::kBBoxBytes;
+        const int kt = kb;  // the 64-wide box of K
         if constexpr (kCluster > 1) {
           // This block's half of the weight tile, to both blocks; SwiGLU: rank 0 the gate
           // rows, rank 1 the up rows.
@@ -189,8 +200,13 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
           tma_load(dst, &g.map, kt * kBK, tn * BN, &full[s]);
         }
       };
+      auto load_w = [&](int s, int kt, int tile) {
+        for (int j = 0; j < kSub; ++j) load_w_box(s, j, kt * kSub + j, tile);
+      };
       auto load_a = [&](int s, int kt, int tm) {
-        tma_load(a_smem + size_t(s) * C::kABytes, &p.map_a, kt * kBK, tm * BM, &full[s]);
+        for (int j = 0; j < kSub; ++j)
+          tma_load(a_smem + size_t(s) * C::kABytes + size_t(j) * C::kABoxBytes, &p.map_a,
+                   (kt * kSub + j) * kBK, tm * BM, &full[s]);
       };
       // The first stages' weights stream in before waiting for the kernel that wrote A.
       int um0 = 0, tn0 = 0;
@@ -245,14 +261,19 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
       for (int kt = 0; kt < k_tiles; ++kt, ++it) {
         const int s = it % kStages;
         mbar_wait(&full[s], (it / kStages) & 1);
-        const uint32_t a = smem_addr(a_smem + size_t(s) * C::kABytes + cw * 64 * kRowBytes);
-        const uint32_t b = smem_addr(b_smem + size_t(s) * C::kBBytes);
+        const uint32_t a0 = smem_addr(a_smem + size_t(s) * C::kABytes + cw * 64 * kRowBytes);
+        const uint32_t b0 = smem_addr(b_smem + size_t(s) * C::kBBytes);
 #pragma unroll
         for (int i = 0; i < BN / 2; ++i) fence_register(acc[i]);
         wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < kBK / 16; ++kk)
-          Wgmma<T, BN>::run(acc, smem_desc(a + kk * 32), smem_desc(b + kk * 32), 1);
+        for (int j = 0; j < kSub; ++j) {
+          if (kSub > 1 && kt * kSub + j >= k_boxes) break;
+          const uint32_t a = a0 + j * C::kABoxBytes, b = b0 + j * C::kBBoxBytes;
+#pragma unroll
+          for (int kk = 0; kk < kBK / 16; ++kk)
+            Wgmma<T, BN>::run(acc, smem_desc(a + kk * 32), smem_desc(b + kk * 32), 1);
+        }
         wgmma_commit();
 #pragma unroll
         for (int i = 0; i < BN / 2; ++i) fence_register(acc[i]);
@@ -339,10 +360,10 @@ int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }
 
-template <typename T, int kRows, int kBN, int kStages, int kCluster, bool kSwiGLU>
+template <typename T, int kRows, int kBN, int kStages, int kCluster, bool kSwiGLU, int kSub = 1>
 void launch(Half type, const MatmulArgs& a, int64_t lda, const std::array<MatmulSegment, 3>& segs,
             Params p, cudaStream_t stream) {
-  using C = Config<kRows, kBN, kStages, kCluster>;
+  using C = Config<kRows, kBN, kStages, kCluster, kSub>;
   static_assert(C::kSmemBytes <= 227 * 1024, "tile configuration exceeds shared memory");
   auto kernel = wgmma_matmul_kernel<T, C, kStages, kCluster, kSwiGLU>;
   cudaLaunchConfig_t config{};
@@ -416,6 +437,8 @@ void dispatch(Half type, WgmmaTiles tiles, const MatmulArgs& a, int64_t lda,
       return launch<T, 64, 64, 6, 1, kSwiGLU>(type, a, lda, segs, p, stream);
     case WgmmaTiles::M16N32Deep:
       return launch<T, 16, 32, 32, 1, kSwiGLU>(type, a, lda, segs, p, stream);
+    case WgmmaTiles::M16N32DeepK256:
+      return launch<T, 16, 32, 8, 1, kSwiGLU, 4>(type, a, lda, segs, p, stream);
     case WgmmaTiles::M32N32Deep:
       return launch<T, 32, 32, 24, 1, kSwiGLU>(type, a, lda, segs, p, stream);
     case WgmmaTiles::M64N32Deep:
@@ -448,13 +471,16 @@ struct Candidate {
   double efficiency;  // relative rate of a full wave of these tiles (measured, H100)
 };
 
-WgmmaTiles choose(int m, int n, bool swiglu) {
+WgmmaTiles choose(int m, int n, int k, bool swiglu) {
   const int64_t sms = device_sm_count();
   const int64_t weight_rows = swiglu ? 2 * int64_t(n) : n;
   // Decode: bandwidth-bound; small row tiles keep the most weight bytes in flight, and when
   // 32-row weight tiles all fit one wave, one deep block per SM keeps the most.
   if (m <= 64) {
     const bool one_wave = ceil_div(weight_rows, 32) <= sms;
+    // A long K (down_proj) streams one column tile per block for longest: four K boxes a stage
+    // (H100, 8B down at 1-16 rows: 53 us vs 59 us with one).
+    if (m <= 16 && one_wave && k >= 8192) return WgmmaTiles::M16N32DeepK256;
     if (m <= 16)
       return one_wave                      ? WgmmaTiles::M16N32Deep
              : weight_rows / 64 >= 2 * sms ? WgmmaTiles::M16N64
@@ -497,6 +523,8 @@ const char* wgmma_tiles_name(WgmmaTiles t) {
       return "64x64";
     case WgmmaTiles::M16N32Deep:
       return "16x32deep";
+    case WgmmaTiles::M16N32DeepK256:
+      return "16x32deep-k256";
     case WgmmaTiles::M32N32Deep:
       return "32x32deep";
     case WgmmaTiles::M64N32Deep:
@@ -552,7 +580,7 @@ void wgmma_matmul(Half type, MatmulEpilogue epilogue, const MatmulArgs& a, Wgmma
     p.seg[s].n = segs[s].n;
     n += segs[s].n;
   }
-  if (tiles == WgmmaTiles::Auto) tiles = choose(a.m, n, swiglu);
+  if (tiles == WgmmaTiles::Auto) tiles = choose(a.m, n, a.k, swiglu);
   p.m = a.m;
   p.k = a.k;
   p.epilogue = epilogue;

@@ -18,7 +18,8 @@ namespace hearth::kernels {
 
 // Block tiles: rows x weight rows (for SwiGLU half gate, half up). 16- and 32-row tiles are for
 // decode steps; Deep ones run one block per SM with ~190 KB of pipeline (more weight bytes in
-// flight, for shapes whose tiles all fit one wave); M256 are 2-block clusters of 128-row tiles
+// flight, for shapes whose tiles all fit one wave); DeepK256 also moves four 64-wide K boxes per
+// pipeline stage (long K: down_proj's 14,336); M256 are 2-block clusters of 128-row tiles
 // that share their weight tile (multicast).
 enum class WgmmaTiles {
   Auto,
@@ -27,6 +28,7 @@ enum class WgmmaTiles {
   M32N32,
   M64N64,
   M16N32Deep,
+  M16N32DeepK256,
   M32N32Deep,
   M64N32Deep,
   M64N64Deep,
@@ -40,10 +42,12 @@ enum class WgmmaTiles {
   M256N256
 };
 constexpr WgmmaTiles kAllWgmmaTiles[] = {
-    WgmmaTiles::M16N32,     WgmmaTiles::M16N64,     WgmmaTiles::M32N32,     WgmmaTiles::M64N64,
-    WgmmaTiles::M16N32Deep, WgmmaTiles::M32N32Deep, WgmmaTiles::M64N32Deep, WgmmaTiles::M64N64Deep,
-    WgmmaTiles::M64N128,    WgmmaTiles::M64N256,    WgmmaTiles::M128N64,    WgmmaTiles::M128N128,
-    WgmmaTiles::M128N192,   WgmmaTiles::M128N256,   WgmmaTiles::M256N128,   WgmmaTiles::M256N256};
+    WgmmaTiles::M16N32DeepK256, WgmmaTiles::M16N32,     WgmmaTiles::M16N64,
+    WgmmaTiles::M32N32,         WgmmaTiles::M64N64,     WgmmaTiles::M16N32Deep,
+    WgmmaTiles::M32N32Deep,     WgmmaTiles::M64N32Deep, WgmmaTiles::M64N64Deep,
+    WgmmaTiles::M64N128,        WgmmaTiles::M64N256,    WgmmaTiles::M128N64,
+    WgmmaTiles::M128N128,       WgmmaTiles::M128N192,   WgmmaTiles::M128N256,
+    WgmmaTiles::M256N128,       WgmmaTiles::M256N256};
 const char* wgmma_tiles_name(WgmmaTiles t);
 
 // True when the current device can run it (compute capability 9.0, this build has sm_90a code).

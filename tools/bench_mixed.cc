@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "tools/bench_stats.h"
+#include "tools/mixed_workload.h"
 #include "weight-server/model/device_store.h"
 #include "weight-server/model/hf_model.h"
 #include "worker/engine/cuda/cuda_batch_backend.h"
@@ -18,27 +19,16 @@ namespace {
 
 using json = nlohmann::json;
 
-// splitmix64: the workload is the same on every run and machine.
-uint64_t next(uint64_t& state) {
-  uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
-
-int uniform(uint64_t& state, int lo, int hi) {
-  return lo + int(next(state) % uint64_t(hi - lo + 1));
-}
-
 std::vector<Request> workload(const MixedBenchOptions& o, int vocab) {
-  uint64_t rng = 23;
+  // Seed 23: the workload hearth-gateway-bench --mixed sends by default.
+  const std::vector<MixedDraw> draws =
+      mixed_draws(23, o.requests, {o.min_prompt, o.max_prompt, o.min_output, o.max_output}, vocab);
   std::vector<Request> requests(o.requests);
   for (int i = 0; i < o.requests; ++i) {
     Request& r = requests[i];
     r.id = std::to_string(i);
-    r.prompt.resize(uniform(rng, o.min_prompt, o.max_prompt));
-    for (int32_t& t : r.prompt) t = int32_t(next(rng) % uint64_t(vocab));
-    r.settings.max_tokens = uniform(rng, o.min_output, o.max_output);
+    r.prompt = draws[i].prompt;
+    r.settings.max_tokens = draws[i].max_tokens;
     r.settings.ignore_eos = true;
     r.settings.sampling.temperature = o.temperature;
     r.settings.sampling.seed = uint64_t(i);

@@ -829,6 +829,48 @@ TEST(BatchSampling, RowAloneEqualsRowAmongOthers) {
     EXPECT_TRUE(sample_rows(b, vocab, {r})[0] == together[r]) << r;
 }
 
+// top-p's select adds its buckets' counts and masses once per distinct digit of a warp (one
+// reduction per group of lanes that share a digit): rows whose keys all share one digit (equal
+// logits: ties by id), few values, a new exponent and sign every lane (a digit per lane or two),
+// and random logits with far-off outliers; each the host's token at every nucleus size.
+TEST(BatchSampling, TopPSelectOverCrowdedAndScatteredDigits) {
+  HEARTH_REQUIRE_GPU();
+  const int vocab = 50001;  // not a multiple of the block: a last, partial warp
+  SampleBatch b;
+  for (int kind = 0; kind < 4; ++kind)
+    for (float top_p : {0.02f, 0.5f, 0.9f, 0.999f}) {
+      for (int i = 0; i < vocab; ++i) {
+        const uint32_t x = uint32_t(rng()());
+        float v = 0;
+        if (kind == 0) v = 1.0f;
+        if (kind == 1) v = float(x % 5);
+        if (kind == 2)
+          v = std::ldexp(1.0f + float(x % 1024) / 1024.0f, i % 32 - 27) * (i / 32 % 3 ? 1 : -1);
+        if (kind == 3)
+          v = i % 8 == 0 ? std::ldexp(float(x % 1000), -int(x % 24)) : float(x % 20001) / 4000.0f;
+        b.logits.push_back(v);
+      }
+      kernels::SampleRowParams p;
+      p.temperature = b.params.size() % 2 ? 0.7f : 1.0f, p.top_p = top_p;
+      p.seed = rng()(), p.step = rng()() % 30;
+      b.params.push_back(p);
+      SamplingParams h;
+      h.temperature = p.temperature, h.top_p = p.top_p, h.seed = p.seed;
+      b.host.push_back(h);
+      b.seen.emplace_back();
+    }
+  const int rows = int(b.params.size());
+  std::vector<int> all(rows);
+  std::iota(all.begin(), all.end(), 0);
+  const auto got = sample_rows(b, vocab, all);
+  Sampler host;
+  for (int r = 0; r < rows; ++r) {
+    const std::span<const float> row(&b.logits[size_t(r) * vocab], vocab);
+    EXPECT_EQ(got[r].token, host.sample(row, b.host[r], b.seen[r], b.params[r].step).token)
+        << "kind " << r / 4 << " p=" << b.params[r].top_p << " T=" << b.params[r].temperature;
+  }
+}
+
 TEST(GatherRows, CopiesTheRequestedRows) {
   HEARTH_REQUIRE_GPU();
   for (int hidden : {4096, 999}) {

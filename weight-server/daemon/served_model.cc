@@ -8,6 +8,7 @@
 #include "weight-server/model/quantize_at_load.h"
 #include "weight-server/sharing/memfd_store.h"
 #include "weight-server/sharing/sharded_memfd_store.h"
+#include "weight-server/daemon/tensor_parallel_devices.h"
 #include "weight-server/model/parallel_for.h"
 #include "weight-server/sharing/vmm_backend.h"
 #include "tokenizer/tokenizer.h"
@@ -67,23 +68,26 @@ json ServedModel::summary() const {
               {"checksum_seconds", checksum_seconds},
               {"tokenizer_image_seconds", image_seconds}}}};
   if (!store->gpu_uuid().empty()) s["gpu_uuid"] = store->gpu_uuid();
-  if (const auto* sharded = dynamic_cast<const ShardedMemfdStore*>(store.get())) {
+  if (const ShardedLayout* sharded = store->sharded()) {
     // Per rank: its device (null on the host), how many pieces and bytes it holds.
-    s["tensor_parallel"] = sharded->plan().ranks();
+    s["tensor_parallel"] = sharded->plan.ranks();
     json ranks = json::array();
-    for (int r = 0; r < sharded->plan().ranks(); ++r) {
+    for (int r = 0; r < sharded->plan.ranks(); ++r) {
       uint64_t pieces = 0, bytes = 0, allocation = 0;
-      for (size_t i = 0; i < sharded->tensors().size(); ++i)
-        if (sharded->ranks()[i] == r) {
+      for (size_t i = 0; i < store->tensors().size(); ++i)
+        if (sharded->ranks[i] == r) {
           ++pieces;
-          bytes += sharded->tensors()[i].info.bytes;
-          allocation += sharded->tensors()[i].alloc_bytes;
+          bytes += store->tensors()[i].info.bytes;
+          allocation += store->tensors()[i].alloc_bytes;
         }
-      ranks.push_back({{"rank", r},
-                       {"device", nullptr},
-                       {"tensors", pieces},
-                       {"bytes", bytes},
-                       {"allocation_bytes", allocation}});
+      const int device = sharded->devices[size_t(r)];
+      json rank = {{"rank", r},
+                   {"device", device < 0 ? json(nullptr) : json(device)},
+                   {"tensors", pieces},
+                   {"bytes", bytes},
+                   {"allocation_bytes", allocation}};
+      if (device >= 0) rank["gpu_uuid"] = sharded->gpu_uuids[size_t(r)];
+      ranks.push_back(std::move(rank));
     }
     s["ranks"] = std::move(ranks);
   }
@@ -121,17 +125,25 @@ std::unique_ptr<ServedModel> load_served_model(const ModelSpec& spec, const Serv
   if (quantize) log("quantized '" + spec.name + "' to fp8 (per-channel scales)");
   served->open_seconds = seconds_since(start);
 
-  const ShardedMemfdStore* sharded = nullptr;
+  // A sharded vmm store's checksums come with its upload (hashed on the host before the copy).
+  std::vector<uint64_t> uploaded_checksums;
   if (options.tensor_parallel > 1) {
-    if (options.backend != "memfd")
-      throw std::runtime_error("--tensor-parallel " + std::to_string(options.tensor_parallel) +
-                               " with the " + options.backend +
-                               " backend: not built yet (issue 26; the memfd backend shards)");
+    // The GPUs first: a machine without enough of them fails whatever the model.
+    const std::vector<int> devices =
+        options.backend == "vmm" ? resolve_tensor_parallel_devices(
+                                       options.devices, options.tensor_parallel, vmm_device_count())
+                                 : std::vector<int>{};
     const ShardPlan plan = ShardPlan::make(model.config(), options.tensor_parallel);
-    auto store =
-        ShardedMemfdStore::create(model, plan, {options.threads, options.progress, spec.name});
-    sharded = store.get();
-    served->store = std::move(store);
+    if (options.backend == "memfd") {
+      served->store =
+          ShardedMemfdStore::create(model, plan, {options.threads, options.progress, spec.name});
+    } else if (options.backend == "vmm") {
+      VmmLoadOptions vmm{devices[0], options.threads, options.progress, options.memory_fraction,
+                         options.device_memory_bytes};
+      served->store = upload_sharded_vmm_store(model, plan, devices, vmm, uploaded_checksums);
+    } else {
+      throw std::runtime_error("unknown backend '" + options.backend + "' (memfd or vmm)");
+    }
   } else if (options.backend == "memfd") {
     served->store = MemfdStore::create(model, {options.threads, options.progress, spec.name});
   } else if (options.backend == "vmm") {
@@ -144,10 +156,13 @@ std::unique_ptr<ServedModel> load_served_model(const ModelSpec& spec, const Serv
   // files only where it rounds f32 matrices to bf16, which is reproduced here.
   const Clock::time_point hashing = Clock::now();
   const ExportableStore& store = *served->store;
+  const ShardedLayout* sharded = store.sharded();
+  const bool hashed = !uploaded_checksums.empty();
   std::vector<uint64_t> checksums(store.tensors().size());
-  parallel_for(checksums.size(), options.threads, [&](size_t i) {
+  if (hashed) checksums = std::move(uploaded_checksums);
+  parallel_for(hashed ? 0 : checksums.size(), options.threads, [&](size_t i) {
     const StoredTensor& stored = store.tensors()[i];
-    if (sharded) {  // pieces keep their source's dtype: hash what was stored
+    if (sharded) {  // memfd pieces keep their source's dtype: hash what was stored
       checksums[i] = xxh3_checksum({static_cast<const std::byte*>(stored.data), stored.info.bytes});
       return;
     }
@@ -170,8 +185,8 @@ std::unique_ptr<ServedModel> load_served_model(const ModelSpec& spec, const Serv
   // would refuse.
   served->manifest = manifest_to_json(
       sharded ? build_sharded_manifest(spec.name, model, store, checksums, served->files.entries,
-                                       sharded->plan(), sharded->ranks(),
-                                       std::vector<int>(size_t(sharded->plan().ranks()), -1))
+                                       sharded->plan, sharded->ranks, sharded->devices,
+                                       sharded->gpu_uuids)
               : build_manifest(spec.name, model, store, checksums, served->files.entries));
   parse_manifest(served->manifest);
   served->total_seconds = seconds_since(start);

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -41,8 +42,14 @@ struct ServeOptions {
   std::string backend = "memfd";  // "memfd" | "vmm"
   int device = 0;                 // vmm
   // > 1: every tensor split into this many ranks' pieces (shard_plan.h), each its own
-  // allocation; memfd only for now (the vmm ranks, one GPU each, are issue 26's next step).
+  // allocation: a sealed memfd, or with vmm one VMM allocation on rank r's GPU, devices[r]
+  // (empty: 0..N-1; tensor_parallel_devices.h checks the list).
   int tensor_parallel = 1;
+  std::vector<int> devices;
+  // vmm with tensor_parallel > 1: each GPU's pieces within this share of its memory
+  // (device_memory_bytes > 0 stands for each GPU's size, as --memory-mb does).
+  double memory_fraction = 1.0;
+  uint64_t device_memory_bytes = 0;
   int threads = 4;  // writers/uploaders and hashers
   bool progress = false;
   // Quantize a 16/32-bit model's projections to fp8 at load (quantize_at_load.h); a model

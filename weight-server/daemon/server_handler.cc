@@ -8,6 +8,7 @@
 #include "ipc/errors.h"
 #include "ipc/kv_share_protocol.h"
 #include "ipc/protocol.h"
+#include "weight-server/daemon/gpu_memory_use.h"
 #include "weight-server/sharing/vmm_backend.h"
 
 namespace hearth {
@@ -41,7 +42,12 @@ ServerHandler::ServerHandler(ServeOptions defaults, uint64_t device_bytes, doubl
 
 void ServerHandler::update_weights_budget() {
   uint64_t bytes = 0;
-  for (const auto& [name, model] : models_) bytes += model->store->allocation_bytes();
+  // A model whose ranks span GPUs counts only what it holds on the budget's device.
+  for (const auto& [name, model] : models_)
+    bytes += model->store->sharded() && defaults_.backend == "vmm" &&
+                     model->store->residence() == Residence::Device
+                 ? sharded_bytes_on(*model->store, defaults_.device)
+                 : model->store->allocation_bytes();
   budget_.set_weights_bytes(bytes);
 }
 
@@ -206,6 +212,15 @@ broker::Reply ServerHandler::stats(broker::Session& session) const {
     allocation_bytes += model->store->allocation_bytes();
     models.push_back(std::move(s));
   }
+  // Per GPU, for the vmm ranks of sharded models: weights against each device's share.
+  std::vector<std::pair<std::string, const ExportableStore*>> stores;
+  for (const auto& [name, model] : models_)
+    if (model->store->residence() == Residence::Device)
+      stores.emplace_back(name, model->store.get());
+  const uint64_t fixed_bytes = defaults_.device_memory_bytes;
+  const json gpus = gpu_memory_use(stores, budget_.fraction(), [&](int device) {
+    return fixed_bytes > 0 ? fixed_bytes : vmm_device_memory_bytes(device);
+  });
   json workers = json::array();
   for (const auto& [id, client] : clients_) {
     if (client.leases.empty() && client.kv_chunks.empty()) continue;
@@ -230,6 +245,7 @@ broker::Reply ServerHandler::stats(broker::Session& session) const {
        {"leases", leases},
        {"workers", std::move(workers)},
        {"memory", budget_.to_json()},
+       {"gpus", gpus},
        {"kv_chunks", kv_chunks_.size()},
        {"kv_chunks_total", kv_chunks_total_},
        {"kv_share", kv_share_stats()},
@@ -337,6 +353,14 @@ broker::Reply ServerHandler::kv_lease(broker::Session& session, const ipc::Reque
                                                     " differs from the chunks this client holds (" +
                                                     std::to_string(client.kv_chunk_bytes) +
                                                     "); one size per lease");
+  // KV chunks of a rank belong on its own GPU, and the budget is one device's: until leases are
+  // keyed by device (issue 26), a server whose ranks span GPUs leases no KV at all.
+  if (defaults_.backend == "vmm" && defaults_.tensor_parallel > 1)
+    throw ProtocolError(ErrorCode::kBadRequest,
+                        "kv_lease: this server shards its models over " +
+                            std::to_string(defaults_.tensor_parallel) +
+                            " GPUs (--tensor-parallel), and KV leases on several GPUs are not "
+                            "built yet: a worker of this server must size its own KV pool");
   const uint64_t min_bytes = req.min_chunks * req.chunk_bytes;
   uint64_t n = budget_.grantable(session.id(), req.chunk_bytes, req.chunks, min_bytes);
   if (n < req.chunks) {

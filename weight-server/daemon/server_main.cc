@@ -19,6 +19,7 @@
 #include "weight-server/daemon/model_spec.h"
 #include "weight-server/model/shard_plan.h"
 #include "weight-server/daemon/server_handler.h"
+#include "weight-server/daemon/tensor_parallel_devices.h"
 #include "weight-server/sharing/vmm_backend.h"
 
 namespace {
@@ -76,6 +77,7 @@ int run(int argc, char** argv) {
   std::vector<uid_t> allow_uids;
   uid_t admin_uid = ::geteuid();
   int device = 0, threads = 4, tensor_parallel = 1;
+  std::vector<int> devices;
   size_t max_clients = 256, max_clients_per_uid = 64;
   int idle_timeout_ms = 10'000, quiet_timeout_ms = 60'000;
   bool quiet = false;
@@ -100,8 +102,13 @@ int run(int argc, char** argv) {
   app.add_option("--device", device, "CUDA device for the vmm backend")->check(CLI::Range(0, 1023));
   app.add_option("--tensor-parallel", tensor_parallel,
                  "split every model into this many ranks' shards, each tensor's piece its own "
-                 "allocation, listed per rank in the manifest (memfd backend; issue 26)")
+                 "allocation, listed per rank in the manifest (vmm: rank r on its own GPU)")
       ->check(CLI::Range(1, hearth::kMaxTensorParallel));
+  app.add_option("--devices", devices,
+                 "vmm with --tensor-parallel N: the N distinct CUDA devices of ranks 0..N-1, "
+                 "comma-separated (default 0,1,...,N-1); --gpu-memory-fraction applies to each")
+      ->delimiter(',')
+      ->check(CLI::Range(0, 1023));
   app.add_option("--threads", threads, "threads that copy and checksum weights")
       ->check(CLI::Range(1, 64));
   app.add_option("--max-clients", max_clients, "connections served at once")
@@ -148,6 +155,20 @@ int run(int argc, char** argv) {
   serve.backend = resolve_backend(backend);
   serve.device = device;
   serve.tensor_parallel = tensor_parallel;
+  if (!devices.empty() && (serve.backend != "vmm" || tensor_parallel < 2))
+    throw std::runtime_error("--devices is for the vmm backend with --tensor-parallel 2 or more");
+  if (serve.backend == "vmm" && tensor_parallel > 1) {
+    if (app.count("--device") > 0)
+      throw std::runtime_error("--device names one GPU; with --tensor-parallel " +
+                               std::to_string(tensor_parallel) +
+                               " name one per rank with --devices");
+    // Checked before binding or loading; the budget's own device is rank 0's.
+    serve.devices = hearth::resolve_tensor_parallel_devices(devices, tensor_parallel,
+                                                            hearth::vmm_device_count());
+    serve.device = serve.devices[0];
+  }
+  serve.memory_fraction = memory_fraction;
+  serve.device_memory_bytes = memory_mb << 20;
   serve.threads = threads;
   serve.quantize_fp8 = quantize == "fp8";
   serve.progress = !quiet;

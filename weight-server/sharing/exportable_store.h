@@ -5,8 +5,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "base/unique_fd.h"
+#include "weight-server/model/shard_plan.h"
 #include "weight-server/model/weight_store.h"
 
 namespace hearth {
@@ -18,8 +20,19 @@ struct LoadTimings {
   double copy_seconds = 0;  // the copy itself (for vmm: the host-to-device transfer)
 };
 
+// A store sharded for tensor parallelism (shard_plan.h): the rank of tensors()[i], and per rank
+// its device and the device's UUID (-1 and "" for host memory).
+struct ShardedLayout {
+  ShardPlan plan;
+  std::vector<int> ranks;
+  std::vector<int> devices;
+  std::vector<std::string> gpu_uuids;
+};
+
 class ExportableStore : public WeightStore {
  public:
+  // Null for an unsharded store.
+  virtual const ShardedLayout* sharded() const { return nullptr; }
   virtual size_t allocation_count() const = 0;
   // A new descriptor for allocation `id`, owned by the caller (it goes out by SCM_RIGHTS).
   // Throws std::out_of_range for an unknown id, std::runtime_error if exporting fails.

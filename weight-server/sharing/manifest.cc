@@ -21,6 +21,7 @@ using json = nlohmann::json;
 constexpr size_t kMaxTensors = 1 << 20;
 constexpr size_t kMaxDims = 8;
 constexpr uint64_t kMaxAllocationBytes = uint64_t{1} << 44;
+constexpr int kMaxDeviceIndex = 1023;
 
 // config.json sits at depth 3 of a manifest reply ({"manifest": {"architecture": {...}}}), so
 // one that a loader accepted always fits in a frame.
@@ -250,6 +251,42 @@ void check_fits_in_a_reply(const Manifest& m, const json& j) {
                              std::to_string(kMaxManifestBytes) + " a reply can carry to a worker");
 }
 
+// The UUID a rank's device has (cuda_device_uuid: "GPU-" and hex digits with dashes), the key a
+// worker finds the device by. Bounded and printable, since it ends up in error messages.
+std::string parse_device_uuid(const Reader& r, const json& entry, const std::string& where) {
+  const json& v = r.field(entry, "gpu_uuid", where);
+  if (!v.is_string()) r.fail(where + "'gpu_uuid' " + Reader::got("must be the device's UUID", v));
+  const std::string uuid = v.get<std::string>();
+  const bool shaped = uuid.size() > 4 && uuid.size() <= 64 && uuid.starts_with("GPU-") &&
+                      std::all_of(uuid.begin() + 4, uuid.end(), [](char c) {
+                        return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || c == '-';
+                      });
+  if (!shaped)
+    r.fail(where + "'gpu_uuid' " + json_excerpt(v, 40) +
+           " is not a device UUID (GPU- and lower-case hex digits)");
+  return uuid;
+}
+
+// Each rank on a GPU of its own: two ranks on one device (by index or by UUID) would double
+// that device's share, and rank 0's UUID is the top-level gpu_uuid older readers look at.
+void check_devices(const Reader& r, const Manifest& m) {
+  std::map<int, int> by_index;
+  std::map<std::string, int> by_uuid;
+  for (int rank = 0; rank < m.tensor_parallel; ++rank) {
+    const std::string where = "rank " + std::to_string(rank) + ": ";
+    const auto [index, fresh_index] = by_index.emplace(m.devices[size_t(rank)], rank);
+    if (!fresh_index)
+      r.fail(where + "device " + std::to_string(m.devices[size_t(rank)]) + " is rank " +
+             std::to_string(index->second) + "'s too (one GPU per rank)");
+    const auto [uuid, fresh_uuid] = by_uuid.emplace(m.device_uuids[size_t(rank)], rank);
+    if (!fresh_uuid)
+      r.fail(where + "GPU " + uuid->first + " is rank " + std::to_string(uuid->second) +
+             "'s too (one GPU per rank)");
+  }
+  if (m.device_uuids[0] != m.gpu_uuid)
+    r.fail("'gpu_uuid' " + m.gpu_uuid + " is not rank 0's GPU " + m.device_uuids[0]);
+}
+
 // "tensor_parallel" and "ranks": [{"rank", "device", "tensors"}], one entry per rank, in any
 // order; the pieces are kept rank after rank.
 ShardPlan parse_ranks(const Reader& r, const json& j, Manifest& m) {
@@ -288,12 +325,19 @@ ShardPlan parse_ranks(const Reader& r, const json& j, Manifest& m) {
     const json& entry = *by_rank[size_t(rank)];
     const json& device = r.field(entry, "device", where);
     if (m.backend == "vmm") {
-      if (!device.is_number_integer() || device.get<int64_t>() < 0 || device.get<int64_t>() > 1023)
-        r.fail(where + "'device' " + Reader::got("must be a CUDA device index", device));
+      if (!device.is_number_integer() || device.get<int64_t>() < 0 ||
+          device.get<int64_t>() > kMaxDeviceIndex)
+        r.fail(where + "'device' " +
+               Reader::got("must be a CUDA device index 0.." + std::to_string(kMaxDeviceIndex),
+                           device));
       m.devices.push_back(device.get<int>());
+      m.device_uuids.push_back(parse_device_uuid(r, entry, where));
     } else {
       if (!device.is_null()) r.fail(where + "'device' must be null for the memfd backend");
+      if (const auto it = entry.find("gpu_uuid"); it != entry.end() && !it->is_null())
+        r.fail(where + "'gpu_uuid' must be null or absent for the memfd backend");
       m.devices.push_back(-1);
+      m.device_uuids.push_back("");
     }
     const json& tensors = r.field(entry, "tensors", where);
     if (!tensors.is_array()) r.fail(where + "'tensors' is not an array");
@@ -306,6 +350,7 @@ ShardPlan parse_ranks(const Reader& r, const json& j, Manifest& m) {
       m.tensors.push_back(std::move(t));
     }
   }
+  if (m.backend == "vmm") check_devices(r, m);
   return plan;
 }
 
@@ -321,6 +366,8 @@ Manifest Manifest::rank_view(int rank) const {
                              std::to_string(tensor_parallel) + ": rank " + std::to_string(rank) +
                              " is not in 0.." + std::to_string(tensor_parallel - 1));
   Manifest view = *this;
+  if (size_t(rank) < device_uuids.size() && !device_uuids[size_t(rank)].empty())
+    view.gpu_uuid = device_uuids[size_t(rank)];
   view.tensors.clear();
   for (const ManifestTensor& t : tensors)
     if (t.rank == rank) view.tensors.push_back(t);
@@ -372,10 +419,13 @@ Manifest build_sharded_manifest(const std::string& name, const HfModel& model,
                                 const ExportableStore& store,
                                 const std::vector<uint64_t>& checksums,
                                 std::vector<ManifestFile> files, const ShardPlan& plan,
-                                const std::vector<int>& ranks, std::vector<int> devices) {
+                                const std::vector<int>& ranks, std::vector<int> devices,
+                                std::vector<std::string> device_uuids) {
   Manifest m = build_manifest(name, model, store, checksums, std::move(files));
   m.tensor_parallel = plan.ranks();
   m.devices = std::move(devices);
+  m.device_uuids = std::move(device_uuids);
+  if (!m.device_uuids.empty() && !m.device_uuids[0].empty()) m.gpu_uuid = m.device_uuids[0];
   std::vector<size_t> next(size_t(plan.ranks()), 0);  // each rank's pieces in plan order
   for (size_t i = 0; i < m.tensors.size(); ++i) {
     const int rank = ranks.at(i);
@@ -413,9 +463,11 @@ json manifest_to_json(const Manifest& m) {
       for (const ManifestTensor& t : m.tensors)
         if (t.rank == r) pieces.push_back(tensor_to_json(t, true));
       const int device = size_t(r) < m.devices.size() ? m.devices[size_t(r)] : -1;
-      ranks.push_back({{"rank", r},
-                       {"device", device < 0 ? json(nullptr) : json(device)},
-                       {"tensors", std::move(pieces)}});
+      const std::string uuid = size_t(r) < m.device_uuids.size() ? m.device_uuids[size_t(r)] : "";
+      json entry = {{"rank", r}, {"device", device < 0 ? json(nullptr) : json(device)}};
+      if (!uuid.empty()) entry["gpu_uuid"] = uuid;  // vmm only: memfd ranks have no device
+      entry["tensors"] = std::move(pieces);
+      ranks.push_back(std::move(entry));
     }
     j["ranks"] = std::move(ranks);
   }

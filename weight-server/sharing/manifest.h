@@ -72,13 +72,18 @@ struct Manifest {
   std::vector<ManifestFile> files;                         // fd i is files[i]
   std::vector<ManifestTensor> tensors;                     // in the architecture's order
   // 1: unsharded (version 2). N > 1: `tensors` holds rank 0's pieces, then rank 1's, ... each
-  // rank's in the architecture's order, and devices[r] is rank r's CUDA device (-1 for memfd).
+  // rank's in the architecture's order, and devices[r] is rank r's CUDA device (-1 for memfd)
+  // as the server numbers them, device_uuids[r] its UUID ("" for memfd): a worker finds its
+  // device by UUID, since CUDA_VISIBLE_DEVICES may number them otherwise. For vmm, gpu_uuid
+  // is rank 0's.
   int tensor_parallel = 1;
   std::vector<int> devices;
+  std::vector<std::string> device_uuids;
 
   bool sharded() const { return tensor_parallel > 1; }
-  // The manifest a worker on `rank` imports: only that rank's pieces. Throws std::runtime_error
-  // for an unsharded manifest or a rank outside 0..tensor_parallel-1.
+  // The manifest a worker on `rank` imports: only that rank's pieces, its gpu_uuid the rank's
+  // device's. Throws std::runtime_error for an unsharded manifest or a rank outside
+  // 0..tensor_parallel-1.
   Manifest rank_view(int rank) const;
 
   const ManifestFile* file(std::string_view name) const;  // null when absent
@@ -94,12 +99,13 @@ Manifest build_manifest(const std::string& name, const HfModel& model, const Exp
                         const std::vector<uint64_t>& checksums, std::vector<ManifestFile> files);
 
 // The manifest of a store holding `plan`'s pieces, rank after rank (`ranks[i]` and `slices[i]`
-// belong to store.tensors()[i]); `devices` per rank.
+// belong to store.tensors()[i]); `devices` and `device_uuids` per rank (-1 and "" on the host).
 Manifest build_sharded_manifest(const std::string& name, const HfModel& model,
                                 const ExportableStore& store,
                                 const std::vector<uint64_t>& checksums,
                                 std::vector<ManifestFile> files, const ShardPlan& plan,
-                                const std::vector<int>& ranks, std::vector<int> devices);
+                                const std::vector<int>& ranks, std::vector<int> devices,
+                                std::vector<std::string> device_uuids);
 
 // The manifest as JSON. Throws std::runtime_error when it would not fit in a reply
 // (kMaxManifestBytes), so that a server refuses such a model when loading it.
@@ -109,7 +115,8 @@ nlohmann::json manifest_to_json(const Manifest& manifest);
 // with distinct descriptor indexes 0..n-1, dtype/shape/bytes consistency, unique allocation
 // ids, and exactly the tensors (names and shapes) that expected_tensors() gives for the
 // architecture; a sharded one (version 3): every rank 0..N-1 once, each with exactly its pieces of
-// ShardPlan::make(config, N) (no piece missing, overlapping another or shaped otherwise). Throws
+// ShardPlan::make(config, N) (no piece missing, overlapping another or shaped otherwise), and for
+// vmm a distinct device index and UUID per rank, rank 0's UUID the top-level one. Throws
 // std::runtime_error naming the model, the tensor and the field at fault.
 Manifest parse_manifest(const nlohmann::json& json);
 

@@ -24,6 +24,20 @@ double ms_since(Clock::time_point& mark) {
 
 }  // namespace
 
+std::vector<int> vmm_devices_for_ranks(const Manifest& manifest) {
+  std::vector<int> devices;
+  for (int r = 0; r < manifest.tensor_parallel; ++r) {
+    const std::string uuid = manifest.rank_view(r).gpu_uuid;
+    try {
+      devices.push_back(vmm_device_for(uuid));
+    } catch (const std::runtime_error& e) {
+      throw std::runtime_error("model '" + manifest.model + "', rank " + std::to_string(r) + ": " +
+                               e.what());
+    }
+  }
+  return devices;
+}
+
 Manifest manifest_for_rank(const Manifest& manifest, std::optional<int> rank) {
   if (!rank) {
     if (manifest.sharded())
@@ -64,22 +78,30 @@ ImportedModel import_served_model(ipc::Client& client, const std::string& model,
 
   // The GPU is checked before importing anything: a worker on the wrong device should fail
   // before it takes a lease or a single descriptor.
+  // Every rank's GPU (by UUID: this process may number the devices otherwise) is found before
+  // the first descriptor is taken.
   int device = -1;
+  std::vector<int> rank_devices;
   if (out.manifest.backend == "vmm") {
-    if (whole)
-      throw std::runtime_error(
-          "model '" + model +
-          "': importing every rank of a sharded vmm model is not built yet (issue 26)");
-    device = vmm_device_for(out.manifest.gpu_uuid);
+    if (whole) {
+      rank_devices = vmm_devices_for_ranks(out.manifest);
+      device = rank_devices[0];
+    } else {
+      device = vmm_device_for(out.manifest.gpu_uuid);
+    }
     if (options.on_device) options.on_device(out.manifest, device);
     out.timings.gpu_ms = ms_since(mark);
   }
 
   if (whole) {
+    // Rank by rank; a failure drops the ranks already mapped with `out`.
     for (int r = 0; r < out.manifest.tensor_parallel; ++r) {
       const Manifest view = out.manifest.rank_view(r);
       std::vector<UniqueFd> fds = client.import_allocations(model, view.allocation_ids());
-      out.ranks.push_back(std::make_shared<ImportedMemfdStore>(view, std::move(fds)));
+      if (rank_devices.empty())
+        out.ranks.push_back(std::make_shared<ImportedMemfdStore>(view, std::move(fds)));
+      else
+        out.ranks.push_back(import_vmm_store(view, std::move(fds), rank_devices[size_t(r)]));
     }
     out.store = out.ranks[0];
     out.timings.import_ms = ms_since(mark);

@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "ipc/client.h"
 #include "weight-server/sharing/manifest.h"
@@ -25,11 +26,12 @@ struct ImportOptions {
   // received and mapped. Required for a sharded model, refused for an unsharded one.
   std::optional<int> rank = std::nullopt;
   // Without a rank, a sharded model is imported whole, every rank's pieces in a store of its own
-  // (ImportedModel::ranks): what a worker that runs all ranks in process (the CPU engine) needs.
+  // (ImportedModel::ranks): what a worker that runs all ranks in process (the CPU engine, or
+  // the CUDA engine driving N GPUs) needs; vmm ranks are each mapped on their own GPU.
   // False: a sharded model without a rank is refused.
   bool all_ranks = false;
-  // vmm: called once the device is known, before the descriptors are received, so a caller
-  // can start its own GPU set-up beside the import.
+  // vmm: called once the device is known (all_ranks: rank 0's), before the descriptors are
+  // received, so a caller can start its own GPU set-up beside the import.
   std::function<void(const Manifest&, int device)> on_device = nullptr;
 };
 
@@ -52,6 +54,10 @@ struct FetchedManifest {
 // the two disagree (a sharded model without a rank, a rank of an unsharded model, a rank out of
 // range).
 Manifest manifest_for_rank(const Manifest& manifest, std::optional<int> rank);
+
+// The local device of every rank of a sharded vmm manifest, found by each rank's GPU UUID.
+// Throws std::runtime_error naming the rank whose GPU this process cannot see.
+std::vector<int> vmm_devices_for_ranks(const Manifest& manifest);
 
 // Asks the server for `model`'s manifest, validates it and checks and maps the files its reply
 // carries. Throws as import_served_model does.

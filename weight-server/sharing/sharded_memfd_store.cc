@@ -14,7 +14,9 @@ std::unique_ptr<ShardedMemfdStore> ShardedMemfdStore::create(const HfModel& mode
   const auto start = std::chrono::steady_clock::now();
   std::unique_ptr<ShardedMemfdStore> store(new ShardedMemfdStore);
   store->config_ = model.config();
-  store->plan_ = plan;
+  store->layout_.plan = plan;
+  store->layout_.devices.assign(size_t(plan.ranks()), -1);
+  store->layout_.gpu_uuids.assign(size_t(plan.ranks()), "");
   struct Piece {
     const TensorShard* shard;
     const HfTensor* source;
@@ -25,7 +27,7 @@ std::unique_ptr<ShardedMemfdStore> ShardedMemfdStore::create(const HfModel& mode
       const HfTensor* source = model.find(s.name);
       if (!source) throw std::logic_error("shard of '" + s.name + "' has no source tensor");
       pieces.push_back({&s, source});
-      store->ranks_.push_back(r);
+      store->layout_.ranks.push_back(r);
     }
   store->memfds_.resize(pieces.size());
   store->views_.resize(pieces.size());
@@ -34,7 +36,7 @@ std::unique_ptr<ShardedMemfdStore> ShardedMemfdStore::create(const HfModel& mode
     std::vector<std::byte> bytes(shard_bytes(*shard, dtype_size(source->info.dtype)));
     copy_shard(*shard, dtype_size(source->info.dtype), source->data, bytes);
     const std::string label =
-        "hearth:rank" + std::to_string(store->ranks_[i]) + ":" + source->info.name;
+        "hearth:rank" + std::to_string(store->layout_.ranks[i]) + ":" + source->info.name;
     store->memfds_[i] = SealedMemfd::create(label, bytes);
     store->views_[i] = MappedFile::map_fd(store->memfds_[i].fd(), bytes.size(), "memfd " + label);
   });

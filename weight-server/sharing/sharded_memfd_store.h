@@ -26,14 +26,14 @@ class ShardedMemfdStore final : public ExportableStore {
   size_t allocation_count() const override { return memfds_.size(); }
   UniqueFd export_allocation(uint32_t id) const override;
 
-  const ShardPlan& plan() const { return plan_; }
+  const ShardedLayout* sharded() const override { return &layout_; }
+  const ShardPlan& plan() const { return layout_.plan; }
   // The rank of tensors()[i]. (find() by name sees only the last rank's piece: use tensors().)
-  const std::vector<int>& ranks() const { return ranks_; }
+  const std::vector<int>& ranks() const { return layout_.ranks; }
 
  private:
   ShardedMemfdStore() = default;
-  ShardPlan plan_;
-  std::vector<int> ranks_;
+  ShardedLayout layout_;
   std::vector<SealedMemfd> memfds_;
   std::vector<MappedFile> views_;
 };

@@ -179,6 +179,11 @@ std::unique_ptr<KvChunkMemory> create_vmm_kv_chunk(int device, uint64_t bytes) {
   return std::make_unique<VmmKvChunk>(device, bytes);
 }
 
+int vmm_device_count() {
+  int count = 0;
+  return cudaGetDeviceCount(&count) == cudaSuccess ? count : 0;
+}
+
 bool vmm_gpu_available(std::string* why) {
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
@@ -254,6 +259,18 @@ std::shared_ptr<const WeightStore> import_vmm_store(const Manifest& manifest,
 
 uint64_t device_checksum(const void* device_address, uint64_t bytes) {
   static constexpr size_t kChunk = 64ull << 20;
+  // A rank's pieces are mapped for its own device only: read them there.
+  // The caller's current device comes back afterwards.
+  int caller = 0;
+  HEARTH_CUDA_CHECK(cudaGetDevice(&caller));
+  cudaPointerAttributes where{};
+  if (bytes > 0 && cudaPointerGetAttributes(&where, device_address) == cudaSuccess &&
+      where.type == cudaMemoryTypeDevice && where.device != caller)
+    HEARTH_CUDA_CHECK(cudaSetDevice(where.device));
+  struct Restore {
+    int device;
+    ~Restore() { cudaSetDevice(device); }
+  } restore{caller};
   PinnedBuffer buffer(std::min<uint64_t>(std::max<uint64_t>(bytes, 1), kChunk));
   Xxh3Stream stream;
   const auto* src = static_cast<const std::byte*>(device_address);

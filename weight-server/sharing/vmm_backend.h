@@ -13,6 +13,7 @@
 #include "weight-server/sharing/exportable_store.h"
 #include "weight-server/sharing/kv_chunk.h"
 #include "weight-server/model/hf_model.h"
+#include "weight-server/model/shard_plan.h"
 #include "weight-server/sharing/manifest.h"
 
 namespace hearth {
@@ -25,12 +26,31 @@ struct VmmLoadOptions {
   int device = 0;
   int threads = 4;        // host copy threads for the upload
   bool progress = false;  // progress lines on stderr
+  // Sharded uploads: each device's pieces must fit in this share of its memory (the server's
+  // --gpu-memory-fraction, per device); device_memory_bytes > 0 stands for every device's size.
+  double memory_fraction = 1.0;
+  uint64_t device_memory_bytes = 0;
 };
+
+// CUDA devices this process sees (0 without CUDA or a driver).
+int vmm_device_count();
 
 // Uploads every tensor into its own exportable VMM allocation (DeviceStore::upload, per-tensor
 // layout). 2-D f32 tensors are stored as bf16, as the CUDA engine expects.
 std::unique_ptr<ExportableStore> upload_vmm_store(const HfModel& model,
                                                   const VmmLoadOptions& options);
+
+// Tensor parallelism (issue 26): rank r's pieces of `plan` uploaded to devices[r], each piece its
+// own exportable VMM allocation (2 MiB granularity), rank 0's first; a piece of a 2-D f32 matrix
+// is stored as bf16, as upload_vmm_store does. `checksums[i]` is the xxh3 of tensors()[i]'s bytes
+// as uploaded, computed on the host before the copy. The store's sharded() names each rank's
+// device and UUID. Throws std::runtime_error naming the device when a rank's pieces pass
+// options.memory_fraction of its memory, or the upload fails (nothing stays allocated).
+std::unique_ptr<ExportableStore> upload_sharded_vmm_store(const HfModel& model,
+                                                          const ShardPlan& plan,
+                                                          const std::vector<int>& devices,
+                                                          const VmmLoadOptions& options,
+                                                          std::vector<uint64_t>& checksums);
 
 // The local device whose UUID is `gpu_uuid`. Throws std::runtime_error naming the server's GPU
 // and this process's devices when none matches (another machine, or CUDA_VISIBLE_DEVICES
@@ -53,7 +73,8 @@ std::unique_ptr<KvChunkMemory> create_vmm_kv_chunk(int device, uint64_t bytes);
 // into which received chunks are imported and mapped read-write for `device`.
 std::unique_ptr<KvChunkRange> reserve_vmm_kv_range(int device, uint64_t bytes);
 
-// xxh3 of `bytes` of device memory, copied back through a pinned buffer.
+// xxh3 of `bytes` of device memory, copied back through a pinned buffer on the device that
+// holds them (the pointer's own, so each rank's pieces are read on their GPU).
 uint64_t device_checksum(const void* device_address, uint64_t bytes);
 
 }  // namespace hearth

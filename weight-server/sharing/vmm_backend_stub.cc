@@ -21,6 +21,15 @@ bool vmm_gpu_available(std::string* why) {
 std::unique_ptr<ExportableStore> upload_vmm_store(const HfModel&, const VmmLoadOptions&) {
   no_cuda();
 }
+int vmm_device_count() {
+  return 0;
+}
+std::unique_ptr<ExportableStore> upload_sharded_vmm_store(const HfModel&, const ShardPlan&,
+                                                          const std::vector<int>&,
+                                                          const VmmLoadOptions&,
+                                                          std::vector<uint64_t>&) {
+  no_cuda();
+}
 int vmm_device_for(const std::string&) {
   no_cuda();
 }

@@ -98,13 +98,8 @@ std::unique_ptr<Backend> make_backend(const EngineOptions& options, const Engine
     return std::make_unique<CpuBackend>(weights.store, context, kv, nullptr,
                                         options.tensor_parallel, weights.ranks);
   }
-  // A single process drives every GPU of tensor_parallel (cuda_tp_backend.h); a model the
-  // server sharded needs one worker per GPU, not built yet.
-  if (!weights.ranks.empty())
-    throw std::runtime_error(
-        "a sharded model (tensor_parallel " + std::to_string(options.tensor_parallel) +
-        ") on the cuda backend: not built yet (issue 26: one worker per GPU); the cpu backend "
-        "runs it, and a single-process cuda run cuts its own ranks");
+  // tensor_parallel > 1 and a model the server sharded: one process drives every GPU
+  // (cuda_tp_backend.h).
   return make_cuda_backend(options, weights, context, std::move(warmup), kv_memory);
 }
 

@@ -18,6 +18,8 @@
 #include "tools/synth_model.h"
 #include "weight-server/model/hf_model.h"
 #include "weight-server/model/host_store.h"
+#include "weight-server/model/rank_store.h"
+#include "weight-server/model/shard_plan.h"
 #include "worker/engine/backend_factory.h"
 #include "worker/engine/cpu_backend.h"
 #include "worker/engine/cuda/cuda_tp_backend.h"
@@ -117,6 +119,27 @@ TEST(CudaTensorParallel, RepeatRunsStepBudgetsAndGraphsAreIdentical) {
       test::run_engine(*std::make_unique<CudaTpBackend>(*host_model(), narrow, kContext), narrow,
                        all),
       want, "max_batch_tokens 32");
+}
+
+// A model sharded elsewhere (here: host pieces, as a memfd server serves them) runs as the
+// ranks this process cuts itself: the same pieces, the same bits.
+TEST(CudaTensorParallel, ShardedPiecesGiveTheSameBitsAsCutHere) {
+  REQUIRE_GPUS(2);
+  const std::vector<Request> all = mixed_requests(8);
+  const EngineOptions o = options(2);
+  const auto want =
+      test::run_engine(*std::make_unique<CudaTpBackend>(*host_model(), o, kContext), o, all);
+  const ShardPlan plan = ShardPlan::make(host_model()->config(), 2);
+  std::vector<std::shared_ptr<const WeightStore>> ranks;
+  for (int r = 0; r < 2; ++r) ranks.push_back(std::make_shared<RankStore>(*host_model(), plan, r));
+  EngineOptions cuda = o;
+  cuda.backend = BackendKind::Cuda;
+  test::expect_same_outcomes(
+      test::run_engine(*make_backend(cuda, EngineWeights{ranks[0], nullptr, ranks}), cuda, all),
+      want, "served-style pieces through make_backend");
+  EngineOptions wrong = o;
+  wrong.tensor_parallel = 1;
+  EXPECT_THROW(CudaTpBackend(ranks, wrong, kContext), std::runtime_error);
 }
 
 // Teacher-forced along the CPU's greedy path: the GPU's TP=2 logits within 2% of their range

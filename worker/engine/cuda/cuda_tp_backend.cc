@@ -72,22 +72,75 @@ CudaTpBackend::CudaTpBackend(const WeightStore& whole, const EngineOptions& opti
   if (whole.residence() != Residence::Host)
     throw std::runtime_error(
         "tensor_parallel on the GPU cuts its ranks from host-resident weights");
+  const ShardPlan plan = ShardPlan::make(c_, n);  // names the count that does not divide
+  std::vector<int> devices;
+  for (int r = 0; r < n; ++r) devices.push_back(r);
+  build(devices, [&](int r) -> std::shared_ptr<const WeightStore> {
+    const RankStore pieces(whole, plan, r);  // host copy, dropped once on the GPU
+    return std::make_shared<DeviceRankStore>(pieces, r);
+  });
+}
+
+CudaTpBackend::CudaTpBackend(std::vector<std::shared_ptr<const WeightStore>> ranks,
+                             const EngineOptions& options, int context_length)
+    : c_(ranks.empty() ? ModelConfig{} : ranks[0]->config()),
+      options_(options),
+      context_(context_length),
+      limits_(StepLimits::of(options, context_length)) {
+  if (int(ranks.size()) != options_.tensor_parallel)
+    throw std::runtime_error("the model is sharded for tensor parallel " +
+                             std::to_string(ranks.size()) + ", the engine's tensor_parallel is " +
+                             std::to_string(options_.tensor_parallel) +
+                             "; set tensor_parallel=" + std::to_string(ranks.size()));
+  const int n = checked_ranks(options_);
+  const ShardPlan plan = ShardPlan::make(c_, n);
+  std::vector<int> devices;
+  for (int r = 0; r < n; ++r) {
+    const WeightStore& store = *ranks[size_t(r)];
+    // A store of pieces from elsewhere must hold exactly this rank's shapes.
+    for (const TensorShard& piece : plan.tensors(r))
+      if (store.at(piece.name).info.shape != piece.shape)
+        throw std::runtime_error("rank " + std::to_string(r) + "'s tensor '" + piece.name +
+                                 "' is not the shape the shard plan gives it");
+    int device = r;  // host pieces go to GPU r; GPU-resident ones stay where they are
+    if (store.residence() == Residence::Device) {
+      cudaPointerAttributes at{};
+      HEARTH_CUDA_CHECK(cudaPointerGetAttributes(&at, store.tensors().at(0).data));
+      if (at.type != cudaMemoryTypeDevice)
+        throw std::runtime_error("rank " + std::to_string(r) + "'s pieces are not GPU memory");
+      device = at.device;
+    }
+    if (std::find(devices.begin(), devices.end(), device) != devices.end())
+      throw std::runtime_error(
+          "ranks " +
+          std::to_string(std::find(devices.begin(), devices.end(), device) - devices.begin()) +
+          " and " + std::to_string(r) + " are on the same GPU " + std::to_string(device));
+    devices.push_back(device);
+  }
+  build(devices, [&](int r) -> std::shared_ptr<const WeightStore> {
+    const std::shared_ptr<const WeightStore>& store = ranks[size_t(r)];
+    if (store->residence() == Residence::Device) return store;
+    return std::make_shared<DeviceRankStore>(*store, devices[size_t(r)]);
+  });
+}
+
+void CudaTpBackend::build(const std::vector<int>& devices,
+                          const std::function<std::shared_ptr<const WeightStore>(int)>& pieces) {
+  const int n = int(devices.size());
   if (c_.quantization.fp8())
     throw std::runtime_error("tensor_parallel with fp8 weights on the GPU: not built yet");
   if (options_.kv_block_size <= 0)
     throw std::runtime_error("kv_block_size must be positive, got " +
                              std::to_string(options_.kv_block_size));
   if (context_ < 1) throw std::runtime_error("context_length must be positive");
-  const ShardPlan plan = ShardPlan::make(c_, n);  // names the count that does not divide
-  std::vector<int> devices;
-  for (int r = 0; r < n; ++r) devices.push_back(r);
+  const ShardPlan plan = ShardPlan::make(c_, n);
   all_reduce_ =
       std::make_unique<kernels::PeerAllReduce>(devices, int64_t(limits_.max_tokens) * c_.hidden);
   for (int r = 0; r < n; ++r) {
-    DeviceScope scope(r);
+    DeviceScope scope(devices[size_t(r)]);
     auto rank = std::make_unique<Rank>();
     const RankDims dims = plan.dims(r);
-    rank->device = r;
+    rank->device = devices[size_t(r)];
     rank->config = c_;
     rank->config.n_heads = dims.q_heads;
     rank->config.n_kv_heads = dims.kv_heads;
@@ -97,10 +150,7 @@ CudaTpBackend::CudaTpBackend(const WeightStore& whole, const EngineOptions& opti
     rank->vocab_end = dims.vocab_end;
     check_rank_shapes(rank->config, r);
     rank->stream = make_stream();
-    {
-      const RankStore pieces(whole, plan, r);  // host copy, dropped once on the GPU
-      rank->store = std::make_unique<DeviceRankStore>(pieces, r);
-    }
+    rank->store = pieces(r);
     rank->weights = CudaWeights::bind(*rank->store, rank->config);
     rank->weights.check_kv_cache_dtype(options_.kv_cache_dtype);
     if (rank->weights.fp8())

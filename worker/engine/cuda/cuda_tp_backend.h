@@ -7,11 +7,13 @@
 // bits; the LM head runs by vocabulary, the ranks' logits gathered into rank 0's rows, where
 // sampling and token masks run as in the batched backend. Decode steps are captured per bucket
 // as the batched backend's are, one graph per rank (cuda_graphs); everything else runs eagerly.
-// Refused here: fp8 weights, served (leased) KV memory, weights already sharded by a server.
+// Refused here: fp8 weights. A served model's ranks (the server's pieces) run as they are; the
+// pools are sized here, not leased (the server leases no KV for several GPUs yet).
 #pragma once
 
 #include <cuda_runtime.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <utility>
@@ -40,6 +42,11 @@ class CudaTpBackend final : public Backend {
   // `whole` is the host-resident model; options.tensor_parallel GPUs, 0..N-1, are used. Throws
   // naming the cause: too few GPUs, a count that does not divide (ShardPlan), fp8, no peer access.
   CudaTpBackend(const WeightStore& whole, const EngineOptions& options, int context_length);
+  // A model a server sharded: ranks[r] holds exactly rank r's pieces, either GPU-resident (vmm:
+  // rank r runs on the GPU holding them) or on the host (memfd: uploaded to GPU r).
+  // options.tensor_parallel must be ranks.size().
+  CudaTpBackend(std::vector<std::shared_ptr<const WeightStore>> ranks, const EngineOptions& options,
+                int context_length);
   ~CudaTpBackend() override;
   CudaTpBackend(const CudaTpBackend&) = delete;
   CudaTpBackend& operator=(const CudaTpBackend&) = delete;
@@ -63,7 +70,7 @@ class CudaTpBackend final : public Backend {
     ModelConfig config;  // the rank's heads, channels and vocabulary rows
     int vocab_begin = 0, vocab_end = 0;
     CudaStream stream;
-    std::unique_ptr<DeviceRankStore> store;
+    std::shared_ptr<const WeightStore> store;  // on `device`
     CudaWeights weights;
     DeviceArena arena;
     std::unique_ptr<CudaLlamaForward> model;
@@ -71,6 +78,9 @@ class CudaTpBackend final : public Backend {
     std::unique_ptr<CudaKvPool> kv;
     CudaEvent done = make_event();
   };
+  // Builds every rank: pieces(r) gives rank r's GPU-resident pieces on devices[r].
+  void build(const std::vector<int>& devices,
+             const std::function<std::shared_ptr<const WeightStore>(int)>& pieces);
   void run_substep(const ForwardBatch& batch, const SubStep& step, int& logits_row);
   bool graphable(const ForwardBatch& batch) const;
   void run_decode(const ForwardBatch& batch);

@@ -22,6 +22,7 @@
 
 #include "kernels/batch_ops.h"
 #include "kernels/cuda_check.h"
+#include "kernels/per_device_once.h"
 #include "kernels/half_utils.cuh"
 #include "kernels/head_dim_dispatch.h"
 #include "kernels/mma.cuh"
@@ -522,12 +523,10 @@ void launch(const PagedAttentionArgs& a, cudaStream_t stream) {
   }
   auto kernel = paged_attention_kernel<T, D>;
   constexpr size_t kSmem = sizeof(Smem<T, D>);
-  static const bool configured = [&] {
+  static std::atomic<uint64_t> configured{0};  // per device: tensor-parallel ranks
+  if (first_on_this_device(configured))
     HEARTH_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
-    return true;
-  }();
-  (void)configured;
   launch_pdl(kernel, dim3(grid_items(a, l, kRows), a.n_kv_heads), dim3(kWarps * 32), kSmem, stream,
              p);
   if (a.split_kv && l.j_max > 1)

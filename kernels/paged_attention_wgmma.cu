@@ -25,6 +25,7 @@
 #include <string>
 
 #include "kernels/cuda_check.h"
+#include "kernels/per_device_once.h"
 #include "kernels/half_utils.cuh"
 #include "kernels/mma.cuh"
 #include "kernels/paged_attention_split.cuh"
@@ -460,12 +461,10 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(Params p) {
 template <typename T, int D>
 void launch(const Params& p, int grid, cudaStream_t stream) {
   auto kernel = attention_kernel<T, D>;
-  static const bool configured = [&] {
+  static std::atomic<uint64_t> configured{0};  // per device: tensor-parallel ranks
+  if (first_on_this_device(configured))
     HEARTH_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            int(Layout<D>::kSmemBytes)));
-    return true;
-  }();
-  (void)configured;
   launch_pdl(kernel, dim3(grid, p.a.n_kv_heads), dim3(kThreads), Layout<D>::kSmemBytes, stream, p);
 }
 

@@ -98,11 +98,8 @@ std::unique_ptr<Backend> make_backend(const EngineOptions& options, const Engine
     return std::make_unique<CpuBackend>(weights.store, context, kv, nullptr,
                                         options.tensor_parallel, weights.ranks);
   }
-  if (options.tensor_parallel > 1 || !weights.ranks.empty())
-    throw std::runtime_error(
-        "tensor_parallel " + std::to_string(options.tensor_parallel) +
-        " (or a sharded model) on the cuda backend: not built yet (issue 26: NCCL ranks, one "
-        "GPU each); the cpu backend runs it in process");
+  // tensor_parallel > 1 and a model the server sharded: one process drives every GPU
+  // (cuda_tp_backend.h).
   return make_cuda_backend(options, weights, context, std::move(warmup), kv_memory);
 }
 

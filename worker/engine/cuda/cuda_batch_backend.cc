@@ -32,6 +32,11 @@ int checked_context(const WeightStore& store, const EngineOptions& options, int 
     throw std::runtime_error("kv_block_size must be positive, got " +
                              std::to_string(options.kv_block_size));
   if (context < 1) throw std::runtime_error("context_length must be positive");
+  // One GPU here; make_backend gives tensor_parallel > 1 to CudaTpBackend (cuda_tp_backend.h).
+  if (options.tensor_parallel > 1)
+    throw std::runtime_error("the batched cuda backend runs one GPU; tensor_parallel " +
+                             std::to_string(options.tensor_parallel) +
+                             " runs through make_backend (CudaTpBackend), not this bench or path");
   return context;
 }
 

@@ -4,6 +4,7 @@
 #include <span>
 
 #include "kernels/ops.h"
+#include "kernels/tp_ops.h"
 
 namespace hearth {
 
@@ -11,7 +12,8 @@ using kernels::MatmulEpilogue;
 
 CudaLlamaForward::CudaLlamaForward(const ModelConfig& c, const CudaWeights& weights,
                                    const StepLimits& limits, const EngineOptions& options,
-                                   int context_length, DeviceArena& arena, cudaStream_t stream)
+                                   int context_length, DeviceArena& arena, cudaStream_t stream,
+                                   std::optional<CudaTpRank> tp)
     : config_(c),
       weights_(weights),
       type_(weights.type()),
@@ -27,8 +29,10 @@ CudaLlamaForward::CudaLlamaForward(const ModelConfig& c, const CudaWeights& weig
       xg_(arena.alloc(size_t(limits.max_step_seqs) * c.hidden * 4)),
       xgn_(arena.alloc(size_t(limits.max_step_seqs) * c.hidden * 2)),
       logits_(arena.alloc(size_t(limits.max_seqs) * c.vocab * 4)),
-      matmuls_(c, limits, type_, options.batch_invariant, weights.fp8(), arena) {
+      matmuls_(c, limits, type_, options.batch_invariant, weights.fp8(), arena),
+      tp_(std::move(tp)) {
   const int T = limits.max_tokens, S = limits.max_step_seqs;
+  if (tp_) partial_ = arena.alloc(size_t(T) * c.hidden * 4);
   attention_scratch_bytes_ =
       kernels::paged_attention_scratch_bytes(T, S, context_length, c.n_heads, c.head_dim, S);
   attention_scratch_ = arena.alloc(attention_scratch_bytes_);
@@ -50,7 +54,8 @@ CudaLlamaForward::CudaLlamaForward(const ModelConfig& c, const CudaWeights& weig
 }
 
 void CudaLlamaForward::layer(int l, const StepShape& s, const StepInputs& in, const CudaKvPool& kv,
-                             const kernels::PagedAttentionArgs& attention, cudaStream_t st) {
+                             const kernels::PagedAttentionArgs& attention, cudaStream_t st,
+                             LayerPart part) {
   const ModelConfig& c = config_;
   const CudaLayerWeights& L = weights_.layer(l);
   const CudaLayerScales& S = weights_.scales(l);  // fp8 only
@@ -74,48 +79,58 @@ void CudaLlamaForward::layer(int l, const StepShape& s, const StepInputs& in, co
     matmuls_.run(shape, e, a, w, w_up, out, T, n, k, st);
   };
 
-  norm(L.attn_norm);
-  mark(StepPhase::Norm, st);
-  // q, k and v in one launch where the kernel allows (the bits of three).
-  if (fp8) {
-    matmuls_.run_qkv_fp8(L.wq, S.wq, L.wk, S.wk, L.wv, S.wv, q32_.get(), k32_.get(), v32_.get(), T,
-                         qd, kvd, h, st);
-    mark(StepPhase::QKV, st);
-  } else if (matmuls_.fuses_qkv()) {
-    matmuls_.run_qkv(xn_.get(), L.wq, L.wk, L.wv, q32_.get(), k32_.get(), v32_.get(), T, qd, kvd, h,
-                     st);
-    mark(StepPhase::QKV, st);
-  } else {
-    matmul(kQ, MatmulEpilogue::StoreF32, xn_.get(), L.wq, S.wq, nullptr, nullptr, q32_.get(), qd,
-           h);
-    mark(StepPhase::Q, st);
-    matmul(kKV, MatmulEpilogue::StoreF32, xn_.get(), L.wk, S.wk, nullptr, nullptr, k32_.get(), kvd,
-           h);
-    matmul(kKV, MatmulEpilogue::StoreF32, xn_.get(), L.wv, S.wv, nullptr, nullptr, v32_.get(), kvd,
-           h);
-    mark(StepPhase::KV, st);
+  if (part != LayerPart::Mlp) {
+    norm(L.attn_norm);
+    mark(StepPhase::Norm, st);
+    // q, k and v in one launch where the kernel allows (the bits of three).
+    if (fp8) {
+      matmuls_.run_qkv_fp8(L.wq, S.wq, L.wk, S.wk, L.wv, S.wv, q32_.get(), k32_.get(), v32_.get(),
+                           T, qd, kvd, h, st);
+      mark(StepPhase::QKV, st);
+    } else if (matmuls_.fuses_qkv()) {
+      matmuls_.run_qkv(xn_.get(), L.wq, L.wk, L.wv, q32_.get(), k32_.get(), v32_.get(), T, qd, kvd,
+                       h, st);
+      mark(StepPhase::QKV, st);
+    } else {
+      matmul(kQ, MatmulEpilogue::StoreF32, xn_.get(), L.wq, S.wq, nullptr, nullptr, q32_.get(), qd,
+             h);
+      mark(StepPhase::Q, st);
+      matmul(kKV, MatmulEpilogue::StoreF32, xn_.get(), L.wk, S.wk, nullptr, nullptr, k32_.get(),
+             kvd, h);
+      matmul(kKV, MatmulEpilogue::StoreF32, xn_.get(), L.wv, S.wv, nullptr, nullptr, v32_.get(),
+             kvd, h);
+      mark(StepPhase::KV, st);
+    }
+
+    kernels::PagedKvWriteArgs kw;
+    kw.q = q32_.get<float>(), kw.k = k32_.get<float>(), kw.v = v32_.get<float>();
+    kw.bq = L.bq, kw.bk = L.bk, kw.bv = L.bv, kw.q_norm = L.q_norm, kw.k_norm = L.k_norm;
+    kw.inv_freq = weights_.inv_freq();
+    kw.pos = in.pos(), kw.slot = in.slot();
+    kw.num_tokens = T, kw.n_heads = c.n_heads, kw.n_kv_heads = c.n_kv_heads,
+    kw.head_dim = c.head_dim, kw.block_size = kv.shape().block_size, kw.eps = eps;
+    kw.q_out = q16_.get(), kw.k_pool = kv.k(l), kw.v_pool = kv.v(l);
+    kw.block_stride = kv.block_stride();
+    kernels::paged_kv_write(type_, kw, st);
+    mark(StepPhase::KvWrite, st);
+
+    kernels::PagedAttentionArgs at = attention;
+    at.k_pool = kv.k(l), at.v_pool = kv.v(l);
+    kernels::paged_attention(type_, at, st);
+    mark(StepPhase::Attention, st);
+    input(att_.get(), qd);
+    // Tensor parallel: this rank's partial product, summed over the ranks into the residual.
+    if (tp_) {
+      matmul(kO, MatmulEpilogue::StoreF32, att_.get(), L.wo, S.wo, nullptr, nullptr, partial_.get(),
+             h, qd);
+      tp_->all_reduce(partial_.get<float>(), x_.get<float>(), int64_t(T) * h, true, st);
+    } else {
+      matmul(kO, MatmulEpilogue::AccumulateF32, att_.get(), L.wo, S.wo, nullptr, nullptr, x_.get(),
+             h, qd);
+    }
+    mark(StepPhase::O, st);
   }
-
-  kernels::PagedKvWriteArgs kw;
-  kw.q = q32_.get<float>(), kw.k = k32_.get<float>(), kw.v = v32_.get<float>();
-  kw.bq = L.bq, kw.bk = L.bk, kw.bv = L.bv, kw.q_norm = L.q_norm, kw.k_norm = L.k_norm;
-  kw.inv_freq = weights_.inv_freq();
-  kw.pos = in.pos(), kw.slot = in.slot();
-  kw.num_tokens = T, kw.n_heads = c.n_heads, kw.n_kv_heads = c.n_kv_heads, kw.head_dim = c.head_dim,
-  kw.block_size = kv.shape().block_size, kw.eps = eps;
-  kw.q_out = q16_.get(), kw.k_pool = kv.k(l), kw.v_pool = kv.v(l);
-  kw.block_stride = kv.block_stride();
-  kernels::paged_kv_write(type_, kw, st);
-  mark(StepPhase::KvWrite, st);
-
-  kernels::PagedAttentionArgs at = attention;
-  at.k_pool = kv.k(l), at.v_pool = kv.v(l);
-  kernels::paged_attention(type_, at, st);
-  mark(StepPhase::Attention, st);
-  input(att_.get(), qd);
-  matmul(kO, MatmulEpilogue::AccumulateF32, att_.get(), L.wo, S.wo, nullptr, nullptr, x_.get(), h,
-         qd);
-  mark(StepPhase::O, st);
+  if (part == LayerPart::Attention) return;
 
   norm(L.mlp_norm);
   mark(StepPhase::Norm, st);
@@ -123,17 +138,34 @@ void CudaLlamaForward::layer(int l, const StepShape& s, const StepInputs& in, co
          c.intermediate, h);
   mark(StepPhase::GateUp, st);
   input(act_.get(), c.intermediate);
-  matmul(kDown, MatmulEpilogue::AccumulateF32, act_.get(), L.w_down, S.w_down, nullptr, nullptr,
-         x_.get(), h, c.intermediate);
+  if (tp_) {
+    matmul(kDown, MatmulEpilogue::StoreF32, act_.get(), L.w_down, S.w_down, nullptr, nullptr,
+           partial_.get(), h, c.intermediate);
+    tp_->all_reduce(partial_.get<float>(), x_.get<float>(), int64_t(T) * h, true, st);
+  } else {
+    matmul(kDown, MatmulEpilogue::AccumulateF32, act_.get(), L.w_down, S.w_down, nullptr, nullptr,
+           x_.get(), h, c.intermediate);
+  }
   mark(StepPhase::Down, st);
 }
 
 void CudaLlamaForward::launch(const StepShape& s, const StepInputs& in, const CudaKvPool& kv,
                               cudaStream_t st) {
+  begin(s, in, kv, st);
+  for (int l = 0; l < config_.n_layers; ++l) layer(l, s, in, kv, attention_, st);
+  finish(s, in, st);
+}
+
+void CudaLlamaForward::begin(const StepShape& s, const StepInputs& in, const CudaKvPool& kv,
+                             cudaStream_t st) {
   const ModelConfig& c = config_;
-  kernels::embedding(type_, weights_.embed(), in.tokens(), s.tokens, c.hidden, x_.get<float>(), st);
-  mark(StepPhase::Inputs, st);
-  kernels::PagedAttentionArgs at;
+  if (!tp_) {
+    kernels::embedding(type_, weights_.embed(), in.tokens(), s.tokens, c.hidden, x_.get<float>(),
+                       st);
+    mark(StepPhase::Inputs, st);
+  }
+  kernels::PagedAttentionArgs& at = attention_;
+  at = {};
   at.q = q16_.get();
   at.query_start = in.query_start();
   at.first_pos = in.first_pos();
@@ -147,7 +179,18 @@ void CudaLlamaForward::launch(const StepShape& s, const StepInputs& in, const Cu
   at.k_pool = kv.k(0), at.v_pool = kv.v(0), at.block_stride = kv.block_stride();
   kernels::paged_attention_plan(at, st);
   mark(StepPhase::Inputs, st);
-  for (int l = 0; l < c.n_layers; ++l) layer(l, s, in, kv, at, st);
+  if (tp_) {
+    // Each token's row comes from the one rank holding it; the others add zeros. The
+    // all-reduce is the last launch of the part (see CudaTpRank).
+    kernels::embedding_range(type_, weights_.embed(), in.tokens(), s.tokens, c.hidden,
+                             tp_->vocab_begin, tp_->vocab_end, partial_.get<float>(), st);
+    tp_->all_reduce(partial_.get<float>(), x_.get<float>(), int64_t(s.tokens) * c.hidden, false,
+                    st);
+  }
+}
+
+void CudaLlamaForward::finish(const StepShape& s, const StepInputs& in, cudaStream_t st) {
+  const ModelConfig& c = config_;
   if (s.rows == 0) return;
   kernels::gather_rows(x_.get<float>(), in.rows(), s.rows, c.hidden, xg_.get<float>(), st);
   kernels::rmsnorm(type_, xg_.get<float>(), weights_.final_norm(), s.rows, c.hidden,

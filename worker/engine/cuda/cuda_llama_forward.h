@@ -13,6 +13,10 @@
 
 #include <cuda_runtime.h>
 
+#include <cstdint>
+#include <functional>
+#include <optional>
+
 #include "kernels/batch_ops.h"
 #include "kernels/device_buffer.h"
 #include "weight-server/model/model_config.h"
@@ -25,18 +29,46 @@
 
 namespace hearth {
 
+// One tensor-parallel rank's part in a forward (issue 26), when the forward runs a rank's pieces
+// (its config has the rank's heads, channels and vocabulary rows): the embedding looks up only
+// the rows this rank holds (zeros elsewhere) and o_proj, down and that embedding are summed over
+// the ranks by `all_reduce` instead of accumulated in place. Each all-reduce is the last launch
+// of a part (begin(), a layer's attention part, its MLP part): a driver enqueues one part on every
+// rank before the next part on any, so no rank's queue waits behind a peer's all-reduce that the
+// host has not launched yet (loading a kernel lazily may wait for the device's running kernels).
+struct CudaTpRank {
+  int vocab_begin = 0, vocab_end = 0;
+  // x = (accumulate ? x : 0) + the ranks' `partial`s summed in rank order, `count` floats.
+  std::function<void(const float* partial, float* x, int64_t count, bool accumulate,
+                     cudaStream_t stream)>
+      all_reduce;
+};
+
 class CudaLlamaForward {
  public:
+  // A layer up to o_proj (and its all-reduce), the rest from the MLP norm, or both.
+  enum class LayerPart { Attention, Mlp, Both };
+
   // Activations for one sub-step of `limits`, and the logits of a whole forward (max_seqs rows).
   // Tunes the matmuls when options.matmul_tiling is Tuned. `weights` must outlive this.
   CudaLlamaForward(const ModelConfig& config, const CudaWeights& weights, const StepLimits& limits,
                    const EngineOptions& options, int context_length, DeviceArena& arena,
-                   cudaStream_t stream);
+                   cudaStream_t stream, std::optional<CudaTpRank> tp = std::nullopt);
 
   // Enqueues every kernel of one sub-step on `stream`: its inputs already on the device, its
   // keys and values written to `kv`, its logits to rows [shape.logits_row, + shape.rows).
   void launch(const StepShape& shape, const StepInputs& inputs, const CudaKvPool& kv,
               cudaStream_t stream);
+  // launch() in three parts, so that tensor-parallel ranks can be interleaved layer by layer
+  // (each rank's all-reduces wait for its peers'): the embedding and attention plan, one layer,
+  // then the LM head.
+  void begin(const StepShape& shape, const StepInputs& inputs, const CudaKvPool& kv,
+             cudaStream_t stream);
+  void run_layer(int l, LayerPart part, const StepShape& shape, const StepInputs& inputs,
+                 const CudaKvPool& kv, cudaStream_t stream) {
+    layer(l, shape, inputs, kv, attention_, stream, part);
+  }
+  void finish(const StepShape& shape, const StepInputs& inputs, cudaStream_t stream);
 
   const float* logits(int row) const { return logits_.get<float>() + size_t(row) * config_.vocab; }
   const TilingTable& matmul_tiling() const { return matmuls_.tiling(); }
@@ -45,7 +77,8 @@ class CudaLlamaForward {
 
  private:
   void layer(int l, const StepShape& shape, const StepInputs& inputs, const CudaKvPool& kv,
-             const kernels::PagedAttentionArgs& attention, cudaStream_t stream);
+             const kernels::PagedAttentionArgs& attention, cudaStream_t stream,
+             LayerPart part = LayerPart::Both);
 
   const ModelConfig& config_;
   const CudaWeights& weights_;
@@ -55,6 +88,9 @@ class CudaLlamaForward {
   CudaMatmuls matmuls_;
   size_t attention_scratch_bytes_ = 0;
   DeviceBuffer attention_scratch_;
+  kernels::PagedAttentionArgs attention_{};  // begin()'s plan, for the layers
+  std::optional<CudaTpRank> tp_;
+  DeviceBuffer partial_;  // tensor parallel: this rank's o_proj / down / embedding partial
   StepPhases* phases_ = nullptr;
   void mark(StepPhase phase, cudaStream_t stream) {
     if (phases_) phases_->mark(phase, stream);

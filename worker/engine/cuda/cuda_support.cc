@@ -8,6 +8,7 @@
 #include "weight-server/model/device_store.h"
 #include "worker/engine/cuda/cuda_backend.h"
 #include "worker/engine/cuda/cuda_batch_backend.h"
+#include "worker/engine/cuda/cuda_tp_backend.h"
 #include "worker/engine/cuda/cuda_warmup.h"
 #include "worker/engine/model_weights.h"
 
@@ -36,6 +37,20 @@ std::unique_ptr<Backend> make_cuda_backend(const EngineOptions& options,
                              "); use --backend cpu");
   const bool batched = options.cuda_engine == CudaEngineKind::Batched;
   std::shared_ptr<const WeightStore> store = weights.store;
+  if (options.tensor_parallel > 1 || !weights.ranks.empty()) {
+    // One process, one GPU per rank: a served model's ranks as the server cut them, else each
+    // rank's pieces cut here from the host-resident model. The pools are this process's own:
+    // the server leases no KV for several GPUs yet (kv_memory is not used).
+    if (!batched) throw std::runtime_error("tensor_parallel on the GPU needs cuda_engine batched");
+    warmup.reset();
+    if (!weights.ranks.empty())
+      return std::make_unique<CudaTpBackend>(weights.ranks, options, context_length);
+    if (store->residence() != Residence::Host)
+      throw std::runtime_error(
+          "tensor_parallel on the GPU cuts its ranks from a model opened "
+          "in process or served sharded, not from one GPU-resident copy");
+    return std::make_unique<CudaTpBackend>(*store, options, context_length);
+  }
   if (store->residence() == Residence::Host) {
     if (!weights.source)
       throw std::runtime_error("the cuda backend cannot run on host-resident (" +

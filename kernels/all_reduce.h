@@ -1,0 +1,39 @@
+// The fixed-order all-reduce kernel (issue 26): every rank of one process sums the ranks'
+// fp32 partials in rank order 0, 1, ..., N-1 and adds the sum to its fp32 residual, the
+// arithmetic of the CPU engine's tensor parallel ranks (CpuBackend::row_parallel then x += sum),
+// so every rank holds identical bits whatever the row count or timing. PeerAllReduce owns the
+// buffers; this is the launch alone.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace hearth::kernels {
+
+inline constexpr int kMaxAllReduceRanks = 8;
+// The grid is fixed for the life of the buffers: block b of every rank meets block b of every
+// peer at a flag barrier, so all ranks must run the same grid (and it must be co-resident).
+inline constexpr int kMaxAllReduceBlocks = 256;
+
+struct AllReduceArgs {
+  // Rank p's staging buffer, two halves of `capacity` floats (the epoch's parity picks one),
+  // readable from every rank's device.
+  float* staging[kMaxAllReduceRanks];
+  // Rank p's arrival flags, [kMaxAllReduceBlocks][kMaxAllReduceRanks]: peers write, p polls.
+  uint32_t* flags[kMaxAllReduceRanks];
+  uint32_t* epochs;  // this rank's completed launches, per block (local memory)
+  int64_t capacity;
+  int rank, n_ranks, blocks;
+  const float* partial;  // this rank's partial, `count` floats on its device
+  float* out;            // this rank's result: out = (accumulate ? out : 0) + sum, in fp32
+  int64_t count;
+  bool accumulate;
+};
+
+// Launches on `stream` (which must belong to rank a.rank's device). Every rank must launch the
+// same count, in the same sequence of calls; a rank whose peers never arrive traps after ~10 s
+// rather than hang.
+void launch_fixed_order_all_reduce(const AllReduceArgs& a, cudaStream_t stream);
+
+}  // namespace hearth::kernels

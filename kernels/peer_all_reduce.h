@@ -1,0 +1,59 @@
+// PeerAllReduce: the fixed-order all-reduce (kernels/all_reduce.h) over the GPUs of one process.
+// Owns, per rank, a staging buffer and flag array every peer reads or writes through peer access
+// (enabled here, and disabled again on destruction where this object enabled it). One object
+// serves one sequence of all-reduces: every rank must call run() with the same counts in the
+// same order (each rank on its own stream); the epochs live in device memory, so the calls can be
+// captured in CUDA graphs and replayed any number of times.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/device_buffer.h"
+
+namespace hearth::kernels {
+
+// Peer access from one device to another, revoked on destruction if this grant enabled it.
+class PeerAccessGrant {
+ public:
+  PeerAccessGrant(int device, int peer);
+  PeerAccessGrant(PeerAccessGrant&& o) noexcept;
+  PeerAccessGrant& operator=(PeerAccessGrant&&) = delete;
+  PeerAccessGrant(const PeerAccessGrant&) = delete;
+  PeerAccessGrant& operator=(const PeerAccessGrant&) = delete;
+  ~PeerAccessGrant();
+
+ private:
+  int device_ = -1, peer_ = -1;
+  bool enabled_here_ = false;
+};
+
+class PeerAllReduce {
+ public:
+  // devices[r] is rank r's CUDA device; max_floats the largest count run() will be given.
+  // Throws naming the pair when two devices cannot reach each other.
+  PeerAllReduce(std::vector<int> devices, int64_t max_floats);
+
+  int ranks() const { return int(devices_.size()); }
+  int device(int rank) const { return devices_[size_t(rank)]; }
+  int64_t max_floats() const { return max_floats_; }
+
+  // out = (accumulate ? out : 0) + ((partial_0 + partial_1) + ... + partial_{N-1}) on `rank`,
+  // fp32; partial and out are `count` floats on rank's device, stream is one of that device's.
+  void run(int rank, const float* partial, float* out, int64_t count, bool accumulate,
+           cudaStream_t stream);
+
+ private:
+  struct Rank {
+    DeviceBuffer staging, flags, epochs;
+  };
+  std::vector<int> devices_;
+  int64_t max_floats_ = 0;
+  int blocks_ = 0;
+  std::vector<PeerAccessGrant> grants_;
+  std::vector<Rank> ranks_;
+};
+
+}  // namespace hearth::kernels

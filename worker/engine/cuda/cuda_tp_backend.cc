@@ -1,0 +1,375 @@
+#include "worker/engine/cuda/cuda_tp_backend.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "kernels/all_reduce.h"
+#include "kernels/cuda_check.h"
+#include "weight-server/model/rank_store.h"
+#include "weight-server/model/shard_plan.h"
+
+namespace hearth {
+
+namespace {
+
+// Makes `device` current for a scope and restores the caller's device after.
+class DeviceScope {
+ public:
+  explicit DeviceScope(int device) {
+    HEARTH_CUDA_CHECK(cudaGetDevice(&previous_));
+    HEARTH_CUDA_CHECK(cudaSetDevice(device));
+  }
+  DeviceScope(const DeviceScope&) = delete;
+  DeviceScope& operator=(const DeviceScope&) = delete;
+  ~DeviceScope() { cudaSetDevice(previous_); }
+
+ private:
+  int previous_ = 0;
+};
+
+// What the batched kernels take of one rank's shapes, refused before anything is allocated.
+void check_rank_shapes(const ModelConfig& rc, int rank) {
+  const int hd = rc.head_dim;
+  if (hd != 16 && hd != 32 && hd != 64 && hd != 128)
+    throw std::runtime_error("the batched cuda backend supports head_dim 16, 32, 64 or 128, not " +
+                             std::to_string(hd));
+  for (auto [what, k] : {std::pair{"hidden_size", rc.hidden},
+                         {"q_dim per rank", rc.q_dim()},
+                         {"intermediate_size per rank", rc.intermediate}})
+    if (k % 16 != 0)
+      throw std::runtime_error("tensor parallel rank " + std::to_string(rank) + ": " + what +
+                               " must be a multiple of 16, not " + std::to_string(k));
+}
+
+int checked_ranks(const EngineOptions& options) {
+  const int n = options.tensor_parallel;
+  int present = 0;
+  const cudaError_t err = cudaGetDeviceCount(&present);
+  if (err != cudaSuccess) present = 0;
+  if (n < 2 || n > kernels::kMaxAllReduceRanks)
+    throw std::runtime_error("the cuda backend's tensor_parallel runs 2.." +
+                             std::to_string(kernels::kMaxAllReduceRanks) + " GPUs, not " +
+                             std::to_string(n));
+  if (n > present)
+    throw std::runtime_error("tensor_parallel " + std::to_string(n) + " needs " +
+                             std::to_string(n) + " GPUs; " + std::to_string(present) +
+                             " are present");
+  if (options.cuda_engine != CudaEngineKind::Batched)
+    throw std::runtime_error("tensor_parallel on the GPU needs the batched cuda engine");
+  return n;
+}
+
+}  // namespace
+
+CudaTpBackend::CudaTpBackend(const WeightStore& whole, const EngineOptions& options,
+                             int context_length)
+    : c_(whole.config()),
+      options_(options),
+      context_(context_length),
+      limits_(StepLimits::of(options, context_length)) {
+  const int n = checked_ranks(options_);
+  if (whole.residence() != Residence::Host)
+    throw std::runtime_error(
+        "tensor_parallel on the GPU cuts its ranks from host-resident weights");
+  const ShardPlan plan = ShardPlan::make(c_, n);  // names the count that does not divide
+  std::vector<int> devices;
+  for (int r = 0; r < n; ++r) devices.push_back(r);
+  build(devices, [&](int r) -> std::shared_ptr<const WeightStore> {
+    const RankStore pieces(whole, plan, r);  // host copy, dropped once on the GPU
+    return std::make_shared<DeviceRankStore>(pieces, r);
+  });
+}
+
+CudaTpBackend::CudaTpBackend(std::vector<std::shared_ptr<const WeightStore>> ranks,
+                             const EngineOptions& options, int context_length)
+    : c_(ranks.empty() ? ModelConfig{} : ranks[0]->config()),
+      options_(options),
+      context_(context_length),
+      limits_(StepLimits::of(options, context_length)) {
+  if (int(ranks.size()) != options_.tensor_parallel)
+    throw std::runtime_error("the model is sharded for tensor parallel " +
+                             std::to_string(ranks.size()) + ", the engine's tensor_parallel is " +
+                             std::to_string(options_.tensor_parallel) +
+                             "; set tensor_parallel=" + std::to_string(ranks.size()));
+  const int n = checked_ranks(options_);
+  const ShardPlan plan = ShardPlan::make(c_, n);
+  std::vector<int> devices;
+  for (int r = 0; r < n; ++r) {
+    const WeightStore& store = *ranks[size_t(r)];
+    // A store of pieces from elsewhere must hold exactly this rank's shapes.
+    for (const TensorShard& piece : plan.tensors(r))
+      if (store.at(piece.name).info.shape != piece.shape)
+        throw std::runtime_error("rank " + std::to_string(r) + "'s tensor '" + piece.name +
+                                 "' is not the shape the shard plan gives it");
+    int device = r;  // host pieces go to GPU r; GPU-resident ones stay where they are
+    if (store.residence() == Residence::Device) {
+      cudaPointerAttributes at{};
+      HEARTH_CUDA_CHECK(cudaPointerGetAttributes(&at, store.tensors().at(0).data));
+      if (at.type != cudaMemoryTypeDevice)
+        throw std::runtime_error("rank " + std::to_string(r) + "'s pieces are not GPU memory");
+      device = at.device;
+    }
+    if (std::find(devices.begin(), devices.end(), device) != devices.end())
+      throw std::runtime_error(
+          "ranks " +
+          std::to_string(std::find(devices.begin(), devices.end(), device) - devices.begin()) +
+          " and " + std::to_string(r) + " are on the same GPU " + std::to_string(device));
+    devices.push_back(device);
+  }
+  build(devices, [&](int r) -> std::shared_ptr<const WeightStore> {
+    const std::shared_ptr<const WeightStore>& store = ranks[size_t(r)];
+    if (store->residence() == Residence::Device) return store;
+    return std::make_shared<DeviceRankStore>(*store, devices[size_t(r)]);
+  });
+}
+
+void CudaTpBackend::build(const std::vector<int>& devices,
+                          const std::function<std::shared_ptr<const WeightStore>(int)>& pieces) {
+  const int n = int(devices.size());
+  if (c_.quantization.fp8())
+    throw std::runtime_error("tensor_parallel with fp8 weights on the GPU: not built yet");
+  if (options_.kv_block_size <= 0)
+    throw std::runtime_error("kv_block_size must be positive, got " +
+                             std::to_string(options_.kv_block_size));
+  if (context_ < 1) throw std::runtime_error("context_length must be positive");
+  const ShardPlan plan = ShardPlan::make(c_, n);
+  all_reduce_ =
+      std::make_unique<kernels::PeerAllReduce>(devices, int64_t(limits_.max_tokens) * c_.hidden);
+  for (int r = 0; r < n; ++r) {
+    DeviceScope scope(devices[size_t(r)]);
+    auto rank = std::make_unique<Rank>();
+    const RankDims dims = plan.dims(r);
+    rank->device = devices[size_t(r)];
+    rank->config = c_;
+    rank->config.n_heads = dims.q_heads;
+    rank->config.n_kv_heads = dims.kv_heads;
+    rank->config.intermediate = dims.intermediate;
+    rank->config.vocab = dims.vocab_end - dims.vocab_begin;
+    rank->vocab_begin = dims.vocab_begin;
+    rank->vocab_end = dims.vocab_end;
+    check_rank_shapes(rank->config, r);
+    rank->stream = make_stream();
+    rank->store = pieces(r);
+    rank->weights = CudaWeights::bind(*rank->store, rank->config);
+    rank->weights.check_kv_cache_dtype(options_.kv_cache_dtype);
+    if (rank->weights.fp8())
+      throw std::runtime_error("tensor_parallel with fp8 weights on the GPU: not built yet");
+    rank->arena.count(rank->weights.copied_bytes());
+    CudaTpRank tp;
+    tp.vocab_begin = dims.vocab_begin;
+    tp.vocab_end = dims.vocab_end;
+    kernels::PeerAllReduce* ar = all_reduce_.get();
+    tp.all_reduce = [ar, r](const float* partial, float* x, int64_t count, bool accumulate,
+                            cudaStream_t stream) {
+      ar->run(r, partial, x, count, accumulate, stream);
+    };
+    rank->model = std::make_unique<CudaLlamaForward>(rank->config, rank->weights, limits_, options_,
+                                                     context_, rank->arena, rank->stream.get(), tp);
+    rank->inputs = std::make_unique<StepInputs>(limits_, options_.kv_block_size, rank->arena);
+    if (r == 0) {
+      logits_ = rank->arena.alloc(size_t(limits_.max_seqs) * c_.vocab * 4);
+      sampling_ = std::make_unique<CudaSampling>(limits_.max_seqs, c_.vocab, rank->arena);
+      token_mask_ = std::make_unique<CudaTokenMask>(c_.vocab);
+      step_start_ = make_event();
+    }
+    ranks_.push_back(std::move(rank));
+  }
+  // Rank 0's pool is sized by the engine's KV policy from what its GPU has free (it holds the
+  // most besides: the gathered logits and sampling); the others take exactly as many blocks, so
+  // one block table addresses every rank's pool.
+  for (int r = 0; r < n; ++r) {
+    Rank& rank = *ranks_[size_t(r)];
+    DeviceScope scope(rank.device);
+    EngineOptions o = options_;
+    if (r > 0) {
+      o.kv_pool_tokens = int64_t(kv_shape_.num_blocks) * kv_shape_.block_size;
+      o.kv_pool_gb = 0;
+      o.kv_pool_fraction = 0;
+    }
+    rank.kv = std::make_unique<CudaKvPool>(rank.config, o, context_, rank.stream.get(), rank.arena);
+    if (r == 0) kv_shape_ = rank.kv->shape();
+    if (rank.kv->shape().num_blocks != kv_shape_.num_blocks)
+      throw std::runtime_error("tensor parallel rank " + std::to_string(r) + "'s KV pool holds " +
+                               std::to_string(rank.kv->shape().num_blocks) + " blocks, rank 0's " +
+                               std::to_string(kv_shape_.num_blocks));
+  }
+  synchronize();
+}
+
+CudaTpBackend::~CudaTpBackend() {
+  for (const auto& rank : ranks_)
+    if (rank->stream) cudaStreamSynchronize(rank->stream.get());
+}
+
+void CudaTpBackend::synchronize() {
+  for (const auto& rank : ranks_) HEARTH_CUDA_CHECK(cudaStreamSynchronize(rank->stream.get()));
+}
+
+void CudaTpBackend::run_substep(const ForwardBatch& batch, const SubStep& step, int& logits_row) {
+  // The same sub-step on every rank: the host side is identical, each rank uploads its own copy.
+  for (const auto& rank : ranks_) rank->inputs->begin(logits_row);
+  for (size_t e = step.first; e < step.last; ++e) {
+    const int n = int(batch.entries[e].tokens.size());
+    const int lo = e == step.first ? step.first_token : 0;
+    const int hi = e + 1 == step.last ? step.last_token : n;
+    int row = -1;
+    for (const auto& rank : ranks_) row = rank->inputs->add(batch.entries[e], lo, hi);
+    if (row >= 0) entry_row_[e] = row, logits_row = row + 1;
+  }
+  launch_eager(upload_inputs(0));
+}
+
+std::vector<StepShape> CudaTpBackend::upload_inputs(int kv_bound) {
+  std::vector<StepShape> shapes;
+  for (const auto& rank : ranks_) {
+    DeviceScope scope(rank->device);
+    shapes.push_back(rank->inputs->upload(rank->stream.get()));
+    if (kv_bound > 0) shapes.back().max_kv_len = kv_bound;  // a graph's bound, not this step's
+  }
+  return shapes;
+}
+
+void CudaTpBackend::launch_eager(const std::vector<StepShape>& shapes) {
+  // Part by part, each on every rank before the next on any: a part ends with its all-reduce,
+  // which waits on the GPU for the peers' (see CudaTpRank).
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    Rank& rank = *ranks_[r];
+    DeviceScope scope(rank.device);
+    rank.model->begin(shapes[r], *rank.inputs, *rank.kv, rank.stream.get());
+  }
+  using Part = CudaLlamaForward::LayerPart;
+  for (int l = 0; l < c_.n_layers; ++l)
+    for (Part part : {Part::Attention, Part::Mlp})
+      for (size_t r = 0; r < ranks_.size(); ++r) {
+        Rank& rank = *ranks_[r];
+        DeviceScope scope(rank.device);
+        rank.model->run_layer(l, part, shapes[r], *rank.inputs, *rank.kv, rank.stream.get());
+      }
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    Rank& rank = *ranks_[r];
+    DeviceScope scope(rank.device);
+    rank.model->finish(shapes[r], *rank.inputs, rank.stream.get());
+  }
+  gather_logits(shapes[0]);
+}
+
+void CudaTpBackend::gather_logits(const StepShape& s) {
+  if (s.rows == 0) return;
+  for (const auto& rank : ranks_) {
+    DeviceScope scope(rank->device);
+    // Rank r's vocabulary columns of the rows this sub-step computed, into rank 0's logits.
+    const int width = rank->vocab_end - rank->vocab_begin;
+    HEARTH_CUDA_CHECK(cudaMemcpy2DAsync(
+        logits_.get<float>() + size_t(s.logits_row) * c_.vocab + rank->vocab_begin,
+        size_t(c_.vocab) * 4, rank->model->logits(s.logits_row), size_t(width) * 4,
+        size_t(width) * 4, size_t(s.rows), cudaMemcpyDefault, rank->stream.get()));
+    HEARTH_CUDA_CHECK(cudaEventRecord(rank->done.get(), rank->stream.get()));
+  }
+  DeviceScope scope(ranks_[0]->device);
+  for (size_t r = 1; r < ranks_.size(); ++r)
+    HEARTH_CUDA_CHECK(cudaStreamWaitEvent(ranks_[0]->stream.get(), ranks_[r]->done.get(), 0));
+}
+
+bool CudaTpBackend::graphable(const ForwardBatch& batch) const {
+  if (!options_.cuda_graphs || int(batch.entries.size()) > limits_.max_step_seqs) return false;
+  for (const ForwardEntry& e : batch.entries)
+    if (e.tokens.size() != 1 || !e.want_logits) return false;
+  return true;
+}
+
+// A decode step, padded to its bucket as the batched backend pads it: eager the first time
+// (interleaved, so every kernel is loaded on every GPU), then each rank's whole forward captured
+// on its own stream, then replayed: one launch per rank, the ranks meeting at the all-reduces
+// on the GPUs.
+void CudaTpBackend::run_decode(const ForwardBatch& batch) {
+  const int n = int(batch.entries.size());
+  const int seqs = sequence_bucket(n, limits_.max_step_seqs);
+  int max_kv = 1;
+  for (const ForwardEntry& e : batch.entries) max_kv = std::max(max_kv, e.start_pos + 1);
+  const int kv_bound = kv_bucket(max_kv, context_);
+  for (const auto& rank : ranks_) rank->inputs->begin(0);
+  for (int i = 0; i < n; ++i)
+    for (const auto& rank : ranks_)
+      entry_row_[size_t(i)] = rank->inputs->add(batch.entries[i], 0, 1);
+  for (int i = n; i < seqs; ++i)
+    for (const auto& rank : ranks_) rank->inputs->add_padding();
+  const std::vector<StepShape> shapes = upload_inputs(kv_bound);
+  const std::pair key{seqs, kv_bound};
+  auto it = graphs_.find(key);
+  if (it == graphs_.end()) {
+    if (eager_runs_[key]++ == 0) return launch_eager(shapes);
+    std::vector<CudaGraphExec> execs;
+    for (size_t r = 0; r < ranks_.size(); ++r) {
+      Rank& rank = *ranks_[r];
+      DeviceScope scope(rank.device);
+      cudaStream_t s = rank.stream.get();
+      cudaGraph_t captured = nullptr;
+      HEARTH_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+      try {
+        rank.model->launch(shapes[r], *rank.inputs, *rank.kv, s);
+      } catch (...) {
+        cudaStreamEndCapture(s, &captured);
+        if (captured) cudaGraphDestroy(captured);
+        throw;
+      }
+      HEARTH_CUDA_CHECK(cudaStreamEndCapture(s, &captured));
+      const CudaGraph graph(captured);
+      cudaGraphExec_t exec = nullptr;
+      HEARTH_CUDA_CHECK(cudaGraphInstantiate(&exec, graph.get(), 0));
+      execs.emplace_back(exec);
+    }
+    it = graphs_.emplace(key, std::move(execs)).first;
+  }
+  for (size_t r = 0; r < ranks_.size(); ++r) {
+    DeviceScope scope(ranks_[r]->device);
+    HEARTH_CUDA_CHECK(cudaGraphLaunch(it->second[r].get(), ranks_[r]->stream.get()));
+  }
+  gather_logits(shapes[0]);
+}
+
+void CudaTpBackend::forward(const ForwardBatch& batch) {
+  check_batch(batch);
+  // Every rank's writes into rank 0's logits follow whatever rank 0 last did with them.
+  {
+    DeviceScope scope(ranks_[0]->device);
+    HEARTH_CUDA_CHECK(cudaEventRecord(step_start_.get(), ranks_[0]->stream.get()));
+  }
+  for (const auto& rank : ranks_) {
+    DeviceScope scope(rank->device);
+    HEARTH_CUDA_CHECK(cudaStreamWaitEvent(rank->stream.get(), step_start_.get(), 0));
+    rank->kv->prepare(rank->stream.get());
+  }
+  entry_row_.assign(batch.entries.size(), -1);
+  host_logits_.assign(batch.entries.size(), {});
+  if (graphable(batch)) return run_decode(batch);
+  int logits_row = 0;
+  for (const SubStep& step : split_substeps(batch, limits_.max_tokens, limits_.max_step_seqs))
+    run_substep(batch, step, logits_row);
+}
+
+std::span<const float> CudaTpBackend::logits(int entry) {
+  if (entry < 0 || entry >= int(entry_row_.size()) || entry_row_[entry] < 0)
+    throw std::runtime_error("batch entry " + std::to_string(entry) +
+                             " has no logits: it did not ask for them in the last forward");
+  std::vector<float>& host = host_logits_[entry];
+  if (host.empty()) {
+    DeviceScope scope(ranks_[0]->device);
+    host.resize(c_.vocab);
+    HEARTH_CUDA_CHECK(
+        cudaMemcpyAsync(host.data(), logits_.get<float>() + size_t(entry_row_[entry]) * c_.vocab,
+                        size_t(c_.vocab) * 4, cudaMemcpyDeviceToHost, ranks_[0]->stream.get()));
+    HEARTH_CUDA_CHECK(cudaStreamSynchronize(ranks_[0]->stream.get()));
+  }
+  return host;
+}
+
+std::vector<SampleResult> CudaTpBackend::sample(std::span<const SampleRequest> requests) {
+  if (requests.empty()) return {};
+  DeviceScope scope(ranks_[0]->device);
+  cudaStream_t s = ranks_[0]->stream.get();
+  token_mask_->apply(requests, entry_row_, logits_.get<float>(), s);
+  return sampling_->sample(requests, entry_row_, logits_.get<float>(), s);
+}
+
+}  // namespace hearth

@@ -68,6 +68,19 @@ TEST(KvFp8, RowsReadBackWithinTheCodecsRounding) {
   EXPECT_TRUE(std::all_of(codes.begin(), codes.end(), [](uint8_t c) { return c == 0; }));
 }
 
+// The GPU kernels decode with kernels::decode_e4m3; the CPU engine with fp8_e4m3_to_f32's
+// table: the same value for every code.
+TEST(KvFp8, BothDecodersAgreeOnEveryCode) {
+  for (int b = 0; b < 256; ++b) {
+    const float table = fp8_e4m3_values()[size_t(b)], kernel = kernels::decode_e4m3(uint8_t(b));
+    if (std::isnan(table)) {
+      EXPECT_TRUE(std::isnan(kernel)) << b;
+    } else {
+      EXPECT_EQ(table, kernel) << b;
+    }
+  }
+}
+
 // fp8 keys and values move the logits a little, not much, and they do move (the cache is used).
 TEST(CpuKvFp8, LogitsCloseToTheFp32Caches) {
   for (const char* preset : {"tiny-llama3", "tiny-qwen3"}) {

@@ -157,9 +157,12 @@ TEST(PagedKvWriteFp8, QuantizesEachRowAsTheCpuEngineDoes) {
             EXPECT_NEAR(s, ws, 1e-5 * ws) << what << " token " << i << " head " << h;
             const uint8_t* got = pool->codes_of(b, h, o);
             for (int d = 0; d < c.head_dim; ++d) {
-              // Read back within e4m3's rounding of the reference's row (+ GPU math's slack).
+              // Read back within e4m3's rounding of the reference's row, plus 2e-5 of the
+              // row's largest magnitude: the GPU's sincos and norm move a value across a
+              // rounding midpoint at most that far (a wrong code or scale is off by far more).
               const float back = kernels::decode_e4m3(got[d]) * s;
-              const float bound = std::max(std::fabs(x[d]) * 0.0625f, s * 0.001f) + 1e-5f * s;
+              const float bound =
+                  std::max(std::fabs(x[d]) * 0.0625f, s * 0.001f) + 2e-5f * 448.0f * s;
               EXPECT_LE(std::fabs(back - x[d]), bound) << what << " token " << i << " d " << d;
               differing_codes += got[d] != want.codes_of(b, h, o)[d];
             }

@@ -223,25 +223,59 @@ __global__ void __launch_bounds__(kWarps * 32, 2) paged_attention_kernel(Params 
         qg + int64_t(q_first + r / p.group) * p.q_dim + (kvh * p.group + r % p.group) * D + c * 8;
     cp_async16(sm.q + swizzle<D>(row, c), ok ? src : qg, ok);
   }
+  // fp8: a tile's codes are fetched into registers (this thread's kPer 8-code chunks of K and
+  // V) and stored, dequantized by their rows' scales, to shared memory later, so the next
+  // tile's loads are in flight while this one is computed (what cp.async gives the 16-bit
+  // pools). The scales are read at the store: holding them too spills at head_dim 128.
+  constexpr int kPer = kKeys * kChunks / (kWarps * 32);
+  static_assert(kKeys * kChunks % (kWarps * 32) == 0);
+  uint2 k_codes[F8 ? kPer : 1], v_codes[F8 ? kPer : 1];
+  // Byte offset of key `key`'s row (kv head kvh) in the pools, from block 0 of the layer.
+  auto row_at = [&](int key) {
+    return int64_t(table[key / a.block_size]) * a.block_stride +
+           (int64_t(kvh) * a.block_size + key % a.block_size) * D;
+  };
+  auto fetch = [&](int t) {
+    const uint8_t* kp = static_cast<const uint8_t*>(a.k_pool);
+    const uint8_t* vp = static_cast<const uint8_t*>(a.v_pool);
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int i = threadIdx.x + j * kWarps * 32;
+      const int c = i % kChunks, key = t * kKeys + i / kChunks;
+      k_codes[j] = v_codes[j] = make_uint2(0, 0);
+      if (key < kv_len) {
+        const int64_t at = row_at(key) + c * 8;
+        k_codes[j] = *reinterpret_cast<const uint2*>(kp + at);
+        v_codes[j] = *reinterpret_cast<const uint2*>(vp + at);
+      }
+    }
+  };
+  auto store = [&](int buf, int t) {
+    const uint8_t* kp = static_cast<const uint8_t*>(a.k_pool);
+    const uint8_t* vp = static_cast<const uint8_t*>(a.v_pool);
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int i = threadIdx.x + j * kWarps * 32;
+      const int row = i / kChunks, c = i % kChunks, key = t * kKeys + row;
+      // Past the end: code 0 x scale 0, +0 in T, the bits cp.async's zero fill gives.
+      float k_scale = 0.0f, v_scale = 0.0f;
+      if (key < kv_len) {
+        const int64_t block = int64_t(table[key / a.block_size]) * a.block_stride;
+        const int64_t s_at =
+            block + a.kv_scale_offset + (int64_t(kvh) * a.block_size + key % a.block_size) * 4;
+        k_scale = *reinterpret_cast<const float*>(kp + s_at);
+        v_scale = *reinterpret_cast<const float*>(vp + s_at);
+      }
+      *reinterpret_cast<uint4*>(sm.k[buf] + swizzle<D>(row, c)) =
+          dequantize8<T>(k_codes[j], k_scale);
+      *reinterpret_cast<uint4*>(sm.v[buf] + swizzle<D>(row, c)) =
+          dequantize8<T>(v_codes[j], v_scale);
+    }
+  };
   auto load_tile = [&](int buf, int t) {
     if constexpr (F8) {
-      const uint8_t* kp = static_cast<const uint8_t*>(a.k_pool);
-      const uint8_t* vp = static_cast<const uint8_t*>(a.v_pool);
-      for (int i = threadIdx.x; i < kKeys * kChunks; i += kWarps * 32) {
-        const int row = i / kChunks, c = i % kChunks, key = t * kKeys + row;
-        uint4 k8 = make_uint4(0, 0, 0, 0), v8 = k8;  // past the end: zeros, as cp.async
-        if (key < kv_len) {
-          const int64_t block = int64_t(table[key / a.block_size]) * a.block_stride;
-          const int64_t r = int64_t(kvh) * a.block_size + key % a.block_size;
-          const int64_t at = block + r * D + c * 8, s_at = block + a.kv_scale_offset + r * 4;
-          k8 = dequantize8<T>(*reinterpret_cast<const uint2*>(kp + at),
-                              *reinterpret_cast<const float*>(kp + s_at));
-          v8 = dequantize8<T>(*reinterpret_cast<const uint2*>(vp + at),
-                              *reinterpret_cast<const float*>(vp + s_at));
-        }
-        *reinterpret_cast<uint4*>(sm.k[buf] + swizzle<D>(row, c)) = k8;
-        *reinterpret_cast<uint4*>(sm.v[buf] + swizzle<D>(row, c)) = v8;
-      }
+      fetch(t);
+      store(buf, t);
       return;
     }
     const T* kp = static_cast<const T*>(a.k_pool);
@@ -280,7 +314,10 @@ __global__ void __launch_bounds__(kWarps * 32, 2) paged_attention_kernel(Params 
   for (int t = t_begin; t < t_end; ++t) {
     const int buf = (t - t_begin) & 1;
     if (t + 1 < t_end) {
-      load_tile(buf ^ 1, t + 1);
+      if constexpr (F8)
+        fetch(t + 1);  // stored after this tile's math
+      else
+        load_tile(buf ^ 1, t + 1);
       cp_async_commit();
       cp_async_wait<1>();
     } else {
@@ -423,6 +460,9 @@ __global__ void __launch_bounds__(kWarps * 32, 2) paged_attention_kernel(Params 
 #pragma unroll
         for (int d = 0; d < kDTiles; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
       }
+    }
+    if constexpr (F8) {
+      if (t + 1 < t_end) store(buf ^ 1, t + 1);  // unread since last iteration's barrier
     }
     __syncthreads();  // the buffer refilled next is no longer read
   }

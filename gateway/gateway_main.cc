@@ -61,7 +61,7 @@ int run(int argc, char** argv) {
       "workers"};
   app.set_version_flag("--version", "hearth-gateway 0.1.0");
   std::vector<std::string> models, profiles, worker_args;
-  std::string server_socket, api_key_file, chat_template_file, backend = "auto";
+  std::string server_socket, api_key_file, chat_template_file, backend = "auto", quantize = "none";
   hearth::gateway::HttpOptions http;
   int idle_exit_s = 300, request_timeout_s = 600, max_body_mb = 16;
   std::string runtime_under =
@@ -86,6 +86,10 @@ int run(int argc, char** argv) {
                  "Jinja chat template file used for every model instead of its own");
   app.add_option("--backend", backend, "own server's weights: auto, vmm, memfd")
       ->check(CLI::IsMember({"auto", "vmm", "memfd"}));
+  app.add_option("--quantize", quantize,
+                 "own server's weights: none, or fp8 (16-bit projections stored in fp8 at load, "
+                 "as hearth-server --quantize fp8)")
+      ->check(CLI::IsMember({"none", "fp8"}));
   app.add_option("--max-in-flight", http.max_in_flight,
                  "requests admitted at once; more get 429 with Retry-After")
       ->check(CLI::Range(1, 1 << 20));
@@ -144,6 +148,7 @@ int run(int argc, char** argv) {
     s.runtime_dir = runtime.path();
     s.models = models;
     s.backend = backend;
+    s.quantize = quantize;
     s.log = log_line;
     log_line("starting a weight server for " + std::to_string(models.size()) + " model(s)");
     own_server.emplace(std::move(s));

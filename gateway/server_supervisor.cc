@@ -52,6 +52,8 @@ void ServerSupervisor::start() {
                                    socket_,
                                    "--backend",
                                    options_.backend,
+                                   "--quantize",
+                                   options_.quantize,
                                    "--quiet"};
   for (const std::string& m : options_.models) {
     argv.push_back("--model");

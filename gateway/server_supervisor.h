@@ -22,6 +22,7 @@ struct SupervisorOptions {
   std::filesystem::path runtime_dir;        // the socket and the server's log go here
   std::vector<std::string> models;          // DIR[:NAME], as hearth-server --model takes them
   std::string backend = "auto";             // auto | vmm | memfd
+  std::string quantize = "none";            // none | fp8, as hearth-server --quantize
   std::chrono::seconds start_timeout{600};  // loading a large model from a cold disk takes time
   std::function<void(const std::string&)> log;
 };

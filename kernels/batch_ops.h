@@ -121,6 +121,13 @@ struct PagedKvWriteArgs {
   // values in one block, so that a block is one unit of memory (a leased chunk holds whole
   // blocks). A multiple of 8 (16-byte rows).
   int64_t block_stride = 0;
+  // fp8 KV (kv_cache_dtype fp8_e4m3): the pools hold one e4m3 code per value (strides count
+  // codes, i.e. bytes), and each (kv head, offset) row's fp32 scale sits kv_scale_offset bytes
+  // past its block's codes, at [n_kv_heads][block_size]. A row's scale is its largest magnitude
+  // / 448 (1 when all are zero) and its codes encode_e4m3(x / scale): the CPU engine's rule
+  // (worker/engine/kv_fp8.h), so a row's codes depend on that row alone.
+  bool fp8_kv = false;
+  int64_t kv_scale_offset = 0;
 };
 void paged_kv_write(Half type, const PagedKvWriteArgs& args, cudaStream_t stream);
 
@@ -162,6 +169,11 @@ struct PagedAttentionArgs {
   // result is the same either way; off is for tests.
   bool split_kv = true;
   PagedAttentionKernel kernel = PagedAttentionKernel::Auto;  // the same for plan and layers
+  // fp8 KV, as in PagedKvWriteArgs: keys and values read as code x scale in fp32, rounded to
+  // the 16-bit type of q before the tensor cores see them. Runs on the mma.sync kernel (Auto
+  // picks it; Wgmma is refused).
+  bool fp8_kv = false;
+  int64_t kv_scale_offset = 0;
   void* scratch = nullptr;  // paged_attention_scratch_bytes(...) bytes
   size_t scratch_bytes = 0;
   void* out = nullptr;  // [num_tokens, n_heads * head_dim] 16-bit

@@ -43,4 +43,23 @@ HEARTH_HOST_DEVICE inline uint8_t encode_e4m3(float f) {
   return sign | uint8_t(code > 0x7e ? 0x7e : code);
 }
 
+// An e4m3 code's value (exact in fp32), by bit assembly so host and device agree; the NaN
+// code 0x7f (which encode_e4m3 gives only for a NaN) reads as NaN.
+HEARTH_HOST_DEVICE inline float decode_e4m3(uint8_t b) {
+  const uint32_t sign = uint32_t(b & 0x80) << 24, e = (b >> 3) & 0xf, m = b & 0x7;
+  uint32_t bits;
+  if (e == 0xf && m == 0x7) {
+    bits = 0x7fc00000u;
+  } else if (e == 0) {                        // subnormal: m / 8 * 2^-6, exact as a float product
+    const float f = float(m) * 0.001953125f;  // 2^-9
+    std::memcpy(&bits, &f, 4);
+  } else {  // (1 + m / 8) * 2^(e - 7): fp32 exponent e - 7 + 127, the mantissa's top 3 bits m
+    bits = ((e + 120u) << 23) | (m << 20);
+  }
+  bits |= sign;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
 }  // namespace hearth::kernels

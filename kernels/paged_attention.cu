@@ -22,10 +22,11 @@
 
 #include "kernels/batch_ops.h"
 #include "kernels/cuda_check.h"
-#include "kernels/per_device_once.h"
+#include "kernels/fp8_e4m3.h"
 #include "kernels/half_utils.cuh"
 #include "kernels/head_dim_dispatch.h"
 #include "kernels/mma.cuh"
+#include "kernels/per_device_once.h"
 #include "kernels/paged_attention_split.cuh"
 #include "kernels/pdl.cuh"
 
@@ -178,7 +179,21 @@ struct Smem {
   float state[kWarps][D / 2][32];  // merged o of each thread's fragments
 };
 
-template <typename T, int D>
+// fp8 KV: 8 codes of one row times the row's scale, in fp32, rounded to T: what the tensor
+// cores read in place of a 16-bit row's 16 bytes.
+template <typename T>
+__device__ __forceinline__ uint4 dequantize8(uint2 codes, float scale) {
+  uint4 out;
+  T* v = reinterpret_cast<T*>(&out);
+  const uint8_t* c = reinterpret_cast<const uint8_t*>(&codes);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) v[j] = HalfTraits<T>::from_float(__fmul_rn(decode_e4m3(c[j]), scale));
+  return out;
+}
+
+// F8: the pools hold fp8 codes and scales (PagedAttentionArgs::fp8_kv); tiles are read with
+// plain loads, dequantized and stored to shared memory, instead of cp.async copies.
+template <typename T, int D, bool F8>
 __global__ void __launch_bounds__(kWarps * 32, 2) paged_attention_kernel(Params p) {
   constexpr int kChunks = D / 8;   // 16-byte chunks per row
   constexpr int kDSteps = D / 16;  // k-steps of S = QK^T
@@ -209,7 +224,61 @@ __global__ void __launch_bounds__(kWarps * 32, 2) paged_attention_kernel(Params 
         qg + int64_t(q_first + r / p.group) * p.q_dim + (kvh * p.group + r % p.group) * D + c * 8;
     cp_async16(sm.q + swizzle<D>(row, c), ok ? src : qg, ok);
   }
+  // fp8: a tile's codes are fetched into registers (this thread's kPer 8-code chunks of K and
+  // V) and stored, dequantized by their rows' scales, to shared memory later, so the next
+  // tile's loads are in flight while this one is computed (what cp.async gives the 16-bit
+  // pools). The scales are read at the store: holding them too spills at head_dim 128.
+  constexpr int kPer = kKeys * kChunks / (kWarps * 32);
+  static_assert(kKeys * kChunks % (kWarps * 32) == 0);
+  uint2 k_codes[F8 ? kPer : 1], v_codes[F8 ? kPer : 1];
+  // Byte offset of key `key`'s row (kv head kvh) in the pools, from block 0 of the layer.
+  auto row_at = [&](int key) {
+    return int64_t(table[key / a.block_size]) * a.block_stride +
+           (int64_t(kvh) * a.block_size + key % a.block_size) * D;
+  };
+  auto fetch = [&](int t) {
+    const uint8_t* kp = static_cast<const uint8_t*>(a.k_pool);
+    const uint8_t* vp = static_cast<const uint8_t*>(a.v_pool);
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int i = threadIdx.x + j * kWarps * 32;
+      const int c = i % kChunks, key = t * kKeys + i / kChunks;
+      k_codes[j] = v_codes[j] = make_uint2(0, 0);
+      if (key < kv_len) {
+        const int64_t at = row_at(key) + c * 8;
+        k_codes[j] = *reinterpret_cast<const uint2*>(kp + at);
+        v_codes[j] = *reinterpret_cast<const uint2*>(vp + at);
+      }
+    }
+  };
+  auto store = [&](int buf, int t) {
+    const uint8_t* kp = static_cast<const uint8_t*>(a.k_pool);
+    const uint8_t* vp = static_cast<const uint8_t*>(a.v_pool);
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      const int i = threadIdx.x + j * kWarps * 32;
+      const int row = i / kChunks, c = i % kChunks, key = t * kKeys + row;
+      // Past the end: code 0 x scale 0, +0 in T, the bits cp.async's zero fill gives.
+      float k_scale = 0.0f, v_scale = 0.0f;
+      if (key < kv_len) {
+        const int64_t block = int64_t(table[key / a.block_size]) * a.block_stride;
+        const int64_t s_at =
+            block + a.kv_scale_offset + (int64_t(kvh) * a.block_size + key % a.block_size) * 4;
+        k_scale = *reinterpret_cast<const float*>(kp + s_at);
+        v_scale = *reinterpret_cast<const float*>(vp + s_at);
+      }
+      *reinterpret_cast<uint4*>(sm.k[buf] + swizzle<D>(row, c)) =
+          dequantize8<T>(k_codes[j], k_scale);
+      *reinterpret_cast<uint4*>(sm.v[buf] + swizzle<D>(row, c)) =
+          dequantize8<T>(v_codes[j], v_scale);
+    }
+  };
   auto load_tile = [&](int buf, int t) {
+    if constexpr (F8) {
+      fetch(t);
+      store(buf, t);
+      return;
+    }
     const T* kp = static_cast<const T*>(a.k_pool);
     const T* vp = static_cast<const T*>(a.v_pool);
     for (int i = threadIdx.x; i < kKeys * kChunks; i += kWarps * 32) {
@@ -246,7 +315,10 @@ __global__ void __launch_bounds__(kWarps * 32, 2) paged_attention_kernel(Params 
   for (int t = t_begin; t < t_end; ++t) {
     const int buf = (t - t_begin) & 1;
     if (t + 1 < t_end) {
-      load_tile(buf ^ 1, t + 1);
+      if constexpr (F8)
+        fetch(t + 1);  // stored after this tile's math
+      else
+        load_tile(buf ^ 1, t + 1);
       cp_async_commit();
       cp_async_wait<1>();
     } else {
@@ -390,6 +462,9 @@ __global__ void __launch_bounds__(kWarps * 32, 2) paged_attention_kernel(Params 
         for (int d = 0; d < kDTiles; ++d) o[d][0] = o[d][1] = o[d][2] = o[d][3] = 0.0f;
       }
     }
+    if constexpr (F8) {
+      if (t + 1 < t_end) store(buf ^ 1, t + 1);  // unread since last iteration's barrier
+    }
     __syncthreads();  // the buffer refilled next is no longer read
   }
 
@@ -460,6 +535,15 @@ void check(const PagedAttentionArgs& a, const Layout& l) {
   if (a.block_size < 1 || a.max_blocks < 1) fail("block_size and max_blocks must be positive");
   if (a.max_kv_len < 1) fail("max_kv_len must be positive");
   const int64_t packed = int64_t(a.n_kv_heads) * a.block_size * a.head_dim;
+  if (a.fp8_kv && a.kv_scale_offset != 0 &&
+      (a.kv_scale_offset < packed || a.kv_scale_offset % 4 != 0 ||
+       (a.block_stride != 0 && a.block_stride < a.kv_scale_offset + packed / a.head_dim * 4)))
+    fail("fp8 KV: kv_scale_offset " + std::to_string(a.kv_scale_offset) +
+         " must follow a block's codes (" + std::to_string(packed) +
+         "), be a multiple of 4 and leave the scales inside block_stride");
+  if (a.fp8_kv && (reinterpret_cast<uintptr_t>(a.k_pool) % 8 != 0 ||
+                   reinterpret_cast<uintptr_t>(a.v_pool) % 8 != 0))
+    fail("fp8 KV pools must be 8-byte aligned (rows are read 8 codes at a time)");
   if (a.block_stride != 0 && (a.block_stride < packed || a.block_stride % 8 != 0))
     fail("block_stride " + std::to_string(a.block_stride) + " must hold a block (" +
          std::to_string(packed) + ") and be a multiple of 8");
@@ -474,7 +558,10 @@ void check(const PagedAttentionArgs& a, const Layout& l) {
 Params params_for(const PagedAttentionArgs& a, const Layout& l) {
   Params p;
   p.a = a;
-  if (p.a.block_stride == 0) p.a.block_stride = int64_t(a.n_kv_heads) * a.block_size * a.head_dim;
+  const int64_t packed = int64_t(a.n_kv_heads) * a.block_size * a.head_dim;
+  // fp8: a block's scales follow its codes unless placed elsewhere (as paged_kv_write).
+  if (a.fp8_kv && p.a.kv_scale_offset == 0) p.a.kv_scale_offset = packed;
+  if (p.a.block_stride == 0) p.a.block_stride = packed + (a.fp8_kv ? packed / a.head_dim * 4 : 0);
   p.group = a.n_heads / a.n_kv_heads;
   p.q_dim = a.n_heads * a.head_dim;
   char* base = static_cast<char*>(a.scratch);
@@ -498,6 +585,12 @@ int grid_items(const PagedAttentionArgs& a, const Layout& l, int item_rows) {
 // The kernel for these args (the plan's item size follows it).
 bool use_wgmma(const PagedAttentionArgs& a) {
   if (a.kernel == PagedAttentionKernel::MmaSync) return false;
+  // fp8 KV runs on mma.sync only: its tiles are dequantized on their way to shared memory,
+  // which the wgmma kernel's TMA producer cannot do (the simpler correct path; unmeasured).
+  if (a.fp8_kv) {
+    if (a.kernel == PagedAttentionKernel::Wgmma) fail("fp8 KV runs on the mma.sync kernel only");
+    return false;
+  }
   const bool fits = a.head_dim == 64 || a.head_dim == 128;
   if (a.kernel == PagedAttentionKernel::Wgmma) {
     if (!fits) fail("the wgmma kernel takes head_dim 64 or 128, not " + std::to_string(a.head_dim));
@@ -521,12 +614,13 @@ void launch(const PagedAttentionArgs& a, cudaStream_t stream) {
       launch_pdl(merge_kernel<T, D>, dim3(a.num_seqs, a.n_kv_heads), dim3(256), 0, stream, p);
     return;
   }
-  auto kernel = paged_attention_kernel<T, D>;
+  auto kernel = a.fp8_kv ? paged_attention_kernel<T, D, true> : paged_attention_kernel<T, D, false>;
   constexpr size_t kSmem = sizeof(Smem<T, D>);
   static std::atomic<uint64_t> configured{0};  // per device: tensor-parallel ranks
   if (first_on_this_device(configured))
-    HEARTH_CUDA_CHECK(
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
+    for (auto k : {paged_attention_kernel<T, D, true>, paged_attention_kernel<T, D, false>})
+      HEARTH_CUDA_CHECK(
+          cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
   launch_pdl(kernel, dim3(grid_items(a, l, kRows), a.n_kv_heads), dim3(kWarps * 32), kSmem, stream,
              p);
   if (a.split_kv && l.j_max > 1)

@@ -6,6 +6,7 @@
 
 #include "kernels/batch_ops.h"
 #include "kernels/cuda_check.h"
+#include "kernels/fp8_e4m3.h"
 #include "kernels/half_utils.cuh"
 #include "kernels/pdl.cuh"
 #include "kernels/qkv_head.cuh"
@@ -13,6 +14,35 @@
 namespace hearth::kernels {
 
 namespace {
+
+// The largest of every thread's value (exact in any order).
+__device__ inline float block_max(float v, float* scratch32) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  __syncthreads();  // scratch may still be in use by the head norm
+  if (lane == 0) scratch32[warp] = v;
+  __syncthreads();
+  const int warps = (blockDim.x + 31) >> 5;
+  v = lane < warps ? scratch32[lane] : 0.0f;
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// fp8 KV: the row's scale (its largest magnitude / 448, 1 when all are zero) and codes of x /
+// scale, the rule of worker/engine/kv_fp8.h in the same fp32 operations.
+__device__ inline void write_fp8_row(const PagedKvWriteArgs& a, bool is_k, int h, int slot,
+                                     float2 x, float* scratch) {
+  const int i = threadIdx.x, half = a.head_dim / 2;
+  const float amax = block_max(fmaxf(fabsf(x.x), fabsf(x.y)), scratch);
+  const float scale = amax > 0.0f ? __fdiv_rn(amax, 448.0f) : 1.0f;
+  const int block = slot / a.block_size, offset = slot % a.block_size;
+  uint8_t* base =
+      static_cast<uint8_t*>(is_k ? a.k_pool : a.v_pool) + int64_t(block) * a.block_stride;
+  uint8_t* row = base + (int64_t(h) * a.block_size + offset) * a.head_dim;
+  row[i] = encode_e4m3(__fdiv_rn(x.x, scale));
+  row[i + half] = encode_e4m3(__fdiv_rn(x.y, scale));
+  if (i == 0) reinterpret_cast<float*>(base + a.kv_scale_offset)[h * a.block_size + offset] = scale;
+}
 
 // One block per (token, head) over q heads, then k heads, then v heads.
 template <typename T>
@@ -32,6 +62,10 @@ __global__ void paged_kv_write_kernel(PagedKvWriteArgs a) {
   const int base = h * a.head_dim;
   const float2 x = qkv_head_pair(src + base, bias ? bias + base : nullptr, norm, a.inv_freq,
                                  a.head_dim, a.pos[t], is_q || is_k, a.eps, scratch);
+  if (!is_q && a.fp8_kv) {  // uniform over the block
+    write_fp8_row(a, is_k, h, slot, x, scratch);
+    return;
+  }
   T* dst;
   if (is_q) {
     dst = static_cast<T*>(a.q_out) + int64_t(t) * q_dim + base;
@@ -50,7 +84,10 @@ __global__ void paged_kv_write_kernel(PagedKvWriteArgs a) {
 void paged_kv_write(Half type, const PagedKvWriteArgs& args, cudaStream_t stream) {
   PagedKvWriteArgs a = args;
   const int64_t packed = int64_t(a.n_kv_heads) * a.block_size * a.head_dim;
-  if (a.block_stride == 0) a.block_stride = packed;
+  // fp8: a block's scales follow its codes unless placed elsewhere.
+  const int64_t scales = a.fp8_kv ? int64_t(a.n_kv_heads) * a.block_size * 4 : 0;
+  if (a.fp8_kv && a.kv_scale_offset == 0) a.kv_scale_offset = packed;
+  if (a.block_stride == 0) a.block_stride = packed + scales;
   auto fail = [](const std::string& what) {
     throw std::invalid_argument("paged_kv_write: " + what);
   };
@@ -60,6 +97,11 @@ void paged_kv_write(Half type, const PagedKvWriteArgs& args, cudaStream_t stream
     fail("head_dim must be even and at most 2048, not " + std::to_string(a.head_dim));
   if (a.n_heads < 1 || a.n_kv_heads < 1 || a.block_size < 1)
     fail("n_heads, n_kv_heads and block_size must be positive");
+  if (a.fp8_kv && (a.kv_scale_offset < packed || a.kv_scale_offset % 4 != 0 ||
+                   a.block_stride < a.kv_scale_offset + scales))
+    fail("fp8 KV: kv_scale_offset " + std::to_string(a.kv_scale_offset) +
+         " must follow a block's codes (" + std::to_string(packed) +
+         "), be a multiple of 4 and leave the scales inside block_stride");
   if (a.block_stride < packed || a.block_stride % 8 != 0)
     fail("block_stride " + std::to_string(a.block_stride) + " must hold a block (" +
          std::to_string(packed) + ") and be a multiple of 8");

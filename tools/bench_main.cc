@@ -331,6 +331,11 @@ int run(int argc, char** argv) {
     write_json(report);
     return 0;
   }
+  if (profile.engine.kv_cache_dtype == hearth::KvCacheDtype::Fp8E4m3)
+    throw std::runtime_error(
+        "hearth-bench's decode and prefill runs use the single-sequence engine, which keeps its "
+        "cache 16-bit; for kv_cache_dtype fp8_e4m3 use --serve-bench (--concurrency 1 "
+        "--prompt-tokens N for one stream decoding at context N)");
   const std::vector<int> decode_ctx = parse_list(decode_list),
                          prefill_lens = parse_list(prefill_list);
   int context = 1;

@@ -172,7 +172,7 @@ json run_level(CudaBatchBackend& backend, const ServeBenchOptions& o, const Mode
   const double wall_s = ms_between(start, end) / 1e3;
   // The roofline: every step streams the weights once; every generated token after the first
   // reads its sequence's KV (prompt + k positions), the prompt's KV is written and read once.
-  const double per_token = double(CudaBatchBackend::kv_bytes_per_token(c));
+  const double per_token = double(CudaBatchBackend::kv_bytes_per_token(c, o.engine.kv_cache_dtype));
   const double p = o.prompt_tokens, n = o.output_tokens;
   const double kv_bytes = concurrency * per_token * (p + (n - 1) * p + (n - 1) * n / 2);
   const double bytes = double(s.steps) * double(weight_bytes(c)) + kv_bytes;
@@ -306,6 +306,7 @@ json serve_bench(const ServeBenchOptions& o) {
             {"cuda_graphs", opt.engine.cuda_graphs},
             {"matmul_tiling", option_name(opt.engine.matmul_tiling)},
             {"batch_invariant", opt.engine.batch_invariant},
+            {"kv_cache_dtype", option_name(opt.engine.kv_cache_dtype)},
             {"kv_pool_blocks", backend.kv_pool().num_blocks},
             {"kv_pool_gb", backend.kv_pool_bytes() / 1e9},
             {"workspace_gb", (backend.workspace_bytes() - backend.kv_pool_bytes()) / 1e9},

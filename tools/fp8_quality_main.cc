@@ -3,7 +3,9 @@
 // --quantize fp8), over the same tokens; it prints the perplexity of each on text files (every
 // window of up to the context length, starting with BOS, each token scored given the ones
 // before it) and the mean KL(bf16 || fp8) of the next-token distributions at every position
-// of the text windows and of every prompt of the proof suites.
+// of the text windows and of every prompt of the proof suites. With --compare kv it compares
+// the fp32 KV cache with kv_cache_dtype fp8_e4m3 instead, on the model as loaded ("bf16" is
+// then the fp32 cache and "fp8" the fp8 one, in the report's names).
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -25,8 +27,9 @@ using json = nlohmann::json;
 // One model on the CPU engine, fed a sequence one token at a time from position 0.
 class Scorer {
  public:
-  Scorer(std::shared_ptr<const hearth::WeightStore> store, int context)
-      : backend_(std::move(store), context), table_((context + 15) / 16) {
+  Scorer(std::shared_ptr<const hearth::WeightStore> store, int context,
+         hearth::KvCacheDtype kv = hearth::KvCacheDtype::Auto)
+      : backend_(std::move(store), context, {}, nullptr, 1, {}, kv), table_((context + 15) / 16) {
     std::iota(table_.begin(), table_.end(), 0);
   }
   // log-softmax of the next-token logits after tokens[0..i], for every i.
@@ -86,21 +89,29 @@ int run(int argc, char** argv) {
   std::string model_dir;
   std::vector<std::string> texts, suites;
   int window = 0;
+  std::string compare = "weights";
   app.add_option("--model", model_dir, "model directory (16-bit weights)")->required();
   app.add_option("--text", texts, "a text file to score (repeatable)");
   app.add_option("--suite", suites, "a proof suite .jsonl whose prompts to compare (repeatable)");
   app.add_option("--window", window, "tokens per text window (default: the context length)");
+  app.add_option("--compare", compare,
+                 "weights: bf16 vs fp8 weights (default); kv: the fp32 KV cache vs "
+                 "kv_cache_dtype fp8_e4m3, both on the weights as loaded")
+      ->check(CLI::IsMember({"weights", "kv"}));
   CLI11_PARSE(app, argc, argv);
+  const bool kv = compare == "kv";
 
   const hearth::WorkerModel bf16_model = hearth::open_model_dir(model_dir, false);
-  const hearth::WorkerModel fp8_model = hearth::open_model_dir(model_dir, true);
+  const hearth::WorkerModel fp8_model = kv ? bf16_model : hearth::open_model_dir(model_dir, true);
   const auto tokenizer = hearth::load_model_tokenizer(bf16_model);
   if (!tokenizer) throw std::runtime_error(model_dir + ": no tokenizer");
   const int context = bf16_model.store->config().max_position;
   if (window <= 0 || window > context) window = context;
-  Scorer bf16(bf16_model.store, context), fp8(fp8_model.store, context);
+  Scorer bf16(bf16_model.store, context),
+      fp8(fp8_model.store, context,
+          kv ? hearth::KvCacheDtype::Fp8E4m3 : hearth::KvCacheDtype::Auto);
 
-  json report = {{"model", model_dir}, {"window", window}};
+  json report = {{"model", model_dir}, {"window", window}, {"compare", compare}};
   Totals text_totals;
   for (const std::string& path : texts) {
     std::ifstream in(path, std::ios::binary);

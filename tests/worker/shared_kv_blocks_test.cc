@@ -474,4 +474,77 @@ TEST_F(SharedKvBlocksTest, AWaitingRequestLooksUpOnceUntilBlocksAreFreed) {
 }
 
 }  // namespace
+// Issue 25's fp8 KV cache (kv_cache_dtype fp8_e4m3) in a leased pool: its blocks (codes, then
+// scales, one piece) are published and read by another worker like 16-bit ones, and the reader
+// gives the tokens of a worker that computed everything itself.
+TEST_F(SharedKvBlocksTest, Fp8KvBlocksAreSharedAndGiveTheSameTokens) {
+  test::InProcessServer server({}, model_dir_.path(), nullptr, 512 * kMiB, 0.5);
+  auto store =
+      std::make_shared<HostStore>(std::make_shared<HfModel>(HfModel::open(model_dir_.path())));
+  constexpr int kTokensPerBlock = 16, kContext = 128;
+  const int64_t block_bytes =
+      CpuBackend::kv_bytes_per_token(store->config(), KvCacheDtype::Fp8E4m3) * kTokensPerBlock;
+  const int pool_blocks = int(kv_chunk_bytes_for(uint64_t(block_bytes)) / block_bytes);
+  struct Worker {
+    std::shared_ptr<LeasedKvMemory> memory;
+    std::unique_ptr<CpuBackend> backend;
+    std::unique_ptr<Engine> engine;
+  };
+  auto make = [&](bool share) {
+    Worker w;
+    w.memory = std::make_shared<LeasedKvMemory>(connect(server.socket()), block_bytes, pool_blocks,
+                                                pool_blocks, nullptr,
+                                                share ? LeasedKvSharing{{}, 1} : LeasedKvSharing{});
+    w.backend = std::make_unique<CpuBackend>(
+        store, kContext, KvPoolShape{kTokensPerBlock, 0}, w.memory, 1,
+        std::vector<std::shared_ptr<const WeightStore>>{}, KvCacheDtype::Fp8E4m3);
+    EngineOptions options;
+    options.kv_share = share;
+    options.kv_cache_dtype = KvCacheDtype::Fp8E4m3;
+    w.engine =
+        std::make_unique<Engine>(*w.backend, options, nullptr, std::vector<int32_t>{}, "synthetic");
+    return w;
+  };
+  using Tokens = std::map<std::string, std::vector<std::pair<int32_t, float>>>;
+  auto run = [](Engine& engine, Tokens& tokens, std::map<std::string, int>& cached) {
+    while (engine.has_work())
+      for (const RequestOutput& out : engine.step()) {
+        for (const TokenOutput& t : out.tokens) tokens[out.id].push_back({t.token, t.logprob});
+        if (out.finish) cached[out.id] = out.finish->cached_tokens;
+      }
+  };
+  std::vector<int32_t> prefix(48);
+  for (int32_t& t : prefix) t = int32_t(rng_() % uint64_t(store->config().vocab));
+  auto request = [&](int i, int max_tokens) {
+    Request r{"r" + std::to_string(i), prefix, {}};
+    r.prompt.push_back(int32_t(i));
+    r.settings.sampling.temperature = 0.8f;
+    r.settings.sampling.seed = uint64_t(i);
+    r.settings.max_tokens = max_tokens;
+    r.settings.ignore_eos = true;
+    return r;
+  };
+  Worker a = make(true);
+  a.engine->submit(request(100, 1));
+  Tokens a_tokens;
+  std::map<std::string, int> a_cached;
+  run(*a.engine, a_tokens, a_cached);
+  EXPECT_EQ(a.engine->stats().kv_share_published_blocks, 3u);  // the prefix's full blocks
+
+  Worker b = make(true), c = make(false);
+  Tokens b_tokens, c_tokens;
+  std::map<std::string, int> b_cached, c_cached;
+  for (int i = 0; i < 4; ++i) {
+    b.engine->submit(request(i, 24));
+    c.engine->submit(request(i, 24));
+  }
+  run(*b.engine, b_tokens, b_cached);
+  run(*c.engine, c_tokens, c_cached);
+  EXPECT_EQ(b_tokens.size(), 4u);
+  EXPECT_EQ(b_tokens, c_tokens);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(b_cached["r" + std::to_string(i)], 48);
+  EXPECT_GE(b.engine->stats().kv_share_hit_tokens, uint64_t(48));
+  EXPECT_EQ(c.engine->stats().kv_share_hit_tokens, 0u);
+}
+
 }  // namespace hearth

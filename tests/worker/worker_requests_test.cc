@@ -276,5 +276,37 @@ TEST(WorkerRequests, ServedFp8WorkerWritesWhatASingleProcessFp8OneWrites) {
   EXPECT_NE(a.at("warm").logprobs, c.at("warm").logprobs);
 }
 
+// Issue 25's fp8 KV cache (kv_cache_dtype fp8_e4m3): a served worker, its pool leased from the
+// server, writes what a single-process one writes, and both differ from the fp32 cache's
+// logprobs (the cache was fp8).
+TEST(WorkerRequests, ServedFp8KvWorkerWritesWhatASingleProcessOneWrites) {
+  if (!fs::exists(bin_dir() / "hearth-server")) GTEST_SKIP() << "hearth-server is not built";
+  TempDir dir;
+  write_file(dir / "requests.jsonl", request_file());
+  const std::string socket = (dir / "sock" / "hearth.sock").string();
+  ChildProcess server = start_server(dir, socket);
+
+  const std::string file = (dir / "requests.jsonl").string();
+  const std::string fp8_kv = "kv_cache_dtype=fp8_e4m3";
+  const CommandResult served = run_command({worker_bin().string(), "--server", socket, "--model",
+                                            "fortunes", "--set", fp8_kv, "--requests", file},
+                                           dir.path());
+  const CommandResult local =
+      run_command({worker_bin().string(), "--model", default_model().string(), "--backend", "cpu",
+                   "--set", fp8_kv, "--requests", file},
+                  dir.path());
+  const CommandResult plain =
+      run_command({worker_bin().string(), "--model", default_model().string(), "--backend", "cpu",
+                   "--requests", file},
+                  dir.path());
+  ASSERT_EQ(served.exit_code(), 0) << served.err;
+  ASSERT_EQ(local.exit_code(), 0) << local.err;
+  ASSERT_EQ(plain.exit_code(), 0) << plain.err;
+  const auto a = by_id(served.out), b = by_id(local.out), c = by_id(plain.out);
+  check_batched_output(a);
+  for (const auto& [id, g] : b) expect_same(a.at(id), g, id);
+  EXPECT_NE(a.at("warm").logprobs, c.at("warm").logprobs);
+}
+
 }  // namespace
 }  // namespace hearth::proof::testing

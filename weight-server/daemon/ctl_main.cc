@@ -24,7 +24,7 @@ int run(int argc, char** argv) {
   CLI::App app{"hearth-ctl: inspect and manage a running hearth-server"};
   app.set_version_flag("--version", "hearth-ctl 0.1.0");
   app.require_subcommand(1);
-  std::string socket, dir, name, backend, model;
+  std::string socket, dir, name, backend, quantize, model;
   int timeout_s = 600;
   app.add_option("--socket", socket, "the server's Unix socket")->required();
   app.add_option("--timeout", timeout_s, "seconds to wait for the reply (a load may take long)")
@@ -46,6 +46,11 @@ int run(int argc, char** argv) {
   load->add_option("--name", name, "name to serve it under (default: the directory's basename)");
   load->add_option("--backend", backend, "vmm | memfd (default: the server's)")
       ->check(CLI::IsMember({"vmm", "memfd"}));
+  load->add_option("--quantize", quantize,
+                   "fp8: store a 16-bit model's projections in fp8 (per-channel e4m3), as "
+                   "hearth-server --quantize fp8; none: as its files hold them (default: the "
+                   "server's --quantize)")
+      ->check(CLI::IsMember({"fp8", "none"}));
   CLI::App* unload = app.add_subcommand("unload", "admin: stop serving a model nobody leases");
   unload->add_option("model", model, "the served model's name")->required();
   CLI::App* shutdown =
@@ -66,6 +71,7 @@ int run(int argc, char** argv) {
     args["dir"] = std::filesystem::absolute(dir).lexically_normal().string();
     if (!name.empty()) args["name"] = name;
     if (!backend.empty()) args["backend"] = backend;
+    if (!quantize.empty()) args["quantize"] = quantize;
   }
   if (*unload) {
     request = op::kUnload;

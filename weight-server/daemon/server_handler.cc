@@ -276,6 +276,14 @@ broker::Reply ServerHandler::load(broker::Session& session, const ipc::Request& 
   if (options.backend != "memfd" && options.backend != "vmm")
     throw ProtocolError(ErrorCode::kBadRequest,
                         "unknown backend " + named(options.backend) + " (memfd or vmm)");
+  // Per load, over the server's --quantize: "fp8" quantizes a 16-bit model's projections at
+  // load, "none" serves it as its files hold it.
+  if (const auto quantize = ipc::optional_string_field(request.body, "quantize")) {
+    if (*quantize != "fp8" && *quantize != "none")
+      throw ProtocolError(ErrorCode::kBadRequest,
+                          "unknown quantize " + named(*quantize) + " (fp8 or none)");
+    options.quantize_fp8 = *quantize == "fp8";
+  }
 
   // The files are opened with the requester's rights, never the server's: a root server must
   // not read a root-only directory for an admin who cannot (requester_identity.h).

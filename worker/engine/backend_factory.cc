@@ -86,17 +86,19 @@ std::unique_ptr<Backend> make_backend(const EngineOptions& options, const Engine
     if (weights.store->residence() != Residence::Host)
       throw std::runtime_error("the cpu backend cannot run on GPU-resident (" +
                                std::string(weights.store->backend_name()) + ") weights");
-    const int64_t per_token = CpuBackend::kv_bytes_per_token(weights.store->config());
+    const int64_t per_token =
+        CpuBackend::kv_bytes_per_token(weights.store->config(), options.kv_cache_dtype);
     const KvPoolShape kv = resolve_kv_pool(options, context, per_token);
     if (kv_memory) {
       const int context_blocks = (context + kv.block_size - 1) / kv.block_size;
       return std::make_unique<CpuBackend>(
           weights.store, context, kv,
           kv_memory(per_token * kv.block_size, kv.num_blocks, context_blocks),
-          options.tensor_parallel, weights.ranks);
+          options.tensor_parallel, weights.ranks, options.kv_cache_dtype);
     }
     return std::make_unique<CpuBackend>(weights.store, context, kv, nullptr,
-                                        options.tensor_parallel, weights.ranks);
+                                        options.tensor_parallel, weights.ranks,
+                                        options.kv_cache_dtype);
   }
   // tensor_parallel > 1 and a model the server sharded: one process drives every GPU
   // (cuda_tp_backend.h).

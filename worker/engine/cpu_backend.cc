@@ -1,7 +1,9 @@
 #include "worker/engine/cpu_backend.h"
 #include "worker/engine/cpu_matmul.h"
+#include "worker/engine/kv_fp8.h"
 
 #include <algorithm>
+#include <cstring>
 #include <cmath>
 #include <stdexcept>
 #include <string>
@@ -46,12 +48,14 @@ void rope(float* v, int n_heads, int head_dim, int pos, const std::vector<float>
 
 CpuBackend::CpuBackend(std::shared_ptr<const WeightStore> store, int context_length, KvPoolShape kv,
                        std::shared_ptr<KvMemory> memory, int tensor_parallel,
-                       std::vector<std::shared_ptr<const WeightStore>> rank_stores)
+                       std::vector<std::shared_ptr<const WeightStore>> rank_stores,
+                       KvCacheDtype kv_dtype)
     : store_(std::move(store)),
       c_(store_->config()),
       context_(context_length),
       kv_(kv),
-      memory_(std::move(memory)) {
+      memory_(std::move(memory)),
+      fp8_kv_(kv_dtype == KvCacheDtype::Fp8E4m3) {
   if (store_->residence() != Residence::Host)
     throw std::runtime_error(
         "the cpu backend needs host-resident weights, this store is on the GPU");
@@ -84,16 +88,17 @@ CpuBackend::CpuBackend(std::shared_ptr<const WeightStore> store, int context_len
     }
   }
   inv_freq_ = rope_inverse_frequencies(c_);
-  block_floats_ = size_t(c_.n_layers) * 2 * c_.n_kv_heads * kv_.block_size * c_.head_dim;
+  block_slots_ = size_t(c_.n_layers) * 2 * c_.n_kv_heads * kv_.block_size;
+  block_bytes_ = size_t(kv_bytes_per_token(c_, kv_dtype)) * kv_.block_size;
   if (memory_) {
-    if (memory_->block_bytes() != int64_t(block_floats_ * sizeof(float)))
+    if (memory_->block_bytes() != int64_t(block_bytes_))
       throw std::runtime_error("the leased KV memory has blocks of " +
                                std::to_string(memory_->block_bytes()) + " bytes, the cpu " +
-                               "backend needs " + std::to_string(block_floats_ * sizeof(float)));
+                               "backend needs " + std::to_string(block_bytes_));
     return;
   }
   // Not value-initialised: the pages of blocks never written are never touched.
-  own_pool_ = std::make_unique_for_overwrite<float[]>(block_floats_ * kv_.num_blocks);
+  own_pool_ = std::make_unique_for_overwrite<std::byte[]>(block_bytes_ * kv_.num_blocks);
 }
 
 KvPoolShape CpuBackend::kv_pool() const {
@@ -109,12 +114,16 @@ KvPoolShape CpuBackend::kv_pool() const {
   return shape;
 }
 
-float* CpuBackend::pool() const {
-  return memory_ ? reinterpret_cast<float*>(memory_->base()) : own_pool_.get();
+std::byte* CpuBackend::pool() const {
+  return memory_ ? memory_->base() : own_pool_.get();
 }
 
-int64_t CpuBackend::kv_bytes_per_token(const ModelConfig& config) {
-  return 2 * int64_t(config.n_layers) * config.kv_dim() * int64_t(sizeof(float));
+int64_t CpuBackend::kv_bytes_per_token(const ModelConfig& config, KvCacheDtype kv_dtype) {
+  // fp8: a byte per number and one fp32 scale per (layer, keys or values, KV head).
+  const int64_t per_head = kv_dtype == KvCacheDtype::Fp8E4m3
+                               ? config.head_dim + int64_t(sizeof(float))
+                               : config.head_dim * int64_t(sizeof(float));
+  return 2 * int64_t(config.n_layers) * config.n_kv_heads * per_head;
 }
 
 template <typename Get>
@@ -165,17 +174,34 @@ void CpuBackend::embed_row(int32_t token, float* out) const {
   load_row(ranks_[size_t(rank)].w.embed, token - rank * vocab_per_rank_, out);
 }
 
-float* CpuBackend::k_slot(int layer, int32_t block, int offset, int kv_head) const {
-  return &pool()[size_t(block) * block_floats_ +
-                 ((size_t(layer) * 2 * c_.n_kv_heads + kv_head) * kv_.block_size + offset) *
-                     c_.head_dim];
+size_t CpuBackend::slot(int layer, int value, int offset, int kv_head) const {
+  return (size_t(layer) * 2 * c_.n_kv_heads + size_t(value) * c_.n_kv_heads + kv_head) *
+             kv_.block_size +
+         offset;
 }
 
-float* CpuBackend::v_slot(int layer, int32_t block, int offset, int kv_head) const {
-  return &pool()[size_t(block) * block_floats_ +
-                 ((size_t(layer) * 2 * c_.n_kv_heads + c_.n_kv_heads + kv_head) * kv_.block_size +
-                  offset) *
-                     c_.head_dim];
+void CpuBackend::store_kv(int layer, int value, int32_t block, int offset, int kv_head,
+                          const float* x) {
+  std::byte* b = pool() + size_t(block) * block_bytes_;
+  const size_t s = slot(layer, value, offset, kv_head), hd = size_t(c_.head_dim);
+  if (!fp8_kv_) {
+    std::memcpy(b + s * hd * sizeof(float), x, hd * sizeof(float));
+    return;
+  }
+  // Codes first, then the block's scales: a block stays one contiguous piece.
+  const float scale = kv_fp8_quantize(x, int64_t(hd), reinterpret_cast<uint8_t*>(b + s * hd));
+  std::memcpy(b + block_slots_ * hd + s * sizeof(float), &scale, sizeof(float));
+}
+
+const float* CpuBackend::load_kv(int layer, int value, int32_t block, int offset, int kv_head,
+                                 float* scratch) const {
+  const std::byte* b = pool() + size_t(block) * block_bytes_;
+  const size_t s = slot(layer, value, offset, kv_head), hd = size_t(c_.head_dim);
+  if (!fp8_kv_) return reinterpret_cast<const float*>(b + s * hd * sizeof(float));
+  float scale;
+  std::memcpy(&scale, b + block_slots_ * hd + s * sizeof(float), sizeof(float));
+  kv_fp8_dequantize(reinterpret_cast<const uint8_t*>(b + s * hd), scale, int64_t(hd), scratch);
+  return scratch;
 }
 
 void CpuBackend::forward(const ForwardBatch& batch) {
@@ -200,6 +226,12 @@ void CpuBackend::forward(const ForwardBatch& batch) {
   gate_.resize(n * int64_t(c_.intermediate));
   up_.resize(n * int64_t(c_.intermediate));
   scores_.resize(context_);
+  k_rows_.resize(context_);
+  v_rows_.resize(context_);
+  if (fp8_kv_) {
+    k_read_.resize(size_t(context_) * c_.head_dim);
+    v_read_.resize(size_t(context_) * c_.head_dim);
+  }
 
   int r = 0;
   for (const ForwardEntry& entry : batch.entries)
@@ -262,8 +294,8 @@ void CpuBackend::attention(const LayerWeights& L, int layer) {
     rope(k, c_.n_kv_heads, int(hd), pos, inv_freq_);
     const int32_t block = tables_[t][pos / bs];
     for (int g = 0; g < c_.n_kv_heads; ++g) {
-      std::copy_n(k + g * hd, hd, k_slot(layer, block, pos % bs, g));
-      std::copy_n(&v_[t * kvd + g * hd], hd, v_slot(layer, block, pos % bs, g));
+      store_kv(layer, 0, block, pos % bs, g, k + g * hd);
+      store_kv(layer, 1, block, pos % bs, g, &v_[t * kvd + g * hd]);
     }
   }
 
@@ -275,9 +307,16 @@ void CpuBackend::attention(const LayerWeights& L, int layer) {
     for (int hh = 0; hh < c_.n_heads; ++hh) {
       const float* q = &q_[t * qd + hh * hd];
       const int g = hh / group;
+      if (hh % group == 0)  // the group's keys and values, read (fp8: decoded) once
+        for (int j = 0; j <= last; ++j) {
+          k_rows_[j] =
+              load_kv(layer, 0, table[j / bs], j % bs, g, fp8_kv_ ? &k_read_[j * hd] : nullptr);
+          v_rows_[j] =
+              load_kv(layer, 1, table[j / bs], j % bs, g, fp8_kv_ ? &v_read_[j * hd] : nullptr);
+        }
       float max = -INFINITY;
       for (int j = 0; j <= last; ++j) {
-        scores_[j] = dot(q, k_slot(layer, table[j / bs], j % bs, g), hd) * scale;
+        scores_[j] = dot(q, k_rows_[j], hd) * scale;
         max = std::max(max, scores_[j]);
       }
       float sum = 0.0f;
@@ -289,7 +328,7 @@ void CpuBackend::attention(const LayerWeights& L, int layer) {
       std::fill_n(out, hd, 0.0f);
       for (int j = 0; j <= last; ++j) {
         const float p = scores_[j] / sum;
-        const float* v = v_slot(layer, table[j / bs], j % bs, g);
+        const float* v = v_rows_[j];
         for (int64_t d = 0; d < hd; ++d) out[d] += p * v[d];
       }
     }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "worker/engine/backend.h"
+#include "worker/engine/engine_options.h"
 #include "weight-server/model/model_config.h"
 #include "worker/engine/model_weights.h"
 
@@ -38,7 +39,8 @@ class CpuBackend final : public Backend {
   // but not equal to it: the split sums round differently.
   CpuBackend(std::shared_ptr<const WeightStore> store, int context_length, KvPoolShape kv = {},
              std::shared_ptr<KvMemory> memory = nullptr, int tensor_parallel = 1,
-             std::vector<std::shared_ptr<const WeightStore>> rank_stores = {});
+             std::vector<std::shared_ptr<const WeightStore>> rank_stores = {},
+             KvCacheDtype kv_dtype = KvCacheDtype::Auto);
 
   std::string name() const override { return "cpu"; }
   int tensor_parallel() const { return ranks_.empty() ? 1 : int(ranks_.size()); }
@@ -49,8 +51,10 @@ class CpuBackend final : public Backend {
   void forward(const ForwardBatch& batch) override;
   std::span<const float> logits(int entry) override;
 
-  // Bytes of KV one token position takes (keys and values, every layer, fp32).
-  static int64_t kv_bytes_per_token(const ModelConfig& config);
+  // Bytes of KV one token position takes (keys and values, every layer): fp32, or with
+  // kv_cache_dtype fp8_e4m3 an e4m3 code per number and an fp32 scale per KV head (kv_fp8.h).
+  static int64_t kv_bytes_per_token(const ModelConfig& config,
+                                    KvCacheDtype kv_dtype = KvCacheDtype::Auto);
 
  private:
   struct Row {  // one token of the batch
@@ -68,8 +72,12 @@ class CpuBackend final : public Backend {
   template <typename Get>
   void row_parallel(float* out, const float* in, int64_t in_cols, int n, Get get);
   void embed_row(int32_t token, float* out) const;
-  float* k_slot(int layer, int32_t block, int offset, int kv_head) const;
-  float* v_slot(int layer, int32_t block, int offset, int kv_head) const;
+  // Slot of (layer, keys 0 | values 1, kv head, offset) inside a block.
+  size_t slot(int layer, int value, int offset, int kv_head) const;
+  void store_kv(int layer, int value, int32_t block, int offset, int kv_head, const float* x);
+  // fp32 keys or values of one slot: in the pool, or (fp8) decoded into `scratch`.
+  const float* load_kv(int layer, int value, int32_t block, int offset, int kv_head,
+                       float* scratch) const;
 
   std::shared_ptr<const WeightStore> store_;
   const ModelConfig& c_;
@@ -84,18 +92,23 @@ class CpuBackend final : public Backend {
   int context_;
   KvPoolShape kv_;
   std::vector<float> inv_freq_;
-  float* pool() const;
+  std::byte* pool() const;
   // Block-major, so that a pool grows by whole blocks: per block [layer][keys, values][kv_head]
-  // [block_offset][head_dim].
-  std::unique_ptr<float[]> own_pool_;
+  // [block_offset][head_dim] fp32 numbers; with fp8 KV the same order of e4m3 codes, then the
+  // block's fp32 scales in [layer][keys, values][kv_head][block_offset] order.
+  std::unique_ptr<std::byte[]> own_pool_;
   std::shared_ptr<KvMemory> memory_;
-  size_t block_floats_ = 0;  // floats per block, every layer's keys and values
+  bool fp8_kv_ = false;
+  size_t block_slots_ = 0;  // (layer, keys | values, kv head, offset) slots per block
+  size_t block_bytes_ = 0;
 
   // Activations for the batch's rows.
   std::vector<Row> rows_;
   std::vector<const int32_t*> tables_;  // each row's block table
   std::vector<float> x_, xn_, q_, k_, v_, att_, gate_, up_, scores_, logits_;
-  std::vector<int> logits_row_;  // entry -> row of logits_, -1 when not wanted
+  std::vector<const float*> k_rows_, v_rows_;  // one KV head's rows of the sequence, position order
+  std::vector<float> k_read_, v_read_;         // fp8: those rows decoded
+  std::vector<int> logits_row_;                // entry -> row of logits_, -1 when not wanted
 };
 
 }  // namespace hearth

@@ -23,9 +23,11 @@ enum class CudaEngineKind { Batched, Single };
 constexpr std::array<std::string_view, 2> option_names(CudaEngineKind) {
   return {"batched", "single"};
 }
-enum class KvCacheDtype { Auto, Bf16, F16 };  // auto: the weights' type
-constexpr std::array<std::string_view, 3> option_names(KvCacheDtype) {
-  return {"auto", "bf16", "f16"};
+// auto: the weights' 16-bit type (fp32 on the cpu backend). fp8_e4m3: each token's keys and
+// values per KV head as e4m3 codes with one fp32 scale of their own (kv_fp8.h).
+enum class KvCacheDtype { Auto, Bf16, F16, Fp8E4m3 };
+constexpr std::array<std::string_view, 4> option_names(KvCacheDtype) {
+  return {"auto", "bf16", "f16", "fp8_e4m3"};
 }
 enum class WeightsLayout { PerTensor, Packed };
 constexpr std::array<std::string_view, 2> option_names(WeightsLayout) {

@@ -8,6 +8,7 @@
 #include "in_process_server.h"
 #include "ipc/client.h"
 #include "ipc/errors.h"
+#include "weight-server/model/quantization_config.h"
 #include "weight-server/sharing/model_import.h"
 
 namespace hearth {
@@ -199,6 +200,31 @@ TEST_F(ServerHandlerTest, AdminLoadAndUnload) {
   EXPECT_EQ(call_error(admin, ipc::op::kManifest, {{"model", "qwen"}}).code(),
             ErrorCode::kNotFound);
   EXPECT_EQ(call_error(admin, ipc::op::kUnload, {{"model", "qwen"}}).code(), ErrorCode::kNotFound);
+}
+
+// `quantize` per load (hearth-ctl load --quantize): fp8 serves the projections in e4m3 with
+// their scales though the server itself quantizes nothing; anything but fp8 or none is refused.
+TEST_F(ServerHandlerTest, AdminLoadQuantizesWhenAsked) {
+  test::InProcessServer server({}, model_dir_.path());
+  ipc::ClientOptions slow;
+  slow.timeout = std::chrono::seconds(120);
+  ipc::Client admin = ipc::Client::connect(server.socket(), slow);
+  admin.call(ipc::op::kLoad, {{"dir", model_dir_.path()}, {"name", "eight"}, {"quantize", "fp8"}});
+  admin.call(ipc::op::kLoad, {{"dir", model_dir_.path()}, {"name", "same"}, {"quantize", "none"}});
+  const Manifest fp8 = import_served_model(admin, "eight", {.verify = true}).manifest;
+  EXPECT_EQ(fp8.config.quantization, kFp8PerChannel);
+  int codes = 0;
+  for (const ManifestTensor& t : fp8.tensors) codes += t.info.dtype == DType::F8_E4M3;
+  EXPECT_EQ(codes, 7 * fp8.config.n_layers);
+  const Manifest same = import_served_model(admin, "same", {.verify = true}).manifest;
+  EXPECT_FALSE(same.config.quantization.fp8());
+  for (const ManifestTensor& t : same.tensors) EXPECT_NE(t.info.dtype, DType::F8_E4M3);
+
+  const auto e = call_error(admin, ipc::op::kLoad,
+                            {{"dir", model_dir_.path()}, {"name", "x"}, {"quantize", "int4"}});
+  EXPECT_EQ(e.code(), ErrorCode::kBadRequest);
+  EXPECT_NE(e.message().find("unknown quantize 'int4' (fp8 or none)"), std::string::npos)
+      << e.message();
 }
 
 TEST_F(ServerHandlerTest, UidNotInTheAllowListIsRefused) {

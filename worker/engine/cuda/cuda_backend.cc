@@ -41,6 +41,10 @@ CudaBackend::CudaBackend(std::shared_ptr<const WeightStore> store, const EngineO
   if (c_.quantization.fp8())
     throw std::runtime_error(
         "cuda_engine \"single\" does not run fp8 weights; use cuda_engine \"batched\"");
+  if (options_.kv_cache_dtype == KvCacheDtype::Fp8E4m3)
+    throw std::runtime_error(
+        "kv_cache_dtype fp8_e4m3 needs the batched cuda engine (cuda_engine \"batched\"); the "
+        "single-sequence engine keeps its cache in the weights' 16-bit type");
   stream_ = make_stream();
   weights_ = CudaWeights::bind(*store_, c_);
   workspace_bytes_ += weights_.copied_bytes();

@@ -65,9 +65,11 @@ class CudaBatchBackend final : public Backend {
   // device milliseconds to `ms` (step_phases.h); the logits are left as forward() leaves them.
   void profile_forward(const ForwardBatch& batch, std::array<double, StepPhases::kPhases>& ms);
 
-  // Bytes one token position takes in the pool (keys and values of every layer, 16-bit).
-  static int64_t kv_bytes_per_token(const ModelConfig& config) {
-    return cuda_kv_bytes_per_token(config);
+  // Bytes one token position takes in the pool (keys and values of every layer, 16-bit or
+  // fp8 codes and scales).
+  static int64_t kv_bytes_per_token(const ModelConfig& config,
+                                    KvCacheDtype kv_dtype = KvCacheDtype::Auto) {
+    return cuda_kv_bytes_per_token(config, kv_dtype);
   }
 
   // Device memory this backend allocated, excluding weights; the KV pool's share of it.

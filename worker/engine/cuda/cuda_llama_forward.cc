@@ -111,6 +111,7 @@ void CudaLlamaForward::layer(int l, const StepShape& s, const StepInputs& in, co
     kw.head_dim = c.head_dim, kw.block_size = kv.shape().block_size, kw.eps = eps;
     kw.q_out = q16_.get(), kw.k_pool = kv.k(l), kw.v_pool = kv.v(l);
     kw.block_stride = kv.block_stride();
+    kw.fp8_kv = kv.fp8(), kw.kv_scale_offset = kv.scale_offset();
     kernels::paged_kv_write(type_, kw, st);
     mark(StepPhase::KvWrite, st);
 
@@ -177,6 +178,7 @@ void CudaLlamaForward::begin(const StepShape& s, const StepInputs& in, const Cud
   at.scratch = attention_scratch_.get(), at.scratch_bytes = attention_scratch_bytes_;
   at.out = att_.get();
   at.k_pool = kv.k(0), at.v_pool = kv.v(0), at.block_stride = kv.block_stride();
+  at.fp8_kv = kv.fp8(), at.kv_scale_offset = kv.scale_offset();
   kernels::paged_attention_plan(at, st);
   mark(StepPhase::Inputs, st);
   if (tp_) {

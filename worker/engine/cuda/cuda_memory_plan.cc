@@ -19,17 +19,25 @@ StepLimits StepLimits::of(const EngineOptions& options, int context_length) {
   return l;
 }
 
-int64_t cuda_kv_bytes_per_token(const ModelConfig& c) {
+int64_t cuda_kv_bytes_per_token(const ModelConfig& c, KvCacheDtype kv_dtype) {
+  if (kv_dtype == KvCacheDtype::Fp8E4m3)  // a code per value, a 4-byte scale per KV head
+    return int64_t(c.n_layers) * 2 * c.n_kv_heads * (c.head_dim + 4);
   return int64_t(c.n_layers) * c.kv_dim() * 2 /* K and V */ * 2 /* 16-bit */;
 }
 
 CudaKvPool::CudaKvPool(const ModelConfig& c, const EngineOptions& options, int context_length,
                        cudaStream_t stream, DeviceArena& arena, const KvMemoryFactory& lease) {
-  part_bytes_ = size_t(options.kv_block_size) * c.kv_dim() * 2;
+  fp8_ = options.kv_cache_dtype == KvCacheDtype::Fp8E4m3;
+  scale_offset_ = fp8_ ? int64_t(options.kv_block_size) * c.kv_dim() : 0;
+  part_bytes_ = size_t(cuda_kv_bytes_per_token(c, options.kv_cache_dtype)) / (2 * c.n_layers) *
+                options.kv_block_size;
+  // Every part starts 16-byte aligned (the kernels' vector loads), also with odd block sizes.
+  part_bytes_ = (part_bytes_ + 15) / 16 * 16;
   block_bytes_ = 2 * size_t(c.n_layers) * part_bytes_;
   if (lease) {
     // Served: hearth-server's budget decides; the free memory here is not this worker's to take.
-    shape_ = resolve_kv_pool(options, context_length, cuda_kv_bytes_per_token(c), std::nullopt);
+    shape_ = resolve_kv_pool(options, context_length,
+                             cuda_kv_bytes_per_token(c, options.kv_cache_dtype), std::nullopt);
     const int context_blocks = (context_length + shape_.block_size - 1) / shape_.block_size;
     if (options.kv_pool_tokens <= 0 && options.kv_pool_gb <= 0)
       shape_.num_blocks = std::max(options.max_running, 1) * context_blocks;
@@ -49,7 +57,8 @@ CudaKvPool::CudaKvPool(const ModelConfig& c, const EngineOptions& options, int c
     HEARTH_CUDA_CHECK(cudaMemGetInfo(&f, &total));
     free = f;
   }
-  shape_ = resolve_kv_pool(options, context_length, cuda_kv_bytes_per_token(c), free);
+  shape_ = resolve_kv_pool(options, context_length,
+                           cuda_kv_bytes_per_token(c, options.kv_cache_dtype), free);
   if (shape_.num_blocks < 1) throw std::runtime_error("the KV pool holds no block");
   const size_t pool = bytes();
   pool_ = arena.alloc(pool);

@@ -43,11 +43,14 @@ class DeviceArena {
   size_t bytes_ = 0;
 };
 
-// Bytes one token position takes in the pool (keys and values of every layer, 16-bit).
-int64_t cuda_kv_bytes_per_token(const ModelConfig& config);
+// Bytes one token position takes in the pool (keys and values of every layer, 16-bit; with
+// kv_cache_dtype fp8_e4m3 one e4m3 code per value and an fp32 scale per KV head).
+int64_t cuda_kv_bytes_per_token(const ModelConfig& config,
+                                KvCacheDtype kv_dtype = KvCacheDtype::Auto);
 
 // The paged KV pool, block-major: block b is one run of block_bytes() holding, per layer, the
-// layer's keys [n_kv_heads][block_size][head_dim] then its values, 16-bit. A layer's block
+// layer's keys [n_kv_heads][block_size][head_dim] then its values, 16-bit (fp8 KV: each of the
+// two is the codes, then their fp32 scales [n_kv_heads][block_size]). A layer's block
 // address is base + b * block_bytes() + layer offset, so whole blocks are whole units of memory
 // (what a leased chunk holds) and the kernels step from block to block by block_stride().
 // Single-process, the pool is one allocation; served, it is the worker's leased range (VMM
@@ -75,15 +78,21 @@ class CudaKvPool {
     return memory_ ? size_t(memory_->bytes()) : size_t(shape_.num_blocks) * block_bytes_;
   }
   size_t block_bytes() const { return block_bytes_; }
-  // Block 0 of a layer's keys / values; block b is block_stride() 16-bit values further.
+  // Block 0 of a layer's keys / values; block b is block_stride() values (16-bit, or fp8
+  // codes) further.
   void* k(int layer) const { return base_ + size_t(layer) * 2 * part_bytes_; }
   void* v(int layer) const { return static_cast<char*>(k(layer)) + part_bytes_; }
-  int64_t block_stride() const { return int64_t(block_bytes_ / 2); }
+  int64_t block_stride() const { return int64_t(fp8_ ? block_bytes_ : block_bytes_ / 2); }
+  bool fp8() const { return fp8_; }
+  // fp8: bytes from a part's codes to its scales (PagedKvWriteArgs::kv_scale_offset).
+  int64_t scale_offset() const { return scale_offset_; }
 
  private:
   KvPoolShape shape_{};
-  size_t part_bytes_ = 0;             // one layer's keys (or values) of one block
-  size_t block_bytes_ = 0;            // every layer's keys and values of one block
+  size_t part_bytes_ = 0;   // one layer's keys (or values) of one block
+  size_t block_bytes_ = 0;  // every layer's keys and values of one block
+  bool fp8_ = false;
+  int64_t scale_offset_ = 0;
   DeviceBuffer pool_;                 // own pool
   std::shared_ptr<KvMemory> memory_;  // leased pool
   char* base_ = nullptr;

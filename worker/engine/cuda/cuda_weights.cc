@@ -73,6 +73,7 @@ size_t CudaWeights::copied_bytes() const {
 }
 
 void CudaWeights::check_kv_cache_dtype(KvCacheDtype kv_cache_dtype) const {
+  if (kv_cache_dtype == KvCacheDtype::Fp8E4m3) return;  // codes + scales beside any weights
   if (kv_cache_dtype != KvCacheDtype::Auto &&
       (kv_cache_dtype == KvCacheDtype::Bf16) != (type_ == kernels::Half::BF16))
     throw std::runtime_error("kv_cache_dtype " + std::string(option_name(kv_cache_dtype)) +

@@ -45,8 +45,8 @@ class CudaWeights {
   int num_layers() const { return int(layers_.size()); }
   const float* inv_freq() const { return inv_freq_.get<float>(); }
   size_t copied_bytes() const;  // the fp32 copies and the frequencies, on the GPU
-  // The KV cache is kept in the weights' 16-bit type: an engine option asking for the other
-  // one (Bf16 or F16; Auto follows the weights) is refused.
+  // A 16-bit KV cache is kept in the weights' 16-bit type: an engine option asking for the
+  // other one (Bf16 or F16; Auto follows the weights) is refused. fp8_e4m3 is accepted.
   void check_kv_cache_dtype(KvCacheDtype kv_cache_dtype) const;
 
  private:

@@ -70,12 +70,17 @@ using epilogue::StoreTarget;
 // kRows: 16, 32 or 64 with one consumer warpgroup, 128 with two. As in the 16-bit kernel, a
 // small tile's 64-row wgmma reads past its A region into the next stages; those rows are never
 // stored, and a row's result depends on its own A row only.
-template <int kRows, int kBN, int kStageCount>
+//
+// kSub: 128-wide K boxes per stage, each summed from zero in its own register set and promoted
+// into the accumulator in K order, exactly as kSub stages of one box would be (the same bits).
+// A decode tile's block then has kSub independent wgmma chains in flight instead of one or two.
+template <int kRows, int kBN, int kStageCount, int kSub = 1>
 struct Config {
-  static constexpr int kStages = kStageCount;
+  static constexpr int kStages = kStageCount, kBoxes = kSub;
   static constexpr int kConsumers = kRows > 64 ? kRows / 64 : 1;
   static constexpr int BM = kRows, BN = kBN, kThreads = 128 * (kConsumers + 1);
-  static constexpr int kABytes = BM * kRowBytes, kBBytes = BN * kRowBytes;
+  static constexpr int kABoxBytes = BM * kRowBytes, kBBoxBytes = BN * kRowBytes;
+  static constexpr int kABytes = kABoxBytes * kSub, kBBytes = kBBoxBytes * kSub;
   static constexpr int kStageBytes = kABytes + kBBytes;
   static constexpr size_t kBarrierOffset = size_t(kStageBytes) * kStages;
   static constexpr size_t kSmemBytes = kBarrierOffset + 2 * 8 * kStages + 1024;
@@ -87,10 +92,11 @@ struct Config {
   // with two consumers: at 168 registers ptxas serializes the wgmmas (C7514) instead; there
   // the other consumer's wgmmas fill the gap.
   static constexpr int kRegisterLimit = kMinBlocks == 2 ? 128 : 255;
-  static constexpr bool kDoubleBuffer = kConsumers == 1 && 3 * (BN / 2) + 40 <= kRegisterLimit;
+  static constexpr bool kDoubleBuffer =
+      kSub == 1 && kConsumers == 1 && 3 * (BN / 2) + 40 <= kRegisterLimit;
   static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0, "swizzle atoms are 1024 bytes");
   static_assert(kRows % 64 == 0 ||
-                    size_t(kABytes) * (kStages - 1) + 64 * kRowBytes <= kBarrierOffset,
+                    size_t(kABytes) * kStages - kABoxBytes + 64 * kRowBytes <= kBarrierOffset,
                 "a small tile's 64-row wgmma must stay inside the stages");
 };
 
@@ -109,7 +115,8 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
   allow_dependents_early();
 
   const int units = p.tiles_m * p.tiles_n;
-  const int k_tiles = (p.k + kBK - 1) / kBK;
+  constexpr int kSub = C::kBoxes;  // K is a multiple of kSub boxes when kSub > 1 (fp8_matmul)
+  const int k_tiles = (p.k + kBK * kSub - 1) / (kBK * kSub);
   const int wg = threadIdx.x / 128;
   if (wg == 0) {
     // ---- Producer ----
@@ -118,16 +125,21 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
       auto load_w = [&](int s, int kt, int tile) {
         const Segment& g = segment_of(p, tile);
         const int tn = tile - g.tile0;  // the column tile within its own weight
-        uint8_t* dst = b_smem + size_t(s) * C::kBBytes;
-        if constexpr (kSwiGLU) {
-          tma_load(dst, &g.map, kt * kBK, tn * (BN / 2), &full[s]);
-          tma_load(dst + (BN / 2) * kRowBytes, &p.map_w1, kt * kBK, tn * (BN / 2), &full[s]);
-        } else {
-          tma_load(dst, &g.map, kt * kBK, tn * BN, &full[s]);
+        for (int j = 0; j < kSub; ++j) {
+          uint8_t* dst = b_smem + size_t(s) * C::kBBytes + size_t(j) * C::kBBoxBytes;
+          const int x = (kt * kSub + j) * kBK;
+          if constexpr (kSwiGLU) {
+            tma_load(dst, &g.map, x, tn * (BN / 2), &full[s]);
+            tma_load(dst + (BN / 2) * kRowBytes, &p.map_w1, x, tn * (BN / 2), &full[s]);
+          } else {
+            tma_load(dst, &g.map, x, tn * BN, &full[s]);
+          }
         }
       };
       auto load_a = [&](int s, int kt, int tm) {
-        tma_load(a_smem + size_t(s) * C::kABytes, &p.map_a, kt * kBK, tm * BM, &full[s]);
+        for (int j = 0; j < kSub; ++j)
+          tma_load(a_smem + size_t(s) * C::kABytes + size_t(j) * C::kABoxBytes, &p.map_a,
+                   (kt * kSub + j) * kBK, tm * BM, &full[s]);
       };
       produce_stages<kStages, C::kStageBytes>(ring, blockIdx.x, gridDim.x, units, p.tiles_m,
                                               p.tiles_n, k_tiles, load_w, load_a);
@@ -177,7 +189,40 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
       const int tn = tile - g.tile0;
 #pragma unroll
       for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
-      if constexpr (C::kDoubleBuffer) {
+      if constexpr (kSub > 1) {
+        // kSub register sets, one per box of the stage: their wgmma chains run side by side;
+        // promoted in box order after the stage's wgmmas are done.
+        for (int kt = 0; kt < k_tiles; ++kt) {
+          const int n = it + kt, s = n % kStages;
+          mbar_wait(&full[s], (n / kStages) & 1);
+          const uint32_t a0 =
+              smem_addr(a_smem + size_t(s) * C::kABytes + (wg - 1) * 64 * kRowBytes);
+          const uint32_t b0 = smem_addr(b_smem + size_t(s) * C::kBBytes);
+          float parts[kSub][BN / 2];
+#pragma unroll
+          for (int j = 0; j < kSub; ++j)
+#pragma unroll
+            for (int i = 0; i < BN / 2; ++i) fence_register(parts[j][i]);
+          wgmma_fence();
+#pragma unroll
+          for (int j = 0; j < kSub; ++j)
+#pragma unroll
+            for (int kk = 0; kk < kStepsPerStage; ++kk)
+              WgmmaE4m3<BN>::run(parts[j], smem_desc(a0 + j * C::kABoxBytes + kk * 32),
+                                 smem_desc(b0 + j * C::kBBoxBytes + kk * 32), kk > 0);
+          wgmma_commit();
+          wgmma_wait<0>();
+#pragma unroll
+          for (int j = 0; j < kSub; ++j)
+#pragma unroll
+            for (int i = 0; i < BN / 2; ++i) fence_register(parts[j][i]);
+          if (t == 0) mbar_arrive(&empty[s]);
+#pragma unroll
+          for (int j = 0; j < kSub; ++j)
+#pragma unroll
+            for (int i = 0; i < BN / 2; ++i) acc[i] = __fadd_rn(acc[i], parts[j][i]);
+        }
+      } else if constexpr (C::kDoubleBuffer) {
         // Two register sets: a stage's wgmmas run while the one before it is promoted. The
         // additions into acc are the single set's, in the same order: the same bits.
         issue(part0, it);
@@ -261,10 +306,10 @@ int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }
 
-template <typename T, int kRows, int kBN, int kStages, bool kSwiGLU>
+template <typename T, int kRows, int kBN, int kStages, bool kSwiGLU, int kSub = 1>
 void launch(const Fp8MatmulArgs& a, int64_t lda, const std::array<Fp8MatmulSegment, 3>& segs,
             Params p, cudaStream_t stream) {
-  using C = Config<kRows, kBN, kStages>;
+  using C = Config<kRows, kBN, kStages, kSub>;
   static_assert(C::kSmemBytes <= 227 * 1024, "tile configuration exceeds shared memory");
   auto kernel = fp8_matmul_kernel<T, C, kSwiGLU>;
   static const int resident = [&] {
@@ -309,6 +354,8 @@ void dispatch(Fp8Tiles tiles, const Fp8MatmulArgs& a, int64_t lda,
       return launch<T, 64, 64, 6, kSwiGLU>(a, lda, segs, p, stream);
     case Fp8Tiles::M16N32Deep:
       return launch<T, 16, 32, 32, kSwiGLU>(a, lda, segs, p, stream);
+    case Fp8Tiles::M16N32DeepK512:
+      return launch<T, 16, 32, 8, kSwiGLU, 4>(a, lda, segs, p, stream);
     case Fp8Tiles::M32N32Deep:
       return launch<T, 32, 32, 24, kSwiGLU>(a, lda, segs, p, stream);
     case Fp8Tiles::M64N32Deep:
@@ -331,11 +378,13 @@ struct Candidate {
 };
 
 // Any choice gives the same bits; this one is about speed (the 16-bit kernel's rule).
-Fp8Tiles choose(int m, int n, bool swiglu) {
+Fp8Tiles choose(int m, int n, int k, bool swiglu) {
   const int64_t sms = device_sm_count();
   const int64_t weight_rows = swiglu ? 2 * int64_t(n) : n;
   if (m <= 64) {
     const bool one_wave = ceil_div(weight_rows, 32) <= sms;
+    // One deep block per SM: four boxes a stage give it four wgmma chains at once.
+    if (m <= 16 && one_wave && k % (4 * kBK) == 0) return Fp8Tiles::M16N32DeepK512;
     if (m <= 16)
       return one_wave                      ? Fp8Tiles::M16N32Deep
              : weight_rows / 64 >= 2 * sms ? Fp8Tiles::M16N64
@@ -384,6 +433,8 @@ const char* fp8_tiles_name(Fp8Tiles t) {
       return "64x64";
     case Fp8Tiles::M16N32Deep:
       return "16x32deep";
+    case Fp8Tiles::M16N32DeepK512:
+      return "16x32deep-k512";
     case Fp8Tiles::M32N32Deep:
       return "32x32deep";
     case Fp8Tiles::M64N32Deep:
@@ -462,7 +513,10 @@ void fp8_matmul(Half out_type, MatmulEpilogue epilogue, const Fp8MatmulArgs& a, 
     p.seg[s].n = segs[s].n;
     n += segs[s].n;
   }
-  if (tiles == Fp8Tiles::Auto) tiles = choose(a.m, n, swiglu);
+  if (tiles == Fp8Tiles::Auto) tiles = choose(a.m, n, a.k, swiglu);
+  // Four boxes a stage need K in whole stages (no divergent box check before the wgmmas, which
+  // ptxas would serialise). Any tiling gives the same bits.
+  if (tiles == Fp8Tiles::M16N32DeepK512 && a.k % (4 * kBK) != 0) tiles = Fp8Tiles::M16N32Deep;
   p.a_scale = a.a_scale;
   p.w_up_scale = a.w_up_scale;
   p.m = a.m;

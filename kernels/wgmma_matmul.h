@@ -19,7 +19,7 @@ namespace hearth::kernels {
 // Block tiles: rows x weight rows (for SwiGLU half gate, half up). 16- and 32-row tiles are for
 // decode steps; Deep ones run one block per SM with ~190 KB of pipeline (more weight bytes in
 // flight, for shapes whose tiles all fit one wave); DeepK256 also moves four 64-wide K boxes per
-// pipeline stage (long K: down_proj's 14,336); M256 are 2-block clusters of 128-row tiles
+// pipeline stage (K a multiple of 256); M256 are 2-block clusters of 128-row tiles
 // that share their weight tile (multicast).
 enum class WgmmaTiles {
   Auto,

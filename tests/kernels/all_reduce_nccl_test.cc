@@ -55,6 +55,7 @@ int64_t compare(int ranks) {
       HEARTH_CUDA_CHECK(cudaSetDevice(devices[size_t(r)]));
       HEARTH_CUDA_CHECK(
           cudaMemcpy(s.send.get(), part.data(), size_t(count) * 4, cudaMemcpyHostToDevice));
+      HEARTH_CUDA_CHECK(cudaDeviceSynchronize());  // the DMA landed before other streams read it
       send.push_back(s.send.get<float>());
       recv.push_back(s.nccl_out.get<float>());
       streams.push_back(s.stream.get());

@@ -77,6 +77,9 @@ std::vector<std::vector<float>> run_once(PeerAllReduce& ar, std::vector<RankSide
         cudaMemcpy(partial(r), parts[size_t(r)].data(), size_t(count) * 4, cudaMemcpyHostToDevice));
     HEARTH_CUDA_CHECK(
         cudaMemcpy(out(r), residual.data(), size_t(count) * 4, cudaMemcpyHostToDevice));
+    // A copy from pageable memory may return before its DMA lands, and the rank's stream does
+    // not wait for the legacy stream: without this the kernel could read the last run's data.
+    HEARTH_CUDA_CHECK(cudaDeviceSynchronize());
   }
   if (launch)
     for (int r = 0; r < ar.ranks(); ++r)

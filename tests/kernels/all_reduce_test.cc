@@ -89,8 +89,7 @@ std::vector<std::vector<float>> run_once(PeerAllReduce& ar, std::vector<RankSide
     HEARTH_CUDA_CHECK(cudaSetDevice(ar.device(r)));
     HEARTH_CUDA_CHECK(cudaStreamSynchronize(sides[size_t(r)].stream.get()));
     std::vector<float> o(static_cast<size_t>(count));
-    HEARTH_CUDA_CHECK(cudaMemcpy(o.data(), sides[size_t(r)].out.get(), size_t(count) * 4,
-                                 cudaMemcpyDeviceToHost));
+    HEARTH_CUDA_CHECK(cudaMemcpy(o.data(), out(r), size_t(count) * 4, cudaMemcpyDeviceToHost));
     outs.push_back(std::move(o));
   }
   HEARTH_CUDA_CHECK(cudaSetDevice(ar.device(0)));

@@ -7,27 +7,9 @@
 
 #include "kernels/all_reduce.h"
 #include "kernels/cuda_check.h"
+#include "kernels/device_scope.h"
 
 namespace hearth::kernels {
-
-namespace {
-
-// Makes `device` current for a scope and restores the caller's device after.
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) {
-    HEARTH_CUDA_CHECK(cudaGetDevice(&previous_));
-    HEARTH_CUDA_CHECK(cudaSetDevice(device));
-  }
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
-  ~DeviceScope() { cudaSetDevice(previous_); }
-
- private:
-  int previous_ = 0;
-};
-
-}  // namespace
 
 PeerAccessGrant::PeerAccessGrant(int device, int peer) : device_(device), peer_(peer) {
   int can = 0;

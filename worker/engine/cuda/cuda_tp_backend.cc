@@ -6,6 +6,7 @@
 
 #include "kernels/all_reduce.h"
 #include "kernels/cuda_check.h"
+#include "kernels/device_scope.h"
 #include "weight-server/model/rank_store.h"
 #include "weight-server/model/shard_plan.h"
 
@@ -13,20 +14,7 @@ namespace hearth {
 
 namespace {
 
-// Makes `device` current for a scope and restores the caller's device after.
-class DeviceScope {
- public:
-  explicit DeviceScope(int device) {
-    HEARTH_CUDA_CHECK(cudaGetDevice(&previous_));
-    HEARTH_CUDA_CHECK(cudaSetDevice(device));
-  }
-  DeviceScope(const DeviceScope&) = delete;
-  DeviceScope& operator=(const DeviceScope&) = delete;
-  ~DeviceScope() { cudaSetDevice(previous_); }
-
- private:
-  int previous_ = 0;
-};
+using kernels::DeviceScope;
 
 // What the batched kernels take of one rank's shapes, refused before anything is allocated.
 void check_rank_shapes(const ModelConfig& rc, int rank) {

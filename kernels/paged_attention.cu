@@ -179,6 +179,31 @@ struct Smem {
   float state[kWarps][D / 2][32];  // merged o of each thread's fragments
 };
 
+// A block of at most 16 rows (a decode: one token x its GQA group) fills one warp's MMA rows.
+// Rather than leave three warps idle, the four cooperate on each tile: warp w computes the
+// scores of keys [16w, 16w + 16) (n-tiles 2w, 2w + 1, which are also P's k-step w), their
+// softmax terms, and output column pairs [w, w + 1) x kPairsPerWarp. The row maxima (exact in
+// any order), each row's pair sums and P's fragments go through shared memory, and every warp
+// adds a row's pair sums in the one-warp order, j = 0..7. So each value is computed by the same
+// instructions in the same order as by one warp alone and a row's bits do not change
+// (PagedAttention tests: a decode == its row of a prompt chunk, memcmp). Decode blocks are
+// bound by one warp's chain of dependent instructions per tile; this shortens it about 4x.
+template <int D>
+constexpr bool kCooperativeD = (D / 16) % kWarps == 0;  // column pairs split evenly over warps
+// What cooperating warps exchange per tile, in state[1..] (only state[0] is used then).
+struct CooperativeExchange {
+  float* max;    // [kWarps][16 rows]
+  float* pairs;  // [16 rows][8 n-tiles][4 quad columns]
+  uint32_t* p;   // [4 k-steps][32 lanes][4]
+};
+template <typename T, int D>
+__device__ __forceinline__ CooperativeExchange cooperative_exchange(Smem<T, D>& sm) {
+  constexpr size_t kFloats = kWarps * 16 + 16 * 8 * 4 + 4 * 32 * 4;
+  static_assert(!kCooperativeD<D> || kFloats * 4 <= sizeof(sm.state) / kWarps * (kWarps - 1));
+  float* base = &sm.state[1][0][0];
+  return {base, base + kWarps * 16, reinterpret_cast<uint32_t*>(base + kWarps * 16 + 16 * 8 * 4)};
+}
+
 // fp8 KV: 8 codes of one row times the row's scale, in fp32, rounded to T: what the tensor
 // cores read in place of a 16-bit row's 16 bytes.
 template <typename T>
@@ -298,9 +323,20 @@ __global__ void __launch_bounds__(kWarps * 32, 2) paged_attention_kernel(Params 
   cp_async_commit();
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const bool active = warp * 16 < rows_here;
+  const bool cooperative = kCooperativeD<D> && rows_here <= 16;  // the same for the whole block
+  const bool active = cooperative || warp * 16 < rows_here;
+  const int row_warp = cooperative ? 0 : warp;  // the 16 rows this warp computes
+  // This warp's share of a tile: score n-tile pairs [np0, np0 + np_count) and output column
+  // pairs [dp0, dp0 + dp_count); registers sc[0..] and o[0..] hold them (constant indexes, so
+  // they stay registers), addresses add the runtime base.
+  constexpr int kPairsPerWarp = kCooperativeD<D> ? kDTiles / 2 / kWarps : 1;
+  const int np0 = cooperative ? warp : 0, np_count = cooperative ? 1 : 4;
+  const int dp0 = cooperative ? warp * kPairsPerWarp : 0;
+  const int dp_count = cooperative ? kPairsPerWarp : kDTiles / 2;
+  CooperativeExchange ex{};
+  if (cooperative) ex = cooperative_exchange(sm);
   // This thread's two rows (a: lane / 4, b: lane / 4 + 8 of the warp's 16) and their positions.
-  const int row_a = warp * 16 + lane / 4, row_b = row_a + 8;
+  const int row_a = row_warp * 16 + lane / 4, row_b = row_a + 8;
   const int pos_a = row_a < rows_here ? pos0 + (r0 + row_a) / p.group : -1;
   const int pos_b = row_b < rows_here ? pos0 + (r0 + row_b) / p.group : -1;
   const float scale_log2 = __fmul_rn(a.scale, 1.4426950408889634f);
@@ -328,7 +364,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) paged_attention_kernel(Params 
     if (t == t_begin && active) {
 #pragma unroll
       for (int st = 0; st < kDSteps; ++st)
-        ldmatrix_x4(qf[st], sm.q + swizzle<D>(warp * 16 + (lane & 15), 2 * st + (lane >> 4)));
+        ldmatrix_x4(qf[st], sm.q + swizzle<D>(row_warp * 16 + (lane & 15), 2 * st + (lane >> 4)));
     }
     if (active) {
       const T* ks = sm.k[buf];
@@ -341,8 +377,9 @@ __global__ void __launch_bounds__(kWarps * 32, 2) paged_attention_kernel(Params 
       for (int st = 0; st < kDSteps; ++st) {
 #pragma unroll
         for (int np = 0; np < 4; ++np) {
+          if (np == np_count) break;
           uint32_t b[4];
-          ldmatrix_x4(b, ks + swizzle<D>(np * 16 + (lane & 7) + (lane >> 4) * 8,
+          ldmatrix_x4(b, ks + swizzle<D>((np0 + np) * 16 + (lane & 7) + (lane >> 4) * 8,
                                          2 * st + ((lane >> 3) & 1)));
           mma_16816<T>(sc[2 * np], qf[st], b[0], b[1]);
           mma_16816<T>(sc[2 * np + 1], qf[st], b[2], b[3]);
@@ -351,10 +388,11 @@ __global__ void __launch_bounds__(kWarps * 32, 2) paged_attention_kernel(Params 
       // Causal mask (a row sees keys <= its position), log2 units, running max.
       float max_a = -INFINITY, max_b = -INFINITY;
 #pragma unroll
-      for (int j = 0; j < 8; ++j)
+      for (int j = 0; j < 8; ++j) {
+        if (j == 2 * np_count) break;
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          const int key = t * kKeys + j * 8 + 2 * (lane & 3) + (e & 1);
+          const int key = t * kKeys + (2 * np0 + j) * 8 + 2 * (lane & 3) + (e & 1);
           const float v =
               key <= (e < 2 ? pos_a : pos_b) ? __fmul_rn(sc[j][e], scale_log2) : -INFINITY;
           sc[j][e] = v;
@@ -363,10 +401,23 @@ __global__ void __launch_bounds__(kWarps * 32, 2) paged_attention_kernel(Params 
           else
             max_b = fmaxf(max_b, v);
         }
+      }
 #pragma unroll
       for (int off = 1; off <= 2; off <<= 1) {
         max_a = fmaxf(max_a, __shfl_xor_sync(~0u, max_a, off));
         max_b = fmaxf(max_b, __shfl_xor_sync(~0u, max_b, off));
+      }
+      if (cooperative) {  // the row maxima over all four warps' keys
+        if ((lane & 3) == 0) {
+          ex.max[warp * 16 + lane / 4] = max_a;
+          ex.max[warp * 16 + lane / 4 + 8] = max_b;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) {
+          max_a = fmaxf(max_a, ex.max[w * 16 + lane / 4]);
+          max_b = fmaxf(max_b, ex.max[w * 16 + lane / 4 + 8]);
+        }
       }
       const float new_a = fmaxf(m_a, max_a), new_b = fmaxf(m_b, max_b);
       // A row with nothing visible yet keeps m = -inf; its factors must stay finite.
@@ -374,20 +425,46 @@ __global__ void __launch_bounds__(kWarps * 32, 2) paged_attention_kernel(Params 
       const float alpha_b = new_b == -INFINITY ? 1.0f : exp2f(__fsub_rn(m_b, new_b));
       m_a = new_a;
       m_b = new_b;
+      // p = 2^(s - m); a row's sum adds its n-tiles' pair sums in order, j = 0..7.
       float sum_a = 0.0f, sum_b = 0.0f;
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
+        if (j == 2 * np_count) break;
         sc[j][0] = m_a == -INFINITY ? 0.0f : exp2f(__fsub_rn(sc[j][0], m_a));
         sc[j][1] = m_a == -INFINITY ? 0.0f : exp2f(__fsub_rn(sc[j][1], m_a));
         sc[j][2] = m_b == -INFINITY ? 0.0f : exp2f(__fsub_rn(sc[j][2], m_b));
         sc[j][3] = m_b == -INFINITY ? 0.0f : exp2f(__fsub_rn(sc[j][3], m_b));
-        sum_a = __fadd_rn(sum_a, __fadd_rn(sc[j][0], sc[j][1]));
-        sum_b = __fadd_rn(sum_b, __fadd_rn(sc[j][2], sc[j][3]));
+        const float pair_a = __fadd_rn(sc[j][0], sc[j][1]);
+        const float pair_b = __fadd_rn(sc[j][2], sc[j][3]);
+        if (cooperative) {
+          ex.pairs[((lane / 4) * 8 + 2 * np0 + j) * 4 + (lane & 3)] = pair_a;
+          ex.pairs[((lane / 4 + 8) * 8 + 2 * np0 + j) * 4 + (lane & 3)] = pair_b;
+        } else {
+          sum_a = __fadd_rn(sum_a, pair_a);
+          sum_b = __fadd_rn(sum_b, pair_b);
+        }
+      }
+      // P as the A fragment of k-step kk of O += P V: P's accumulators are laid out as one.
+      auto p_fragment = [&](int kk) {
+        return make_uint4(pack_half2<T>(sc[2 * kk][0], sc[2 * kk][1]),
+                          pack_half2<T>(sc[2 * kk][2], sc[2 * kk][3]),
+                          pack_half2<T>(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
+                          pack_half2<T>(sc[2 * kk + 1][2], sc[2 * kk + 1][3]));
+      };
+      if (cooperative) {  // every warp gets every warp's pair sums and P fragment
+        *reinterpret_cast<uint4*>(ex.p + (np0 * 32 + lane) * 4) = p_fragment(0);
+        __syncthreads();
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+          sum_a = __fadd_rn(sum_a, ex.pairs[((lane / 4) * 8 + j) * 4 + (lane & 3)]);
+          sum_b = __fadd_rn(sum_b, ex.pairs[((lane / 4 + 8) * 8 + j) * 4 + (lane & 3)]);
+        }
       }
       l_a = __fmaf_rn(l_a, alpha_a, sum_a);
       l_b = __fmaf_rn(l_b, alpha_b, sum_b);
 #pragma unroll
       for (int d = 0; d < kDTiles; ++d) {
+        if (d == 2 * dp_count) break;
         o[d][0] = __fmul_rn(o[d][0], alpha_a);
         o[d][1] = __fmul_rn(o[d][1], alpha_a);
         o[d][2] = __fmul_rn(o[d][2], alpha_b);
@@ -396,15 +473,15 @@ __global__ void __launch_bounds__(kWarps * 32, 2) paged_attention_kernel(Params 
       // O += P V: P's accumulators are already laid out as A fragments (16 keys per k-step).
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
-        const uint32_t pf[4] = {pack_half2<T>(sc[2 * kk][0], sc[2 * kk][1]),
-                                pack_half2<T>(sc[2 * kk][2], sc[2 * kk][3]),
-                                pack_half2<T>(sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
-                                pack_half2<T>(sc[2 * kk + 1][2], sc[2 * kk + 1][3])};
+        const uint4 f = cooperative ? *reinterpret_cast<const uint4*>(ex.p + (kk * 32 + lane) * 4)
+                                    : p_fragment(kk);
+        const uint32_t pf[4] = {f.x, f.y, f.z, f.w};
 #pragma unroll
         for (int dp = 0; dp < kDTiles / 2; ++dp) {
+          if (dp == dp_count) break;
           uint32_t b[4];
           ldmatrix_x4_trans(b, vs + swizzle<D>(kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8,
-                                               2 * dp + (lane >> 4)));
+                                               2 * (dp0 + dp) + (lane >> 4)));
           mma_16816<T>(o[2 * dp], pf, b[0], b[1]);
           mma_16816<T>(o[2 * dp + 1], pf, b[2], b[3]);
         }
@@ -427,11 +504,12 @@ __global__ void __launch_bounds__(kWarps * 32, 2) paged_attention_kernel(Params 
           float* pb = p.partials + entry_b * (D + 2);
 #pragma unroll
           for (int d = 0; d < kDTiles; ++d) {
-            const int col = d * 8 + 2 * (lane & 3);
+            if (d == 2 * dp_count) break;
+            const int col = (2 * dp0 + d) * 8 + 2 * (lane & 3);
             if (sees_a) *reinterpret_cast<float2*>(pa + col) = make_float2(o[d][0], o[d][1]);
             if (sees_b) *reinterpret_cast<float2*>(pb + col) = make_float2(o[d][2], o[d][3]);
           }
-          if ((lane & 3) == 0) {
+          if ((lane & 3) == 0 && (!cooperative || warp == 0)) {
             if (sees_a) pa[D] = m_a, pa[D + 1] = l_a;
             if (sees_b) pb[D] = m_b, pb[D + 1] = l_b;
           }
@@ -440,15 +518,17 @@ __global__ void __launch_bounds__(kWarps * 32, 2) paged_attention_kernel(Params 
           merge_factors(sm_a, m_a, ma, aa, ba);
           merge_factors(sm_b, m_b, mb, ab, bb);
 #pragma unroll
-          for (int d = 0; d < kDTiles; ++d)
+          for (int d = 0; d < kDTiles; ++d) {
+            if (d == 2 * dp_count) break;
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-              float& st = sm.state[warp][d * 4 + e][lane];
+              float& st = sm.state[row_warp][(2 * dp0 + d) * 4 + e][lane];
               if (j == 0)
                 st = o[d][e];
               else if (e < 2 ? sees_a : sees_b)
                 st = e < 2 ? merge_value(st, aa, o[d][e], ba) : merge_value(st, ab, o[d][e], bb);
             }
+          }
           if (j == 0) {
             sm_a = m_a, sl_a = l_a, sm_b = m_b, sl_b = l_b;
           } else {
@@ -476,8 +556,9 @@ __global__ void __launch_bounds__(kWarps * 32, 2) paged_attention_kernel(Params 
     };
 #pragma unroll
     for (int d = 0; d < kDTiles; ++d) {
-      const int col = d * 8 + 2 * (lane & 3);
-      float* st = &sm.state[warp][d * 4][lane];
+      if (d == 2 * dp_count) break;
+      const int col = (2 * dp0 + d) * 8 + 2 * (lane & 3);
+      float* st = &sm.state[row_warp][(2 * dp0 + d) * 4][lane];
       if (row_a < rows_here)
         *reinterpret_cast<uint32_t*>(row_out(row_a) + col) =
             pack_half2<T>(__fdiv_rn(st[0], sl_a), __fdiv_rn(st[32], sl_a));

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/kernels/gpu_test_util.h"
 #include "tests/worker/engine/engine_outcomes.h"
 #include "tools/synth_model.h"
 #include "weight-server/model/hf_model.h"
@@ -30,14 +31,7 @@ namespace {
 namespace fs = std::filesystem;
 using json = nlohmann::json;
 
-int gpu_count() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
-}
-
-#define REQUIRE_GPUS(n)  \
-  if (gpu_count() < (n)) \
-  GTEST_SKIP() << "needs " << (n) << " CUDA devices; this machine has " << gpu_count()
+using test::gpu_count;
 
 constexpr int kContext = 1024;
 constexpr int kVocab = 3000;
@@ -90,7 +84,7 @@ std::vector<Request> mixed_requests(int n) {
 }
 
 TEST(CudaTensorParallel, AloneEqualsBatchedBitForBit) {
-  REQUIRE_GPUS(2);
+  HEARTH_REQUIRE_GPUS(2);
   const std::vector<Request> all = mixed_requests(24);
   const EngineOptions o = options(2);
   CudaTpBackend tp(*host_model(), o, kContext);
@@ -100,7 +94,7 @@ TEST(CudaTensorParallel, AloneEqualsBatchedBitForBit) {
 }
 
 TEST(CudaTensorParallel, RepeatRunsStepBudgetsAndGraphsAreIdentical) {
-  REQUIRE_GPUS(2);
+  HEARTH_REQUIRE_GPUS(2);
   const std::vector<Request> all = mixed_requests(16);
   const EngineOptions wide = options(2, 2048);
   const auto want =
@@ -124,7 +118,7 @@ TEST(CudaTensorParallel, RepeatRunsStepBudgetsAndGraphsAreIdentical) {
 // A model sharded elsewhere (here: host pieces, as a memfd server serves them) runs as the
 // ranks this process cuts itself: the same pieces, the same bits.
 TEST(CudaTensorParallel, ShardedPiecesGiveTheSameBitsAsCutHere) {
-  REQUIRE_GPUS(2);
+  HEARTH_REQUIRE_GPUS(2);
   const std::vector<Request> all = mixed_requests(8);
   const EngineOptions o = options(2);
   const auto want =
@@ -146,7 +140,7 @@ TEST(CudaTensorParallel, ShardedPiecesGiveTheSameBitsAsCutHere) {
 // of the CPU's TP=2 (bf16 activations against fp32), and (reported, not asserted) how far they
 // are from the GPU's own TP=1 ones.
 TEST(CudaTensorParallel, CloseToCpuTensorParallel) {
-  REQUIRE_GPUS(2);
+  HEARTH_REQUIRE_GPUS(2);
   const auto store = host_model();
   CpuBackend cpu(store, kContext, {}, nullptr, 2);
   EngineOptions o = options(2);

@@ -13,6 +13,7 @@
 #include "kernels/fp8_e4m3.h"
 #include "kernels/reference.h"
 #include "tests/kernels/gpu_test_util.h"
+#include "tests/kernels/paged_step.h"
 #include "worker/engine/kv_fp8.h"
 
 namespace hearth {
@@ -22,14 +23,6 @@ using kernels::Half;
 using namespace hearth::test;
 
 const Half kTypes[] = {Half::BF16, Half::F16};
-
-template <typename T>
-std::vector<T> download(const DeviceBuffer& b, size_t n) {
-  std::vector<T> v(n);
-  HEARTH_CUDA_CHECK(cudaDeviceSynchronize());
-  HEARTH_CUDA_CHECK(cudaMemcpy(v.data(), b.get(), n * sizeof(T), cudaMemcpyDeviceToHost));
-  return v;
-}
 
 // Keys or values as the kernels keep them with their defaults: per block the codes
 // [n_kv_heads][block_size][head_dim], then the fp32 scales [n_kv_heads][block_size].
@@ -183,58 +176,20 @@ TEST(PagedKvWriteFp8, QuantizesEachRowAsTheCpuEngineDoes) {
     }
 }
 
-struct Seq {
-  std::vector<int> blocks;
-  int first_pos, n;
-  std::vector<float> q;  // [n][n_heads * head_dim], 16-bit values
-};
+using Seq = PagedSeq;
 
-// One step of paged attention over fp8 pools; out as 16-bit bits.
+// One step of paged attention over fp8 pools; out as 16-bit bits. `step_out`: what it ran.
 std::vector<uint16_t> run_step(Half t, int n_heads, const Fp8Pool& kp, const DeviceBuffer& dk,
                                const DeviceBuffer& dv, const std::vector<Seq>& seqs,
                                kernels::PagedAttentionKernel kernel, bool split_kv,
-                               std::vector<int>* starts_out = nullptr,
-                               std::vector<int>* first_out = nullptr,
-                               std::vector<int>* table_out = nullptr, int* max_blocks_out = nullptr,
-                               std::vector<float>* q_out = nullptr) {
-  const int qd = n_heads * kp.head_dim;
-  std::vector<int> starts{0}, first, table;
-  std::vector<float> q;
-  int max_blocks = 1, max_kv = 1;
-  for (const Seq& s : seqs) max_blocks = std::max(max_blocks, int(s.blocks.size()));
-  for (const Seq& s : seqs) {
-    starts.push_back(starts.back() + s.n);
-    first.push_back(s.first_pos);
-    max_kv = std::max(max_kv, s.first_pos + s.n);
-    q.insert(q.end(), s.q.begin(), s.q.end());
-    std::vector<int> row = s.blocks;
-    row.resize(max_blocks, -1);
-    table.insert(table.end(), row.begin(), row.end());
-  }
-  const int tokens = starts.back();
-  auto dq = upload_half(q, t);
-  auto dstart = upload(starts), dfirst = upload(first), dtable = upload(table);
-  auto out = poisoned(size_t(tokens) * qd * 2);
-  const size_t scratch_bytes = kernels::paged_attention_scratch_bytes(
-      tokens, int(seqs.size()), max_kv, n_heads, kp.head_dim, tokens);
-  DeviceBuffer scratch(scratch_bytes);
+                               PagedStep* step_out = nullptr) {
   kernels::PagedAttentionArgs a;
-  a.q = dq.get(), a.k_pool = dk.get(), a.v_pool = dv.get();
-  a.fp8_kv = true;
-  a.query_start = dstart.get<int>(), a.first_pos = dfirst.get<int>();
-  a.block_table = dtable.get<int>();
-  a.num_seqs = int(seqs.size()), a.num_tokens = tokens, a.max_blocks = max_blocks;
+  a.k_pool = dk.get(), a.v_pool = dv.get(), a.fp8_kv = true;
   a.block_size = kp.block_size, a.n_heads = n_heads, a.n_kv_heads = kp.n_kv;
-  a.head_dim = kp.head_dim, a.max_kv_len = max_kv;
-  a.scale = 1.0f / std::sqrt(float(kp.head_dim)), a.split_kv = split_kv;
-  a.scratch = scratch.get(), a.scratch_bytes = scratch_bytes, a.out = out.get();
-  a.kernel = kernel;
-  kernels::paged_attention_plan(a, nullptr);
-  kernels::paged_attention(t, a, nullptr);
-  if (starts_out) *starts_out = starts, *first_out = first, *table_out = table;
-  if (max_blocks_out) *max_blocks_out = max_blocks;
-  if (q_out) *q_out = q;
-  return download<uint16_t>(out, size_t(tokens) * qd);
+  a.head_dim = kp.head_dim, a.split_kv = split_kv, a.kernel = kernel;
+  const PagedStep step(seqs);
+  if (step_out) *step_out = step;
+  return run_paged_step(t, a, step);
 }
 
 TEST(PagedAttentionFp8, MatchesTheReferenceOverTheRowsTheCodesReadAs) {
@@ -271,17 +226,14 @@ TEST(PagedAttentionFp8, MatchesTheReferenceOverTheRowsTheCodesReadAs) {
         for (auto [first, n] :
              {std::pair{0, 1}, {511, 1}, {600, 1}, {0, 70}, {1000, 40}, {505, 9}, {1023, 3}})
           seqs.push_back(seq(first, n));
-        std::vector<int> starts, firsts, table;
-        std::vector<float> q;
-        int max_blocks = 0;
-        const auto got =
-            run_step(t, h.n_heads, kp, dk, dv, seqs, kernels::PagedAttentionKernel::Auto, true,
-                     &starts, &firsts, &table, &max_blocks, &q);
-        std::vector<float> ref(q.size());
+        PagedStep step;
+        const auto got = run_step(t, h.n_heads, kp, dk, dv, seqs,
+                                  kernels::PagedAttentionKernel::Auto, true, &step);
+        std::vector<float> ref(step.q.size());
         const std::vector<float> k_read = kp.read(t), v_read = vp.read(t);
-        reference::paged_attention(q.data(), k_read.data(), v_read.data(), starts.data(),
-                                   firsts.data(), table.data(), int(seqs.size()), max_blocks,
-                                   block_size, h.n_heads, h.n_kv_heads, h.head_dim,
+        reference::paged_attention(step.q.data(), k_read.data(), v_read.data(), step.starts.data(),
+                                   step.first.data(), step.table.data(), step.num_seqs(),
+                                   step.max_blocks, block_size, h.n_heads, h.n_kv_heads, h.head_dim,
                                    1.0f / std::sqrt(float(h.head_dim)), ref.data());
         std::vector<float> out(got.size());
         for (size_t i = 0; i < got.size(); ++i) out[i] = from_half(got[i], t);
@@ -300,7 +252,7 @@ TEST(PagedAttentionFp8, MatchesTheReferenceOverTheRowsTheCodesReadAs) {
         const Seq& lone = seqs[4];  // 40 tokens at 1000
         const auto alone =
             run_step(t, h.n_heads, kp, dk, dv, {lone}, kernels::PagedAttentionKernel::Auto, true);
-        const size_t at = size_t(starts[4]) * qd;
+        const size_t at = size_t(step.starts[4]) * qd;
         EXPECT_TRUE(std::equal(alone.begin(), alone.end(), got.begin() + at))
             << name(t) << " d=" << h.head_dim;
         EXPECT_THROW(

@@ -9,6 +9,7 @@
 #include <numeric>
 #include <random>
 
+#include "tests/worker/engine/synth_models.h"
 #include "tools/synth_model.h"
 #include "weight-server/model/host_store.h"
 
@@ -17,17 +18,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// One directory per preset and dtype.
 std::shared_ptr<const WeightStore> tiny(const std::string& preset, DType dtype = DType::BF16) {
-  // One directory per process and dtype: ctest runs these tests in parallel processes.
-  const fs::path dir = fs::path(testing::TempDir()) /
-                       ("cpu_backend_" + preset + "_" + std::string(dtype_name(dtype)) + "_" +
-                        std::to_string(getpid()));
-  fs::remove_all(dir);
-  SynthOptions opt;
-  opt.preset = preset;
+  SynthOptions opt = test::synth_options(preset);
   opt.dtype = dtype;
-  write_synthetic_model(dir, opt);
-  return std::make_shared<HostStore>(std::make_shared<HfModel>(HfModel::open(dir)));
+  return test::synth_host_store("cpu_backend_" + preset + "_" + std::string(dtype_name(dtype)),
+                                opt);
 }
 
 std::vector<float> copy(std::span<const float> s) {

@@ -11,6 +11,7 @@
 #include <numeric>
 #include <random>
 
+#include "tests/worker/engine/synth_models.h"
 #include "tools/synth_model.h"
 #include "weight-server/model/host_store.h"
 #include "worker/engine/backend_factory.h"
@@ -26,13 +27,7 @@ namespace fs = std::filesystem;
 constexpr KvCacheDtype kFp8 = KvCacheDtype::Fp8E4m3;
 
 std::shared_ptr<const WeightStore> tiny(const std::string& preset) {
-  const fs::path dir =
-      fs::path(testing::TempDir()) / ("cpu_kv_fp8_" + preset + "_" + std::to_string(getpid()));
-  fs::remove_all(dir);
-  SynthOptions opt;
-  opt.preset = preset;
-  write_synthetic_model(dir, opt);
-  return std::make_shared<HostStore>(std::make_shared<HfModel>(HfModel::open(dir)));
+  return test::synth_host_store("cpu_kv_fp8_" + preset, test::synth_options(preset));
 }
 
 std::vector<float> copy(std::span<const float> s) {

@@ -15,6 +15,7 @@
 #include "kernels/reference.h"
 #include "kernels/wgmma_matmul.h"
 #include "tests/kernels/gpu_test_util.h"
+#include "tests/kernels/kv_write_case.h"
 #include "tests/kernels/paged_step.h"
 #include "worker/engine/logprobs.h"
 #include "worker/engine/sampler.h"
@@ -243,67 +244,31 @@ TEST(BatchMatmul, RejectsBadArguments) {
 
 TEST(PagedKvWrite, MatchesReference) {
   HEARTH_REQUIRE_GPU();
-  struct Case {
-    int n_heads, n_kv_heads, head_dim, tokens, block_size;
-    bool bias, norm;
-  };
-  const Case cases[] = {{32, 8, 128, 9, 16, false, false},
-                        {14, 2, 64, 7, 16, true, false},
-                        {16, 8, 128, 3, 32, false, true},
-                        {4, 2, 16, 5, 8, true, true}};
+  const KvWriteCase cases[] = {{32, 8, 128, 9, 16, false, false},
+                               {14, 2, 64, 7, 16, true, false},
+                               {16, 8, 128, 3, 32, false, true},
+                               {4, 2, 16, 5, 8, true, true}};
   // layers 0: packed K and V pools apart; layers > 0: one block-major pool (a block holds every
   // layer's keys then values) written as its middle layer, the kernel stepping by block_stride.
   for (int layers : {0, 3})
     for (Half t : kTypes)
-      for (const Case& c : cases) {
-        const int blocks = 12, qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
-        auto q = random_floats(size_t(c.tokens) * qd), k = random_floats(size_t(c.tokens) * kvd),
-             v = random_floats(size_t(c.tokens) * kvd);
-        std::vector<float> bq, bk, bv, qn, kn, inv(c.head_dim / 2);
-        if (c.bias) bq = random_floats(qd), bk = random_floats(kvd), bv = random_floats(kvd);
-        if (c.norm) qn = random_floats(c.head_dim), kn = random_floats(c.head_dim);
-        for (int i = 0; i < c.head_dim / 2; ++i)
-          inv[i] = std::pow(10000.0f, -2.0f * i / c.head_dim);
-        // Positions anywhere; distinct slots in shuffled blocks; the last token is padding.
-        std::vector<int> pos(c.tokens), slot(c.tokens), free_slots(blocks * c.block_size);
-        std::iota(free_slots.begin(), free_slots.end(), 0);
-        std::shuffle(free_slots.begin(), free_slots.end(), rng());
-        for (int i = 0; i < c.tokens; ++i) {
-          pos[i] = int(rng()() % 5000);
-          slot[i] = i + 1 < c.tokens ? free_slots[i] : -1;
-        }
+      for (const KvWriteCase& c : cases) {
+        const int blocks = 12;
+        const KvWriteInputs in(c, blocks);
         const int64_t packed = int64_t(c.n_kv_heads) * c.block_size * c.head_dim;
         const int64_t stride = layers ? 2 * layers * packed : 0;
         const size_t pool = size_t(blocks) * (layers ? stride : 2 * packed);
         const size_t k_at = layers ? size_t(2 * packed) : 0;  // layer 1, or the K pool
         const size_t v_at = layers ? k_at + packed : size_t(blocks * packed);
-        std::vector<float> q_ref(q.size()), kv_ref(pool, 0.0f);
-        reference::paged_kv_write(q.data(), k.data(), v.data(), c.bias ? bq.data() : nullptr,
-                                  c.bias ? bk.data() : nullptr, c.bias ? bv.data() : nullptr,
-                                  c.norm ? qn.data() : nullptr, c.norm ? kn.data() : nullptr,
-                                  inv.data(), pos.data(), slot.data(), c.tokens, c.n_heads,
-                                  c.n_kv_heads, c.head_dim, c.block_size, 1e-6f, q_ref.data(),
-                                  kv_ref.data() + k_at, kv_ref.data() + v_at, stride);
-        auto dq = upload(q), dk = upload(k), dv = upload(v), dinv = upload(inv);
-        auto dpos = upload(pos), dslot = upload(slot);
-        DeviceBuffer dbq, dbk, dbv, dqn, dkn;
-        kernels::PagedKvWriteArgs a;
-        if (c.bias)
-          dbq = upload(bq), dbk = upload(bk), dbv = upload(bv), a.bq = dbq.get<float>(),
-          a.bk = dbk.get<float>(), a.bv = dbv.get<float>();
-        if (c.norm)
-          dqn = upload(qn), dkn = upload(kn), a.q_norm = dqn.get<float>(),
-          a.k_norm = dkn.get<float>();
-        auto q_out = poisoned(q.size() * 2);
+        std::vector<float> q_ref(in.q.size()), kv_ref(pool, 0.0f);
+        in.reference(q_ref.data(), kv_ref.data() + k_at, kv_ref.data() + v_at, stride);
+        auto q_out = poisoned(in.q.size() * 2);
         auto kv = upload(std::vector<uint16_t>(pool, 0));
-        a.q = dq.get<float>(), a.k = dk.get<float>(), a.v = dv.get<float>();
-        a.inv_freq = dinv.get<float>(), a.pos = dpos.get<int>(), a.slot = dslot.get<int>();
-        a.num_tokens = c.tokens, a.n_heads = c.n_heads, a.n_kv_heads = c.n_kv_heads;
-        a.head_dim = c.head_dim, a.block_size = c.block_size, a.eps = 1e-6f;
+        kernels::PagedKvWriteArgs a = in.args();
         a.q_out = q_out.get(), a.k_pool = kv.get<uint16_t>() + k_at;
         a.v_pool = kv.get<uint16_t>() + v_at, a.block_stride = stride;
         kernels::paged_kv_write(t, a, nullptr);
-        EXPECT_LT(relative_error(download_half(q_out, q.size(), t), q_ref), half_tolerance(t))
+        EXPECT_LT(relative_error(download_half(q_out, in.q.size(), t), q_ref), half_tolerance(t))
             << name(t);
         // The whole pool: the rows at their slots, every other layer and block untouched.
         EXPECT_LT(relative_error(download_half(kv, pool, t), kv_ref), half_tolerance(t))

@@ -13,6 +13,7 @@
 #include "kernels/fp8_e4m3.h"
 #include "kernels/reference.h"
 #include "tests/kernels/gpu_test_util.h"
+#include "tests/kernels/kv_write_case.h"
 #include "tests/kernels/paged_step.h"
 #include "worker/engine/kv_fp8.h"
 
@@ -85,56 +86,24 @@ TEST(KvFp8Codec, DeviceDecodeEqualsTheHostsForEveryCode) {
 // untouched; q as in 16-bit runs.
 TEST(PagedKvWriteFp8, QuantizesEachRowAsTheCpuEngineDoes) {
   HEARTH_REQUIRE_GPU();
-  struct Case {
-    int n_heads, n_kv_heads, head_dim, tokens, block_size;
-    bool bias, norm;
-  };
-  const Case cases[] = {{32, 8, 128, 9, 16, false, false},
-                        {14, 2, 64, 7, 16, true, false},
-                        {16, 8, 128, 3, 32, false, true}};
+  const KvWriteCase cases[] = {{32, 8, 128, 9, 16, false, false},
+                               {14, 2, 64, 7, 16, true, false},
+                               {16, 8, 128, 3, 32, false, true}};
   for (Half t : kTypes)
-    for (const Case& c : cases) {
-      const int blocks = 12, qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
-      auto q = random_floats(size_t(c.tokens) * qd), k = random_floats(size_t(c.tokens) * kvd, 3),
-           v = random_floats(size_t(c.tokens) * kvd, 0.01f);
-      std::vector<float> bq, bk, bv, qn, kn, inv(c.head_dim / 2);
-      if (c.bias) bq = random_floats(qd), bk = random_floats(kvd), bv = random_floats(kvd);
-      if (c.norm) qn = random_floats(c.head_dim), kn = random_floats(c.head_dim);
-      for (int i = 0; i < c.head_dim / 2; ++i) inv[i] = std::pow(10000.0f, -2.0f * i / c.head_dim);
-      std::vector<int> pos(c.tokens), slot(c.tokens), free_slots(blocks * c.block_size);
-      std::iota(free_slots.begin(), free_slots.end(), 0);
-      std::shuffle(free_slots.begin(), free_slots.end(), rng());
-      for (int i = 0; i < c.tokens; ++i) {
-        pos[i] = int(rng()() % 5000);
-        slot[i] = i + 1 < c.tokens ? free_slots[i] : -1;  // the last one is padding
-      }
+    for (const KvWriteCase& c : cases) {
+      const int blocks = 12;
+      const KvWriteInputs in(c, blocks, 3, 0.01f);
+      const std::vector<int>& slot = in.slot;
       const size_t packed = size_t(c.n_kv_heads) * c.block_size * c.head_dim;
-      std::vector<float> q_ref(q.size()), k_ref(blocks * packed, 0.0f), v_ref(k_ref);
-      reference::paged_kv_write(
-          q.data(), k.data(), v.data(), c.bias ? bq.data() : nullptr, c.bias ? bk.data() : nullptr,
-          c.bias ? bv.data() : nullptr, c.norm ? qn.data() : nullptr, c.norm ? kn.data() : nullptr,
-          inv.data(), pos.data(), slot.data(), c.tokens, c.n_heads, c.n_kv_heads, c.head_dim,
-          c.block_size, 1e-6f, q_ref.data(), k_ref.data(), v_ref.data());
+      std::vector<float> q_ref(in.q.size()), k_ref(blocks * packed, 0.0f), v_ref(k_ref);
+      in.reference(q_ref.data(), k_ref.data(), v_ref.data());
       Fp8Pool kp(c.n_kv_heads, c.block_size, c.head_dim, blocks), vp = kp;
-      auto dq = upload(q), dk = upload(k), dv = upload(v), dinv = upload(inv);
-      auto dpos = upload(pos), dslot = upload(slot);
-      DeviceBuffer dbq, dbk, dbv, dqn, dkn;
-      kernels::PagedKvWriteArgs a;
-      if (c.bias)
-        dbq = upload(bq), dbk = upload(bk), dbv = upload(bv), a.bq = dbq.get<float>(),
-        a.bk = dbk.get<float>(), a.bv = dbv.get<float>();
-      if (c.norm)
-        dqn = upload(qn), dkn = upload(kn), a.q_norm = dqn.get<float>(),
-        a.k_norm = dkn.get<float>();
-      auto q_out = poisoned(q.size() * 2);
+      auto q_out = poisoned(in.q.size() * 2);
       auto dkp = upload(kp.bytes), dvp = upload(vp.bytes);
-      a.q = dq.get<float>(), a.k = dk.get<float>(), a.v = dv.get<float>();
-      a.inv_freq = dinv.get<float>(), a.pos = dpos.get<int>(), a.slot = dslot.get<int>();
-      a.num_tokens = c.tokens, a.n_heads = c.n_heads, a.n_kv_heads = c.n_kv_heads;
-      a.head_dim = c.head_dim, a.block_size = c.block_size, a.eps = 1e-6f;
+      kernels::PagedKvWriteArgs a = in.args();
       a.q_out = q_out.get(), a.k_pool = dkp.get(), a.v_pool = dvp.get(), a.fp8_kv = true;
       kernels::paged_kv_write(t, a, nullptr);
-      EXPECT_LT(relative_error(download_half(q_out, q.size(), t), q_ref), half_tolerance(t));
+      EXPECT_LT(relative_error(download_half(q_out, in.q.size(), t), q_ref), half_tolerance(t));
       kp.bytes = download<uint8_t>(dkp, kp.bytes.size());
       vp.bytes = download<uint8_t>(dvp, vp.bytes.size());
 

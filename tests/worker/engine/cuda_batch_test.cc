@@ -17,6 +17,7 @@
 
 #include "tests/kernels/gpu_test_util.h"
 #include "tests/support/paths.h"
+#include "tests/worker/engine/batch_engine_options.h"
 #include "tests/worker/engine/engine_outcomes.h"
 #include "tests/worker/engine/mixed_requests.h"
 #include "tests/worker/engine/synth_models.h"
@@ -45,11 +46,7 @@ fs::path synth(const std::string& name, const json& overrides,
 
 EngineOptions options(int max_batch_tokens = 2048, int max_running = 128,
                       int64_t pool_tokens = 1 << 17) {
-  EngineOptions o;
-  o.max_batch_tokens = max_batch_tokens;
-  o.max_running = max_running;
-  o.kv_pool_tokens = pool_tokens;
-  return o;
+  return test::batch_engine_options(max_batch_tokens, max_running, pool_tokens);
 }
 
 std::vector<float> copy(std::span<const float> s) {

@@ -24,6 +24,8 @@
 #include "kernels/fp8_matmul.h"
 #include "kernels/fp8_support.h"
 #include "tests/kernels/gpu_test_util.h"
+#include "tests/support/error_of.h"
+#include "tests/worker/engine/batch_engine_options.h"
 #include "tests/worker/engine/engine_outcomes.h"
 #include "tests/worker/engine/mixed_requests.h"
 #include "tests/worker/engine/synth_models.h"
@@ -110,21 +112,10 @@ void make_per_tensor(const fs::path& dir) {
 
 EngineOptions options(int max_batch_tokens = 2048, int max_running = 128,
                       int64_t pool_tokens = 1 << 17) {
-  EngineOptions o;
-  o.max_batch_tokens = max_batch_tokens;
-  o.max_running = max_running;
-  o.kv_pool_tokens = pool_tokens;
-  return o;
+  return test::batch_engine_options(max_batch_tokens, max_running, pool_tokens);
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "no error";
-}
+using test::error_of;
 
 // ---- Binding ---------------------------------------------------------------------------------
 

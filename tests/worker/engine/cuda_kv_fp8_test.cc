@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/kernels/gpu_test_util.h"
+#include "tests/worker/engine/batch_engine_options.h"
 #include "tests/worker/engine/engine_outcomes.h"
 #include "tests/worker/engine/mixed_requests.h"
 #include "tests/worker/engine/synth_models.h"
@@ -44,10 +45,7 @@ fs::path synth(const std::string& name) {
 
 EngineOptions options(int max_batch_tokens = 2048, int max_running = 128,
                       int64_t pool_tokens = 1 << 17) {
-  EngineOptions o;
-  o.max_batch_tokens = max_batch_tokens;
-  o.max_running = max_running;
-  o.kv_pool_tokens = pool_tokens;
+  EngineOptions o = test::batch_engine_options(max_batch_tokens, max_running, pool_tokens);
   o.kv_cache_dtype = kFp8;
   return o;
 }

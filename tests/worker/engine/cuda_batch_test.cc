@@ -111,7 +111,8 @@ TEST(CudaBatch, NonInvariantCublasPathMatchesCpu) {
 
 // ---- Batch invariance through the engine ----------------------------------------------------
 
-// Greedy, top-p, top-k, min-p with a repetition penalty, and the whole vocabulary.
+// test::mixed_requests (prompts of 1 .. 700 tokens: some cross an attention split), sampled
+// greedy, top-p, top-k, min-p with a repetition penalty, and over the whole vocabulary.
 std::vector<Request> mixed_requests(int n, int vocab) {
   std::vector<SamplingParams> kinds(5);
   kinds[0].temperature = 0;

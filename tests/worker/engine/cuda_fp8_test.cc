@@ -232,7 +232,7 @@ TEST(CudaFp8, MatchesTheCpuEngineOnTheSameFp8Weights) {
 
 // ---- Batch invariance through the engine ----------------------------------------------------
 
-// Greedy, top-p and the whole vocabulary.
+// test::mixed_requests (prompts of 1 .. 700 tokens): greedy, top-p and the whole vocabulary.
 std::vector<Request> mixed_requests(int n, int vocab) {
   std::vector<SamplingParams> kinds(3);
   kinds[0].temperature = 0;

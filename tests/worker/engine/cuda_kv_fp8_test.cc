@@ -115,7 +115,7 @@ TEST(CudaKvFp8, SingleSequenceEngineRefusesItByName) {
       << why;
 }
 
-// Greedy and top-p.
+// test::mixed_requests (prompts of 1 .. 700 tokens), greedy and top-p.
 std::vector<Request> mixed_requests(int n, int vocab) {
   std::vector<SamplingParams> kinds(2);
   kinds[0].temperature = 0;

@@ -23,6 +23,7 @@
 
 #include "kernels/batch_ops.h"
 #include "kernels/cuda_check.h"
+#include "kernels/device_scope.h"
 #include "kernels/per_device_once.h"
 #include "kernels/device_sm_count.h"
 #include "kernels/half_utils.cuh"
@@ -414,10 +415,11 @@ void launch(Params p, cudaStream_t stream) {
   static_assert(C::kPipelineBytes <= kLimit, "tile configuration exceeds shared memory");
   if (!kCanFold && p.slices > 1)
     throw std::logic_error("batch_matmul: this tiling cannot walk K slices in the block");
-  static std::atomic<uint64_t> configured{0};  // per device: tensor-parallel ranks
-  if (first_on_this_device(configured))
+  static PerDeviceOnce configured;  // per device: tensor-parallel ranks, any host thread
+  configured.run(current_device(), [&] {
     HEARTH_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kMaxSmem)));
+  });
   p.tiles_m = int(ceil_div(p.m, C::BM));
   p.tiles_n = int(ceil_div(p.n, kSwiGLU ? C::BN / 2 : C::BN));
   if (kGridSlices && p.slices > 1 && int64_t(p.tiles_m) * p.tiles_n > kMaxCounters)

@@ -1,5 +1,6 @@
 // Makes a CUDA device current for a scope and restores the caller's device after: the owner a
-// multi-GPU process (tensor-parallel ranks) uses around every per-device call.
+// multi-GPU process (tensor-parallel ranks) uses around every per-device call. current_device()
+// names the device this thread's calls go to now.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -7,6 +8,12 @@
 #include "kernels/cuda_check.h"
 
 namespace hearth::kernels {
+
+inline int current_device() {
+  int device = 0;
+  HEARTH_CUDA_CHECK(cudaGetDevice(&device));
+  return device;
+}
 
 class DeviceScope {
  public:

@@ -26,6 +26,7 @@
 #include "kernels/half_utils.cuh"
 #include "kernels/head_dim_dispatch.h"
 #include "kernels/mma.cuh"
+#include "kernels/device_scope.h"
 #include "kernels/per_device_once.h"
 #include "kernels/paged_attention_split.cuh"
 #include "kernels/pdl.cuh"
@@ -697,11 +698,12 @@ void launch(const PagedAttentionArgs& a, cudaStream_t stream) {
   }
   auto kernel = a.fp8_kv ? paged_attention_kernel<T, D, true> : paged_attention_kernel<T, D, false>;
   constexpr size_t kSmem = sizeof(Smem<T, D>);
-  static std::atomic<uint64_t> configured{0};  // per device: tensor-parallel ranks
-  if (first_on_this_device(configured))
+  static PerDeviceOnce configured;  // per device: tensor-parallel ranks, any host thread
+  configured.run(current_device(), [&] {
     for (auto k : {paged_attention_kernel<T, D, true>, paged_attention_kernel<T, D, false>})
       HEARTH_CUDA_CHECK(
           cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
+  });
   launch_pdl(kernel, dim3(grid_items(a, l, kRows), a.n_kv_heads), dim3(kWarps * 32), kSmem, stream,
              p);
   if (a.split_kv && l.j_max > 1)

@@ -25,6 +25,7 @@
 #include <string>
 
 #include "kernels/cuda_check.h"
+#include "kernels/device_scope.h"
 #include "kernels/per_device_once.h"
 #include "kernels/half_utils.cuh"
 #include "kernels/mma.cuh"
@@ -461,10 +462,11 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(Params p) {
 template <typename T, int D>
 void launch(const Params& p, int grid, cudaStream_t stream) {
   auto kernel = attention_kernel<T, D>;
-  static std::atomic<uint64_t> configured{0};  // per device: tensor-parallel ranks
-  if (first_on_this_device(configured))
+  static PerDeviceOnce configured;  // per device: tensor-parallel ranks, any host thread
+  configured.run(current_device(), [&] {
     HEARTH_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            int(Layout<D>::kSmemBytes)));
+  });
   launch_pdl(kernel, dim3(grid, p.a.n_kv_heads), dim3(kThreads), Layout<D>::kSmemBytes, stream, p);
 }
 

@@ -21,6 +21,7 @@
 #include <string>
 
 #include "kernels/cuda_check.h"
+#include "kernels/device_scope.h"
 #include "kernels/per_device_once.h"
 #include "kernels/device_sm_count.h"
 #include "kernels/half_utils.cuh"
@@ -302,10 +303,11 @@ void launch(Half type, const MatmulArgs& a, int64_t lda, const std::array<Matmul
   config.attrs = attr;
   config.numAttrs = 2;
   // Blocks (clusters) that fit the GPU at once: the persistent grid.
-  static std::atomic<uint64_t> configured{0};  // per device: tensor-parallel ranks
-  if (first_on_this_device(configured))
+  static PerDeviceOnce configured;  // per device: tensor-parallel ranks, any host thread
+  configured.run(current_device(), [&] {
     HEARTH_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            int(C::kSmemBytes)));
+  });
   // The same on every device of one process (they are alike): asked once.
   static const int resident = [&] {
     int n = 0;

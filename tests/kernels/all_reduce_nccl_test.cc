@@ -21,10 +21,7 @@
 namespace hearth {
 namespace {
 
-int gpu_count() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
-}
+using test::gpu_count;
 
 // Elements of NCCL's result that differ from the fixed-order result, over 1..2048 rows x 4096.
 int64_t compare(int ranks) {
@@ -89,7 +86,7 @@ std::unique_ptr<std::string> nccl_missing() {
 }
 
 TEST(NcclAllReduce, TwoRanksEqualTheFixedOrderSumBitwise) {
-  if (gpu_count() < 2) GTEST_SKIP() << "needs 2 CUDA devices; this machine has " << gpu_count();
+  HEARTH_REQUIRE_GPUS(2);
   if (auto why = nccl_missing()) GTEST_SKIP() << *why;
   EXPECT_EQ(compare(2), 0) << "elements where NCCL's a + b differs from the fixed-order a + b";
 }

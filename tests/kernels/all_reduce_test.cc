@@ -18,14 +18,7 @@ namespace {
 
 using kernels::PeerAllReduce;
 
-int gpu_count() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
-}
-
-#define REQUIRE_GPUS(n)  \
-  if (gpu_count() < (n)) \
-  GTEST_SKIP() << "needs " << (n) << " CUDA devices; this machine has " << gpu_count()
+using test::gpu_count;
 
 constexpr int64_t kCols = 4096;
 constexpr int64_t kMaxRows = 2048;
@@ -135,22 +128,22 @@ void check_every_size(int ranks) {
 }
 
 TEST(PeerAllReduce, OneRankIsTheResidualPlusItsPartial) {
-  REQUIRE_GPUS(1);
+  HEARTH_REQUIRE_GPUS(1);
   check_every_size(1);
 }
 
 TEST(PeerAllReduce, TwoRanksEqualTheHostRankOrderSum) {
-  REQUIRE_GPUS(2);
+  HEARTH_REQUIRE_GPUS(2);
   check_every_size(2);
 }
 
 TEST(PeerAllReduce, AllGpusEqualTheHostRankOrderSum) {
-  REQUIRE_GPUS(3);
+  HEARTH_REQUIRE_GPUS(3);
   check_every_size(std::min(gpu_count(), kernels::kMaxAllReduceRanks));
 }
 
 TEST(PeerAllReduce, OneRankMisalignedStillSumsTheSameElements) {
-  REQUIRE_GPUS(2);
+  HEARTH_REQUIRE_GPUS(2);
   PeerAllReduce ar(first_devices(2), 64 * kCols);
   auto sides = make_sides(ar, 64 * kCols);
   for (int64_t count : {int64_t(4), int64_t(7), 33 * kCols, 64 * kCols - 1}) {
@@ -164,7 +157,7 @@ TEST(PeerAllReduce, OneRankMisalignedStillSumsTheSameElements) {
 }
 
 TEST(PeerAllReduce, RepeatRunsAreIdentical) {
-  REQUIRE_GPUS(2);
+  HEARTH_REQUIRE_GPUS(2);
   const int ranks = std::min(gpu_count(), kernels::kMaxAllReduceRanks);
   PeerAllReduce ar(first_devices(ranks), 64 * kCols);
   auto sides = make_sides(ar, 64 * kCols);
@@ -178,7 +171,7 @@ TEST(PeerAllReduce, RepeatRunsAreIdentical) {
 }
 
 TEST(PeerAllReduce, ReplaysFromCapturedGraphs) {
-  REQUIRE_GPUS(2);
+  HEARTH_REQUIRE_GPUS(2);
   const int ranks = 2;
   const int64_t count = 8 * kCols;
   PeerAllReduce ar(first_devices(ranks), count);
@@ -225,7 +218,7 @@ TEST(PeerAllReduce, ReplaysFromCapturedGraphs) {
 }
 
 TEST(PeerAllReduce, RefusesMoreGpusThanPresentAndOversizedCounts) {
-  REQUIRE_GPUS(1);
+  HEARTH_REQUIRE_GPUS(1);
   EXPECT_THROW(PeerAllReduce(first_devices(gpu_count() + 1), 16), std::runtime_error);
   PeerAllReduce ar({0}, 16);
   DeviceBuffer buf(64 * 4);

@@ -15,6 +15,8 @@
 #include "kernels/reference.h"
 #include "kernels/wgmma_matmul.h"
 #include "tests/kernels/gpu_test_util.h"
+#include "tests/kernels/kv_write_case.h"
+#include "tests/kernels/paged_step.h"
 #include "worker/engine/logprobs.h"
 #include "worker/engine/sampler.h"
 
@@ -242,67 +244,31 @@ TEST(BatchMatmul, RejectsBadArguments) {
 
 TEST(PagedKvWrite, MatchesReference) {
   HEARTH_REQUIRE_GPU();
-  struct Case {
-    int n_heads, n_kv_heads, head_dim, tokens, block_size;
-    bool bias, norm;
-  };
-  const Case cases[] = {{32, 8, 128, 9, 16, false, false},
-                        {14, 2, 64, 7, 16, true, false},
-                        {16, 8, 128, 3, 32, false, true},
-                        {4, 2, 16, 5, 8, true, true}};
+  const KvWriteCase cases[] = {{32, 8, 128, 9, 16, false, false},
+                               {14, 2, 64, 7, 16, true, false},
+                               {16, 8, 128, 3, 32, false, true},
+                               {4, 2, 16, 5, 8, true, true}};
   // layers 0: packed K and V pools apart; layers > 0: one block-major pool (a block holds every
   // layer's keys then values) written as its middle layer, the kernel stepping by block_stride.
   for (int layers : {0, 3})
     for (Half t : kTypes)
-      for (const Case& c : cases) {
-        const int blocks = 12, qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
-        auto q = random_floats(size_t(c.tokens) * qd), k = random_floats(size_t(c.tokens) * kvd),
-             v = random_floats(size_t(c.tokens) * kvd);
-        std::vector<float> bq, bk, bv, qn, kn, inv(c.head_dim / 2);
-        if (c.bias) bq = random_floats(qd), bk = random_floats(kvd), bv = random_floats(kvd);
-        if (c.norm) qn = random_floats(c.head_dim), kn = random_floats(c.head_dim);
-        for (int i = 0; i < c.head_dim / 2; ++i)
-          inv[i] = std::pow(10000.0f, -2.0f * i / c.head_dim);
-        // Positions anywhere; distinct slots in shuffled blocks; the last token is padding.
-        std::vector<int> pos(c.tokens), slot(c.tokens), free_slots(blocks * c.block_size);
-        std::iota(free_slots.begin(), free_slots.end(), 0);
-        std::shuffle(free_slots.begin(), free_slots.end(), rng());
-        for (int i = 0; i < c.tokens; ++i) {
-          pos[i] = int(rng()() % 5000);
-          slot[i] = i + 1 < c.tokens ? free_slots[i] : -1;
-        }
+      for (const KvWriteCase& c : cases) {
+        const int blocks = 12;
+        const KvWriteInputs in(c, blocks);
         const int64_t packed = int64_t(c.n_kv_heads) * c.block_size * c.head_dim;
         const int64_t stride = layers ? 2 * layers * packed : 0;
         const size_t pool = size_t(blocks) * (layers ? stride : 2 * packed);
         const size_t k_at = layers ? size_t(2 * packed) : 0;  // layer 1, or the K pool
         const size_t v_at = layers ? k_at + packed : size_t(blocks * packed);
-        std::vector<float> q_ref(q.size()), kv_ref(pool, 0.0f);
-        reference::paged_kv_write(q.data(), k.data(), v.data(), c.bias ? bq.data() : nullptr,
-                                  c.bias ? bk.data() : nullptr, c.bias ? bv.data() : nullptr,
-                                  c.norm ? qn.data() : nullptr, c.norm ? kn.data() : nullptr,
-                                  inv.data(), pos.data(), slot.data(), c.tokens, c.n_heads,
-                                  c.n_kv_heads, c.head_dim, c.block_size, 1e-6f, q_ref.data(),
-                                  kv_ref.data() + k_at, kv_ref.data() + v_at, stride);
-        auto dq = upload(q), dk = upload(k), dv = upload(v), dinv = upload(inv);
-        auto dpos = upload(pos), dslot = upload(slot);
-        DeviceBuffer dbq, dbk, dbv, dqn, dkn;
-        kernels::PagedKvWriteArgs a;
-        if (c.bias)
-          dbq = upload(bq), dbk = upload(bk), dbv = upload(bv), a.bq = dbq.get<float>(),
-          a.bk = dbk.get<float>(), a.bv = dbv.get<float>();
-        if (c.norm)
-          dqn = upload(qn), dkn = upload(kn), a.q_norm = dqn.get<float>(),
-          a.k_norm = dkn.get<float>();
-        auto q_out = poisoned(q.size() * 2);
+        std::vector<float> q_ref(in.q.size()), kv_ref(pool, 0.0f);
+        in.reference(q_ref.data(), kv_ref.data() + k_at, kv_ref.data() + v_at, stride);
+        auto q_out = poisoned(in.q.size() * 2);
         auto kv = upload(std::vector<uint16_t>(pool, 0));
-        a.q = dq.get<float>(), a.k = dk.get<float>(), a.v = dv.get<float>();
-        a.inv_freq = dinv.get<float>(), a.pos = dpos.get<int>(), a.slot = dslot.get<int>();
-        a.num_tokens = c.tokens, a.n_heads = c.n_heads, a.n_kv_heads = c.n_kv_heads;
-        a.head_dim = c.head_dim, a.block_size = c.block_size, a.eps = 1e-6f;
+        kernels::PagedKvWriteArgs a = in.args();
         a.q_out = q_out.get(), a.k_pool = kv.get<uint16_t>() + k_at;
         a.v_pool = kv.get<uint16_t>() + v_at, a.block_stride = stride;
         kernels::paged_kv_write(t, a, nullptr);
-        EXPECT_LT(relative_error(download_half(q_out, q.size(), t), q_ref), half_tolerance(t))
+        EXPECT_LT(relative_error(download_half(q_out, in.q.size(), t), q_ref), half_tolerance(t))
             << name(t);
         // The whole pool: the rows at their slots, every other layer and block untouched.
         EXPECT_LT(relative_error(download_half(kv, pool, t), kv_ref), half_tolerance(t))
@@ -333,53 +299,20 @@ class PagedFixture {
     dkv_ = upload_half(kv_, t);
   }
 
-  struct Seq {
-    std::vector<int> blocks;  // block table
-    int first_pos, n;
-    std::vector<float> q;  // [n][n_heads * head_dim]
-  };
+  using Seq = PagedSeq;
 
   // The kernel of the following runs (plan and attention alike).
   void use(kernels::PagedAttentionKernel k) { kernel_ = k; }
 
   // Runs one step; returns out [tokens][n_heads * head_dim] as 16-bit bits.
   std::vector<uint16_t> run(const std::vector<Seq>& seqs, bool split_kv = true) {
-    const int qd = h_.n_heads * h_.head_dim;
-    std::vector<int> starts{0}, first, table;
-    std::vector<float> q;
-    int max_blocks = 1, max_kv = 1;
-    for (const Seq& s : seqs) max_blocks = std::max(max_blocks, int(s.blocks.size()));
-    for (const Seq& s : seqs) {
-      starts.push_back(starts.back() + s.n);
-      first.push_back(s.first_pos);
-      max_kv = std::max(max_kv, s.first_pos + s.n);
-      q.insert(q.end(), s.q.begin(), s.q.end());
-      std::vector<int> row = s.blocks;
-      row.resize(max_blocks, -1);
-      table.insert(table.end(), row.begin(), row.end());
-    }
-    const int tokens = starts.back();
-    auto dq = upload_half(q, t_);
-    auto dstart = upload(starts), dfirst = upload(first), dtable = upload(table);
-    auto out = poisoned(size_t(tokens) * qd * 2);
-    const size_t scratch_bytes = kernels::paged_attention_scratch_bytes(
-        tokens, int(seqs.size()), max_kv, h_.n_heads, h_.head_dim, tokens);
-    DeviceBuffer scratch(scratch_bytes);
     kernels::PagedAttentionArgs a;
-    a.q = dq.get(), a.k_pool = dkv_.get<uint16_t>() + k_at_;
+    a.k_pool = dkv_.get<uint16_t>() + k_at_;
     a.v_pool = dkv_.get<uint16_t>() + v_at_, a.block_stride = stride_;
-    a.query_start = dstart.get<int>(), a.first_pos = dfirst.get<int>();
-    a.block_table = dtable.get<int>();
-    a.num_seqs = int(seqs.size()), a.num_tokens = tokens, a.max_blocks = max_blocks;
     a.block_size = block_size_, a.n_heads = h_.n_heads, a.n_kv_heads = h_.n_kv_heads;
-    a.head_dim = h_.head_dim, a.max_kv_len = max_kv;
-    a.scale = 1.0f / std::sqrt(float(h_.head_dim)), a.split_kv = split_kv;
-    a.scratch = scratch.get(), a.scratch_bytes = scratch_bytes, a.out = out.get();
-    a.kernel = kernel_;
-    kernels::paged_attention_plan(a, nullptr);
-    kernels::paged_attention(t_, a, nullptr);
-    last_ = {starts, first, table, q, max_blocks};
-    return download<uint16_t>(out, size_t(tokens) * qd);
+    a.head_dim = h_.head_dim, a.split_kv = split_kv, a.kernel = kernel_;
+    last_ = PagedStep(seqs);
+    return run_paged_step(t_, a, last_);
   }
 
   // The reference of the last run.
@@ -430,11 +363,6 @@ class PagedFixture {
   }
 
  private:
-  struct Last {
-    std::vector<int> starts, first, table;
-    std::vector<float> q;
-    int max_blocks = 1;
-  };
   Half t_;
   Heads h_;
   int block_size_, num_blocks_;
@@ -443,7 +371,7 @@ class PagedFixture {
   std::vector<float> kv_;
   DeviceBuffer dkv_;
   std::vector<int> free_;
-  Last last_;
+  PagedStep last_;
   kernels::PagedAttentionKernel kernel_ = kernels::PagedAttentionKernel::Auto;
 };
 
@@ -754,19 +682,30 @@ std::vector<RowResult> sample_rows(const SampleBatch& b, int vocab, const std::v
   return out;
 }
 
+// Every row of the batch, sampled together.
+std::vector<RowResult> sample_all(const SampleBatch& b, int vocab) {
+  std::vector<int> all(b.params.size());
+  std::iota(all.begin(), all.end(), 0);
+  return sample_rows(b, vocab, all);
+}
+
+// The host sampler's choice for row r.
+SampledToken host_sample(Sampler& host, const SampleBatch& b, int vocab, int r) {
+  const std::span<const float> row(&b.logits[size_t(r) * vocab], vocab);
+  return host.sample(row, b.host[r], b.seen[r], b.params[r].step);
+}
+
 TEST(BatchSampling, MatchesTheHostSampler) {
   HEARTH_REQUIRE_GPU();
   for (int vocab : {1000, 128256}) {
     const int rows = 45;
     const SampleBatch b = make_sample_batch(rows, vocab);
-    std::vector<int> all(rows);
-    std::iota(all.begin(), all.end(), 0);
-    const auto got = sample_rows(b, vocab, all);
+    const auto got = sample_all(b, vocab);
     Sampler host;
     for (int r = 0; r < rows; ++r) {
       const kernels::SampleRowParams& q = b.params[r];
       const std::span<const float> row(&b.logits[size_t(r) * vocab], vocab);
-      const SampledToken want = host.sample(row, b.host[r], b.seen[r], q.step);
+      const SampledToken want = host_sample(host, b, vocab, r);
       float logprob;
       std::memcpy(&logprob, &got[r].logprob_bits, 4);
       EXPECT_EQ(got[r].token, want.token)
@@ -792,15 +731,11 @@ TEST(BatchSampling, ManyRowsInOneLaunchMatchTheHostSampler) {
   HEARTH_REQUIRE_GPU();
   const int vocab = 3001, rows = 300;
   const SampleBatch b = make_sample_batch(rows, vocab);
-  std::vector<int> all(rows);
-  std::iota(all.begin(), all.end(), 0);
-  const auto got = sample_rows(b, vocab, all);
+  const auto got = sample_all(b, vocab);
   Sampler host;
-  for (int r = 0; r < rows; ++r) {
-    const std::span<const float> row(&b.logits[size_t(r) * vocab], vocab);
-    EXPECT_EQ(got[r].token, host.sample(row, b.host[r], b.seen[r], b.params[r].step).token)
+  for (int r = 0; r < rows; ++r)
+    EXPECT_EQ(got[r].token, host_sample(host, b, vocab, r).token)
         << "row " << r << " p=" << b.params[r].top_p << " k=" << b.params[r].top_k;
-  }
 }
 
 TEST(BatchSampling, RowAloneEqualsRowAmongOthers) {
@@ -853,16 +788,11 @@ TEST(BatchSampling, TopPSelectOverCrowdedAndScatteredDigits) {
       b.host.push_back(h);
       b.seen.emplace_back();
     }
-  const int rows = int(b.params.size());
-  std::vector<int> all(rows);
-  std::iota(all.begin(), all.end(), 0);
-  const auto got = sample_rows(b, vocab, all);
+  const auto got = sample_all(b, vocab);
   Sampler host;
-  for (int r = 0; r < rows; ++r) {
-    const std::span<const float> row(&b.logits[size_t(r) * vocab], vocab);
-    EXPECT_EQ(got[r].token, host.sample(row, b.host[r], b.seen[r], b.params[r].step).token)
+  for (int r = 0; r < int(b.params.size()); ++r)
+    EXPECT_EQ(got[r].token, host_sample(host, b, vocab, r).token)
         << "kind " << r / 4 << " p=" << b.params[r].top_p << " T=" << b.params[r].temperature;
-  }
 }
 
 TEST(GatherRows, CopiesTheRequestedRows) {

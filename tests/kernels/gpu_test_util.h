@@ -1,5 +1,5 @@
-// Shared helpers for GPU tests: skip without a device, random inputs rounded to 16 bits,
-// device upload/download, poisoned outputs and error norms.
+// Shared helpers for GPU tests: skip without a device (or with too few), random inputs rounded to
+// 16 bits, device upload/download, poisoned outputs and error norms.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -19,13 +19,24 @@
 
 namespace hearth::test {
 
-inline bool have_gpu() {
+// CUDA devices this process sees: 0 without a driver or a device.
+inline int gpu_count() {
   int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+}
+
+inline bool have_gpu() {
+  return gpu_count() > 0;
 }
 
 #define HEARTH_REQUIRE_GPU() \
   if (!::hearth::test::have_gpu()) GTEST_SKIP() << "no CUDA device on this machine"
+
+// Multi-GPU cases (tensor-parallel ranks, all-reduce): skip below n devices, saying how many.
+#define HEARTH_REQUIRE_GPUS(n)                                          \
+  if (::hearth::test::gpu_count() < (n))                                \
+  GTEST_SKIP() << "needs " << (n) << " CUDA devices; this machine has " \
+               << ::hearth::test::gpu_count()
 
 inline uint16_t to_half(float v, kernels::Half t) {
   return t == kernels::Half::BF16 ? f32_to_bf16(v) : f32_to_f16(v);

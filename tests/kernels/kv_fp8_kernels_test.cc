@@ -13,6 +13,8 @@
 #include "kernels/fp8_e4m3.h"
 #include "kernels/reference.h"
 #include "tests/kernels/gpu_test_util.h"
+#include "tests/kernels/kv_write_case.h"
+#include "tests/kernels/paged_step.h"
 #include "worker/engine/kv_fp8.h"
 
 namespace hearth {
@@ -22,14 +24,6 @@ using kernels::Half;
 using namespace hearth::test;
 
 const Half kTypes[] = {Half::BF16, Half::F16};
-
-template <typename T>
-std::vector<T> download(const DeviceBuffer& b, size_t n) {
-  std::vector<T> v(n);
-  HEARTH_CUDA_CHECK(cudaDeviceSynchronize());
-  HEARTH_CUDA_CHECK(cudaMemcpy(v.data(), b.get(), n * sizeof(T), cudaMemcpyDeviceToHost));
-  return v;
-}
 
 // Keys or values as the kernels keep them with their defaults: per block the codes
 // [n_kv_heads][block_size][head_dim], then the fp32 scales [n_kv_heads][block_size].
@@ -92,56 +86,24 @@ TEST(KvFp8Codec, DeviceDecodeEqualsTheHostsForEveryCode) {
 // untouched; q as in 16-bit runs.
 TEST(PagedKvWriteFp8, QuantizesEachRowAsTheCpuEngineDoes) {
   HEARTH_REQUIRE_GPU();
-  struct Case {
-    int n_heads, n_kv_heads, head_dim, tokens, block_size;
-    bool bias, norm;
-  };
-  const Case cases[] = {{32, 8, 128, 9, 16, false, false},
-                        {14, 2, 64, 7, 16, true, false},
-                        {16, 8, 128, 3, 32, false, true}};
+  const KvWriteCase cases[] = {{32, 8, 128, 9, 16, false, false},
+                               {14, 2, 64, 7, 16, true, false},
+                               {16, 8, 128, 3, 32, false, true}};
   for (Half t : kTypes)
-    for (const Case& c : cases) {
-      const int blocks = 12, qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim;
-      auto q = random_floats(size_t(c.tokens) * qd), k = random_floats(size_t(c.tokens) * kvd, 3),
-           v = random_floats(size_t(c.tokens) * kvd, 0.01f);
-      std::vector<float> bq, bk, bv, qn, kn, inv(c.head_dim / 2);
-      if (c.bias) bq = random_floats(qd), bk = random_floats(kvd), bv = random_floats(kvd);
-      if (c.norm) qn = random_floats(c.head_dim), kn = random_floats(c.head_dim);
-      for (int i = 0; i < c.head_dim / 2; ++i) inv[i] = std::pow(10000.0f, -2.0f * i / c.head_dim);
-      std::vector<int> pos(c.tokens), slot(c.tokens), free_slots(blocks * c.block_size);
-      std::iota(free_slots.begin(), free_slots.end(), 0);
-      std::shuffle(free_slots.begin(), free_slots.end(), rng());
-      for (int i = 0; i < c.tokens; ++i) {
-        pos[i] = int(rng()() % 5000);
-        slot[i] = i + 1 < c.tokens ? free_slots[i] : -1;  // the last one is padding
-      }
+    for (const KvWriteCase& c : cases) {
+      const int blocks = 12;
+      const KvWriteInputs in(c, blocks, 3, 0.01f);
+      const std::vector<int>& slot = in.slot;
       const size_t packed = size_t(c.n_kv_heads) * c.block_size * c.head_dim;
-      std::vector<float> q_ref(q.size()), k_ref(blocks * packed, 0.0f), v_ref(k_ref);
-      reference::paged_kv_write(
-          q.data(), k.data(), v.data(), c.bias ? bq.data() : nullptr, c.bias ? bk.data() : nullptr,
-          c.bias ? bv.data() : nullptr, c.norm ? qn.data() : nullptr, c.norm ? kn.data() : nullptr,
-          inv.data(), pos.data(), slot.data(), c.tokens, c.n_heads, c.n_kv_heads, c.head_dim,
-          c.block_size, 1e-6f, q_ref.data(), k_ref.data(), v_ref.data());
+      std::vector<float> q_ref(in.q.size()), k_ref(blocks * packed, 0.0f), v_ref(k_ref);
+      in.reference(q_ref.data(), k_ref.data(), v_ref.data());
       Fp8Pool kp(c.n_kv_heads, c.block_size, c.head_dim, blocks), vp = kp;
-      auto dq = upload(q), dk = upload(k), dv = upload(v), dinv = upload(inv);
-      auto dpos = upload(pos), dslot = upload(slot);
-      DeviceBuffer dbq, dbk, dbv, dqn, dkn;
-      kernels::PagedKvWriteArgs a;
-      if (c.bias)
-        dbq = upload(bq), dbk = upload(bk), dbv = upload(bv), a.bq = dbq.get<float>(),
-        a.bk = dbk.get<float>(), a.bv = dbv.get<float>();
-      if (c.norm)
-        dqn = upload(qn), dkn = upload(kn), a.q_norm = dqn.get<float>(),
-        a.k_norm = dkn.get<float>();
-      auto q_out = poisoned(q.size() * 2);
+      auto q_out = poisoned(in.q.size() * 2);
       auto dkp = upload(kp.bytes), dvp = upload(vp.bytes);
-      a.q = dq.get<float>(), a.k = dk.get<float>(), a.v = dv.get<float>();
-      a.inv_freq = dinv.get<float>(), a.pos = dpos.get<int>(), a.slot = dslot.get<int>();
-      a.num_tokens = c.tokens, a.n_heads = c.n_heads, a.n_kv_heads = c.n_kv_heads;
-      a.head_dim = c.head_dim, a.block_size = c.block_size, a.eps = 1e-6f;
+      kernels::PagedKvWriteArgs a = in.args();
       a.q_out = q_out.get(), a.k_pool = dkp.get(), a.v_pool = dvp.get(), a.fp8_kv = true;
       kernels::paged_kv_write(t, a, nullptr);
-      EXPECT_LT(relative_error(download_half(q_out, q.size(), t), q_ref), half_tolerance(t));
+      EXPECT_LT(relative_error(download_half(q_out, in.q.size(), t), q_ref), half_tolerance(t));
       kp.bytes = download<uint8_t>(dkp, kp.bytes.size());
       vp.bytes = download<uint8_t>(dvp, vp.bytes.size());
 
@@ -183,58 +145,20 @@ TEST(PagedKvWriteFp8, QuantizesEachRowAsTheCpuEngineDoes) {
     }
 }
 
-struct Seq {
-  std::vector<int> blocks;
-  int first_pos, n;
-  std::vector<float> q;  // [n][n_heads * head_dim], 16-bit values
-};
+using Seq = PagedSeq;
 
-// One step of paged attention over fp8 pools; out as 16-bit bits.
+// One step of paged attention over fp8 pools; out as 16-bit bits. `step_out`: what it ran.
 std::vector<uint16_t> run_step(Half t, int n_heads, const Fp8Pool& kp, const DeviceBuffer& dk,
                                const DeviceBuffer& dv, const std::vector<Seq>& seqs,
                                kernels::PagedAttentionKernel kernel, bool split_kv,
-                               std::vector<int>* starts_out = nullptr,
-                               std::vector<int>* first_out = nullptr,
-                               std::vector<int>* table_out = nullptr, int* max_blocks_out = nullptr,
-                               std::vector<float>* q_out = nullptr) {
-  const int qd = n_heads * kp.head_dim;
-  std::vector<int> starts{0}, first, table;
-  std::vector<float> q;
-  int max_blocks = 1, max_kv = 1;
-  for (const Seq& s : seqs) max_blocks = std::max(max_blocks, int(s.blocks.size()));
-  for (const Seq& s : seqs) {
-    starts.push_back(starts.back() + s.n);
-    first.push_back(s.first_pos);
-    max_kv = std::max(max_kv, s.first_pos + s.n);
-    q.insert(q.end(), s.q.begin(), s.q.end());
-    std::vector<int> row = s.blocks;
-    row.resize(max_blocks, -1);
-    table.insert(table.end(), row.begin(), row.end());
-  }
-  const int tokens = starts.back();
-  auto dq = upload_half(q, t);
-  auto dstart = upload(starts), dfirst = upload(first), dtable = upload(table);
-  auto out = poisoned(size_t(tokens) * qd * 2);
-  const size_t scratch_bytes = kernels::paged_attention_scratch_bytes(
-      tokens, int(seqs.size()), max_kv, n_heads, kp.head_dim, tokens);
-  DeviceBuffer scratch(scratch_bytes);
+                               PagedStep* step_out = nullptr) {
   kernels::PagedAttentionArgs a;
-  a.q = dq.get(), a.k_pool = dk.get(), a.v_pool = dv.get();
-  a.fp8_kv = true;
-  a.query_start = dstart.get<int>(), a.first_pos = dfirst.get<int>();
-  a.block_table = dtable.get<int>();
-  a.num_seqs = int(seqs.size()), a.num_tokens = tokens, a.max_blocks = max_blocks;
+  a.k_pool = dk.get(), a.v_pool = dv.get(), a.fp8_kv = true;
   a.block_size = kp.block_size, a.n_heads = n_heads, a.n_kv_heads = kp.n_kv;
-  a.head_dim = kp.head_dim, a.max_kv_len = max_kv;
-  a.scale = 1.0f / std::sqrt(float(kp.head_dim)), a.split_kv = split_kv;
-  a.scratch = scratch.get(), a.scratch_bytes = scratch_bytes, a.out = out.get();
-  a.kernel = kernel;
-  kernels::paged_attention_plan(a, nullptr);
-  kernels::paged_attention(t, a, nullptr);
-  if (starts_out) *starts_out = starts, *first_out = first, *table_out = table;
-  if (max_blocks_out) *max_blocks_out = max_blocks;
-  if (q_out) *q_out = q;
-  return download<uint16_t>(out, size_t(tokens) * qd);
+  a.head_dim = kp.head_dim, a.split_kv = split_kv, a.kernel = kernel;
+  const PagedStep step(seqs);
+  if (step_out) *step_out = step;
+  return run_paged_step(t, a, step);
 }
 
 TEST(PagedAttentionFp8, MatchesTheReferenceOverTheRowsTheCodesReadAs) {
@@ -271,17 +195,14 @@ TEST(PagedAttentionFp8, MatchesTheReferenceOverTheRowsTheCodesReadAs) {
         for (auto [first, n] :
              {std::pair{0, 1}, {511, 1}, {600, 1}, {0, 70}, {1000, 40}, {505, 9}, {1023, 3}})
           seqs.push_back(seq(first, n));
-        std::vector<int> starts, firsts, table;
-        std::vector<float> q;
-        int max_blocks = 0;
-        const auto got =
-            run_step(t, h.n_heads, kp, dk, dv, seqs, kernels::PagedAttentionKernel::Auto, true,
-                     &starts, &firsts, &table, &max_blocks, &q);
-        std::vector<float> ref(q.size());
+        PagedStep step;
+        const auto got = run_step(t, h.n_heads, kp, dk, dv, seqs,
+                                  kernels::PagedAttentionKernel::Auto, true, &step);
+        std::vector<float> ref(step.q.size());
         const std::vector<float> k_read = kp.read(t), v_read = vp.read(t);
-        reference::paged_attention(q.data(), k_read.data(), v_read.data(), starts.data(),
-                                   firsts.data(), table.data(), int(seqs.size()), max_blocks,
-                                   block_size, h.n_heads, h.n_kv_heads, h.head_dim,
+        reference::paged_attention(step.q.data(), k_read.data(), v_read.data(), step.starts.data(),
+                                   step.first.data(), step.table.data(), step.num_seqs(),
+                                   step.max_blocks, block_size, h.n_heads, h.n_kv_heads, h.head_dim,
                                    1.0f / std::sqrt(float(h.head_dim)), ref.data());
         std::vector<float> out(got.size());
         for (size_t i = 0; i < got.size(); ++i) out[i] = from_half(got[i], t);
@@ -300,7 +221,7 @@ TEST(PagedAttentionFp8, MatchesTheReferenceOverTheRowsTheCodesReadAs) {
         const Seq& lone = seqs[4];  // 40 tokens at 1000
         const auto alone =
             run_step(t, h.n_heads, kp, dk, dv, {lone}, kernels::PagedAttentionKernel::Auto, true);
-        const size_t at = size_t(starts[4]) * qd;
+        const size_t at = size_t(step.starts[4]) * qd;
         EXPECT_TRUE(std::equal(alone.begin(), alone.end(), got.begin() + at))
             << name(t) << " d=" << h.head_dim;
         EXPECT_THROW(

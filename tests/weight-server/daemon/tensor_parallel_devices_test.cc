@@ -4,19 +4,13 @@
 
 #include <functional>
 
+#include "tests/support/error_of.h"
 #include "weight-server/daemon/tensor_parallel_devices.h"
 
 namespace hearth {
 namespace {
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test::error_of;
 
 TEST(TensorParallelDevices, DefaultIsOneGpuPerRankInOrder) {
   EXPECT_EQ(resolve_tensor_parallel_devices({}, 2, 2), (std::vector<int>{0, 1}));

@@ -14,6 +14,7 @@
 #include <functional>
 
 #include "tests/ipc/test_util.h"
+#include "tests/support/error_of.h"
 #include "tools/synth_model.h"
 #include "weight-server/sharing/checksum.h"
 #include "weight-server/sharing/imported_memfd_store.h"
@@ -31,14 +32,7 @@ std::vector<std::byte> pattern(size_t n, int salt = 0) {
   return out;
 }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test::error_of;
 
 UniqueFd memfd_with(const std::vector<std::byte>& bytes, int seals) {
   UniqueFd fd(::memfd_create("test", MFD_CLOEXEC | MFD_ALLOW_SEALING));

@@ -9,6 +9,8 @@
 #include <functional>
 
 #include "tests/ipc/test_util.h"
+#include "tests/support/error_of.h"
+#include "tests/weight-server/sharing/manifest_tamper.h"
 #include "tools/synth_model.h"
 #include "weight-server/daemon/served_model.h"
 #include "weight-server/model/hf_model.h"
@@ -36,14 +38,7 @@ SynthOptions preset_options(const std::string& preset) {
   return options;
 }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test::error_of;
 
 TEST(ShardedManifest, EveryArchitectureShardsIntoItsPlan) {
   for (const char* preset : {"tiny-llama", "tiny-mistral", "tiny-qwen2", "tiny-qwen3"}) {
@@ -119,12 +114,6 @@ TEST(ShardedManifest, LoadRefusesWhatItCannotShard) {
             std::string::npos);
 }
 
-struct Tamper {
-  const char* what;
-  std::function<void(json&)> edit;
-  const char* expect;
-};
-
 TEST(ShardedManifest, RefusesHostileShardedManifests) {
   test::TempDir dir;
   write_synthetic_model(dir.path(), preset_options("tiny-qwen2"));
@@ -136,7 +125,7 @@ TEST(ShardedManifest, RefusesHostileShardedManifests) {
     throw std::logic_error(name);
   };
   const std::string k = "model.layers.1.self_attn.k_proj.weight";
-  const std::vector<Tamper> cases = {
+  const std::vector<test::ManifestTamper> cases = {
       {"a rank missing", [](json& m) { m["ranks"].erase(1); }, "rank 1: missing"},
       {"a rank out of range", [](json& m) { m["ranks"][1]["rank"] = 2; },
        "rank 2 is out of range (tensor_parallel 2 has ranks 0..1)"},
@@ -170,13 +159,7 @@ TEST(ShardedManifest, RefusesHostileShardedManifests) {
       {"an unsharded version", [](json& m) { m["version"] = kManifestVersion; },
        "has no 'tensors'"},
   };
-  for (const Tamper& c : cases) {
-    json m = good;
-    c.edit(m);
-    const std::string error = error_of([&] { parse_manifest(m); });
-    EXPECT_NE(error.find(c.expect), std::string::npos) << c.what << ": " << error;
-    EXPECT_NE(error.find("manifest of model 'tiny'"), std::string::npos) << c.what << ": " << error;
-  }
+  test::expect_tampers_refused(good, cases);
   const Manifest m = parse_manifest(good);
   EXPECT_NE(
       error_of([&] { manifest_for_rank(m, std::nullopt); }).find("import it as one of its ranks"),

@@ -7,6 +7,8 @@
 #include <functional>
 
 #include "tests/ipc/test_util.h"
+#include "tests/support/error_of.h"
+#include "tests/weight-server/sharing/manifest_tamper.h"
 #include "tools/synth_model.h"
 #include "weight-server/daemon/served_model.h"
 #include "weight-server/sharing/manifest.h"
@@ -20,14 +22,7 @@ using json = nlohmann::json;
 const std::string kGpu0 = "GPU-00000000-1111-2222-3333-444444444444";
 const std::string kGpu1 = "GPU-aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee";
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test::error_of;
 
 // The TP=2 manifest of a tiny model, as a vmm server on devices 3 and 1 would write it.
 json vmm_manifest(const std::string& dir) {
@@ -60,12 +55,7 @@ TEST(ShardedVmmManifest, DevicesRoundTrip) {
 TEST(ShardedVmmManifest, RefusesHostileDevices) {
   test::TempDir dir;
   const json good = vmm_manifest(dir.path());
-  struct Case {
-    const char* what;
-    std::function<void(json&)> edit;
-    const char* expect;
-  };
-  const std::vector<Case> cases = {
+  const std::vector<test::ManifestTamper> cases = {
       {"a negative device", [](json& m) { m["ranks"][1]["device"] = -1; },
        "rank 1: 'device' must be a CUDA device index 0..1023, got number -1"},
       {"a device out of range", [](json& m) { m["ranks"][1]["device"] = 1024; },
@@ -90,13 +80,7 @@ TEST(ShardedVmmManifest, RefusesHostileDevices) {
       {"a UUID that is a number", [](json& m) { m["ranks"][1]["gpu_uuid"] = 7; },
        "rank 1: 'gpu_uuid' must be the device's UUID, got number 7"},
   };
-  for (const Case& c : cases) {
-    json m = good;
-    c.edit(m);
-    const std::string error = error_of([&] { parse_manifest(m); });
-    EXPECT_NE(error.find(c.expect), std::string::npos) << c.what << ": " << error;
-    EXPECT_NE(error.find("manifest of model 'tiny'"), std::string::npos) << c.what << ": " << error;
-  }
+  test::expect_tampers_refused(good, cases);
 }
 
 TEST(ShardedVmmManifest, MemfdRanksHaveNoGpu) {

@@ -9,6 +9,8 @@
 #include <numeric>
 #include <random>
 
+#include "tests/worker/engine/split_sequences.h"
+#include "tests/worker/engine/synth_models.h"
 #include "tools/synth_model.h"
 #include "weight-server/model/host_store.h"
 
@@ -17,17 +19,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// One directory per preset and dtype.
 std::shared_ptr<const WeightStore> tiny(const std::string& preset, DType dtype = DType::BF16) {
-  // One directory per process and dtype: ctest runs these tests in parallel processes.
-  const fs::path dir = fs::path(testing::TempDir()) /
-                       ("cpu_backend_" + preset + "_" + std::string(dtype_name(dtype)) + "_" +
-                        std::to_string(getpid()));
-  fs::remove_all(dir);
-  SynthOptions opt;
-  opt.preset = preset;
+  SynthOptions opt = test::synth_options(preset);
   opt.dtype = dtype;
-  write_synthetic_model(dir, opt);
-  return std::make_shared<HostStore>(std::make_shared<HfModel>(HfModel::open(dir)));
+  return test::synth_host_store("cpu_backend_" + preset + "_" + std::string(dtype_name(dtype)),
+                                opt);
 }
 
 std::vector<float> copy(std::span<const float> s) {
@@ -83,12 +80,7 @@ TEST(CpuBackend, BatchedSequencesMatchEachAloneBitForBit) {
     auto store = tiny(preset);
     const int block = 4, context = 64;
     std::mt19937 rng(7);
-    struct Seq {
-      std::vector<int32_t> tokens;
-      int split;  // tokens [0, split) are cached before the batch, [split, n) run in it
-      std::vector<int32_t> table;
-      std::vector<float> alone;
-    };
+    using Seq = test::SplitSeq;
     std::vector<Seq> seqs;
     for (int len : {1, 7, 9, 16, 23, 40}) {
       Seq s;
@@ -99,27 +91,14 @@ TEST(CpuBackend, BatchedSequencesMatchEachAloneBitForBit) {
       seqs.push_back(std::move(s));
     }
     // One shared pool; every sequence gets blocks scattered over it.
-    int total_blocks = 0;
-    for (const Seq& s : seqs) total_blocks += (int(s.tokens.size()) + block - 1) / block;
-    std::vector<int32_t> ids(total_blocks);
-    std::iota(ids.begin(), ids.end(), 0);
-    std::shuffle(ids.begin(), ids.end(), rng);
-    size_t next = 0;
-    for (Seq& s : seqs)
-      for (int b = 0; b < (int(s.tokens.size()) + block - 1) / block; ++b)
-        s.table.push_back(ids[next++]);
+    const int total_blocks = test::scatter_blocks(seqs, block, rng);
 
     for (bool reversed : {false, true}) {
       CpuBackend shared(store, context, {block, total_blocks});
-      ForwardBatch cached, batch;
-      for (const Seq& s : seqs) {
-        const std::span<const int32_t> t(s.tokens);
-        if (s.split > 0) cached.entries.push_back({t.first(s.split), 0, s.table, false});
-        batch.entries.push_back({t.subspan(s.split), s.split, s.table, true});
-      }
-      if (reversed) std::reverse(batch.entries.begin(), batch.entries.end());
-      shared.forward(cached);
-      shared.forward(batch);
+      test::SplitSteps steps = test::split_steps(seqs);
+      if (reversed) std::reverse(steps.batch.entries.begin(), steps.batch.entries.end());
+      shared.forward(steps.cached);
+      shared.forward(steps.batch);
       for (size_t i = 0; i < seqs.size(); ++i) {
         const size_t entry = reversed ? seqs.size() - 1 - i : i;
         EXPECT_EQ(copy(shared.logits(int(entry))), seqs[i].alone)

@@ -11,6 +11,8 @@
 #include <numeric>
 #include <random>
 
+#include "tests/worker/engine/split_sequences.h"
+#include "tests/worker/engine/synth_models.h"
 #include "tools/synth_model.h"
 #include "weight-server/model/host_store.h"
 #include "worker/engine/backend_factory.h"
@@ -26,13 +28,7 @@ namespace fs = std::filesystem;
 constexpr KvCacheDtype kFp8 = KvCacheDtype::Fp8E4m3;
 
 std::shared_ptr<const WeightStore> tiny(const std::string& preset) {
-  const fs::path dir =
-      fs::path(testing::TempDir()) / ("cpu_kv_fp8_" + preset + "_" + std::to_string(getpid()));
-  fs::remove_all(dir);
-  SynthOptions opt;
-  opt.preset = preset;
-  write_synthetic_model(dir, opt);
-  return std::make_shared<HostStore>(std::make_shared<HfModel>(HfModel::open(dir)));
+  return test::synth_host_store("cpu_kv_fp8_" + preset, test::synth_options(preset));
 }
 
 std::vector<float> copy(std::span<const float> s) {
@@ -106,12 +102,7 @@ TEST(CpuKvFp8, AloneChunkedAndBatchedAreBitIdentical) {
   auto store = tiny("tiny-llama3");
   const int block = 4, context = 64;
   std::mt19937 rng(5);
-  struct Seq {
-    std::vector<int32_t> tokens;
-    int split;
-    std::vector<int32_t> table;
-    std::vector<float> alone;
-  };
+  using Seq = test::SplitSeq;
   std::vector<Seq> seqs;
   for (int len : {1, 6, 13, 30}) {
     Seq s;
@@ -126,24 +117,11 @@ TEST(CpuKvFp8, AloneChunkedAndBatchedAreBitIdentical) {
     EXPECT_EQ(last, s.alone) << "token by token, length " << len;
     seqs.push_back(std::move(s));
   }
-  int total = 0;
-  for (const Seq& s : seqs) total += (int(s.tokens.size()) + block - 1) / block;
-  std::vector<int32_t> ids(total);
-  std::iota(ids.begin(), ids.end(), 0);
-  std::shuffle(ids.begin(), ids.end(), rng);
-  size_t next = 0;
-  for (Seq& s : seqs)
-    for (int b = 0; b < (int(s.tokens.size()) + block - 1) / block; ++b)
-      s.table.push_back(ids[next++]);
+  const int total = test::scatter_blocks(seqs, block, rng);
   CpuBackend shared(store, context, {block, total}, nullptr, 1, {}, kFp8);
-  ForwardBatch cached, batch;
-  for (const Seq& s : seqs) {
-    const std::span<const int32_t> t(s.tokens);
-    if (s.split > 0) cached.entries.push_back({t.first(s.split), 0, s.table, false});
-    batch.entries.push_back({t.subspan(s.split), s.split, s.table, true});
-  }
-  shared.forward(cached);
-  shared.forward(batch);
+  const test::SplitSteps steps = test::split_steps(seqs);
+  shared.forward(steps.cached);
+  shared.forward(steps.batch);
   for (size_t i = 0; i < seqs.size(); ++i)
     EXPECT_EQ(copy(shared.logits(int(i))), seqs[i].alone) << "batched sequence " << i;
 }

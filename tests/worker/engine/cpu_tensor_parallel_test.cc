@@ -11,6 +11,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "tests/worker/engine/synth_models.h"
 #include "tools/synth_model.h"
 #include "weight-server/model/host_store.h"
 #include "weight-server/model/rank_store.h"
@@ -26,16 +27,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::shared_ptr<const WeightStore> model(const std::string& preset, nlohmann::json overrides = {}) {
-  const fs::path dir =
-      fs::path(testing::TempDir()) / ("cpu_tp_" + preset + "_" + std::to_string(overrides.size()) +
-                                      "_" + std::to_string(getpid()));
-  fs::remove_all(dir);
-  SynthOptions opt;
-  opt.preset = preset;
-  opt.config_overrides = std::move(overrides);
-  write_synthetic_model(dir, opt);
-  return std::make_shared<HostStore>(std::make_shared<HfModel>(HfModel::open(dir)));
+std::shared_ptr<const WeightStore> model(const std::string& preset,
+                                         const nlohmann::json& overrides = {}) {
+  return test::synth_host_store("cpu_tp_" + preset + "_" + std::to_string(overrides.size()),
+                                test::synth_options(preset, overrides));
 }
 
 // The engine's dot product: sixteen partial sums, halved pairwise, then the tail.

@@ -16,8 +16,12 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/kernels/gpu_test_util.h"
-#include "tests/worker/engine/engine_outcomes.h"
 #include "tests/support/paths.h"
+#include "tests/worker/engine/batch_engine_options.h"
+#include "tests/worker/engine/engine_outcomes.h"
+#include "tests/worker/engine/mixed_requests.h"
+#include "tests/worker/engine/synth_models.h"
+#include "tests/worker/engine/teacher_forced.h"
 #include "tools/synth_model.h"
 #include "weight-server/model/device_store.h"
 #include "weight-server/model/hf_model.h"
@@ -37,23 +41,12 @@ using json = nlohmann::json;
 
 fs::path synth(const std::string& name, const json& overrides,
                const std::string& preset = "tiny-llama3") {
-  const fs::path dir =
-      fs::path(testing::TempDir()) / ("cuda_batch_" + name + "_" + std::to_string(getpid()));
-  fs::remove_all(dir);
-  SynthOptions opt;
-  opt.preset = preset;
-  opt.config_overrides = overrides;
-  write_synthetic_model(dir, opt);
-  return dir;
+  return test::synth_dir("cuda_batch_" + name, test::synth_options(preset, overrides));
 }
 
 EngineOptions options(int max_batch_tokens = 2048, int max_running = 128,
                       int64_t pool_tokens = 1 << 17) {
-  EngineOptions o;
-  o.max_batch_tokens = max_batch_tokens;
-  o.max_running = max_running;
-  o.kv_pool_tokens = pool_tokens;
-  return o;
+  return test::batch_engine_options(max_batch_tokens, max_running, pool_tokens);
 }
 
 std::vector<float> copy(std::span<const float> s) {
@@ -62,38 +55,6 @@ std::vector<float> copy(std::span<const float> s) {
 
 // ---- Against the CPU engine ---------------------------------------------------------------
 
-// Feeds the prompt, then `steps` tokens chosen by the CPU's argmax, into both backends; checks
-// the logits and, where the CPU's top-1/top-2 margin is decisive, the GPU's argmax. Returns
-// how many steps were decisive.
-int check_teacher_forced(Backend& cpu, Backend& gpu, std::vector<int32_t> prompt, int steps,
-                         double rel_tol, const std::string& what) {
-  std::vector<float> c = copy(forward_alone(cpu, prompt));
-  std::vector<float> g = copy(forward_alone(gpu, prompt));
-  int pos = int(prompt.size()), decisive = 0;
-  for (int step = 0; step <= steps; ++step) {
-    const auto [lo, hi] = std::minmax_element(c.begin(), c.end());
-    const double tol = rel_tol * (*hi - *lo);
-    double err = 0;
-    for (size_t i = 0; i < c.size(); ++i) err = std::max(err, double(std::abs(g[i] - c[i])));
-    EXPECT_LE(err, tol) << what << " step " << step;
-    std::vector<size_t> order(c.size());
-    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-    std::partial_sort(order.begin(), order.begin() + 2, order.end(),
-                      [&](size_t a, size_t b) { return c[a] > c[b]; });
-    const int32_t cpu_top = int32_t(order[0]);
-    if (c[order[0]] - c[order[1]] > 2 * tol) {
-      EXPECT_EQ(int32_t(std::max_element(g.begin(), g.end()) - g.begin()), cpu_top)
-          << what << " step " << step;
-      ++decisive;
-    }
-    if (step == steps) break;
-    c = copy(forward_alone(cpu, std::span(&cpu_top, 1), pos));
-    g = copy(forward_alone(gpu, std::span(&cpu_top, 1), pos));
-    ++pos;
-  }
-  return decisive;
-}
-
 void check_against_cpu(const fs::path& dir, const std::vector<int32_t>& prompt, int steps,
                        const std::string& what, EngineOptions o = options(), int min_decisive = 0) {
   auto hf = std::make_shared<HfModel>(HfModel::open(dir));
@@ -101,8 +62,8 @@ void check_against_cpu(const fs::path& dir, const std::vector<int32_t>& prompt, 
   CpuBackend cpu(std::make_shared<HostStore>(hf), context);
   o.kv_pool_tokens = context;
   CudaBatchBackend gpu(DeviceStore::upload(*hf, {}), o, context);
-  const int decisive = check_teacher_forced(cpu, gpu, prompt, steps, 2e-2, what);
-  EXPECT_GE(decisive, min_decisive) << what;
+  EXPECT_GE(test::check_teacher_forced(cpu, gpu, prompt, steps, 2e-2, what).decisive, min_decisive)
+      << what;
 }
 
 TEST(CudaBatch, MatchesCpuOnEveryGoldenVariant) {
@@ -150,52 +111,23 @@ TEST(CudaBatch, NonInvariantCublasPathMatchesCpu) {
 
 // ---- Batch invariance through the engine ----------------------------------------------------
 
-// `n` requests of mixed prompt lengths (1 .. 700: some cross an attention split), lengths of
-// output and sampling settings.
+// test::mixed_requests (prompts of 1 .. 700 tokens: some cross an attention split), sampled
+// greedy, top-p, top-k, min-p with a repetition penalty, and over the whole vocabulary.
 std::vector<Request> mixed_requests(int n, int vocab) {
-  std::mt19937 rng(1234 + n);
-  const int lengths[] = {1, 3, 17, 64, 100, 129, 250, 513, 700};
-  std::vector<Request> requests;
-  for (int i = 0; i < n; ++i) {
-    Request r;
-    r.id = "r" + std::to_string(i);
-    const int len = lengths[(i * 5 + 2) % 9];
-    for (int t = 0; t < len; ++t) r.prompt.push_back(int32_t(rng() % uint32_t(vocab)));
-    RequestSettings& s = r.settings;
-    s.max_tokens = 4 + int(rng() % 28);
-    s.ignore_eos = true;
-    s.sampling.seed = rng();
-    switch (i % 5) {
-      case 0:
-        s.sampling.temperature = 0;  // greedy
-        break;
-      case 1:
-        s.sampling.temperature = 0.8f, s.sampling.top_p = 0.9f;
-        break;
-      case 2:
-        s.sampling.temperature = 1.0f, s.sampling.top_k = 40;
-        break;
-      case 3:
-        s.sampling.temperature = 0.7f, s.sampling.min_p = 0.05f,
-        s.sampling.repetition_penalty = 1.3f;
-        break;
-      default:
-        s.sampling.temperature = 1.2f;  // the whole vocabulary
-    }
-    requests.push_back(std::move(r));
-  }
-  return requests;
+  std::vector<SamplingParams> kinds(5);
+  kinds[0].temperature = 0;
+  kinds[1].temperature = 0.8f, kinds[1].top_p = 0.9f;
+  kinds[2].temperature = 1.0f, kinds[2].top_k = 40;
+  kinds[3].temperature = 0.7f, kinds[3].min_p = 0.05f, kinds[3].repetition_penalty = 1.3f;
+  kinds[4].temperature = 1.2f;
+  return test::mixed_requests(n, vocab, 1234 + n, kinds);
 }
 
 class CudaBatchEngine : public testing::Test {
  protected:
   static void SetUpTestSuite() {
     if (!test::have_gpu()) return;
-    const json cfg = {{"hidden_size", 512},        {"num_attention_heads", 8},
-                      {"num_key_value_heads", 2},  {"head_dim", 64},
-                      {"intermediate_size", 1024}, {"vocab_size", 3000},
-                      {"num_hidden_layers", 2}};
-    const fs::path dir = synth("engine", cfg);
+    const fs::path dir = synth("engine", test::small_gqa_config());
     hf_ = new std::shared_ptr<HfModel>(std::make_shared<HfModel>(HfModel::open(dir)));
     dev_ = new std::shared_ptr<const WeightStore>(DeviceStore::upload(**hf_, {}));
   }

@@ -16,7 +16,11 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/kernels/gpu_test_util.h"
+#include "tests/worker/engine/batch_engine_options.h"
 #include "tests/worker/engine/engine_outcomes.h"
+#include "tests/worker/engine/mixed_requests.h"
+#include "tests/worker/engine/synth_models.h"
+#include "tests/worker/engine/teacher_forced.h"
 #include "tools/synth_model.h"
 #include "weight-server/model/device_store.h"
 #include "weight-server/model/hf_model.h"
@@ -35,25 +39,13 @@ using json = nlohmann::json;
 constexpr KvCacheDtype kFp8 = KvCacheDtype::Fp8E4m3;
 
 fs::path synth(const std::string& name) {
-  const fs::path dir =
-      fs::path(testing::TempDir()) / ("cuda_kv_fp8_" + name + "_" + std::to_string(getpid()));
-  fs::remove_all(dir);
-  SynthOptions opt;
-  opt.preset = "tiny-llama3";
-  opt.config_overrides = {{"hidden_size", 512},        {"num_attention_heads", 8},
-                          {"num_key_value_heads", 2},  {"head_dim", 64},
-                          {"intermediate_size", 1024}, {"vocab_size", 3000},
-                          {"num_hidden_layers", 2}};
-  write_synthetic_model(dir, opt);
-  return dir;
+  return test::synth_dir("cuda_kv_fp8_" + name,
+                         test::synth_options("tiny-llama3", test::small_gqa_config()));
 }
 
 EngineOptions options(int max_batch_tokens = 2048, int max_running = 128,
                       int64_t pool_tokens = 1 << 17) {
-  EngineOptions o;
-  o.max_batch_tokens = max_batch_tokens;
-  o.max_running = max_running;
-  o.kv_pool_tokens = pool_tokens;
+  EngineOptions o = test::batch_engine_options(max_batch_tokens, max_running, pool_tokens);
   o.kv_cache_dtype = kFp8;
   return o;
 }
@@ -69,30 +61,7 @@ void check_against_cpu(const fs::path& dir, const std::vector<int32_t>& prompt, 
   CpuBackend cpu(std::make_shared<HostStore>(hf), context, {}, nullptr, 1, {}, kFp8);
   o.kv_pool_tokens = context;
   CudaBatchBackend gpu(DeviceStore::upload(*hf, {}), o, context);
-  auto copy = [](std::span<const float> s) { return std::vector<float>(s.begin(), s.end()); };
-  std::vector<float> c = copy(forward_alone(cpu, prompt));
-  std::vector<float> g = copy(forward_alone(gpu, prompt));
-  int pos = int(prompt.size());
-  double worst = 0;
-  for (int step = 0; step <= steps; ++step) {
-    const auto [lo, hi] = std::minmax_element(c.begin(), c.end());
-    const double range = *hi - *lo;
-    double err = 0;
-    for (size_t i = 0; i < c.size(); ++i) err = std::max(err, double(std::abs(g[i] - c[i])));
-    worst = std::max(worst, err / range);
-    EXPECT_LE(err, 6e-2 * range) << what << " step " << step;
-    const int32_t cpu_top = int32_t(std::max_element(c.begin(), c.end()) - c.begin());
-    std::vector<float> rest = c;
-    rest[cpu_top] = -INFINITY;
-    if (c[cpu_top] - *std::max_element(rest.begin(), rest.end()) > 2 * 6e-2 * range) {
-      EXPECT_EQ(int32_t(std::max_element(g.begin(), g.end()) - g.begin()), cpu_top)
-          << what << " step " << step;
-    }
-    if (step == steps) break;
-    c = copy(forward_alone(cpu, std::span(&cpu_top, 1), pos));
-    g = copy(forward_alone(gpu, std::span(&cpu_top, 1), pos));
-    ++pos;
-  }
+  const double worst = test::check_teacher_forced(cpu, gpu, prompt, steps, 6e-2, what).worst;
   std::printf("%s: worst |gpu - cpu| / logit range %.4f\n", what.c_str(), worst);
 }
 
@@ -146,27 +115,12 @@ TEST(CudaKvFp8, SingleSequenceEngineRefusesItByName) {
       << why;
 }
 
-// Prompts of 1 .. 700 tokens, greedy and sampled.
+// test::mixed_requests (prompts of 1 .. 700 tokens), greedy and top-p.
 std::vector<Request> mixed_requests(int n, int vocab) {
-  std::mt19937 rng(977 + n);
-  const int lengths[] = {1, 3, 17, 64, 100, 129, 250, 513, 700};
-  std::vector<Request> requests;
-  for (int i = 0; i < n; ++i) {
-    Request r;
-    r.id = "r" + std::to_string(i);
-    const int len = lengths[(i * 5 + 2) % 9];
-    for (int t = 0; t < len; ++t) r.prompt.push_back(int32_t(rng() % uint32_t(vocab)));
-    RequestSettings& s = r.settings;
-    s.max_tokens = 4 + int(rng() % 28);
-    s.ignore_eos = true;
-    s.sampling.seed = rng();
-    if (i % 2 == 0)
-      s.sampling.temperature = 0;
-    else
-      s.sampling.temperature = 0.8f, s.sampling.top_p = 0.9f;
-    requests.push_back(std::move(r));
-  }
-  return requests;
+  std::vector<SamplingParams> kinds(2);
+  kinds[0].temperature = 0;
+  kinds[1].temperature = 0.8f, kinds[1].top_p = 0.9f;
+  return test::mixed_requests(n, vocab, 977 + n, kinds);
 }
 
 // Every token's top_logprobs entries of `r` run alone.

@@ -1,0 +1,54 @@
+// Synthetic models for the engine tests, written fresh by each test process: ctest runs a
+// binary's tests in parallel processes, so a model's directory carries the pid.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "tools/synth_model.h"
+#include "weight-server/model/hf_model.h"
+#include "weight-server/model/host_store.h"
+
+namespace hearth::test {
+
+// 8 query heads over 2 KV heads of 64, 512 channels, 1,024 in the MLP, 3,000 words, 2 layers:
+// the GPU engines' model (tiny-llama3), small but with real GQA; tensor_parallel 2 gives each
+// rank 4 query heads, one KV head, 512 MLP channels and 1,500 words.
+inline nlohmann::json small_gqa_config() {
+  return {{"hidden_size", 512},    {"num_attention_heads", 8},  {"num_key_value_heads", 2},
+          {"head_dim", 64},        {"intermediate_size", 1024}, {"vocab_size", 3000},
+          {"num_hidden_layers", 2}};
+}
+
+// A preset with config.json keys replaced; the other options at their defaults.
+inline SynthOptions synth_options(const std::string& preset, nlohmann::json overrides = {}) {
+  SynthOptions opt;
+  opt.preset = preset;
+  opt.config_overrides = std::move(overrides);
+  return opt;
+}
+
+// Writes the model `opt` describes to <test temp dir>/<name>_<pid>, replacing what was there.
+inline std::filesystem::path synth_dir(const std::string& name, const SynthOptions& opt) {
+  const std::filesystem::path dir =
+      std::filesystem::path(testing::TempDir()) / (name + "_" + std::to_string(getpid()));
+  std::filesystem::remove_all(dir);
+  write_synthetic_model(dir, opt);
+  return dir;
+}
+
+// The same model, opened as the CPU engine's weights.
+inline std::shared_ptr<const WeightStore> synth_host_store(const std::string& name,
+                                                           const SynthOptions& opt) {
+  return std::make_shared<HostStore>(
+      std::make_shared<HfModel>(HfModel::open(synth_dir(name, opt))));
+}
+
+}  // namespace hearth::test

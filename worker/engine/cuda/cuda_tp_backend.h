@@ -31,6 +31,7 @@
 #include "worker/engine/cuda/cuda_token_mask.h"
 #include "worker/engine/cuda/cuda_weights.h"
 #include "worker/engine/cuda/decode_graphs.h"
+#include "worker/engine/cuda/decode_step_plan.h"
 #include "worker/engine/cuda/device_rank_store.h"
 #include "worker/engine/cuda/step_inputs.h"
 #include "worker/engine/engine_options.h"
@@ -82,8 +83,7 @@ class CudaTpBackend final : public Backend {
   void build(const std::vector<int>& devices,
              const std::function<std::shared_ptr<const WeightStore>(int)>& pieces);
   void run_substep(const ForwardBatch& batch, const SubStep& step, int& logits_row);
-  bool graphable(const ForwardBatch& batch) const;
-  void run_decode(const ForwardBatch& batch);
+  void run_decode(const ForwardBatch& batch, const DecodeStepPlan& plan);
   // Each rank's inputs to its GPU; kv_bound > 0 replaces max_kv_len (a decode graph's bound).
   std::vector<StepShape> upload_inputs(int kv_bound);
   void launch_eager(const std::vector<StepShape>& shapes);

@@ -114,6 +114,9 @@ int run(int argc, char** argv) {
 
   if (models.empty() == !*server_opt)
     throw std::runtime_error("give --model DIR (one or more) or --server SOCKET, not both");
+  if (*server_opt && tensor_parallel != 1)
+    throw std::runtime_error(
+        "--tensor-parallel shards the gateway's own server (--model); a --server shards its own");
   // Every engine profile read as its workers will read it, before anything starts: a bad key
   // is an exit here naming the profile and the key, not a failure at the first request.
   std::map<std::string, fs::path> profile_files;

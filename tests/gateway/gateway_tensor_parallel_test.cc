@@ -126,6 +126,21 @@ TEST(GatewayTensorParallel, AProfileOfAnotherDegreeIsRefusedByName) {
   EXPECT_FALSE(chat(sharded, "fortunes").logprobs.empty());
 }
 
+// --tensor-parallel shards the gateway's own server; with --server it is refused at startup.
+TEST(GatewayTensorParallel, ADegreeForSomeoneElsesServerIsRefused) {
+  TempDir dir;
+  ChildProcess p = ChildProcess::spawn(
+      ChildProcess::Options({gateway_binary("hearth-gateway"), "--server",
+                             (dir / "absent.sock").string(), "--tensor-parallel", "2"})
+          .stdout_to(ChildProcess::Stream::file(dir / "out"))
+          .stderr_to(ChildProcess::Stream::file(dir / "err")));
+  EXPECT_FALSE(p.wait().success());
+  std::ifstream err(dir / "err");
+  const std::string text(std::istreambuf_iterator<char>(err), {});
+  EXPECT_NE(text.find("--tensor-parallel shards the gateway's own server"), std::string::npos)
+      << text;
+}
+
 TEST(GatewayTensorParallel, TheDegreeIsPartOfThePrefixCacheDomain) {
   TempDir dir;
   const std::string tp2 = "tp2=" + write_profile(dir, "tp2", 2).string();

@@ -223,7 +223,9 @@ int main(int argc, char** argv) {
           if (graphs) b->capture_decode_graphs(context);
           backend = std::move(b);
         } else {
-          backend = std::make_unique<CudaTpBackend>(HostStore(hf), o, context);
+          auto b = std::make_unique<CudaTpBackend>(HostStore(hf), o, context);
+          if (graphs) b->capture_decode_graphs(context);
+          backend = std::move(b);
         }
         const std::vector<double> memory = used_gb();
         for (int level : concurrency) {

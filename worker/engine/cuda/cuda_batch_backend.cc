@@ -115,21 +115,10 @@ void CudaBatchBackend::capture_decode_graphs(int max_kv_len) {
   // The capture runs its steps on block 0: a leased pool holding none yet captures later.
   if (!options_.cuda_graphs || kv_.shape().num_blocks == 0) return;
   kv_.prepare(stream_.get());
-  const int block = kv_.shape().block_size;
-  const int top = kv_bucket(std::clamp(max_kv_len, 1, context_), context_);
-  for (int kv = kv_bucket(1, context_);; kv = kv_bucket(kv + 1, context_)) {
-    const std::vector<int32_t> table((kv + block - 1) / block, 0);
-    const int32_t token = 0;
-    for (int n = 1, last = 0; n <= limits_.max_step_seqs; ++n) {
-      const int bucket = sequence_bucket(n, limits_.max_step_seqs);
-      if (bucket == last) continue;
-      last = bucket;
-      ForwardBatch batch;
-      batch.entries.assign(bucket, ForwardEntry{std::span(&token, 1), kv - 1, table, true});
-      while (!graphs_.captured(bucket, kv)) forward(batch);  // eager once, then captured
-    }
-    if (kv >= top) break;
-  }
+  capture_every_decode_bucket(
+      max_kv_len, context_, kv_.shape().block_size, limits_.max_step_seqs,
+      [&](const ForwardBatch& batch) { forward(batch); },
+      [&](int seqs, int kv_bound) { return graphs_.captured(seqs, kv_bound); });
   synchronize();
 }
 

@@ -321,6 +321,17 @@ void CudaTpBackend::forward(const ForwardBatch& batch) {
     run_substep(batch, step, logits_row);
 }
 
+void CudaTpBackend::capture_decode_graphs(int max_kv_len) {
+  if (!options_.cuda_graphs || kv_shape_.num_blocks == 0) return;
+  capture_every_decode_bucket(
+      max_kv_len, context_, kv_shape_.block_size, limits_.max_step_seqs,
+      [&](const ForwardBatch& batch) { forward(batch); },
+      [&](int seqs, int kv_bound) {
+        return graphs_.contains({seqs, kv_bound});
+      });
+  synchronize();
+}
+
 std::span<const float> CudaTpBackend::logits(int entry) {
   if (entry < 0 || entry >= int(entry_row_.size()) || entry_row_[entry] < 0)
     throw std::runtime_error("batch entry " + std::to_string(entry) +

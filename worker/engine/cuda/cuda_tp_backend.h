@@ -64,6 +64,10 @@ class CudaTpBackend final : public Backend {
 
   int ranks() const { return int(ranks_.size()); }
   void synchronize();
+  // As CudaBatchBackend::capture_decode_graphs: every decode bucket's graphs (one per rank)
+  // captured up front, for keys of up to max_kv_len positions, so that no step pauses for one.
+  // Its steps write block 0 of every rank's pool: nothing may be using the pools yet.
+  void capture_decode_graphs(int max_kv_len);
 
  private:
   struct Rank {

@@ -1,6 +1,7 @@
 #include "worker/engine/cuda/decode_step_plan.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "worker/engine/cuda/decode_graphs.h"
 
@@ -24,6 +25,26 @@ void add_decode_rows(StepInputs& inputs, const ForwardBatch& batch, const Decode
   inputs.begin(0);
   for (int i = 0; i < n; ++i) entry_row[size_t(i)] = inputs.add(batch.entries[size_t(i)], 0, 1);
   for (int i = n; i < plan.seqs; ++i) inputs.add_padding();
+}
+
+void capture_every_decode_bucket(int max_kv_len, int context_length, int block_size,
+                                 int max_step_seqs,
+                                 const std::function<void(const ForwardBatch&)>& forward,
+                                 const std::function<bool(int, int)>& captured) {
+  const int top = kv_bucket(std::clamp(max_kv_len, 1, context_length), context_length);
+  for (int kv = kv_bucket(1, context_length);; kv = kv_bucket(kv + 1, context_length)) {
+    const std::vector<int32_t> table(size_t((kv + block_size - 1) / block_size), 0);
+    const int32_t token = 0;
+    for (int n = 1, last = 0; n <= max_step_seqs; ++n) {
+      const int bucket = sequence_bucket(n, max_step_seqs);
+      if (bucket == last) continue;
+      last = bucket;
+      ForwardBatch batch;
+      batch.entries.assign(size_t(bucket), ForwardEntry{std::span(&token, 1), kv - 1, table, true});
+      while (!captured(bucket, kv)) forward(batch);  // eager once, then captured
+    }
+    if (kv >= top) break;
+  }
 }
 
 }  // namespace hearth

@@ -4,6 +4,7 @@
 // graph keys, padding rows and logits rows are the batched backend's.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <span>
 
@@ -26,5 +27,13 @@ std::optional<DecodeStepPlan> plan_decode_step(const ForwardBatch& batch, bool c
 // entry's logits row goes to `entry_row` (one per entry).
 void add_decode_rows(StepInputs& inputs, const ForwardBatch& batch, const DecodeStepPlan& plan,
                      std::span<int> entry_row);
+
+// Captures ahead of serving: runs `forward` on a decode batch of every sequence-count bucket up
+// to `max_step_seqs` for every key-length bucket up to `max_kv_len` (each sequence on block 0 of
+// the pool, so nothing may be using it yet) until `captured(seqs, kv_bound)` says its graph is.
+void capture_every_decode_bucket(int max_kv_len, int context_length, int block_size,
+                                 int max_step_seqs,
+                                 const std::function<void(const ForwardBatch&)>& forward,
+                                 const std::function<bool(int, int)>& captured);
 
 }  // namespace hearth

@@ -115,8 +115,6 @@ CudaTpBackend::CudaTpBackend(std::vector<std::shared_ptr<const WeightStore>> ran
 void CudaTpBackend::build(const std::vector<int>& devices,
                           const std::function<std::shared_ptr<const WeightStore>(int)>& pieces) {
   const int n = int(devices.size());
-  if (c_.quantization.fp8())
-    throw std::runtime_error("tensor_parallel with fp8 weights on the GPU: not built yet");
   if (options_.kv_block_size <= 0)
     throw std::runtime_error("kv_block_size must be positive, got " +
                              std::to_string(options_.kv_block_size));
@@ -141,8 +139,6 @@ void CudaTpBackend::build(const std::vector<int>& devices,
     rank->store = pieces(r);
     rank->weights = CudaWeights::bind(*rank->store, rank->config);
     rank->weights.check_kv_cache_dtype(options_.kv_cache_dtype);
-    if (rank->weights.fp8())
-      throw std::runtime_error("tensor_parallel with fp8 weights on the GPU: not built yet");
     rank->arena.count(rank->weights.copied_bytes());
     CudaTpRank tp;
     tp.vocab_begin = dims.vocab_begin;

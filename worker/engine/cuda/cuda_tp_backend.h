@@ -7,8 +7,11 @@
 // bits; the LM head runs by vocabulary, the ranks' logits gathered into rank 0's rows, where
 // sampling and token masks run as in the batched backend. Decode steps are captured per bucket
 // as the batched backend's are, one graph per rank (cuda_graphs); everything else runs eagerly.
-// Refused here: fp8 weights. A served model's ranks (the server's pieces) run as they are; the
-// pools are sized here, not leased (the server leases no KV for several GPUs yet).
+// An fp8 model (issue 25) runs each rank's fp8 pieces with the batched engine's W8A8 matmuls:
+// q/k/v and gate/up with their rows' scales, o and down with the whole per-channel vector, each
+// rank quantizing its own slice of their input (as the CPU ranks do). A served model's ranks
+// (the server's pieces) run as they are; the pools are sized here, not leased (the server
+// leases no KV for several GPUs yet).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -41,7 +44,7 @@ namespace hearth {
 class CudaTpBackend final : public Backend {
  public:
   // `whole` is the host-resident model; options.tensor_parallel GPUs, 0..N-1, are used. Throws
-  // naming the cause: too few GPUs, a count that does not divide (ShardPlan), fp8, no peer access.
+  // naming the cause: too few GPUs, a count that does not divide (ShardPlan), no peer access.
   CudaTpBackend(const WeightStore& whole, const EngineOptions& options, int context_length);
   // A model a server sharded: ranks[r] holds exactly rank r's pieces, either GPU-resident (vmm:
   // rank r runs on the GPU holding them) or on the host (memfd: uploaded to GPU r).

@@ -7,6 +7,8 @@
 // bandwidth roofline, where each GPU streams its 1/N of the weights every step and its 1/N of
 // the KV heads for every token. A markdown table with the machine, model and settings, and with
 // --json the same as JSON. Decode graphs (one per rank) by default; --eager adds eager rows.
+// An fp8 model (hearth-synth --dtype fp8, or --quantize fp8 at load) runs its W8A8 projections
+// on every rank; --set passes engine options (batch_invariant, kv_cache_dtype, ...).
 #include <CLI/CLI.hpp>
 #include <cuda_runtime.h>
 #include <unistd.h>
@@ -27,9 +29,11 @@
 #include "weight-server/model/device_store.h"
 #include "weight-server/model/hf_model.h"
 #include "weight-server/model/host_store.h"
+#include "weight-server/model/quantize_at_load.h"
 #include "worker/engine/cuda/cuda_batch_backend.h"
 #include "worker/engine/cuda/cuda_tp_backend.h"
 #include "worker/engine/engine.h"
+#include "worker/engine/profile.h"
 
 namespace {
 
@@ -173,8 +177,9 @@ int main(int argc, char** argv) {
       "hearth-tp-bench: the batched CUDA engine serving at tensor_parallel 1 and N (one "
       "process, N GPUs) at several concurrencies: output tok/s, TTFT and ITL p50/p99, decode "
       "step, GPU memory per device, fraction of the bandwidth roofline"};
-  std::string model_dir, json_path;
+  std::string model_dir, json_path, quantize = "none";
   std::vector<int> tps{1, 2}, concurrency{1, 8, 32, 64, 128, 256};
+  std::vector<std::string> settings;
   Settings s;
   bool eager = false;
   app.add_option("--model", model_dir, "model directory (HF safetensors)")->required();
@@ -188,12 +193,32 @@ int main(int argc, char** argv) {
   app.add_option("--copy-gbps", s.copy_gbps,
                  "one GPU's copy bandwidth, GB/s, for the roofline (3020: H100 SXM)");
   app.add_flag("--eager", eager, "also run every degree without decode graphs");
+  app.add_option("--quantize", quantize,
+                 "fp8: a 16-bit model's projections quantized at load (as hearth-server "
+                 "--quantize fp8); none: as the files hold them")
+      ->check(CLI::IsMember({"none", "fp8"}));
+  app.add_option("--set", settings,
+                 "engine option key=value (repeatable; max_running defaults to the largest "
+                 "concurrency; tensor_parallel and cuda_graphs come from --tp and --eager)");
   app.add_option("--json", json_path, "also write the machine, settings and rows as JSON here");
   CLI11_PARSE(app, argc, argv);
   try {
     if (concurrency.empty() || tps.empty()) throw std::runtime_error("no levels to run");
+    Profile profile;
+    profile.engine.max_running = *std::max_element(concurrency.begin(), concurrency.end());
+    for (const std::string& setting : settings) {
+      if (setting.starts_with("tensor_parallel=") || setting.starts_with("cuda_graphs="))
+        throw std::runtime_error("--set " + setting +
+                                 ": the degrees come from --tp, graphs from --eager");
+      apply_profile_setting(profile, setting);
+    }
     auto hf = std::make_shared<HfModel>(HfModel::open(model_dir));
+    if (quantize == "fp8" && !hf->config().quantization.fp8())
+      hf = std::make_shared<HfModel>(quantize_fp8_at_load(*hf, 8));
     const ModelConfig& c = hf->config();
+    const std::string weights = c.quantization.fp8() ? "fp8 e4m3 projections (W8A8)" : "16-bit";
+    std::string set_text;
+    for (const std::string& setting : settings) set_text += " " + setting;
     const int context = s.prompt_tokens + s.output_tokens;
     const json m = machine();
     std::printf("# %s on %s (%d x %s)\n", model_dir.c_str(), m["host"].get<std::string>().c_str(),
@@ -201,8 +226,10 @@ int main(int argc, char** argv) {
                 m["gpu_names"].empty() ? "?" : m["gpu_names"][0].get<std::string>().c_str());
     std::printf(
         "prompt %d tokens, output %d tokens (greedy, ignore_eos), all of a level submitted at "
-        "once; roofline: %.0f GB/s per GPU, %.2f GB of weights / N per GPU per step\n\n",
-        s.prompt_tokens, s.output_tokens, s.copy_gbps, double(bench::decode_weight_bytes(c)) / 1e9);
+        "once; roofline: %.0f GB/s per GPU, %.2f GB of weights / N per GPU per step\n"
+        "weights: %s; engine options set:%s\n\n",
+        s.prompt_tokens, s.output_tokens, s.copy_gbps, double(bench::decode_weight_bytes(c)) / 1e9,
+        weights.c_str(), set_text.empty() ? " none" : set_text.c_str());
     std::printf(
         "| TP | graphs | c | output tok/s | TTFT p50 / p99 ms | ITL p50 / p99 ms | decode step "
         "ms (roofline) | of roofline | GPU memory GB per device |\n"
@@ -211,8 +238,7 @@ int main(int argc, char** argv) {
     for (int tp : tps) {
       for (bool graphs : {true, false}) {
         if (!graphs && !eager) continue;
-        EngineOptions o;
-        o.max_running = *std::max_element(concurrency.begin(), concurrency.end());
+        EngineOptions o = profile.engine;
         o.cuda_graphs = graphs;
         o.tensor_parallel = tp;
         std::unique_ptr<Backend> backend;
@@ -253,6 +279,10 @@ int main(int argc, char** argv) {
                           {"output_tokens", s.output_tokens},
                           {"copy_gbps", s.copy_gbps},
                           {"weight_bytes", bench::decode_weight_bytes(c)},
+                          {"weights", weights},
+                          {"quantize", quantize},
+                          {"set", settings},
+                          {"engine", profile_to_json(profile)},
                           {"greedy", true}}},
                         {"rows", rows}};
       const std::string text = out.dump(1);

@@ -265,6 +265,39 @@ TEST(CpuTensorParallel, Fp8EqualsTheReferenceThatSumsInRankOrder) {
   }
 }
 
+// An fp8 model with one scale per tensor (compressed-tensors strategy "tensor", the scale a
+// scalar `[]` as some checkpoints store it): the same codes, each projection's first row scale
+// for all of it. Every rank holds that scale whole.
+class PerTensorScales final : public WeightStore {
+ public:
+  explicit PerTensorScales(std::shared_ptr<const WeightStore> from) : from_(std::move(from)) {
+    config_ = from_->config();
+    config_.quantization.strategy = QuantizationConfig::Strategy::Tensor;
+    for (const StoredTensor& t : from_->tensors()) {
+      StoredTensor copy = t;
+      if (t.info.name.ends_with("_scale")) {
+        copy.info.shape = {};
+        copy.info.bytes = 4;
+      }
+      add_tensor(copy);
+    }
+  }
+  Residence residence() const override { return Residence::Host; }
+  const char* backend_name() const override { return "host"; }
+
+ private:
+  std::shared_ptr<const WeightStore> from_;
+};
+
+TEST(CpuTensorParallel, Fp8PerTensorScalesEqualTheReference) {
+  const auto store =
+      std::make_shared<PerTensorScales>(model("tiny-mistral", {{"num_key_value_heads", 4}}, true));
+  for (int tp : {1, 2, 4}) {
+    SCOPED_TRACE("TP " + std::to_string(tp));
+    EXPECT_EQ(engine_logits(store, tp, kPrompt), reference_logits(*store, kPrompt, tp));
+  }
+}
+
 // Split sums round differently: close to TP=1, not equal to it.
 TEST(CpuTensorParallel, IsCloseToButNotEqualToOneRank) {
   const auto store = model("tiny-mistral", {{"num_key_value_heads", 4}});

@@ -3,7 +3,8 @@
 //
 // Every error kind, as OpenAI says it (clients and LangChain/LiteLLM match type and code):
 //   400 invalid_request_error, param the field; code "context_length_exceeded" for a prompt
-//       and max_tokens over the context (vLLM's "maximum context length is N tokens" wording)
+//       and max_tokens over the context (vLLM's "maximum context length is N tokens" wording),
+//       "tensor_parallel_mismatch" for a profile whose degree is not its model's sharding
 //   401 authentication_error, code "invalid_api_key"
 //   404 invalid_request_error: an unknown model or profile, param "model", code
 //       "model_not_found"; an unknown path, no code

@@ -63,7 +63,7 @@ int run(int argc, char** argv) {
   std::vector<std::string> models, profiles, worker_args;
   std::string server_socket, api_key_file, chat_template_file, backend = "auto", quantize = "none";
   hearth::gateway::HttpOptions http;
-  int idle_exit_s = 300, request_timeout_s = 600, max_body_mb = 16;
+  int idle_exit_s = 300, request_timeout_s = 600, max_body_mb = 16, tensor_parallel = 1;
   std::string runtime_under =
       std::getenv("XDG_RUNTIME_DIR") ? std::getenv("XDG_RUNTIME_DIR") : "/tmp";
   std::string worker_binary = (own_dir() / "hearth-worker").string();
@@ -90,6 +90,11 @@ int run(int argc, char** argv) {
                  "own server's weights: none, or fp8 (16-bit projections stored in fp8 at load, "
                  "as hearth-server --quantize fp8)")
       ->check(CLI::IsMember({"none", "fp8"}));
+  app.add_option("--tensor-parallel", tensor_parallel,
+                 "own server's weights: shard every model for N ranks (as hearth-server "
+                 "--tensor-parallel N); profiles must then set tensor_parallel N, the default "
+                 "profile takes it")
+      ->check(CLI::Range(1, 64));
   app.add_option("--max-in-flight", http.max_in_flight,
                  "requests admitted at once; more get 429 with Retry-After")
       ->check(CLI::Range(1, 1 << 20));
@@ -109,10 +114,14 @@ int run(int argc, char** argv) {
 
   if (models.empty() == !*server_opt)
     throw std::runtime_error("give --model DIR (one or more) or --server SOCKET, not both");
+  if (*server_opt && tensor_parallel != 1)
+    throw std::runtime_error(
+        "--tensor-parallel shards the gateway's own server (--model); a --server shards its own");
   // Every engine profile read as its workers will read it, before anything starts: a bad key
   // is an exit here naming the profile and the key, not a failure at the first request.
   std::map<std::string, fs::path> profile_files;
   std::map<std::string, int> profile_contexts;
+  std::map<std::string, int> profile_degrees;
   for (const std::string& p : profiles) {
     const size_t eq = p.find('=');
     if (eq == 0 || eq == std::string::npos || eq + 1 == p.size())
@@ -125,6 +134,7 @@ int run(int argc, char** argv) {
         hearth::read_file(file), "--profile " + name + " (" + file.string() + ")");
     profile_files[name] = file;
     profile_contexts[name] = profile.engine.context_length;
+    profile_degrees[name] = profile.engine.tensor_parallel;
   }
   http.request_timeout = std::chrono::seconds(request_timeout_s);
   http.max_body_bytes = size_t(max_body_mb) << 20;
@@ -149,6 +159,7 @@ int run(int argc, char** argv) {
     s.models = models;
     s.backend = backend;
     s.quantize = quantize;
+    s.tensor_parallel = tensor_parallel;
     s.log = log_line;
     log_line("starting a weight server for " + std::to_string(models.size()) + " model(s)");
     own_server.emplace(std::move(s));
@@ -167,6 +178,9 @@ int run(int argc, char** argv) {
   w.log = log_line;
   w.profiles = std::move(profile_files);
   w.profile_context_lengths = std::move(profile_contexts);
+  w.profile_tensor_parallel = std::move(profile_degrees);
+  for (const std::string& n : catalog.names())
+    w.model_tensor_parallel[n] = catalog.find(n)->tensor_parallel;
   hearth::gateway::WorkerPool pool(std::move(w));
   hearth::gateway::Metrics metrics;
   hearth::gateway::HttpGateway gateway(http, catalog, pool, metrics);

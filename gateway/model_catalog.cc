@@ -26,6 +26,7 @@ ModelEntry entry_from_manifest(const Manifest& m, const SharedFiles& files,
   ModelEntry e;
   e.name = m.model;
   e.context_length = m.config.max_position;
+  e.tensor_parallel = m.tensor_parallel;
   e.created = std::chrono::duration_cast<std::chrono::seconds>(
                   std::chrono::system_clock::now().time_since_epoch())
                   .count();

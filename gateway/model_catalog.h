@@ -18,7 +18,8 @@ namespace hearth::gateway {
 
 struct ModelEntry {
   std::string name;
-  int context_length = 0;  // the model's maximum position (the worker may use less)
+  int context_length = 0;   // the model's maximum position (the worker may use less)
+  int tensor_parallel = 1;  // the server's shards (issue 26): a worker's degree must be this
   std::shared_ptr<const Tokenizer> tokenizer;
   std::optional<ChatTemplate> chat_template;
   std::string chat_template_error;            // why chat is unavailable, when it is

@@ -54,6 +54,8 @@ void ServerSupervisor::start() {
                                    options_.backend,
                                    "--quantize",
                                    options_.quantize,
+                                   "--tensor-parallel",
+                                   std::to_string(options_.tensor_parallel),
                                    "--quiet"};
   for (const std::string& m : options_.models) {
     argv.push_back("--model");

@@ -23,6 +23,7 @@ struct SupervisorOptions {
   std::vector<std::string> models;          // DIR[:NAME], as hearth-server --model takes them
   std::string backend = "auto";             // auto | vmm | memfd
   std::string quantize = "none";            // none | fp8, as hearth-server --quantize
+  int tensor_parallel = 1;                  // as hearth-server --tensor-parallel (issue 26)
   std::chrono::seconds start_timeout{600};  // loading a large model from a cold disk takes time
   std::function<void(const std::string&)> log;
 };

@@ -39,9 +39,31 @@ std::string last_log_line(const std::filesystem::path& log) {
   return nl == std::string::npos ? tail : tail.substr(nl + 1);
 }
 
+// A degree from a by-name map; absent is 1 (no tensor parallelism).
+int degree_of(const std::map<std::string, int>& degrees, const std::string& name) {
+  const auto it = degrees.find(name);
+  return it == degrees.end() ? 1 : it->second;
+}
+
 }  // namespace
 
 WorkerPool::WorkerPool(WorkerPoolOptions options) : options_(std::move(options)) {}
+
+void WorkerPool::check_tensor_parallel(const std::string& model, const std::string& profile) const {
+  if (profile.empty()) return;  // the default profile takes the model's degree
+  const int want = degree_of(options_.model_tensor_parallel, model);
+  const int has = degree_of(options_.profile_tensor_parallel, profile);
+  // An unsharded model lets a profile cut its own pieces (the CPU engine's in-process ranks).
+  if (want == 1 || want == has) return;
+  // A client error, not a worker crash: the worker would refuse the degree at startup.
+  throw ApiError(400, "invalid_request_error",
+                 "the engine profile '" + profile + "' has tensor_parallel " + std::to_string(has) +
+                     ", but the weight server shards " + model + " for " + "tensor parallel " +
+                     std::to_string(want) + ": use a profile with tensor_parallel " +
+                     std::to_string(want),
+                 "model")
+      .with_code("tensor_parallel_mismatch");
+}
 
 WorkerPool::~WorkerPool() {
   std::lock_guard lock(mutex_);
@@ -74,6 +96,7 @@ std::shared_ptr<WorkerConnection> WorkerPool::get(const std::string& model,
         "the engine profile '" + profile + "' is not configured (--profile " + profile + "=FILE)",
         "model")
         .with_code("model_not_found");
+  check_tensor_parallel(model, profile);
   Slot* slot;
   {
     std::lock_guard lock(mutex_);
@@ -116,6 +139,9 @@ std::shared_ptr<WorkerConnection> WorkerPool::start(const std::string& model,
   if (!profile.empty()) {
     argv.push_back("--profile");
     argv.push_back(options_.profiles.at(profile).string());
+  } else if (const int n = degree_of(options_.model_tensor_parallel, model); n > 1) {
+    argv.push_back("--set");
+    argv.push_back("tensor_parallel=" + std::to_string(n));
   }
   argv.insert(argv.end(), options_.extra_worker_args.begin(), options_.extra_worker_args.end());
   const auto spawn = ChildProcess::Options(argv).stderr_to(

@@ -28,6 +28,13 @@ struct WorkerPoolOptions {
   // A profile's context_length, where it sets one (read at startup): the gateway checks a
   // request against it, as the worker would, and answers in OpenAI's terms.
   std::map<std::string, int> profile_context_lengths;
+  // Tensor parallelism (issue 26): each profile's tensor_parallel (read at startup; absent: 1)
+  // and each model's degree as its server sharded it (absent: 1). On a sharded model a profile
+  // whose degree is not the model's is refused by name before any worker starts, and the
+  // default profile takes the model's (`--set tensor_parallel=N`); on an unsharded one a
+  // profile's ranks cut their own pieces.
+  std::map<std::string, int> profile_tensor_parallel;
+  std::map<std::string, int> model_tensor_parallel;
   std::chrono::seconds idle_exit{300};          // a worker with nothing to do exits after this
   std::chrono::seconds start_timeout{120};      // from spawn to accepting connections
   std::vector<std::string> extra_worker_args;   // e.g. --backend cpu in tests
@@ -53,7 +60,8 @@ class WorkerPool {
   ~WorkerPool();  // stops every worker (SIGTERM, then SIGKILL after a grace period)
 
   // The connection to the worker for (model, profile), starting it if none is running. Throws
-  // ApiError 404 for a profile not configured, 503 when the worker cannot be started.
+  // ApiError 404 for a profile not configured, 400 for a profile whose tensor_parallel is not
+  // the model's sharding, 503 when the worker cannot be started.
   std::shared_ptr<WorkerConnection> get(const std::string& model, const std::string& profile);
 
   WorkerPoolStats stats();
@@ -74,6 +82,8 @@ class WorkerPool {
   };
   std::shared_ptr<WorkerConnection> start(const std::string& model, const std::string& profile,
                                           Slot& slot);
+  // Throws ApiError 400 when the profile's tensor_parallel is not the model's sharding.
+  void check_tensor_parallel(const std::string& model, const std::string& profile) const;
 
   WorkerPoolOptions options_;
   std::mutex mutex_;  // guards slots_ and the counters

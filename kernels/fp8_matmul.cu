@@ -17,12 +17,14 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <stdexcept>
 #include <string>
 
 #include "kernels/cuda_check.h"
 #include "kernels/device_sm_count.h"
 #include "kernels/fp8_support.h"
+#include "kernels/per_device_once.h"
 #include "kernels/half_utils.cuh"
 #include "kernels/matmul_epilogue.cuh"
 #include "kernels/pdl.cuh"
@@ -312,9 +314,13 @@ void launch(const Fp8MatmulArgs& a, int64_t lda, const std::array<Fp8MatmulSegme
   using C = Config<kRows, kBN, kStages, kSub>;
   static_assert(C::kSmemBytes <= 227 * 1024, "tile configuration exceeds shared memory");
   auto kernel = fp8_matmul_kernel<T, C, kSwiGLU>;
-  static const int resident = [&] {
+  static PerDeviceOnce configured;  // per device: tensor-parallel ranks, any host thread
+  configured.run(current_device(), [&] {
     HEARTH_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            int(C::kSmemBytes)));
+  });
+  // The same on every device of one process (they are alike): asked once.
+  static const int resident = [&] {
     int n = 0;
     HEARTH_CUDA_CHECK(
         cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, C::kThreads, C::kSmemBytes));

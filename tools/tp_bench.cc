@@ -1,15 +1,22 @@
-// hearth-tp-bench: decode speed of the batched CUDA engine at tensor_parallel 1 and N in one
-// process (worker/engine/cuda/cuda_tp_backend.h, issue 26): for each degree and concurrency,
-// `concurrency` greedy requests of a fixed prompt run to the end through Engine; prints output
-// tok/s, the median steady decode step (one token for every sequence) and the GPU memory in use
-// on each device, as a markdown table and, with --json, as JSON. Each degree runs with decode
-// graphs (one per rank) and eager.
+// hearth-tp-bench: the batched CUDA engine serving at tensor_parallel 1 and N in one process
+// (worker/engine/cuda/cuda_tp_backend.h, issue 26). For each degree and concurrency level,
+// `concurrency` greedy requests of `--prompt-tokens` random tokens are submitted at once and run
+// to `--output-tokens` through Engine (as hearth-bench --serve-bench does on one GPU): output
+// tok/s, time to first token and inter-token latency (p50, p99), the median steady decode step
+// (one token for every sequence), GPU memory in use on each device, and the fraction of the
+// bandwidth roofline, where each GPU streams its 1/N of the weights every step and its 1/N of
+// the KV heads for every token. A markdown table with the machine, model and settings, and with
+// --json the same as JSON. Decode graphs (one per rank) by default; --eager adds eager rows.
+// An fp8 model (hearth-synth --dtype fp8, or --quantize fp8 at load) runs its W8A8 projections
+// on every rank; --set passes engine options (batch_invariant, kv_cache_dtype, ...).
 #include <CLI/CLI.hpp>
 #include <cuda_runtime.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,22 +24,24 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/cuda_check.h"
+#include "tools/bench_stats.h"
+#include "tools/decode_roofline.h"
 #include "weight-server/model/device_store.h"
 #include "weight-server/model/hf_model.h"
 #include "weight-server/model/host_store.h"
+#include "weight-server/model/quantize_at_load.h"
 #include "worker/engine/cuda/cuda_batch_backend.h"
 #include "worker/engine/cuda/cuda_tp_backend.h"
 #include "worker/engine/engine.h"
+#include "worker/engine/profile.h"
 
 namespace {
 
 using namespace hearth;
-using Clock = std::chrono::steady_clock;
+using bench::Clock;
+using bench::ms_between;
+using bench::percentile;
 using json = nlohmann::json;
-
-double ms_between(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double, std::milli>(b - a).count();
-}
 
 std::vector<int32_t> prompt(int n, int vocab, int salt) {
   std::vector<int32_t> t(size_t(n), 0);
@@ -59,25 +68,43 @@ std::vector<double> used_gb() {
   return out;
 }
 
-struct Level {
-  double tok_s = 0, step_ms_p50 = 0;
+// The machine, for the table's header: host, GPU count and name(s).
+json machine() {
+  char host[256] = {};
+  ::gethostname(host, sizeof host - 1);
+  int n = 0;
+  HEARTH_CUDA_CHECK(cudaGetDeviceCount(&n));
+  std::vector<std::string> names;
+  for (int d = 0; d < n; ++d) {
+    cudaDeviceProp p{};
+    HEARTH_CUDA_CHECK(cudaGetDeviceProperties(&p, d));
+    names.emplace_back(p.name);
+  }
+  return {{"host", host}, {"gpus", n}, {"gpu_names", names}};
+}
+
+struct Settings {
+  int prompt_tokens = 128, output_tokens = 256;
+  double copy_gbps = 3020;  // one GPU's device-to-device copy bandwidth
 };
 
-Level run_level(Backend& backend, const EngineOptions& o, int vocab, int concurrency,
-                int prompt_tokens, int output_tokens) {
+// One level: `concurrency` requests submitted at once, run to the end.
+json run_level(Backend& backend, const EngineOptions& o, const ModelConfig& c, int tp,
+               int concurrency, const Settings& s) {
   Engine engine(backend, o, nullptr, {});
+  const Clock::time_point start = Clock::now();
   for (int i = 0; i < concurrency; ++i) {
     Request r;
     r.id = std::to_string(i);
-    r.prompt = prompt(prompt_tokens, vocab, concurrency * 1000 + i);
-    r.settings.max_tokens = output_tokens;
+    r.prompt = prompt(s.prompt_tokens, c.vocab, concurrency * 1000 + i);
+    r.settings.max_tokens = s.output_tokens;
     r.settings.ignore_eos = true;
     r.settings.sampling.temperature = 0;
     engine.submit(std::move(r));
   }
-  std::vector<double> steps;
+  std::map<std::string, Clock::time_point> last;
+  std::vector<double> ttft, itl, steps;
   uint64_t generated = 0, forwarded = 0;
-  const Clock::time_point start = Clock::now();
   Clock::time_point end = start;
   while (engine.has_work()) {
     const Clock::time_point t0 = Clock::now();
@@ -85,55 +112,133 @@ Level run_level(Backend& backend, const EngineOptions& o, int vocab, int concurr
     const Clock::time_point t1 = Clock::now();
     int tokens = 0;
     for (const RequestOutput& out : outputs) {
-      tokens += int(out.tokens.size());
+      for (size_t k = 0; k < out.tokens.size(); ++k, ++tokens) {
+        auto it = last.find(out.id);
+        if (it == last.end()) {
+          ttft.push_back(ms_between(start, t1));
+          last.emplace(out.id, t1);
+        } else {
+          itl.push_back(ms_between(it->second, t1));
+          it->second = t1;
+        }
+      }
       if (out.finish && out.finish->reason == FinishReason::Error)
         throw std::runtime_error("request " + out.id + " failed: " + out.finish->error);
       if (out.finish) end = t1;
     }
     generated += uint64_t(tokens);
-    const EngineStats s = engine.stats();
-    if (tokens == concurrency && s.forwarded_tokens - forwarded == uint64_t(concurrency))
+    const EngineStats st = engine.stats();
+    if (tokens == concurrency && st.forwarded_tokens - forwarded == uint64_t(concurrency))
       steps.push_back(ms_between(t0, t1));
-    forwarded = s.forwarded_tokens;
+    forwarded = st.forwarded_tokens;
   }
-  Level l;
-  l.tok_s = double(generated) / (ms_between(start, end) / 1e3);
-  if (!steps.empty()) {
-    std::sort(steps.begin(), steps.end());
-    l.step_ms_p50 = steps[steps.size() / 2];
+  const EngineStats st = engine.stats();
+  const double wall_s = ms_between(start, end) / 1e3;
+  // Per GPU: every step streams 1/tp of the weights; every generated token after the first
+  // reads its sequence's KV (1/tp of the heads), the prompt's KV is written and read once.
+  const double per_token = double(CudaBatchBackend::kv_bytes_per_token(c, o.kv_cache_dtype)) / tp;
+  const double p = s.prompt_tokens, n = s.output_tokens;
+  const double kv_bytes = concurrency * per_token * (p + (n - 1) * p + (n - 1) * n / 2);
+  const double bytes = double(st.steps) * double(bench::decode_weight_bytes(c)) / tp + kv_bytes;
+  const double roofline_s = bytes / (s.copy_gbps * 1e9);
+  const double mean_kv = p + n / 2;
+  return {{"tensor_parallel", tp},
+          {"cuda_graphs", o.cuda_graphs},
+          {"concurrency", concurrency},
+          {"output_tok_s", double(generated) / wall_s},
+          {"ttft_ms_p50", percentile(ttft, 0.5)},
+          {"ttft_ms_p99", percentile(ttft, 0.99)},
+          {"itl_ms_p50", percentile(itl, 0.5)},
+          {"itl_ms_p99", percentile(itl, 0.99)},
+          {"decode_step_ms_p50", percentile(steps, 0.5)},
+          {"decode_step_roofline_ms",
+           (double(bench::decode_weight_bytes(c)) / tp + concurrency * per_token * mean_kv) /
+               (s.copy_gbps * 1e6)},
+          {"steps", st.steps},
+          {"wall_s", wall_s},
+          {"roofline_gb_per_gpu", bytes / 1e9},
+          {"fraction_of_roofline", roofline_s / wall_s}};
+}
+
+std::string memory_text(const std::vector<double>& gb) {
+  std::string out;
+  char cell[32];
+  for (double g : gb) {
+    std::snprintf(cell, sizeof cell, "%.1f", g);
+    out += (out.empty() ? "" : " / ") + std::string(cell);
   }
-  return l;
+  return out;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{
-      "hearth-tp-bench: batched CUDA decode at tensor_parallel 1 and N (one process, N GPUs), "
-      "decode graphs on and off: output tok/s, decode step, GPU memory per device"};
-  std::string model_dir, json_path;
-  std::vector<int> tps{1, 2}, concurrency{1};
-  int prompt_tokens = 128, output_tokens = 128;
+      "hearth-tp-bench: the batched CUDA engine serving at tensor_parallel 1 and N (one "
+      "process, N GPUs) at several concurrencies: output tok/s, TTFT and ITL p50/p99, decode "
+      "step, GPU memory per device, fraction of the bandwidth roofline"};
+  std::string model_dir, json_path, quantize = "none";
+  std::vector<int> tps{1, 2}, concurrency{1, 8, 32, 64, 128, 256};
+  std::vector<std::string> settings;
+  Settings s;
+  bool eager = false;
   app.add_option("--model", model_dir, "model directory (HF safetensors)")->required();
   app.add_option("--tp", tps, "tensor_parallel degrees (a,b,...)")->delimiter(',');
-  app.add_option("--concurrency", concurrency, "requests at once (a,b,...)")->delimiter(',');
-  app.add_option("--prompt-tokens", prompt_tokens, "tokens per prompt");
-  app.add_option("--output-tokens", output_tokens, "tokens generated per request");
-  app.add_option("--json", json_path, "also write the rows as JSON to this file");
+  app.add_option("--concurrency", concurrency, "requests at once, one level each (a,b,...)")
+      ->delimiter(',');
+  app.add_option("--prompt-tokens", s.prompt_tokens, "tokens per prompt")
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--output-tokens", s.output_tokens, "tokens generated per request")
+      ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--copy-gbps", s.copy_gbps,
+                 "one GPU's copy bandwidth, GB/s, for the roofline (3020: H100 SXM)");
+  app.add_flag("--eager", eager, "also run every degree without decode graphs");
+  app.add_option("--quantize", quantize,
+                 "fp8: a 16-bit model's projections quantized at load (as hearth-server "
+                 "--quantize fp8); none: as the files hold them")
+      ->check(CLI::IsMember({"none", "fp8"}));
+  app.add_option("--set", settings,
+                 "engine option key=value (repeatable; max_running defaults to the largest "
+                 "concurrency; tensor_parallel and cuda_graphs come from --tp and --eager)");
+  app.add_option("--json", json_path, "also write the machine, settings and rows as JSON here");
   CLI11_PARSE(app, argc, argv);
   try {
+    if (concurrency.empty() || tps.empty()) throw std::runtime_error("no levels to run");
+    Profile profile;
+    profile.engine.max_running = *std::max_element(concurrency.begin(), concurrency.end());
+    for (const std::string& setting : settings) {
+      if (setting.starts_with("tensor_parallel=") || setting.starts_with("cuda_graphs="))
+        throw std::runtime_error("--set " + setting +
+                                 ": the degrees come from --tp, graphs from --eager");
+      apply_profile_setting(profile, setting);
+    }
     auto hf = std::make_shared<HfModel>(HfModel::open(model_dir));
+    if (quantize == "fp8" && !hf->config().quantization.fp8())
+      hf = std::make_shared<HfModel>(quantize_fp8_at_load(*hf, 8));
     const ModelConfig& c = hf->config();
-    const int context = prompt_tokens + output_tokens;
-    json rows = json::array();
+    const std::string weights = c.quantization.fp8() ? "fp8 e4m3 projections (W8A8)" : "16-bit";
+    std::string set_text;
+    for (const std::string& setting : settings) set_text += " " + setting;
+    const int context = s.prompt_tokens + s.output_tokens;
+    const json m = machine();
+    std::printf("# %s on %s (%d x %s)\n", model_dir.c_str(), m["host"].get<std::string>().c_str(),
+                m["gpus"].get<int>(),
+                m["gpu_names"].empty() ? "?" : m["gpu_names"][0].get<std::string>().c_str());
     std::printf(
-        "| %s | output tok/s | decode step ms (p50) | GPU memory GB per device |\n"
-        "|---|---|---|---|\n",
-        model_dir.c_str());
+        "prompt %d tokens, output %d tokens (greedy, ignore_eos), all of a level submitted at "
+        "once; roofline: %.0f GB/s per GPU, %.2f GB of weights / N per GPU per step\n"
+        "weights: %s; engine options set:%s\n\n",
+        s.prompt_tokens, s.output_tokens, s.copy_gbps, double(bench::decode_weight_bytes(c)) / 1e9,
+        weights.c_str(), set_text.empty() ? " none" : set_text.c_str());
+    std::printf(
+        "| TP | graphs | c | output tok/s | TTFT p50 / p99 ms | ITL p50 / p99 ms | decode step "
+        "ms (roofline) | of roofline | GPU memory GB per device |\n"
+        "|---|---|---|---|---|---|---|---|---|\n");
+    json rows = json::array();
     for (int tp : tps) {
       for (bool graphs : {true, false}) {
-        EngineOptions o;
-        o.max_running = *std::max_element(concurrency.begin(), concurrency.end());
+        if (!graphs && !eager) continue;
+        EngineOptions o = profile.engine;
         o.cuda_graphs = graphs;
         o.tensor_parallel = tp;
         std::unique_ptr<Backend> backend;
@@ -144,31 +249,43 @@ int main(int argc, char** argv) {
           if (graphs) b->capture_decode_graphs(context);
           backend = std::move(b);
         } else {
-          backend = std::make_unique<CudaTpBackend>(HostStore(hf), o, context);
+          auto b = std::make_unique<CudaTpBackend>(HostStore(hf), o, context);
+          if (graphs) b->capture_decode_graphs(context);
+          backend = std::move(b);
         }
         const std::vector<double> memory = used_gb();
-        std::string mem;
-        for (double g : memory) mem += (mem.empty() ? "" : " / ") + std::to_string(g).substr(0, 5);
         for (int level : concurrency) {
-          const Level l = run_level(*backend, o, c.vocab, level, prompt_tokens, output_tokens);
-          const std::string name = "TP=" + std::to_string(tp) + (graphs ? " graphs" : " eager") +
-                                   ", c=" + std::to_string(level);
-          std::printf("| %s | %.1f | %.3f | %s |\n", name.c_str(), l.tok_s, l.step_ms_p50,
-                      mem.c_str());
+          json r = run_level(*backend, o, c, tp, level, s);
+          r["gpu_memory_gb"] = memory;
+          std::printf(
+              "| %d | %s | %d | %.1f | %.1f / %.1f | %.2f / %.2f | %.2f (%.2f) | %.1f%% | %s |\n",
+              tp, graphs ? "on" : "off", level, r["output_tok_s"].get<double>(),
+              r["ttft_ms_p50"].get<double>(), r["ttft_ms_p99"].get<double>(),
+              r["itl_ms_p50"].get<double>(), r["itl_ms_p99"].get<double>(),
+              r["decode_step_ms_p50"].get<double>(), r["decode_step_roofline_ms"].get<double>(),
+              100 * r["fraction_of_roofline"].get<double>(), memory_text(memory).c_str());
           std::fflush(stdout);
-          rows.push_back({{"tensor_parallel", tp},
-                          {"cuda_graphs", graphs},
-                          {"concurrency", level},
-                          {"output_tok_s", l.tok_s},
-                          {"decode_step_ms_p50", l.step_ms_p50},
-                          {"gpu_memory_gb", memory}});
+          rows.push_back(std::move(r));
         }
       }
     }
     if (!json_path.empty()) {
       FILE* f = std::fopen(json_path.c_str(), "w");
       if (!f) throw std::runtime_error("cannot write " + json_path);
-      const std::string text = json{{"model", model_dir}, {"rows", rows}}.dump(1);
+      const json out = {{"model", model_dir},
+                        {"machine", m},
+                        {"settings",
+                         {{"prompt_tokens", s.prompt_tokens},
+                          {"output_tokens", s.output_tokens},
+                          {"copy_gbps", s.copy_gbps},
+                          {"weight_bytes", bench::decode_weight_bytes(c)},
+                          {"weights", weights},
+                          {"quantize", quantize},
+                          {"set", settings},
+                          {"engine", profile_to_json(profile)},
+                          {"greedy", true}}},
+                        {"rows", rows}};
+      const std::string text = out.dump(1);
       std::fputs(text.c_str(), f);
       std::fclose(f);
     }

@@ -47,6 +47,11 @@ class GatewayProcess {
     // A test that names its own chat template replaces the plain one.
     if (std::find(extra.begin(), extra.end(), "--chat-template") != extra.end())
       argv.resize(argv.size() - 2);
+    // A test that names the server's backend (a GPU test) names the workers' too.
+    if (std::find(extra.begin(), extra.end(), "--backend") != extra.end()) {
+      argv.erase(argv.begin() + 7, argv.begin() + 9);  // --worker-arg=--backend, =cpu
+      argv.erase(argv.begin() + 3, argv.begin() + 5);  // --backend memfd
+    }
     argv.insert(argv.end(), extra.begin(), extra.end());
     log_ = log.empty() ? std::filesystem::temp_directory_path() /
                              ("hearth-gateway-test-" + std::to_string(::getpid()) + "-" +

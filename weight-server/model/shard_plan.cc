@@ -26,6 +26,20 @@ TensorShard shard_of(const ExpectedTensor& t, const ModelConfig& c, int r, const
     s.shape[split == ShardSplit::Rows ? 0 : 1] = per_rank;
   };
   const int64_t q = int64_t(d.q_heads) * c.head_dim, kv = int64_t(d.kv_heads) * c.head_dim;
+  // An fp8 projection's scales ([out, 1] per channel, [1] per tensor) follow its output rows:
+  // a column-parallel layer's rank keeps its rows' scales; a row-parallel one (o, down) keeps
+  // every output row, so its whole vector: the codes and scales of TP=1, cut by K.
+  if (name.ends_with(".weight_scale")) {
+    const bool per_channel = t.shape.size() == 2;
+    if (per_channel && (ends("q_proj.weight_scale") || ends("gate_proj.weight_scale") ||
+                        ends("up_proj.weight_scale")))
+      cut(ShardSplit::Rows, ends("q_proj.weight_scale") ? q : d.intermediate);
+    else if (per_channel && (ends("k_proj.weight_scale") || ends("v_proj.weight_scale")))
+      cut(ShardSplit::Rows, kv);
+    else if (!ends("o_proj.weight_scale") && !ends("down_proj.weight_scale") && per_channel)
+      throw std::logic_error("shard plan: no rule for tensor '" + t.name + "'");
+    return s;
+  }
   if (ends("embed_tokens.weight") || name == "lm_head.weight") {
     s.slice = {ShardSplit::Rows, d.vocab_begin, d.vocab_end};
     s.shape[0] = d.vocab_end - d.vocab_begin;

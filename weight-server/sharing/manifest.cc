@@ -194,6 +194,9 @@ void check_against_plan(const Reader& r, const Manifest& m, const ShardPlan& pla
     if (!allocations.insert(t.allocation).second)
       r.fail("allocation " + std::to_string(t.allocation) + " is used by two tensors (one is '" +
              t.info.name + "' of rank " + std::to_string(t.rank) + ")");
+  // Each piece's dtype as its whole tensor's role allows (an fp8 scale piece stays a scale).
+  std::map<std::string, ExpectedTensor> roles;
+  for (const ExpectedTensor& t : expected_tensors(m.config)) roles.emplace(t.name, t);
   size_t i = 0;
   for (int rank = 0; rank < m.tensor_parallel; ++rank) {
     const std::string where = "rank " + std::to_string(rank) + ": ";
@@ -215,6 +218,12 @@ void check_against_plan(const Reader& r, const Manifest& m, const ShardPlan& pla
         r.fail(where + "tensor '" + want.name + "' has shape " + got.info.shape_string() +
                ", its slice implies " + expected.shape_string());
       }
+      ExpectedTensor piece = roles.at(want.name);
+      piece.shape = want.shape;
+      if (const std::string why =
+              tensor_mismatch(piece, got.info.dtype, got.info.shape, "its slice");
+          !why.empty())
+        r.fail(where + why);
       by_name.erase(it);
     }
     if (!by_name.empty())

@@ -2,7 +2,8 @@
 // --tensor-parallel 2` puts rank r's pieces on GPU r. A client importing rank 1 reads back, from
 // GPU 1, exactly the shard plan's piece of each source tensor; importing every rank maps each on
 // its own GPU; `stats` and `list` show each GPU's weights; an import that fails midway keeps
-// nothing, and a killed server's shards are freed on every GPU. Skipped with fewer than 2 GPUs.
+// nothing, and a killed server's shards are freed on every GPU; with --quantize fp8 each GPU
+// holds its rank's codes and scales. Skipped with fewer than 2 GPUs.
 #include <gtest/gtest.h>
 
 #include <cuda_runtime.h>
@@ -18,6 +19,7 @@
 #include "server_test_support.h"
 #include "tools/synth_model.h"
 #include "weight-server/model/hf_model.h"
+#include "weight-server/model/quantize_at_load.h"
 #include "weight-server/model/shard_plan.h"
 #include "weight-server/model/vmm_allocation.h"
 #include "weight-server/sharing/model_import.h"
@@ -151,6 +153,24 @@ TEST_F(ShardedVmmGpuTest, AllRanksMapEachOnItsOwnGpu) {
   for (int r = 0; r < 2; ++r)
     expect_pieces_equal_the_plan(source, model.manifest.rank_view(r), r, *model.ranks[size_t(r)],
                                  r);
+}
+
+// --quantize fp8 (issue 25): the model is quantized whole, then cut; each GPU holds its rank's
+// codes and scales (q/k/v, gate/up: its rows'; o, down: the whole vector), F32 scales not
+// rounded to bf16.
+TEST_F(ShardedVmmGpuTest, Fp8PiecesAreTheWholeQuantizedModelsSlices) {
+  auto server = start({"--quantize", "fp8"});
+  const HfModel source = quantize_fp8_at_load(HfModel::open(synth_.path()), 2);
+  ipc::Client client = test::connect_client(server->socket());
+  ImportedModel model = import_served_model(client, "synth", {.verify = true, .all_ranks = true});
+  ASSERT_TRUE(model.manifest.config.quantization.fp8());
+  ASSERT_EQ(model.ranks.size(), 2u);
+  for (int r = 0; r < 2; ++r) {
+    expect_pieces_equal_the_plan(source, model.manifest.rank_view(r), r, *model.ranks[size_t(r)],
+                                 r);
+    EXPECT_EQ(model.ranks[size_t(r)]->at("model.layers.0.self_attn.o_proj.weight_scale").info.dtype,
+              DType::F32);
+  }
 }
 
 TEST_F(ShardedVmmGpuTest, DevicesListPutsRanksWhereItSays) {

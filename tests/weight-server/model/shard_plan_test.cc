@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <map>
 #include <random>
 
 #include <nlohmann/json.hpp>
@@ -160,6 +161,49 @@ TEST(ShardPlan, RefusesDegreesThatDoNotDivide) {
   ModelConfig small_vocab = c;
   small_vocab.vocab = 5;  // 2 rows per rank leave rank 3 nothing
   expect_refused(small_vocab, 4, "vocab_size 5 leaves the last rank no rows");
+}
+
+// fp8 (issue 25): a column-parallel projection's per-channel scales are cut with its rows; a
+// row-parallel one (o, down) keeps every output row, so each rank holds its whole scale vector;
+// a per-tensor scale is replicated.
+TEST(ShardPlan, Fp8ScalesFollowTheirOutputRows) {
+  for (const auto strategy :
+       {QuantizationConfig::Strategy::Channel, QuantizationConfig::Strategy::Tensor}) {
+    ModelConfig c = config("LlamaForCausalLM");
+    c.quantization = {QuantizationConfig::Weights::Fp8, strategy};
+    const bool channel = strategy == QuantizationConfig::Strategy::Channel;
+    const ShardPlan plan = ShardPlan::make(c, 2);
+    for (int r = 0; r < 2; ++r) {
+      std::map<std::string, TensorShard> by_name;
+      for (const TensorShard& s : plan.tensors(r)) by_name[s.name] = s;
+      auto scale = [&](const std::string& proj) {
+        return by_name.at("model.layers.1." + proj + ".weight_scale");
+      };
+      auto weight = [&](const std::string& proj) {
+        return by_name.at("model.layers.1." + proj + ".weight");
+      };
+      for (const char* proj : {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                               "mlp.gate_proj", "mlp.up_proj"}) {
+        SCOPED_TRACE(std::string(proj) + " rank " + std::to_string(r));
+        const TensorShard s = scale(proj), w = weight(proj);
+        if (channel) {
+          EXPECT_EQ(s.slice, w.slice);
+          EXPECT_EQ(s.shape, (std::vector<int64_t>{w.shape[0], 1}));
+        } else {
+          EXPECT_EQ(s.slice.split, ShardSplit::Replicated);
+          EXPECT_EQ(s.shape, std::vector<int64_t>{1});
+        }
+      }
+      for (const char* proj : {"self_attn.o_proj", "mlp.down_proj"}) {
+        SCOPED_TRACE(std::string(proj) + " rank " + std::to_string(r));
+        const TensorShard s = scale(proj);
+        EXPECT_EQ(weight(proj).slice.split, ShardSplit::Columns);
+        EXPECT_EQ(s.slice.split, ShardSplit::Replicated);
+        EXPECT_EQ(s.shape, s.full_shape);
+        EXPECT_EQ(s.shape[0], channel ? c.hidden : 1);
+      }
+    }
+  }
 }
 
 }  // namespace

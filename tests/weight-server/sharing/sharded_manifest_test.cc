@@ -170,5 +170,72 @@ TEST(ShardedManifest, RefusesHostileShardedManifests) {
             std::string::npos);
 }
 
+// fp8 (issue 25): scale pieces are checked against the plan as weights are: an o_proj scale cut
+// like a q_proj one (the plan keeps it whole), a q_proj scale left whole (the plan cuts it), or
+// a scale piece in fp8 is refused, naming the tensor.
+TEST(ShardedManifest, RefusesFp8ScalesCutOtherwiseThanThePlan) {
+  test::TempDir dir;
+  SynthOptions options = preset_options("tiny-qwen2");
+  options.fp8 = true;
+  write_synthetic_model(dir.path(), options);
+  const json good = load(dir.path(), 2)->manifest;
+  ASSERT_NO_THROW(parse_manifest(good));
+  auto piece = [](json& m, int rank, const std::string& name) -> json& {
+    for (json& t : m["ranks"][rank]["tensors"])
+      if (t["name"] == name) return t;
+    throw std::logic_error(name);
+  };
+  const std::string o = "model.layers.1.self_attn.o_proj.weight_scale";
+  const std::string q = "model.layers.1.self_attn.q_proj.weight_scale";
+  struct Case {
+    const char* what;
+    std::function<void(json&)> edit;
+    std::string expect;
+  };
+  const std::vector<Case> cases = {
+      {"o's scales cut by rows",
+       [&](json& m) {
+         json& t = piece(m, 1, o);
+         const int64_t rows = t["shape"][0].get<int64_t>();
+         t["shape"] = {rows / 2, 1};
+         t["bytes"] = rows / 2 * 4;
+         t["slice"] = {{"split", "rows"}, {"begin", rows / 2}, {"end", rows}};
+       },
+       "tensor '" + o + "' holds rows [32, 64), but rank 1 of 2 holds replicated [0, 64)"},
+      {"q's scales whole",
+       [&](json& m) {
+         json& t = piece(m, 1, q);
+         const int64_t rows = t["shape"][0].get<int64_t>() * 2;
+         t["shape"] = {rows, 1};
+         t["bytes"] = rows * 4;
+         t["allocation_bytes"] = std::max<int64_t>(rows * 4, t["allocation_bytes"].get<int64_t>());
+         t["slice"] = {{"split", "replicated"}, {"begin", 0}, {"end", rows}};
+       },
+       "tensor '" + q + "' holds replicated [0, 64), but rank 1 of 2 holds rows [32, 64)"},
+      {"a scale in fp8",
+       [&](json& m) {
+         json& t = piece(m, 0, q);
+         t["dtype"] = "F8_E4M3";
+         t["bytes"] = t["bytes"].get<int64_t>() / 4;
+       },
+       "tensor '" + q + "' is F8_E4M3; a weight scale must be F32, F16 or BF16"},
+      {"a projection piece in bf16",
+       [&](json& m) {
+         json& t = piece(m, 1, "model.layers.0.mlp.down_proj.weight");
+         t["dtype"] = "BF16";
+         t["bytes"] = t["bytes"].get<int64_t>() * 2;
+         t["allocation_bytes"] =
+             std::max(t["bytes"].get<int64_t>(), t["allocation_bytes"].get<int64_t>());
+       },
+       "tensor 'model.layers.0.mlp.down_proj.weight' is BF16, but quantization_config makes"},
+  };
+  for (const Case& c : cases) {
+    json m = good;
+    c.edit(m);
+    const std::string error = error_of([&] { parse_manifest(m); });
+    EXPECT_NE(error.find(c.expect), std::string::npos) << c.what << ": " << error;
+  }
+}
+
 }  // namespace
 }  // namespace hearth

@@ -1,9 +1,12 @@
 // The CPU engine's in-process tensor parallelism (issue 26 item 4) against a reference written
 // here: one sequence, position by position, on the whole (unsharded) weights, every product a
 // dot of the same 16-lane order as the engine's, with o_proj and down split into the ranks'
-// column ranges and their partial sums added in rank order. TP=2 and TP=4 must equal it bit for
-// bit, alone and batched; TP=1 must equal it with one rank (the reference is the engine's
-// arithmetic); TP=2 is close to TP=1 but not equal.
+// column ranges and their partial sums added in rank order. An fp8 model's projections are
+// W8A8 (issue 25): each input row quantized per token (a row-parallel rank quantizes its own
+// columns), codes multiplied, the sum scaled by token scale x the weight row's scale (o and
+// down: the whole model's per-channel scales, each rank using all of them). TP=2 and TP=4 must
+// equal it bit for bit, alone and batched; TP=1 must equal it with one rank (the reference is the
+// engine's arithmetic); TP=2 is close to TP=1 but not equal.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -13,6 +16,7 @@
 
 #include "tests/worker/engine/synth_models.h"
 #include "tools/synth_model.h"
+#include "weight-server/model/fp8.h"
 #include "weight-server/model/host_store.h"
 #include "weight-server/model/rank_store.h"
 #include "weight-server/model/shard_plan.h"
@@ -27,10 +31,12 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::shared_ptr<const WeightStore> model(const std::string& preset,
-                                         const nlohmann::json& overrides = {}) {
-  return test::synth_host_store("cpu_tp_" + preset + "_" + std::to_string(overrides.size()),
-                                test::synth_options(preset, overrides));
+std::shared_ptr<const WeightStore> model(const std::string& preset, nlohmann::json overrides = {},
+                                         bool fp8 = false) {
+  SynthOptions opt = test::synth_options(preset, overrides);
+  opt.fp8 = fp8;
+  return test::synth_host_store(
+      "cpu_tp_" + preset + "_" + std::to_string(overrides.size()) + (fp8 ? "_fp8" : ""), opt);
 }
 
 // The engine's dot product: sixteen partial sums, halved pairwise, then the tail.
@@ -46,7 +52,7 @@ float dot(const float* a, const float* b, int64_t n) {
   return acc[0] + tail;
 }
 
-// A whole tensor as fp32, row-major.
+// A whole tensor as fp32, row-major (fp8: its codes decoded, unscaled).
 std::vector<float> floats(const WeightStore& store, const std::string& name) {
   const StoredTensor& t = store.at(name);
   uint64_t n = 1;
@@ -54,10 +60,44 @@ std::vector<float> floats(const WeightStore& store, const std::string& name) {
   std::vector<float> out(n);
   const auto* p = static_cast<const uint16_t*>(t.data);
   for (uint64_t i = 0; i < n; ++i)
-    out[i] = t.info.dtype == DType::F32    ? static_cast<const float*>(t.data)[i]
+    out[i] = t.info.dtype == DType::F32 ? static_cast<const float*>(t.data)[i]
+             : t.info.dtype == DType::F8_E4M3
+                 ? fp8_e4m3_to_f32(static_cast<const uint8_t*>(t.data)[i])
              : t.info.dtype == DType::BF16 ? bf16_to_f32(p[i])
                                            : f16_to_f32(p[i]);
   return out;
+}
+
+// A projection as the reference multiplies it: values, or fp8 codes with a scale per row.
+struct Matrix {
+  std::vector<float> w;
+  std::vector<float> scales;  // empty: 16-bit
+};
+
+Matrix matrix(const WeightStore& store, const std::string& name) {
+  Matrix m{floats(store, name), {}};
+  if (store.at(name).info.dtype == DType::F8_E4M3) m.scales = floats(store, name + "_scale");
+  return m;
+}
+
+// n values of x quantized to e4m3 with their own scale (returned), as decoded codes.
+float quantize_row(const float* x, int64_t n, std::vector<float>& out) {
+  float abs_max = 0.0f;
+  for (int64_t i = 0; i < n; ++i) abs_max = std::fmax(abs_max, std::fabs(x[i]));
+  const float scale = fp8_e4m3_row_scale(abs_max);
+  out.resize(size_t(n));
+  for (int64_t i = 0; i < n; ++i) out[size_t(i)] = fp8_e4m3_to_f32(fp8_e4m3_quantize(x[i], scale));
+  return scale;
+}
+
+// W[row, cols [begin, begin + n)] . in[0, n): a plain dot, or W8A8 with `in` quantized alone.
+float product(const Matrix& W, int64_t row, int64_t cols, int64_t begin, const float* in,
+              int64_t n) {
+  if (W.scales.empty()) return dot(&W.w[row * cols + begin], in, n);
+  std::vector<float> xq;
+  const float sx = quantize_row(in, n, xq);
+  const float sw = W.scales.size() == 1 ? W.scales[0] : W.scales[size_t(row)];
+  return dot(&W.w[row * cols + begin], xq.data(), n) * (sx * sw);
 }
 
 void rmsnorm(float* y, const float* x, const std::vector<float>& w, int64_t n, double eps) {
@@ -68,24 +108,23 @@ void rmsnorm(float* y, const float* x, const std::vector<float>& w, int64_t n, d
 }
 
 // y[r] = W[r] . x (+ b[r]) for every row of W [rows][cols].
-std::vector<float> project(const std::vector<float>& W, const std::vector<float>* b, const float* x,
+std::vector<float> project(const Matrix& W, const std::vector<float>* b, const float* x,
                            int64_t rows, int64_t cols) {
   std::vector<float> y(rows);
   for (int64_t r = 0; r < rows; ++r) {
-    const float v = dot(&W[r * cols], x, cols);
+    const float v = product(W, r, cols, 0, x, cols);
     y[r] = b ? v + (*b)[r] : v;
   }
   return y;
 }
 
 // x += sum over ranks, in rank order, of W[:, cols of rank] . in[cols of rank].
-void add_split(float* x, const std::vector<float>& W, const float* in, int64_t rows, int64_t cols,
-               int ranks) {
+void add_split(float* x, const Matrix& W, const float* in, int64_t rows, int64_t cols, int ranks) {
   const int64_t per = cols / ranks;
   std::vector<float> sum(rows);
   for (int r = 0; r < ranks; ++r)
     for (int64_t row = 0; row < rows; ++row) {
-      const float p = dot(&W[row * cols + r * per], in + r * per, per);
+      const float p = product(W, row, cols, r * per, in + r * per, per);
       sum[row] = r == 0 ? p : sum[row] + p;
     }
   for (int64_t i = 0; i < rows; ++i) x[i] += sum[i];
@@ -113,7 +152,7 @@ std::vector<float> reference_logits(const WeightStore& store, const std::vector<
   const int64_t inter = c.intermediate;
   const std::vector<float> inv_freq = rope_inverse_frequencies(c);
   const std::vector<float> embed = floats(store, "model.embed_tokens.weight");
-  const std::vector<float> head = c.tie_embeddings ? embed : floats(store, "lm_head.weight");
+  const Matrix head{c.tie_embeddings ? embed : floats(store, "lm_head.weight"), {}};
   std::vector<std::vector<float>> keys(c.n_layers), values(c.n_layers);
   std::vector<float> x(h), xn(h);
   for (size_t pos = 0; pos < tokens.size(); ++pos) {
@@ -121,17 +160,18 @@ std::vector<float> reference_logits(const WeightStore& store, const std::vector<
     for (int l = 0; l < c.n_layers; ++l) {
       const std::string p = "model.layers." + std::to_string(l) + ".";
       auto w = [&](const std::string& name) { return floats(store, p + name); };
+      auto m = [&](const std::string& name) { return matrix(store, p + name); };
       rmsnorm(xn.data(), x.data(), w("input_layernorm.weight"), h, c.rms_eps);
       std::vector<float> bq, bk, bv;
       if (c.qkv_bias)
         bq = w("self_attn.q_proj.bias"), bk = w("self_attn.k_proj.bias"),
         bv = w("self_attn.v_proj.bias");
       std::vector<float> q =
-          project(w("self_attn.q_proj.weight"), c.qkv_bias ? &bq : nullptr, xn.data(), qd, h);
+          project(m("self_attn.q_proj.weight"), c.qkv_bias ? &bq : nullptr, xn.data(), qd, h);
       std::vector<float> k =
-          project(w("self_attn.k_proj.weight"), c.qkv_bias ? &bk : nullptr, xn.data(), kvd, h);
+          project(m("self_attn.k_proj.weight"), c.qkv_bias ? &bk : nullptr, xn.data(), kvd, h);
       const std::vector<float> v =
-          project(w("self_attn.v_proj.weight"), c.qkv_bias ? &bv : nullptr, xn.data(), kvd, h);
+          project(m("self_attn.v_proj.weight"), c.qkv_bias ? &bv : nullptr, xn.data(), kvd, h);
       if (c.qk_norm) {
         const std::vector<float> qn = w("self_attn.q_norm.weight"),
                                  kn = w("self_attn.k_norm.weight");
@@ -158,12 +198,12 @@ std::vector<float> reference_logits(const WeightStore& store, const std::vector<
           for (int64_t d = 0; d < hd; ++d) att[i * hd + d] += pj * values[l][j * kvd + g * hd + d];
         }
       }
-      add_split(x.data(), w("self_attn.o_proj.weight"), att.data(), h, qd, ranks);
+      add_split(x.data(), m("self_attn.o_proj.weight"), att.data(), h, qd, ranks);
       rmsnorm(xn.data(), x.data(), w("post_attention_layernorm.weight"), h, c.rms_eps);
-      std::vector<float> gate = project(w("mlp.gate_proj.weight"), nullptr, xn.data(), inter, h);
-      const std::vector<float> up = project(w("mlp.up_proj.weight"), nullptr, xn.data(), inter, h);
+      std::vector<float> gate = project(m("mlp.gate_proj.weight"), nullptr, xn.data(), inter, h);
+      const std::vector<float> up = project(m("mlp.up_proj.weight"), nullptr, xn.data(), inter, h);
       for (int64_t i = 0; i < inter; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
-      add_split(x.data(), w("mlp.down_proj.weight"), gate.data(), h, inter, ranks);
+      add_split(x.data(), m("mlp.down_proj.weight"), gate.data(), h, inter, ranks);
     }
   }
   rmsnorm(xn.data(), x.data(), floats(store, "model.norm.weight"), h, c.rms_eps);
@@ -198,6 +238,58 @@ TEST(CpuTensorParallel, EqualsTheReferenceThatSumsInRankOrder) {
       SCOPED_TRACE(std::string(c.preset) + " TP " + std::to_string(tp));
       EXPECT_EQ(engine_logits(store, tp, kPrompt), reference_logits(*store, kPrompt, tp));
     }
+  }
+}
+
+// fp8 weights (offline, compressed-tensors per-channel): q/k/v and gate/up ranks take their
+// rows' scales, o and down every rank the whole vector.
+TEST(CpuTensorParallel, Fp8EqualsTheReferenceThatSumsInRankOrder) {
+  const std::vector<std::pair<const char*, std::vector<int>>> cases = {
+      {"tiny-llama", {1, 2}}, {"tiny-qwen2", {2}}, {"tiny-mistral", {2, 4}}};
+  for (const auto& [preset, degrees] : cases) {
+    const auto store = model(preset, {{"num_key_value_heads", 4}}, true);
+    ASSERT_TRUE(store->config().quantization.fp8());
+    for (int tp : degrees) {
+      SCOPED_TRACE(std::string(preset) + " fp8 TP " + std::to_string(tp));
+      const std::vector<float> engine = engine_logits(store, tp, kPrompt);
+      EXPECT_EQ(engine, reference_logits(*store, kPrompt, tp));
+      if (tp > 1) {
+        EXPECT_NE(engine, reference_logits(*store, kPrompt, 1));
+      }
+    }
+  }
+}
+
+// An fp8 model with one scale per tensor (compressed-tensors strategy "tensor", the scale a
+// scalar `[]` as some checkpoints store it): the same codes, each projection's first row scale
+// for all of it. Every rank holds that scale whole.
+class PerTensorScales final : public WeightStore {
+ public:
+  explicit PerTensorScales(std::shared_ptr<const WeightStore> from) : from_(std::move(from)) {
+    config_ = from_->config();
+    config_.quantization.strategy = QuantizationConfig::Strategy::Tensor;
+    for (const StoredTensor& t : from_->tensors()) {
+      StoredTensor copy = t;
+      if (t.info.name.ends_with("_scale")) {
+        copy.info.shape = {};
+        copy.info.bytes = 4;
+      }
+      add_tensor(copy);
+    }
+  }
+  Residence residence() const override { return Residence::Host; }
+  const char* backend_name() const override { return "host"; }
+
+ private:
+  std::shared_ptr<const WeightStore> from_;
+};
+
+TEST(CpuTensorParallel, Fp8PerTensorScalesEqualTheReference) {
+  const auto store =
+      std::make_shared<PerTensorScales>(model("tiny-mistral", {{"num_key_value_heads", 4}}, true));
+  for (int tp : {1, 2, 4}) {
+    SCOPED_TRACE("TP " + std::to_string(tp));
+    EXPECT_EQ(engine_logits(store, tp, kPrompt), reference_logits(*store, kPrompt, tp));
   }
 }
 

@@ -108,6 +108,22 @@ TEST(CudaTensorParallel, RepeatRunsStepBudgetsAndGraphsAreIdentical) {
       want, "max_batch_tokens 32");
 }
 
+// Every decode bucket's graphs captured up front (as hearth-tp-bench does) replay the bits the
+// eager steps compute.
+TEST(CudaTensorParallel, GraphsCapturedUpFrontGiveTheEagerBits) {
+  REQUIRE_GPUS(2);
+  const std::vector<Request> all = mixed_requests(12);
+  EngineOptions eager = options(2);
+  eager.cuda_graphs = false;
+  const auto want = test::run_engine(
+      *std::make_unique<CudaTpBackend>(*host_model(), eager, kContext), eager, all);
+  const EngineOptions o = options(2);
+  CudaTpBackend captured(*host_model(), o, kContext);
+  captured.capture_decode_graphs(kContext);
+  test::expect_same_outcomes(test::run_engine(captured, o, all), want,
+                             "decode graphs captured up front");
+}
+
 // A model sharded elsewhere (here: host pieces, as a memfd server serves them) runs as the
 // ranks this process cuts itself: the same pieces, the same bits.
 TEST(CudaTensorParallel, ShardedPiecesGiveTheSameBitsAsCutHere) {

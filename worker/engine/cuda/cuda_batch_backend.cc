@@ -86,27 +86,13 @@ void CudaBatchBackend::run_substep(const ForwardBatch& batch, const SubStep& ste
   model_.launch(inputs_.upload(stream_.get()), inputs_, kv_, stream_.get());
 }
 
-bool CudaBatchBackend::graphable(const ForwardBatch& batch) const {
-  if (!options_.cuda_graphs || int(batch.entries.size()) > limits_.max_step_seqs) return false;
-  for (const ForwardEntry& e : batch.entries)
-    if (e.tokens.size() != 1 || !e.want_logits) return false;
-  return true;
-}
-
-// A decode step: every sequence runs one token and wants its logits. Padded to its bucket,
-// run from the bucket's graph once one is captured.
-void CudaBatchBackend::run_decode(const ForwardBatch& batch) {
-  const int n = int(batch.entries.size());
-  const int seqs = sequence_bucket(n, limits_.max_step_seqs);
-  int max_kv = 1;
-  for (const ForwardEntry& e : batch.entries) max_kv = std::max(max_kv, e.start_pos + 1);
-  const int kv_bound = kv_bucket(max_kv, context_);
-  inputs_.begin(0);
-  for (int i = 0; i < n; ++i) entry_row_[i] = inputs_.add(batch.entries[i], 0, 1);
-  for (int i = n; i < seqs; ++i) inputs_.add_padding();
+// A decode step (decode_step_plan.h): padded to its bucket, run from the bucket's graph once
+// one is captured.
+void CudaBatchBackend::run_decode(const ForwardBatch& batch, const DecodeStepPlan& plan) {
+  add_decode_rows(inputs_, batch, plan, entry_row_);
   StepShape shape = inputs_.upload(stream_.get());
-  shape.max_kv_len = kv_bound;  // the graph's bound, not this step's
-  graphs_.run(seqs, kv_bound, stream_.get(),
+  shape.max_kv_len = plan.kv_bound;  // the graph's bound, not this step's
+  graphs_.run(plan.seqs, plan.kv_bound, stream_.get(),
               [&] { model_.launch(shape, inputs_, kv_, stream_.get()); });
 }
 
@@ -117,7 +103,9 @@ void CudaBatchBackend::forward(const ForwardBatch& batch) {
   kv_.prepare(stream_.get());
   entry_row_.assign(batch.entries.size(), -1);
   host_logits_.assign(batch.entries.size(), {});
-  if (graphable(batch)) return run_decode(batch);
+  if (const auto plan =
+          plan_decode_step(batch, options_.cuda_graphs, limits_.max_step_seqs, context_))
+    return run_decode(batch, *plan);
   int logits_row = 0;
   for (const SubStep& step : split_substeps(batch, limits_.max_tokens, limits_.max_step_seqs))
     run_substep(batch, step, logits_row);
@@ -127,21 +115,10 @@ void CudaBatchBackend::capture_decode_graphs(int max_kv_len) {
   // The capture runs its steps on block 0: a leased pool holding none yet captures later.
   if (!options_.cuda_graphs || kv_.shape().num_blocks == 0) return;
   kv_.prepare(stream_.get());
-  const int block = kv_.shape().block_size;
-  const int top = kv_bucket(std::clamp(max_kv_len, 1, context_), context_);
-  for (int kv = kv_bucket(1, context_);; kv = kv_bucket(kv + 1, context_)) {
-    const std::vector<int32_t> table((kv + block - 1) / block, 0);
-    const int32_t token = 0;
-    for (int n = 1, last = 0; n <= limits_.max_step_seqs; ++n) {
-      const int bucket = sequence_bucket(n, limits_.max_step_seqs);
-      if (bucket == last) continue;
-      last = bucket;
-      ForwardBatch batch;
-      batch.entries.assign(bucket, ForwardEntry{std::span(&token, 1), kv - 1, table, true});
-      while (!graphs_.captured(bucket, kv)) forward(batch);  // eager once, then captured
-    }
-    if (kv >= top) break;
-  }
+  capture_every_decode_bucket(
+      max_kv_len, context_, kv_.shape().block_size, limits_.max_step_seqs,
+      [&](const ForwardBatch& batch) { forward(batch); },
+      [&](int seqs, int kv_bound) { return graphs_.captured(seqs, kv_bound); });
   synchronize();
 }
 

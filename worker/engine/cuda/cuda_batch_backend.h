@@ -31,6 +31,7 @@
 #include "worker/engine/cuda/cuda_token_mask.h"
 #include "worker/engine/cuda/cuda_weights.h"
 #include "worker/engine/cuda/decode_graphs.h"
+#include "worker/engine/cuda/decode_step_plan.h"
 #include "worker/engine/cuda/step_inputs.h"
 #include "worker/engine/cuda/step_phases.h"
 #include "worker/engine/engine_options.h"
@@ -88,8 +89,7 @@ class CudaBatchBackend final : public Backend {
   const TilingTable& matmul_tiling() const { return model_.matmul_tiling(); }
 
  private:
-  bool graphable(const ForwardBatch& batch) const;
-  void run_decode(const ForwardBatch& batch);
+  void run_decode(const ForwardBatch& batch, const DecodeStepPlan& plan);
   void run_substep(const ForwardBatch& batch, const SubStep& step, int& logits_row);
 
   std::shared_ptr<const WeightStore> store_;

@@ -115,8 +115,6 @@ CudaTpBackend::CudaTpBackend(std::vector<std::shared_ptr<const WeightStore>> ran
 void CudaTpBackend::build(const std::vector<int>& devices,
                           const std::function<std::shared_ptr<const WeightStore>(int)>& pieces) {
   const int n = int(devices.size());
-  if (c_.quantization.fp8())
-    throw std::runtime_error("tensor_parallel with fp8 weights on the GPU: not built yet");
   if (options_.kv_block_size <= 0)
     throw std::runtime_error("kv_block_size must be positive, got " +
                              std::to_string(options_.kv_block_size));
@@ -141,8 +139,6 @@ void CudaTpBackend::build(const std::vector<int>& devices,
     rank->store = pieces(r);
     rank->weights = CudaWeights::bind(*rank->store, rank->config);
     rank->weights.check_kv_cache_dtype(options_.kv_cache_dtype);
-    if (rank->weights.fp8())
-      throw std::runtime_error("tensor_parallel with fp8 weights on the GPU: not built yet");
     rank->arena.count(rank->weights.copied_bytes());
     CudaTpRank tp;
     tp.vocab_begin = dims.vocab_begin;
@@ -259,31 +255,14 @@ void CudaTpBackend::gather_logits(const StepShape& s) {
     HEARTH_CUDA_CHECK(cudaStreamWaitEvent(ranks_[0]->stream.get(), ranks_[r]->done.get(), 0));
 }
 
-bool CudaTpBackend::graphable(const ForwardBatch& batch) const {
-  if (!options_.cuda_graphs || int(batch.entries.size()) > limits_.max_step_seqs) return false;
-  for (const ForwardEntry& e : batch.entries)
-    if (e.tokens.size() != 1 || !e.want_logits) return false;
-  return true;
-}
-
 // A decode step, padded to its bucket as the batched backend pads it: eager the first time
 // (interleaved, so every kernel is loaded on every GPU), then each rank's whole forward captured
 // on its own stream, then replayed: one launch per rank, the ranks meeting at the all-reduces
 // on the GPUs.
-void CudaTpBackend::run_decode(const ForwardBatch& batch) {
-  const int n = int(batch.entries.size());
-  const int seqs = sequence_bucket(n, limits_.max_step_seqs);
-  int max_kv = 1;
-  for (const ForwardEntry& e : batch.entries) max_kv = std::max(max_kv, e.start_pos + 1);
-  const int kv_bound = kv_bucket(max_kv, context_);
-  for (const auto& rank : ranks_) rank->inputs->begin(0);
-  for (int i = 0; i < n; ++i)
-    for (const auto& rank : ranks_)
-      entry_row_[size_t(i)] = rank->inputs->add(batch.entries[i], 0, 1);
-  for (int i = n; i < seqs; ++i)
-    for (const auto& rank : ranks_) rank->inputs->add_padding();
-  const std::vector<StepShape> shapes = upload_inputs(kv_bound);
-  const std::pair key{seqs, kv_bound};
+void CudaTpBackend::run_decode(const ForwardBatch& batch, const DecodeStepPlan& plan) {
+  for (const auto& rank : ranks_) add_decode_rows(*rank->inputs, batch, plan, entry_row_);
+  const std::vector<StepShape> shapes = upload_inputs(plan.kv_bound);
+  const std::pair key{plan.seqs, plan.kv_bound};
   auto it = graphs_.find(key);
   if (it == graphs_.end()) {
     if (eager_runs_[key]++ == 0) return launch_eager(shapes);
@@ -330,10 +309,23 @@ void CudaTpBackend::forward(const ForwardBatch& batch) {
   }
   entry_row_.assign(batch.entries.size(), -1);
   host_logits_.assign(batch.entries.size(), {});
-  if (graphable(batch)) return run_decode(batch);
+  if (const auto plan =
+          plan_decode_step(batch, options_.cuda_graphs, limits_.max_step_seqs, context_))
+    return run_decode(batch, *plan);
   int logits_row = 0;
   for (const SubStep& step : split_substeps(batch, limits_.max_tokens, limits_.max_step_seqs))
     run_substep(batch, step, logits_row);
+}
+
+void CudaTpBackend::capture_decode_graphs(int max_kv_len) {
+  if (!options_.cuda_graphs || kv_shape_.num_blocks == 0) return;
+  capture_every_decode_bucket(
+      max_kv_len, context_, kv_shape_.block_size, limits_.max_step_seqs,
+      [&](const ForwardBatch& batch) { forward(batch); },
+      [&](int seqs, int kv_bound) {
+        return graphs_.contains({seqs, kv_bound});
+      });
+  synchronize();
 }
 
 std::span<const float> CudaTpBackend::logits(int entry) {

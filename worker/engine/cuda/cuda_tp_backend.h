@@ -7,8 +7,11 @@
 // bits; the LM head runs by vocabulary, the ranks' logits gathered into rank 0's rows, where
 // sampling and token masks run as in the batched backend. Decode steps are captured per bucket
 // as the batched backend's are, one graph per rank (cuda_graphs); everything else runs eagerly.
-// Refused here: fp8 weights. A served model's ranks (the server's pieces) run as they are; the
-// pools are sized here, not leased (the server leases no KV for several GPUs yet).
+// An fp8 model (issue 25) runs each rank's fp8 pieces with the batched engine's W8A8 matmuls:
+// q/k/v and gate/up with their rows' scales, o and down with the whole per-channel vector, each
+// rank quantizing its own slice of their input (as the CPU ranks do). A served model's ranks
+// (the server's pieces) run as they are; the pools are sized here, not leased (the server
+// leases no KV for several GPUs yet).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -31,6 +34,7 @@
 #include "worker/engine/cuda/cuda_token_mask.h"
 #include "worker/engine/cuda/cuda_weights.h"
 #include "worker/engine/cuda/decode_graphs.h"
+#include "worker/engine/cuda/decode_step_plan.h"
 #include "worker/engine/cuda/device_rank_store.h"
 #include "worker/engine/cuda/step_inputs.h"
 #include "worker/engine/engine_options.h"
@@ -40,7 +44,7 @@ namespace hearth {
 class CudaTpBackend final : public Backend {
  public:
   // `whole` is the host-resident model; options.tensor_parallel GPUs, 0..N-1, are used. Throws
-  // naming the cause: too few GPUs, a count that does not divide (ShardPlan), fp8, no peer access.
+  // naming the cause: too few GPUs, a count that does not divide (ShardPlan), no peer access.
   CudaTpBackend(const WeightStore& whole, const EngineOptions& options, int context_length);
   // A model a server sharded: ranks[r] holds exactly rank r's pieces, either GPU-resident (vmm:
   // rank r runs on the GPU holding them) or on the host (memfd: uploaded to GPU r).
@@ -63,6 +67,10 @@ class CudaTpBackend final : public Backend {
 
   int ranks() const { return int(ranks_.size()); }
   void synchronize();
+  // As CudaBatchBackend::capture_decode_graphs: every decode bucket's graphs (one per rank)
+  // captured up front, for keys of up to max_kv_len positions, so that no step pauses for one.
+  // Its steps write block 0 of every rank's pool: nothing may be using the pools yet.
+  void capture_decode_graphs(int max_kv_len);
 
  private:
   struct Rank {
@@ -82,8 +90,7 @@ class CudaTpBackend final : public Backend {
   void build(const std::vector<int>& devices,
              const std::function<std::shared_ptr<const WeightStore>(int)>& pieces);
   void run_substep(const ForwardBatch& batch, const SubStep& step, int& logits_row);
-  bool graphable(const ForwardBatch& batch) const;
-  void run_decode(const ForwardBatch& batch);
+  void run_decode(const ForwardBatch& batch, const DecodeStepPlan& plan);
   // Each rank's inputs to its GPU; kv_bound > 0 replaces max_kv_len (a decode graph's bound).
   std::vector<StepShape> upload_inputs(int kv_bound);
   void launch_eager(const std::vector<StepShape>& shapes);

@@ -1,0 +1,125 @@
+// Tensor parallelism served on GPUs (issue 26): a gateway whose own weight server puts each
+// rank's pieces on its own GPU (--backend vmm --tensor-parallel 2) and CUDA workers driving
+// both GPUs on the server's pieces (CudaTpBackend over EngineWeights::ranks). A completion and
+// a chat completion give the tokens and logprob bits of a single-process CUDA TP=2 worker that
+// cut its pieces itself, run after run; with --quantize fp8, those of a single-process CUDA TP=2
+// worker quantizing at load. Skips with fewer than 2 GPUs (fp8: or off compute capability 9.0).
+#include <fstream>
+#include <iterator>
+
+#include <gtest/gtest.h>
+
+#include "tests/gateway/gateway_process.h"
+#include "tests/support/temp_dir.h"
+#include "weight-server/sharing/vmm_backend.h"
+
+namespace hearth::test {
+namespace {
+
+struct Generation {
+  std::string text;
+  std::vector<double> logprobs;
+  bool operator==(const Generation&) const = default;
+};
+
+Generation complete(const GatewayProcess& g, const std::string& model,
+                    const std::vector<int32_t>& prompt) {
+  const auto r = g.post("/v1/completions", {{"model", model},
+                                            {"prompt", prompt},
+                                            {"max_tokens", 32},
+                                            {"temperature", 0},
+                                            {"logprobs", 0}});
+  EXPECT_EQ(r.status, 200) << r.body;
+  Generation out;
+  if (r.status != 200) return out;
+  const json& choice = r.parsed()["choices"][0];
+  out.text = choice["text"].get<std::string>();
+  out.logprobs = choice["logprobs"]["token_logprobs"].get<std::vector<double>>();
+  return out;
+}
+
+// The in-process CUDA TP=2 engine: a single-process worker that opens the model directory and
+// cuts each rank's pieces onto GPU r itself (`extra`: more worker flags). Its stderr is left in
+// dir/err.log.
+Generation single_process(const std::vector<int32_t>& prompt, const TempDir& dir,
+                          const std::vector<std::string>& extra = {}) {
+  const auto requests = dir / "requests.jsonl";
+  std::ofstream(requests)
+      << json{{"id", "c"}, {"prompt_tokens", prompt}, {"max_tokens", 32}, {"temperature", 0}}.dump()
+      << "\n";
+  const auto out_file = dir / "out.jsonl";
+  std::vector<std::string> args = {gateway_binary("hearth-worker"),
+                                   "--model",
+                                   (source_dir() / "models/hearth-tiny-fortunes").string(),
+                                   "--backend",
+                                   "cuda",
+                                   "--requests",
+                                   requests.string(),
+                                   "--format",
+                                   "jsonl",
+                                   "--set",
+                                   "tensor_parallel=2"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  ChildProcess worker =
+      ChildProcess::spawn(ChildProcess::Options(args)
+                              .stdout_to(ChildProcess::Stream::file(out_file))
+                              .stderr_to(ChildProcess::Stream::file(dir / "err.log")));
+  EXPECT_TRUE(worker.wait().success());
+  Generation g;
+  std::ifstream in(out_file);
+  for (std::string line; std::getline(in, line);) {
+    const json e = json::parse(line);
+    if (!e.contains("token")) continue;
+    g.text += e["text"].get<std::string>();
+    g.logprobs.push_back(e["logprob"]);
+  }
+  return g;
+}
+
+TEST(GatewayTensorParallelGpu, ServedVmmTp2IsTheInProcessCudaTp2Engine) {
+  if (vmm_device_count() < 2)
+    GTEST_SKIP() << "needs 2 GPUs, this machine has " << vmm_device_count();
+  TempDir dir;
+  const auto profile = dir / "tp2.json";
+  std::ofstream(profile) << R"({"name": "tp2", "tensor_parallel": 2})";
+  GatewayProcess g({"--backend", "vmm", "--tensor-parallel", "2", "--worker-arg=--backend",
+                    "--worker-arg=cuda", "--profile", "tp2=" + profile.string()});
+  const auto tokenized = g.post("/tokenize", {{"model", "fortunes"}, {"prompt", "A computer"}});
+  ASSERT_EQ(tokenized.status, 200) << tokenized.body;
+  const auto prompt = tokenized.parsed()["tokens"].get<std::vector<int32_t>>();
+
+  const Generation served = complete(g, "fortunes:tp2", prompt);
+  ASSERT_FALSE(served.logprobs.empty()) << g.log_text();
+  EXPECT_EQ(served, single_process(prompt, dir));
+  EXPECT_EQ(complete(g, "fortunes", prompt), served);  // the default profile takes degree 2
+  EXPECT_EQ(complete(g, "fortunes:tp2", prompt), served);
+}
+
+// fp8 (issue 25): the gateway's server quantizes at load and puts each rank's fp8 pieces on its
+// GPU (o and down scales whole on both); its CUDA workers give the bits of a single-process
+// worker quantizing the same directory at load with the same degree, and not the bf16 ones.
+TEST(GatewayTensorParallelGpu, ServedVmmTp2Fp8IsTheInProcessCudaTp2Fp8Engine) {
+  if (vmm_device_count() < 2)
+    GTEST_SKIP() << "needs 2 GPUs, this machine has " << vmm_device_count();
+  TempDir dir;
+  GatewayProcess g({"--backend", "vmm", "--tensor-parallel", "2", "--quantize", "fp8",
+                    "--worker-arg=--backend", "--worker-arg=cuda"});
+  const auto tokenized = g.post("/tokenize", {{"model", "fortunes"}, {"prompt", "A computer"}});
+  ASSERT_EQ(tokenized.status, 200) << tokenized.body;
+  const auto prompt = tokenized.parsed()["tokens"].get<std::vector<int32_t>>();
+  const Generation alone = single_process(prompt, dir, {"--quantize", "fp8"});
+  if (alone.logprobs.empty()) {
+    std::ifstream in(dir / "err.log");
+    const std::string err{std::istreambuf_iterator<char>(in), {}};
+    if (err.find("compute capability 9.0") != std::string::npos) GTEST_SKIP() << err;
+    FAIL() << err;
+  }
+  EXPECT_NE(alone, single_process(prompt, dir));  // bf16 TP=2: other logprobs
+  const Generation served = complete(g, "fortunes", prompt);
+  ASSERT_FALSE(served.logprobs.empty()) << g.log_text();
+  EXPECT_EQ(served, alone);
+  EXPECT_EQ(complete(g, "fortunes", prompt), served);
+}
+
+}  // namespace
+}  // namespace hearth::test

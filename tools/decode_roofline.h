@@ -1,0 +1,21 @@
+// The bytes a decode step must stream, for the benchmarks' bandwidth rooflines.
+#pragma once
+
+#include <cstdint>
+
+#include "weight-server/model/model_config.h"
+
+namespace hearth::bench {
+
+// Bytes of the matrices one forward pass streams (everything but the embedding table): the
+// projections one byte a weight in an fp8 model (their scales are noise), the LM head 16-bit.
+// Under tensor parallelism each of N GPUs streams 1/N of them.
+inline uint64_t decode_weight_bytes(const ModelConfig& c) {
+  const uint64_t h = uint64_t(c.hidden);
+  const uint64_t per_layer = h * uint64_t(c.q_dim()) + 2 * h * uint64_t(c.kv_dim()) +
+                             uint64_t(c.q_dim()) * h + 3 * h * uint64_t(c.intermediate);
+  return per_layer * uint64_t(c.n_layers) * (c.quantization.fp8() ? 1 : 2) +
+         h * uint64_t(c.vocab) * 2;
+}
+
+}  // namespace hearth::bench

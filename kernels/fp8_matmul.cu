@@ -24,6 +24,7 @@
 #include "kernels/cuda_check.h"
 #include "kernels/device_sm_count.h"
 #include "kernels/fp8_support.h"
+#include "kernels/device_scope.h"
 #include "kernels/per_device_once.h"
 #include "kernels/half_utils.cuh"
 #include "kernels/matmul_epilogue.cuh"

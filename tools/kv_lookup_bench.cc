@@ -60,19 +60,13 @@ std::shared_ptr<ipc::Client> connect(const std::string& socket, const char* name
 
 // The reply the server builds for a lookup that found `hits` (no new chunks).
 json lookup_reply_of(const std::vector<KvBlockPlace>& hits) {
-  json blocks = json::array();
-  for (const KvBlockPlace& place : hits)
-    blocks.push_back(ipc::place_to_json({place.chunk, place.offset}));
-  return ipc::make_ok_reply(
-      1,
-      {{"blocks", std::move(blocks)}, {"chunks", json::array()}, {"chunk_bytes", json::array()}});
+  std::vector<ipc::WirePlace> places;
+  for (const KvBlockPlace& place : hits) places.push_back({place.chunk, place.offset});
+  return ipc::make_ok_reply(1, ipc::make_kv_lookup_reply(places, {}, {}));
 }
 
-std::vector<ipc::WirePlace> places_of_reply(const json& body) {
-  std::vector<ipc::WirePlace> places;
-  for (const json& block : body.at("blocks"))
-    places.push_back({block.at("chunk").get<uint64_t>(), block.at("offset").get<uint64_t>()});
-  return places;
+std::vector<ipc::WirePlace> places_of_reply(const json& body, size_t asked) {
+  return ipc::parse_kv_lookup_reply(body, 0, asked).places;
 }
 
 }  // namespace
@@ -208,7 +202,8 @@ int main(int argc, char** argv) {
         time_median(runs, [&] { reply = ipc::encode_frame(lookup_reply_of(hits)); });
     pieces["reply_bytes"] = reply.size();
     pieces["worker_decode_reply"] = time_median(runs, [&] {
-      const auto places = places_of_reply(json::parse(reply.substr(ipc::kFrameHeaderBytes)));
+      const auto places =
+          places_of_reply(json::parse(reply.substr(ipc::kFrameHeaderBytes)), chain.size());
       if (places.size() != hits.size()) throw std::runtime_error("reply lost places");
     });
     out["pieces_ms"] = pieces;

@@ -66,6 +66,21 @@ void Scheduler::count_hit(Sequence& seq, int from, int found, int shared) {
   seq.computed_high = std::max(seq.computed_high, from + found);
 }
 
+void Scheduler::find_ahead() {
+  int room = options_.max_running - int(running_.size());
+  for (Sequence* seq : waiting_) {
+    if (room <= 0) break;
+    if (seq->held) continue;
+    --room;
+    if (seq->early_from >= 0) continue;
+    // The same rule as admission's: after a try that lacked blocks, ask again only once more
+    // blocks are free.
+    if (seq->shared_retry_free >= 0 && kv_.pool().free() <= seq->shared_retry_free) continue;
+    seq->early_from = seq->computed;
+    seq->early_found = kv_.reuse_cached_blocks(*seq, &seq->early_shared);
+  }
+}
+
 Schedule Scheduler::schedule() {
   Schedule out;
   const uint64_t step = ++steps_;
@@ -121,12 +136,21 @@ Schedule Scheduler::schedule() {
       ++it;
       continue;
     }
-    const int from = seq.computed, brought = seq.pending();
+    // A lookup find_ahead() made this step counts as this one's (the server is not asked twice).
+    const bool early = seq.early_from >= 0;
+    const int from = early ? seq.early_from : seq.computed;
+    const int brought = int(seq.tokens.size()) - from;
     int shared = 0;
     // After a try that lacked blocks, other workers' blocks are asked for again only once more
     // blocks are free: until then the same answer would be found and released again.
-    const bool ask_shared = seq.shared_retry_free < 0 || kv_.pool().free() > seq.shared_retry_free;
-    const int found = kv_.reuse_cached_blocks(seq, &shared, ask_shared);
+    const bool ask_shared =
+        !early && (seq.shared_retry_free < 0 || kv_.pool().free() > seq.shared_retry_free);
+    int found = kv_.reuse_cached_blocks(seq, &shared, ask_shared);
+    if (early) {
+      found += seq.early_found;
+      shared += seq.early_shared;
+      seq.early_from = -1;
+    }
     const int count = std::min(seq.pending(), budget);
     const bool waits = waits_for_block(seq);
     if (waits || !kv_.allocate(seq.id, seq.computed + count)) {
@@ -142,6 +166,13 @@ Schedule Scheduler::schedule() {
     running_.push_back(&seq);
     seq.status = SequenceStatus::Running;
     take(seq, count);
+  }
+  // Those find_ahead() found blocks for but not admitted give them back (they stay cached).
+  for (Sequence* seq : waiting_) {
+    if (seq->early_from < 0) continue;
+    kv_.free(seq->id);
+    seq->computed = seq->early_from;
+    seq->early_from = -1;
   }
   return out;
 }

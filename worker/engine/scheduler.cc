@@ -45,8 +45,22 @@ void Scheduler::preempt(Sequence& seq, Schedule& out) {
   out.preempted.push_back(&seq);
 }
 
+bool Scheduler::release_early() {
+  bool any = false;
+  for (Sequence* seq : waiting_) {
+    if (seq->early_from < 0) continue;
+    kv_.free(seq->id);  // they stay cached
+    seq->computed = seq->early_from;
+    seq->early_from = -1;
+    any = true;
+  }
+  return any;
+}
+
 bool Scheduler::reserve(Sequence& seq, int tokens, uint64_t step, Schedule& out) {
   while (!kv_.allocate(seq.id, tokens)) {
+    // Cached blocks find_ahead() took for waiting sequences go back before anyone is preempted.
+    if (release_early()) continue;
     // `seq` itself is running and not yet scheduled, so there always is a victim.
     auto victim = std::find_if(running_.rbegin(), running_.rend(),
                                [&](const Sequence* s) { return s->scheduled_step != step; });
@@ -167,13 +181,8 @@ Schedule Scheduler::schedule() {
     seq.status = SequenceStatus::Running;
     take(seq, count);
   }
-  // Those find_ahead() found blocks for but not admitted give them back (they stay cached).
-  for (Sequence* seq : waiting_) {
-    if (seq->early_from < 0) continue;
-    kv_.free(seq->id);
-    seq->computed = seq->early_from;
-    seq->early_from = -1;
-  }
+  // Those find_ahead() found blocks for but not admitted give them back.
+  release_early();
   return out;
 }
 

@@ -102,6 +102,8 @@ class Scheduler {
   // when `seq` itself had to be preempted.
   bool reserve(Sequence& seq, int tokens, uint64_t step, Schedule& out);
   void preempt(Sequence& seq, Schedule& out);
+  // Gives back the blocks find_ahead() found for sequences still waiting; true if any had some.
+  bool release_early();
   // Counts `found` tokens that `seq` took from the cache starting at position `from`, `shared`
   // of them from other workers' blocks.
   void count_hit(Sequence& seq, int from, int found, int shared);

@@ -18,7 +18,7 @@
 namespace hearth::ipc {
 
 // Bumped on any incompatible change; hello refuses a peer that speaks another version.
-inline constexpr int kProtocolVersion = 1;
+inline constexpr int kProtocolVersion = 2;  // 2: kv_share messages packed (issue 22)
 
 using RequestId = std::uint64_t;
 

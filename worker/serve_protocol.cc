@@ -96,6 +96,7 @@ nlohmann::json stats_json(const EngineStats& s) {
                        {"bytes", s.kv_lease_bytes},
                        {"blocks", s.kv_blocks_total},
                        {"grows", s.kv_lease_grows},
+                       {"asked_blocks", s.kv_lease_asked_blocks},
                        {"shrinks", s.kv_lease_shrinks}};
   return out;
 }

@@ -81,16 +81,17 @@ std::vector<SharedKvBlocks::Found> SharedKvBlocks::lookup(
   for (const auto& [id, slot] : slots_) request.mapped.push_back(id);
   ipc::Frame reply = server_->call(ipc::op::kKvLookup, ipc::make_kv_lookup_args(request));
   ++lookups_;
-  const nlohmann::json& blocks = reply.body.at("blocks");
-  const nlohmann::json& chunks = reply.body.at("chunks");
-  const nlohmann::json& sizes = reply.body.at("chunk_bytes");
-  if (!blocks.is_array() || !chunks.is_array() || !sizes.is_array() ||
-      chunks.size() != reply.fds.size() || sizes.size() != chunks.size() ||
-      blocks.size() > chain.size())
-    throw std::runtime_error("the server's KV lookup reply does not match what was asked");
-  std::vector<ipc::WirePlace> places;
-  for (const nlohmann::json& block : blocks)
-    places.push_back({block.at("chunk").get<uint64_t>(), block.at("offset").get<uint64_t>()});
+  ipc::KvLookupReply found_reply;
+  try {
+    found_reply = ipc::parse_kv_lookup_reply(reply.body, reply.fds.size(), chain.size());
+  } catch (const ipc::ProtocolError& e) {
+    throw std::runtime_error(std::string("the server's KV lookup reply does not match what was "
+                                         "asked: ") +
+                             e.what());
+  }
+  const std::vector<ipc::WirePlace>& places = found_reply.places;
+  const std::vector<uint64_t>& chunks = found_reply.chunks;
+  const std::vector<uint64_t>& sizes = found_reply.chunk_bytes;
   // The references are ours from here: count them, and give them all back if this lookup
   // cannot finish (a chunk of the wrong size, a mapping the range or the driver refuses), since
   // the caller then has nothing to release.
@@ -98,8 +99,8 @@ std::vector<SharedKvBlocks::Found> SharedKvBlocks::lookup(
   references_ += places.size();
   try {
     for (size_t i = 0; i < chunks.size(); ++i) {
-      const uint64_t id = chunks[i].get<uint64_t>();
-      if (sizes[i].get<uint64_t>() != chunk_bytes_ || slots_.contains(id))
+      const uint64_t id = chunks[i];
+      if (sizes[i] != chunk_bytes_ || slots_.contains(id))
         throw std::runtime_error("the server's KV lookup passed chunk " + std::to_string(id) +
                                  " of an unexpected size, or one mapped already");
       if (int(slots_.size()) == max_chunks_) break;  // no room: the hits in it are cut below

@@ -153,7 +153,10 @@ TEST(Protocol, AWrongVersionSaysWhatIsWrongWithIt) {
     const std::string message = message_of(hello);
     for (const std::string& f : fragments)
       EXPECT_NE(message.find(f), std::string::npos) << hello << ": " << message;
-    EXPECT_NE(message.find("this build speaks protocol version 1"), std::string::npos) << message;
+    EXPECT_NE(
+        message.find("this build speaks protocol version " + std::to_string(kProtocolVersion)),
+        std::string::npos)
+        << message;
     EXPECT_EQ(message.find("did not state"), hello == "{}" ? 11u : std::string::npos) << message;
   }
 }

@@ -473,6 +473,90 @@ TEST_F(SharedKvBlocksTest, AWaitingRequestLooksUpOnceUntilBlocksAreFreed) {
   EXPECT_EQ(b_out["y"].size(), 8u);
 }
 
+// A waiting request is looked up before its worker's lease is sized: the blocks another worker
+// computed for its prefix take no room in the pool, so the lease grows only for what the request
+// still computes. B's pool starts at one chunk (16 blocks); its request needs 25 blocks, 24 of
+// them A's. B asks the server for no block; C (kv_share off) asks for the 9 it lacks. Same
+// tokens.
+TEST_F(SharedKvBlocksTest, ALeaseGrowsOnlyForTheBlocksASharedPrefixLeavesToCompute) {
+  test::TempDir dir;
+  SynthOptions synth;
+  synth.config_overrides = {{"num_hidden_layers", 8}};  // blocks of 128 KiB: 16 to a chunk
+  write_synthetic_model(dir.path(), synth);
+  test::InProcessServer server({}, dir.path(), nullptr, 512 * kMiB, 0.5);
+  auto store = std::make_shared<HostStore>(std::make_shared<HfModel>(HfModel::open(dir.path())));
+  constexpr int kTokensPerBlock = 64, kContext = 2048, kPrefixBlocks = 24;
+  const int64_t block_bytes = CpuBackend::kv_bytes_per_token(store->config()) * kTokensPerBlock;
+  const int per_chunk = int(kv_chunk_bytes_for(uint64_t(block_bytes)) / block_bytes);
+  ASSERT_EQ(per_chunk, 16);
+  struct Worker {
+    std::shared_ptr<LeasedKvMemory> memory;
+    std::unique_ptr<CpuBackend> backend;
+    std::unique_ptr<Engine> engine;
+  };
+  auto make = [&](bool share, int min_blocks) {
+    Worker w;
+    w.memory = std::make_shared<LeasedKvMemory>(connect(server.socket()), block_bytes,
+                                                4 * per_chunk, min_blocks, nullptr,
+                                                share ? LeasedKvSharing{{}, 4} : LeasedKvSharing{});
+    w.backend =
+        std::make_unique<CpuBackend>(store, kContext, KvPoolShape{kTokensPerBlock, 0}, w.memory);
+    EngineOptions options;
+    options.kv_share = share;
+    w.engine =
+        std::make_unique<Engine>(*w.backend, options, nullptr, std::vector<int32_t>{}, "synthetic");
+    return w;
+  };
+  std::vector<int32_t> prompt(size_t(kPrefixBlocks * kTokensPerBlock + 1));
+  for (int32_t& t : prompt) t = int32_t(rng_() % uint64_t(store->config().vocab));
+  auto request = [&](std::string id, std::vector<int32_t> tokens, int max_tokens) {
+    Request r{std::move(id), std::move(tokens), {}};
+    r.settings.sampling.temperature = 0.8f;
+    r.settings.sampling.seed = 5;
+    r.settings.max_tokens = max_tokens;
+    r.settings.ignore_eos = true;
+    r.settings.logprobs = 1;
+    return r;
+  };
+  using Tokens = std::vector<std::pair<int32_t, float>>;
+  auto run = [](Engine& engine, Tokens& tokens, int& cached) {
+    while (engine.has_work())
+      for (const RequestOutput& out : engine.step()) {
+        for (const TokenOutput& t : out.tokens) tokens.push_back({t.token, t.logprob});
+        if (out.finish) cached = out.finish->cached_tokens;
+      }
+  };
+
+  Worker a = make(true, 2 * per_chunk);
+  a.engine->submit(request("a", std::vector<int32_t>(prompt.begin(), prompt.end() - 1), 1));
+  Tokens a_tokens;
+  int a_cached = 0;
+  run(*a.engine, a_tokens, a_cached);
+  ASSERT_EQ(a.engine->stats().kv_share_published_blocks, uint64_t(kPrefixBlocks));
+
+  Worker b = make(true, per_chunk), c = make(false, per_chunk);
+  ASSERT_EQ(b.memory->blocks(), per_chunk);
+  Tokens b_tokens, c_tokens;
+  int b_cached = 0, c_cached = 0;
+  b.engine->submit(request("r", prompt, 8));
+  c.engine->submit(request("r", prompt, 8));
+  run(*b.engine, b_tokens, b_cached);
+  run(*c.engine, c_tokens, c_cached);
+  const EngineStats bs = b.engine->stats(), cs = c.engine->stats();
+  // The cause: B's lookup found A's 24 blocks before B sized its lease, so it lacked nothing;
+  // the same request without sharing lacked 25 - 16 blocks and grew the lease for them.
+  EXPECT_EQ(b_cached, kPrefixBlocks * kTokensPerBlock);
+  EXPECT_EQ(bs.kv_share_hit_blocks, uint64_t(kPrefixBlocks));
+  EXPECT_EQ(bs.kv_share_lookups, 1u);  // the lookup before the lease was the admission's
+  EXPECT_EQ(bs.kv_lease_asked_blocks, 0u);
+  EXPECT_EQ(bs.kv_lease_grows, 0u);
+  EXPECT_EQ(cs.kv_lease_asked_blocks, uint64_t(kPrefixBlocks + 1 - per_chunk));
+  EXPECT_GE(cs.kv_lease_grows, 1u);
+  EXPECT_EQ(c_cached, 0);
+  EXPECT_EQ(b_tokens.size(), 8u);
+  EXPECT_EQ(b_tokens, c_tokens);
+}
+
 }  // namespace
 // Issue 25's fp8 KV cache (kv_cache_dtype fp8_e4m3) in a leased pool: its blocks (codes, then
 // scales, one piece) are published and read by another worker like 16-bit ones, and the reader

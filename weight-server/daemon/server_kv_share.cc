@@ -121,18 +121,16 @@ broker::Reply ServerHandler::kv_lookup(broker::Session& session, const ipc::Requ
     hits.resize(kept);
   }
   std::vector<UniqueFd> fds;
-  json sizes = json::array();
+  std::vector<uint64_t> sizes;
   for (uint64_t id : chunks) {
     const KvChunk& chunk = kv_chunks_.at(id);
     fds.push_back(chunk.memory->export_read_only_fd());
     sizes.push_back(chunk.bytes);
   }
-  json blocks = json::array();
-  for (const KvBlockPlace& place : hits) blocks.push_back(ipc::place_to_json(wire_place(place)));
-  return Reply::ok({{"blocks", std::move(blocks)},
-                    {"chunks", std::move(chunks)},
-                    {"chunk_bytes", std::move(sizes)}},
-                   std::move(fds));
+  std::vector<ipc::WirePlace> places;
+  places.reserve(hits.size());
+  for (const KvBlockPlace& place : hits) places.push_back(wire_place(place));
+  return Reply::ok(ipc::make_kv_lookup_reply(places, chunks, sizes), std::move(fds));
 }
 
 broker::Reply ServerHandler::kv_unref(broker::Session& session, const ipc::Request& request) {

@@ -346,15 +346,27 @@ std::vector<RequestOutput> Engine::step() {
 
 void Engine::grow_kv() {
   // What the live sequences lack to hold every token they know, beyond what is free.
-  int64_t lacking = 0;
-  for (const auto& [seq, live] : by_sequence_)
-    lacking += kv_.blocks_needed(seq, int(live->seq.tokens.size()));
-  lacking -= kv_.pool().free();
+  auto lacking_blocks = [&] {
+    int64_t lacking = 0;
+    for (const auto& [seq, live] : by_sequence_)
+      lacking += kv_.blocks_needed(seq, int(live->seq.tokens.size()));
+    return lacking - kv_.pool().free();
+  };
+  int64_t lacking = lacking_blocks();
   if (lacking <= 0 || kv_.pool().total() >= memory_->max_blocks()) return;
   const Clock::time_point now = Clock::now();
   if (now < next_grow_) return;
+  // Short: first find the waiting requests' prefixes, since blocks other workers computed need
+  // no room in this pool (cached local ones are free blocks already: they change nothing).
+  if (kv_.sharing()) {
+    scheduler_.find_ahead();
+    lacking = lacking_blocks();
+    if (lacking <= 0) return;
+  }
   try {
-    const int got = memory_->grow(int(std::min<int64_t>(lacking, memory_->max_blocks())));
+    const int asked = int(std::min<int64_t>(lacking, memory_->max_blocks()));
+    counters_.kv_lease_asked_blocks += uint64_t(asked);
+    const int got = memory_->grow(asked);
     if (got > 0) {
       kv_.grow(got);
       ++counters_.kv_lease_grows;

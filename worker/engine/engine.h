@@ -57,6 +57,8 @@ struct EngineStats {
   int kv_lease_chunks = 0;
   uint64_t kv_lease_bytes = 0;
   uint64_t kv_lease_grows = 0, kv_lease_shrinks = 0;
+  // Blocks the grows asked for: what the live sequences lacked after their prefix lookups.
+  uint64_t kv_lease_asked_blocks = 0;
   // Prefix KV shared across workers (kv_share; kv_cache_manager.h): whether this engine
   // shares, blocks and tokens found in blocks other workers computed, own blocks published.
   bool kv_share = false;

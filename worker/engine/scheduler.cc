@@ -45,8 +45,22 @@ void Scheduler::preempt(Sequence& seq, Schedule& out) {
   out.preempted.push_back(&seq);
 }
 
+bool Scheduler::release_early() {
+  bool any = false;
+  for (Sequence* seq : waiting_) {
+    if (seq->early_from < 0) continue;
+    kv_.free(seq->id);  // they stay cached
+    seq->computed = seq->early_from;
+    seq->early_from = -1;
+    any = true;
+  }
+  return any;
+}
+
 bool Scheduler::reserve(Sequence& seq, int tokens, uint64_t step, Schedule& out) {
   while (!kv_.allocate(seq.id, tokens)) {
+    // Cached blocks find_ahead() took for waiting sequences go back before anyone is preempted.
+    if (release_early()) continue;
     // `seq` itself is running and not yet scheduled, so there always is a victim.
     auto victim = std::find_if(running_.rbegin(), running_.rend(),
                                [&](const Sequence* s) { return s->scheduled_step != step; });
@@ -64,6 +78,21 @@ void Scheduler::count_hit(Sequence& seq, int from, int found, int shared) {
   const int first = std::max(from, seq.computed_high);
   seq.cached_prompt_tokens += std::max(0, std::min(from + found, seq.prompt_tokens) - first);
   seq.computed_high = std::max(seq.computed_high, from + found);
+}
+
+void Scheduler::find_ahead() {
+  int room = options_.max_running - int(running_.size());
+  for (Sequence* seq : waiting_) {
+    if (room <= 0) break;
+    if (seq->held) continue;
+    --room;
+    if (seq->early_from >= 0) continue;
+    // The same rule as admission's: after a try that lacked blocks, ask again only once more
+    // blocks are free.
+    if (seq->shared_retry_free >= 0 && kv_.pool().free() <= seq->shared_retry_free) continue;
+    seq->early_from = seq->computed;
+    seq->early_found = kv_.reuse_cached_blocks(*seq, &seq->early_shared);
+  }
 }
 
 Schedule Scheduler::schedule() {
@@ -121,12 +150,21 @@ Schedule Scheduler::schedule() {
       ++it;
       continue;
     }
-    const int from = seq.computed, brought = seq.pending();
+    // A lookup find_ahead() made this step counts as this one's (the server is not asked twice).
+    const bool early = seq.early_from >= 0;
+    const int from = early ? seq.early_from : seq.computed;
+    const int brought = int(seq.tokens.size()) - from;
     int shared = 0;
     // After a try that lacked blocks, other workers' blocks are asked for again only once more
     // blocks are free: until then the same answer would be found and released again.
-    const bool ask_shared = seq.shared_retry_free < 0 || kv_.pool().free() > seq.shared_retry_free;
-    const int found = kv_.reuse_cached_blocks(seq, &shared, ask_shared);
+    const bool ask_shared =
+        !early && (seq.shared_retry_free < 0 || kv_.pool().free() > seq.shared_retry_free);
+    int found = kv_.reuse_cached_blocks(seq, &shared, ask_shared);
+    if (early) {
+      found += seq.early_found;
+      shared += seq.early_shared;
+      seq.early_from = -1;
+    }
     const int count = std::min(seq.pending(), budget);
     const bool waits = waits_for_block(seq);
     if (waits || !kv_.allocate(seq.id, seq.computed + count)) {
@@ -143,6 +181,8 @@ Schedule Scheduler::schedule() {
     seq.status = SequenceStatus::Running;
     take(seq, count);
   }
+  // Those find_ahead() found blocks for but not admitted give them back.
+  release_early();
   return out;
 }
 

@@ -77,6 +77,12 @@ class Scheduler {
   // Takes a sequence out (finished, cancelled or failed) and frees its blocks.
   void remove(Sequence& seq);
 
+  // Looks up the cached prefix blocks of the waiting sequences next in line for admission (as
+  // many as max_running leaves room for), before the engine sizes a leased pool: blocks other
+  // workers computed take nothing from the pool, so the lease need not grow for them. The
+  // blocks found stay the sequence's until the next schedule() admits it or gives them back; no
+  // sequence waits holding blocks past a schedule().
+  void find_ahead();
   // Plans one step and allocates the KV blocks it needs. The caller runs the chunks and then
   // sets each sequence's `computed` to start + count.
   Schedule schedule();
@@ -96,6 +102,8 @@ class Scheduler {
   // when `seq` itself had to be preempted.
   bool reserve(Sequence& seq, int tokens, uint64_t step, Schedule& out);
   void preempt(Sequence& seq, Schedule& out);
+  // Gives back the blocks find_ahead() found for sequences still waiting; true if any had some.
+  bool release_early();
   // Counts `found` tokens that `seq` took from the cache starting at position `from`, `shared`
   // of them from other workers' blocks.
   void count_hit(Sequence& seq, int from, int found, int shared);

@@ -38,6 +38,10 @@ struct Sequence {
   // lack of blocks (-1: it did not). Its next try asks the other workers' blocks again only once
   // more blocks are free, so a waiting sequence does not look up (and release) every step.
   int shared_retry_free = -1;
+  // Found before admission (Scheduler::find_ahead, so that the lease is sized after the lookup):
+  // `computed` before it (-1: no such lookup pending), and the tokens found, `shared` of them in
+  // other workers' blocks. schedule() admits the sequence with them or gives them back.
+  int early_from = -1, early_found = 0, early_shared = 0;
 
   int pending() const { return int(tokens.size()) - computed; }
   int generated() const { return int(tokens.size()) - prompt_tokens; }

@@ -81,6 +81,11 @@ struct Mapping {
   unsigned char* bytes() const { return static_cast<unsigned char*>(p); }
 };
 
+// The places a lookup's reply found (checked as the worker checks it).
+std::vector<ipc::WirePlace> places_found(const ipc::Frame& reply) {
+  return ipc::parse_kv_lookup_reply(reply.body, reply.fds.size(), ipc::kMaxKvShareBlocks).places;
+}
+
 json share_stats(ipc::Client& c) {
   return c.call(ipc::op::kStats).body.at("kv_share");
 }
@@ -116,8 +121,8 @@ TEST_F(KvShareTest, ABlockWorkerAPublishedIsReadByWorkerBFromTheSameMemory) {
   EXPECT_TRUE(published["refused"].empty());
 
   ipc::Frame found = b.call(ipc::op::kKvLookup, ipc::make_kv_lookup_args(chain.lookup()));
-  ASSERT_EQ(found.body["blocks"].size(), 2u);
-  EXPECT_EQ(found.body["blocks"][1]["offset"], kBlock);
+  ASSERT_EQ(places_found(found).size(), 2u);
+  EXPECT_EQ(places_found(found)[1].offset, kBlock);
   ASSERT_EQ(found.body["chunks"], json::array({chunk}));
   EXPECT_EQ(found.body["chunk_bytes"], json::array({kChunk}));
   ASSERT_EQ(found.fds.size(), 1u);
@@ -132,11 +137,11 @@ TEST_F(KvShareTest, ABlockWorkerAPublishedIsReadByWorkerBFromTheSameMemory) {
 
   // Mapped already: no second FD. Another salt (another root): no hit.
   ipc::Frame again = b.call(ipc::op::kKvLookup, ipc::make_kv_lookup_args(chain.lookup({chunk})));
-  EXPECT_EQ(again.body["blocks"].size(), 2u);
+  EXPECT_EQ(places_found(again).size(), 2u);
   EXPECT_TRUE(again.fds.empty());
   ipc::Frame salted =
       b.call(ipc::op::kKvLookup, ipc::make_kv_lookup_args(chain.lookup({}, {201, 203})));
-  EXPECT_TRUE(salted.body["blocks"].empty());
+  EXPECT_TRUE(places_found(salted).empty());
   EXPECT_TRUE(salted.fds.empty());
 
   // A may not write block 0 again while B reads it; block 2 was never published.
@@ -164,7 +169,7 @@ TEST_F(KvShareTest, AKilledOwnersChunkStaysForItsReadersAndIsEvictedWhenMemoryIs
     chunk = leased.body["chunks"][0].get<uint64_t>();
     a.call(ipc::op::kKvPublish, ipc::make_kv_publish_args(chain.publish(chunk, 2)));
     ASSERT_EQ(
-        b.call(ipc::op::kKvLookup, ipc::make_kv_lookup_args(chain.lookup())).body["blocks"].size(),
+        places_found(b.call(ipc::op::kKvLookup, ipc::make_kv_lookup_args(chain.lookup()))).size(),
         2u);
   }
   // A's connection closed: its unpublished chunk goes, the published one stays, the server's.
@@ -177,7 +182,7 @@ TEST_F(KvShareTest, AKilledOwnersChunkStaysForItsReadersAndIsEvictedWhenMemoryIs
   EXPECT_EQ(s["kv_share"]["orphaned_chunks"], 1);
   EXPECT_EQ(s["memory"]["kv_bytes"], kChunk);
   ipc::Frame found = b.call(ipc::op::kKvLookup, ipc::make_kv_lookup_args(chain.lookup()));
-  EXPECT_EQ(found.body["blocks"].size(), 2u);
+  EXPECT_EQ(places_found(found).size(), 2u);
   EXPECT_EQ(found.fds.size(), 1u);
 
   // B takes what the budget has left: the orphan stays while B reads it...
@@ -198,7 +203,7 @@ TEST_F(KvShareTest, AKilledOwnersChunkStaysForItsReadersAndIsEvictedWhenMemoryIs
   EXPECT_EQ(s["kv_share"]["blocks"], 0);
   EXPECT_EQ(s["kv_share"]["evicted_chunks_total"], 1);
   EXPECT_TRUE(
-      b.call(ipc::op::kKvLookup, ipc::make_kv_lookup_args(chain.lookup())).body["blocks"].empty());
+      places_found(b.call(ipc::op::kKvLookup, ipc::make_kv_lookup_args(chain.lookup()))).empty());
 }
 
 // A worker that shrinks its pool returns chunks it published into: they stay, the server's, and
@@ -223,7 +228,7 @@ TEST_F(KvShareTest, AReturnedChunkWithPublishedBlocksStaysFindable) {
   const std::vector<ipc::WirePlace> place{{ids[0], 0}};
   EXPECT_THROW(a.call(ipc::op::kKvWithdraw, ipc::make_kv_places_args(place)), ipc::ProtocolError);
   ipc::Frame found = b.call(ipc::op::kKvLookup, ipc::make_kv_lookup_args(chain.lookup()));
-  EXPECT_EQ(found.body["blocks"].size(), 1u);
+  EXPECT_EQ(places_found(found).size(), 1u);
   EXPECT_EQ(found.fds.size(), 1u);
 }
 
@@ -242,6 +247,10 @@ TEST_F(KvShareTest, HostileSharingMessagesAreRefusedAndChangeNothing) {
     r.blocks[1].place = {chunk, offset};
     return ipc::make_kv_publish_args(r);
   };
+  auto with_field = [](json args, const char* key, const char* value) {
+    args[key] = value;
+    return args;
+  };
   struct Case {
     std::string_view op;
     json args;
@@ -259,6 +268,14 @@ TEST_F(KvShareTest, HostileSharingMessagesAreRefusedAndChangeNothing) {
       {ipc::op::kKvPublish, publish_at(mine, 0), ErrorCode::kBadRequest, "repeated"},
       {ipc::op::kKvPublish, {{"domain", {1, 2}}}, ErrorCode::kBadRequest, "block_bytes"},
       {ipc::op::kKvLookup, {{"domain", {1}}}, ErrorCode::kBadRequest, "domain"},
+      // Packed fields: tokens that are not whole int32s, keys short of the blocks, a place list
+      // that is not base64.
+      {ipc::op::kKvLookup, with_field(ipc::make_kv_lookup_args(chain.lookup()), "tokens", "AAA="),
+       ErrorCode::kBadRequest, "tokens"},
+      {ipc::op::kKvPublish,
+       with_field(publish_at(mine, kBlock), "keys", "AAAAAAAAAAAAAAAAAAAAAA=="),
+       ErrorCode::kBadRequest, "keys"},
+      {ipc::op::kKvUnref, json{{"places", "not base64!"}}, ErrorCode::kBadRequest, "places"},
       {ipc::op::kKvUnref, ipc::make_kv_places_args(std::vector<ipc::WirePlace>{{theirs, 0}}),
        ErrorCode::kNotFound, "references"},
       {ipc::op::kKvWithdraw, ipc::make_kv_places_args(std::vector<ipc::WirePlace>{{theirs, 0}}),

@@ -111,7 +111,7 @@ TEST(CudaTensorParallel, RepeatRunsStepBudgetsAndGraphsAreIdentical) {
 // Every decode bucket's graphs captured up front (as hearth-tp-bench does) replay the bits the
 // eager steps compute.
 TEST(CudaTensorParallel, GraphsCapturedUpFrontGiveTheEagerBits) {
-  REQUIRE_GPUS(2);
+  HEARTH_REQUIRE_GPUS(2);
   const std::vector<Request> all = mixed_requests(12);
   EngineOptions eager = options(2);
   eager.cuda_graphs = false;

@@ -19,6 +19,7 @@
 
 #include "kernels/fp8_matmul.h"
 #include "kernels/fp8_support.h"
+#include "tests/kernels/gpu_test_util.h"
 #include "tests/worker/engine/engine_outcomes.h"
 #include "tools/synth_model.h"
 #include "weight-server/model/hf_model.h"
@@ -35,11 +36,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-int gpu_count() {
-  int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
-}
-
 // Every GPU of the process must run the fp8 matmul (a build without its sm_90a code fails).
 bool fp8_devices(int n) {
   for (int d = 0; d < n; ++d) {
@@ -52,9 +48,8 @@ bool fp8_devices(int n) {
   return true;
 }
 
-#define REQUIRE_FP8_GPUS(n)                                                               \
-  if (gpu_count() < (n))                                                                  \
-    GTEST_SKIP() << "needs " << (n) << " CUDA devices; this machine has " << gpu_count(); \
+#define REQUIRE_FP8_GPUS(n) \
+  HEARTH_REQUIRE_GPUS(n);   \
   if (!fp8_devices(n)) GTEST_SKIP() << "fp8 weights run on compute capability 9.0 only"
 
 constexpr int kContext = 1024;

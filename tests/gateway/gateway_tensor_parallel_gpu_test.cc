@@ -32,7 +32,8 @@ Generation complete(const GatewayProcess& g, const std::string& model,
   EXPECT_EQ(r.status, 200) << r.body;
   Generation out;
   if (r.status != 200) return out;
-  const json& choice = r.parsed()["choices"][0];
+  const json body = r.parsed();  // parsed() returns a value: a reference into it would dangle
+  const json& choice = body["choices"][0];
   out.text = choice["text"].get<std::string>();
   out.logprobs = choice["logprobs"]["token_logprobs"].get<std::vector<double>>();
   return out;

@@ -9,25 +9,6 @@
 #   gpu          needs a CUDA device (skips without one): the release pass
 # The sanitizer pass builds only the target sanitizer_tests: the binaries of its tests.
 include(GoogleTest)
-
-# nlohmann/json and GoogleTest, precompiled once per build and reused by every test binary: two
-# thirds of the test sources include both, and parsing them is about a fifth of such a source's
-# compile (measured: 22.7 s -> 18.1 s of CPU for tests/ipc/protocol_test.cc under ASan). CI turns
-# it on (tools/run-tests.sh); off by default because ccache does not cache a compile that uses
-# a precompiled header unless told to (its pch_defines,time_macros sloppiness).
-option(HEARTH_TEST_PCH "Precompile nlohmann/json and GoogleTest once for all test binaries" OFF)
-if(HEARTH_TEST_PCH AND BUILD_TESTING)
-  file(GENERATE OUTPUT ${PROJECT_BINARY_DIR}/hearth_test_pch.cc CONTENT "")
-  add_library(hearth_test_pch OBJECT ${PROJECT_BINARY_DIR}/hearth_test_pch.cc)
-  # The test binaries' flags (GoogleTest's GTEST_HAS_PTHREAD among them): GCC uses a
-  # precompiled header only under the options it was made with.
-  target_link_libraries(hearth_test_pch PRIVATE nlohmann_json::nlohmann_json GTest::gtest
-                                                Threads::Threads)
-  target_compile_definitions(hearth_test_pch PRIVATE
-    HEARTH_SOURCE_DIR="${PROJECT_SOURCE_DIR}" HEARTH_BINARY_DIR="${PROJECT_BINARY_DIR}")
-  target_precompile_headers(hearth_test_pch PRIVATE <nlohmann/json.hpp> <gtest/gtest.h>)
-endif()
-
 function(hearth_add_test name)
   cmake_parse_arguments(T "" "" "SOURCES;LIBS;LABELS" ${ARGN})
   add_executable(${name} ${T_SOURCES})
@@ -35,9 +16,6 @@ function(hearth_add_test name)
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR})
   target_compile_definitions(${name} PRIVATE
     HEARTH_SOURCE_DIR="${PROJECT_SOURCE_DIR}" HEARTH_BINARY_DIR="${PROJECT_BINARY_DIR}")
-  if(TARGET hearth_test_pch)
-    target_precompile_headers(${name} REUSE_FROM hearth_test_pch)
-  endif()
   set(labels ${T_LABELS})
   if(NOT labels)
     set(labels unit)

@@ -26,18 +26,17 @@ fi
 
 # Release without debug info: -g nearly doubles the compile time of this template-heavy code,
 # and a failing test says what failed without a debugger. -O2, not Release's -O3: the level whose
-# warnings -Werror has been held to. (The quick start builds the same, in the same folder.) Both
-# builds precompile nlohmann/json and GoogleTest once for all test binaries (HEARTH_TEST_PCH).
+# warnings -Werror has been held to. (The quick start builds the same, in the same folder.)
 echo "== release build =="
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O2 -DNDEBUG" \
-  -DHEARTH_WERROR="$werror" -DHEARTH_TEST_PCH=ON >/dev/null
+  -DHEARTH_WERROR="$werror" >/dev/null
 cmake --build build -j"$jobs"
 ctest --test-dir build --output-on-failure -j"$jobs" "$@"
 
 # -O1 -g1: several times faster than -O0 under ASan, with the line tables its reports need.
 echo "== sanitizer build (ASan + UBSan, CPU paths) =="
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g1" \
-  -DHEARTH_SANITIZE=ON -DHEARTH_CUDA=OFF -DHEARTH_WERROR="$werror" -DHEARTH_TEST_PCH=ON >/dev/null
+  -DHEARTH_SANITIZE=ON -DHEARTH_CUDA=OFF -DHEARTH_WERROR="$werror" >/dev/null
 cmake --build build-asan -j"$jobs" --target sanitizer_tests
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
   ctest --test-dir build-asan --output-on-failure -j"$jobs" -L "^(unit|fuzz|sanitize)$" -LE "^gpu$" "$@"

@@ -16,6 +16,7 @@
 
 #include "tests/kernels/gpu_test_util.h"
 #include "tests/worker/engine/engine_outcomes.h"
+#include "tests/worker/engine/mixed_requests.h"
 #include "tests/worker/engine/synth_models.h"
 #include "tests/worker/engine/teacher_forced.h"
 #include "tools/synth_model.h"
@@ -48,32 +49,11 @@ std::shared_ptr<const WeightStore> host_model() {
 }
 
 EngineOptions options(int tp, int max_batch_tokens = 256) {
-  EngineOptions o;
-  o.max_batch_tokens = max_batch_tokens;
-  o.max_running = 64;
-  o.kv_pool_tokens = 1 << 16;
-  o.tensor_parallel = tp;
-  return o;
+  return test::tp_engine_options(tp, max_batch_tokens);
 }
 
-// Mixed prompt lengths (some longer than a step: chunked), output lengths and sampling.
 std::vector<Request> mixed_requests(int n) {
-  std::mt19937 rng(4321 + n);
-  const int lengths[] = {1, 5, 33, 100, 300, 513};
-  std::vector<Request> requests;
-  for (int i = 0; i < n; ++i) {
-    Request r;
-    r.id = "r" + std::to_string(i);
-    for (int t = 0, len = lengths[(i * 5 + 1) % 6]; t < len; ++t)
-      r.prompt.push_back(int32_t(rng() % kVocab));
-    r.settings.max_tokens = 4 + int(rng() % 20);
-    r.settings.ignore_eos = true;
-    r.settings.sampling.seed = rng();
-    r.settings.sampling.temperature = i % 3 == 0 ? 0.0f : 0.9f;
-    if (i % 3 == 2) r.settings.sampling.top_k = 40;
-    requests.push_back(std::move(r));
-  }
-  return requests;
+  return test::tp_mixed_requests(n, kVocab, 4321 + n);
 }
 
 TEST(CudaTensorParallel, AloneEqualsBatchedBitForBit) {

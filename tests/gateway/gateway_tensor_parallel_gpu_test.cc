@@ -10,17 +10,12 @@
 #include <gtest/gtest.h>
 
 #include "tests/gateway/gateway_process.h"
+#include "tests/gateway/single_process_generation.h"
 #include "tests/support/temp_dir.h"
 #include "weight-server/sharing/vmm_backend.h"
 
 namespace hearth::test {
 namespace {
-
-struct Generation {
-  std::string text;
-  std::vector<double> logprobs;
-  bool operator==(const Generation&) const = default;
-};
 
 Generation complete(const GatewayProcess& g, const std::string& model,
                     const std::vector<int32_t>& prompt) {
@@ -44,37 +39,9 @@ Generation complete(const GatewayProcess& g, const std::string& model,
 // dir/err.log.
 Generation single_process(const std::vector<int32_t>& prompt, const TempDir& dir,
                           const std::vector<std::string>& extra = {}) {
-  const auto requests = dir / "requests.jsonl";
-  std::ofstream(requests)
-      << json{{"id", "c"}, {"prompt_tokens", prompt}, {"max_tokens", 32}, {"temperature", 0}}.dump()
-      << "\n";
-  const auto out_file = dir / "out.jsonl";
-  std::vector<std::string> args = {gateway_binary("hearth-worker"),
-                                   "--model",
-                                   (source_dir() / "models/hearth-tiny-fortunes").string(),
-                                   "--backend",
-                                   "cuda",
-                                   "--requests",
-                                   requests.string(),
-                                   "--format",
-                                   "jsonl",
-                                   "--set",
-                                   "tensor_parallel=2"};
+  std::vector<std::string> args = {"--backend", "cuda", "--set", "tensor_parallel=2"};
   args.insert(args.end(), extra.begin(), extra.end());
-  ChildProcess worker =
-      ChildProcess::spawn(ChildProcess::Options(args)
-                              .stdout_to(ChildProcess::Stream::file(out_file))
-                              .stderr_to(ChildProcess::Stream::file(dir / "err.log")));
-  EXPECT_TRUE(worker.wait().success());
-  Generation g;
-  std::ifstream in(out_file);
-  for (std::string line; std::getline(in, line);) {
-    const json e = json::parse(line);
-    if (!e.contains("token")) continue;
-    g.text += e["text"].get<std::string>();
-    g.logprobs.push_back(e["logprob"]);
-  }
-  return g;
+  return single_process_generation(prompt, 32, dir, args);
 }
 
 TEST(GatewayTensorParallelGpu, ServedVmmTp2IsTheInProcessCudaTp2Engine) {

@@ -12,19 +12,13 @@
 #include <gtest/gtest.h>
 
 #include "tests/gateway/gateway_process.h"
+#include "tests/gateway/single_process_generation.h"
 #include "tests/support/temp_dir.h"
 
 namespace hearth::test {
 namespace {
 
 const json kMessages = json::array({{{"role", "user"}, {"content", "Tell me a fortune."}}});
-
-// What one generation gave: its text and every token's logprob.
-struct Generation {
-  std::string text;
-  std::vector<double> logprobs;
-  bool operator==(const Generation&) const = default;
-};
 
 std::filesystem::path write_profile(const TempDir& dir, const std::string& name,
                                     int tensor_parallel) {
@@ -60,28 +54,9 @@ std::vector<int32_t> chat_prompt_tokens(const GatewayProcess& g) {
 // directory) generating greedily from `tokens` with `tensor_parallel` ranks.
 Generation single_process(const std::vector<int32_t>& tokens, int tensor_parallel,
                           const TempDir& dir) {
-  const auto requests = dir / "requests.jsonl";
-  std::ofstream(requests)
-      << json{{"id", "c"}, {"prompt_tokens", tokens}, {"max_tokens", 24}, {"temperature", 0}}.dump()
-      << "\n";
-  const auto out_file = dir / "out.jsonl";
-  ChildProcess worker = ChildProcess::spawn(
-      ChildProcess::Options({gateway_binary("hearth-worker"), "--model",
-                             (source_dir() / "models/hearth-tiny-fortunes").string(), "--backend",
-                             "cpu", "--requests", requests.string(), "--format", "jsonl", "--set",
-                             "tensor_parallel=" + std::to_string(tensor_parallel)})
-          .stdout_to(ChildProcess::Stream::file(out_file))
-          .stderr_to(ChildProcess::Stream::file(dir / "err.log")));
-  EXPECT_TRUE(worker.wait().success());
-  Generation g;
-  std::ifstream in(out_file);
-  for (std::string line; std::getline(in, line);) {
-    const json e = json::parse(line);
-    if (!e.contains("token")) continue;
-    g.text += e["text"].get<std::string>();
-    g.logprobs.push_back(e["logprob"]);
-  }
-  return g;
+  return single_process_generation(
+      tokens, 24, dir,
+      {"--backend", "cpu", "--set", "tensor_parallel=" + std::to_string(tensor_parallel)});
 }
 
 TEST(GatewayTensorParallel, ServedTp2IsTheSingleProcessTp2EngineAndNotTp1) {

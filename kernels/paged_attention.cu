@@ -299,6 +299,14 @@ __global__ void __launch_bounds__(kWarps * 32, 2) paged_attention_kernel(Params 
           dequantize8<T>(v_codes[j], v_scale);
     }
   };
+  // This thread's share of a 16-bit tile's copies: 16-byte chunk load_chunk of rows load_row0,
+  // load_row0 + kLoadRowStep, ...; a power-of-two block size (every pool hearth makes) turns the
+  // block-table index into a shift. The per-tile address work is what a decode block waits on.
+  constexpr int kLoadRowStep = kWarps * 32 / kChunks;
+  static_assert(kWarps * 32 % kChunks == 0 && kKeys % kLoadRowStep == 0);
+  const int load_chunk = int(threadIdx.x) % kChunks, load_row0 = int(threadIdx.x) / kChunks;
+  const int block_shift = (a.block_size & (a.block_size - 1)) == 0 ? __ffs(a.block_size) - 1 : -1;
+  const int64_t load_head_offset = int64_t(kvh) * a.block_size * D + load_chunk * 8;
   auto load_tile = [&](int buf, int t) {
     if constexpr (F8) {
       fetch(t);
@@ -307,17 +315,18 @@ __global__ void __launch_bounds__(kWarps * 32, 2) paged_attention_kernel(Params 
     }
     const T* kp = static_cast<const T*>(a.k_pool);
     const T* vp = static_cast<const T*>(a.v_pool);
-    for (int i = threadIdx.x; i < kKeys * kChunks; i += kWarps * 32) {
-      const int row = i / kChunks, c = i % kChunks, key = t * kKeys + row;
+#pragma unroll
+    for (int row = load_row0; row < kKeys; row += kLoadRowStep) {
+      const int key = t * kKeys + row;
       const bool ok = key < kv_len;  // past the end: zeros, so that 0 * V is 0
       int64_t at = 0;
       if (ok) {
-        const int block = table[key / a.block_size];
-        at = int64_t(block) * a.block_stride +
-             (int64_t(kvh) * a.block_size + key % a.block_size) * D + c * 8;
+        const int index = block_shift >= 0 ? key >> block_shift : key / a.block_size;
+        at = int64_t(table[index]) * a.block_stride + load_head_offset +
+             int64_t(key - index * a.block_size) * D;
       }
-      cp_async16(sm.k[buf] + swizzle<D>(row, c), kp + at, ok);
-      cp_async16(sm.v[buf] + swizzle<D>(row, c), vp + at, ok);
+      cp_async16(sm.k[buf] + swizzle<D>(row, load_chunk), kp + at, ok);
+      cp_async16(sm.v[buf] + swizzle<D>(row, load_chunk), vp + at, ok);
     }
   };
   load_tile(0, t_begin);

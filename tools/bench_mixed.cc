@@ -43,8 +43,9 @@ json run_budget(CudaBatchBackend& backend, const MixedBenchOptions& o, const Mod
   Engine engine(backend, options, nullptr, {});
   std::deque<Request> queue;
   for (Request& r : workload(o, c.vocab)) queue.push_back(std::move(r));
-  std::map<std::string, Clock::time_point> submitted, last;
-  std::vector<double> ttft, itl, wall, gpu, step_tokens;
+  std::map<std::string, Clock::time_point> submitted;
+  TokenLatencies latency;
+  std::vector<double> wall, gpu, step_tokens;
   uint64_t generated = 0;
   int finished = 0;
   const Clock::time_point start = Clock::now();
@@ -65,17 +66,8 @@ json run_budget(CudaBatchBackend& backend, const MixedBenchOptions& o, const Mod
     if (gpu_ms >= 0) gpu.push_back(gpu_ms);
     step_tokens.push_back(engine.stats().last_step_tokens);
     for (const RequestOutput& out : outputs) {
-      for (size_t k = 0; k < out.tokens.size(); ++k) {
-        ++generated;
-        auto it = last.find(out.id);
-        if (it == last.end()) {
-          ttft.push_back(ms_between(submitted.at(out.id), t1));
-          last.emplace(out.id, t1);
-        } else {
-          itl.push_back(ms_between(it->second, t1));
-          it->second = t1;
-        }
-      }
+      generated += out.tokens.size();
+      latency.add(out.id, out.tokens.size(), submitted.at(out.id), t1);
       if (out.finish) {
         if (out.finish->reason != FinishReason::Length)
           throw std::runtime_error("request " + out.id + " ended with " +
@@ -83,7 +75,7 @@ json run_budget(CudaBatchBackend& backend, const MixedBenchOptions& o, const Mod
                                    out.finish->error);
         ++finished;
         submitted.erase(out.id);
-        last.erase(out.id);
+        latency.forget(out.id);
       }
     }
     refill();
@@ -96,11 +88,11 @@ json run_budget(CudaBatchBackend& backend, const MixedBenchOptions& o, const Mod
             {"generated_tokens", generated},
             {"wall_s", wall_s},
             {"output_tok_s", double(generated) / wall_s},
-            {"ttft_ms_p50", percentile(ttft, 0.5)},
-            {"ttft_ms_p99", percentile(ttft, 0.99)},
-            {"itl_ms_p50", percentile(itl, 0.5)},
-            {"itl_ms_p99", percentile(itl, 0.99)},
-            {"itl_ms_max", percentile(itl, 1.0)},
+            {"ttft_ms_p50", percentile(latency.ttft, 0.5)},
+            {"ttft_ms_p99", percentile(latency.ttft, 0.99)},
+            {"itl_ms_p50", percentile(latency.itl, 0.5)},
+            {"itl_ms_p99", percentile(latency.itl, 0.99)},
+            {"itl_ms_max", percentile(latency.itl, 1.0)},
             {"step_ms_p50", percentile(wall, 0.5)},
             {"step_ms_p99", percentile(wall, 0.99)},
             {"step_gpu_ms_p50", percentile(gpu, 0.5)},

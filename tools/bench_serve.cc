@@ -11,6 +11,7 @@
 #include "weight-server/model/hf_model.h"
 #include "worker/engine/cuda/cuda_batch_backend.h"
 #include "tools/bench_stats.h"
+#include "tools/decode_roofline.h"
 #include "tokenizer/tokenizer.h"
 #include "worker/engine/engine.h"
 
@@ -19,15 +20,6 @@ namespace hearth::bench {
 namespace {
 
 using json = nlohmann::json;
-
-// Bytes of the matrices one forward pass streams (everything but the embedding table): the
-// projections one byte a weight in an fp8 model (their scales are noise), the LM head 16-bit.
-uint64_t weight_bytes(const ModelConfig& c) {
-  const uint64_t h = c.hidden;
-  const uint64_t per_layer =
-      h * c.q_dim() + 2 * h * c.kv_dim() + uint64_t(c.q_dim()) * h + 3 * h * c.intermediate;
-  return per_layer * c.n_layers * (c.quantization.fp8() ? 1 : 2) + h * c.vocab * 2;
-}
 
 std::vector<int32_t> prompt(int n, int vocab, int salt) {
   std::vector<int32_t> t(n);
@@ -114,8 +106,8 @@ json run_level(CudaBatchBackend& backend, const ServeBenchOptions& o, const Mode
     r.settings.sampling.seed = uint64_t(i);
     if (o.json_object) r.settings.structured = {OutputFormat::JsonObject, ""};
   }
-  std::map<std::string, Clock::time_point> last;
-  std::vector<double> ttft, itl, full_decode_steps;
+  TokenLatencies latency;
+  std::vector<double> full_decode_steps;
   // Full decode steps again, step start to next step start (wall) against the device's time
   // for the step: the difference is what the GPU waited for the host.
   std::vector<double> step_wall, step_gpu;
@@ -141,16 +133,8 @@ json run_level(CudaBatchBackend& backend, const ServeBenchOptions& o, const Mode
     peak_blocks = std::max(peak_blocks, s.kv_blocks_used);
     int tokens = 0;
     for (const RequestOutput& out : outputs) {
-      for (size_t k = 0; k < out.tokens.size(); ++k, ++tokens) {
-        auto it = last.find(out.id);
-        if (it == last.end()) {
-          ttft.push_back(ms_between(start, t1));
-          last.emplace(out.id, t1);
-        } else {
-          itl.push_back(ms_between(it->second, t1));
-          it->second = t1;
-        }
-      }
+      latency.add(out.id, out.tokens.size(), start, t1);
+      tokens += int(out.tokens.size());
       if (out.finish) {
         if (out.finish->reason != FinishReason::Length)
           throw std::runtime_error("request " + out.id + " ended with " +
@@ -174,8 +158,8 @@ json run_level(CudaBatchBackend& backend, const ServeBenchOptions& o, const Mode
   // reads its sequence's KV (prompt + k positions), the prompt's KV is written and read once.
   const double per_token = double(CudaBatchBackend::kv_bytes_per_token(c, o.engine.kv_cache_dtype));
   const double p = o.prompt_tokens, n = o.output_tokens;
-  const double kv_bytes = concurrency * per_token * (p + (n - 1) * p + (n - 1) * n / 2);
-  const double bytes = double(s.steps) * double(weight_bytes(c)) + kv_bytes;
+  const double kv_bytes = run_kv_bytes(concurrency, per_token, p, n);
+  const double bytes = double(s.steps) * double(decode_weight_bytes(c)) + kv_bytes;
   const double roofline_s = bytes / (o.copy_gbps * 1e9);
   const KvPoolShape pool = backend.kv_pool();
   json r = {{"concurrency", concurrency},
@@ -183,10 +167,10 @@ json run_level(CudaBatchBackend& backend, const ServeBenchOptions& o, const Mode
             {"generated_tokens", generated},
             {"wall_s", wall_s},
             {"output_tok_s", double(generated) / wall_s},
-            {"ttft_ms_p50", percentile(ttft, 0.5)},
-            {"ttft_ms_p99", percentile(ttft, 0.99)},
-            {"itl_ms_p50", percentile(itl, 0.5)},
-            {"itl_ms_p99", percentile(itl, 0.99)},
+            {"ttft_ms_p50", percentile(latency.ttft, 0.5)},
+            {"ttft_ms_p99", percentile(latency.ttft, 0.99)},
+            {"itl_ms_p50", percentile(latency.itl, 0.5)},
+            {"itl_ms_p99", percentile(latency.itl, 0.99)},
             {"full_decode_step_ms_p50", percentile(full_decode_steps, 0.5)},
             {"full_decode_steps", full_decode_steps.size()},
             {"decode_step_wall_ms_p50", percentile(step_wall, 0.5)},
@@ -206,7 +190,7 @@ json run_level(CudaBatchBackend& backend, const ServeBenchOptions& o, const Mode
   const int mean_kv = o.prompt_tokens + o.output_tokens / 2;
   r["decode_step"] = decode_breakdown(backend, o, concurrency, mean_kv);
   r["decode_step_roofline_ms"] =
-      (double(weight_bytes(c)) + concurrency * per_token * mean_kv) / (o.copy_gbps * 1e6);
+      (double(decode_weight_bytes(c)) + concurrency * per_token * mean_kv) / (o.copy_gbps * 1e6);
   std::fprintf(
       stderr,
       "serve: c=%3d  %8.1f tok/s  TTFT p50 %7.1f ms  ITL p50 %6.2f p99 %6.2f ms  "

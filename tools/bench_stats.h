@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <map>
 #include <numeric>
+#include <string>
 #include <vector>
 
 namespace hearth::bench {
@@ -30,6 +32,32 @@ inline std::vector<double> idle_ms(const std::vector<double>& wall,
   for (size_t i = 0; i < idle.size(); ++i) idle[i] = wall[i] - gpu[i];
   return idle;
 }
+
+// Each stream's time to first token and inter-token latencies, from when its tokens came back.
+class TokenLatencies {
+ public:
+  // `count` tokens of stream `id` came back at `t`; its first token's latency counts from
+  // `since` (the run's start, or when the stream was submitted).
+  void add(const std::string& id, size_t count, Clock::time_point since, Clock::time_point t) {
+    for (size_t k = 0; k < count; ++k) {
+      auto it = last_.find(id);
+      if (it == last_.end()) {
+        ttft.push_back(ms_between(since, t));
+        last_.emplace(id, t);
+      } else {
+        itl.push_back(ms_between(it->second, t));
+        it->second = t;
+      }
+    }
+  }
+  // A finished stream's last time, no longer needed (an id may not come back).
+  void forget(const std::string& id) { last_.erase(id); }
+
+  std::vector<double> ttft, itl;
+
+ private:
+  std::map<std::string, Clock::time_point> last_;
+};
 
 inline double mean(const std::vector<double>& v) {
   return v.empty() ? 0 : std::accumulate(v.begin(), v.end(), 0.0) / double(v.size());

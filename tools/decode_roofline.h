@@ -18,4 +18,11 @@ inline uint64_t decode_weight_bytes(const ModelConfig& c) {
          h * uint64_t(c.vocab) * 2;
 }
 
+// KV bytes a run of `concurrency` requests of `prompt` tokens and `output` generated tokens
+// moves, `per_token` bytes a position: the prompt's written and read once, then each generated
+// token after the first reads its sequence's whole KV.
+inline double run_kv_bytes(int concurrency, double per_token, double prompt, double output) {
+  return concurrency * per_token * (prompt + (output - 1) * prompt + (output - 1) * output / 2);
+}
+
 }  // namespace hearth::bench

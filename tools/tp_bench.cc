@@ -102,8 +102,8 @@ json run_level(Backend& backend, const EngineOptions& o, const ModelConfig& c, i
     r.settings.sampling.temperature = 0;
     engine.submit(std::move(r));
   }
-  std::map<std::string, Clock::time_point> last;
-  std::vector<double> ttft, itl, steps;
+  bench::TokenLatencies latency;
+  std::vector<double> steps;
   uint64_t generated = 0, forwarded = 0;
   Clock::time_point end = start;
   while (engine.has_work()) {
@@ -112,16 +112,8 @@ json run_level(Backend& backend, const EngineOptions& o, const ModelConfig& c, i
     const Clock::time_point t1 = Clock::now();
     int tokens = 0;
     for (const RequestOutput& out : outputs) {
-      for (size_t k = 0; k < out.tokens.size(); ++k, ++tokens) {
-        auto it = last.find(out.id);
-        if (it == last.end()) {
-          ttft.push_back(ms_between(start, t1));
-          last.emplace(out.id, t1);
-        } else {
-          itl.push_back(ms_between(it->second, t1));
-          it->second = t1;
-        }
-      }
+      latency.add(out.id, out.tokens.size(), start, t1);
+      tokens += int(out.tokens.size());
       if (out.finish && out.finish->reason == FinishReason::Error)
         throw std::runtime_error("request " + out.id + " failed: " + out.finish->error);
       if (out.finish) end = t1;
@@ -138,7 +130,7 @@ json run_level(Backend& backend, const EngineOptions& o, const ModelConfig& c, i
   // reads its sequence's KV (1/tp of the heads), the prompt's KV is written and read once.
   const double per_token = double(CudaBatchBackend::kv_bytes_per_token(c, o.kv_cache_dtype)) / tp;
   const double p = s.prompt_tokens, n = s.output_tokens;
-  const double kv_bytes = concurrency * per_token * (p + (n - 1) * p + (n - 1) * n / 2);
+  const double kv_bytes = bench::run_kv_bytes(concurrency, per_token, p, n);
   const double bytes = double(st.steps) * double(bench::decode_weight_bytes(c)) / tp + kv_bytes;
   const double roofline_s = bytes / (s.copy_gbps * 1e9);
   const double mean_kv = p + n / 2;
@@ -146,10 +138,10 @@ json run_level(Backend& backend, const EngineOptions& o, const ModelConfig& c, i
           {"cuda_graphs", o.cuda_graphs},
           {"concurrency", concurrency},
           {"output_tok_s", double(generated) / wall_s},
-          {"ttft_ms_p50", percentile(ttft, 0.5)},
-          {"ttft_ms_p99", percentile(ttft, 0.99)},
-          {"itl_ms_p50", percentile(itl, 0.5)},
-          {"itl_ms_p99", percentile(itl, 0.99)},
+          {"ttft_ms_p50", percentile(latency.ttft, 0.5)},
+          {"ttft_ms_p99", percentile(latency.ttft, 0.99)},
+          {"itl_ms_p50", percentile(latency.itl, 0.5)},
+          {"itl_ms_p99", percentile(latency.itl, 0.99)},
           {"decode_step_ms_p50", percentile(steps, 0.5)},
           {"decode_step_roofline_ms",
            (double(bench::decode_weight_bytes(c)) / tp + concurrency * per_token * mean_kv) /

@@ -80,6 +80,10 @@ void Scheduler::count_hit(Sequence& seq, int from, int found, int shared) {
   seq.computed_high = std::max(seq.computed_high, from + found);
 }
 
+bool Scheduler::may_ask_shared(const Sequence& seq) const {
+  return seq.shared_retry_free < 0 || kv_.pool().free() > seq.shared_retry_free;
+}
+
 void Scheduler::find_ahead() {
   int room = options_.max_running - int(running_.size());
   for (Sequence* seq : waiting_) {
@@ -87,9 +91,7 @@ void Scheduler::find_ahead() {
     if (seq->held) continue;
     --room;
     if (seq->early_from >= 0) continue;
-    // The same rule as admission's: after a try that lacked blocks, ask again only once more
-    // blocks are free.
-    if (seq->shared_retry_free >= 0 && kv_.pool().free() <= seq->shared_retry_free) continue;
+    if (!may_ask_shared(*seq)) continue;
     seq->early_from = seq->computed;
     seq->early_found = kv_.reuse_cached_blocks(*seq, &seq->early_shared);
   }
@@ -155,10 +157,7 @@ Schedule Scheduler::schedule() {
     const int from = early ? seq.early_from : seq.computed;
     const int brought = int(seq.tokens.size()) - from;
     int shared = 0;
-    // After a try that lacked blocks, other workers' blocks are asked for again only once more
-    // blocks are free: until then the same answer would be found and released again.
-    const bool ask_shared =
-        !early && (seq.shared_retry_free < 0 || kv_.pool().free() > seq.shared_retry_free);
+    const bool ask_shared = !early && may_ask_shared(seq);
     int found = kv_.reuse_cached_blocks(seq, &shared, ask_shared);
     if (early) {
       found += seq.early_found;

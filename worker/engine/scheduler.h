@@ -104,6 +104,9 @@ class Scheduler {
   void preempt(Sequence& seq, Schedule& out);
   // Gives back the blocks find_ahead() found for sequences still waiting; true if any had some.
   bool release_early();
+  // After a try that lacked blocks, other workers' blocks are asked for again only once more
+  // blocks are free: until then the same answer would be found and released again.
+  bool may_ask_shared(const Sequence& seq) const;
   // Counts `found` tokens that `seq` took from the cache starting at position `from`, `shared`
   // of them from other workers' blocks.
   void count_hit(Sequence& seq, int from, int found, int shared);

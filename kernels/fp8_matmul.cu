@@ -363,6 +363,8 @@ void dispatch(Fp8Tiles tiles, const Fp8MatmulArgs& a, int64_t lda,
       return launch<T, 16, 32, 32, kSwiGLU>(a, lda, segs, p, stream);
     case Fp8Tiles::M16N32DeepK512:
       return launch<T, 16, 32, 8, kSwiGLU, 4>(a, lda, segs, p, stream);
+    case Fp8Tiles::M16N48DeepK512:
+      return launch<T, 16, 48, 6, kSwiGLU, 4>(a, lda, segs, p, stream);
     case Fp8Tiles::M32N32Deep:
       return launch<T, 32, 32, 24, kSwiGLU>(a, lda, segs, p, stream);
     case Fp8Tiles::M64N32Deep:
@@ -385,13 +387,25 @@ struct Candidate {
 };
 
 // Any choice gives the same bits; this one is about speed (the 16-bit kernel's rule).
-Fp8Tiles choose(int m, int n, int k, bool swiglu) {
+// widths: each weight's columns (0 past the last); column tiles counted per weight, as the
+// launch numbers them.
+Fp8Tiles choose(int m, const std::array<int, kMaxSegments>& widths, int k, bool swiglu) {
   const int64_t sms = device_sm_count();
-  const int64_t weight_rows = swiglu ? 2 * int64_t(n) : n;
+  int64_t weight_rows = 0;
+  for (int w : widths) weight_rows += swiglu ? 2 * int64_t(w) : w;
+  const auto column_tiles = [&](int bn) {
+    int64_t tiles = 0;
+    for (int w : widths) tiles += ceil_div(w, swiglu ? bn / 2 : bn);
+    return tiles;
+  };
   if (m <= 64) {
-    const bool one_wave = ceil_div(weight_rows, 32) <= sms;
-    // One deep block per SM: four boxes a stage give it four wgmma chains at once.
-    if (m <= 16 && one_wave && k % (4 * kBK) == 0) return Fp8Tiles::M16N32DeepK512;
+    const bool one_wave = column_tiles(32) <= sms;
+    // One deep block per SM: four boxes a stage give it four wgmma chains at once; 48-row
+    // tiles where those fit one wave and 32-row ones do not (q, k and v of the 8B).
+    if (m <= 16 && k % (4 * kBK) == 0) {
+      if (one_wave) return Fp8Tiles::M16N32DeepK512;
+      if (column_tiles(48) <= sms) return Fp8Tiles::M16N48DeepK512;
+    }
     if (m <= 16)
       return one_wave                      ? Fp8Tiles::M16N32Deep
              : weight_rows / 64 >= 2 * sms ? Fp8Tiles::M16N64
@@ -442,6 +456,8 @@ const char* fp8_tiles_name(Fp8Tiles t) {
       return "16x32deep";
     case Fp8Tiles::M16N32DeepK512:
       return "16x32deep-k512";
+    case Fp8Tiles::M16N48DeepK512:
+      return "16x48deep-k512";
     case Fp8Tiles::M32N32Deep:
       return "32x32deep";
     case Fp8Tiles::M64N32Deep:
@@ -512,18 +528,20 @@ void fp8_matmul(Half out_type, MatmulEpilogue epilogue, const Fp8MatmulArgs& a, 
     if (!aligned16(s.w)) fail("a and the weights must be 16-byte aligned");
     segs[p.segments++] = s;
   }
-  int n = 0;  // every segment's columns: the tiling is chosen for the whole launch
+  std::array<int, kMaxSegments> widths{};  // each segment's columns: the tiling is for them all
   for (int s = 0; s < p.segments; ++s) {
     p.seg[s].w_scale = segs[s].w_scale;
     p.seg[s].bias = segs[s].bias;
     p.seg[s].out = segs[s].out;
     p.seg[s].n = segs[s].n;
-    n += segs[s].n;
+    widths[s] = segs[s].n;
   }
-  if (tiles == Fp8Tiles::Auto) tiles = choose(a.m, n, a.k, swiglu);
+  if (tiles == Fp8Tiles::Auto) tiles = choose(a.m, widths, a.k, swiglu);
   // Four boxes a stage need K in whole stages (no divergent box check before the wgmmas, which
   // ptxas would serialise). Any tiling gives the same bits.
-  if (tiles == Fp8Tiles::M16N32DeepK512 && a.k % (4 * kBK) != 0) tiles = Fp8Tiles::M16N32Deep;
+  if ((tiles == Fp8Tiles::M16N32DeepK512 || tiles == Fp8Tiles::M16N48DeepK512) &&
+      a.k % (4 * kBK) != 0)
+    tiles = Fp8Tiles::M16N32Deep;
   p.a_scale = a.a_scale;
   p.w_up_scale = a.w_up_scale;
   p.m = a.m;

@@ -363,6 +363,8 @@ void dispatch(Half type, WgmmaTiles tiles, const MatmulArgs& a, int64_t lda,
       return launch<T, 16, 32, 32, 1, kSwiGLU>(type, a, lda, segs, p, stream);
     case WgmmaTiles::M16N32DeepK256:
       return launch<T, 16, 32, 8, 1, kSwiGLU, 4>(type, a, lda, segs, p, stream);
+    case WgmmaTiles::M16N48DeepK256:
+      return launch<T, 16, 48, 6, 1, kSwiGLU, 4>(type, a, lda, segs, p, stream);
     case WgmmaTiles::M32N32Deep:
       return launch<T, 32, 32, 24, 1, kSwiGLU>(type, a, lda, segs, p, stream);
     case WgmmaTiles::M64N32Deep:
@@ -395,17 +397,30 @@ struct Candidate {
   double efficiency;  // relative rate of a full wave of these tiles (measured, H100)
 };
 
-WgmmaTiles choose(int m, int n, int k, bool swiglu) {
+// widths: each weight's columns (q, k and v: three; 0 past the last); column tiles are counted per
+// weight, as the launch numbers them (a weight's last tile may be partial).
+WgmmaTiles choose(int m, const std::array<int, kMaxSegments>& widths, int k, bool swiglu) {
   const int64_t sms = device_sm_count();
-  const int64_t weight_rows = swiglu ? 2 * int64_t(n) : n;
+  int64_t weight_rows = 0;
+  for (int w : widths) weight_rows += swiglu ? 2 * int64_t(w) : w;
+  const auto column_tiles = [&](int bn) {
+    int64_t tiles = 0;
+    for (int w : widths) tiles += ceil_div(w, swiglu ? bn / 2 : bn);
+    return tiles;
+  };
   // Decode: bandwidth-bound; small row tiles keep the most weight bytes in flight, and when
   // 32-row weight tiles all fit one wave, one deep block per SM keeps the most.
   if (m <= 64) {
-    const bool one_wave = ceil_div(weight_rows, 32) <= sms;
+    const bool one_wave = column_tiles(32) <= sms;
     // One deep block per SM streams its column tile through a chain of small wgmmas; four K
     // boxes a stage cut the barrier round trips per byte (H100, 8B at 1-16 rows: down 59 -> 44
-    // us, o 17.8 -> 14.6 us; cuBLASLt 45 and 16).
-    if (m <= 16 && one_wave && k % (4 * kBK) == 0) return WgmmaTiles::M16N32DeepK256;
+    // us, o 17.8 -> 14.6 us; cuBLASLt 45 and 16). Where 32-row tiles need a second wave that
+    // 48-row ones do not (q, k and v of the 8B: 192 tiles, or 130), the wider tile keeps every
+    // SM streaming to the end instead of a third of them finishing a second wave alone.
+    if (m <= 16 && k % (4 * kBK) == 0) {
+      if (one_wave) return WgmmaTiles::M16N32DeepK256;
+      if (column_tiles(48) <= sms) return WgmmaTiles::M16N48DeepK256;
+    }
     if (m <= 16)
       return one_wave                      ? WgmmaTiles::M16N32Deep
              : weight_rows / 64 >= 2 * sms ? WgmmaTiles::M16N64
@@ -450,6 +465,8 @@ const char* wgmma_tiles_name(WgmmaTiles t) {
       return "16x32deep";
     case WgmmaTiles::M16N32DeepK256:
       return "16x32deep-k256";
+    case WgmmaTiles::M16N48DeepK256:
+      return "16x48deep-k256";
     case WgmmaTiles::M32N32Deep:
       return "32x32deep";
     case WgmmaTiles::M64N32Deep:
@@ -498,17 +515,20 @@ void wgmma_matmul(Half type, MatmulEpilogue epilogue, const MatmulArgs& a, Wgmma
   std::array<MatmulSegment, 3> segs;
   Params p{};
   p.segments = matmul_segments(a, segs);
-  int n = 0;  // every segment's columns: the tiling is chosen for the whole launch
+  std::array<int, kMaxSegments> widths{};  // each segment's columns (0: none); the tiling is
+                                           // chosen for the whole launch
   for (int s = 0; s < p.segments; ++s) {
     p.seg[s].bias = segs[s].bias;
     p.seg[s].out = segs[s].out;
     p.seg[s].n = segs[s].n;
-    n += segs[s].n;
+    widths[s] = segs[s].n;
   }
-  if (tiles == WgmmaTiles::Auto) tiles = choose(a.m, n, a.k, swiglu);
+  if (tiles == WgmmaTiles::Auto) tiles = choose(a.m, widths, a.k, swiglu);
   // Four boxes a stage need K in whole stages: a box past K in the consumers' loop would be a
   // divergent path (ptxas then serialises every wgmma). Any tiling gives the same bits.
-  if (tiles == WgmmaTiles::M16N32DeepK256 && a.k % (4 * kBK) != 0) tiles = WgmmaTiles::M16N32Deep;
+  if ((tiles == WgmmaTiles::M16N32DeepK256 || tiles == WgmmaTiles::M16N48DeepK256) &&
+      a.k % (4 * kBK) != 0)
+    tiles = WgmmaTiles::M16N32Deep;
   p.m = a.m;
   p.k = a.k;
   p.epilogue = epilogue;

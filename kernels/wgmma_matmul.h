@@ -19,8 +19,10 @@ namespace hearth::kernels {
 // Block tiles: rows x weight rows (for SwiGLU half gate, half up). 16- and 32-row tiles are for
 // decode steps; Deep ones run one block per SM with ~190 KB of pipeline (more weight bytes in
 // flight, for shapes whose tiles all fit one wave); DeepK256 also moves four 64-wide K boxes per
-// pipeline stage (K a multiple of 256); M256 are 2-block clusters of 128-row tiles
-// that share their weight tile (multicast).
+// pipeline stage (K a multiple of 256); M16N48DeepK256 is the same with 48 weight rows, for
+// widths whose 32-row tiles need a second wave but whose 48-row tiles fit one (q, k and v of
+// the 8B: 192 tiles or 130); M256 are 2-block clusters of 128-row tiles that share their weight
+// tile (multicast).
 enum class WgmmaTiles {
   Auto,
   M16N32,
@@ -29,6 +31,7 @@ enum class WgmmaTiles {
   M64N64,
   M16N32Deep,
   M16N32DeepK256,
+  M16N48DeepK256,
   M32N32Deep,
   M64N32Deep,
   M64N64Deep,
@@ -42,12 +45,12 @@ enum class WgmmaTiles {
   M256N256
 };
 constexpr WgmmaTiles kAllWgmmaTiles[] = {
-    WgmmaTiles::M16N32DeepK256, WgmmaTiles::M16N32,     WgmmaTiles::M16N64,
-    WgmmaTiles::M32N32,         WgmmaTiles::M64N64,     WgmmaTiles::M16N32Deep,
-    WgmmaTiles::M32N32Deep,     WgmmaTiles::M64N32Deep, WgmmaTiles::M64N64Deep,
-    WgmmaTiles::M64N128,        WgmmaTiles::M64N256,    WgmmaTiles::M128N64,
-    WgmmaTiles::M128N128,       WgmmaTiles::M128N192,   WgmmaTiles::M128N256,
-    WgmmaTiles::M256N128,       WgmmaTiles::M256N256};
+    WgmmaTiles::M16N32DeepK256, WgmmaTiles::M16N48DeepK256, WgmmaTiles::M16N32,
+    WgmmaTiles::M16N64,         WgmmaTiles::M32N32,         WgmmaTiles::M64N64,
+    WgmmaTiles::M16N32Deep,     WgmmaTiles::M32N32Deep,     WgmmaTiles::M64N32Deep,
+    WgmmaTiles::M64N64Deep,     WgmmaTiles::M64N128,        WgmmaTiles::M64N256,
+    WgmmaTiles::M128N64,        WgmmaTiles::M128N128,       WgmmaTiles::M128N192,
+    WgmmaTiles::M128N256,       WgmmaTiles::M256N128,       WgmmaTiles::M256N256};
 const char* wgmma_tiles_name(WgmmaTiles t);
 
 // True when the current device can run it (compute capability 9.0, this build has sm_90a code).

@@ -17,26 +17,62 @@ __device__ __forceinline__ uint32_t load_acquire_sys(const uint32_t* p) {
   return v;
 }
 
-// One element of the rank-order sum: partials added 0, 1, ..., N-1, then to what out held.
-__device__ __forceinline__ float reduce_one(const AllReduceArgs& a, const float* const* src,
-                                            int64_t i, float old) {
-  float s = __ldcg(src[0] + i);
-  for (int p = 1; p < a.n_ranks; ++p) s = __fadd_rn(s, __ldcg(src[p] + i));
-  return a.accumulate ? __fadd_rn(old, s) : s;
+// Block b of this rank meets block b of every peer: its writes so far, then its arrival flag
+// on every peer; then it waits for theirs. `value` only grows from call to call on every rank.
+__device__ void meet_peers(const AllReduceArgs& a, uint32_t value) {
+  __syncthreads();
+  if (threadIdx.x < a.n_ranks && int(threadIdx.x) != a.rank) {
+    const int p = threadIdx.x;
+    store_release_sys(a.flags[p] + blockIdx.x * kMaxAllReduceRanks + a.rank, value);
+    const uint32_t* mine_flag = a.flags[a.rank] + blockIdx.x * kMaxAllReduceRanks + p;
+    const long long start = clock64();
+    while (int32_t(load_acquire_sys(mine_flag) - value) < 0) {
+      if (clock64() - start > 20'000'000'000LL) __trap();  // a peer that never came: fail, not hang
+    }
+  }
+  __syncthreads();
 }
 
-// Four at once (16-byte loads from each peer), each lane the same arithmetic as reduce_one.
-__device__ __forceinline__ float4 reduce_four(const AllReduceArgs& a, const float* const* src,
-                                              int64_t i, float4 old) {
-  float4 s = __ldcg(reinterpret_cast<const float4*>(src[0]) + i);
+// This rank's group g of four (or fewer, at the end) from `from` into `to`: 16-byte when
+// `aligned` and whole, else one at a time.
+__device__ __forceinline__ void copy_group(const float* from, float* to, int64_t g, int64_t count,
+                                           bool aligned) {
+  if (aligned && 4 * g + 4 <= count) {
+    reinterpret_cast<float4*>(to)[g] = reinterpret_cast<const float4*>(from)[g];
+  } else {
+    for (int64_t i = 4 * g; i < min(4 * g + 4, count); ++i) to[i] = from[i];
+  }
+}
+
+// out's group g = (accumulate ? out : 0) + sum, where sum is the rank-order sum of group g.
+__device__ __forceinline__ void store_group(const AllReduceArgs& a, int64_t g, float4 sum,
+                                            bool aligned) {
+  if (aligned && 4 * g + 4 <= a.count) {
+    float4 r = sum;
+    if (a.accumulate) {
+      const float4 old = reinterpret_cast<const float4*>(a.out)[g];
+      r = make_float4(__fadd_rn(old.x, sum.x), __fadd_rn(old.y, sum.y), __fadd_rn(old.z, sum.z),
+                      __fadd_rn(old.w, sum.w));
+    }
+    reinterpret_cast<float4*>(a.out)[g] = r;
+  } else {
+    const float v[4] = {sum.x, sum.y, sum.z, sum.w};
+    for (int64_t i = 4 * g; i < min(4 * g + 4, a.count); ++i)
+      a.out[i] = a.accumulate ? __fadd_rn(a.out[i], v[i - 4 * g]) : v[i - 4 * g];
+  }
+}
+
+// Group g summed over the ranks' staging in rank order (staging is 16-byte aligned and holds
+// whole groups; lanes past `count` in the last group are never stored).
+__device__ __forceinline__ float4 rank_order_sum(const AllReduceArgs& a, const float* const* src,
+                                                 int64_t g) {
+  float4 s = __ldcg(reinterpret_cast<const float4*>(src[0]) + g);
   for (int p = 1; p < a.n_ranks; ++p) {
-    const float4 v = __ldcg(reinterpret_cast<const float4*>(src[p]) + i);
+    const float4 v = __ldcg(reinterpret_cast<const float4*>(src[p]) + g);
     s = make_float4(__fadd_rn(s.x, v.x), __fadd_rn(s.y, v.y), __fadd_rn(s.z, v.z),
                     __fadd_rn(s.w, v.w));
   }
-  if (!a.accumulate) return s;
-  return make_float4(__fadd_rn(old.x, s.x), __fadd_rn(old.y, s.y), __fadd_rn(old.z, s.z),
-                     __fadd_rn(old.w, s.w));
+  return s;
 }
 
 __global__ void __launch_bounds__(kThreads) fixed_order_all_reduce(AllReduceArgs a) {
@@ -45,10 +81,12 @@ __global__ void __launch_bounds__(kThreads) fixed_order_all_reduce(AllReduceArgs
   __syncthreads();
   const uint32_t epoch = epoch_s;
   // Two halves alternate by epoch: a rank entering epoch e has met every peer at e-1, which each
-  // entered only after its launch e-2 (the last to read this half) had finished.
+  // entered only after its launch e-2 (the last to read this half) had finished. Barrier values
+  // are 2e - 1 and 2e (one shot meets once, at 2e).
   const int64_t half = (epoch & 1u) * a.capacity;
   const float* src[kMaxAllReduceRanks];
   for (int p = 0; p < a.n_ranks; ++p) src[p] = a.staging[p] + half;
+  float* mine = a.staging[a.rank] + half;
 
   // Block b stages (and later sums) the same groups of four elements on every rank: the grid and
   // the grouping are the same everywhere. Only how this rank reads its own partial and output
@@ -58,45 +96,34 @@ __global__ void __launch_bounds__(kThreads) fixed_order_all_reduce(AllReduceArgs
   const int64_t groups = (a.count + 3) / 4;
   const int64_t stride = int64_t(a.blocks) * kThreads;
   const int64_t first = int64_t(blockIdx.x) * kThreads + threadIdx.x;
-  float* mine = a.staging[a.rank] + half;
-  for (int64_t g = first; g < groups; g += stride) {
-    if (aligned && 4 * g + 4 <= a.count) {
-      reinterpret_cast<float4*>(mine)[g] = reinterpret_cast<const float4*>(a.partial)[g];
-    } else {
-      for (int64_t i = 4 * g; i < min(4 * g + 4, a.count); ++i) mine[i] = a.partial[i];
-    }
-  }
 
-  // The barrier: this block's writes, then its arrival flag on every peer; then wait for theirs.
-  __syncthreads();
-  if (threadIdx.x < a.n_ranks && int(threadIdx.x) != a.rank) {
-    const int p = threadIdx.x;
-    store_release_sys(a.flags[p] + blockIdx.x * kMaxAllReduceRanks + a.rank, epoch);
-    const uint32_t* mine_flag = a.flags[a.rank] + blockIdx.x * kMaxAllReduceRanks + p;
-    const long long start = clock64();
-    while (int32_t(load_acquire_sys(mine_flag) - epoch) < 0) {
-      if (clock64() - start > 20'000'000'000LL) __trap();  // a peer that never came: fail, not hang
+  if (!a.two_shot) {
+    for (int64_t g = first; g < groups; g += stride)
+      copy_group(a.partial, mine, g, a.count, aligned);
+    meet_peers(a, 2 * epoch);
+    for (int64_t g = first; g < groups; g += stride)
+      store_group(a, g, rank_order_sum(a, src, g), aligned);
+  } else {
+    // Slice q holds groups [q * per, (q + 1) * per); block b handles the same offsets j in
+    // every slice, in all three phases, so its two barriers cover everything it reads.
+    const int64_t per = (groups + a.n_ranks - 1) / a.n_ranks;
+    for (int q = 0; q < a.n_ranks; ++q)
+      for (int64_t j = first; j < per && q * per + j < groups; j += stride)
+        copy_group(a.partial, mine, q * per + j, a.count, aligned);
+    meet_peers(a, 2 * epoch - 1);
+    // Reduce-scatter: this rank's slice summed from every rank, kept in its own staging (no peer
+    // reads this slice of it before the next barrier).
+    for (int64_t j = first; j < per && a.rank * per + j < groups; j += stride) {
+      const int64_t g = a.rank * per + j;
+      reinterpret_cast<float4*>(mine)[g] = rank_order_sum(a, src, g);
     }
-  }
-  __syncthreads();
-
-  for (int64_t g = first; g < groups; g += stride) {
-    if (4 * g + 4 <= a.count) {
-      float4 old{};
-      if (a.accumulate)
-        old = aligned
-                  ? reinterpret_cast<const float4*>(a.out)[g]
-                  : make_float4(a.out[4 * g], a.out[4 * g + 1], a.out[4 * g + 2], a.out[4 * g + 3]);
-      const float4 r = reduce_four(a, src, g, old);
-      if (aligned) {
-        reinterpret_cast<float4*>(a.out)[g] = r;
-      } else {
-        a.out[4 * g] = r.x, a.out[4 * g + 1] = r.y, a.out[4 * g + 2] = r.z, a.out[4 * g + 3] = r.w;
+    meet_peers(a, 2 * epoch);
+    // All-gather: slice q's sums from rank q.
+    for (int q = 0; q < a.n_ranks; ++q)
+      for (int64_t j = first; j < per && q * per + j < groups; j += stride) {
+        const int64_t g = q * per + j;
+        store_group(a, g, __ldcg(reinterpret_cast<const float4*>(src[q]) + g), aligned);
       }
-    } else {
-      for (int64_t i = 4 * g; i < a.count; ++i)
-        a.out[i] = reduce_one(a, src, i, a.accumulate ? a.out[i] : 0.0f);
-    }
   }
   if (threadIdx.x == 0) a.epochs[blockIdx.x] = epoch;
 }

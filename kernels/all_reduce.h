@@ -3,6 +3,12 @@
 // arithmetic of the CPU engine's tensor parallel ranks (CpuBackend::row_parallel then x += sum),
 // so every rank holds identical bits whatever the row count or timing. PeerAllReduce owns the
 // buffers; this is the launch alone.
+//
+// One shot: every rank stages its partial, then reads every peer's whole partial and sums.
+// Two shots (large counts over three or more ranks): each rank sums one N-th slice from every
+// rank (reduce-scatter) and stages the sum, then every rank reads the N sums (all-gather): each
+// rank reads 2 (N-1)/N of the count from its peers instead of N-1 times it. Each element is the
+// same rank-order sum either way, so the choice moves no bit.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -29,6 +35,7 @@ struct AllReduceArgs {
   float* out;            // this rank's result: out = (accumulate ? out : 0) + sum, in fp32
   int64_t count;
   bool accumulate;
+  bool two_shot;  // the same on every rank for a call (PeerAllReduce decides by count)
 };
 
 // Launches on `stream` (which must belong to rank a.rank's device). Every rank must launch the

@@ -39,8 +39,11 @@ PeerAccessGrant::~PeerAccessGrant() {
   cudaSetDevice(previous);
 }
 
-PeerAllReduce::PeerAllReduce(std::vector<int> devices, int64_t max_floats)
-    : devices_(std::move(devices)), max_floats_(max_floats) {
+PeerAllReduce::PeerAllReduce(std::vector<int> devices, int64_t max_floats,
+                             int64_t two_shot_min_bytes)
+    : devices_(std::move(devices)),
+      max_floats_(max_floats),
+      two_shot_min_bytes_(two_shot_min_bytes) {
   const int n = int(devices_.size());
   if (n < 1 || n > kMaxAllReduceRanks)
     throw std::runtime_error("the all-reduce takes 1.." + std::to_string(kMaxAllReduceRanks) +
@@ -100,6 +103,7 @@ void PeerAllReduce::run(int rank, const float* partial, float* out, int64_t coun
   a.out = out;
   a.count = count;
   a.accumulate = accumulate;
+  a.two_shot = two_shot(count);
   DeviceScope scope(devices_[size_t(rank)]);
   launch_fixed_order_all_reduce(a, stream);
 }

@@ -32,13 +32,23 @@ class PeerAccessGrant {
 
 class PeerAllReduce {
  public:
+  // Counts of this many bytes and more run in two shots over three or more ranks (all_reduce.h;
+  // the same bits either way). H100 x4, NVLink: see kDefaultTwoShotMinBytes's measurement in
+  // weight-server/TENSOR_PARALLEL.md.
+  static constexpr int64_t kDefaultTwoShotMinBytes = int64_t(1) << 20;
+
   // devices[r] is rank r's CUDA device; max_floats the largest count run() will be given.
   // Throws naming the pair when two devices cannot reach each other.
-  PeerAllReduce(std::vector<int> devices, int64_t max_floats);
+  PeerAllReduce(std::vector<int> devices, int64_t max_floats,
+                int64_t two_shot_min_bytes = kDefaultTwoShotMinBytes);
 
   int ranks() const { return int(devices_.size()); }
   int device(int rank) const { return devices_[size_t(rank)]; }
   int64_t max_floats() const { return max_floats_; }
+  // Whether run() with `count` floats takes two shots (every rank decides alike).
+  bool two_shot(int64_t count) const {
+    return ranks() > 2 && count * int64_t(sizeof(float)) >= two_shot_min_bytes_;
+  }
 
   // out = (accumulate ? out : 0) + ((partial_0 + partial_1) + ... + partial_{N-1}) on `rank`,
   // fp32; partial and out are `count` floats on rank's device, stream is one of that device's.
@@ -51,6 +61,7 @@ class PeerAllReduce {
   };
   std::vector<int> devices_;
   int64_t max_floats_ = 0;
+  int64_t two_shot_min_bytes_ = 0;
   int blocks_ = 0;
   std::vector<PeerAccessGrant> grants_;
   std::vector<Rank> ranks_;

@@ -77,12 +77,16 @@ int main(int argc, char** argv) {
   int graph_calls = 20;
   std::string json_path;
   bool no_nccl = false;
+  int64_t two_shot_min_bytes = kernels::PeerAllReduce::kDefaultTwoShotMinBytes;
   app.add_option("--gpus", gpus, "ranks: GPUs 0..N-1 (default every GPU present)");
   app.add_option("--min-bytes", min_bytes, "smallest size, doubled up to --max-bytes");
   app.add_option("--max-bytes", max_bytes, "largest size");
   app.add_option("--graph-calls", graph_calls, "all-reduces per captured graph");
   app.add_option("--json", json_path, "also write the rows as JSON to this file");
   app.add_flag("--no-nccl", no_nccl, "skip NCCL (HEARTH_NCCL_LIBRARY names libnccl.so.2)");
+  app.add_option("--two-shot-min-bytes", two_shot_min_bytes,
+                 "own kernel: sizes from this up run in two shots over 3+ GPUs (0: all; "
+                 "default 1 MB)");
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -96,7 +100,7 @@ int main(int argc, char** argv) {
     std::vector<int> devices;
     for (int d = 0; d < gpus; ++d) devices.push_back(d);
     const int64_t max_floats = int64_t(max_bytes / 4);
-    kernels::PeerAllReduce own(devices, max_floats);
+    kernels::PeerAllReduce own(devices, max_floats, two_shot_min_bytes);
     std::unique_ptr<kernels::NcclAllReduce> nccl;
     std::string nccl_note = "skipped (--no-nccl)";
     if (!no_nccl) {
@@ -121,8 +125,8 @@ int main(int argc, char** argv) {
     HEARTH_CUDA_CHECK(cudaSetDevice(0));
     std::printf("%d GPUs; own: fixed-order peer-memory kernel; %s\n\n", gpus, nccl_note.c_str());
     std::printf(
-        "| size | own eager us | own graph us | NCCL us | own eager GB/s | own graph GB/s | "
-        "NCCL GB/s |\n|---|---|---|---|---|---|---|\n");
+        "| size | own shots | own eager us | own graph us | NCCL us | own eager GB/s | own graph "
+        "GB/s | NCCL GB/s |\n|---|---|---|---|---|---|---|---|\n");
     FILE* json = json_path.empty() ? nullptr : std::fopen(json_path.c_str(), "w");
     if (json) std::fprintf(json, "{\"gpus\": %d, \"rows\": [", gpus);
     const double factor = 2.0 * (gpus - 1) / gpus;
@@ -179,16 +183,19 @@ int main(int argc, char** argv) {
         std::snprintf(nccl_cell, sizeof nccl_cell, "%.1f", *nccl_us);
         std::snprintf(nccl_bw, sizeof nccl_bw, "%.1f", busbw(*nccl_us));
       }
-      std::printf("| %s | %.1f | %.1f | %s | %.1f | %.1f | %s |\n", human(bytes).c_str(), own_us,
-                  graph_us, nccl_cell, busbw(own_us), busbw(graph_us), nccl_bw);
+      const int shots = own.two_shot(count) ? 2 : 1;
+      std::printf("| %s | %d | %.1f | %.1f | %s | %.1f | %.1f | %s |\n", human(bytes).c_str(),
+                  shots, own_us, graph_us, nccl_cell, busbw(own_us), busbw(graph_us), nccl_bw);
       std::fflush(stdout);
       if (json) {
         std::fprintf(json,
-                     "%s\n  {\"bytes\": %zu, \"own_eager_us\": %.3f, \"own_graph_us\": %.3f, "
+                     "%s\n  {\"bytes\": %zu, \"own_shots\": %d, \"own_eager_us\": %.3f, "
+                     "\"own_graph_us\": %.3f, "
                      "\"nccl_us\": %s, \"own_eager_busbw_gbps\": %.2f, \"own_graph_busbw_gbps\": "
                      "%.2f, \"nccl_busbw_gbps\": %s}",
-                     first_row ? "" : ",", bytes, own_us, graph_us, nccl_us ? nccl_cell : "null",
-                     busbw(own_us), busbw(graph_us), nccl_us ? nccl_bw : "null");
+                     first_row ? "" : ",", bytes, shots, own_us, graph_us,
+                     nccl_us ? nccl_cell : "null", busbw(own_us), busbw(graph_us),
+                     nccl_us ? nccl_bw : "null");
         first_row = false;
       }
     }

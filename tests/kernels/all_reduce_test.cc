@@ -109,8 +109,9 @@ std::vector<int> first_devices(int n) {
 }
 
 // Every row count from decode to prefill, plus counts that take the scalar path.
-void check_every_size(int ranks) {
-  PeerAllReduce ar(first_devices(ranks), kMaxRows * kCols);
+void check_every_size(int ranks,
+                      int64_t two_shot_min_bytes = PeerAllReduce::kDefaultTwoShotMinBytes) {
+  PeerAllReduce ar(first_devices(ranks), kMaxRows * kCols, two_shot_min_bytes);
   auto sides = make_sides(ar, kMaxRows * kCols);
   for (int64_t rows : {1, 2, 3, 7, 16, 64, 255, 512, 1024, 2048}) {
     for (bool accumulate : {true, false}) {
@@ -142,6 +143,58 @@ TEST(PeerAllReduce, AllGpusEqualTheHostRankOrderSum) {
   check_every_size(std::min(gpu_count(), kernels::kMaxAllReduceRanks));
 }
 
+// Two shots (reduce-scatter, then all-gather) at every size, also where the groups do not split
+// evenly over the ranks (three): the same bits as the host's rank-order sum.
+TEST(PeerAllReduce, TwoShotsEqualTheHostRankOrderSum) {
+  HEARTH_REQUIRE_GPUS(3);
+  ASSERT_TRUE(PeerAllReduce(first_devices(3), 4, /*two_shot_min_bytes=*/0).two_shot(1));
+  check_every_size(3, /*two_shot_min_bytes=*/0);
+  if (gpu_count() > 3) check_every_size(std::min(gpu_count(), kernels::kMaxAllReduceRanks), 0);
+}
+
+// One- and two-shot calls back to back with no host wait between them: each reads and writes
+// the staging half of its epoch while the other kind may still run on a peer.
+TEST(PeerAllReduce, OneAndTwoShotCallsInterleave) {
+  HEARTH_REQUIRE_GPUS(3);
+  const int ranks = std::min(gpu_count(), kernels::kMaxAllReduceRanks);
+  constexpr int kCalls = 8;
+  const int64_t big = 512 * kCols, small = 1 * kCols + 3;
+  PeerAllReduce ar(first_devices(ranks), big);
+  ASSERT_TRUE(ar.two_shot(big));
+  ASSERT_FALSE(ar.two_shot(small));
+  std::vector<std::vector<RankSide>> calls;
+  std::vector<std::vector<std::vector<float>>> parts;
+  std::vector<std::vector<float>> residuals;
+  for (int c = 0; c < kCalls; ++c) {
+    const int64_t count = c % 2 ? small : big;
+    calls.push_back(make_sides(ar, count));
+    parts.push_back(random_parts(ranks, count));
+    residuals.push_back(test::random_floats(size_t(count), 4.0f));
+    run_once(ar, calls.back(), parts.back(), residuals.back(), true, /*launch=*/false);
+  }
+  // Every call on one stream per rank (the first call's), each rank's calls launched in turn.
+  for (int c = 0; c < kCalls; ++c)
+    for (int r = 0; r < ranks; ++r)
+      ar.run(r, calls[size_t(c)][size_t(r)].partial.get<float>(),
+             calls[size_t(c)][size_t(r)].out.get<float>(), int64_t(residuals[size_t(c)].size()),
+             true, calls[0][size_t(r)].stream.get());
+  for (int r = 0; r < ranks; ++r) {
+    HEARTH_CUDA_CHECK(cudaSetDevice(ar.device(r)));
+    HEARTH_CUDA_CHECK(cudaStreamSynchronize(calls[0][size_t(r)].stream.get()));
+  }
+  for (int c = 0; c < kCalls; ++c) {
+    const auto want = host_sum(parts[size_t(c)], residuals[size_t(c)], true);
+    for (int r = 0; r < ranks; ++r) {
+      HEARTH_CUDA_CHECK(cudaSetDevice(ar.device(r)));
+      std::vector<float> o(want.size());
+      HEARTH_CUDA_CHECK(cudaMemcpy(o.data(), calls[size_t(c)][size_t(r)].out.get(), o.size() * 4,
+                                   cudaMemcpyDeviceToHost));
+      expect_bitwise(o, want, "call " + std::to_string(c) + " rank " + std::to_string(r));
+    }
+  }
+  HEARTH_CUDA_CHECK(cudaSetDevice(0));
+}
+
 TEST(PeerAllReduce, OneRankMisalignedStillSumsTheSameElements) {
   HEARTH_REQUIRE_GPUS(2);
   PeerAllReduce ar(first_devices(2), 64 * kCols);
@@ -153,6 +206,17 @@ TEST(PeerAllReduce, OneRankMisalignedStillSumsTheSameElements) {
     const auto outs = run_once(ar, sides, parts, residual, true, true, /*misaligned_rank=*/1);
     for (int r = 0; r < 2; ++r)
       expect_bitwise(outs[size_t(r)], want, "rank " + std::to_string(r) + ", rank 1 misaligned");
+  }
+  if (gpu_count() < 3) return;
+  PeerAllReduce three(first_devices(3), 64 * kCols, /*two_shot_min_bytes=*/0);
+  auto three_sides = make_sides(three, 64 * kCols);
+  for (int64_t count : {int64_t(7), 64 * kCols - 1}) {
+    const auto parts = random_parts(3, count);
+    const auto residual = test::random_floats(size_t(count), 4.0f);
+    const auto want = host_sum(parts, residual, true);
+    const auto outs = run_once(three, three_sides, parts, residual, true, true, 1);
+    for (int r = 0; r < 3; ++r)
+      expect_bitwise(outs[size_t(r)], want, "two shots, rank " + std::to_string(r));
   }
 }
 

@@ -367,9 +367,10 @@ __global__ void __launch_bounds__(kWarps * 32, 2) paged_attention_kernel(Params 
     }
   };
   // The ring: tiles t_begin .. t_begin + stages - 2 now, one cp.async group each (the first
-  // with q), then one group per tile, empty past t_end: tile t's group is always stages - 1
-  // groups behind the newest, so one wait_group serves every tile, the last ones of a split
-  // with fewer tiles than stages included.
+  // with q), then one group per tile, empty past t_end, so that one wait_group serves every
+  // tile, the last ones of a split with fewer tiles than stages included: at tile t's wait,
+  // the groups newer than tile t's are tile t + 1's (issued before the wait: two stages) or
+  // tile t + 1's alone (three stages, tile t + 2's is issued after the wait).
   int entry[kLoadRows];  // the table entries of the next tile to issue
   if constexpr (F8) {
     fetch(t_begin);
@@ -420,19 +421,31 @@ __global__ void __launch_bounds__(kWarps * 32, 2) paged_attention_kernel(Params 
 
   int buf = 0;  // tile t's stage: (t - t_begin) % stages
   for (int t = t_begin; t < t_end; ++t) {
-    if constexpr (F8) {
-      if (t + 1 < t_end) fetch(t + 1);  // stored after this tile's math
-    } else if (const int ahead = t + stages - 1; ahead < t_end) {
-      // Into the stage tile t - 1 was read from (free since that tile's closing barrier).
-      issue_tile(buf == 0 ? stages - 1 : buf - 1, ahead, entry);
-      if (ahead + 1 < t_end) read_entries(ahead + 1, entry);  // used next tile: in flight meanwhile
-    }
-    cp_async_commit();
-    if (stages == kDecodeStages)
-      cp_async_wait<kDecodeStages - 1>();  // groups up to tile t's have landed
-    else
+    // Tile t + stages - 1 into the stage tile t - 1 was read from, then the entries of the tile
+    // after it (read while this tile is computed).
+    auto advance = [&] {
+      if (const int ahead = t + stages - 1; ahead < t_end) {
+        issue_tile(buf == 0 ? stages - 1 : buf - 1, ahead, entry);
+        if (ahead + 1 < t_end) read_entries(ahead + 1, entry);
+      }
+      cp_async_commit();
+    };
+    if (decode) {
+      // Tile t + 1's group may still be in flight; t + 2 is issued after the barrier below,
+      // which also tells that every warp is done with tile t - 1's stage (no closing barrier).
+      cp_async_wait<kDecodeStages - 2>();
+    } else {
+      // Issued before the wait, into the stage freed by the last tile's closing barrier.
+      if constexpr (F8) {
+        if (t + 1 < t_end) fetch(t + 1);  // stored after this tile's math
+        cp_async_commit();
+      } else {
+        advance();
+      }
       cp_async_wait<1>();
+    }
     __syncthreads();
+    if (decode) advance();
     if (t == t_begin && active) {
 #pragma unroll
       for (int st = 0; st < kDSteps; ++st)
@@ -617,7 +630,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) paged_attention_kernel(Params 
     if constexpr (F8) {
       if (t + 1 < t_end) store(buf ^ 1, t + 1);  // unread since last iteration's barrier
     }
-    __syncthreads();  // the buffer refilled next is no longer read
+    if (!decode) __syncthreads();  // the buffer refilled next is no longer read
     buf = buf + 1 == stages ? 0 : buf + 1;
   }
 

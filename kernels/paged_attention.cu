@@ -183,10 +183,11 @@ struct Smem {
 // What cooperating warps of a block of <= 16 rows exchange per tile (CooperativeExchange).
 constexpr int kExchangeFloats = kWarps * 16 + 16 * 8 * 4 + 4 * 32 * 4;
 
-// A block of <= 16 rows of 16-bit KV (a decode) sees the same bytes laid out for a deeper K/V
-// ring: it needs 16 rows of q and one warp's state, so the room of the other 48 rows and three
-// states holds a third stage. One tile in flight left a decode block waiting on each tile's
-// loads (kernels/notes/paged_attention.md, "Decode blocks: a deeper K/V ring").
+// A block of <= 16 rows of 16-bit KV (a decode) lays the same shared memory out for a deeper
+// K/V ring: it needs 16 rows of q and one warp's state, so the room of the other 48 rows and
+// three states holds a third stage (with the exchange, 256 bytes more than Smem at head_dim
+// 128). One tile in flight left a decode block waiting on each tile's loads
+// (kernels/notes/paged_attention.md, "Decode blocks: a deeper K/V ring").
 constexpr int kDecodeStages = 3;
 template <typename T, int D>
 struct DecodeSmem {

@@ -252,17 +252,48 @@ __global__ void __launch_bounds__(kWarps * 32, 2) paged_attention_kernel(Params 
   const PagedAttentionArgs& a = p.a;
   allow_dependents_early();
   wait_for_producer();  // the plan, q and this step's pool rows
-  if (int(blockIdx.x) >= p.header[0]) return;
+  // Read with the count, not after it (one dependent read fewer before the first copy): the
+  // grid never exceeds the plan's items, so the read is in bounds, and unused past the count.
   const int4 item = p.items[blockIdx.x];
+  if (int(blockIdx.x) >= p.header[0]) return;
   const int s = item.x, r0 = item.y, split = item.z, kvh = blockIdx.y;
+  const int t_begin = split >= 0 ? split * kTilesPerSplit : 0;
+  const int* table = a.block_table + int64_t(s) * a.max_blocks;
+  // This thread's share of a 16-bit tile's copies: 16-byte chunk load_chunk of rows load_row0,
+  // load_row0 + kLoadRowStep, ...; a power-of-two block size (every pool hearth makes) turns the
+  // block-table index into a shift. The block-table entries of a tile's rows are read into
+  // registers a tile before its copies are issued (read_entries, then issue_tile): a cp.async
+  // is a memory barrier to the compiler, so a table read next to it waits for its value there,
+  // once per row. Entries are read for any index of the table row (in bounds; those of keys
+  // past the sequence's end are not used), so the first two tiles' are read here, together
+  // with the sequence's query start and position rather than after them.
+  constexpr int kLoadRowStep = kWarps * 32 / kChunks;
+  constexpr int kLoadRows = kKeys / kLoadRowStep;  // rows of a tile this thread copies
+  static_assert(kWarps * 32 % kChunks == 0 && kKeys % kLoadRowStep == 0);
+  const int load_chunk = int(threadIdx.x) % kChunks, load_row0 = int(threadIdx.x) / kChunks;
+  const int block_shift = (a.block_size & (a.block_size - 1)) == 0 ? __ffs(a.block_size) - 1 : -1;
+  auto block_of = [&](int key) {
+    return block_shift >= 0 ? key >> block_shift : key / a.block_size;
+  };
+  auto read_entries = [&](int t, int(&e)[kLoadRows]) {
+#pragma unroll
+    for (int i = 0; i < kLoadRows; ++i) {
+      const int index = block_of(t * kKeys + load_row0 + i * kLoadRowStep);
+      e[i] = index < a.max_blocks ? table[index] : 0;
+    }
+  };
+  int entry[kLoadRows];   // the table entries of the next tile to issue
+  int second[kLoadRows];  // and of the one after it, in the prologue
+  if constexpr (!F8) {
+    read_entries(t_begin, entry);
+    read_entries(t_begin + 1, second);
+  }
   const int q_first = a.query_start[s], n = a.query_start[s + 1] - q_first;
   const int pos0 = a.first_pos[s], kv_len = pos0 + n, rows = n * p.group;
   const int rows_here = min(kRows, rows - r0);
   const int last_pos = pos0 + (r0 + rows_here - 1) / p.group;
-  const int t_begin = split >= 0 ? split * kTilesPerSplit : 0;
   const int t_end =
       split >= 0 ? min(t_begin + kTilesPerSplit, last_pos / kKeys + 1) : last_pos / kKeys + 1;
-  const int* table = a.block_table + int64_t(s) * a.max_blocks;
   const T* qg = static_cast<const T*>(a.q);
   // The layout of this block's shared memory (the same for all its threads): a decode's deeper
   // ring, or q for 64 rows, two stages and four warps' states.
@@ -329,28 +360,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) paged_attention_kernel(Params 
           dequantize8<T>(v_codes[j], v_scale);
     }
   };
-  // This thread's share of a 16-bit tile's copies: 16-byte chunk load_chunk of rows load_row0,
-  // load_row0 + kLoadRowStep, ...; a power-of-two block size (every pool hearth makes) turns the
-  // block-table index into a shift. The block-table entries of a tile's rows are read into
-  // registers a tile before its copies are issued (read_entries, then issue_tile): a cp.async
-  // is a memory barrier to the compiler, so a table read next to it waits for its value there,
-  // once per row.
-  constexpr int kLoadRowStep = kWarps * 32 / kChunks;
-  constexpr int kLoadRows = kKeys / kLoadRowStep;  // rows of a tile this thread copies
-  static_assert(kWarps * 32 % kChunks == 0 && kKeys % kLoadRowStep == 0);
-  const int load_chunk = int(threadIdx.x) % kChunks, load_row0 = int(threadIdx.x) / kChunks;
-  const int block_shift = (a.block_size & (a.block_size - 1)) == 0 ? __ffs(a.block_size) - 1 : -1;
   const int64_t load_head_offset = int64_t(kvh) * a.block_size * D + load_chunk * 8;
-  auto block_of = [&](int key) {
-    return block_shift >= 0 ? key >> block_shift : key / a.block_size;
-  };
-  auto read_entries = [&](int t, int(&e)[kLoadRows]) {
-#pragma unroll
-    for (int i = 0; i < kLoadRows; ++i) {
-      const int key = t * kKeys + load_row0 + i * kLoadRowStep;
-      e[i] = key < kv_len ? table[block_of(key)] : 0;
-    }
-  };
   auto issue_tile = [&](int buf, int t, const int(&e)[kLoadRows]) {
     const T* kp = static_cast<const T*>(a.k_pool);
     const T* vp = static_cast<const T*>(a.v_pool);
@@ -372,24 +382,22 @@ __global__ void __launch_bounds__(kWarps * 32, 2) paged_attention_kernel(Params 
   // tile, the last ones of a split with fewer tiles than stages included: at tile t's wait,
   // the groups newer than tile t's are tile t + 1's (issued before the wait: two stages) or
   // tile t + 1's alone (three stages, tile t + 2's is issued after the wait).
-  int entry[kLoadRows];  // the table entries of the next tile to issue
   if constexpr (F8) {
     fetch(t_begin);
     store(0, t_begin);
     cp_async_commit();
   } else {
-    // The first two tiles' entries are read together (one wait, not two).
-    int second[kLoadRows];
-    read_entries(t_begin, entry);
-    if (stages > 2 && t_begin + 1 < t_end) read_entries(t_begin + 1, second);
+    static_assert(kDecodeStages == 3, "the prologue issues stages - 1 tiles");
     issue_tile(0, t_begin, entry);
     cp_async_commit();
     if (stages > 2) {
       if (t_begin + 1 < t_end) issue_tile(1, t_begin + 1, second);
       cp_async_commit();
+      if (t_begin + 2 < t_end) read_entries(t_begin + 2, entry);
+    } else {
+#pragma unroll
+      for (int i = 0; i < kLoadRows; ++i) entry[i] = second[i];  // tile t_begin + 1 is next
     }
-    static_assert(kDecodeStages == 3, "the prologue issues stages - 1 tiles");
-    if (t_begin + stages - 1 < t_end) read_entries(t_begin + stages - 1, entry);
   }
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;

@@ -518,6 +518,73 @@ TEST(PagedAttention, QueryResultDoesNotDependOnTheStep) {
   }
 }
 
+// Decode blocks (<= 16 rows) run a three-stage K/V ring with the block table read a tile
+// ahead; prompt chunks the two-stage one. The ring's edges: one key, exactly one tile, fewer
+// tiles than stages, a split of eight tiles, a split boundary inside a KV block (block sizes
+// 24 and 48), one block walking every split, head_dim 16 and 32 (one warp) and 64 and 128 (four
+// cooperating warps), packed and block-major pools. Each decode (and 2-token chunk of <= 16
+// rows), alone or all in one step, gives its row of the whole prompt computed as one chunk,
+// bit for bit.
+TEST(PagedAttention, DecodeRingEdgesKeepTheBits) {
+  HEARTH_REQUIRE_GPU();
+  const int len = 1100;  // splits of 512, 512 and 76 keys: the last has 2 tiles
+  struct Config {
+    Half t;
+    Heads h;
+    int block_size, layers;
+  };
+  for (const Config& c :
+       {Config{Half::BF16, {32, 8, 128}, 16, 0}, Config{Half::F16, {14, 2, 64}, 32, 0},
+        Config{Half::BF16, {32, 8, 128}, 48, 2}, Config{Half::F16, {4, 1, 32}, 24, 0},
+        Config{Half::BF16, {8, 4, 16}, 64, 2}}) {
+    PagedFixture f(c.t, c.h, c.block_size, 2 * len / c.block_size + 8, c.layers);
+    f.use(kernels::PagedAttentionKernel::MmaSync);
+    const int qd = c.h.n_heads * c.h.head_dim;
+    const PagedFixture::Seq target = f.random_seq(0, len);
+    auto chunk = [&](int first, int n) {
+      PagedFixture::Seq s{target.blocks, first, n, {}};
+      s.q.assign(target.q.begin() + size_t(first) * qd, target.q.begin() + size_t(first + n) * qd);
+      return s;
+    };
+    const std::vector<uint16_t> want = f.run({chunk(0, len)});
+    const std::string what = std::string(name(c.t)) + " d=" + std::to_string(c.h.head_dim) +
+                             " group " + std::to_string(c.h.n_heads / c.h.n_kv_heads) + " block " +
+                             std::to_string(c.block_size);
+    auto bad_rows = [&](const std::vector<uint16_t>& got, int token0, int first, int n) {
+      int bad = 0;
+      for (int i = 0; i < n; ++i)
+        bad += std::memcmp(&got[size_t(token0 + i) * qd], &want[size_t(first + i) * qd],
+                           size_t(qd) * 2) != 0;
+      return bad;
+    };
+    struct Probe {
+      int first, n;
+    };
+    std::vector<Probe> probes;
+    for (int p : {0,   1,   63,  64,  65,  127,  128,  191,  192,  511,
+                  512, 513, 575, 576, 700, 1023, 1024, 1087, 1088, 1099})
+      probes.push_back({p, 1});
+    if (2 * c.h.n_heads / c.h.n_kv_heads <= 16)
+      for (int p : {62, 510, 1022, 1098}) probes.push_back({p, 2});
+    for (bool split_kv : {true, false}) {
+      const std::string how = split_kv ? "" : ", splits in one block";
+      std::vector<PagedFixture::Seq> all;
+      for (const Probe& pr : probes) {
+        all.push_back(chunk(pr.first, pr.n));
+        EXPECT_EQ(bad_rows(f.run({all.back()}, split_kv), 0, pr.first, pr.n), 0)
+            << what << ": queries " << pr.first << "+" << pr.n << " alone" << how;
+      }
+      const std::vector<uint16_t> together = f.run(all, split_kv);
+      int token0 = 0;
+      for (const Probe& pr : probes) {
+        EXPECT_EQ(bad_rows(together, token0, pr.first, pr.n), 0)
+            << what << ": queries " << pr.first << "+" << pr.n << " in one step" << how;
+        token0 += pr.n;
+      }
+    }
+  }
+}
+
 // The two kernels on one step (decodes at and across split edges, chunks from the start and
 // mid-sequence), bit for bit: the default picks mma.sync for steps of decodes alone and wgmma
 // otherwise, which keeps a row's bits independent of the step only because these are equal.

@@ -180,28 +180,6 @@ struct Smem {
   float state[kWarps][D / 2][32];  // merged o of each thread's fragments
 };
 
-// What cooperating warps of a block of <= 16 rows exchange per tile (CooperativeExchange).
-constexpr int kExchangeFloats = kWarps * 16 + 16 * 8 * 4 + 4 * 32 * 4;
-
-// A block of <= 16 rows of 16-bit KV (a decode) lays the same shared memory out for a deeper
-// K/V ring: it needs 16 rows of q and one warp's state, so the room of the other 48 rows and
-// three states holds a third stage (with the exchange, 256 bytes more than Smem at head_dim
-// 128). One tile in flight left a decode block waiting on each tile's loads
-// (kernels/notes/paged_attention.md, "Decode blocks: a deeper K/V ring").
-constexpr int kDecodeStages = 3;
-template <typename T, int D>
-struct DecodeSmem {
-  T q[16 * D];
-  T k[kDecodeStages][kKeys * D];
-  T v[kDecodeStages][kKeys * D];
-  float state[D / 2][32];  // row_warp is 0: one warp's rows
-  float exchange[kExchangeFloats];
-};
-template <typename T, int D>
-constexpr size_t kSmemBytes = std::max(sizeof(Smem<T, D>), sizeof(DecodeSmem<T, D>));
-// Two blocks an SM on Hopper (228 KB, 1 KB reserved a block), as before the decode layout.
-static_assert(2 * (kSmemBytes<__nv_bfloat16, 128> + 1024) <= 228 * 1024);
-
 // A block of at most 16 rows (a decode: one token x its GQA group) fills one warp's MMA rows.
 // Rather than leave three warps idle, the four cooperate on each tile: warp w computes the
 // scores of keys [16w, 16w + 16) (n-tiles 2w, 2w + 1, which are also P's k-step w), their
@@ -213,17 +191,17 @@ static_assert(2 * (kSmemBytes<__nv_bfloat16, 128> + 1024) <= 228 * 1024);
 // bound by one warp's chain of dependent instructions per tile; this shortens it about 4x.
 template <int D>
 constexpr bool kCooperativeD = (D / 16) % kWarps == 0;  // column pairs split evenly over warps
-// What cooperating warps exchange per tile: in DecodeSmem::exchange, or (fp8 KV, which keeps
-// the two-stage layout) in state[1..] (only state[0] is used then).
+// What cooperating warps exchange per tile, in state[1..] (only state[0] is used then).
 struct CooperativeExchange {
   float* max;    // [kWarps][16 rows]
   float* pairs;  // [16 rows][8 n-tiles][4 quad columns]
   uint32_t* p;   // [4 k-steps][32 lanes][4]
 };
 template <typename T, int D>
-__device__ __forceinline__ CooperativeExchange cooperative_exchange(float* base) {
-  static_assert(!kCooperativeD<D> ||
-                kExchangeFloats * 4 <= sizeof(Smem<T, D>::state) / kWarps * (kWarps - 1));
+__device__ __forceinline__ CooperativeExchange cooperative_exchange(Smem<T, D>& sm) {
+  constexpr size_t kFloats = kWarps * 16 + 16 * 8 * 4 + 4 * 32 * 4;
+  static_assert(!kCooperativeD<D> || kFloats * 4 <= sizeof(sm.state) / kWarps * (kWarps - 1));
+  float* base = &sm.state[1][0][0];
   return {base, base + kWarps * 16, reinterpret_cast<uint32_t*>(base + kWarps * 16 + 16 * 8 * 4)};
 }
 
@@ -248,68 +226,29 @@ __global__ void __launch_bounds__(kWarps * 32, 2) paged_attention_kernel(Params 
   constexpr int kDTiles = D / 8;   // n-tiles of O
   extern __shared__ __align__(128) unsigned char smem_raw[];
   Smem<T, D>& sm = *reinterpret_cast<Smem<T, D>*>(smem_raw);
-  DecodeSmem<T, D>& dsm = *reinterpret_cast<DecodeSmem<T, D>*>(smem_raw);
   const PagedAttentionArgs& a = p.a;
   allow_dependents_early();
   wait_for_producer();  // the plan, q and this step's pool rows
-  // Read with the count, not after it (one dependent read fewer before the first copy): the
-  // grid never exceeds the plan's items, so the read is in bounds, and unused past the count.
-  const int4 item = p.items[blockIdx.x];
   if (int(blockIdx.x) >= p.header[0]) return;
+  const int4 item = p.items[blockIdx.x];
   const int s = item.x, r0 = item.y, split = item.z, kvh = blockIdx.y;
-  const int t_begin = split >= 0 ? split * kTilesPerSplit : 0;
-  const int* table = a.block_table + int64_t(s) * a.max_blocks;
-  // This thread's share of a 16-bit tile's copies: 16-byte chunk load_chunk of rows load_row0,
-  // load_row0 + kLoadRowStep, ...; a power-of-two block size (every pool hearth makes) turns the
-  // block-table index into a shift. The block-table entries of a tile's rows are read into
-  // registers a tile before its copies are issued (read_entries, then issue_tile): a cp.async
-  // is a memory barrier to the compiler, so a table read next to it waits for its value there,
-  // once per row. Entries are read for any index of the table row (in bounds; those of keys
-  // past the sequence's end are not used), so the first two tiles' are read here, together
-  // with the sequence's query start and position rather than after them.
-  constexpr int kLoadRowStep = kWarps * 32 / kChunks;
-  constexpr int kLoadRows = kKeys / kLoadRowStep;  // rows of a tile this thread copies
-  static_assert(kWarps * 32 % kChunks == 0 && kKeys % kLoadRowStep == 0);
-  const int load_chunk = int(threadIdx.x) % kChunks, load_row0 = int(threadIdx.x) / kChunks;
-  const int block_shift = (a.block_size & (a.block_size - 1)) == 0 ? __ffs(a.block_size) - 1 : -1;
-  auto block_of = [&](int key) {
-    return block_shift >= 0 ? key >> block_shift : key / a.block_size;
-  };
-  auto read_entries = [&](int t, int(&e)[kLoadRows]) {
-#pragma unroll
-    for (int i = 0; i < kLoadRows; ++i) {
-      const int index = block_of(t * kKeys + load_row0 + i * kLoadRowStep);
-      e[i] = index < a.max_blocks ? table[index] : 0;
-    }
-  };
-  int entry[kLoadRows];   // the table entries of the next tile to issue
-  int second[kLoadRows];  // and of the one after it, in the prologue
-  if constexpr (!F8) {
-    read_entries(t_begin, entry);
-    read_entries(t_begin + 1, second);
-  }
   const int q_first = a.query_start[s], n = a.query_start[s + 1] - q_first;
   const int pos0 = a.first_pos[s], kv_len = pos0 + n, rows = n * p.group;
   const int rows_here = min(kRows, rows - r0);
   const int last_pos = pos0 + (r0 + rows_here - 1) / p.group;
+  const int t_begin = split >= 0 ? split * kTilesPerSplit : 0;
   const int t_end =
       split >= 0 ? min(t_begin + kTilesPerSplit, last_pos / kKeys + 1) : last_pos / kKeys + 1;
+  const int* table = a.block_table + int64_t(s) * a.max_blocks;
   const T* qg = static_cast<const T*>(a.q);
-  // The layout of this block's shared memory (the same for all its threads): a decode's deeper
-  // ring, or q for 64 rows, two stages and four warps' states.
-  const bool decode = !F8 && rows_here <= 16;
-  const int stages = decode ? kDecodeStages : 2;
-  T* const q_s = decode ? dsm.q : sm.q;
-  T* const k_s = decode ? dsm.k[0] : sm.k[0];  // stage b at + b * kKeys * D
-  T* const v_s = decode ? dsm.v[0] : sm.v[0];
 
   // Q rows: row i is (token r / group, head kvh * group + r % group) with r = r0 + i.
-  for (int i = threadIdx.x; i < (decode ? 16 : kRows) * kChunks; i += kWarps * 32) {
+  for (int i = threadIdx.x; i < kRows * kChunks; i += kWarps * 32) {
     const int row = i / kChunks, c = i % kChunks, r = r0 + row;
     const bool ok = row < rows_here;
     const T* src =
         qg + int64_t(q_first + r / p.group) * p.q_dim + (kvh * p.group + r % p.group) * D + c * 8;
-    cp_async16(q_s + swizzle<D>(row, c), ok ? src : qg, ok);
+    cp_async16(sm.q + swizzle<D>(row, c), ok ? src : qg, ok);
   }
   // fp8: a tile's codes are fetched into registers (this thread's kPer 8-code chunks of K and
   // V) and stored, dequantized by their rows' scales, to shared memory later, so the next
@@ -360,45 +299,38 @@ __global__ void __launch_bounds__(kWarps * 32, 2) paged_attention_kernel(Params 
           dequantize8<T>(v_codes[j], v_scale);
     }
   };
+  // This thread's share of a 16-bit tile's copies: 16-byte chunk load_chunk of rows load_row0,
+  // load_row0 + kLoadRowStep, ...; a power-of-two block size (every pool hearth makes) turns the
+  // block-table index into a shift. The per-tile address work is what a decode block waits on.
+  constexpr int kLoadRowStep = kWarps * 32 / kChunks;
+  static_assert(kWarps * 32 % kChunks == 0 && kKeys % kLoadRowStep == 0);
+  const int load_chunk = int(threadIdx.x) % kChunks, load_row0 = int(threadIdx.x) / kChunks;
+  const int block_shift = (a.block_size & (a.block_size - 1)) == 0 ? __ffs(a.block_size) - 1 : -1;
   const int64_t load_head_offset = int64_t(kvh) * a.block_size * D + load_chunk * 8;
-  auto issue_tile = [&](int buf, int t, const int(&e)[kLoadRows]) {
+  auto load_tile = [&](int buf, int t) {
+    if constexpr (F8) {
+      fetch(t);
+      store(buf, t);
+      return;
+    }
     const T* kp = static_cast<const T*>(a.k_pool);
     const T* vp = static_cast<const T*>(a.v_pool);
-    T* const kd = k_s + buf * (kKeys * D);
-    T* const vd = v_s + buf * (kKeys * D);
 #pragma unroll
-    for (int i = 0; i < kLoadRows; ++i) {
-      const int row = load_row0 + i * kLoadRowStep, key = t * kKeys + row;
+    for (int row = load_row0; row < kKeys; row += kLoadRowStep) {
+      const int key = t * kKeys + row;
       const bool ok = key < kv_len;  // past the end: zeros, so that 0 * V is 0
-      const int64_t at = ok ? int64_t(e[i]) * a.block_stride + load_head_offset +
-                                  int64_t(key - block_of(key) * a.block_size) * D
-                            : 0;
-      cp_async16(kd + swizzle<D>(row, load_chunk), kp + at, ok);
-      cp_async16(vd + swizzle<D>(row, load_chunk), vp + at, ok);
+      int64_t at = 0;
+      if (ok) {
+        const int index = block_shift >= 0 ? key >> block_shift : key / a.block_size;
+        at = int64_t(table[index]) * a.block_stride + load_head_offset +
+             int64_t(key - index * a.block_size) * D;
+      }
+      cp_async16(sm.k[buf] + swizzle<D>(row, load_chunk), kp + at, ok);
+      cp_async16(sm.v[buf] + swizzle<D>(row, load_chunk), vp + at, ok);
     }
   };
-  // The ring: tiles t_begin .. t_begin + stages - 2 now, one cp.async group each (the first
-  // with q), then one group per tile, empty past t_end, so that one wait_group serves every
-  // tile, the last ones of a split with fewer tiles than stages included: at tile t's wait,
-  // the groups newer than tile t's are tile t + 1's (issued before the wait: two stages) or
-  // tile t + 1's alone (three stages, tile t + 2's is issued after the wait).
-  if constexpr (F8) {
-    fetch(t_begin);
-    store(0, t_begin);
-    cp_async_commit();
-  } else {
-    static_assert(kDecodeStages == 3, "the prologue issues stages - 1 tiles");
-    issue_tile(0, t_begin, entry);
-    cp_async_commit();
-    if (stages > 2) {
-      if (t_begin + 1 < t_end) issue_tile(1, t_begin + 1, second);
-      cp_async_commit();
-      if (t_begin + 2 < t_end) read_entries(t_begin + 2, entry);
-    } else {
-#pragma unroll
-      for (int i = 0; i < kLoadRows; ++i) entry[i] = second[i];  // tile t_begin + 1 is next
-    }
-  }
+  load_tile(0, t_begin);
+  cp_async_commit();
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const bool cooperative = kCooperativeD<D> && rows_here <= 16;  // the same for the whole block
@@ -412,9 +344,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) paged_attention_kernel(Params 
   const int dp0 = cooperative ? warp * kPairsPerWarp : 0;
   const int dp_count = cooperative ? kPairsPerWarp : kDTiles / 2;
   CooperativeExchange ex{};
-  if (cooperative) ex = cooperative_exchange<T, D>(decode ? dsm.exchange : &sm.state[1][0][0]);
-  // The merged state of this warp's rows (decode blocks: warp 0's rows, the only ones).
-  float* const state = decode ? &dsm.state[0][0] : &sm.state[row_warp][0][0];
+  if (cooperative) ex = cooperative_exchange(sm);
   // This thread's two rows (a: lane / 4, b: lane / 4 + 8 of the warp's 16) and their positions.
   const int row_a = row_warp * 16 + lane / 4, row_b = row_a + 8;
   const int pos_a = row_a < rows_here ? pos0 + (r0 + row_a) / p.group : -1;
@@ -428,41 +358,27 @@ __global__ void __launch_bounds__(kWarps * 32, 2) paged_attention_kernel(Params 
 #pragma unroll
   for (int t = 0; t < kDTiles; ++t) o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.0f;
 
-  int buf = 0;  // tile t's stage: (t - t_begin) % stages
   for (int t = t_begin; t < t_end; ++t) {
-    // Tile t + stages - 1 into the stage tile t - 1 was read from, then the entries of the tile
-    // after it (read while this tile is computed).
-    auto advance = [&] {
-      if (const int ahead = t + stages - 1; ahead < t_end) {
-        issue_tile(buf == 0 ? stages - 1 : buf - 1, ahead, entry);
-        if (ahead + 1 < t_end) read_entries(ahead + 1, entry);
-      }
+    const int buf = (t - t_begin) & 1;
+    if (t + 1 < t_end) {
+      if constexpr (F8)
+        fetch(t + 1);  // stored after this tile's math
+      else
+        load_tile(buf ^ 1, t + 1);
       cp_async_commit();
-    };
-    if (decode) {
-      // Tile t + 1's group may still be in flight; t + 2 is issued after the barrier below,
-      // which also tells that every warp is done with tile t - 1's stage (no closing barrier).
-      cp_async_wait<kDecodeStages - 2>();
-    } else {
-      // Issued before the wait, into the stage freed by the last tile's closing barrier.
-      if constexpr (F8) {
-        if (t + 1 < t_end) fetch(t + 1);  // stored after this tile's math
-        cp_async_commit();
-      } else {
-        advance();
-      }
       cp_async_wait<1>();
+    } else {
+      cp_async_wait<0>();
     }
     __syncthreads();
-    if (decode) advance();
     if (t == t_begin && active) {
 #pragma unroll
       for (int st = 0; st < kDSteps; ++st)
-        ldmatrix_x4(qf[st], q_s + swizzle<D>(row_warp * 16 + (lane & 15), 2 * st + (lane >> 4)));
+        ldmatrix_x4(qf[st], sm.q + swizzle<D>(row_warp * 16 + (lane & 15), 2 * st + (lane >> 4)));
     }
     if (active) {
-      const T* ks = k_s + buf * (kKeys * D);
-      const T* vs = v_s + buf * (kKeys * D);
+      const T* ks = sm.k[buf];
+      const T* vs = sm.v[buf];
       // S = Q K^T: 16 rows x 64 keys, 8 n-tiles of 8 keys.
       float sc[8][4];
 #pragma unroll
@@ -616,7 +532,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) paged_attention_kernel(Params 
             if (d == 2 * dp_count) break;
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-              float& st = state[((2 * dp0 + d) * 4 + e) * 32 + lane];
+              float& st = sm.state[row_warp][(2 * dp0 + d) * 4 + e][lane];
               if (j == 0)
                 st = o[d][e];
               else if (e < 2 ? sees_a : sees_b)
@@ -639,8 +555,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) paged_attention_kernel(Params 
     if constexpr (F8) {
       if (t + 1 < t_end) store(buf ^ 1, t + 1);  // unread since last iteration's barrier
     }
-    if (!decode) __syncthreads();  // the buffer refilled next is no longer read
-    buf = buf + 1 == stages ? 0 : buf + 1;
+    __syncthreads();  // the buffer refilled next is no longer read
   }
 
   if (split < 0 && active) {
@@ -653,7 +568,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) paged_attention_kernel(Params 
     for (int d = 0; d < kDTiles; ++d) {
       if (d == 2 * dp_count) break;
       const int col = (2 * dp0 + d) * 8 + 2 * (lane & 3);
-      float* st = &state[(2 * dp0 + d) * 4 * 32 + lane];
+      float* st = &sm.state[row_warp][(2 * dp0 + d) * 4][lane];
       if (row_a < rows_here)
         *reinterpret_cast<uint32_t*>(row_out(row_a) + col) =
             pack_half2<T>(__fdiv_rn(st[0], sl_a), __fdiv_rn(st[32], sl_a));
@@ -791,7 +706,7 @@ void launch(const PagedAttentionArgs& a, cudaStream_t stream) {
     return;
   }
   auto kernel = a.fp8_kv ? paged_attention_kernel<T, D, true> : paged_attention_kernel<T, D, false>;
-  constexpr size_t kSmem = kSmemBytes<T, D>;
+  constexpr size_t kSmem = sizeof(Smem<T, D>);
   static PerDeviceOnce configured;  // per device: tensor-parallel ranks, any host thread
   configured.run(current_device(), [&] {
     for (auto k : {paged_attention_kernel<T, D, true>, paged_attention_kernel<T, D, false>})

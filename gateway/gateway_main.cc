@@ -181,8 +181,10 @@ int run(int argc, char** argv) {
   w.profile_tensor_parallel = std::move(profile_degrees);
   for (const std::string& n : catalog.names())
     w.model_tensor_parallel[n] = catalog.find(n)->tensor_parallel;
-  hearth::gateway::WorkerPool pool(std::move(w));
+  // Metrics before the pool: a session's last events (say, of a stream its client dropped) can
+  // still come in while the pool stops its workers, and record into them.
   hearth::gateway::Metrics metrics;
+  hearth::gateway::WorkerPool pool(std::move(w));
   hearth::gateway::HttpGateway gateway(http, catalog, pool, metrics);
   gateway.bind();
 

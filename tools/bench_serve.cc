@@ -167,10 +167,6 @@ json run_level(CudaBatchBackend& backend, const ServeBenchOptions& o, const Mode
             {"generated_tokens", generated},
             {"wall_s", wall_s},
             {"output_tok_s", double(generated) / wall_s},
-            {"ttft_ms_p50", percentile(latency.ttft, 0.5)},
-            {"ttft_ms_p99", percentile(latency.ttft, 0.99)},
-            {"itl_ms_p50", percentile(latency.itl, 0.5)},
-            {"itl_ms_p99", percentile(latency.itl, 0.99)},
             {"full_decode_step_ms_p50", percentile(full_decode_steps, 0.5)},
             {"full_decode_steps", full_decode_steps.size()},
             {"decode_step_wall_ms_p50", percentile(step_wall, 0.5)},
@@ -186,11 +182,12 @@ json run_level(CudaBatchBackend& backend, const ServeBenchOptions& o, const Mode
             {"roofline_s", roofline_s},
             {"roofline_tok_s", double(generated) / roofline_s},
             {"fraction_of_roofline", roofline_s / wall_s}};
+  r.update(latency_percentiles(latency));
   // The decode step at the workload's mean context: measured parts against its roofline.
   const int mean_kv = o.prompt_tokens + o.output_tokens / 2;
   r["decode_step"] = decode_breakdown(backend, o, concurrency, mean_kv);
   r["decode_step_roofline_ms"] =
-      (double(decode_weight_bytes(c)) + concurrency * per_token * mean_kv) / (o.copy_gbps * 1e6);
+      decode_step_roofline_ms(c, 1, concurrency, per_token, mean_kv, o.copy_gbps);
   std::fprintf(
       stderr,
       "serve: c=%3d  %8.1f tok/s  TTFT p50 %7.1f ms  ITL p50 %6.2f p99 %6.2f ms  "

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 namespace hearth::bench {
 
 using Clock = std::chrono::steady_clock;
@@ -58,6 +60,14 @@ class TokenLatencies {
  private:
   std::map<std::string, Clock::time_point> last_;
 };
+
+// The latency columns every serving table shows: TTFT and ITL, p50 and p99 (ms).
+inline nlohmann::json latency_percentiles(const TokenLatencies& latency) {
+  return {{"ttft_ms_p50", percentile(latency.ttft, 0.5)},
+          {"ttft_ms_p99", percentile(latency.ttft, 0.99)},
+          {"itl_ms_p50", percentile(latency.itl, 0.5)},
+          {"itl_ms_p99", percentile(latency.itl, 0.99)}};
+}
 
 inline double mean(const std::vector<double>& v) {
   return v.empty() ? 0 : std::accumulate(v.begin(), v.end(), 0.0) / double(v.size());

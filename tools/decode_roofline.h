@@ -25,4 +25,12 @@ inline double run_kv_bytes(int concurrency, double per_token, double prompt, dou
   return concurrency * per_token * (prompt + (output - 1) * prompt + (output - 1) * output / 2);
 }
 
+// The ms one GPU of `tp` needs at `copy_gbps` for a decode step of `concurrency` sequences at
+// context `mean_kv`: its 1/tp of the weights, and its `per_token` KV bytes of every position.
+inline double decode_step_roofline_ms(const ModelConfig& c, int tp, int concurrency,
+                                      double per_token, double mean_kv, double copy_gbps) {
+  return (double(decode_weight_bytes(c)) / tp + concurrency * per_token * mean_kv) /
+         (copy_gbps * 1e6);
+}
+
 }  // namespace hearth::bench

@@ -134,22 +134,19 @@ json run_level(Backend& backend, const EngineOptions& o, const ModelConfig& c, i
   const double bytes = double(st.steps) * double(bench::decode_weight_bytes(c)) / tp + kv_bytes;
   const double roofline_s = bytes / (s.copy_gbps * 1e9);
   const double mean_kv = p + n / 2;
-  return {{"tensor_parallel", tp},
-          {"cuda_graphs", o.cuda_graphs},
-          {"concurrency", concurrency},
-          {"output_tok_s", double(generated) / wall_s},
-          {"ttft_ms_p50", percentile(latency.ttft, 0.5)},
-          {"ttft_ms_p99", percentile(latency.ttft, 0.99)},
-          {"itl_ms_p50", percentile(latency.itl, 0.5)},
-          {"itl_ms_p99", percentile(latency.itl, 0.99)},
-          {"decode_step_ms_p50", percentile(steps, 0.5)},
-          {"decode_step_roofline_ms",
-           (double(bench::decode_weight_bytes(c)) / tp + concurrency * per_token * mean_kv) /
-               (s.copy_gbps * 1e6)},
-          {"steps", st.steps},
-          {"wall_s", wall_s},
-          {"roofline_gb_per_gpu", bytes / 1e9},
-          {"fraction_of_roofline", roofline_s / wall_s}};
+  json r = {{"tensor_parallel", tp},
+            {"cuda_graphs", o.cuda_graphs},
+            {"concurrency", concurrency},
+            {"output_tok_s", double(generated) / wall_s},
+            {"decode_step_ms_p50", percentile(steps, 0.5)},
+            {"decode_step_roofline_ms",
+             bench::decode_step_roofline_ms(c, tp, concurrency, per_token, mean_kv, s.copy_gbps)},
+            {"steps", st.steps},
+            {"wall_s", wall_s},
+            {"roofline_gb_per_gpu", bytes / 1e9},
+            {"fraction_of_roofline", roofline_s / wall_s}};
+  r.update(bench::latency_percentiles(latency));
+  return r;
 }
 
 std::string memory_text(const std::vector<double>& gb) {

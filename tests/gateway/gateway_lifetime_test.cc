@@ -1,5 +1,6 @@
 // A gateway killed outright (SIGKILL: no destructor, no signal handler runs) takes its weight
-// server and workers with it, and its runtime directory goes too (issue 21, defect 2).
+// server and workers with it, and its runtime directory goes too (issue 21, defect 2). A gateway
+// stopped by SIGTERM while a stream its client dropped is still ending exits cleanly.
 #include <poll.h>
 #include <signal.h>
 #include <sys/inotify.h>
@@ -15,6 +16,7 @@
 
 #include "base/unique_fd.h"
 #include "tests/gateway/gateway_process.h"
+#include "tests/gateway/raw_http_client.h"
 #include "tests/ipc/test_util.h"
 
 namespace hearth::test {
@@ -94,6 +96,30 @@ TEST(GatewayLifetime, SigkilledGatewayTakesItsChildrenAndRuntimeDirectory) {
     }
   }
   EXPECT_FALSE(std::filesystem::exists(runtime)) << runtime << " outlived the gateway";
+}
+
+// The dropped stream's end (its cancel, then the worker's last events) comes in while the
+// gateway stops its workers, and records the request's metrics: they must still be there (they
+// were destroyed before the worker pool: SIGSEGV or SIGFPE in prometheus).
+TEST(GatewayLifetime, SigtermRightAfterAClientDroppedItsStreamExitsCleanly) {
+  GatewayProcess gateway;
+  RawClient client(gateway.port());
+  const std::string body =
+      json{{"model", "fortunes"}, {"prompt", "Never"}, {"max_tokens", 64}, {"stream", true}}.dump();
+  ASSERT_TRUE(
+      client.send("POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                  "Content-Type: application/json\r\nContent-Length: " +
+                  std::to_string(body.size()) + "\r\n\r\n" + body));
+  const auto deadline = Clock::now() + RawClient::kPatience;
+  const auto head = client.head(deadline);
+  ASSERT_TRUE(head) << gateway.log_text();
+  ASSERT_EQ(head->status, 200);
+  ASSERT_TRUE(client.chunk(deadline)) << "no first event";
+  client.close();
+
+  gateway.process().signal(SIGTERM);
+  const ExitStatus status = gateway.process().wait();
+  EXPECT_TRUE(status.exited_with(0)) << status.describe() << "\n" << gateway.log_text();
 }
 
 }  // namespace

@@ -44,17 +44,27 @@ Generation single_process(const std::vector<int32_t>& prompt, const TempDir& dir
   return single_process_generation(prompt, 32, dir, args);
 }
 
+// "A computer" in the gateway's tokens: the prompt both engines get as ids.
+std::vector<int32_t> prompt_of(const GatewayProcess& g) {
+  const auto tokenized = g.post("/tokenize", {{"model", "fortunes"}, {"prompt", "A computer"}});
+  EXPECT_EQ(tokenized.status, 200) << tokenized.body;
+  if (tokenized.status != 200) return {};
+  return tokenized.parsed()["tokens"].get<std::vector<int32_t>>();
+}
+
+#define REQUIRE_TWO_GPUS()    \
+  if (vmm_device_count() < 2) \
+  GTEST_SKIP() << "needs 2 GPUs, this machine has " << vmm_device_count()
+
 TEST(GatewayTensorParallelGpu, ServedVmmTp2IsTheInProcessCudaTp2Engine) {
-  if (vmm_device_count() < 2)
-    GTEST_SKIP() << "needs 2 GPUs, this machine has " << vmm_device_count();
+  REQUIRE_TWO_GPUS();
   TempDir dir;
   const auto profile = dir / "tp2.json";
   std::ofstream(profile) << R"({"name": "tp2", "tensor_parallel": 2})";
   GatewayProcess g({"--backend", "vmm", "--tensor-parallel", "2", "--worker-arg=--backend",
                     "--worker-arg=cuda", "--profile", "tp2=" + profile.string()});
-  const auto tokenized = g.post("/tokenize", {{"model", "fortunes"}, {"prompt", "A computer"}});
-  ASSERT_EQ(tokenized.status, 200) << tokenized.body;
-  const auto prompt = tokenized.parsed()["tokens"].get<std::vector<int32_t>>();
+  const std::vector<int32_t> prompt = prompt_of(g);
+  ASSERT_FALSE(prompt.empty());
 
   const Generation served = complete(g, "fortunes:tp2", prompt);
   ASSERT_FALSE(served.logprobs.empty()) << g.log_text();
@@ -67,14 +77,12 @@ TEST(GatewayTensorParallelGpu, ServedVmmTp2IsTheInProcessCudaTp2Engine) {
 // GPU (o and down scales whole on both); its CUDA workers give the bits of a single-process
 // worker quantizing the same directory at load with the same degree, and not the bf16 ones.
 TEST(GatewayTensorParallelGpu, ServedVmmTp2Fp8IsTheInProcessCudaTp2Fp8Engine) {
-  if (vmm_device_count() < 2)
-    GTEST_SKIP() << "needs 2 GPUs, this machine has " << vmm_device_count();
+  REQUIRE_TWO_GPUS();
   TempDir dir;
   GatewayProcess g({"--backend", "vmm", "--tensor-parallel", "2", "--quantize", "fp8",
                     "--worker-arg=--backend", "--worker-arg=cuda"});
-  const auto tokenized = g.post("/tokenize", {{"model", "fortunes"}, {"prompt", "A computer"}});
-  ASSERT_EQ(tokenized.status, 200) << tokenized.body;
-  const auto prompt = tokenized.parsed()["tokens"].get<std::vector<int32_t>>();
+  const std::vector<int32_t> prompt = prompt_of(g);
+  ASSERT_FALSE(prompt.empty());
   const Generation alone = single_process(prompt, dir, {"--quantize", "fp8"});
   if (alone.logprobs.empty()) {
     std::ifstream in(dir / "err.log");

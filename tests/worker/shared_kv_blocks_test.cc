@@ -7,8 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <map>
+#include <filesystem>
 #include <fstream>
+#include <map>
 #include <random>
 #include <sstream>
 #include <string>
@@ -53,9 +54,107 @@ std::string permissions_at(const void* p) {
   return "";
 }
 
+std::shared_ptr<HostStore> open_store(const std::filesystem::path& dir) {
+  return std::make_shared<HostStore>(std::make_shared<HfModel>(HfModel::open(dir)));
+}
+
+// The synthetic model with 8 layers: blocks of 64 tokens are 128 KiB, 16 to a chunk.
+void write_eight_layer_model(const std::filesystem::path& dir) {
+  SynthOptions synth;
+  synth.config_overrides = {{"num_hidden_layers", 8}};
+  write_synthetic_model(dir, synth);
+}
+
+// The pool and engine a served CPU worker runs on a lease of the server.
+struct WorkerShape {
+  int tokens_per_block = 16;
+  int context = 256;
+  int max_blocks = 0;  // 0: one chunk's blocks
+  int min_blocks = 0;  // 0: max_blocks
+  int share_chunks = 1;
+  KvCacheDtype kv_dtype = KvCacheDtype::Auto;
+};
+
+struct Worker {
+  std::shared_ptr<LeasedKvMemory> memory;
+  std::unique_ptr<CpuBackend> backend;
+  std::unique_ptr<Engine> engine;
+};
+
+// The bytes of one block of `shape` for `store`'s model.
+int64_t block_bytes(const HostStore& store, const WorkerShape& shape) {
+  return CpuBackend::kv_bytes_per_token(store.config(), shape.kv_dtype) * shape.tokens_per_block;
+}
+
+// How many blocks of `shape` one chunk holds.
+int blocks_per_chunk(const HostStore& store, const WorkerShape& shape) {
+  const int64_t bytes = block_bytes(store, shape);
+  return int(kv_chunk_bytes_for(uint64_t(bytes)) / bytes);
+}
+
+// A worker of `shape` on a lease of the server at `socket`, kv_share on or off.
+Worker make_worker(const std::string& socket, const std::shared_ptr<HostStore>& store,
+                   const WorkerShape& shape, bool share) {
+  const int max_blocks = shape.max_blocks ? shape.max_blocks : blocks_per_chunk(*store, shape);
+  Worker w;
+  w.memory = std::make_shared<LeasedKvMemory>(
+      connect(socket), block_bytes(*store, shape), max_blocks,
+      shape.min_blocks ? shape.min_blocks : max_blocks, nullptr,
+      share ? LeasedKvSharing{{}, shape.share_chunks} : LeasedKvSharing{});
+  w.backend = std::make_unique<CpuBackend>(
+      store, shape.context, KvPoolShape{shape.tokens_per_block, 0}, w.memory, 1,
+      std::vector<std::shared_ptr<const WeightStore>>{}, shape.kv_dtype);
+  EngineOptions options;
+  options.kv_share = share;
+  options.kv_cache_dtype = shape.kv_dtype;
+  w.engine =
+      std::make_unique<Engine>(*w.backend, options, nullptr, std::vector<int32_t>{}, "synthetic");
+  return w;
+}
+
+// What an engine gave: each request's tokens with their logprobs, and its cached prompt tokens.
+struct Outputs {
+  std::map<std::string, std::vector<std::pair<int32_t, float>>> tokens;
+  std::map<std::string, int> cached;
+
+  void add(const std::vector<RequestOutput>& step) {
+    for (const RequestOutput& out : step) {
+      for (const TokenOutput& t : out.tokens) tokens[out.id].push_back({t.token, t.logprob});
+      if (out.finish) cached[out.id] = out.finish->cached_tokens;
+    }
+  }
+};
+
+// Steps `engine` until it has no work, collecting what it gave.
+Outputs run(Engine& engine) {
+  Outputs out;
+  while (engine.has_work()) out.add(engine.step());
+  return out;
+}
+
+// A sampled request (temperature 0.8) of exactly `max_tokens` tokens.
+Request sampled(std::string id, std::vector<int32_t> prompt, uint64_t seed, int max_tokens,
+                int logprobs) {
+  Request r{std::move(id), std::move(prompt), {}};
+  r.settings.sampling.temperature = 0.8f;
+  r.settings.sampling.seed = seed;
+  r.settings.max_tokens = max_tokens;
+  r.settings.ignore_eos = true;
+  r.settings.logprobs = logprobs;
+  return r;
+}
+
 class SharedKvBlocksTest : public ::testing::Test {
  protected:
   void SetUp() override { write_synthetic_model(model_dir_.path(), SynthOptions{}); }
+
+  // `n` random tokens of `store`'s vocabulary.
+  std::vector<int32_t> random_tokens(const HostStore& store, int n) {
+    std::vector<int32_t> t(static_cast<size_t>(n));
+    for (int32_t& x : t) x = int32_t(rng_() % uint64_t(store.config().vocab));
+    return t;
+  }
+
   test::TempDir model_dir_;
   std::mt19937_64 rng_{std::random_device{}()};
 };
@@ -266,11 +365,10 @@ TEST_F(SharedKvBlocksTest, ACacheManagerSharesPublishedBlocksAndNeverReusesOnesA
 // it did not allocate), and ids past the foreign slots are refused like any outside the pool.
 TEST_F(SharedKvBlocksTest, TheCpuBackendNeverWritesAForeignBlock) {
   test::InProcessServer server({}, model_dir_.path(), nullptr, 64 * kMiB, 0.5);
-  auto store =
-      std::make_shared<HostStore>(std::make_shared<HfModel>(HfModel::open(model_dir_.path())));
+  auto store = open_store(model_dir_.path());
   constexpr int kTokensPerBlock = 16;
-  const int64_t block_bytes = CpuBackend::kv_bytes_per_token(store->config()) * kTokensPerBlock;
-  auto memory = std::make_shared<LeasedKvMemory>(connect(server.socket()), block_bytes, 4, 4,
+  auto memory = std::make_shared<LeasedKvMemory>(connect(server.socket()),
+                                                 block_bytes(*store, {kTokensPerBlock}), 4, 4,
                                                  nullptr, LeasedKvSharing{{3, 4}, 1});
   CpuBackend cpu(store, 64, {kTokensPerBlock, 0}, memory);
   const KvPoolShape view = cpu.kv_pool();
@@ -297,78 +395,40 @@ TEST_F(SharedKvBlocksTest, TheCpuBackendNeverWritesAForeignBlock) {
 // same engine with kv_share off, and once it is done nothing of A's is referenced any more.
 TEST_F(SharedKvBlocksTest, EnginesSharingUnderPreemptionGiveTheTokensOfOneThatDoesNot) {
   test::InProcessServer server({}, model_dir_.path(), nullptr, 512 * kMiB, 0.5);
-  auto store =
-      std::make_shared<HostStore>(std::make_shared<HfModel>(HfModel::open(model_dir_.path())));
-  constexpr int kTokensPerBlock = 16, kContext = 256;
-  const int64_t block_bytes = CpuBackend::kv_bytes_per_token(store->config()) * kTokensPerBlock;
-  const int pool_blocks = int(kv_chunk_bytes_for(uint64_t(block_bytes)) / block_bytes);
-  struct Worker {
-    std::shared_ptr<LeasedKvMemory> memory;
-    std::unique_ptr<CpuBackend> backend;
-    std::unique_ptr<Engine> engine;
-  };
-  auto make = [&](bool share) {
-    Worker w;
-    w.memory = std::make_shared<LeasedKvMemory>(connect(server.socket()), block_bytes, pool_blocks,
-                                                pool_blocks, nullptr,
-                                                share ? LeasedKvSharing{{}, 1} : LeasedKvSharing{});
-    w.backend =
-        std::make_unique<CpuBackend>(store, kContext, KvPoolShape{kTokensPerBlock, 0}, w.memory);
-    EngineOptions options;
-    options.kv_share = share;
-    w.engine =
-        std::make_unique<Engine>(*w.backend, options, nullptr, std::vector<int32_t>{}, "synthetic");
-    return w;
-  };
-  using Tokens = std::map<std::string, std::vector<std::pair<int32_t, float>>>;
-  auto run = [](Engine& engine, Tokens& tokens, std::map<std::string, int>& cached) {
-    while (engine.has_work())
-      for (const RequestOutput& out : engine.step()) {
-        for (const TokenOutput& t : out.tokens) tokens[out.id].push_back({t.token, t.logprob});
-        if (out.finish) cached[out.id] = out.finish->cached_tokens;
-      }
-  };
-  std::vector<int32_t> prefix(48);
-  for (int32_t& t : prefix) t = int32_t(rng_() % uint64_t(store->config().vocab));
+  auto store = open_store(model_dir_.path());
+  const WorkerShape shape;  // 16 tokens a block, one chunk of blocks
+  const int pool_blocks = blocks_per_chunk(*store, shape);
+  const std::vector<int32_t> prefix = random_tokens(*store, 48);
   auto request = [&](int i, int max_tokens) {
-    Request r{"r" + std::to_string(i), prefix, {}};
-    r.prompt.push_back(int32_t(i));
-    r.settings.sampling.temperature = 0.8f;
-    r.settings.sampling.seed = uint64_t(i);
-    r.settings.max_tokens = max_tokens;
-    r.settings.ignore_eos = true;
-    r.settings.logprobs = 2;
-    return r;
+    std::vector<int32_t> prompt = prefix;
+    prompt.push_back(int32_t(i));
+    return sampled("r" + std::to_string(i), prompt, uint64_t(i), max_tokens, 2);
   };
 
-  Worker a = make(true);
+  Worker a = make_worker(server.socket(), store, shape, true);
   a.engine->submit(request(100, 1));
-  Tokens a_tokens;
-  std::map<std::string, int> a_cached;
-  run(*a.engine, a_tokens, a_cached);
+  run(*a.engine);
   EXPECT_EQ(a.engine->stats().kv_share_published_blocks, 3u);  // the prefix's full blocks
 
   // More requests of 49 + 180 positions (15 blocks, 12 of them own) than the pool holds at once.
   const int n = pool_blocks / 12 + 6;
-  Worker b = make(true), c = make(false);
-  Tokens b_tokens, c_tokens;
-  std::map<std::string, int> b_cached, c_cached;
+  Worker b = make_worker(server.socket(), store, shape, true);
+  Worker c = make_worker(server.socket(), store, shape, false);
   for (int i = 0; i < n; ++i) {
     b.engine->submit(request(i, 180));
     c.engine->submit(request(i, 180));
   }
-  run(*b.engine, b_tokens, b_cached);
-  run(*c.engine, c_tokens, c_cached);
+  const Outputs b_out = run(*b.engine), c_out = run(*c.engine);
   const EngineStats bs = b.engine->stats();
   EXPECT_GT(bs.preemptions, 0u) << pool_blocks << " blocks";
-  EXPECT_EQ(int(b_tokens.size()), n);
-  EXPECT_EQ(b_tokens, c_tokens);
+  EXPECT_EQ(int(b_out.tokens.size()), n);
+  EXPECT_EQ(b_out.tokens, c_out.tokens);
   // A's three blocks, found by every request (B never caches them itself); C finds its own.
-  for (int i = 0; i < n; ++i) EXPECT_EQ(b_cached["r" + std::to_string(i)], 48);
+  for (int i = 0; i < n; ++i) EXPECT_EQ(b_out.cached.at("r" + std::to_string(i)), 48);
   EXPECT_EQ(c.engine->stats().kv_share_hit_tokens, 0u);
   EXPECT_FALSE(c.engine->stats().kv_share);
   EXPECT_GE(bs.kv_share_hit_tokens, uint64_t(n) * 48);
-  EXPECT_EQ(bs.kv_share_hit_blocks * kTokensPerBlock, bs.kv_share_hit_tokens);
+  EXPECT_EQ(bs.kv_share_hit_blocks * uint64_t(shape.tokens_per_block), bs.kv_share_hit_tokens);
   EXPECT_EQ(bs.kv_blocks_used, 0);
 
   // Nobody reads A's blocks any more: every one of them is A's to write again.
@@ -383,94 +443,55 @@ TEST_F(SharedKvBlocksTest, EnginesSharingUnderPreemptionGiveTheTokensOfOneThatDo
 // Y still reads A's blocks once admitted, and its tokens are those of C, with kv_share off.
 TEST_F(SharedKvBlocksTest, AWaitingRequestLooksUpOnceUntilBlocksAreFreed) {
   test::TempDir dir;
-  SynthOptions synth;
-  synth.config_overrides = {{"num_hidden_layers", 8}};  // blocks of 128 KiB: 16 to a chunk
-  write_synthetic_model(dir.path(), synth);
+  write_eight_layer_model(dir.path());
   test::InProcessServer server({}, dir.path(), nullptr, 512 * kMiB, 0.5);
-  auto store = std::make_shared<HostStore>(std::make_shared<HfModel>(HfModel::open(dir.path())));
-  constexpr int kTokensPerBlock = 64, kContext = 1024;
-  const int64_t block_bytes = CpuBackend::kv_bytes_per_token(store->config()) * kTokensPerBlock;
-  const int pool_blocks = int(kv_chunk_bytes_for(uint64_t(block_bytes)) / block_bytes);
-  ASSERT_EQ(pool_blocks, 16);
-  struct Worker {
-    std::shared_ptr<LeasedKvMemory> memory;
-    std::unique_ptr<CpuBackend> backend;
-    std::unique_ptr<Engine> engine;
-  };
-  auto make = [&](bool share) {
-    Worker w;
-    w.memory = std::make_shared<LeasedKvMemory>(connect(server.socket()), block_bytes, pool_blocks,
-                                                pool_blocks, nullptr,
-                                                share ? LeasedKvSharing{{}, 1} : LeasedKvSharing{});
-    w.backend =
-        std::make_unique<CpuBackend>(store, kContext, KvPoolShape{kTokensPerBlock, 0}, w.memory);
-    EngineOptions options;
-    options.kv_share = share;
-    w.engine =
-        std::make_unique<Engine>(*w.backend, options, nullptr, std::vector<int32_t>{}, "synthetic");
-    return w;
-  };
-  const int vocab = store->config().vocab;
-  auto tokens = [&](int n) {
-    std::vector<int32_t> t(size_t(n), 0);
-    for (int32_t& x : t) x = int32_t(rng_() % uint64_t(vocab));
-    return t;
-  };
-  const std::vector<int32_t> prefix = tokens(2 * kTokensPerBlock);
-  auto make_request = [](std::string id, std::vector<int32_t> prompt, int max_tokens) {
-    Request r{std::move(id), std::move(prompt), {}};
-    r.settings.sampling.temperature = 0.8f;
-    r.settings.sampling.seed = 11;
-    r.settings.max_tokens = max_tokens;
-    r.settings.ignore_eos = true;
-    r.settings.logprobs = 1;
-    return r;
-  };
+  auto store = open_store(dir.path());
+  WorkerShape shape;
+  shape.tokens_per_block = 64;
+  shape.context = 1024;
+  ASSERT_EQ(blocks_per_chunk(*store, shape), 16);
+  const std::vector<int32_t> prefix = random_tokens(*store, 2 * shape.tokens_per_block);
   std::vector<int32_t> y_prompt = prefix;
   y_prompt.push_back(1);
-  const Request x = make_request("x", tokens(15 * kTokensPerBlock), 60);  // then all 16 blocks
-  const Request y = make_request("y", y_prompt, 8);
+  // X's prompt takes 15 blocks, its decode the 16th: all of B's pool.
+  const Request x = sampled("x", random_tokens(*store, 15 * shape.tokens_per_block), 11, 60, 1);
+  const Request y = sampled("y", y_prompt, 11, 8, 1);
 
-  Worker a = make(true);
-  a.engine->submit(make_request("a", prefix, 1));
+  Worker a = make_worker(server.socket(), store, shape, true);
+  a.engine->submit(sampled("a", prefix, 11, 1, 1));
   while (a.engine->has_work()) a.engine->step();
   ASSERT_EQ(a.engine->stats().kv_share_published_blocks, 2u);
 
-  using Tokens = std::map<std::string, std::vector<std::pair<int32_t, float>>>;
   // X first, until it decodes (its 16th block taken), then Y beside it, to the end of both.
-  auto run = [&](Engine& engine, Tokens& out, std::map<std::string, int>& cached,
-                 uint64_t* lookups_while_y) {
+  auto run_x_then_y = [&](Engine& engine, Outputs& out, uint64_t* lookups_while_y) {
     engine.submit(x);
     bool y_sent = false;
     uint64_t at_y = 0, steps_y_waited = 0;
     while (engine.has_work()) {
-      for (const RequestOutput& o : engine.step()) {
-        for (const TokenOutput& t : o.tokens) out[o.id].push_back({t.token, t.logprob});
-        if (o.finish) cached[o.id] = o.finish->cached_tokens;
-      }
-      if (!y_sent && out["x"].size() >= 2) {
+      out.add(engine.step());
+      if (!y_sent && out.tokens["x"].size() >= 2) {
         engine.submit(y);
         y_sent = true;
         at_y = engine.stats().kv_share_lookups;
-      } else if (y_sent && out["y"].empty()) {
+      } else if (y_sent && out.tokens["y"].empty()) {
         ++steps_y_waited;
       }
     }
     if (lookups_while_y) *lookups_while_y = engine.stats().kv_share_lookups - at_y;
     return steps_y_waited;
   };
-  Worker b = make(true), c = make(false);
-  Tokens b_out, c_out;
-  std::map<std::string, int> b_cached, c_cached;
+  Worker b = make_worker(server.socket(), store, shape, true);
+  Worker c = make_worker(server.socket(), store, shape, false);
+  Outputs b_out, c_out;
   uint64_t lookups_while_y = 0;
-  const uint64_t waited = run(*b.engine, b_out, b_cached, &lookups_while_y);
-  run(*c.engine, c_out, c_cached, nullptr);
+  const uint64_t waited = run_x_then_y(*b.engine, b_out, &lookups_while_y);
+  run_x_then_y(*c.engine, c_out, nullptr);
   EXPECT_GE(waited, 50u);  // X's decode steps: Y had no block
   // One lookup that found A's blocks but no block of its own, one when X's blocks came back.
   EXPECT_LE(lookups_while_y, 2u) << "Y waited " << waited << " steps";
-  EXPECT_EQ(b_cached["y"], 2 * kTokensPerBlock);
-  EXPECT_EQ(b_out, c_out);
-  EXPECT_EQ(b_out["y"].size(), 8u);
+  EXPECT_EQ(b_out.cached["y"], 2 * shape.tokens_per_block);
+  EXPECT_EQ(b_out.tokens, c_out.tokens);
+  EXPECT_EQ(b_out.tokens["y"].size(), 8u);
 }
 
 // A waiting request is looked up before its worker's lease is sized: the blocks another worker
@@ -480,155 +501,81 @@ TEST_F(SharedKvBlocksTest, AWaitingRequestLooksUpOnceUntilBlocksAreFreed) {
 // tokens.
 TEST_F(SharedKvBlocksTest, ALeaseGrowsOnlyForTheBlocksASharedPrefixLeavesToCompute) {
   test::TempDir dir;
-  SynthOptions synth;
-  synth.config_overrides = {{"num_hidden_layers", 8}};  // blocks of 128 KiB: 16 to a chunk
-  write_synthetic_model(dir.path(), synth);
+  write_eight_layer_model(dir.path());
   test::InProcessServer server({}, dir.path(), nullptr, 512 * kMiB, 0.5);
-  auto store = std::make_shared<HostStore>(std::make_shared<HfModel>(HfModel::open(dir.path())));
-  constexpr int kTokensPerBlock = 64, kContext = 2048, kPrefixBlocks = 24;
-  const int64_t block_bytes = CpuBackend::kv_bytes_per_token(store->config()) * kTokensPerBlock;
-  const int per_chunk = int(kv_chunk_bytes_for(uint64_t(block_bytes)) / block_bytes);
+  auto store = open_store(dir.path());
+  constexpr int kPrefixBlocks = 24;
+  WorkerShape shape;
+  shape.tokens_per_block = 64;
+  shape.context = 2048;
+  shape.share_chunks = 4;
+  const int per_chunk = blocks_per_chunk(*store, shape);
   ASSERT_EQ(per_chunk, 16);
-  struct Worker {
-    std::shared_ptr<LeasedKvMemory> memory;
-    std::unique_ptr<CpuBackend> backend;
-    std::unique_ptr<Engine> engine;
-  };
-  auto make = [&](bool share, int min_blocks) {
-    Worker w;
-    w.memory = std::make_shared<LeasedKvMemory>(connect(server.socket()), block_bytes,
-                                                4 * per_chunk, min_blocks, nullptr,
-                                                share ? LeasedKvSharing{{}, 4} : LeasedKvSharing{});
-    w.backend =
-        std::make_unique<CpuBackend>(store, kContext, KvPoolShape{kTokensPerBlock, 0}, w.memory);
-    EngineOptions options;
-    options.kv_share = share;
-    w.engine =
-        std::make_unique<Engine>(*w.backend, options, nullptr, std::vector<int32_t>{}, "synthetic");
-    return w;
-  };
-  std::vector<int32_t> prompt(size_t(kPrefixBlocks * kTokensPerBlock + 1));
-  for (int32_t& t : prompt) t = int32_t(rng_() % uint64_t(store->config().vocab));
-  auto request = [&](std::string id, std::vector<int32_t> tokens, int max_tokens) {
-    Request r{std::move(id), std::move(tokens), {}};
-    r.settings.sampling.temperature = 0.8f;
-    r.settings.sampling.seed = 5;
-    r.settings.max_tokens = max_tokens;
-    r.settings.ignore_eos = true;
-    r.settings.logprobs = 1;
-    return r;
-  };
-  using Tokens = std::vector<std::pair<int32_t, float>>;
-  auto run = [](Engine& engine, Tokens& tokens, int& cached) {
-    while (engine.has_work())
-      for (const RequestOutput& out : engine.step()) {
-        for (const TokenOutput& t : out.tokens) tokens.push_back({t.token, t.logprob});
-        if (out.finish) cached = out.finish->cached_tokens;
-      }
-  };
+  shape.max_blocks = 4 * per_chunk;
+  const std::vector<int32_t> prompt =
+      random_tokens(*store, kPrefixBlocks * shape.tokens_per_block + 1);
 
-  Worker a = make(true, 2 * per_chunk);
-  a.engine->submit(request("a", std::vector<int32_t>(prompt.begin(), prompt.end() - 1), 1));
-  Tokens a_tokens;
-  int a_cached = 0;
-  run(*a.engine, a_tokens, a_cached);
+  shape.min_blocks = 2 * per_chunk;
+  Worker a = make_worker(server.socket(), store, shape, true);
+  a.engine->submit(sampled("a", std::vector<int32_t>(prompt.begin(), prompt.end() - 1), 5, 1, 1));
+  run(*a.engine);
   ASSERT_EQ(a.engine->stats().kv_share_published_blocks, uint64_t(kPrefixBlocks));
 
-  Worker b = make(true, per_chunk), c = make(false, per_chunk);
+  shape.min_blocks = per_chunk;
+  Worker b = make_worker(server.socket(), store, shape, true);
+  Worker c = make_worker(server.socket(), store, shape, false);
   ASSERT_EQ(b.memory->blocks(), per_chunk);
-  Tokens b_tokens, c_tokens;
-  int b_cached = 0, c_cached = 0;
-  b.engine->submit(request("r", prompt, 8));
-  c.engine->submit(request("r", prompt, 8));
-  run(*b.engine, b_tokens, b_cached);
-  run(*c.engine, c_tokens, c_cached);
+  b.engine->submit(sampled("r", prompt, 5, 8, 1));
+  c.engine->submit(sampled("r", prompt, 5, 8, 1));
+  const Outputs b_out = run(*b.engine), c_out = run(*c.engine);
   const EngineStats bs = b.engine->stats(), cs = c.engine->stats();
   // The cause: B's lookup found A's 24 blocks before B sized its lease, so it lacked nothing;
   // the same request without sharing lacked 25 - 16 blocks and grew the lease for them.
-  EXPECT_EQ(b_cached, kPrefixBlocks * kTokensPerBlock);
+  EXPECT_EQ(b_out.cached.at("r"), kPrefixBlocks * shape.tokens_per_block);
   EXPECT_EQ(bs.kv_share_hit_blocks, uint64_t(kPrefixBlocks));
   EXPECT_EQ(bs.kv_share_lookups, 1u);  // the lookup before the lease was the admission's
   EXPECT_EQ(bs.kv_lease_asked_blocks, 0u);
   EXPECT_EQ(bs.kv_lease_grows, 0u);
   EXPECT_EQ(cs.kv_lease_asked_blocks, uint64_t(kPrefixBlocks + 1 - per_chunk));
   EXPECT_GE(cs.kv_lease_grows, 1u);
-  EXPECT_EQ(c_cached, 0);
-  EXPECT_EQ(b_tokens.size(), 8u);
-  EXPECT_EQ(b_tokens, c_tokens);
+  EXPECT_EQ(c_out.cached.at("r"), 0);
+  EXPECT_EQ(b_out.tokens.at("r").size(), 8u);
+  EXPECT_EQ(b_out.tokens, c_out.tokens);
 }
 
-}  // namespace
 // Issue 25's fp8 KV cache (kv_cache_dtype fp8_e4m3) in a leased pool: its blocks (codes, then
 // scales, one piece) are published and read by another worker like 16-bit ones, and the reader
 // gives the tokens of a worker that computed everything itself.
 TEST_F(SharedKvBlocksTest, Fp8KvBlocksAreSharedAndGiveTheSameTokens) {
   test::InProcessServer server({}, model_dir_.path(), nullptr, 512 * kMiB, 0.5);
-  auto store =
-      std::make_shared<HostStore>(std::make_shared<HfModel>(HfModel::open(model_dir_.path())));
-  constexpr int kTokensPerBlock = 16, kContext = 128;
-  const int64_t block_bytes =
-      CpuBackend::kv_bytes_per_token(store->config(), KvCacheDtype::Fp8E4m3) * kTokensPerBlock;
-  const int pool_blocks = int(kv_chunk_bytes_for(uint64_t(block_bytes)) / block_bytes);
-  struct Worker {
-    std::shared_ptr<LeasedKvMemory> memory;
-    std::unique_ptr<CpuBackend> backend;
-    std::unique_ptr<Engine> engine;
-  };
-  auto make = [&](bool share) {
-    Worker w;
-    w.memory = std::make_shared<LeasedKvMemory>(connect(server.socket()), block_bytes, pool_blocks,
-                                                pool_blocks, nullptr,
-                                                share ? LeasedKvSharing{{}, 1} : LeasedKvSharing{});
-    w.backend = std::make_unique<CpuBackend>(
-        store, kContext, KvPoolShape{kTokensPerBlock, 0}, w.memory, 1,
-        std::vector<std::shared_ptr<const WeightStore>>{}, KvCacheDtype::Fp8E4m3);
-    EngineOptions options;
-    options.kv_share = share;
-    options.kv_cache_dtype = KvCacheDtype::Fp8E4m3;
-    w.engine =
-        std::make_unique<Engine>(*w.backend, options, nullptr, std::vector<int32_t>{}, "synthetic");
-    return w;
-  };
-  using Tokens = std::map<std::string, std::vector<std::pair<int32_t, float>>>;
-  auto run = [](Engine& engine, Tokens& tokens, std::map<std::string, int>& cached) {
-    while (engine.has_work())
-      for (const RequestOutput& out : engine.step()) {
-        for (const TokenOutput& t : out.tokens) tokens[out.id].push_back({t.token, t.logprob});
-        if (out.finish) cached[out.id] = out.finish->cached_tokens;
-      }
-  };
-  std::vector<int32_t> prefix(48);
-  for (int32_t& t : prefix) t = int32_t(rng_() % uint64_t(store->config().vocab));
+  auto store = open_store(model_dir_.path());
+  WorkerShape shape;
+  shape.context = 128;
+  shape.kv_dtype = KvCacheDtype::Fp8E4m3;
+  const std::vector<int32_t> prefix = random_tokens(*store, 48);
   auto request = [&](int i, int max_tokens) {
-    Request r{"r" + std::to_string(i), prefix, {}};
-    r.prompt.push_back(int32_t(i));
-    r.settings.sampling.temperature = 0.8f;
-    r.settings.sampling.seed = uint64_t(i);
-    r.settings.max_tokens = max_tokens;
-    r.settings.ignore_eos = true;
-    return r;
+    std::vector<int32_t> prompt = prefix;
+    prompt.push_back(int32_t(i));
+    return sampled("r" + std::to_string(i), prompt, uint64_t(i), max_tokens, 0);
   };
-  Worker a = make(true);
+  Worker a = make_worker(server.socket(), store, shape, true);
   a.engine->submit(request(100, 1));
-  Tokens a_tokens;
-  std::map<std::string, int> a_cached;
-  run(*a.engine, a_tokens, a_cached);
+  run(*a.engine);
   EXPECT_EQ(a.engine->stats().kv_share_published_blocks, 3u);  // the prefix's full blocks
 
-  Worker b = make(true), c = make(false);
-  Tokens b_tokens, c_tokens;
-  std::map<std::string, int> b_cached, c_cached;
+  Worker b = make_worker(server.socket(), store, shape, true);
+  Worker c = make_worker(server.socket(), store, shape, false);
   for (int i = 0; i < 4; ++i) {
     b.engine->submit(request(i, 24));
     c.engine->submit(request(i, 24));
   }
-  run(*b.engine, b_tokens, b_cached);
-  run(*c.engine, c_tokens, c_cached);
-  EXPECT_EQ(b_tokens.size(), 4u);
-  EXPECT_EQ(b_tokens, c_tokens);
-  for (int i = 0; i < 4; ++i) EXPECT_EQ(b_cached["r" + std::to_string(i)], 48);
+  const Outputs b_out = run(*b.engine), c_out = run(*c.engine);
+  EXPECT_EQ(b_out.tokens.size(), 4u);
+  EXPECT_EQ(b_out.tokens, c_out.tokens);
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(b_out.cached.at("r" + std::to_string(i)), 48);
   EXPECT_GE(b.engine->stats().kv_share_hit_tokens, uint64_t(48));
   EXPECT_EQ(c.engine->stats().kv_share_hit_tokens, 0u);
 }
 
+}  // namespace
 }  // namespace hearth

@@ -11,6 +11,7 @@
 #include <map>
 
 #include "server_test_support.h"
+#include "sharded_server_support.h"
 #include "weight-server/model/hf_model.h"
 #include "weight-server/model/quantize_at_load.h"
 #include "weight-server/model/shard_plan.h"
@@ -23,15 +24,7 @@ using json = nlohmann::json;
 using test::ServerProcess;
 
 std::vector<std::string> fp8_sharded_args() {
-  return {"--backend",
-          "memfd",
-          "--quiet",
-          "--tensor-parallel",
-          "2",
-          "--quantize",
-          "fp8",
-          "--model",
-          test::tiny_model_dir().string() + ":tiny"};
+  return test::sharded_server_args(2, {"--quantize", "fp8"});
 }
 
 TEST(ShardedFp8Server, EachRankHoldsTheSlicesOfTheWholeFp8Model) {
@@ -87,37 +80,22 @@ TEST(ShardedFp8Server, EachRankHoldsTheSlicesOfTheWholeFp8Model) {
   EXPECT_TRUE(seen_q && seen_o) << manifest.dump();
 }
 
-// The token events of a jsonl run (the final event carries timings, so it is left out).
-std::string token_events(const std::string& out) {
-  std::string tokens;
-  std::istringstream lines(out);
-  for (std::string line; std::getline(lines, line);)
-    if (line.find("\"done\"") == std::string::npos) tokens += line + "\n";
-  return tokens;
-}
-
 TEST(ShardedFp8Server, ServedWorkerEqualsTheSingleProcessTp2Fp8Engine) {
   ServerProcess server(fp8_sharded_args());
-  std::vector<std::string> gen = test::generation_args(11, 24, /*ignore_eos=*/true);
-  gen.insert(gen.end(), {"--set", "tensor_parallel=2"});
-  std::vector<std::string> served = {"--server", server.socket(), "--model", "tiny",
-                                     "--verify-weights"};
-  served.insert(served.end(), gen.begin(), gen.end());
-  std::vector<std::string> alone = {"--model", test::tiny_model_dir().string(), "--quantize",
-                                    "fp8"};
-  alone.insert(alone.end(), gen.begin(), gen.end());
-  std::vector<std::string> bf16 = {"--model", test::tiny_model_dir().string()};
-  bf16.insert(bf16.end(), gen.begin(), gen.end());
-  const test::WorkerRun a = test::run_worker(server.dir(), served);
-  const test::WorkerRun b = test::run_worker(server.dir(), alone);
-  const test::WorkerRun c = test::run_worker(server.dir(), bf16);
+  const test::WorkerRun a =
+      test::run_worker(server.dir(), test::tp2_generation(test::served_tiny(server), 11));
+  const test::WorkerRun b = test::run_worker(
+      server.dir(), test::tp2_generation(test::tiny_directory({"--quantize", "fp8"}), 11));
+  const test::WorkerRun c =
+      test::run_worker(server.dir(), test::tp2_generation(test::tiny_directory(), 11));
   ASSERT_TRUE(a.status.success()) << a.err;
   ASSERT_TRUE(b.status.success()) << b.err;
   ASSERT_TRUE(c.status.success()) << c.err;
   EXPECT_EQ(std::count(a.out.begin(), a.out.end(), '\n'), 25) << a.out;
-  EXPECT_EQ(token_events(a.out), token_events(b.out));
+  const auto tokens = [](const test::WorkerRun& r) { return test::parse_stream(r.out).tokens; };
+  EXPECT_EQ(tokens(a), tokens(b));
   // The weights were fp8: the bf16 model's TP=2 logprobs are others.
-  EXPECT_NE(token_events(a.out), token_events(c.out));
+  EXPECT_NE(tokens(a), tokens(c));
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "server_test_support.h"
+#include "sharded_server_support.h"
 #include "weight-server/model/shard_plan.h"
 #include "weight-server/sharing/model_import.h"
 
@@ -13,19 +14,10 @@ namespace {
 
 using json = nlohmann::json;
 using test::ServerProcess;
-
-std::vector<std::string> sharded_args(int tensor_parallel) {
-  return {"--backend",
-          "memfd",
-          "--quiet",
-          "--tensor-parallel",
-          std::to_string(tensor_parallel),
-          "--model",
-          test::tiny_model_dir().string() + ":tiny"};
-}
+using test::sharded_server_args;
 
 TEST(ShardedServer, EachRankImportsOnlyItsPieces) {
-  ServerProcess server(sharded_args(2));
+  ServerProcess server(sharded_server_args(2));
   std::vector<uint64_t> ids;
   for (int rank = 0; rank < 2; ++rank) {
     ipc::Client client = test::connect_client(server.socket());
@@ -67,7 +59,7 @@ TEST(ShardedServer, EachRankImportsOnlyItsPieces) {
 }
 
 TEST(ShardedServer, ImportsThatDoNotMatchTheShardingAreRefused) {
-  ServerProcess server(sharded_args(2));
+  ServerProcess server(sharded_server_args(2));
   auto error_of = [&](std::optional<int> rank) -> std::string {
     ipc::Client client = test::connect_client(server.socket());
     try {
@@ -83,42 +75,29 @@ TEST(ShardedServer, ImportsThatDoNotMatchTheShardingAreRefused) {
   EXPECT_EQ(server.stats()["descriptors_total"], 0);
 }
 
-// The token events of a jsonl run (the final event carries timings, so it is left out).
-std::string token_events(const std::string& out) {
-  std::string tokens;
-  std::istringstream lines(out);
-  for (std::string line; std::getline(lines, line);)
-    if (line.find("\"done\"") == std::string::npos) tokens += line + "\n";
-  return tokens;
-}
-
 // A served CPU worker with tensor_parallel 2 runs both ranks in process on the server's pieces
 // and gives the tokens and logprobs a single-process TP 2 worker gives from the directory.
 TEST(ShardedServer, ServedWorkerRunsTheRanksOnTheServersPieces) {
-  ServerProcess server(sharded_args(2));
-  std::vector<std::string> gen = test::generation_args(7, 24, /*ignore_eos=*/true);
-  gen.insert(gen.end(), {"--set", "tensor_parallel=2"});
-  std::vector<std::string> served = {"--server", server.socket(), "--model", "tiny",
-                                     "--verify-weights"};
-  served.insert(served.end(), gen.begin(), gen.end());
-  std::vector<std::string> alone = {"--model", test::tiny_model_dir().string()};
-  alone.insert(alone.end(), gen.begin(), gen.end());
-  const test::WorkerRun a = test::run_worker(server.dir(), served);
-  const test::WorkerRun b = test::run_worker(server.dir(), alone);
+  ServerProcess server(sharded_server_args(2));
+  const test::WorkerRun a =
+      test::run_worker(server.dir(), test::tp2_generation(test::served_tiny(server), 7));
+  const test::WorkerRun b =
+      test::run_worker(server.dir(), test::tp2_generation(test::tiny_directory(), 7));
   ASSERT_TRUE(a.status.success()) << a.err;
   ASSERT_TRUE(b.status.success()) << b.err;
   EXPECT_EQ(std::count(a.out.begin(), a.out.end(), '\n'), 25) << a.out;
-  EXPECT_EQ(token_events(a.out), token_events(b.out));
+  EXPECT_EQ(test::parse_stream(a.out).tokens, test::parse_stream(b.out).tokens);
 
   // Without the degree the engine is refused, naming what to set.
-  served.erase(served.end() - 2, served.end());
-  const test::WorkerRun c = test::run_worker(server.dir(), served);
+  const test::WorkerRun c = test::run_worker(
+      server.dir(),
+      test::concat(test::served_tiny(server), test::generation_args(7, 24, /*ignore_eos=*/true)));
   EXPECT_FALSE(c.status.success());
   EXPECT_NE(c.err.find("set tensor_parallel=2"), std::string::npos) << c.err;
 }
 
 TEST(ShardedServer, RefusesADegreeTheModelCannotTake) {
-  ServerProcess server(sharded_args(4), /*wait=*/false);
+  ServerProcess server(sharded_server_args(4), /*wait=*/false);
   const ExitStatus status = server.process().wait();
   EXPECT_FALSE(status.success());
   EXPECT_NE(server.log().find("num_key_value_heads 2 is not a multiple of 4"), std::string::npos)

@@ -18,7 +18,7 @@ namespace hearth::test {
 struct ManifestTamper {
   const char* what;
   std::function<void(nlohmann::json&)> edit;
-  const char* expect;
+  std::string expect;
 };
 
 inline void expect_tampers_refused(const nlohmann::json& good,

@@ -40,6 +40,20 @@ SynthOptions preset_options(const std::string& preset) {
 
 using test::error_of;
 
+// The manifest of `options`' model served with tensor_parallel 2.
+json sharded_manifest(const SynthOptions& options) {
+  test::TempDir dir;
+  write_synthetic_model(dir.path(), options);
+  return load(dir.path(), 2)->manifest;
+}
+
+// Rank `rank`'s piece of the tensor `name` in the manifest `m`.
+json& piece(json& m, int rank, const std::string& name) {
+  for (json& t : m["ranks"][rank]["tensors"])
+    if (t["name"] == name) return t;
+  throw std::logic_error(name);
+}
+
 TEST(ShardedManifest, EveryArchitectureShardsIntoItsPlan) {
   for (const char* preset : {"tiny-llama", "tiny-mistral", "tiny-qwen2", "tiny-qwen3"}) {
     SCOPED_TRACE(preset);
@@ -115,15 +129,8 @@ TEST(ShardedManifest, LoadRefusesWhatItCannotShard) {
 }
 
 TEST(ShardedManifest, RefusesHostileShardedManifests) {
-  test::TempDir dir;
-  write_synthetic_model(dir.path(), preset_options("tiny-qwen2"));
-  const json good = load(dir.path(), 2)->manifest;
+  const json good = sharded_manifest(preset_options("tiny-qwen2"));
   ASSERT_NO_THROW(parse_manifest(good));
-  auto piece = [](json& m, int rank, const std::string& name) -> json& {
-    for (json& t : m["ranks"][rank]["tensors"])
-      if (t["name"] == name) return t;
-    throw std::logic_error(name);
-  };
   const std::string k = "model.layers.1.self_attn.k_proj.weight";
   const std::vector<test::ManifestTamper> cases = {
       {"a rank missing", [](json& m) { m["ranks"].erase(1); }, "rank 1: missing"},
@@ -174,25 +181,13 @@ TEST(ShardedManifest, RefusesHostileShardedManifests) {
 // like a q_proj one (the plan keeps it whole), a q_proj scale left whole (the plan cuts it), or
 // a scale piece in fp8 is refused, naming the tensor.
 TEST(ShardedManifest, RefusesFp8ScalesCutOtherwiseThanThePlan) {
-  test::TempDir dir;
   SynthOptions options = preset_options("tiny-qwen2");
   options.fp8 = true;
-  write_synthetic_model(dir.path(), options);
-  const json good = load(dir.path(), 2)->manifest;
+  const json good = sharded_manifest(options);
   ASSERT_NO_THROW(parse_manifest(good));
-  auto piece = [](json& m, int rank, const std::string& name) -> json& {
-    for (json& t : m["ranks"][rank]["tensors"])
-      if (t["name"] == name) return t;
-    throw std::logic_error(name);
-  };
   const std::string o = "model.layers.1.self_attn.o_proj.weight_scale";
   const std::string q = "model.layers.1.self_attn.q_proj.weight_scale";
-  struct Case {
-    const char* what;
-    std::function<void(json&)> edit;
-    std::string expect;
-  };
-  const std::vector<Case> cases = {
+  const std::vector<test::ManifestTamper> cases = {
       {"o's scales cut by rows",
        [&](json& m) {
          json& t = piece(m, 1, o);
@@ -229,12 +224,7 @@ TEST(ShardedManifest, RefusesFp8ScalesCutOtherwiseThanThePlan) {
        },
        "tensor 'model.layers.0.mlp.down_proj.weight' is BF16, but quantization_config makes"},
   };
-  for (const Case& c : cases) {
-    json m = good;
-    c.edit(m);
-    const std::string error = error_of([&] { parse_manifest(m); });
-    EXPECT_NE(error.find(c.expect), std::string::npos) << c.what << ": " << error;
-  }
+  test::expect_tampers_refused(good, cases);
 }
 
 }  // namespace

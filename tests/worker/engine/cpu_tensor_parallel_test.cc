@@ -220,45 +220,51 @@ std::vector<float> engine_logits(const std::shared_ptr<const WeightStore>& store
 
 const std::vector<int32_t> kPrompt = {5, 17, 300, 2, 99, 42, 7, 511, 256, 3};
 
-TEST(CpuTensorParallel, EqualsTheReferenceThatSumsInRankOrder) {
-  struct Case {
-    const char* preset;
-    nlohmann::json overrides;
-    std::vector<int> degrees;
-  };
-  const std::vector<Case> cases = {
-      {"tiny-llama", {}, {1, 2}},
-      {"tiny-qwen2", {}, {1, 2}},
-      {"tiny-qwen3", {}, {2}},
-      {"tiny-mistral", {{"num_key_value_heads", 4}}, {1, 2, 4}},
-  };
-  for (const Case& c : cases) {
-    const auto store = model(c.preset, c.overrides);
-    for (int tp : c.degrees) {
-      SCOPED_TRACE(std::string(c.preset) + " TP " + std::to_string(tp));
-      EXPECT_EQ(engine_logits(store, tp, kPrompt), reference_logits(*store, kPrompt, tp));
+// One model the reference checks, at the degrees its heads allow. fp8 weights (offline,
+// compressed-tensors per-channel): q/k/v and gate/up ranks take their rows' scales, o and down
+// every rank the whole vector.
+struct ReferenceCase {
+  const char* name;
+  const char* preset;
+  nlohmann::json overrides;
+  std::vector<int> degrees;
+  bool fp8 = false;
+};
+
+// Its name alone in the test's name (ctest lists it), not the struct's bytes.
+void PrintTo(const ReferenceCase& c, std::ostream* os) {
+  *os << c.name;
+}
+
+class CpuTensorParallelReference : public testing::TestWithParam<ReferenceCase> {};
+
+// fp8: a row-parallel rank quantizes its own columns, so TP > 1 is not TP = 1's arithmetic.
+TEST_P(CpuTensorParallelReference, EqualsTheReferenceThatSumsInRankOrder) {
+  const ReferenceCase& c = GetParam();
+  const auto store = model(c.preset, c.overrides, c.fp8);
+  ASSERT_EQ(store->config().quantization.fp8(), c.fp8);
+  for (int tp : c.degrees) {
+    SCOPED_TRACE(std::string(c.preset) + (c.fp8 ? " fp8" : "") + " TP " + std::to_string(tp));
+    const std::vector<float> engine = engine_logits(store, tp, kPrompt);
+    EXPECT_EQ(engine, reference_logits(*store, kPrompt, tp));
+    if (c.fp8 && tp > 1) {
+      EXPECT_NE(engine, reference_logits(*store, kPrompt, 1));
     }
   }
 }
 
-// fp8 weights (offline, compressed-tensors per-channel): q/k/v and gate/up ranks take their
-// rows' scales, o and down every rank the whole vector.
-TEST(CpuTensorParallel, Fp8EqualsTheReferenceThatSumsInRankOrder) {
-  const std::vector<std::pair<const char*, std::vector<int>>> cases = {
-      {"tiny-llama", {1, 2}}, {"tiny-qwen2", {2}}, {"tiny-mistral", {2, 4}}};
-  for (const auto& [preset, degrees] : cases) {
-    const auto store = model(preset, {{"num_key_value_heads", 4}}, true);
-    ASSERT_TRUE(store->config().quantization.fp8());
-    for (int tp : degrees) {
-      SCOPED_TRACE(std::string(preset) + " fp8 TP " + std::to_string(tp));
-      const std::vector<float> engine = engine_logits(store, tp, kPrompt);
-      EXPECT_EQ(engine, reference_logits(*store, kPrompt, tp));
-      if (tp > 1) {
-        EXPECT_NE(engine, reference_logits(*store, kPrompt, 1));
-      }
-    }
-  }
-}
+const nlohmann::json kFourKvHeads = {{"num_key_value_heads", 4}};
+
+INSTANTIATE_TEST_SUITE_P(
+    Models, CpuTensorParallelReference,
+    testing::Values(ReferenceCase{"Llama", "tiny-llama", {}, {1, 2}},
+                    ReferenceCase{"Qwen2", "tiny-qwen2", {}, {1, 2}},
+                    ReferenceCase{"Qwen3", "tiny-qwen3", {}, {2}},
+                    ReferenceCase{"Mistral", "tiny-mistral", kFourKvHeads, {1, 2, 4}},
+                    ReferenceCase{"LlamaFp8", "tiny-llama", kFourKvHeads, {1, 2}, true},
+                    ReferenceCase{"Qwen2Fp8", "tiny-qwen2", kFourKvHeads, {2}, true},
+                    ReferenceCase{"MistralFp8", "tiny-mistral", kFourKvHeads, {2, 4}, true}),
+    [](const testing::TestParamInfo<ReferenceCase>& p) { return p.param.name; });
 
 // An fp8 model with one scale per tensor (compressed-tensors strategy "tensor", the scale a
 // scalar `[]` as some checkpoints store it): the same codes, each projection's first row scale

@@ -27,6 +27,7 @@
 #include "worker/leased_kv_memory.h"
 #include "weight-server/sharing/vmm_backend.h"
 #include "worker/worker_model.h"
+#include "worker/tp/tp_backend.h"
 
 namespace {
 
@@ -306,8 +307,13 @@ int run(int argc, char** argv) {
                                                       min_blocks, reserve, sharing);
     };
   }
+  // Tensor-parallel ranks as processes: this worker leads, its followers open the same
+  // directory (worker/tp/).
   std::unique_ptr<hearth::Backend> backend =
-      hearth::make_backend(profile.engine, model.weights(), warmup, leased_kv);
+      profile.engine.tensor_parallel_processes
+          ? hearth::make_process_tp_backend(profile.engine, model.weights(),
+                                            {model_arg, model.identity, quantize == "fp8"})
+          : hearth::make_backend(profile.engine, model.weights(), warmup, leased_kv);
   timeline.mark("engine_ms");
   const double load_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - process_start)

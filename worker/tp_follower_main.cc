@@ -30,6 +30,14 @@ int run(int argc, char** argv) {
   ::close(channel_fd);
   hearth::WorkerModel model;  // outlives the backend run_tp_follower builds on its store
   hearth::run_tp_follower(hearth::UniqueFd(fd), [&](const hearth::TpHello& hello) {
+    if (!hello.server_socket.empty()) {
+      // Served: only this rank's pieces. Their shapes are checked against the shard plan; the
+      // degree the server sharded for must be the group's (a rank out of range is refused).
+      hearth::ServedModelOptions served;
+      served.rank = hello.rank;
+      model = hearth::attach_served_model(hello.server_socket, hello.model_name, served);
+      return model.store;
+    }
     model = hearth::open_model_dir(hello.model_dir, hello.quantize_fp8);
     if (model.identity != hello.model_identity)
       throw std::runtime_error("the model at " + hello.model_dir +

@@ -227,6 +227,9 @@ int run(int argc, char** argv) {
   int served_device = 0;  // where served vmm weights (and so the leased KV chunks) live
   hearth::ServedModelOptions served{verify_weights};
   if (*server_uid_opt) served.server_uid = server_uid;
+  // Tensor-parallel processes: this worker is rank 0 and imports only its pieces.
+  if (profile.engine.tensor_parallel_processes && profile.engine.tensor_parallel > 1)
+    served.rank = 0;
   served.on_device = [&](const hearth::Manifest& manifest, int device) {
     served_device = device;
     if (profile.engine.backend == hearth::BackendKind::Cpu) return;
@@ -311,8 +314,10 @@ int run(int argc, char** argv) {
   // directory (worker/tp/).
   std::unique_ptr<hearth::Backend> backend =
       profile.engine.tensor_parallel_processes
-          ? hearth::make_process_tp_backend(profile.engine, model.weights(),
-                                            {model_arg, model.identity, quantize == "fp8"})
+          ? hearth::make_process_tp_backend(
+                profile.engine, model.weights(),
+                {model.server ? "" : model_arg, model.server ? server_socket : "",
+                 model.server ? model_arg : "", model.identity, quantize == "fp8"})
           : hearth::make_backend(profile.engine, model.weights(), warmup, leased_kv);
   timeline.mark("engine_ms");
   const double load_ms =

@@ -67,6 +67,12 @@ CpuBackend::CpuBackend(std::shared_ptr<const WeightStore> store, int context_len
   if (kv_.num_blocks < 0)
     throw std::runtime_error("negative KV pool size " + std::to_string(kv_.num_blocks));
   w_ = bind_weights(*store_);
+  // With group_, rank_stores may be this process's rank's pieces alone.
+  if (group && rank_stores.size() == 1) {
+    std::vector<std::shared_ptr<const WeightStore>> all(static_cast<size_t>(tensor_parallel));
+    all.at(size_t(std::clamp(group->rank(), 0, tensor_parallel - 1))) = rank_stores[0];
+    rank_stores = std::move(all);
+  }
   if (!rank_stores.empty() && int(rank_stores.size()) != tensor_parallel)
     throw std::runtime_error(
         "the model is sharded for tensor parallel " + std::to_string(rank_stores.size()) +

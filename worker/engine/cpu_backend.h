@@ -44,7 +44,8 @@ class CpuBackend final : public Backend {
   // rank_stores[rank]), its KV pool holds its KV heads only (the same block count on every rank,
   // so one block table serves all), every rank keeps the whole residual stream, and o_proj's and
   // down's partials are summed across the processes in rank order, so the bits are those of the
-  // in-process ranks. Logits are gathered on rank 0 (the leader) only.
+  // in-process ranks. Logits are gathered on rank 0 (the leader) only. `rank_stores` may then
+  // hold this rank's pieces alone (a served rank imports only its own).
   CpuBackend(std::shared_ptr<const WeightStore> store, int context_length, KvPoolShape kv = {},
              std::shared_ptr<KvMemory> memory = nullptr, int tensor_parallel = 1,
              std::vector<std::shared_ptr<const WeightStore>> rank_stores = {},

@@ -60,8 +60,11 @@ void serve(int channel, const OpenFollowerModel& open) {
       SharedExchange::attach(std::move(hello_frame->fds[0]), hello.world_size, hello.rank), channel,
       std::chrono::milliseconds(hello.barrier_timeout_ms));
   const std::shared_ptr<const WeightStore> store = open(hello);
+  // Served, the store is this rank's pieces; from a directory, the backend cuts them.
+  std::vector<std::shared_ptr<const WeightStore>> own;
+  if (!hello.server_socket.empty()) own.push_back(store);
   CpuBackend backend(store, hello.context_length, KvPoolShape{hello.kv_block_size, hello.kv_blocks},
-                     nullptr, hello.world_size, {}, *kv_dtype, group);
+                     nullptr, hello.world_size, std::move(own), *kv_dtype, group);
   ipc::send_frame(channel, ready_message(hello.rank));
   for (;;) {
     std::optional<ipc::Frame> frame = ipc::receive_frame(channel);

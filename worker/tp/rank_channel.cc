@@ -72,6 +72,8 @@ json hello_message(const TpHello& h) {
           {"world_size", h.world_size},
           {"model_dir", h.model_dir},
           {"model_identity", h.model_identity},
+          {"server_socket", h.server_socket},
+          {"model_name", h.model_name},
           {"quantize_fp8", h.quantize_fp8},
           {"context_length", h.context_length},
           {"kv_block_size", h.kv_block_size},
@@ -92,6 +94,11 @@ TpHello parse_hello(const json& m) {
   h.rank = int(integer(m, "rank", 1, h.world_size - 1));  // rank 0 is the leader
   h.model_dir = text(m, "model_dir");
   h.model_identity = text(m, "model_identity");
+  h.server_socket = text(m, "server_socket");
+  h.model_name = text(m, "model_name");
+  if (h.model_dir.empty() == h.server_socket.empty() ||
+      h.server_socket.empty() != h.model_name.empty())
+    bad("the hello must name a model directory, or a server socket and a model name");
   h.quantize_fp8 = flag(m, "quantize_fp8");
   h.context_length = int(integer(m, "context_length", 1, kMaxInt));
   h.kv_block_size = int(integer(m, "kv_block_size", 1, kMaxInt));

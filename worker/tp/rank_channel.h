@@ -23,8 +23,11 @@ struct TpHello {
   int protocol = kTpProtocolVersion;
   int rank = 0, world_size = 0;
   // The model: its directory (a follower cuts its rank's pieces from it) and identity
-  // (model_identity.h), which the follower checks against what it opened.
+  // (model_identity.h), which the follower checks against what it opened (single-process).
   std::string model_dir, model_identity;
+  // Or served: the server's socket and the model's name there (model_dir empty); each follower
+  // imports its own rank's pieces.
+  std::string server_socket, model_name;
   bool quantize_fp8 = false;
   // The engine's shape on every rank: context, the KV pool's blocks (one block table serves
   // every rank), its number format.

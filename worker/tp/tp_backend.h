@@ -15,15 +15,18 @@
 namespace hearth {
 
 // Where the followers find the model: the directory the leader opened, its identity
-// (model_identity.h) for them to check, and whether it was quantized at load.
+// (model_identity.h) for them to check, and whether it was quantized at load; or, served, the
+// server's socket and the model's name (the leader imported rank 0's pieces, each follower
+// imports its own).
 struct TpModelSource {
   std::filesystem::path dir;
+  std::string server_socket, model_name;
   std::string identity;
   bool quantize_fp8 = false;
 };
 
 // Throws std::runtime_error naming the cause: not the cpu backend, tensor_parallel below 2, a
-// model the server sharded (served followers are not built yet), a follower that cannot start.
+// served model imported otherwise than as rank 0, a follower that cannot start.
 std::unique_ptr<Backend> make_process_tp_backend(const EngineOptions& options,
                                                  const EngineWeights& weights,
                                                  const TpModelSource& source,

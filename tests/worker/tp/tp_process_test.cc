@@ -68,8 +68,9 @@ EngineOptions options(int tp) {
 
 std::unique_ptr<Backend> processes(int tp, const TpProcessOptions& p = {}) {
   const Model& m = model();
-  return make_process_tp_backend(options(tp), EngineWeights{m.store, m.hf},
-                                 {m.dir, m.identity, false}, p);
+  return make_process_tp_backend(
+      options(tp), EngineWeights{m.store, m.hf},
+      {.dir = m.dir, .server_socket = {}, .model_name = {}, .identity = m.identity}, p);
 }
 
 std::unique_ptr<Backend> in_process(int tp) {
@@ -224,6 +225,7 @@ TEST(TpProcesses, AFollowerRefusesAGarbageOrWrongVersionHello) {
   hello.kv_block_size = 16;
   hello.kv_blocks = 4;
   hello.barrier_timeout_ms = 1000;
+  hello.model_dir = "/nonexistent";
   nlohmann::json wrong = hello_message(hello);
   wrong["protocol"] = 99;
   EXPECT_NE(follower_refuses(ipc::encode_frame(wrong)).find("the leader speaks protocol 99"),
@@ -235,6 +237,11 @@ TEST(TpProcesses, AFollowerRefusesAGarbageOrWrongVersionHello) {
       std::string::npos);
   EXPECT_NE(follower_refuses(ipc::encode_frame({{"type", "forward"}}))
                 .find("expected a hello, got a message of type \"forward\""),
+            std::string::npos);
+  nlohmann::json no_model = hello_message(hello);
+  no_model["model_dir"] = "";
+  EXPECT_NE(follower_refuses(ipc::encode_frame(no_model))
+                .find("must name a model directory, or a server socket and a model name"),
             std::string::npos);
   // A hello without the exchange's descriptor.
   EXPECT_NE(follower_refuses(ipc::encode_frame(hello_message(hello)))

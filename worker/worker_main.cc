@@ -354,6 +354,8 @@ int run(int argc, char** argv) {
     serve.max_queued_event_bytes = event_buffer_kb << 10;
     serve.context_length = backend->context_length();
     hearth::serve(engine, serve, profile.request, tok);
+    // Stopped because the backend failed: say why, and exit as a failure.
+    if (const std::string why = backend->failure(); !why.empty()) throw std::runtime_error(why);
     return 0;
   }
   if (!*requests_opt) {

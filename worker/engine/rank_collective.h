@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <functional>
 #include <span>
+#include <string>
 
 #include "worker/engine/backend.h"
 
@@ -20,6 +21,8 @@ class RankCollective {
   // The leader sends `batch` (its step plan) to every follower before it computes it; a
   // follower, which received the plan, does nothing. Throws std::runtime_error once a rank died.
   virtual void begin_forward(const ForwardBatch& batch) = 0;
+  // Why the group can run no more forwards (a rank died or did not come), "" while it can.
+  virtual std::string failure() const { return {}; }
 
   // Floats one exchange carries per rank (at least 1).
   virtual size_t exchange_capacity() const = 0;

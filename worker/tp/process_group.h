@@ -45,6 +45,7 @@ class TpProcessGroup final : public RankCollective {
   int rank() const override { return 0; }
   int world_size() const override { return exchange_.world(); }
   void begin_forward(const ForwardBatch& batch) override;
+  std::string failure() const override { return failed_; }
   size_t exchange_capacity() const override { return exchange_.capacity(); }
   void exchange(std::span<const float> mine,
                 const std::function<void(std::span<const std::span<const float>>)>& use) override;

@@ -168,7 +168,9 @@ TEST(TpProcesses, AKilledFollowerFailsTheLeadersRequestsNamingIt) {
     EXPECT_NE(e.find("tensor-parallel rank 1 (pid "), std::string::npos) << e;
     EXPECT_NE(e.find("killed by signal 9"), std::string::npos) << e;
   }
-  // Later requests fail the same way: the group is gone for good.
+  // The backend says it can run no more (a serving worker stops on it), and later requests
+  // fail the same way: the group is gone for good.
+  EXPECT_NE(g.backend->failure().find("killed by signal 9"), std::string::npos);
   Engine engine(*g.backend, options(2), nullptr, {});
   engine.submit(test::tp_mixed_requests(1, 3000, 8)[0]);
   std::string later;

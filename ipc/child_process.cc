@@ -49,6 +49,13 @@ UniqueFd child_end(const ChildProcess::Stream& stream, bool is_input, UniqueFd& 
   switch (stream.kind) {
     case Kind::kInherit:
       return {};
+    case Kind::kDescriptor: {
+      const int fd = ::fcntl(stream.fd, F_DUPFD_CLOEXEC, 3);
+      if (fd < 0)
+        throw std::runtime_error(std::string("spawn: cannot duplicate descriptor ") +
+                                 std::to_string(stream.fd) + ": " + std::strerror(errno));
+      return UniqueFd(fd);
+    }
     case Kind::kNull:
       return open_file("/dev/null", is_input ? O_RDONLY : O_WRONLY);
     case Kind::kFile:

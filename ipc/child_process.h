@@ -61,15 +61,19 @@ class ChildProcess {
 
   // Where one of the child's standard streams goes (or, for stdin, comes from).
   struct Stream {
-    enum class Kind { kNull, kFile, kPipe, kInherit };
+    enum class Kind { kNull, kFile, kPipe, kInherit, kDescriptor };
     Kind kind = Kind::kNull;
     std::filesystem::path path;  // kFile: created or truncated (stdout, stderr), read (stdin)
     int pipe_bytes = 0;          // kPipe: > 0 shrinks the pipe (the kernel rounds to a page)
+    int fd = -1;                 // kDescriptor: the parent's open descriptor (e.g. a socket)
 
     static Stream null() { return {}; }
-    static Stream file(std::filesystem::path p) { return {Kind::kFile, std::move(p), 0}; }
-    static Stream pipe(int bytes = 0) { return {Kind::kPipe, {}, bytes}; }
-    static Stream inherit() { return {Kind::kInherit, {}, 0}; }
+    static Stream file(std::filesystem::path p) { return {Kind::kFile, std::move(p), 0, -1}; }
+    static Stream pipe(int bytes = 0) { return {Kind::kPipe, {}, bytes, -1}; }
+    static Stream inherit() { return {Kind::kInherit, {}, 0, -1}; }
+    // A descriptor of the parent's becomes the stream (a duplicate; the parent keeps its own):
+    // a socketpair end as stdin gives the child a channel both ways.
+    static Stream descriptor(int parent_fd) { return {Kind::kDescriptor, {}, 0, parent_fd}; }
   };
 
   // What to start and how to wire it, e.g.

@@ -202,6 +202,10 @@ void ServeLoop::engine_loop() {
       if (stepped) iteration_tokens_.observe(stats_.last_step_tokens);
     }
     if (stepped) sink_.deliver(std::move(outputs));
+    // A backend that can run no more (a tensor-parallel rank died): the live requests end with
+    // an error and the worker stops, for its supervisor to start it again.
+    if (stepped && !stopping)
+      if (std::string why = engine_.backend_failure(); !why.empty()) stop(std::move(why));
     if (stopping && !engine_.has_work()) {
       // After the last events: clients collect them, then serving stops; a client that does
       // not come for its events within the grace period is closed anyway.

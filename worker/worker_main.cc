@@ -27,6 +27,7 @@
 #include "worker/leased_kv_memory.h"
 #include "weight-server/sharing/vmm_backend.h"
 #include "worker/worker_model.h"
+#include "worker/tp/tp_backend.h"
 
 namespace {
 
@@ -226,6 +227,9 @@ int run(int argc, char** argv) {
   int served_device = 0;  // where served vmm weights (and so the leased KV chunks) live
   hearth::ServedModelOptions served{verify_weights};
   if (*server_uid_opt) served.server_uid = server_uid;
+  // Tensor-parallel processes: this worker is rank 0 and imports only its pieces.
+  if (profile.engine.tensor_parallel_processes && profile.engine.tensor_parallel > 1)
+    served.rank = 0;
   served.on_device = [&](const hearth::Manifest& manifest, int device) {
     served_device = device;
     if (profile.engine.backend == hearth::BackendKind::Cpu) return;
@@ -306,8 +310,15 @@ int run(int argc, char** argv) {
                                                       min_blocks, reserve, sharing);
     };
   }
+  // Tensor-parallel ranks as processes: this worker leads, its followers open the same
+  // directory (worker/tp/).
   std::unique_ptr<hearth::Backend> backend =
-      hearth::make_backend(profile.engine, model.weights(), warmup, leased_kv);
+      profile.engine.tensor_parallel_processes
+          ? hearth::make_process_tp_backend(
+                profile.engine, model.weights(),
+                {model.server ? "" : model_arg, model.server ? server_socket : "",
+                 model.server ? model_arg : "", model.identity, quantize == "fp8"})
+          : hearth::make_backend(profile.engine, model.weights(), warmup, leased_kv);
   timeline.mark("engine_ms");
   const double load_ms =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - process_start)
@@ -343,6 +354,8 @@ int run(int argc, char** argv) {
     serve.max_queued_event_bytes = event_buffer_kb << 10;
     serve.context_length = backend->context_length();
     hearth::serve(engine, serve, profile.request, tok);
+    // Stopped because the backend failed: say why, and exit as a failure.
+    if (const std::string why = backend->failure(); !why.empty()) throw std::runtime_error(why);
     return 0;
   }
   if (!*requests_opt) {

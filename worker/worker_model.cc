@@ -49,7 +49,8 @@ WorkerModel attach_served_model(const std::string& socket, const std::string& na
   ImportOptions import;
   import.verify = options.verify_weights;
   import.on_device = options.on_device;
-  import.all_ranks = true;  // the CPU engine runs a sharded model's ranks in process
+  import.rank = options.rank;
+  import.all_ranks = !options.rank;  // the CPU engine runs a sharded model's ranks in process
   ImportedModel imported = import_served_model(*client, name, import);
   m.name = imported.manifest.model;
   m.identity = model_identity(imported.manifest);

@@ -54,6 +54,9 @@ struct ServedModelOptions {
   std::function<void(const Manifest&, int device)> on_device = nullptr;
   // The uid the server must run as (ipc::ClientOptions::server_uid); unset: the default rule.
   std::optional<uid_t> server_uid = std::nullopt;
+  // A model the server sharded, imported as this one rank (only its pieces: `store`); unset,
+  // every rank's (`ranks`). Tensor-parallel processes import one rank each (worker/tp/).
+  std::optional<int> rank = std::nullopt;
 };
 
 // Served mode: connects to the hearth-server at `socket` ("hearth server not running at PATH"

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -206,6 +207,21 @@ TEST_F(ChildProcessTest, StdinFromAFile) {
                                            .stdout_to(Stream::file(dir_ / "out")));
   EXPECT_TRUE(c.wait().success());
   EXPECT_EQ(read_file(dir_ / "out"), "from a file\n");
+}
+
+// A socketpair end as stdin: one channel both ways (a tensor-parallel follower's, worker/tp/).
+TEST_F(ChildProcessTest, ADescriptorAsStdinIsAChannelBothWays) {
+  int ends[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ends), 0);
+  UniqueFd ours(ends[0]), theirs(ends[1]);
+  ChildProcess child = ChildProcess::spawn(
+      ChildProcess::Options({"/bin/sh", "-c", "read line; echo \"got $line\" >&0"})
+          .stdin_from(ChildProcess::Stream::descriptor(theirs.get())));
+  theirs.reset();  // the child holds its own copy
+  ASSERT_EQ(::write(ours.get(), "ping\n", 5), 5);
+  PipeReader reader(std::move(ours));
+  EXPECT_EQ(reader.read_line(), "got ping");
+  EXPECT_TRUE(child.wait().success());
 }
 
 TEST_F(ChildProcessTest, WritingToAChildThatStoppedReadingIsAnErrorNotSigpipe) {

@@ -113,6 +113,10 @@ class Backend {
   // backend has no such clock (the CPU). Cheap: read once the step's results are back.
   virtual double last_step_device_ms() { return -1; }
 
+  // Why this backend can run no more forwards, "" while it can: a failure that is not one
+  // batch's (a tensor-parallel rank's process died), after which a serving worker stops.
+  virtual std::string failure() const { return {}; }
+
  protected:
   // What forward() promises to refuse, checked against this backend's limits (context, vocab,
   // pool, max_sequences): throws std::runtime_error naming the entry.

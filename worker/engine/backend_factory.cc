@@ -81,6 +81,10 @@ KvPoolShape resolve_kv_pool(const EngineOptions& options, int context_length,
 std::unique_ptr<Backend> make_backend(const EngineOptions& options, const EngineWeights& weights,
                                       std::shared_ptr<CudaWarmup> warmup,
                                       const KvMemoryFactory& kv_memory) {
+  if (options.tensor_parallel_processes)
+    throw std::runtime_error(
+        "tensor_parallel_processes: the follower processes are started by the worker "
+        "(worker/tp/tp_backend.h), not by make_backend");
   const int context = resolve_context_length(options, weights.store->config());
   if (resolve_backend(options.backend) == BackendKind::Cpu) {
     if (weights.store->residence() != Residence::Host)

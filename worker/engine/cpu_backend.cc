@@ -49,7 +49,7 @@ void rope(float* v, int n_heads, int head_dim, int pos, const std::vector<float>
 CpuBackend::CpuBackend(std::shared_ptr<const WeightStore> store, int context_length, KvPoolShape kv,
                        std::shared_ptr<KvMemory> memory, int tensor_parallel,
                        std::vector<std::shared_ptr<const WeightStore>> rank_stores,
-                       KvCacheDtype kv_dtype)
+                       KvCacheDtype kv_dtype, std::shared_ptr<RankCollective> group)
     : store_(std::move(store)),
       c_(store_->config()),
       context_(context_length),
@@ -67,15 +67,36 @@ CpuBackend::CpuBackend(std::shared_ptr<const WeightStore> store, int context_len
   if (kv_.num_blocks < 0)
     throw std::runtime_error("negative KV pool size " + std::to_string(kv_.num_blocks));
   w_ = bind_weights(*store_);
+  // With group_, rank_stores may be this process's rank's pieces alone.
+  if (group && rank_stores.size() == 1) {
+    std::vector<std::shared_ptr<const WeightStore>> all(static_cast<size_t>(tensor_parallel));
+    all.at(size_t(std::clamp(group->rank(), 0, tensor_parallel - 1))) = rank_stores[0];
+    rank_stores = std::move(all);
+  }
   if (!rank_stores.empty() && int(rank_stores.size()) != tensor_parallel)
     throw std::runtime_error(
         "the model is sharded for tensor parallel " + std::to_string(rank_stores.size()) +
         ", the engine's tensor_parallel is " + std::to_string(tensor_parallel) +
         "; set tensor_parallel=" + std::to_string(rank_stores.size()));
+  group_ = std::move(group);
+  heads_ = c_.n_heads;
+  kv_heads_ = c_.n_kv_heads;
+  inter_ = c_.intermediate;
+  if (group_) {
+    if (group_->world_size() != tensor_parallel || tensor_parallel < 2)
+      throw std::runtime_error("a process group of " + std::to_string(group_->world_size()) +
+                               " ranks for tensor_parallel " + std::to_string(tensor_parallel));
+    if (memory_)
+      throw std::runtime_error("tensor-parallel processes on a leased KV pool are not built yet");
+    heads_ /= tensor_parallel;
+    kv_heads_ /= tensor_parallel;
+    inter_ /= tensor_parallel;
+  }
   if (tensor_parallel > 1) {
     const ShardPlan plan = ShardPlan::make(c_, tensor_parallel);
     vocab_per_rank_ = plan.vocab_per_rank();
     for (int r = 0; r < tensor_parallel; ++r) {
+      if (group_ && r != group_->rank()) continue;  // another process holds it
       std::shared_ptr<const WeightStore> pieces =
           rank_stores.empty() ? std::make_shared<const RankStore>(*store_, plan, r)
                               : rank_stores[size_t(r)];
@@ -88,8 +109,10 @@ CpuBackend::CpuBackend(std::shared_ptr<const WeightStore> store, int context_len
     }
   }
   inv_freq_ = rope_inverse_frequencies(c_);
-  block_slots_ = size_t(c_.n_layers) * 2 * c_.n_kv_heads * kv_.block_size;
-  block_bytes_ = size_t(kv_bytes_per_token(c_, kv_dtype)) * kv_.block_size;
+  block_slots_ = size_t(c_.n_layers) * 2 * kv_heads_ * kv_.block_size;
+  // With group_ a rank's share: its KV heads of every layer.
+  block_bytes_ =
+      size_t(kv_bytes_per_token(c_, kv_dtype)) / size_t(c_.n_kv_heads / kv_heads_) * kv_.block_size;
   if (memory_) {
     if (memory_->block_bytes() != int64_t(block_bytes_))
       throw std::runtime_error("the leased KV memory has blocks of " +
@@ -128,8 +151,8 @@ int64_t CpuBackend::kv_bytes_per_token(const ModelConfig& config, KvCacheDtype k
 
 template <typename Get>
 void CpuBackend::column_parallel(float* out, int64_t out_cols, const float* in, int n, Get get) {
-  if (ranks_.empty()) {
-    const auto [W, b] = get(w_);
+  if (ranks_.empty() || group_) {  // the whole matrix, or this process's rank's rows
+    const auto [W, b] = get(ranks_.empty() ? w_ : ranks_[0].w);
     matmul(out, in, n, W, b);
     return;
   }
@@ -148,6 +171,12 @@ template <typename Get>
 void CpuBackend::row_parallel(float* out, const float* in, int64_t in_cols, int n, Get get) {
   if (ranks_.empty()) {
     matmul(out, in, n, get(w_));
+    return;
+  }
+  if (group_) {  // `in` is this rank's columns already; the partials summed across processes
+    const WeightRef W = get(ranks_[0].w);
+    matmul(out, in, n, W);
+    group_->all_reduce(out, size_t(n) * size_t(W.rows));
     return;
   }
   int64_t col = 0;
@@ -171,12 +200,15 @@ void CpuBackend::row_parallel(float* out, const float* in, int64_t in_cols, int 
 void CpuBackend::embed_row(int32_t token, float* out) const {
   if (ranks_.empty()) return load_row(w_.embed, token, out);
   const int rank = token / vocab_per_rank_;  // the rank whose vocabulary rows hold it
+  if (group_) {  // this process looks up its own rows only (embed(): the rest are gathered)
+    if (rank == group_->rank()) load_row(ranks_[0].w.embed, token - rank * vocab_per_rank_, out);
+    return;
+  }
   load_row(ranks_[size_t(rank)].w.embed, token - rank * vocab_per_rank_, out);
 }
 
 size_t CpuBackend::slot(int layer, int value, int offset, int kv_head) const {
-  return (size_t(layer) * 2 * c_.n_kv_heads + size_t(value) * c_.n_kv_heads + kv_head) *
-             kv_.block_size +
+  return (size_t(layer) * 2 * kv_heads_ + size_t(value) * kv_heads_ + kv_head) * kv_.block_size +
          offset;
 }
 
@@ -219,12 +251,12 @@ void CpuBackend::forward(const ForwardBatch& batch) {
   const int64_t h = c_.hidden;
   x_.resize(n * h);
   xn_.resize(n * h);
-  q_.resize(n * int64_t(c_.q_dim()));
-  k_.resize(n * int64_t(c_.kv_dim()));
-  v_.resize(n * int64_t(c_.kv_dim()));
-  att_.resize(n * int64_t(c_.q_dim()));
-  gate_.resize(n * int64_t(c_.intermediate));
-  up_.resize(n * int64_t(c_.intermediate));
+  q_.resize(n * int64_t(heads_) * c_.head_dim);
+  k_.resize(n * int64_t(kv_heads_) * c_.head_dim);
+  v_.resize(n * int64_t(kv_heads_) * c_.head_dim);
+  att_.resize(n * int64_t(heads_) * c_.head_dim);
+  gate_.resize(n * inter_);
+  up_.resize(n * inter_);
   scores_.resize(context_);
   k_rows_.resize(context_);
   v_rows_.resize(context_);
@@ -233,9 +265,22 @@ void CpuBackend::forward(const ForwardBatch& batch) {
     v_read_.resize(size_t(context_) * c_.head_dim);
   }
 
+  // The leader's plan goes to the followers before any rank needs them.
+  if (group_) group_->begin_forward(batch);
   int r = 0;
+  row_tokens_.clear();
   for (const ForwardEntry& entry : batch.entries)
-    for (int32_t token : entry.tokens) embed_row(token, &x_[r++ * h]);
+    for (int32_t token : entry.tokens) {
+      row_tokens_.push_back(token);
+      embed_row(token, &x_[r++ * h]);
+    }
+  if (group_)  // each row from the rank holding its token: the row exactly, no sum
+    group_->all_gather_rows(x_.data(), n, int(h), int(h),
+                            [&](int rank, int first, int count, const float* data) {
+                              for (int t = first; t < first + count; ++t)
+                                if (row_tokens_[t] / vocab_per_rank_ == rank)
+                                  std::copy_n(data + size_t(t - first) * h, h, &x_[t * h]);
+                            });
   for (int l = 0; l < c_.n_layers; ++l) {
     const LayerWeights& L = w_.layers[l];
     attention(L, l);
@@ -252,6 +297,23 @@ void CpuBackend::forward(const ForwardBatch& batch) {
     logits_row_[e] = m++;
   }
   logits_.resize(size_t(m) * c_.vocab);
+  if (group_) {  // this rank's vocabulary columns, gathered into the leader's rows
+    const WeightRef& head = ranks_[0].w.lm_head;
+    part_out_.resize(size_t(m) * head.rows);
+    if (m > 0) matmul(part_out_.data(), xn_.data(), m, head, WeightRef{});
+    const bool leader = group_->rank() == 0;
+    group_->all_gather_rows(
+        part_out_.data(), m, int(head.rows), vocab_per_rank_,
+        [&](int rank, int first, int count, const float* data) {
+          if (!leader) return;
+          const int64_t cols = c_.vocab - int64_t(rank) * vocab_per_rank_;
+          const int64_t w = std::min<int64_t>(cols, vocab_per_rank_);
+          for (int t = first; t < first + count; ++t)
+            std::copy_n(data + size_t(t - first) * w, w,
+                        &logits_[size_t(t) * c_.vocab + size_t(rank) * vocab_per_rank_]);
+        });
+    return;
+  }
   if (m > 0)
     column_parallel(logits_.data(), c_.vocab, xn_.data(), m,
                     [](const ModelWeights& w) { return std::pair(w.lm_head, WeightRef{}); });
@@ -266,7 +328,8 @@ std::span<const float> CpuBackend::logits(int entry) {
 
 void CpuBackend::attention(const LayerWeights& L, int layer) {
   const int n = int(rows_.size());
-  const int64_t h = c_.hidden, qd = c_.q_dim(), kvd = c_.kv_dim(), hd = c_.head_dim;
+  const int64_t h = c_.hidden, hd = c_.head_dim;
+  const int64_t qd = heads_ * hd, kvd = kv_heads_ * hd;  // this process's heads
   const int bs = kv_.block_size;
   for (int t = 0; t < n; ++t) rmsnorm(&xn_[t * h], &x_[t * h], L.attn_norm, h, c_.rms_eps);
   auto of = [layer](auto member, auto bias) {
@@ -285,26 +348,26 @@ void CpuBackend::attention(const LayerWeights& L, int layer) {
     float* k = &k_[t * kvd];
     const int pos = rows_[t].pos;
     if (c_.qk_norm) {
-      for (int hh = 0; hh < c_.n_heads; ++hh)
+      for (int hh = 0; hh < heads_; ++hh)
         rmsnorm(q + hh * hd, q + hh * hd, L.q_norm, hd, c_.rms_eps);
-      for (int hh = 0; hh < c_.n_kv_heads; ++hh)
+      for (int hh = 0; hh < kv_heads_; ++hh)
         rmsnorm(k + hh * hd, k + hh * hd, L.k_norm, hd, c_.rms_eps);
     }
-    rope(q, c_.n_heads, int(hd), pos, inv_freq_);
-    rope(k, c_.n_kv_heads, int(hd), pos, inv_freq_);
+    rope(q, heads_, int(hd), pos, inv_freq_);
+    rope(k, kv_heads_, int(hd), pos, inv_freq_);
     const int32_t block = tables_[t][pos / bs];
-    for (int g = 0; g < c_.n_kv_heads; ++g) {
+    for (int g = 0; g < kv_heads_; ++g) {
       store_kv(layer, 0, block, pos % bs, g, k + g * hd);
       store_kv(layer, 1, block, pos % bs, g, &v_[t * kvd + g * hd]);
     }
   }
 
   const float scale = 1.0f / std::sqrt(float(hd));
-  const int group = c_.n_heads / c_.n_kv_heads;
+  const int group = heads_ / kv_heads_;
   for (int t = 0; t < n; ++t) {
     const int last = rows_[t].pos;  // causal: attend to positions 0..last of this sequence
     const int32_t* table = tables_[t];
-    for (int hh = 0; hh < c_.n_heads; ++hh) {
+    for (int hh = 0; hh < heads_; ++hh) {
       const float* q = &q_[t * qd + hh * hd];
       const int g = hh / group;
       if (hh % group == 0)  // the group's keys and values, read (fp8: decoded) once
@@ -339,7 +402,7 @@ void CpuBackend::attention(const LayerWeights& L, int layer) {
 }
 
 void CpuBackend::mlp(const LayerWeights& L, int layer, int n) {
-  const int64_t h = c_.hidden, inter = c_.intermediate;
+  const int64_t h = c_.hidden, inter = inter_;
   for (int t = 0; t < n; ++t) rmsnorm(&xn_[t * h], &x_[t * h], L.mlp_norm, h, c_.rms_eps);
   auto of = [layer](auto member) {
     return [=](const ModelWeights& w) { return std::pair(w.layers[layer].*member, WeightRef{}); };

@@ -17,6 +17,7 @@
 #include "worker/engine/engine_options.h"
 #include "weight-server/model/model_config.h"
 #include "worker/engine/model_weights.h"
+#include "worker/engine/rank_collective.h"
 
 namespace hearth {
 
@@ -37,19 +38,31 @@ class CpuBackend final : public Backend {
   // ranks' pieces, one store each, instead of pieces cut from `store`; there must be
   // `tensor_parallel` of them. So a TP=N engine is deterministic and batch-invariant as TP=1 is,
   // but not equal to it: the split sums round differently.
+  //
+  // With `group` (one process per rank, rank_collective.h) this backend is rank
+  // group->rank() of `tensor_parallel` alone: it holds its own pieces (cut from `store` or
+  // rank_stores[rank]), its KV pool holds its KV heads only (the same block count on every rank,
+  // so one block table serves all), every rank keeps the whole residual stream, and o_proj's and
+  // down's partials are summed across the processes in rank order, so the bits are those of the
+  // in-process ranks. Logits are gathered on rank 0 (the leader) only. `rank_stores` may then
+  // hold this rank's pieces alone (a served rank imports only its own).
   CpuBackend(std::shared_ptr<const WeightStore> store, int context_length, KvPoolShape kv = {},
              std::shared_ptr<KvMemory> memory = nullptr, int tensor_parallel = 1,
              std::vector<std::shared_ptr<const WeightStore>> rank_stores = {},
-             KvCacheDtype kv_dtype = KvCacheDtype::Auto);
+             KvCacheDtype kv_dtype = KvCacheDtype::Auto,
+             std::shared_ptr<RankCollective> group = nullptr);
 
   std::string name() const override { return "cpu"; }
-  int tensor_parallel() const { return ranks_.empty() ? 1 : int(ranks_.size()); }
+  int tensor_parallel() const {
+    return group_ ? group_->world_size() : ranks_.empty() ? 1 : int(ranks_.size());
+  }
   int context_length() const override { return context_; }
   int vocab_size() const override { return c_.vocab; }
   KvPoolShape kv_pool() const override;
   KvMemory* kv_memory() override { return memory_.get(); }
   void forward(const ForwardBatch& batch) override;
   std::span<const float> logits(int entry) override;
+  std::string failure() const override { return group_ ? group_->failure() : std::string(); }
 
   // Bytes of KV one token position takes (keys and values, every layer): fp32, or with
   // kv_cache_dtype fp8_e4m3 an e4m3 code per number and an fp32 scale per KV head (kv_fp8.h).
@@ -86,7 +99,12 @@ class CpuBackend final : public Backend {
     std::shared_ptr<const WeightStore> store;  // its pieces
     ModelWeights w;
   };
-  std::vector<Rank> ranks_;  // empty: one rank on the whole store
+  std::vector<Rank> ranks_;  // empty: one rank on the whole store; with group_ its own rank
+  std::shared_ptr<RankCollective> group_;
+  // This process's heads, KV heads and MLP channels: all of them, or with group_ its rank's.
+  int heads_ = 0, kv_heads_ = 0;
+  int64_t inter_ = 0;
+  std::vector<int32_t> row_tokens_;  // group_: each row's token, for the embedding's gather
   int vocab_per_rank_ = 0;
   std::vector<float> part_in_, part_out_;
   int context_;

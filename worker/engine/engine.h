@@ -112,6 +112,8 @@ class Engine {
   // True when step() can do something: an output to return or a live request not held.
   bool can_step() const;
   EngineStats stats() const;
+  // The backend's failure (Backend::failure): "" while it can run forwards.
+  std::string backend_failure() const { return backend_.failure(); }
   int max_running() const { return scheduler_.options().max_running; }
   bool prefix_caching() const { return kv_.prefix_caching(); }
   // Forgets the cached blocks no request holds (e.g. before a memory check); tokens are

@@ -123,6 +123,11 @@ struct EngineOptions {
   // runs them in process; the cuda backend refuses more than 1 (not built yet). It changes
   // numerics (TP=2 is not TP=1), so it is part of the cache domain.
   int tensor_parallel = 1;
+  // With tensor_parallel N > 1 on the cpu backend: rank 0 in this process and one follower
+  // process per other rank (worker/tp/), each holding its rank's pieces and KV heads only, the
+  // partial sums exchanged through shared memory in rank order. It moves no bit (the same sums
+  // in the same order as the in-process ranks), so it is not part of the cache domain.
+  bool tensor_parallel_processes = false;
 };
 
 }  // namespace hearth

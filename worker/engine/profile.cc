@@ -316,6 +316,11 @@ const std::map<std::string, Setter>& setters() {
         [](Profile& p, const json& v,
            const std::string&
                l) { p.engine.tensor_parallel = int(integer(v, l, "tensor_parallel", 1, 64)); }}},
+      {"tensor_parallel_processes",
+       {KeyKind::Engine,
+        [](Profile& p, const json& v, const std::string& l) {
+          p.engine.tensor_parallel_processes = boolean(v, l, "tensor_parallel_processes");
+        }}},
       {"batch_invariant",
        {KeyKind::Engine,
         [](Profile& p, const json& v,
@@ -440,7 +445,8 @@ json profile_to_json(const Profile& p) {
               {"decode_gemv", option_name(p.engine.decode_gemv)},
               {"matmul_tiling", option_name(p.engine.matmul_tiling)},
               {"batch_invariant", p.engine.batch_invariant},
-              {"tensor_parallel", p.engine.tensor_parallel}};
+              {"tensor_parallel", p.engine.tensor_parallel},
+              {"tensor_parallel_processes", p.engine.tensor_parallel_processes}};
 }
 
 }  // namespace hearth

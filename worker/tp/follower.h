@@ -1,0 +1,25 @@
+// A follower of a tensor-parallel process group (issue 26): one rank in a process of its own,
+// started by the leader (process_group.h) with its end of the channel. It reads the hello,
+// maps the exchange, loads its rank's pieces, says ready, then runs every step plan the leader
+// sends through a CPU backend of its rank alone, until the leader says stop or goes away.
+#pragma once
+
+#include <functional>
+#include <memory>
+
+#include "base/unique_fd.h"
+#include "weight-server/model/weight_store.h"
+#include "worker/tp/rank_channel.h"
+
+namespace hearth {
+
+// Opens the model the hello names (the whole store: the backend cuts its rank's pieces from
+// it); throws std::runtime_error when it is not the leader's (its identity differs).
+using OpenFollowerModel = std::function<std::shared_ptr<const WeightStore>(const TpHello&)>;
+
+// Serves one rank on `channel`. Returns when the leader stops it or closes the channel; throws
+// std::runtime_error saying why it gave up (a bad hello, a model it cannot open, a failed step,
+// a peer lost at an exchange), having told the leader first where the channel still works.
+void run_tp_follower(UniqueFd channel, const OpenFollowerModel& open);
+
+}  // namespace hearth

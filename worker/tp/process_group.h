@@ -1,0 +1,76 @@
+// The leader's side of a tensor-parallel process group (issue 26): this process is rank 0 and
+// spawns one follower process per other rank (hearth-tp-follower, its channel a socketpair end
+// as its stdin), says hello to each (the exchange's memfd attached), waits until each has
+// loaded its pieces, then sends each forward's step plan ahead of computing it. It supervises
+// the followers: a follower that dies, reports an error or does not come to an exchange in time
+// makes that forward and every later one throw, naming the rank (the engine turns that into
+// error events for the requests). Its destructor stops the followers and reaps them.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "base/unique_fd.h"
+#include "ipc/child_process.h"
+#include "worker/engine/rank_collective.h"
+#include "worker/tp/rank_channel.h"
+#include "worker/tp/shared_exchange.h"
+
+namespace hearth {
+
+struct TpProcessOptions {
+  // Empty: $HEARTH_TP_FOLLOWER, else hearth-tp-follower beside this process's executable.
+  std::filesystem::path follower_binary;
+  // How long a rank waits at an exchange for the others: longer than any rank's compute
+  // between two exchanges (a layer's MLP over a whole prompt chunk, on a CPU).
+  std::chrono::milliseconds barrier_timeout{60'000};
+  // How long the followers may take to load their pieces and say ready.
+  std::chrono::milliseconds start_timeout{120'000};
+  size_t exchange_floats = size_t(1) << 20;  // per rank and round; larger sums go in chunks
+};
+
+class TpProcessGroup final : public RankCollective {
+ public:
+  // `hello` is what every follower gets (its rank filled in per follower); barrier_timeout_ms
+  // is taken from `options`. Throws std::runtime_error naming the rank that could not start.
+  static std::shared_ptr<TpProcessGroup> start(TpHello hello, const TpProcessOptions& options);
+  ~TpProcessGroup() override;
+
+  int rank() const override { return 0; }
+  int world_size() const override { return exchange_.world(); }
+  void begin_forward(const ForwardBatch& batch) override;
+  std::string failure() const override { return failed_; }
+  size_t exchange_capacity() const override { return exchange_.capacity(); }
+  void exchange(std::span<const float> mine,
+                const std::function<void(std::span<const std::span<const float>>)>& use) override;
+
+  pid_t follower_pid(int rank) const;
+
+ private:
+  struct Follower {
+    int rank = 0;
+    UniqueFd channel;
+    std::optional<ChildProcess> process;
+  };
+  TpProcessGroup(SharedExchange exchange, std::chrono::milliseconds barrier_timeout);
+  // Why a follower is gone ("" while all are alive): its error message, or how it ended.
+  std::string dead_peer();
+  std::string describe_death(Follower& f);
+  [[noreturn]] void fail(const std::string& why);
+
+  SharedExchange exchange_;
+  std::chrono::milliseconds barrier_timeout_;
+  std::vector<std::unique_ptr<Follower>> followers_;  // ranks 1..N-1
+  std::string failed_;                                // once set, the group is broken for good
+};
+
+// hearth-tp-follower beside this executable, or $HEARTH_TP_FOLLOWER.
+std::filesystem::path default_follower_binary();
+
+}  // namespace hearth

@@ -1,0 +1,168 @@
+#include "worker/tp/rank_channel.h"
+
+#include <limits>
+#include <stdexcept>
+
+namespace hearth {
+
+namespace {
+
+using nlohmann::json;
+
+[[noreturn]] void bad(const std::string& what) {
+  throw std::runtime_error("tensor-parallel channel: " + what);
+}
+
+const json& field(const json& m, const char* name) {
+  const auto it = m.find(name);
+  if (it == m.end()) bad(std::string("the message has no \"") + name + "\"");
+  return *it;
+}
+
+int64_t integer(const json& m, const char* name, int64_t lo, int64_t hi) {
+  const json& v = field(m, name);
+  if (!v.is_number_integer() || v.get<int64_t>() < lo || v.get<int64_t>() > hi)
+    bad(std::string("\"") + name + "\" must be an integer in [" + std::to_string(lo) + ", " +
+        std::to_string(hi) + "], got " + v.dump().substr(0, 64));
+  return v.get<int64_t>();
+}
+
+std::string text(const json& m, const char* name) {
+  const json& v = field(m, name);
+  if (!v.is_string()) bad(std::string("\"") + name + "\" must be a string");
+  return v.get<std::string>();
+}
+
+bool flag(const json& m, const char* name) {
+  const json& v = field(m, name);
+  if (!v.is_boolean()) bad(std::string("\"") + name + "\" must be true or false");
+  return v.get<bool>();
+}
+
+std::vector<int32_t> int32s(const json& m, const char* name) {
+  const json& v = field(m, name);
+  if (!v.is_array()) bad(std::string("\"") + name + "\" must be an array of integers");
+  std::vector<int32_t> out;
+  out.reserve(v.size());
+  for (const json& x : v) {
+    if (!x.is_number_integer() || x.get<int64_t>() < std::numeric_limits<int32_t>::min() ||
+        x.get<int64_t>() > std::numeric_limits<int32_t>::max())
+      bad(std::string("\"") + name + "\" must hold 32-bit integers only");
+    out.push_back(int32_t(x.get<int64_t>()));
+  }
+  return out;
+}
+
+constexpr int kMaxInt = std::numeric_limits<int>::max();
+
+}  // namespace
+
+std::string message_type(const json& message) {
+  if (!message.is_object()) bad("a message that is not a JSON object");
+  const auto it = message.find("type");
+  if (it == message.end() || !it->is_string())
+    bad("a message without a \"type\": " + message.dump().substr(0, 120));
+  return it->get<std::string>();
+}
+
+json hello_message(const TpHello& h) {
+  return {{"type", "hello"},
+          {"protocol", h.protocol},
+          {"rank", h.rank},
+          {"world_size", h.world_size},
+          {"model_dir", h.model_dir},
+          {"model_identity", h.model_identity},
+          {"server_socket", h.server_socket},
+          {"model_name", h.model_name},
+          {"quantize_fp8", h.quantize_fp8},
+          {"context_length", h.context_length},
+          {"kv_block_size", h.kv_block_size},
+          {"kv_blocks", h.kv_blocks},
+          {"kv_cache_dtype", h.kv_cache_dtype},
+          {"barrier_timeout_ms", h.barrier_timeout_ms}};
+}
+
+TpHello parse_hello(const json& m) {
+  if (const std::string type = message_type(m); type != "hello")
+    bad("expected a hello, got a message of type \"" + type + "\"");
+  TpHello h;
+  const json& protocol = field(m, "protocol");
+  if (!protocol.is_number_integer() || protocol.get<int64_t>() != kTpProtocolVersion)
+    bad("the leader speaks protocol " + protocol.dump().substr(0, 32) + ", this follower " +
+        std::to_string(kTpProtocolVersion));
+  h.world_size = int(integer(m, "world_size", 2, 64));
+  h.rank = int(integer(m, "rank", 1, h.world_size - 1));  // rank 0 is the leader
+  h.model_dir = text(m, "model_dir");
+  h.model_identity = text(m, "model_identity");
+  h.server_socket = text(m, "server_socket");
+  h.model_name = text(m, "model_name");
+  if (h.model_dir.empty() == h.server_socket.empty() ||
+      h.server_socket.empty() != h.model_name.empty())
+    bad("the hello must name a model directory, or a server socket and a model name");
+  h.quantize_fp8 = flag(m, "quantize_fp8");
+  h.context_length = int(integer(m, "context_length", 1, kMaxInt));
+  h.kv_block_size = int(integer(m, "kv_block_size", 1, kMaxInt));
+  h.kv_blocks = int(integer(m, "kv_blocks", 1, 1 << 30));
+  h.kv_cache_dtype = text(m, "kv_cache_dtype");
+  h.barrier_timeout_ms = int(integer(m, "barrier_timeout_ms", 1, kMaxInt));
+  return h;
+}
+
+json ready_message(int rank) {
+  return {{"type", "ready"}, {"rank", rank}};
+}
+json error_message(const std::string& error) {
+  return {{"type", "error"}, {"message", error}};
+}
+
+void expect_ready(const json& m, int rank) {
+  const std::string type = message_type(m);
+  if (type == "error")
+    throw std::runtime_error("tensor-parallel rank " + std::to_string(rank) +
+                             " failed: " + text(m, "message"));
+  if (type != "ready")
+    bad("expected ready from rank " + std::to_string(rank) + ", got \"" + type + "\"");
+  if (integer(m, "rank", 0, 63) != rank)
+    bad("rank " + std::to_string(rank) + "'s channel answered as rank " + field(m, "rank").dump());
+}
+
+json forward_message(const ForwardBatch& batch) {
+  json entries = json::array();
+  for (const ForwardEntry& e : batch.entries)
+    entries.push_back({{"tokens", e.tokens},
+                       {"start_pos", e.start_pos},
+                       {"block_table", e.block_table},
+                       {"want_logits", e.want_logits}});
+  return {{"type", "forward"}, {"entries", std::move(entries)}};
+}
+
+json stop_message() {
+  return {{"type", "stop"}};
+}
+
+StepPlan parse_forward(const json& m) {
+  if (const std::string type = message_type(m); type != "forward")
+    bad("expected a forward, got \"" + type + "\"");
+  const json& entries = field(m, "entries");
+  if (!entries.is_array()) bad("\"entries\" must be an array");
+  StepPlan plan;
+  plan.tokens.reserve(entries.size());
+  plan.tables.reserve(entries.size());
+  for (const json& e : entries) {
+    if (!e.is_object()) bad("an entry that is not an object");
+    plan.tokens.push_back(int32s(e, "tokens"));
+    plan.tables.push_back(int32s(e, "block_table"));
+    ForwardEntry fe;
+    fe.start_pos = int(integer(e, "start_pos", 0, kMaxInt));
+    fe.want_logits = flag(e, "want_logits");
+    plan.batch.entries.push_back(fe);
+  }
+  // The spans once the vectors stop moving.
+  for (size_t i = 0; i < plan.batch.entries.size(); ++i) {
+    plan.batch.entries[i].tokens = plan.tokens[i];
+    plan.batch.entries[i].block_table = plan.tables[i];
+  }
+  return plan;
+}
+
+}  // namespace hearth

@@ -1,0 +1,66 @@
+// The leader <-> follower channel of a tensor-parallel process group (issue 26): a Unix
+// socketpair carrying ipc frames (4-byte length + a JSON object; the exchange's memfd by
+// SCM_RIGHTS with the hello). Messages, each with "type":
+//   leader -> follower: hello (protocol, rank, world size, the model and engine shape; the
+//     memfd attached), forward (one step plan), stop;
+//   follower -> leader: ready (after its pieces are loaded), error (why it is giving up).
+// Every message is checked field by field: anything else is an error that says what was wrong.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "worker/engine/backend.h"
+
+namespace hearth {
+
+inline constexpr int kTpProtocolVersion = 1;
+
+struct TpHello {
+  int protocol = kTpProtocolVersion;
+  int rank = 0, world_size = 0;
+  // The model: its directory (a follower cuts its rank's pieces from it) and identity
+  // (model_identity.h), which the follower checks against what it opened (single-process).
+  std::string model_dir, model_identity;
+  // Or served: the server's socket and the model's name there (model_dir empty); each follower
+  // imports its own rank's pieces.
+  std::string server_socket, model_name;
+  bool quantize_fp8 = false;
+  // The engine's shape on every rank: context, the KV pool's blocks (one block table serves
+  // every rank), its number format.
+  int context_length = 0, kv_block_size = 0, kv_blocks = 0;
+  std::string kv_cache_dtype = "auto";
+  int barrier_timeout_ms = 0;
+};
+
+nlohmann::json hello_message(const TpHello& hello);
+// Throws std::runtime_error naming the field (or the version) that is wrong.
+TpHello parse_hello(const nlohmann::json& message);
+
+// The follower's answer to a hello: ready, or an error (`error` set).
+nlohmann::json ready_message(int rank);
+nlohmann::json error_message(const std::string& error);
+// Returns normally on ready from `rank`; throws std::runtime_error with the follower's error,
+// or naming what is wrong with the message.
+void expect_ready(const nlohmann::json& message, int rank);
+
+// A step plan: the tokens, positions, block tables and logits flags of one forward.
+nlohmann::json forward_message(const ForwardBatch& batch);
+nlohmann::json stop_message();
+
+// A received step plan, owning what its ForwardBatch's spans point into.
+struct StepPlan {
+  std::vector<std::vector<int32_t>> tokens, tables;
+  ForwardBatch batch;
+};
+// Throws std::runtime_error naming the field that is wrong. Ranges (token ids, positions,
+// blocks) are the backend's check_batch's business, as on the leader.
+StepPlan parse_forward(const nlohmann::json& message);
+
+// The message's "type", or throws naming what was received instead.
+std::string message_type(const nlohmann::json& message);
+
+}  // namespace hearth

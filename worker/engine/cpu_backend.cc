@@ -88,8 +88,16 @@ CpuBackend::CpuBackend(std::shared_ptr<const WeightStore> store, int context_len
     }
   }
   inv_freq_ = rope_inverse_frequencies(c_);
-  block_slots_ = size_t(c_.n_layers) * 2 * c_.n_kv_heads * kv_.block_size;
-  block_bytes_ = size_t(kv_bytes_per_token(c_, kv_dtype)) * kv_.block_size;
+  // Leased per rank (served tensor parallel): each rank's pool holds its own KV heads of every
+  // block, in the layout one pool has with that many heads.
+  kv_pools_ = memory_ ? memory_->ranks() : 1;
+  if (kv_pools_ > 1 && (kv_pools_ != tensor_parallel || c_.n_kv_heads % kv_pools_ != 0))
+    throw std::runtime_error(
+        "a KV memory of " + std::to_string(kv_pools_) + " ranks for an engine of tensor_parallel " +
+        std::to_string(tensor_parallel) + " and " + std::to_string(c_.n_kv_heads) + " KV heads");
+  pool_heads_ = c_.n_kv_heads / kv_pools_;
+  block_slots_ = size_t(c_.n_layers) * 2 * pool_heads_ * kv_.block_size;
+  block_bytes_ = size_t(kv_bytes_per_token(c_, kv_dtype) / kv_pools_) * kv_.block_size;
   if (memory_) {
     if (memory_->block_bytes() != int64_t(block_bytes_))
       throw std::runtime_error("the leased KV memory has blocks of " +
@@ -175,14 +183,21 @@ void CpuBackend::embed_row(int32_t token, float* out) const {
 }
 
 size_t CpuBackend::slot(int layer, int value, int offset, int kv_head) const {
-  return (size_t(layer) * 2 * c_.n_kv_heads + size_t(value) * c_.n_kv_heads + kv_head) *
+  return (size_t(layer) * 2 * pool_heads_ + size_t(value) * pool_heads_ + kv_head) *
              kv_.block_size +
          offset;
 }
 
+std::byte* CpuBackend::block_of(int32_t block, int& kv_head) const {
+  if (kv_pools_ == 1) return pool() + size_t(block) * block_bytes_;
+  const int rank = kv_head / pool_heads_;
+  kv_head %= pool_heads_;
+  return memory_->rank(rank).base() + size_t(block) * block_bytes_;
+}
+
 void CpuBackend::store_kv(int layer, int value, int32_t block, int offset, int kv_head,
                           const float* x) {
-  std::byte* b = pool() + size_t(block) * block_bytes_;
+  std::byte* b = block_of(block, kv_head);
   const size_t s = slot(layer, value, offset, kv_head), hd = size_t(c_.head_dim);
   if (!fp8_kv_) {
     std::memcpy(b + s * hd * sizeof(float), x, hd * sizeof(float));
@@ -195,7 +210,7 @@ void CpuBackend::store_kv(int layer, int value, int32_t block, int offset, int k
 
 const float* CpuBackend::load_kv(int layer, int value, int32_t block, int offset, int kv_head,
                                  float* scratch) const {
-  const std::byte* b = pool() + size_t(block) * block_bytes_;
+  const std::byte* b = block_of(block, kv_head);
   const size_t s = slot(layer, value, offset, kv_head), hd = size_t(c_.head_dim);
   if (!fp8_kv_) return reinterpret_cast<const float*>(b + s * hd * sizeof(float));
   float scale;

@@ -5,6 +5,12 @@
 // chunks.
 #include <gtest/gtest.h>
 
+#include <signal.h>
+
+#include <algorithm>
+#include <fstream>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -127,6 +133,212 @@ TEST(KvLeaseDevices, EachRanksDeviceHasItsOwnBudget) {
   EXPECT_EQ(kv_on(stats, 0), kChunk);
   EXPECT_NE(server.log().find("5 chunks) returned: disconnected"), std::string::npos)
       << server.log();
+}
+
+std::optional<json> worker_entry(const json& stats, pid_t pid) {
+  for (const json& w : stats["workers"])
+    if (w["pid"] == pid) return w;
+  return std::nullopt;
+}
+
+// The worker's KV chunks on `device`, from the server's stats.
+uint64_t chunks_on(const json& worker, size_t device) {
+  for (const json& d : worker["kv"]["devices"])
+    if (d["device"] == device) return d["chunks"].get<uint64_t>();
+  return 0;
+}
+
+std::vector<std::string> tp_worker_args(const ServerProcess& server) {
+  return {test::binary("hearth-worker"),
+          "--server",
+          server.socket(),
+          "--model",
+          "tiny",
+          "--backend",
+          "cpu",
+          "--set",
+          "tensor_parallel=2"};
+}
+
+// Requests that together need more KV than one context: a worker running them at once grows.
+std::string write_requests(const test::TempDir& dir, int count) {
+  const std::string path = dir / "requests.jsonl";
+  std::ofstream out(path);
+  for (int i = 0; i < count; ++i)
+    out << json{{"id", "r" + std::to_string(i)},
+                {"prompt", "A fortune for today, number " + std::to_string(i) + ":"},
+                {"temperature", 0.8},
+                {"seed", i},
+                {"max_tokens", 150},
+                {"ignore_eos", true}}
+               .dump()
+        << "\n";
+  return path;
+}
+
+// Each request's final event, by id; every one must have finished by length.
+size_t finished_by_length(const std::string& out) {
+  size_t n = 0;
+  std::stringstream ss(out);
+  for (std::string line; std::getline(ss, line);) {
+    const json e = json::parse(line, nullptr, false);
+    if (!e.is_object() || !e.contains("done")) continue;
+    EXPECT_EQ(e.value("stop", ""), "length") << e.dump();
+    n += e.value("stop", "") == "length";
+  }
+  return n;
+}
+
+// A serving TP=2 worker holds one context on each rank's device, the same on both (every rank
+// holds the same blocks, its own heads of them); SIGKILLed, its connection closes and the server
+// takes both devices' chunks back.
+TEST(KvLeaseDevices, ATensorParallelWorkersLeaseIsOnEveryDeviceAndReturnsWhenItIsKilled) {
+  ServerProcess server(tp_server_args(2, 200));
+  test::TempDir dir;
+  std::vector<std::string> argv = tp_worker_args(server);
+  argv.insert(argv.end(), {"--serve", dir / "w.sock"});
+  ChildProcess worker = ChildProcess::spawn(
+      ChildProcess::Options(argv).stderr_to(ChildProcess::Stream::file(dir / "w.err")));
+  json s = wait_for_stats(server, [&](const json& st) {
+    const auto w = worker_entry(st, worker.pid());
+    return w && chunks_on(*w, 0) > 0 && chunks_on(*w, 1) > 0;
+  });
+  const std::optional<json> w = worker_entry(s, worker.pid());
+  ASSERT_TRUE(w) << s.dump() << test::read_file(dir / "w.err");
+  // One context (512 positions) of one rank's heads: 5,120 bytes a position, one 10 MiB chunk.
+  EXPECT_EQ(chunks_on(*w, 0), 1u) << w->dump();
+  EXPECT_EQ(chunks_on(*w, 1), 1u) << w->dump();
+  EXPECT_EQ((*w)["kv"]["bytes"], 20 * kMiB);
+  EXPECT_EQ(kv_on(s, 0), 10 * kMiB);
+  EXPECT_EQ(kv_on(s, 1), 10 * kMiB);
+
+  // The worker's own stats count both ranks' chunks, and one block table's blocks.
+  std::optional<ipc::Client> client;
+  for (auto deadline = test::patience_deadline();
+       !client && std::chrono::steady_clock::now() < deadline;) {
+    try {
+      client.emplace(test::connect_client(dir / "w.sock"));
+    } catch (const ipc::IpcError&) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  ASSERT_TRUE(client) << test::read_file(dir / "w.err");
+  const json lease = client->call(ipc::op::kStats).body["kv_lease"];
+  EXPECT_EQ(lease["chunks"], 2) << lease.dump();
+  EXPECT_EQ(lease["bytes"], 20 * kMiB);
+  EXPECT_EQ(lease["blocks"], 128);  // 10 MiB of 81,920-byte blocks (16 positions, one rank)
+  client.reset();
+
+  ASSERT_EQ(::kill(worker.pid(), SIGKILL), 0);
+  worker.wait();
+  s = wait_for_stats(server, [&](const json& st) { return !worker_entry(st, worker.pid()); });
+  EXPECT_FALSE(worker_entry(s, worker.pid())) << s.dump();
+  EXPECT_EQ(kv_on(s, 0), 0);
+  EXPECT_EQ(kv_on(s, 1), 0);
+  EXPECT_EQ(s["kv_chunks"], 0);
+  EXPECT_NE(server.log().find("(pid " + std::to_string(worker.pid()) +
+                              ", 2 chunks) returned: disconnected"),
+            std::string::npos)
+      << server.log();
+}
+
+// Device 1 full (another client holds all of it as its minimum): a TP=2 worker gets no blocks,
+// since rank 0's would be useless alone, gives back what device 0 gave it and waits, as a TP=1
+// worker waits; once device 1 frees, every request runs.
+TEST(KvLeaseDevices, ATensorParallelWorkerWaitsForItsFullDevice) {
+  ServerProcess server(tp_server_args(2, 200));
+  test::TempDir dir;
+  ipc::Client hog = test::connect_client(server.socket(), "hog");
+  const uint64_t free1 = server.stats()["kv_devices"][1]["free_bytes"].get<uint64_t>() / kChunk;
+  ASSERT_EQ(granted(lease(hog, 1, free1, free1)), free1);
+  const uint64_t leased_before = server.stats()["kv_chunks_total"].get<uint64_t>();
+
+  std::vector<std::string> argv = tp_worker_args(server);
+  argv.insert(argv.end(), {"--requests", write_requests(dir, 2), "--format", "jsonl"});
+  ChildProcess worker =
+      ChildProcess::spawn(ChildProcess::Options(argv)
+                              .stdout_to(ChildProcess::Stream::file(dir / "w.out"))
+                              .stderr_to(ChildProcess::Stream::file(dir / "w.err")));
+  // Device 0 leased it a chunk (rank 0's minimum) that it gave back: it holds nothing and waits.
+  json s = wait_for_stats(server, [&](const json& st) {
+    const auto w = worker_entry(st, worker.pid());
+    return w && st["kv_chunks_total"].get<uint64_t>() > leased_before && (*w)["kv"]["chunks"] == 0;
+  });
+  const std::optional<json> w = worker_entry(s, worker.pid());
+  ASSERT_TRUE(w) << s.dump() << test::read_file(dir / "w.err");
+  EXPECT_GT(s["kv_chunks_total"].get<uint64_t>(), leased_before);
+  EXPECT_EQ((*w)["kv"]["chunks"], 0) << w->dump();
+  EXPECT_TRUE(worker.running()) << test::read_file(dir / "w.err");
+
+  hog.close();
+  const ExitStatus st = worker.wait();
+  EXPECT_TRUE(st.exited_with(0)) << test::read_file(dir / "w.err");
+  EXPECT_EQ(finished_by_length(test::read_file(dir / "w.out")), 2u);
+  s = wait_for_stats(server, [](const json& st) { return st["kv_chunks"] == 0; });
+  EXPECT_EQ(kv_on(s, 0), 0);
+  EXPECT_EQ(kv_on(s, 1), 0);
+}
+
+// Two TP=2 workers and a client leasing as a TP=1 worker does (one context on device 0) share
+// a budget too small for the workers' wishes: every request runs, neither device ever passes
+// its limit, and the TP=1 client still gets its minimum while they grow.
+TEST(KvLeaseDevices, TensorParallelWorkersDoNotStarveOthersOnTheirDevices) {
+  // 50 MiB a device, ~8.5 MiB of weights: 4 chunks of 10 MiB on each, one kept for the TP=1
+  // client; each worker's 16 requests at once (160 blocks of 128 a chunk) want two.
+  ServerProcess server(tp_server_args(2, 100));
+  test::TempDir dir;
+  ipc::Client tp1 = test::connect_client(server.socket(), "tp1");
+  // Its minimum stated (one chunk), then given back: the budget keeps it for it.
+  const ipc::Frame first = tp1.call(ipc::op::kKvLease, ipc::make_kv_lease_args({10 * kMiB, 1, 1}));
+  ASSERT_EQ(granted(first), 1u);
+  tp1.call(ipc::op::kKvReturn,
+           ipc::make_kv_return_args(first.body["chunks"].get<std::vector<uint64_t>>()));
+
+  const std::string requests = write_requests(dir, 16);
+  std::vector<ChildProcess> workers;
+  for (int i = 0; i < 2; ++i) {
+    std::vector<std::string> argv = tp_worker_args(server);
+    argv.insert(argv.end(),
+                {"--requests", requests, "--format", "jsonl", "--set", "max_running=16"});
+    const std::string base = dir / ("w" + std::to_string(i));
+    workers.push_back(
+        ChildProcess::spawn(ChildProcess::Options(argv)
+                                .stdout_to(ChildProcess::Stream::file(base + ".out"))
+                                .stderr_to(ChildProcess::Stream::file(base + ".err"))));
+  }
+  uint64_t peak = 0;
+  bool tp1_ran = false;
+  auto any_running = [&] {
+    for (ChildProcess& w : workers)
+      if (w.running()) return true;
+    return false;
+  };
+  const auto deadline = test::patience_deadline() + std::chrono::minutes(4);
+  while (any_running() && std::chrono::steady_clock::now() < deadline) {
+    const json s = server.stats();
+    for (size_t d = 0; d < 2; ++d) {
+      const json& dev = s["kv_devices"][d];
+      EXPECT_LE(dev["weights_bytes"].get<uint64_t>() + dev["kv_bytes"].get<uint64_t>(),
+                dev["limit_bytes"].get<uint64_t>())
+          << dev.dump();
+    }
+    const uint64_t workers_kv = kv_on(s, 0);
+    peak = std::max(peak, workers_kv);
+    // Once the workers have grown past their minimums, the TP=1 client's is still there.
+    if (!tp1_ran && workers_kv > 2 * 10 * kMiB) {
+      const ipc::Frame again =
+          tp1.call(ipc::op::kKvLease, ipc::make_kv_lease_args({10 * kMiB, 1, 1}));
+      EXPECT_EQ(granted(again), 1u) << s.dump();
+      tp1_ran = true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  for (int i = 0; i < 2; ++i) {
+    const std::string base = dir / ("w" + std::to_string(i));
+    EXPECT_TRUE(workers[size_t(i)].wait().exited_with(0)) << test::read_file(base + ".err");
+    EXPECT_EQ(finished_by_length(test::read_file(base + ".out")), 16u);
+  }
+  EXPECT_TRUE(tp1_ran) << "the workers never grew past their minimums (peak " << peak << ")";
 }
 
 }  // namespace

@@ -294,10 +294,10 @@ int run(int argc, char** argv) {
     const bool on_gpu = model.store->residence() == hearth::Residence::Device;
     // Sharing prefix KV with other workers: room for as many of their chunks as the pool's
     // own (address space only), mapped read-only (memfd PROT_READ, VMM read-only device
-    // access). The engine sets the cache domain once it exists. Not for tensor-parallel pools
-    // yet: a shared block would have to be found on every rank's device.
-    const bool share = profile.engine.kv_share && profile.engine.prefix_cache &&
-                       profile.engine.tensor_parallel <= 1;
+    // access). The engine sets the cache domain once it exists. Not for the per-rank pools of
+    // a sharded model yet: a shared block would have to be found on every rank's device.
+    const bool share =
+        profile.engine.kv_share && profile.engine.prefix_cache && model.ranks.empty();
     leased_kv = [&model, &served_devices, on_gpu, share](int64_t block_bytes, int max_blocks,
                                                          int min_blocks, int rank) {
       hearth::LeasedKvMemory::Reserve reserve;

@@ -39,8 +39,20 @@ int RankedKvMemory::grow(int blocks) {
   if (blocks <= 0) return 0;
   const int before = blocks_;
   try {
-    for (const auto& rank : ranks_)
-      if (const int lacking = before + blocks - rank->blocks(); lacking > 0) rank->grow(lacking);
+    // The rank that held back last time asks first, and each other asks for no more than the
+    // ranks before it got: a full device costs one round trip, not a lease and a return of
+    // chunks on every other device each time the engine asks.
+    int target = before + blocks;
+    for (size_t i = 0; i < ranks_.size(); ++i) {
+      const size_t r = (first_ + i) % ranks_.size();
+      KvMemory& rank = *ranks_[r];
+      if (const int lacking = target - rank.blocks(); lacking > 0) rank.grow(lacking);
+      if (rank.blocks() < target) {
+        target = rank.blocks();
+        first_ = r;
+      }
+      if (target <= before) break;
+    }
   } catch (...) {
     // A provider gone: the ranks that grew give it back (best effort), the pool stays as it was.
     try {

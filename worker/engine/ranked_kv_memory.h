@@ -3,7 +3,8 @@
 // same block ids (one block table addresses them all), so they grow and shrink together: a grow
 // keeps only the blocks every rank got, handing back what one rank got beyond the others (so a
 // worker waiting for one device does not sit on another's memory), and blocks() is what all of
-// them hold. Prefix blocks are not shared with other workers (shared() is null).
+// them hold. The rank that gave the fewest is asked first next time. Prefix blocks are not shared
+// with other workers (shared() is null).
 #pragma once
 
 #include <memory>
@@ -40,6 +41,7 @@ class RankedKvMemory final : public KvMemory {
 
   std::vector<std::shared_ptr<KvMemory>> ranks_;
   int blocks_ = 0;
+  size_t first_ = 0;  // the rank that gave the fewest blocks last: asked first
 };
 
 // Makes one pool per rank with `factory` (rank r's from its device, `block_bytes` each: one

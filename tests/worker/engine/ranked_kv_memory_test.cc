@@ -60,6 +60,10 @@ TEST(RankedKvMemory, RanksGrowTogetherAndGiveBackWhatTheOthersDidNotGet) {
   EXPECT_EQ(memory->blocks(), 8);
   EXPECT_EQ(memory->rank(0).blocks(), 8);
   EXPECT_EQ(kv_on(server, 0), kChunk);
+  // Asked again, the full device goes first and nothing is leased anywhere.
+  const uint64_t leased = server.stats()["kv_chunks_total"].get<uint64_t>();
+  EXPECT_EQ(memory->grow(24), 0);
+  EXPECT_EQ(server.stats()["kv_chunks_total"].get<uint64_t>(), leased);
 
   // Two chunks free on device 1: both ranks keep two more, device 0's third goes back.
   hog.call(ipc::op::kKvReturn,

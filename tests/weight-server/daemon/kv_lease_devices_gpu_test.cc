@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "server_test_support.h"
+#include "kv_lease_test_support.h"
 #include "weight-server/sharing/vmm_backend.h"
 
 namespace hearth {
@@ -20,28 +20,8 @@ namespace {
 using json = nlohmann::json;
 using test::ServerProcess;
 
-std::optional<json> worker_entry(const json& stats, pid_t pid) {
-  for (const json& w : stats["workers"])
-    if (w["pid"] == pid) return w;
-  return std::nullopt;
-}
-
-uint64_t chunks_on(const json& worker, size_t device) {
-  for (const json& d : worker["kv"]["devices"])
-    if (d["device"] == device) return d["chunks"].get<uint64_t>();
-  return 0;
-}
-
-template <typename Pred>
-json wait_for_stats(ServerProcess& server, Pred pred) {
-  const auto deadline = test::patience_deadline();
-  json s = server.stats();
-  while (!pred(s) && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    s = server.stats();
-  }
-  return s;
-}
+using test::wait_for_stats;
+using test::worker_entry;
 
 // The token ids of a jsonl run, in order.
 std::vector<int64_t> tokens_of(const std::string& out) {
@@ -80,12 +60,12 @@ TEST(KvLeaseDevicesGpu, ATensorParallelCudaWorkerLeasesEachRanksPoolOnItsGpu) {
       ChildProcess::Options(argv).stderr_to(ChildProcess::Stream::file(dir / "w.err")));
   json s = wait_for_stats(server, [&](const json& st) {
     const auto w = worker_entry(st, holder.pid());
-    return w && chunks_on(*w, 0) > 0 && chunks_on(*w, 1) > 0;
+    return w && test::kv_chunks_on(*w, 0) > 0 && test::kv_chunks_on(*w, 1) > 0;
   });
   const std::optional<json> w = worker_entry(s, holder.pid());
   ASSERT_TRUE(w) << s.dump() << test::read_file(dir / "w.err");
   // One context on each GPU: every rank holds the same blocks, its own heads of them.
-  EXPECT_EQ(chunks_on(*w, 0), chunks_on(*w, 1)) << w->dump();
+  EXPECT_EQ(test::kv_chunks_on(*w, 0), test::kv_chunks_on(*w, 1)) << w->dump();
   EXPECT_EQ(s["kv_devices"][0]["kv_bytes"], s["kv_devices"][1]["kv_bytes"]) << s.dump();
 
   // Leased pools give the tokens of pools of the worker's own (single-process, the same

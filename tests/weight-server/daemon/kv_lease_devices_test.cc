@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "server_test_support.h"
+#include "kv_lease_test_support.h"
 
 namespace hearth {
 namespace {
@@ -26,16 +26,7 @@ constexpr uint64_t kMiB = uint64_t(1) << 20;
 constexpr uint64_t kChunk = 2 * kMiB;
 
 std::vector<std::string> tp_server_args(int ranks, uint64_t memory_mb) {
-  return {"--backend",
-          "memfd",
-          "--model",
-          test::tiny_model_dir().string() + ":tiny",
-          "--tensor-parallel",
-          std::to_string(ranks),
-          "--memory-mb",
-          std::to_string(memory_mb),
-          "--gpu-memory-fraction",
-          "0.5"};
+  return test::kv_budget_args(memory_mb, ranks);
 }
 
 ipc::Frame lease(ipc::Client& c, uint64_t device, uint64_t chunks, uint64_t min_chunks = 0) {
@@ -51,17 +42,8 @@ uint64_t kv_on(const json& stats, size_t device) {
   return stats.at("kv_devices").at(device).at("kv_bytes").get<uint64_t>();
 }
 
-// Polls the server until `pred(stats)` holds; the deadline only stops a hang.
-template <typename Pred>
-json wait_for_stats(ServerProcess& server, Pred pred) {
-  const auto deadline = test::patience_deadline();
-  json s = server.stats();
-  while (!pred(s) && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    s = server.stats();
-  }
-  return s;
-}
+using test::wait_for_stats;
+using test::worker_entry;
 
 TEST(KvLeaseDevices, EachRanksDeviceHasItsOwnBudget) {
   ServerProcess server(tp_server_args(2, 100));
@@ -135,19 +117,6 @@ TEST(KvLeaseDevices, EachRanksDeviceHasItsOwnBudget) {
       << server.log();
 }
 
-std::optional<json> worker_entry(const json& stats, pid_t pid) {
-  for (const json& w : stats["workers"])
-    if (w["pid"] == pid) return w;
-  return std::nullopt;
-}
-
-// The worker's KV chunks on `device`, from the server's stats.
-uint64_t chunks_on(const json& worker, size_t device) {
-  for (const json& d : worker["kv"]["devices"])
-    if (d["device"] == device) return d["chunks"].get<uint64_t>();
-  return 0;
-}
-
 std::vector<std::string> tp_worker_args(const ServerProcess& server) {
   return {test::binary("hearth-worker"),
           "--server",
@@ -158,22 +127,6 @@ std::vector<std::string> tp_worker_args(const ServerProcess& server) {
           "cpu",
           "--set",
           "tensor_parallel=2"};
-}
-
-// Requests that together need more KV than one context: a worker running them at once grows.
-std::string write_requests(const test::TempDir& dir, int count) {
-  const std::string path = dir / "requests.jsonl";
-  std::ofstream out(path);
-  for (int i = 0; i < count; ++i)
-    out << json{{"id", "r" + std::to_string(i)},
-                {"prompt", "A fortune for today, number " + std::to_string(i) + ":"},
-                {"temperature", 0.8},
-                {"seed", i},
-                {"max_tokens", 150},
-                {"ignore_eos", true}}
-               .dump()
-        << "\n";
-  return path;
 }
 
 // Each request's final event, by id; every one must have finished by length.
@@ -201,27 +154,19 @@ TEST(KvLeaseDevices, ATensorParallelWorkersLeaseIsOnEveryDeviceAndReturnsWhenItI
       ChildProcess::Options(argv).stderr_to(ChildProcess::Stream::file(dir / "w.err")));
   json s = wait_for_stats(server, [&](const json& st) {
     const auto w = worker_entry(st, worker.pid());
-    return w && chunks_on(*w, 0) > 0 && chunks_on(*w, 1) > 0;
+    return w && test::kv_chunks_on(*w, 0) > 0 && test::kv_chunks_on(*w, 1) > 0;
   });
   const std::optional<json> w = worker_entry(s, worker.pid());
   ASSERT_TRUE(w) << s.dump() << test::read_file(dir / "w.err");
   // One context (512 positions) of one rank's heads: 5,120 bytes a position, one 10 MiB chunk.
-  EXPECT_EQ(chunks_on(*w, 0), 1u) << w->dump();
-  EXPECT_EQ(chunks_on(*w, 1), 1u) << w->dump();
+  EXPECT_EQ(test::kv_chunks_on(*w, 0), 1u) << w->dump();
+  EXPECT_EQ(test::kv_chunks_on(*w, 1), 1u) << w->dump();
   EXPECT_EQ((*w)["kv"]["bytes"], 20 * kMiB);
   EXPECT_EQ(kv_on(s, 0), 10 * kMiB);
   EXPECT_EQ(kv_on(s, 1), 10 * kMiB);
 
   // The worker's own stats count both ranks' chunks, and one block table's blocks.
-  std::optional<ipc::Client> client;
-  for (auto deadline = test::patience_deadline();
-       !client && std::chrono::steady_clock::now() < deadline;) {
-    try {
-      client.emplace(test::connect_client(dir / "w.sock"));
-    } catch (const ipc::IpcError&) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-  }
+  std::optional<ipc::Client> client = test::connect_when_listening(dir / "w.sock");
   ASSERT_TRUE(client) << test::read_file(dir / "w.err");
   const json lease = client->call(ipc::op::kStats).body["kv_lease"];
   EXPECT_EQ(lease["chunks"], 2) << lease.dump();
@@ -254,7 +199,8 @@ TEST(KvLeaseDevices, ATensorParallelWorkerWaitsForItsFullDevice) {
   const uint64_t leased_before = server.stats()["kv_chunks_total"].get<uint64_t>();
 
   std::vector<std::string> argv = tp_worker_args(server);
-  argv.insert(argv.end(), {"--requests", write_requests(dir, 2), "--format", "jsonl"});
+  argv.insert(argv.end(), {"--requests", test::write_growing_requests(dir, "requests.jsonl", 2),
+                           "--format", "jsonl"});
   ChildProcess worker =
       ChildProcess::spawn(ChildProcess::Options(argv)
                               .stdout_to(ChildProcess::Stream::file(dir / "w.out"))
@@ -294,7 +240,7 @@ TEST(KvLeaseDevices, TensorParallelWorkersDoNotStarveOthersOnTheirDevices) {
   tp1.call(ipc::op::kKvReturn,
            ipc::make_kv_return_args(first.body["chunks"].get<std::vector<uint64_t>>()));
 
-  const std::string requests = write_requests(dir, 16);
+  const std::string requests = test::write_growing_requests(dir, "requests.jsonl", 16);
   std::vector<ChildProcess> workers;
   for (int i = 0; i < 2; ++i) {
     std::vector<std::string> argv = tp_worker_args(server);

@@ -241,26 +241,13 @@ TEST(KvLeaseDevices, TensorParallelWorkersDoNotStarveOthersOnTheirDevices) {
            ipc::make_kv_return_args(first.body["chunks"].get<std::vector<uint64_t>>()));
 
   const std::string requests = test::write_growing_requests(dir, "requests.jsonl", 16);
-  std::vector<ChildProcess> workers;
-  for (int i = 0; i < 2; ++i) {
-    std::vector<std::string> argv = tp_worker_args(server);
-    argv.insert(argv.end(),
-                {"--requests", requests, "--format", "jsonl", "--set", "max_running=16"});
-    const std::string base = dir / ("w" + std::to_string(i));
-    workers.push_back(
-        ChildProcess::spawn(ChildProcess::Options(argv)
-                                .stdout_to(ChildProcess::Stream::file(base + ".out"))
-                                .stderr_to(ChildProcess::Stream::file(base + ".err"))));
-  }
+  std::vector<std::string> argv = tp_worker_args(server);
+  argv.insert(argv.end(), {"--requests", requests, "--format", "jsonl", "--set", "max_running=16"});
+  std::vector<ChildProcess> workers = test::spawn_workers(argv, dir, 2);
   uint64_t peak = 0;
   bool tp1_ran = false;
-  auto any_running = [&] {
-    for (ChildProcess& w : workers)
-      if (w.running()) return true;
-    return false;
-  };
   const auto deadline = test::patience_deadline() + std::chrono::minutes(4);
-  while (any_running() && std::chrono::steady_clock::now() < deadline) {
+  while (test::any_running(workers) && std::chrono::steady_clock::now() < deadline) {
     const json s = server.stats();
     for (size_t d = 0; d < 2; ++d) {
       const json& dev = s["kv_devices"][d];

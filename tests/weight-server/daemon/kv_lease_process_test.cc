@@ -50,25 +50,13 @@ std::map<std::string, json> finishes(const std::string& out, int expected) {
 // weights and KV together never pass the limit. Returns their stdouts.
 std::vector<std::string> run_workers_sharing(ServerProcess& server, const TempDir& dir, int n,
                                              const std::string& requests) {
-  std::vector<ChildProcess> workers;
-  for (int i = 0; i < n; ++i) {
-    std::vector<std::string> argv = {test::binary("hearth-worker")};
-    for (const std::string& a : served_args(server, requests)) argv.push_back(a);
-    const std::string base = dir / ("w" + std::to_string(i));
-    workers.push_back(
-        ChildProcess::spawn(ChildProcess::Options(argv)
-                                .stdout_to(ChildProcess::Stream::file(base + ".out"))
-                                .stderr_to(ChildProcess::Stream::file(base + ".err"))));
-  }
+  std::vector<std::string> argv = {test::binary("hearth-worker")};
+  for (const std::string& a : served_args(server, requests)) argv.push_back(a);
+  std::vector<ChildProcess> workers = test::spawn_workers(argv, dir, n);
   uint64_t peak = 0;
   int samples = 0;
   const auto deadline = test::patience_deadline() + std::chrono::minutes(4);
-  auto any_running = [&] {
-    for (ChildProcess& w : workers)
-      if (w.running()) return true;
-    return false;
-  };
-  while (any_running() && std::chrono::steady_clock::now() < deadline) {
+  while (test::any_running(workers) && std::chrono::steady_clock::now() < deadline) {
     const json m = server.stats()["memory"];
     const uint64_t used = m["weights_bytes"].get<uint64_t>() + m["kv_bytes"].get<uint64_t>();
     EXPECT_LE(used, m["limit_bytes"].get<uint64_t>()) << m.dump();

@@ -30,6 +30,26 @@ inline std::vector<std::string> kv_budget_args(uint64_t memory_mb, int ranks = 1
   return args;
 }
 
+// `n` processes of `argv` at once, the i-th's output in `dir`/w<i>.out and .err.
+inline std::vector<ChildProcess> spawn_workers(const std::vector<std::string>& argv,
+                                               const TempDir& dir, int n) {
+  std::vector<ChildProcess> workers;
+  for (int i = 0; i < n; ++i) {
+    const std::string base = dir / ("w" + std::to_string(i));
+    workers.push_back(
+        ChildProcess::spawn(ChildProcess::Options(argv)
+                                .stdout_to(ChildProcess::Stream::file(base + ".out"))
+                                .stderr_to(ChildProcess::Stream::file(base + ".err"))));
+  }
+  return workers;
+}
+
+inline bool any_running(std::vector<ChildProcess>& processes) {
+  for (ChildProcess& p : processes)
+    if (p.running()) return true;
+  return false;
+}
+
 // Polls the server until `pred(stats)` holds; the deadline only stops a hang.
 template <typename Pred>
 nlohmann::json wait_for_stats(ServerProcess& server, Pred pred) {

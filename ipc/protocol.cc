@@ -194,9 +194,12 @@ nlohmann::json make_import_result(std::span<const std::uint64_t> allocations) {
 }
 
 nlohmann::json make_kv_lease_args(const KvLeaseRequest& request) {
-  return {{"chunk_bytes", request.chunk_bytes},
-          {"chunks", request.chunks},
-          {"min_chunks", request.min_chunks}};
+  nlohmann::json args = {{"chunk_bytes", request.chunk_bytes},
+                         {"chunks", request.chunks},
+                         {"min_chunks", request.min_chunks}};
+  // Device 0 is the default: its requests stay what a server of one device has always read.
+  if (request.device != 0) args["device"] = request.device;
+  return args;
 }
 
 KvLeaseRequest parse_kv_lease_request(const Request& request) {
@@ -216,6 +219,11 @@ KvLeaseRequest parse_kv_lease_request(const Request& request) {
                                                   std::to_string(kMaxFdsPerFrame) + ")");
   if (parsed.min_chunks > kMaxKvMinChunks)
     bad_field("min_chunks", "at most " + std::to_string(kMaxKvMinChunks));
+  if (find(request.body, "device") != nullptr) {
+    parsed.device = uint_field(request.body, "device");
+    if (parsed.device >= kMaxKvDevices)
+      bad_field("device", "a KV device index below " + std::to_string(kMaxKvDevices));
+  }
   return parsed;
 }
 

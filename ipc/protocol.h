@@ -113,16 +113,23 @@ nlohmann::json make_import_args(std::string_view model, std::span<const std::uin
 ImportRequest parse_import_request(const Request& request);
 nlohmann::json make_import_result(std::span<const std::uint64_t> allocations);
 
-// kv_lease: {"chunk_bytes": B, "chunks": N, "min_chunks": M} asks for N more KV chunks of B bytes
-// (a multiple of 2 MiB, at most 1 GiB; one size per client) and states M, the chunks this
-// worker needs for one full context: the server keeps that many for it whatever others take.
-// The reply {"chunk_bytes": B, "chunks": [ID, ...]} carries one FD per id, in order: as many as
-// the budget allows now, maybe none (the worker's requests then wait). At most kMaxFdsPerFrame.
+// kv_lease: {"chunk_bytes": B, "chunks": N, "min_chunks": M, "device": D} asks for N more KV
+// chunks of B bytes (a multiple of 2 MiB, at most 1 GiB; one size per client) and states M, the
+// chunks this worker needs for one full context on that device: the server keeps that many for
+// it whatever others take. D (optional, 0 when absent, so older workers lease as before) is the
+// server's KV device the chunks come from, each with its own budget: rank D's GPU of a
+// tensor-parallel vmm server, rank D's share of a memfd one (issue 26); a server of one rank
+// has device 0 only. The reply {"chunk_bytes": B, "device": D, "chunks": [ID, ...]} carries one
+// FD per id, in order: as many as D's budget allows now, maybe none (the worker's requests then
+// wait). At most kMaxFdsPerFrame. Chunk ids are unique across devices.
 struct KvLeaseRequest {
   std::uint64_t chunk_bytes = 0;
   std::uint64_t chunks = 0;
   std::uint64_t min_chunks = 0;
+  std::uint64_t device = 0;
 };
+// More KV devices than any host has GPUs: a larger index is refused before any lookup.
+inline constexpr std::uint64_t kMaxKvDevices = 1024;
 inline constexpr std::uint64_t kKvChunkAlignmentBytes = std::uint64_t(2) << 20;
 inline constexpr std::uint64_t kMaxKvChunkBytesInProtocol = std::uint64_t(1) << 30;
 inline constexpr std::uint64_t kMaxKvMinChunks = std::uint64_t(1) << 20;

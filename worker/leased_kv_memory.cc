@@ -50,9 +50,10 @@ class Trace {
 
 LeasedKvMemory::LeasedKvMemory(std::shared_ptr<ipc::Client> server, int64_t block_bytes,
                                int max_blocks, int min_blocks, const Reserve& reserve,
-                               LeasedKvSharing sharing)
-    : server_(std::move(server)), block_bytes_(block_bytes) {
+                               LeasedKvSharing sharing, int device)
+    : server_(std::move(server)), block_bytes_(block_bytes), device_(device) {
   if (sharing.chunks < 0) throw std::invalid_argument("a negative count of shared KV chunks");
+  if (device < 0) throw std::invalid_argument("a negative KV device");
   if (!server_ || block_bytes <= 0 || max_blocks <= 0 || min_blocks < 0)
     throw std::invalid_argument("a leased KV pool needs a server, blocks and a size");
   chunk_bytes_ = kv_chunk_bytes_for(uint64_t(block_bytes));
@@ -86,11 +87,20 @@ LeasedKvMemory::~LeasedKvMemory() {
 int LeasedKvMemory::lease(int chunks) {
   chunks = std::min({chunks, max_chunks_ - int(chunk_ids_.size()), int(ipc::kMaxFdsPerFrame)});
   if (chunks <= 0) return 0;
-  ipc::KvLeaseRequest request{chunk_bytes_, uint64_t(chunks), uint64_t(min_chunks_)};
+  ipc::KvLeaseRequest request{chunk_bytes_, uint64_t(chunks), uint64_t(min_chunks_),
+                              uint64_t(device_)};
   const Trace call_trace;
   ipc::Frame reply = server_->call(ipc::op::kKvLease, ipc::make_kv_lease_args(request));
   call_trace.line("kv_lease call for %d chunks", chunks);
   const nlohmann::json& ids = reply.body.at("chunks");
+  // A server from before per-device leases ignores the device and answers with none: its chunks
+  // would be device 0's, not this rank's.
+  if (const auto it = reply.body.find("device");
+      device_ != 0 && (it == reply.body.end() || *it != device_))
+    throw std::runtime_error("the server leased KV chunks for another device than " +
+                             std::to_string(device_) +
+                             " (a server without KV leases per device cannot serve tensor "
+                             "parallel ranks their KV)");
   if (!ids.is_array() || ids.size() != reply.fds.size() || ids.size() > size_t(chunks) ||
       reply.body.value("chunk_bytes", uint64_t(0)) != chunk_bytes_)
     throw std::runtime_error("the server's KV lease reply does not match what was asked (" +

@@ -37,10 +37,12 @@ class LeasedKvMemory final : public KvMemory, public SharedKv {
   // nothing else may use it at the same time. Throws ipc::IpcError (a refusal, a dead server)
   // or std::runtime_error (a chunk that is not what was leased).
   // `reserve` makes the range (default: memfd chunks in host memory; reserve_vmm_kv_range for
-  // the GPU). `sharing` adds room for other workers' chunks after the pool's own.
+  // the GPU). `sharing` adds room for other workers' chunks after the pool's own. `device` is
+  // the server's KV device the chunks come from: a tensor-parallel rank's own (issue 26).
   using Reserve = std::function<std::unique_ptr<KvChunkRange>(uint64_t bytes)>;
   LeasedKvMemory(std::shared_ptr<ipc::Client> server, int64_t block_bytes, int max_blocks,
-                 int min_blocks, const Reserve& reserve = nullptr, LeasedKvSharing sharing = {});
+                 int min_blocks, const Reserve& reserve = nullptr, LeasedKvSharing sharing = {},
+                 int device = 0);
   ~LeasedKvMemory() override;
   LeasedKvMemory(const LeasedKvMemory&) = delete;
   LeasedKvMemory& operator=(const LeasedKvMemory&) = delete;
@@ -85,6 +87,7 @@ class LeasedKvMemory final : public KvMemory, public SharedKv {
   int blocks_per_chunk_;
   int max_chunks_;
   int min_chunks_;
+  int device_ = 0;
   std::unique_ptr<KvChunkRange> range_;  // max_chunks_ * chunk_bytes_ of address space
   std::vector<uint64_t> chunk_ids_;      // chunk i of the range, in lease order
   int sharing_chunks_ = 0;

@@ -25,6 +25,7 @@
 #include "worker/startup_timeline.h"
 #include "tokenizer/tokenizer.h"
 #include "worker/leased_kv_memory.h"
+#include "weight-server/sharing/model_import.h"
 #include "weight-server/sharing/vmm_backend.h"
 #include "worker/worker_model.h"
 #include "worker/tp/tp_backend.h"
@@ -224,14 +225,16 @@ int run(int argc, char** argv) {
   // Served vmm weights run on the CUDA engine: its set-up starts as soon as the device is known
   // and runs while the descriptors arrive and are mapped.
   std::shared_ptr<hearth::CudaWarmup> warmup;
-  int served_device = 0;  // where served vmm weights (and so the leased KV chunks) live
+  // Where served vmm weights (and so the leased KV chunks) live: rank r's on served_devices[r].
+  std::vector<int> served_devices = {0};
   hearth::ServedModelOptions served{verify_weights};
   if (*server_uid_opt) served.server_uid = server_uid;
   // Tensor-parallel processes: this worker is rank 0 and imports only its pieces.
   if (profile.engine.tensor_parallel_processes && profile.engine.tensor_parallel > 1)
     served.rank = 0;
   served.on_device = [&](const hearth::Manifest& manifest, int device) {
-    served_device = device;
+    served_devices = manifest.tensor_parallel > 1 ? hearth::vmm_devices_for_ranks(manifest)
+                                                  : std::vector<int>{device};
     if (profile.engine.backend == hearth::BackendKind::Cpu) return;
     for (const hearth::ManifestTensor& t : manifest.tensors)
       if (t.info.name == hearth::kEmbeddingWeight)
@@ -290,24 +293,33 @@ int run(int argc, char** argv) {
   hearth::KvMemoryFactory leased_kv;
   // GPU-resident (vmm) weights mean a vmm server: its chunks are mapped into a VMM reservation
   // on the weights' device, the CUDA engine's pool; memfd chunks go into host memory.
+  // A tensor-parallel engine leases one pool per rank, rank r's from the server's device r.
   if (model.server) {
-    hearth::LeasedKvMemory::Reserve reserve;
-    if (model.store->residence() == hearth::Residence::Device)
-      reserve = [served_device](uint64_t bytes) {
-        return hearth::reserve_vmm_kv_range(served_device, bytes);
-      };
+    const bool on_gpu = model.store->residence() == hearth::Residence::Device;
     // Sharing prefix KV with other workers: room for as many of their chunks as the pool's
     // own (address space only), mapped read-only (memfd PROT_READ, VMM read-only device
-    // access). The engine sets the cache domain once it exists.
-    const bool share = profile.engine.kv_share && profile.engine.prefix_cache;
-    leased_kv = [&model, reserve, share](int64_t block_bytes, int max_blocks, int min_blocks) {
+    // access). The engine sets the cache domain once it exists. Not for the per-rank pools of
+    // a sharded model yet: a shared block would have to be found on every rank's device.
+    const bool share =
+        profile.engine.kv_share && profile.engine.prefix_cache && model.ranks.empty();
+    leased_kv = [&model, &served_devices, on_gpu, share](int64_t block_bytes, int max_blocks,
+                                                         int min_blocks, int rank) {
+      hearth::LeasedKvMemory::Reserve reserve;
+      if (on_gpu) {
+        if (rank < 0 || size_t(rank) >= served_devices.size())
+          throw std::runtime_error("the served model has no GPU for tensor parallel rank " +
+                                   std::to_string(rank));
+        reserve = [device = served_devices[size_t(rank)]](uint64_t bytes) {
+          return hearth::reserve_vmm_kv_range(device, bytes);
+        };
+      }
       hearth::LeasedKvSharing sharing;
       if (share) {
         const int per_chunk = int(hearth::kv_chunk_bytes_for(uint64_t(block_bytes)) / block_bytes);
         sharing.chunks = (std::max(max_blocks, min_blocks) + per_chunk - 1) / per_chunk;
       }
       return std::make_shared<hearth::LeasedKvMemory>(model.server, block_bytes, max_blocks,
-                                                      min_blocks, reserve, sharing);
+                                                      min_blocks, reserve, sharing, rank);
     };
   }
   // Tensor-parallel ranks as processes: this worker leads, its followers open the same

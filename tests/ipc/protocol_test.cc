@@ -189,5 +189,31 @@ TEST(Protocol, ImportRequestsRoundTripAndAreCapped) {
   EXPECT_EQ(code_of([&] { parse_import_request(mistyped); }), ErrorCode::kBadRequest);
 }
 
+// Issue 26: a lease names its device; device 0 is left out, so the message stays what a server
+// of one device has always read, and a message without one means device 0.
+TEST(Protocol, KvLeaseRequestsNameTheirDeviceWhenItIsNotZero) {
+  const json zero = make_kv_lease_args({std::uint64_t(2) << 20, 3, 1, 0});
+  EXPECT_FALSE(zero.contains("device")) << zero.dump();
+  EXPECT_EQ(parse_kv_lease_request(parse_request(make_request(op::kKvLease, 1, zero))).device, 0u);
+
+  const json one = make_kv_lease_args({std::uint64_t(2) << 20, 3, 1, 1});
+  EXPECT_EQ(one["device"], 1);
+  const KvLeaseRequest parsed =
+      parse_kv_lease_request(parse_request(make_request(op::kKvLease, 2, one)));
+  EXPECT_EQ(parsed.device, 1u);
+  EXPECT_EQ(parsed.chunks, 3u);
+  EXPECT_EQ(parsed.min_chunks, 1u);
+
+  json far = one;
+  far["device"] = kMaxKvDevices;
+  EXPECT_EQ(
+      code_of([&] { parse_kv_lease_request(parse_request(make_request(op::kKvLease, 3, far))); }),
+      ErrorCode::kBadRequest);
+  far["device"] = nullptr;
+  EXPECT_EQ(
+      code_of([&] { parse_kv_lease_request(parse_request(make_request(op::kKvLease, 4, far))); }),
+      ErrorCode::kBadRequest);
+}
+
 }  // namespace
 }  // namespace hearth::ipc

@@ -109,7 +109,7 @@ TEST(CudaLeasedKv, ServedPoolGivesTheTokensOfTheOwnPool) {
     std::shared_ptr<ipc::Client> client = server.client();
     std::shared_ptr<LeasedKvMemory> memory;
     int max_blocks = 0, min_blocks = 0;
-    const KvMemoryFactory lease = [&](int64_t block_bytes, int most, int fewest) {
+    const KvMemoryFactory lease = [&](int64_t block_bytes, int most, int fewest, int) {
       max_blocks = most, min_blocks = fewest;
       memory = std::make_shared<LeasedKvMemory>(client, block_bytes, most, fewest,
                                                 test::VmmKvServer::device_range());

@@ -36,8 +36,9 @@ int run(int argc, char** argv) {
                      "socket directory only it can write to)")
           ->check(CLI::Range(uid_t{0}, uid_t(-2)));
   CLI::App* list = app.add_subcommand("list", "models served, with their lease counts");
-  CLI::App* stats = app.add_subcommand(
-      "stats", "models, bytes, clients, leases, uptime; memory: weights, KV per worker, free");
+  CLI::App* stats = app.add_subcommand("stats",
+                                       "models, bytes, clients, leases, uptime; memory: weights, "
+                                       "KV per worker, free (per device: kv_devices)");
   CLI::App* manifest = app.add_subcommand(
       "manifest", "a served model's manifest: every tensor, per rank with its slice when sharded");
   manifest->add_option("model", model, "the served model's name")->required();

@@ -14,6 +14,15 @@ uint64_t sharded_bytes_on(const ExportableStore& store, int device) {
   return bytes;
 }
 
+uint64_t rank_allocation_bytes(const ExportableStore& store, int rank) {
+  const ShardedLayout* sharded = store.sharded();
+  if (!sharded) return 0;
+  uint64_t bytes = 0;
+  for (size_t i = 0; i < store.tensors().size(); ++i)
+    if (sharded->ranks[i] == rank) bytes += store.tensors()[i].alloc_bytes;
+  return bytes;
+}
+
 nlohmann::json gpu_memory_use(
     const std::vector<std::pair<std::string, const ExportableStore*>>& stores, double fraction,
     const std::function<uint64_t(int)>& memory_bytes) {

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <utility>
 
@@ -28,27 +29,45 @@ std::string named(const std::string& s) {
 
 namespace {
 
-uint64_t default_device_bytes(const ServeOptions& options) {
-  if (options.backend == "vmm") return vmm_device_memory_bytes(options.device);
-  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
-  return pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) : uint64_t(1) << 30;
+// The GPU of each KV device (rank r's, vmm), or none (memfd).
+std::vector<int> kv_gpus(const ServeOptions& options) {
+  if (options.backend != "vmm") return {};
+  if (options.tensor_parallel <= 1) return {options.device};
+  if (!options.devices.empty()) return options.devices;
+  std::vector<int> gpus;
+  for (int r = 0; r < options.tensor_parallel; ++r) gpus.push_back(r);
+  return gpus;
+}
+
+KvDeviceBudgets make_budgets(const ServeOptions& options, uint64_t device_bytes, double fraction) {
+  const std::vector<int> gpus = kv_gpus(options);
+  const size_t devices = size_t(std::max(1, options.tensor_parallel));
+  std::vector<uint64_t> bytes(devices, device_bytes);
+  if (device_bytes == 0) {
+    const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+    for (size_t d = 0; d < devices; ++d)
+      bytes[d] = !gpus.empty()           ? vmm_device_memory_bytes(gpus[d])
+                 : pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page)
+                                         : uint64_t(1) << 30;
+  }
+  return KvDeviceBudgets(bytes, fraction, gpus);
 }
 
 }  // namespace
 
 ServerHandler::ServerHandler(ServeOptions defaults, uint64_t device_bytes, double memory_fraction)
     : defaults_(std::move(defaults)),
-      budget_(device_bytes > 0 ? device_bytes : default_device_bytes(defaults_), memory_fraction) {}
+      budgets_(make_budgets(defaults_, device_bytes, memory_fraction)) {}
 
 void ServerHandler::update_weights_budget() {
-  uint64_t bytes = 0;
-  // A model whose ranks span GPUs counts only what it holds on the budget's device.
-  for (const auto& [name, model] : models_)
-    bytes += model->store->sharded() && defaults_.backend == "vmm" &&
-                     model->store->residence() == Residence::Device
-                 ? sharded_bytes_on(*model->store, defaults_.device)
-                 : model->store->allocation_bytes();
-  budget_.set_weights_bytes(bytes);
+  // Device d holds rank d's pieces of a sharded model; a model of one rank lives on device 0.
+  for (size_t d = 0; d < budgets_.size(); ++d) {
+    uint64_t bytes = 0;
+    for (const auto& [name, model] : models_)
+      bytes += model->store->sharded() ? rank_allocation_bytes(*model->store, int(d))
+                                       : (d == 0 ? model->store->allocation_bytes() : 0);
+    budgets_.at(d).set_weights_bytes(bytes);
+  }
 }
 
 ServerHandler::~ServerHandler() {
@@ -127,7 +146,7 @@ void ServerHandler::on_disconnect(broker::Session& session) {
         " chunks) returned: disconnected");
   kv_share_.forget(session.id());
   drop_kv_chunks(session.id(), it->second);
-  budget_.forget(session.id());
+  budgets_.forget(session.id());
   clients_.erase(it);
 }
 
@@ -218,7 +237,7 @@ broker::Reply ServerHandler::stats(broker::Session& session) const {
     if (model->store->residence() == Residence::Device)
       stores.emplace_back(name, model->store.get());
   const uint64_t fixed_bytes = defaults_.device_memory_bytes;
-  const json gpus = gpu_memory_use(stores, budget_.fraction(), [&](int device) {
+  const json gpus = gpu_memory_use(stores, budgets_.at(0).fraction(), [&](int device) {
     return fixed_bytes > 0 ? fixed_bytes : vmm_device_memory_bytes(device);
   });
   json workers = json::array();
@@ -231,7 +250,8 @@ broker::Reply ServerHandler::stats(broker::Session& session) const {
                        {"kv",
                         {{"chunks", client.kv_chunks.size()},
                          {"chunk_bytes", client.kv_chunk_bytes},
-                         {"bytes", budget_.held_by(id)}}}});
+                         {"bytes", budgets_.held_by(id)},
+                         {"devices", kv_by_device(client)}}}});
   }
   return Reply::ok(
       {{"pid", ::getpid()},
@@ -244,7 +264,8 @@ broker::Reply ServerHandler::stats(broker::Session& session) const {
        {"clients", clients_.size()},
        {"leases", leases},
        {"workers", std::move(workers)},
-       {"memory", budget_.to_json()},
+       {"memory", budgets_.at(0).to_json()},  // device 0's, as before devices
+       {"kv_devices", budgets_.to_json()},
        {"gpus", gpus},
        {"kv_chunks", kv_chunks_.size()},
        {"kv_chunks_total", kv_chunks_total_},
@@ -361,20 +382,22 @@ broker::Reply ServerHandler::kv_lease(broker::Session& session, const ipc::Reque
                                                     " differs from the chunks this client holds (" +
                                                     std::to_string(client.kv_chunk_bytes) +
                                                     "); one size per lease");
-  // KV chunks of a rank belong on its own GPU, and the budget is one device's: until leases are
-  // keyed by device (issue 26), a server whose ranks span GPUs leases no KV at all.
-  if (defaults_.backend == "vmm" && defaults_.tensor_parallel > 1)
-    throw ProtocolError(ErrorCode::kBadRequest,
-                        "kv_lease: this server shards its models over " +
-                            std::to_string(defaults_.tensor_parallel) +
-                            " GPUs (--tensor-parallel), and KV leases on several GPUs are not "
-                            "built yet: a worker of this server must size its own KV pool");
+  // Rank r's KV lives beside rank r's weights, in device r's budget.
+  if (req.device >= budgets_.size())
+    throw ProtocolError(ErrorCode::kBadRequest, "kv_lease: device " + std::to_string(req.device) +
+                                                    " is not a KV device of this server (it has " +
+                                                    std::to_string(budgets_.size()) + ", 0-" +
+                                                    std::to_string(budgets_.size() - 1) +
+                                                    ", one per tensor-parallel rank)");
+  const size_t device = size_t(req.device);
+  MemoryBudget& budget = budgets_.at(device);
   const uint64_t min_bytes = req.min_chunks * req.chunk_bytes;
-  uint64_t n = budget_.grantable(session.id(), req.chunk_bytes, req.chunks, min_bytes);
-  if (n < req.chunks) {
-    // Shared blocks nobody reads give way to a worker that needs memory.
+  uint64_t n = budget.grantable(session.id(), req.chunk_bytes, req.chunks, min_bytes);
+  if (n < req.chunks && device == 0) {
+    // Shared blocks nobody reads give way to a worker that needs memory (only device 0's
+    // chunks hold shared blocks).
     evict_shared_kv((req.chunks - n) * req.chunk_bytes);
-    n = budget_.grantable(session.id(), req.chunk_bytes, req.chunks, min_bytes);
+    n = budget.grantable(session.id(), req.chunk_bytes, req.chunks, min_bytes);
   }
   std::vector<uint64_t> ids;
   std::vector<UniqueFd> fds;
@@ -385,14 +408,14 @@ broker::Reply ServerHandler::kv_lease(broker::Session& session, const ipc::Reque
       const uint64_t id = next_kv_chunk_;
       const std::string name = "hearth-kv-" + std::to_string(id);
       std::unique_ptr<KvChunkMemory> memory =
-          defaults_.backend == "vmm" ? create_vmm_kv_chunk(defaults_.device, req.chunk_bytes)
-                                     : create_memfd_kv_chunk(req.chunk_bytes, name);
+          budgets_.gpu(device) >= 0 ? create_vmm_kv_chunk(budgets_.gpu(device), req.chunk_bytes)
+                                    : create_memfd_kv_chunk(req.chunk_bytes, name);
       fds.push_back(memory->export_fd());
       ++next_kv_chunk_;
-      kv_chunks_.emplace(id, KvChunk{session.id(), req.chunk_bytes, std::move(memory)});
-      kv_share_.add_chunk(session.id(), id, req.chunk_bytes);
+      kv_chunks_.emplace(id, KvChunk{session.id(), req.chunk_bytes, device, std::move(memory)});
+      if (device == 0) kv_share_.add_chunk(session.id(), id, req.chunk_bytes);
       client.kv_chunks.insert(id);
-      budget_.add(session.id(), req.chunk_bytes);
+      budget.add(session.id(), req.chunk_bytes);
       ids.push_back(id);
     }
   } catch (const std::exception& e) {
@@ -406,7 +429,8 @@ broker::Reply ServerHandler::kv_lease(broker::Session& session, const ipc::Reque
   client.kv_chunk_bytes = req.chunk_bytes;
   kv_chunks_total_ += ids.size();
   session.set_holds_lease(true);
-  return Reply::ok({{"chunk_bytes", req.chunk_bytes}, {"chunks", ids}}, std::move(fds));
+  return Reply::ok({{"chunk_bytes", req.chunk_bytes}, {"device", device}, {"chunks", ids}},
+                   std::move(fds));
 }
 
 broker::Reply ServerHandler::kv_return(broker::Session& session, const ipc::Request& request) {
@@ -417,12 +441,27 @@ broker::Reply ServerHandler::kv_return(broker::Session& session, const ipc::Requ
       throw ProtocolError(ErrorCode::kNotFound, "this client holds no KV chunk " +
                                                     std::to_string(id) + "; nothing returned");
   for (uint64_t id : req.chunks) {
-    budget_.remove(session.id(), kv_chunks_.at(id).bytes);
+    const KvChunk& chunk = kv_chunks_.at(id);
+    budgets_.at(chunk.device).remove(session.id(), chunk.bytes);
     give_up_kv_chunk(session.id(), id);
     client.kv_chunks.erase(id);
   }
   session.set_holds_lease(!client.leases.empty() || !client.kv_chunks.empty());
   return Reply::ok({{"returned", req.chunks.size()}});
+}
+
+json ServerHandler::kv_by_device(const Client& client) const {
+  std::vector<std::pair<uint64_t, uint64_t>> held(budgets_.size());  // (chunks, bytes)
+  for (uint64_t id : client.kv_chunks) {
+    const KvChunk& chunk = kv_chunks_.at(id);
+    ++held[chunk.device].first;
+    held[chunk.device].second += chunk.bytes;
+  }
+  json out = json::array();
+  for (size_t d = 0; d < held.size(); ++d)
+    if (held[d].first > 0)
+      out.push_back({{"device", d}, {"chunks", held[d].first}, {"bytes", held[d].second}});
+  return out;
 }
 
 void ServerHandler::drop_kv_chunks(broker::ClientId id, Client& client) {

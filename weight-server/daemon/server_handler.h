@@ -17,8 +17,8 @@
 
 #include "broker/broker.h"
 #include "broker/handler.h"
+#include "weight-server/daemon/kv_device_budgets.h"
 #include "weight-server/daemon/kv_share_registry.h"
-#include "weight-server/daemon/memory_budget.h"
 #include "weight-server/daemon/served_model.h"
 #include "weight-server/sharing/kv_chunk.h"
 
@@ -29,6 +29,8 @@ class ServerHandler final : public broker::Handler {
   // `defaults` is how admin `load` requests load (backend, device, threads, log); a request may
   // name another backend. `device_bytes` is the memory the budget divides (0: the GPU's with the
   // vmm backend, the machine's RAM with memfd); `memory_fraction` of it bounds weights and KV.
+  // With defaults.tensor_parallel N > 1 there are N budgets, one per rank's device, each of
+  // `device_bytes` (0: each GPU's own; with memfd the RAM, as if each rank had it to itself).
   explicit ServerHandler(ServeOptions defaults, uint64_t device_bytes = 0,
                          double memory_fraction = 0.9);
   ~ServerHandler() override;
@@ -56,11 +58,12 @@ class ServerHandler final : public broker::Handler {
     uid_t uid = 0;
     std::set<std::string> leases;  // models this client holds
     uint64_t kv_chunk_bytes = 0;   // the size of its KV chunks, fixed by its first kv_lease
-    std::set<uint64_t> kv_chunks;  // KV chunk ids it holds
+    std::set<uint64_t> kv_chunks;  // KV chunk ids it holds, on any device
   };
   struct KvChunk {
     broker::ClientId owner = 0;  // kSharedHolder once orphaned: kept for its published blocks
     uint64_t bytes = 0;
+    size_t device = 0;  // whose budget it counts in (kv_device_budgets.h)
     std::unique_ptr<KvChunkMemory> memory;
   };
 
@@ -84,6 +87,8 @@ class ServerHandler final : public broker::Handler {
   // Frees orphaned chunks nobody references, least recently used first, toward `bytes`.
   void evict_shared_kv(uint64_t bytes);
   nlohmann::json kv_share_stats() const;
+  // Each client's KV per device, for stats.
+  nlohmann::json kv_by_device(const Client& client) const;
   void update_weights_budget();
   broker::Reply load(broker::Session& session, const ipc::Request& request);
   broker::Reply unload(const ipc::Request& request);
@@ -102,14 +107,15 @@ class ServerHandler final : public broker::Handler {
   std::map<std::string, std::shared_ptr<const ServedModel>> models_;
   std::set<std::string> loading_;
   std::map<broker::ClientId, Client> clients_;
-  uint64_t imports_total_ = 0;      // import requests answered
-  uint64_t descriptors_total_ = 0;  // descriptors handed out
-  uint64_t leases_total_ = 0;       // leases ever taken
-  MemoryBudget budget_;
+  uint64_t imports_total_ = 0;             // import requests answered
+  uint64_t descriptors_total_ = 0;         // descriptors handed out
+  uint64_t leases_total_ = 0;              // leases ever taken
+  KvDeviceBudgets budgets_;                // one per KV device: rank r's is device r
   std::map<uint64_t, KvChunk> kv_chunks_;  // every leased KV chunk, by id
   uint64_t next_kv_chunk_ = 1;             // ids are never reused while the server runs
   uint64_t kv_chunks_total_ = 0;           // chunks ever leased
-  // Which published blocks hold which prefix, and who reads them (issue 22 item 3).
+  // Which published blocks hold which prefix, and who reads them (issue 22 item 3). Chunks of
+  // device 0 only: a tensor-parallel worker shares no prefix blocks yet.
   KvShareRegistry kv_share_;
   uint64_t kv_share_evicted_ = 0;  // orphaned chunks freed for memory
   // Broker client ids start at 1: 0 holds the budget of orphaned chunks.

@@ -46,14 +46,14 @@ void ServerHandler::give_up_kv_chunk(broker::ClientId owner, uint64_t id) {
   }
   // Published blocks live in it: it stays, the server's now, until evicted.
   it->second.owner = kSharedHolder;
-  budget_.add(kSharedHolder, it->second.bytes);
+  budgets_.at(it->second.device).add(kSharedHolder, it->second.bytes);
 }
 
 void ServerHandler::evict_shared_kv(uint64_t bytes) {
   for (uint64_t id : kv_share_.evict(bytes)) {
     auto it = kv_chunks_.find(id);
     if (it == kv_chunks_.end()) continue;
-    budget_.remove(kSharedHolder, it->second.bytes);
+    budgets_.at(it->second.device).remove(kSharedHolder, it->second.bytes);
     kv_chunks_.erase(it);
     ++kv_share_evicted_;
   }

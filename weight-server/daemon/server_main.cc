@@ -130,7 +130,8 @@ int run(int argc, char** argv) {
       ->check(CLI::Range(0.01, 1.0));
   app.add_option("--memory-mb", memory_mb,
                  "the device memory the budget divides, in MiB (default: the GPU's with the vmm "
-                 "backend, the machine's RAM with memfd)")
+                 "backend, the machine's RAM with memfd); with --tensor-parallel N, each rank's "
+                 "device has a budget of its own of this size, its weights and KV leases")
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 30));
   std::string quantize = "none";
   app.add_option("--quantize", quantize,

@@ -5,6 +5,7 @@
 
 #include "worker/engine/cpu_backend.h"
 #include "worker/engine/cuda_support.h"
+#include "worker/engine/ranked_kv_memory.h"
 
 namespace hearth {
 
@@ -94,10 +95,15 @@ std::unique_ptr<Backend> make_backend(const EngineOptions& options, const Engine
         CpuBackend::kv_bytes_per_token(weights.store->config(), options.kv_cache_dtype);
     const KvPoolShape kv = resolve_kv_pool(options, context, per_token);
     if (kv_memory) {
+      // A model the server sharded: one pool per rank, each its heads' share of a block,
+      // leased from its rank's device (ranked_kv_memory.h). Ranks cut here from one served
+      // copy live on the server's one device: one pool of every head, as at TP=1.
       const int context_blocks = (context + kv.block_size - 1) / kv.block_size;
+      const int ranks = weights.ranks.empty() ? 1 : std::max(1, options.tensor_parallel);
       return std::make_unique<CpuBackend>(
           weights.store, context, kv,
-          kv_memory(per_token * kv.block_size, kv.num_blocks, context_blocks),
+          make_ranked_kv_memory(kv_memory, ranks, per_token / ranks * kv.block_size, kv.num_blocks,
+                                context_blocks),
           options.tensor_parallel, weights.ranks, options.kv_cache_dtype);
     }
     return std::make_unique<CpuBackend>(weights.store, context, kv, nullptr,

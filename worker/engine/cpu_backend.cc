@@ -109,10 +109,20 @@ CpuBackend::CpuBackend(std::shared_ptr<const WeightStore> store, int context_len
     }
   }
   inv_freq_ = rope_inverse_frequencies(c_);
-  block_slots_ = size_t(c_.n_layers) * 2 * kv_heads_ * kv_.block_size;
-  // With group_ a rank's share: its KV heads of every layer.
-  block_bytes_ =
-      size_t(kv_bytes_per_token(c_, kv_dtype)) / size_t(c_.n_kv_heads / kv_heads_) * kv_.block_size;
+  // This process's KV heads (kv_heads_: every head, or with group_ its rank's) live in
+  // kv_pools_ pools: its own, or one leased per rank (served tensor parallel in one process),
+  // pool r holding heads [r * pool_heads_, (r + 1) * pool_heads_) in the layout one pool has
+  // with that many heads.
+  kv_pools_ = memory_ ? memory_->ranks() : 1;
+  if (kv_pools_ > 1 && (group_ || kv_pools_ != tensor_parallel || c_.n_kv_heads % kv_pools_ != 0))
+    throw std::runtime_error(
+        "a KV memory of " + std::to_string(kv_pools_) + " ranks for an engine of tensor_parallel " +
+        std::to_string(tensor_parallel) + (group_ ? " in rank processes" : "") + " and " +
+        std::to_string(c_.n_kv_heads) + " KV heads");
+  pool_heads_ = kv_heads_ / kv_pools_;
+  block_slots_ = size_t(c_.n_layers) * 2 * pool_heads_ * kv_.block_size;
+  block_bytes_ = size_t(kv_bytes_per_token(c_, kv_dtype)) / size_t(c_.n_kv_heads / pool_heads_) *
+                 kv_.block_size;
   if (memory_) {
     if (memory_->block_bytes() != int64_t(block_bytes_))
       throw std::runtime_error("the leased KV memory has blocks of " +
@@ -208,13 +218,21 @@ void CpuBackend::embed_row(int32_t token, float* out) const {
 }
 
 size_t CpuBackend::slot(int layer, int value, int offset, int kv_head) const {
-  return (size_t(layer) * 2 * kv_heads_ + size_t(value) * kv_heads_ + kv_head) * kv_.block_size +
+  return (size_t(layer) * 2 * pool_heads_ + size_t(value) * pool_heads_ + kv_head) *
+             kv_.block_size +
          offset;
+}
+
+std::byte* CpuBackend::block_of(int32_t block, int& kv_head) const {
+  if (kv_pools_ == 1) return pool() + size_t(block) * block_bytes_;
+  const int rank = kv_head / pool_heads_;
+  kv_head %= pool_heads_;
+  return memory_->rank(rank).base() + size_t(block) * block_bytes_;
 }
 
 void CpuBackend::store_kv(int layer, int value, int32_t block, int offset, int kv_head,
                           const float* x) {
-  std::byte* b = pool() + size_t(block) * block_bytes_;
+  std::byte* b = block_of(block, kv_head);
   const size_t s = slot(layer, value, offset, kv_head), hd = size_t(c_.head_dim);
   if (!fp8_kv_) {
     std::memcpy(b + s * hd * sizeof(float), x, hd * sizeof(float));
@@ -227,7 +245,7 @@ void CpuBackend::store_kv(int layer, int value, int32_t block, int offset, int k
 
 const float* CpuBackend::load_kv(int layer, int value, int32_t block, int offset, int kv_head,
                                  float* scratch) const {
-  const std::byte* b = pool() + size_t(block) * block_bytes_;
+  const std::byte* b = block_of(block, kv_head);
   const size_t s = slot(layer, value, offset, kv_head), hd = size_t(c_.head_dim);
   if (!fp8_kv_) return reinterpret_cast<const float*>(b + s * hd * sizeof(float));
   float scale;

@@ -27,7 +27,8 @@ class CpuBackend final : public Backend {
   // `kv.num_blocks` 0 holds one full context. KV memory is reserved, not touched: the pages of
   // blocks never used cost nothing. With `memory` (served mode: a lease from the server) the
   // pool is that memory, as many blocks as it holds at each forward, and kv.num_blocks is
-  // ignored; its block_bytes must be kv_bytes_per_token * kv.block_size.
+  // ignored; its block_bytes must be kv_bytes_per_token * kv.block_size, or with a memory of
+  // `tensor_parallel` ranks (ranked_kv_memory.h) that over the ranks: rank r's holds its heads.
   //
   // `tensor_parallel` N > 1 runs N in-process ranks (issue 26), each on its own piece of every
   // tensor (shard_plan.h, cut from `store`): q/k/v and gate/up rows, the vocabulary's rows of
@@ -85,8 +86,10 @@ class CpuBackend final : public Backend {
   template <typename Get>
   void row_parallel(float* out, const float* in, int64_t in_cols, int n, Get get);
   void embed_row(int32_t token, float* out) const;
-  // Slot of (layer, keys 0 | values 1, kv head, offset) inside a block.
+  // Slot of (layer, keys 0 | values 1, kv head, offset) inside a block of its pool.
   size_t slot(int layer, int value, int offset, int kv_head) const;
+  // Where `block` starts in the pool holding `kv_head`, which becomes its index there.
+  std::byte* block_of(int32_t block, int& kv_head) const;
   void store_kv(int layer, int value, int32_t block, int offset, int kv_head, const float* x);
   // fp32 keys or values of one slot: in the pool, or (fp8) decoded into `scratch`.
   const float* load_kv(int layer, int value, int32_t block, int offset, int kv_head,
@@ -117,8 +120,11 @@ class CpuBackend final : public Backend {
   std::unique_ptr<std::byte[]> own_pool_;
   std::shared_ptr<KvMemory> memory_;
   bool fp8_kv_ = false;
-  size_t block_slots_ = 0;  // (layer, keys | values, kv head, offset) slots per block
-  size_t block_bytes_ = 0;
+  // Leased per rank (memory_->ranks() > 1): pool r holds KV heads [r * pool_heads_, ...).
+  int kv_pools_ = 1;
+  int pool_heads_ = 0;
+  size_t block_slots_ = 0;  // (layer, keys | values, kv head, offset) slots per block of a pool
+  size_t block_bytes_ = 0;  // one pool's block
 
   // Activations for the batch's rows.
   std::vector<Row> rows_;

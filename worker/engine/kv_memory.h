@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <stdexcept>
+#include <string>
 
 #include "worker/engine/shared_kv.h"
 
@@ -46,11 +48,21 @@ class KvMemory {
   // For stats: chunks and bytes held now.
   virtual int chunks() const = 0;
   virtual uint64_t bytes() const = 0;
+
+  // Tensor parallel (issue 26): one pool per rank, each holding its rank's KV heads of every
+  // block and leased from its rank's device, grown and shrunk together (ranked_kv_memory.h).
+  // A memory of one rank is its own rank 0.
+  virtual int ranks() const { return 1; }
+  virtual KvMemory& rank(int r) {
+    if (r != 0) throw std::out_of_range("a KV memory of one rank has no rank " + std::to_string(r));
+    return *this;
+  }
 };
 
 // Served mode: makes the memory a leased pool lives in from its blocks' size, the most blocks it
-// may ever hold and the fewest it needs (one context).
-using KvMemoryFactory =
-    std::function<std::shared_ptr<KvMemory>(int64_t block_bytes, int max_blocks, int min_blocks)>;
+// may ever hold, the fewest it needs (one context), and the tensor-parallel rank whose KV heads
+// it holds (0 without tensor parallelism): rank r's pool is leased from rank r's device.
+using KvMemoryFactory = std::function<std::shared_ptr<KvMemory>(int64_t block_bytes, int max_blocks,
+                                                                int min_blocks, int rank)>;
 
 }  // namespace hearth

@@ -11,7 +11,7 @@
 #include <map>
 #include <optional>
 
-#include "server_test_support.h"
+#include "kv_lease_test_support.h"
 
 namespace hearth {
 namespace {
@@ -23,18 +23,7 @@ using test::TempDir;
 // The tiny model's KV chunk is 10 MiB (1024 positions); one context (512) takes one chunk. These
 // requests take ~1,300 positions in all, so a worker running them at once grows to two chunks.
 std::string write_requests(const TempDir& dir, const std::string& name, int count = 8) {
-  const std::string path = dir / name;
-  std::ofstream out(path);
-  for (int i = 0; i < count; ++i)
-    out << json{{"id", "r" + std::to_string(i)},
-                {"prompt", "A fortune for today, number " + std::to_string(i) + ":"},
-                {"temperature", 0.8},
-                {"seed", i},
-                {"max_tokens", 150},
-                {"ignore_eos", true}}
-               .dump()
-        << "\n";
-  return path;
+  return test::write_growing_requests(dir, name, count);
 }
 
 // Leases alone: with kv_share on, chunks holding published prefix blocks outlive their worker
@@ -61,25 +50,13 @@ std::map<std::string, json> finishes(const std::string& out, int expected) {
 // weights and KV together never pass the limit. Returns their stdouts.
 std::vector<std::string> run_workers_sharing(ServerProcess& server, const TempDir& dir, int n,
                                              const std::string& requests) {
-  std::vector<ChildProcess> workers;
-  for (int i = 0; i < n; ++i) {
-    std::vector<std::string> argv = {test::binary("hearth-worker")};
-    for (const std::string& a : served_args(server, requests)) argv.push_back(a);
-    const std::string base = dir / ("w" + std::to_string(i));
-    workers.push_back(
-        ChildProcess::spawn(ChildProcess::Options(argv)
-                                .stdout_to(ChildProcess::Stream::file(base + ".out"))
-                                .stderr_to(ChildProcess::Stream::file(base + ".err"))));
-  }
+  std::vector<std::string> argv = {test::binary("hearth-worker")};
+  for (const std::string& a : served_args(server, requests)) argv.push_back(a);
+  std::vector<ChildProcess> workers = test::spawn_workers(argv, dir, n);
   uint64_t peak = 0;
   int samples = 0;
   const auto deadline = test::patience_deadline() + std::chrono::minutes(4);
-  auto any_running = [&] {
-    for (ChildProcess& w : workers)
-      if (w.running()) return true;
-    return false;
-  };
-  while (any_running() && std::chrono::steady_clock::now() < deadline) {
+  while (test::any_running(workers) && std::chrono::steady_clock::now() < deadline) {
     const json m = server.stats()["memory"];
     const uint64_t used = m["weights_bytes"].get<uint64_t>() + m["kv_bytes"].get<uint64_t>();
     EXPECT_LE(used, m["limit_bytes"].get<uint64_t>()) << m.dump();
@@ -99,33 +76,11 @@ std::vector<std::string> run_workers_sharing(ServerProcess& server, const TempDi
   return outs;
 }
 
-// Polls the server until `pred(stats)` holds; the deadline only stops a hang.
-template <typename Pred>
-json wait_for_stats(ServerProcess& server, Pred pred) {
-  const auto deadline = test::patience_deadline();
-  json s = server.stats();
-  while (!pred(s) && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    s = server.stats();
-  }
-  return s;
-}
-
-std::optional<json> worker_entry(const json& stats, pid_t pid) {
-  for (const json& w : stats["workers"])
-    if (w["pid"] == pid) return w;
-  return std::nullopt;
-}
+using test::wait_for_stats;
+using test::worker_entry;
 
 const std::vector<std::string> kBudget(uint64_t memory_mb) {
-  return {"--backend",
-          "memfd",
-          "--model",
-          test::tiny_model_dir().string() + ":tiny",
-          "--memory-mb",
-          std::to_string(memory_mb),
-          "--gpu-memory-fraction",
-          "0.5"};
+  return test::kv_budget_args(memory_mb);
 }
 
 // Two workers on a budget of three chunks beside the weights: both finish every request, and
@@ -190,15 +145,7 @@ TEST(KvLeaseProcess, AKilledWorkersLeaseReturnsAndAWaitingWorkerRuns) {
   ASSERT_TRUE(worker_entry(s, holder.pid())) << s.dump() << test::read_file(dir / "holder.err");
   ASSERT_EQ(s["memory"]["free_bytes"].get<uint64_t>() / (10u << 20), 0u) << s["memory"].dump();
   // The worker's own stats report its lease: one chunk of 64 blocks (16 positions each).
-  std::optional<ipc::Client> holder_client;
-  for (auto deadline = test::patience_deadline();
-       !holder_client && std::chrono::steady_clock::now() < deadline;) {
-    try {
-      holder_client.emplace(test::connect_client(dir / "holder.sock"));
-    } catch (const ipc::IpcError&) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-  }
+  std::optional<ipc::Client> holder_client = test::connect_when_listening(dir / "holder.sock");
   ASSERT_TRUE(holder_client) << test::read_file(dir / "holder.err");
   const json lease = holder_client->call(ipc::op::kStats).body["kv_lease"];
   EXPECT_EQ(lease["chunks"], 1) << lease.dump();

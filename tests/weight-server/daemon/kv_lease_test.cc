@@ -195,6 +195,23 @@ TEST_F(KvLeaseTest, HostileLeaseMessagesAreRefused) {
        {{"chunk_bytes", 2 * kChunk}, {"chunks", 1}, {"min_chunks", 0}},
        ErrorCode::kBadRequest,
        "one size per lease"},
+      // A server of one rank has KV device 0 only (issue 26).
+      {ipc::op::kKvLease,
+       {{"chunk_bytes", kChunk}, {"chunks", 1}, {"min_chunks", 0}, {"device", 1}},
+       ErrorCode::kBadRequest,
+       "device 1 is not a KV device of this server (it has 1"},
+      {ipc::op::kKvLease,
+       {{"chunk_bytes", kChunk}, {"chunks", 1}, {"min_chunks", 0}, {"device", -1}},
+       ErrorCode::kBadRequest,
+       "'device'"},
+      {ipc::op::kKvLease,
+       {{"chunk_bytes", kChunk}, {"chunks", 1}, {"min_chunks", 0}, {"device", "0"}},
+       ErrorCode::kBadRequest,
+       "'device'"},
+      {ipc::op::kKvLease,
+       {{"chunk_bytes", kChunk}, {"chunks", 1}, {"min_chunks", 0}, {"device", uint64_t(1) << 40}},
+       ErrorCode::kBadRequest,
+       "below 1024"},
       {ipc::op::kKvReturn, json::object(), ErrorCode::kBadRequest, "chunks"},
       {ipc::op::kKvReturn, {{"chunks", 5}}, ErrorCode::kBadRequest, "chunks"},
       {ipc::op::kKvReturn, {{"chunks", json::array()}}, ErrorCode::kBadRequest, "non-empty"},
@@ -224,6 +241,12 @@ TEST_F(KvLeaseTest, HostileLeaseMessagesAreRefused) {
   const json stats = a.call(ipc::op::kStats).body;
   EXPECT_EQ(stats["memory"]["kv_bytes"], 3 * kChunk);
   EXPECT_EQ(stats["kv_chunks"], 3);
+  // Device 0 named outright is the device an older worker's lease means.
+  const ipc::Frame named =
+      a.call(ipc::op::kKvLease,
+             {{"chunk_bytes", kChunk}, {"chunks", 1}, {"min_chunks", 0}, {"device", 0}});
+  EXPECT_EQ(named.body["device"], 0);
+  EXPECT_EQ(ids_of(named).size(), 1u);
 }
 
 // A peer whose uid is not allowed (--allow-uid) gets no KV: its lease request, sent at once

@@ -11,7 +11,7 @@
 #include <fstream>
 #include <optional>
 
-#include "server_test_support.h"
+#include "kv_lease_test_support.h"
 
 namespace hearth {
 namespace {
@@ -63,16 +63,7 @@ int shareable_tokens(const test::Stream& s) {
   return (s.done.at("prompt_tokens").get<int>() - 1) / kBlock * kBlock;
 }
 
-template <typename Pred>
-json wait_for_stats(ServerProcess& server, Pred pred) {
-  const auto deadline = test::patience_deadline();
-  json s = server.stats();
-  while (!pred(s) && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    s = server.stats();
-  }
-  return s;
-}
+using test::wait_for_stats;
 
 bool has_worker(const json& stats, pid_t pid) {
   for (const json& w : stats["workers"])

@@ -26,7 +26,8 @@ int64_t cuda_kv_bytes_per_token(const ModelConfig& c, KvCacheDtype kv_dtype) {
 }
 
 CudaKvPool::CudaKvPool(const ModelConfig& c, const EngineOptions& options, int context_length,
-                       cudaStream_t stream, DeviceArena& arena, const KvMemoryFactory& lease) {
+                       cudaStream_t stream, DeviceArena& arena, const KvMemoryFactory& lease,
+                       int rank) {
   fp8_ = options.kv_cache_dtype == KvCacheDtype::Fp8E4m3;
   scale_offset_ = fp8_ ? int64_t(options.kv_block_size) * c.kv_dim() : 0;
   part_bytes_ = size_t(cuda_kv_bytes_per_token(c, options.kv_cache_dtype)) / (2 * c.n_layers) *
@@ -41,7 +42,7 @@ CudaKvPool::CudaKvPool(const ModelConfig& c, const EngineOptions& options, int c
     const int context_blocks = (context_length + shape_.block_size - 1) / shape_.block_size;
     if (options.kv_pool_tokens <= 0 && options.kv_pool_gb <= 0)
       shape_.num_blocks = std::max(options.max_running, 1) * context_blocks;
-    memory_ = lease(int64_t(block_bytes_), shape_.num_blocks, context_blocks);
+    memory_ = lease(int64_t(block_bytes_), shape_.num_blocks, context_blocks, rank);
     if (!memory_ || memory_->block_bytes() != int64_t(block_bytes_))
       throw std::runtime_error("the leased KV memory does not have blocks of " +
                                std::to_string(block_bytes_) + " bytes");

@@ -62,9 +62,11 @@ class CudaKvPool {
   // Own pool: sized by resolve_kv_pool from the memory free now, so it must be allocated last.
   // Zeroed once on `stream`: padding rows of decode graphs read block 0 and must see finite
   // values. With `lease`, the pool is the memory it makes, up to max_running contexts (or the
-  // explicit kv_pool_tokens / kv_pool_gb), at least one context.
+  // explicit kv_pool_tokens / kv_pool_gb), at least one context; `rank` is the tensor-parallel
+  // rank whose heads `config` holds (its lease comes from that rank's device).
   CudaKvPool(const ModelConfig& config, const EngineOptions& options, int context_length,
-             cudaStream_t stream, DeviceArena& arena, const KvMemoryFactory& lease = nullptr);
+             cudaStream_t stream, DeviceArena& arena, const KvMemoryFactory& lease = nullptr,
+             int rank = 0);
 
   // Leased, blocks [0, memory->blocks()), and other workers' blocks (shared prefix KV) at ids
   // from memory->shared()->first_foreign_block() on.

@@ -39,12 +39,15 @@ std::unique_ptr<Backend> make_cuda_backend(const EngineOptions& options,
   std::shared_ptr<const WeightStore> store = weights.store;
   if (options.tensor_parallel > 1 || !weights.ranks.empty()) {
     // One process, one GPU per rank: a served model's ranks as the server cut them, else each
-    // rank's pieces cut here from the host-resident model. The pools are this process's own:
-    // the server leases no KV for several GPUs yet (kv_memory is not used).
+    // rank's pieces cut here from the host-resident model. A vmm server's ranks lease their
+    // pools on their GPUs; a memfd server's chunks are host memory, no place for a GPU pool, so
+    // those ranks (uploaded here) size their own pools.
     if (!batched) throw std::runtime_error("tensor_parallel on the GPU needs cuda_engine batched");
     warmup.reset();
     if (!weights.ranks.empty())
-      return std::make_unique<CudaTpBackend>(weights.ranks, options, context_length);
+      return std::make_unique<CudaTpBackend>(
+          weights.ranks, options, context_length,
+          weights.ranks[0]->residence() == Residence::Device ? kv_memory : nullptr);
     if (store->residence() != Residence::Host)
       throw std::runtime_error(
           "tensor_parallel on the GPU cuts its ranks from a model opened "

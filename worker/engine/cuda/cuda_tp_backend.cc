@@ -9,6 +9,7 @@
 #include "kernels/device_scope.h"
 #include "weight-server/model/rank_store.h"
 #include "weight-server/model/shard_plan.h"
+#include "worker/engine/ranked_kv_memory.h"
 
 namespace hearth {
 
@@ -70,7 +71,8 @@ CudaTpBackend::CudaTpBackend(const WeightStore& whole, const EngineOptions& opti
 }
 
 CudaTpBackend::CudaTpBackend(std::vector<std::shared_ptr<const WeightStore>> ranks,
-                             const EngineOptions& options, int context_length)
+                             const EngineOptions& options, int context_length,
+                             const KvMemoryFactory& kv_memory)
     : c_(ranks.empty() ? ModelConfig{} : ranks[0]->config()),
       options_(options),
       context_(context_length),
@@ -105,15 +107,19 @@ CudaTpBackend::CudaTpBackend(std::vector<std::shared_ptr<const WeightStore>> ran
           " and " + std::to_string(r) + " are on the same GPU " + std::to_string(device));
     devices.push_back(device);
   }
-  build(devices, [&](int r) -> std::shared_ptr<const WeightStore> {
-    const std::shared_ptr<const WeightStore>& store = ranks[size_t(r)];
-    if (store->residence() == Residence::Device) return store;
-    return std::make_shared<DeviceRankStore>(*store, devices[size_t(r)]);
-  });
+  build(
+      devices,
+      [&](int r) -> std::shared_ptr<const WeightStore> {
+        const std::shared_ptr<const WeightStore>& store = ranks[size_t(r)];
+        if (store->residence() == Residence::Device) return store;
+        return std::make_shared<DeviceRankStore>(*store, devices[size_t(r)]);
+      },
+      kv_memory);
 }
 
 void CudaTpBackend::build(const std::vector<int>& devices,
-                          const std::function<std::shared_ptr<const WeightStore>(int)>& pieces) {
+                          const std::function<std::shared_ptr<const WeightStore>(int)>& pieces,
+                          const KvMemoryFactory& kv_memory) {
   const int n = int(devices.size());
   if (options_.kv_block_size <= 0)
     throw std::runtime_error("kv_block_size must be positive, got " +
@@ -159,6 +165,23 @@ void CudaTpBackend::build(const std::vector<int>& devices,
     }
     ranks_.push_back(std::move(rank));
   }
+  if (kv_memory) {
+    // Served: rank r's pool leased from its GPU's budget on the server, as many blocks as
+    // every rank holds (RankedKvMemory keeps them equal).
+    std::vector<std::shared_ptr<KvMemory>> pools;
+    for (int r = 0; r < n; ++r) {
+      Rank& rank = *ranks_[size_t(r)];
+      DeviceScope scope(rank.device);
+      rank.kv = std::make_unique<CudaKvPool>(rank.config, options_, context_, rank.stream.get(),
+                                             rank.arena, kv_memory, r);
+      // Owned by the rank's pool, which outlives leased_ (declared after ranks_).
+      pools.push_back(std::shared_ptr<KvMemory>(rank.kv->memory(), [](KvMemory*) {}));
+    }
+    leased_ = std::make_shared<RankedKvMemory>(std::move(pools));
+    kv_shape_ = ranks_[0]->kv->shape();
+    synchronize();
+    return;
+  }
   // Rank 0's pool is sized by the engine's KV policy from what its GPU has free (it holds the
   // most besides: the gathered logits and sampling); the others take exactly as many blocks, so
   // one block table addresses every rank's pool.
@@ -179,6 +202,11 @@ void CudaTpBackend::build(const std::vector<int>& devices,
                                std::to_string(kv_shape_.num_blocks));
   }
   synchronize();
+}
+
+KvPoolShape CudaTpBackend::kv_pool() const {
+  if (!leased_) return kv_shape_;
+  return {kv_shape_.block_size, leased_->blocks()};
 }
 
 CudaTpBackend::~CudaTpBackend() {
@@ -318,7 +346,8 @@ void CudaTpBackend::forward(const ForwardBatch& batch) {
 }
 
 void CudaTpBackend::capture_decode_graphs(int max_kv_len) {
-  if (!options_.cuda_graphs || kv_shape_.num_blocks == 0) return;
+  // A leased pool holding no block yet captures later, as the batched backend's.
+  if (!options_.cuda_graphs || kv_pool().num_blocks == 0) return;
   capture_every_decode_bucket(
       max_kv_len, context_, kv_shape_.block_size, limits_.max_step_seqs,
       [&](const ForwardBatch& batch) { forward(batch); },

@@ -10,8 +10,9 @@
 // An fp8 model (issue 25) runs each rank's fp8 pieces with the batched engine's W8A8 matmuls:
 // q/k/v and gate/up with their rows' scales, o and down with the whole per-channel vector, each
 // rank quantizing its own slice of their input (as the CPU ranks do). A served model's ranks
-// (the server's pieces) run as they are; the pools are sized here, not leased (the server
-// leases no KV for several GPUs yet).
+// (the server's pieces) run as they are. Served, each rank's pool is leased from the server's
+// budget for that rank's GPU (kv_lease with its device), the ranks' leases grown and shrunk
+// together as one RankedKvMemory (the engine's kv_memory); otherwise the pools are sized here.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -48,9 +49,10 @@ class CudaTpBackend final : public Backend {
   CudaTpBackend(const WeightStore& whole, const EngineOptions& options, int context_length);
   // A model a server sharded: ranks[r] holds exactly rank r's pieces, either GPU-resident (vmm:
   // rank r runs on the GPU holding them) or on the host (memfd: uploaded to GPU r).
-  // options.tensor_parallel must be ranks.size().
+  // options.tensor_parallel must be ranks.size(). With `kv_memory` (served), rank r's pool is
+  // what kv_memory(..., r) leases.
   CudaTpBackend(std::vector<std::shared_ptr<const WeightStore>> ranks, const EngineOptions& options,
-                int context_length);
+                int context_length, const KvMemoryFactory& kv_memory = nullptr);
   ~CudaTpBackend() override;
   CudaTpBackend(const CudaTpBackend&) = delete;
   CudaTpBackend& operator=(const CudaTpBackend&) = delete;
@@ -58,7 +60,8 @@ class CudaTpBackend final : public Backend {
   std::string name() const override { return "cuda"; }
   int context_length() const override { return context_; }
   int vocab_size() const override { return c_.vocab; }
-  KvPoolShape kv_pool() const override { return kv_shape_; }
+  KvPoolShape kv_pool() const override;
+  KvMemory* kv_memory() override { return leased_.get(); }
   int max_sequences() const override { return limits_.max_seqs; }
 
   void forward(const ForwardBatch& batch) override;
@@ -88,7 +91,8 @@ class CudaTpBackend final : public Backend {
   };
   // Builds every rank: pieces(r) gives rank r's GPU-resident pieces on devices[r].
   void build(const std::vector<int>& devices,
-             const std::function<std::shared_ptr<const WeightStore>(int)>& pieces);
+             const std::function<std::shared_ptr<const WeightStore>(int)>& pieces,
+             const KvMemoryFactory& kv_memory = nullptr);
   void run_substep(const ForwardBatch& batch, const SubStep& step, int& logits_row);
   void run_decode(const ForwardBatch& batch, const DecodeStepPlan& plan);
   // Each rank's inputs to its GPU; kv_bound > 0 replaces max_kv_len (a decode graph's bound).
@@ -103,6 +107,8 @@ class CudaTpBackend final : public Backend {
   std::unique_ptr<kernels::PeerAllReduce> all_reduce_;
   std::vector<std::unique_ptr<Rank>> ranks_;
   KvPoolShape kv_shape_{};
+  // Served: every rank's leased pool, grown together; null when the pools are sized here.
+  std::shared_ptr<KvMemory> leased_;
   // On rank 0: the gathered logits of a forward, [max_seqs][vocab], sampling and masks.
   DeviceBuffer logits_;
   std::unique_ptr<CudaSampling> sampling_;

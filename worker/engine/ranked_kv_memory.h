@@ -1,0 +1,53 @@
+// A tensor-parallel engine's KV memory (issue 26): one pool per rank, rank r's leased from rank
+// r's device and holding its KV heads only, seen by the engine as one pool. Every rank holds the
+// same block ids (one block table addresses them all), so they grow and shrink together: a grow
+// keeps only the blocks every rank got, handing back what one rank got beyond the others (so a
+// worker waiting for one device does not sit on another's memory), and blocks() is what all of
+// them hold. The rank that gave the fewest is asked first next time. Prefix blocks are not shared
+// with other workers (shared() is null).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "worker/engine/kv_memory.h"
+
+namespace hearth {
+
+class RankedKvMemory final : public KvMemory {
+ public:
+  // `ranks` in rank order, all with blocks of one size and one chunk size. Those holding more
+  // blocks than the others at the start give the difference back. Throws std::invalid_argument.
+  explicit RankedKvMemory(std::vector<std::shared_ptr<KvMemory>> ranks);
+
+  // Rank 0's range; a backend reaches rank r's through rank(r).base().
+  std::byte* base() const override { return ranks_[0]->base(); }
+  int64_t block_bytes() const override { return ranks_[0]->block_bytes(); }
+  int blocks() const override { return blocks_; }
+  int max_blocks() const override;
+  int blocks_per_chunk() const override { return ranks_[0]->blocks_per_chunk(); }
+  int grow(int blocks) override;
+  int shrink(int keep) override;
+  void wait_for_memory() override { ranks_[0]->wait_for_memory(); }
+  int chunks() const override;
+  uint64_t bytes() const override;
+
+  int ranks() const override { return int(ranks_.size()); }
+  KvMemory& rank(int r) override { return *ranks_.at(size_t(r)); }
+
+ private:
+  // Every rank back to the fewest blocks any holds; returns that count.
+  int align();
+
+  std::vector<std::shared_ptr<KvMemory>> ranks_;
+  int blocks_ = 0;
+  size_t first_ = 0;  // the rank that gave the fewest blocks last: asked first
+};
+
+// Makes one pool per rank with `factory` (rank r's from its device, `block_bytes` each: one
+// rank's heads of a block) as a RankedKvMemory; with one rank, that rank's pool itself.
+std::shared_ptr<KvMemory> make_ranked_kv_memory(const KvMemoryFactory& factory, int ranks,
+                                                int64_t block_bytes, int max_blocks,
+                                                int min_blocks);
+
+}  // namespace hearth

@@ -28,6 +28,7 @@
 #include "kernels/per_device_once.h"
 #include "kernels/half_utils.cuh"
 #include "kernels/matmul_epilogue.cuh"
+#include "kernels/matmul_tiling.h"
 #include "kernels/pdl.cuh"
 #include "kernels/persistent_tiles.cuh"
 #include "kernels/tma_pipeline.cuh"
@@ -380,54 +381,42 @@ void dispatch(Fp8Tiles tiles, const Fp8MatmulArgs& a, int64_t lda,
   }
 }
 
-struct Candidate {
-  Fp8Tiles tiles;
-  int rows, weight_rows, per_sm;
-  double efficiency;  // relative rate of a full wave of these tiles (a guess until measured)
-};
-
-// Any choice gives the same bits; this one is about speed (the 16-bit kernel's rule).
-// widths: each weight's columns (0 past the last); column tiles counted per weight, as the
-// launch numbers them.
+// Any choice gives the same bits; this one is about speed (kernels/matmul_tiling.h: the rule
+// both wgmma matmuls share). widths: each weight's columns (0 past the last).
 Fp8Tiles choose(int m, const std::array<int, kMaxSegments>& widths, int k, bool swiglu) {
-  const int64_t sms = device_sm_count();
-  int64_t weight_rows = 0;
-  for (int w : widths) weight_rows += swiglu ? 2 * int64_t(w) : w;
-  const auto column_tiles = [&](int bn) {
-    int64_t tiles = 0;
-    for (int w : widths) tiles += ceil_div(w, swiglu ? bn / 2 : bn);
-    return tiles;
-  };
-  if (m <= 64) {
-    const bool one_wave = column_tiles(32) <= sms;
-    // One deep block per SM: four boxes a stage give it four wgmma chains at once; 48-row
-    // tiles where those fit one wave and 32-row ones do not (q, k and v of the 8B).
-    if (m <= 16 && k % (4 * kBK) == 0) {
-      if (one_wave) return Fp8Tiles::M16N32DeepK512;
-      if (column_tiles(48) <= sms) return Fp8Tiles::M16N48DeepK512;
-    }
-    if (m <= 16)
-      return one_wave                      ? Fp8Tiles::M16N32Deep
-             : weight_rows / 64 >= 2 * sms ? Fp8Tiles::M16N64
-                                           : Fp8Tiles::M16N32;
-    if (m <= 32) return one_wave ? Fp8Tiles::M32N32Deep : Fp8Tiles::M32N32;
-    if (one_wave) return Fp8Tiles::M64N32Deep;
-    return ceil_div(weight_rows, 64) <= sms ? Fp8Tiles::M64N64Deep : Fp8Tiles::M64N64;
+  const tiling::LaunchShape shape{m, widths, k, swiglu, 4 * kBK, device_sm_count()};
+  switch (tiling::decode_tile(shape)) {
+    case tiling::DecodeTile::M16N32DeepFourBoxes:
+      return Fp8Tiles::M16N32DeepK512;
+    case tiling::DecodeTile::M16N48DeepFourBoxes:
+      return Fp8Tiles::M16N48DeepK512;
+    case tiling::DecodeTile::M16N32Deep:
+      return Fp8Tiles::M16N32Deep;
+    case tiling::DecodeTile::M16N64:
+      return Fp8Tiles::M16N64;
+    case tiling::DecodeTile::M16N32:
+      return Fp8Tiles::M16N32;
+    case tiling::DecodeTile::M32N32Deep:
+      return Fp8Tiles::M32N32Deep;
+    case tiling::DecodeTile::M32N32:
+      return Fp8Tiles::M32N32;
+    case tiling::DecodeTile::M64N32Deep:
+      return Fp8Tiles::M64N32Deep;
+    case tiling::DecodeTile::M64N64Deep:
+      return Fp8Tiles::M64N64Deep;
+    case tiling::DecodeTile::M64N64:
+      return Fp8Tiles::M64N64;
+    case tiling::DecodeTile::Large:
+      break;
   }
-  static constexpr Candidate kCandidates[] = {{Fp8Tiles::M64N64, 64, 64, 2, 0.45},
-                                              {Fp8Tiles::M64N64Deep, 64, 64, 1, 0.4},
-                                              {Fp8Tiles::M64N128, 64, 128, 1, 0.6},
-                                              {Fp8Tiles::M128N64, 128, 64, 1, 0.75},
-                                              {Fp8Tiles::M128N128, 128, 128, 1, 1.0}};
-  Fp8Tiles best = Fp8Tiles::M128N128;
-  double best_cost = 1e300;
-  for (const Candidate& c : kCandidates) {
-    const int64_t tiles = ceil_div(m, c.rows) * ceil_div(weight_rows, c.weight_rows);
-    const double rounds = double(ceil_div(tiles, sms * c.per_sm));
-    const double cost = rounds * c.rows * c.weight_rows * c.per_sm / c.efficiency;
-    if (cost < best_cost) best_cost = cost, best = c.tiles;
-  }
-  return best;
+  // Efficiencies as the 16-bit kernel's, not measured for fp8 yet.
+  static constexpr tiling::Candidate<Fp8Tiles> kCandidates[] = {
+      {Fp8Tiles::M64N64, 64, 64, 2, 0.45},
+      {Fp8Tiles::M64N64Deep, 64, 64, 1, 0.4},
+      {Fp8Tiles::M64N128, 64, 128, 1, 0.6},
+      {Fp8Tiles::M128N64, 128, 64, 1, 0.75},
+      {Fp8Tiles::M128N128, 128, 128, 1, 1.0}};
+  return tiling::fewest_rounds(shape, kCandidates);
 }
 
 [[noreturn]] void fail(const std::string& what) {

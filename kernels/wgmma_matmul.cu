@@ -26,6 +26,7 @@
 #include "kernels/device_sm_count.h"
 #include "kernels/half_utils.cuh"
 #include "kernels/matmul_epilogue.cuh"
+#include "kernels/matmul_tiling.h"
 #include "kernels/mma.cuh"
 #include "kernels/pdl.cuh"
 #include "kernels/persistent_tiles.cuh"
@@ -390,61 +391,41 @@ void dispatch(Half type, WgmmaTiles tiles, const MatmulArgs& a, int64_t lda,
   }
 }
 
-// The tiling for a shape: any choice gives the same bits; this one is about speed.
-struct Candidate {
-  WgmmaTiles tiles;
-  int rows, weight_rows, per_sm;
-  double efficiency;  // relative rate of a full wave of these tiles (measured, H100)
-};
-
-// widths: each weight's columns (q, k and v: three; 0 past the last); column tiles are counted per
-// weight, as the launch numbers them (a weight's last tile may be partial).
+// Any choice gives the same bits; this one is about speed (kernels/matmul_tiling.h: the rule
+// both wgmma matmuls share). widths: each weight's columns (0 past the last).
 WgmmaTiles choose(int m, const std::array<int, kMaxSegments>& widths, int k, bool swiglu) {
-  const int64_t sms = device_sm_count();
-  int64_t weight_rows = 0;
-  for (int w : widths) weight_rows += swiglu ? 2 * int64_t(w) : w;
-  const auto column_tiles = [&](int bn) {
-    int64_t tiles = 0;
-    for (int w : widths) tiles += ceil_div(w, swiglu ? bn / 2 : bn);
-    return tiles;
-  };
-  // Decode: bandwidth-bound; small row tiles keep the most weight bytes in flight, and when
-  // 32-row weight tiles all fit one wave, one deep block per SM keeps the most.
-  if (m <= 64) {
-    const bool one_wave = column_tiles(32) <= sms;
-    // One deep block per SM streams its column tile through a chain of small wgmmas; four K
-    // boxes a stage cut the barrier round trips per byte (H100, 8B at 1-16 rows: down 59 -> 44
-    // us, o 17.8 -> 14.6 us; cuBLASLt 45 and 16). Where 32-row tiles need a second wave that
-    // 48-row ones do not (q, k and v of the 8B: 192 tiles, or 130), the wider tile keeps every
-    // SM streaming to the end instead of a third of them finishing a second wave alone.
-    if (m <= 16 && k % (4 * kBK) == 0) {
-      if (one_wave) return WgmmaTiles::M16N32DeepK256;
-      if (column_tiles(48) <= sms) return WgmmaTiles::M16N48DeepK256;
-    }
-    if (m <= 16)
-      return one_wave                      ? WgmmaTiles::M16N32Deep
-             : weight_rows / 64 >= 2 * sms ? WgmmaTiles::M16N64
-                                           : WgmmaTiles::M16N32;
-    if (m <= 32) return one_wave ? WgmmaTiles::M32N32Deep : WgmmaTiles::M32N32;
-    if (one_wave) return WgmmaTiles::M64N32Deep;
-    return ceil_div(weight_rows, 64) <= sms ? WgmmaTiles::M64N64Deep : WgmmaTiles::M64N64;
+  const tiling::LaunchShape shape{m, widths, k, swiglu, 4 * kBK, device_sm_count()};
+  switch (tiling::decode_tile(shape)) {
+    case tiling::DecodeTile::M16N32DeepFourBoxes:
+      return WgmmaTiles::M16N32DeepK256;
+    case tiling::DecodeTile::M16N48DeepFourBoxes:
+      return WgmmaTiles::M16N48DeepK256;
+    case tiling::DecodeTile::M16N32Deep:
+      return WgmmaTiles::M16N32Deep;
+    case tiling::DecodeTile::M16N64:
+      return WgmmaTiles::M16N64;
+    case tiling::DecodeTile::M16N32:
+      return WgmmaTiles::M16N32;
+    case tiling::DecodeTile::M32N32Deep:
+      return WgmmaTiles::M32N32Deep;
+    case tiling::DecodeTile::M32N32:
+      return WgmmaTiles::M32N32;
+    case tiling::DecodeTile::M64N32Deep:
+      return WgmmaTiles::M64N32Deep;
+    case tiling::DecodeTile::M64N64Deep:
+      return WgmmaTiles::M64N64Deep;
+    case tiling::DecodeTile::M64N64:
+      return WgmmaTiles::M64N64;
+    case tiling::DecodeTile::Large:
+      break;
   }
-  // Otherwise: the fewest rounds of resident tiles, weighted by tile work over its rate
-  // (efficiencies from hearth-matmul-bench on an H100; clusters left out: slower so far).
-  static constexpr Candidate kCandidates[] = {
+  // Clusters (M256) left out: slower so far.
+  static constexpr tiling::Candidate<WgmmaTiles> kCandidates[] = {
       {WgmmaTiles::M64N64, 64, 64, 2, 0.45},     {WgmmaTiles::M64N64Deep, 64, 64, 1, 0.4},
       {WgmmaTiles::M64N128, 64, 128, 2, 0.7},    {WgmmaTiles::M64N256, 64, 256, 1, 0.85},
       {WgmmaTiles::M128N64, 128, 64, 1, 0.75},   {WgmmaTiles::M128N128, 128, 128, 1, 0.95},
       {WgmmaTiles::M128N192, 128, 192, 1, 0.97}, {WgmmaTiles::M128N256, 128, 256, 1, 1.0}};
-  WgmmaTiles best = WgmmaTiles::M128N256;
-  double best_cost = 1e300;
-  for (const Candidate& c : kCandidates) {
-    const int64_t tiles = ceil_div(m, c.rows) * ceil_div(weight_rows, c.weight_rows);
-    const double rounds = double(ceil_div(tiles, sms * c.per_sm));
-    const double cost = rounds * c.rows * c.weight_rows * c.per_sm / c.efficiency;
-    if (cost < best_cost) best_cost = cost, best = c.tiles;
-  }
-  return best;
+  return tiling::fewest_rounds(shape, kCandidates);
 }
 
 }  // namespace

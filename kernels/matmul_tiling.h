@@ -1,0 +1,99 @@
+// How both TMA-fed wgmma matmuls (16-bit: wgmma_matmul.cu, fp8: fp8_matmul.cu) pick a tiling
+// for a launch: one rule, each kernel mapping it onto its own tile list. Any tiling gives the
+// same bits in either kernel; this is about speed. Host code, C++17 (included by .cu files).
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+
+namespace hearth::kernels::tiling {
+
+inline int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+struct LaunchShape {
+  int m = 0;                    // rows of A
+  std::array<int, 3> widths{};  // each weight's columns (q, k and v: three; 0 past the last)
+  int k = 0;
+  bool swiglu = false;  // a weight tile of N rows holds N / 2 gate and N / 2 up rows
+  int k_per_stage = 0;  // K a four-box stage covers (four boxes need K in whole stages)
+  int64_t sms = 0;
+
+  int64_t weight_rows() const {
+    int64_t rows = 0;
+    for (int w : widths) rows += swiglu ? 2 * int64_t(w) : w;
+    return rows;
+  }
+  // Column tiles of `bn` weight rows, counted per weight as a launch numbers them (a weight's
+  // last tile may be partial).
+  int64_t column_tiles(int bn) const {
+    int64_t tiles = 0;
+    for (int w : widths) tiles += ceil_div(w, swiglu ? bn / 2 : bn);
+    return tiles;
+  }
+};
+
+// The decode tiles (up to 64 rows) both kernels have; Large: the row count is a prompt's.
+enum class DecodeTile {
+  M16N32DeepFourBoxes,
+  M16N48DeepFourBoxes,
+  M16N32Deep,
+  M16N64,
+  M16N32,
+  M32N32Deep,
+  M32N32,
+  M64N32Deep,
+  M64N64Deep,
+  M64N64,
+  Large
+};
+
+// Decode is bandwidth-bound: small row tiles keep the most weight bytes in flight, and when
+// 32-row weight tiles all fit one wave, one deep block per SM keeps the most. Such a block
+// streams its column tile through a chain of small wgmmas; four K boxes a stage cut the barrier
+// round trips per byte (H100, 8B at 1-16 rows: down 59 -> 44 us, o 17.8 -> 14.6 us; cuBLASLt 45
+// and 16). Where 32-row tiles need a second wave that 48-row ones do not (q, k and v of the 8B:
+// 192 tiles, or 130), the wider tile keeps every SM streaming to the end instead of a third of
+// them finishing a second wave alone.
+inline DecodeTile decode_tile(const LaunchShape& s) {
+  if (s.m > 64) return DecodeTile::Large;
+  const bool one_wave = s.column_tiles(32) <= s.sms;
+  if (s.m <= 16 && s.k % s.k_per_stage == 0) {
+    if (one_wave) return DecodeTile::M16N32DeepFourBoxes;
+    if (s.column_tiles(48) <= s.sms) return DecodeTile::M16N48DeepFourBoxes;
+  }
+  if (s.m <= 16)
+    return one_wave                            ? DecodeTile::M16N32Deep
+           : s.weight_rows() / 64 >= 2 * s.sms ? DecodeTile::M16N64
+                                               : DecodeTile::M16N32;
+  if (s.m <= 32) return one_wave ? DecodeTile::M32N32Deep : DecodeTile::M32N32;
+  if (one_wave) return DecodeTile::M64N32Deep;
+  return ceil_div(s.weight_rows(), 64) <= s.sms ? DecodeTile::M64N64Deep : DecodeTile::M64N64;
+}
+
+// A prompt-size tiling and what one full wave of it achieves relative to the best (measured
+// with hearth-matmul-bench on an H100).
+template <typename Tiles>
+struct Candidate {
+  Tiles tiles;
+  int rows, weight_rows, per_sm;
+  double efficiency;
+};
+
+// The fewest rounds of resident tiles, weighted by tile work over its rate.
+template <typename Tiles, size_t N>
+Tiles fewest_rounds(const LaunchShape& s, const Candidate<Tiles> (&candidates)[N]) {
+  Tiles best = candidates[N - 1].tiles;
+  double best_cost = 1e300;
+  for (const Candidate<Tiles>& c : candidates) {
+    const int64_t tiles = ceil_div(s.m, c.rows) * ceil_div(s.weight_rows(), c.weight_rows);
+    const double rounds = double(ceil_div(tiles, s.sms * c.per_sm));
+    const double cost = rounds * c.rows * c.weight_rows * c.per_sm / c.efficiency;
+    if (cost < best_cost) best_cost = cost, best = c.tiles;
+  }
+  return best;
+}
+
+}  // namespace hearth::kernels::tiling

@@ -1,0 +1,63 @@
+// The tiling rule both wgmma matmuls share (kernels/matmul_tiling.h), on the 8B's shapes and an
+// H100's 132 SMs: which tile each decode and prompt launch gets, and why.
+#include "kernels/matmul_tiling.h"
+
+#include <gtest/gtest.h>
+
+namespace hearth::kernels::tiling {
+namespace {
+
+constexpr int64_t kH100Sms = 132;
+constexpr int kFourBoxes = 256;  // four 64-wide K boxes of 16-bit values
+
+LaunchShape shape(int m, std::array<int, 3> widths, int k, bool swiglu = false) {
+  return LaunchShape{m, widths, k, swiglu, kFourBoxes, kH100Sms};
+}
+
+TEST(MatmulTiling, ColumnTilesAreCountedPerWeight) {
+  // q, k and v of the 8B: 4,096 / 48 -> 86 tiles (the last partial), 1,024 / 48 -> 22 each.
+  const LaunchShape qkv = shape(1, {4096, 1024, 1024}, 4096);
+  EXPECT_EQ(qkv.column_tiles(48), 86 + 22 + 22);
+  EXPECT_EQ(qkv.column_tiles(32), 192);
+  EXPECT_EQ(qkv.weight_rows(), 6144);
+  // SwiGLU: a tile of 64 weight rows holds 32 gate and 32 up rows.
+  const LaunchShape gate_up = shape(1, {14336, 0, 0}, 4096, true);
+  EXPECT_EQ(gate_up.column_tiles(64), 448);
+  EXPECT_EQ(gate_up.weight_rows(), 28672);
+}
+
+TEST(MatmulTiling, OneWaveDecodeShapesTakeDeepFourBoxTiles) {
+  // o and down: 4,096 columns, 128 tiles of 32: one wave.
+  EXPECT_EQ(decode_tile(shape(1, {4096, 0, 0}, 4096)), DecodeTile::M16N32DeepFourBoxes);
+  EXPECT_EQ(decode_tile(shape(16, {4096, 0, 0}, 14336)), DecodeTile::M16N32DeepFourBoxes);
+  // q, k and v: 192 tiles of 32 need a second wave, 130 of 48 do not.
+  EXPECT_EQ(decode_tile(shape(1, {4096, 1024, 1024}, 4096)), DecodeTile::M16N48DeepFourBoxes);
+  // With K not in whole four-box stages, the one-box deep tile.
+  EXPECT_EQ(decode_tile(shape(1, {4096, 0, 0}, 4096 + 64)), DecodeTile::M16N32Deep);
+  // Wider than one wave even at 48: gate/up streams two 64-row tiles an SM.
+  EXPECT_EQ(decode_tile(shape(1, {14336, 0, 0}, 4096, true)), DecodeTile::M16N64);
+  // The LM head (128,256 columns) likewise.
+  EXPECT_EQ(decode_tile(shape(8, {128256, 0, 0}, 4096)), DecodeTile::M16N64);
+}
+
+TEST(MatmulTiling, LargerDecodeStepsAndPromptsTakeTheirOwnTiles) {
+  EXPECT_EQ(decode_tile(shape(32, {4096, 0, 0}, 4096)), DecodeTile::M32N32Deep);
+  EXPECT_EQ(decode_tile(shape(32, {4096, 1024, 1024}, 4096)), DecodeTile::M32N32);
+  EXPECT_EQ(decode_tile(shape(64, {4096, 0, 0}, 4096)), DecodeTile::M64N32Deep);
+  EXPECT_EQ(decode_tile(shape(64, {14336, 0, 0}, 4096, true)), DecodeTile::M64N64);
+  EXPECT_EQ(decode_tile(shape(65, {4096, 0, 0}, 4096)), DecodeTile::Large);
+}
+
+TEST(MatmulTiling, PromptsTakeTheFewestWeightedRounds) {
+  enum class Tiles { Small, Big };
+  // A small tile at half the rate against a big one at full rate.
+  static constexpr Candidate<Tiles> kCandidates[] = {{Tiles::Small, 64, 64, 2, 0.5},
+                                                     {Tiles::Big, 128, 256, 1, 1.0}};
+  // 2,048 rows x 14,336 columns: 16 x 56 = 896 big tiles (7 rounds) beat 32 x 224 small ones.
+  EXPECT_EQ(fewest_rounds(shape(2048, {14336, 0, 0}, 4096), kCandidates), Tiles::Big);
+  // 128 rows x 4,096: 16 big tiles leave most SMs idle; 128 small ones fit one round.
+  EXPECT_EQ(fewest_rounds(shape(128, {4096, 0, 0}, 4096), kCandidates), Tiles::Small);
+}
+
+}  // namespace
+}  // namespace hearth::kernels::tiling

@@ -33,6 +33,8 @@ namespace {
 constexpr const char* kRankEnv = "HEARTH_TEST_AR_RANK";
 constexpr const char* kRanksEnv = "HEARTH_TEST_AR_RANKS";
 constexpr const char* kSeedEnv = "HEARTH_TEST_AR_SEED";
+// Set in a child that imports its peers, then exits without ever running the all-reduce.
+constexpr const char* kVanishEnv = "HEARTH_TEST_AR_VANISH";
 constexpr int64_t kMaxFloats = int64_t(1) << 20;  // 4 MiB: two shots from here on
 
 void send_share(int socket, const AllReduceShare& share, int fd) {
@@ -160,11 +162,13 @@ void child_rank(int rank, int ranks, unsigned seed) {
     const AllReduceShare share = receive_share(0, fd);
     ar.import_peer(share, fd.get());
   }
+  if (std::getenv(kVanishEnv)) return;
   run_script(ar, seed);
 }
 
 // Rank 0 here, ranks 1..n-1 as children running the test `name`; rank 0 relays every share.
-void run_group(int ranks, const std::string& name) {
+// With `vanish`, the children exit once they have imported, and rank 0's all-reduce must fail.
+void run_group(int ranks, const std::string& name, bool vanish = false) {
   if (const char* rank = std::getenv(kRankEnv)) {
     child_rank(std::atoi(rank), std::atoi(std::getenv(kRanksEnv)),
                unsigned(std::strtoul(std::getenv(kSeedEnv), nullptr, 10)));
@@ -182,12 +186,14 @@ void run_group(int ranks, const std::string& name) {
     UniqueFd theirs(pair[1]);
     sockets.emplace_back(pair[0]);
     const std::string log = (tmp / ("rank" + std::to_string(r))).string();
+    std::vector<std::string> env = {std::string(kRankEnv) + "=" + std::to_string(r),
+                                    std::string(kRanksEnv) + "=" + std::to_string(ranks),
+                                    std::string(kSeedEnv) + "=" + std::to_string(seed)};
+    if (vanish) env.push_back(std::string(kVanishEnv) + "=1");
     children.push_back(ChildProcess::spawn(
         ChildProcess::Options(
             {std::filesystem::read_symlink("/proc/self/exe").string(), "--gtest_filter=" + name})
-            .with_env({std::string(kRankEnv) + "=" + std::to_string(r),
-                       std::string(kRanksEnv) + "=" + std::to_string(ranks),
-                       std::string(kSeedEnv) + "=" + std::to_string(seed)})
+            .with_env(env)
             .stdin_from(ChildProcess::Stream::descriptor(theirs.get()))
             .stdout_to(ChildProcess::Stream::file(log))
             .stderr_to(ChildProcess::Stream::file(log + ".err"))));
@@ -202,6 +208,17 @@ void run_group(int ranks, const std::string& name) {
     for (int p = 0; p < ranks; ++p)
       if (p != r) send_share(sockets[size_t(r - 1)].get(), shares[size_t(p)], fds[size_t(p)].get());
   for (int p = 1; p < ranks; ++p) ar.import_peer(shares[size_t(p)], fds[size_t(p)].get());
+  if (vanish) {
+    for (auto& child : children) ASSERT_TRUE(child.wait().success());
+    // Its peers are gone for good (their memory stays mapped here): the kernel gives up after
+    // its ~10 s wait and the error reaches the host, rather than a hang.
+    HEARTH_CUDA_CHECK(cudaSetDevice(ar.device()));
+    Buffers b;
+    upload(b, seed, 0, 0, 4096);
+    ar.run(b.partial.get<float>(), b.out.get<float>(), 4096, true, b.stream.get());
+    EXPECT_NE(cudaStreamSynchronize(b.stream.get()), cudaSuccess);
+    return;
+  }
   run_script(ar, seed);
   for (int r = 1; r < ranks; ++r) {
     const auto log = tmp / ("rank" + std::to_string(r));
@@ -223,6 +240,14 @@ TEST(ProcessAllReduce, AProcessPerGpuEqualsTheHostRankOrderSum) {
   if (!std::getenv(kRankEnv)) HEARTH_REQUIRE_GPUS(3);
   run_group(std::min(test::gpu_count(), kernels::kMaxAllReduceRanks),
             "ProcessAllReduce.AProcessPerGpuEqualsTheHostRankOrderSum");
+}
+
+// The CUDA context of this test is lost after the trap: it runs in a process of its own (ctest
+// runs each case alone).
+TEST(ProcessAllReduce, APeerThatNeverComesFailsTheKernelInsteadOfHanging) {
+  if (!std::getenv(kRankEnv)) HEARTH_REQUIRE_GPUS(2);
+  run_group(2, "ProcessAllReduce.APeerThatNeverComesFailsTheKernelInsteadOfHanging",
+            /*vanish=*/true);
 }
 
 TEST(ProcessAllReduce, RefusesSharesThatDoNotFitAndRunsOnlyWhenComplete) {

@@ -4,6 +4,7 @@
 // alone and batched; a follower SIGKILLed mid-run ends the leader's requests with an error
 // naming it, with no hang. Skips with fewer than 2 GPUs.
 #include <signal.h>
+#include <unistd.h>
 
 #include <gtest/gtest.h>
 
@@ -74,17 +75,27 @@ std::unique_ptr<Backend> in_process() {
   return make_backend(o, EngineWeights{model().store, model().hf});
 }
 
-// The pids of this process's hearth-tp-follower children (spawned from its spawn thread).
+// The pids of this process's hearth-tp-follower children: every process whose parent is this
+// one (a child forked by any of its threads names the process as its parent).
 std::vector<pid_t> follower_pids() {
   std::vector<pid_t> pids;
-  for (const auto& task : fs::directory_iterator("/proc/self/task")) {
-    std::ifstream children(task.path() / "children");
-    for (pid_t pid; children >> pid;) {
-      std::ifstream cmdline("/proc/" + std::to_string(pid) + "/cmdline");
-      std::stringstream s;
-      s << cmdline.rdbuf();
-      if (s.str().find("hearth-tp-follower") != std::string::npos) pids.push_back(pid);
-    }
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string line;
+    std::getline(stat, line);
+    const size_t close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 1));
+    std::string state;
+    pid_t parent = 0;
+    rest >> state >> parent;
+    if (parent != ::getpid()) continue;
+    std::ifstream cmdline(entry.path() / "cmdline");
+    std::stringstream s;
+    s << cmdline.rdbuf();
+    if (s.str().find("hearth-tp-follower") != std::string::npos) pids.push_back(std::stoi(name));
   }
   return pids;
 }

@@ -18,7 +18,7 @@
 
 namespace hearth {
 
-inline constexpr int kTpProtocolVersion = 1;
+inline constexpr int kTpProtocolVersion = 2;  // 2: "backend", and GPU ranks' fields
 
 struct TpHello {
   int protocol = kTpProtocolVersion;

@@ -3,7 +3,8 @@
 // (enabled here, and disabled again on destruction where this object enabled it). One object
 // serves one sequence of all-reduces: every rank must call run() with the same counts in the
 // same order (each rank on its own stream); the epochs live in device memory, so the calls can be
-// captured in CUDA graphs and replayed any number of times.
+// captured in CUDA graphs and replayed any number of times. The launch itself is
+// AllReduceGroup::run (kernels/all_reduce_group.h), shared with the ranks-as-processes group.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -11,6 +12,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/all_reduce_group.h"
 #include "kernels/device_buffer.h"
 
 namespace hearth::kernels {
@@ -44,11 +46,9 @@ class PeerAllReduce {
 
   int ranks() const { return int(devices_.size()); }
   int device(int rank) const { return devices_[size_t(rank)]; }
-  int64_t max_floats() const { return max_floats_; }
+  int64_t max_floats() const { return group_.capacity; }
   // Whether run() with `count` floats takes two shots (every rank decides alike).
-  bool two_shot(int64_t count) const {
-    return ranks() > 2 && count * int64_t(sizeof(float)) >= two_shot_min_bytes_;
-  }
+  bool two_shot(int64_t count) const { return group_.two_shot(count); }
 
   // out = (accumulate ? out : 0) + ((partial_0 + partial_1) + ... + partial_{N-1}) on `rank`,
   // fp32; partial and out are `count` floats on rank's device, stream is one of that device's.
@@ -60,9 +60,7 @@ class PeerAllReduce {
     DeviceBuffer staging, flags, epochs;
   };
   std::vector<int> devices_;
-  int64_t max_floats_ = 0;
-  int64_t two_shot_min_bytes_ = 0;
-  int blocks_ = 0;
+  AllReduceGroup group_;  // points into ranks_
   std::vector<PeerAccessGrant> grants_;
   std::vector<Rank> ranks_;
 };

@@ -16,7 +16,8 @@ int run(int argc, char** argv) {
   CLI::App app{
       "hearth-tp-follower: runs one tensor-parallel rank for the hearth-worker that started "
       "it (engine option tensor_parallel_processes), on the channel it was given: the leader "
-      "sends the model and every step plan, the ranks' partial sums meet in shared memory. "
+      "sends the model and every step plan, the ranks' partial sums meet in shared memory (cpu) "
+      "or in GPU memory each rank exports to the others (cuda). "
       "Started by the leader, not by hand."};
   int channel_fd = -1;
   app.add_option("--channel-fd", channel_fd,

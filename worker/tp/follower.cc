@@ -8,6 +8,7 @@
 #include "ipc/frame.h"
 #include "worker/engine/cpu_backend.h"
 #include "worker/engine/engine_options.h"
+#include "worker/tp/cuda_process_tp.h"
 #include "worker/tp/shared_exchange.h"
 
 namespace hearth {
@@ -47,6 +48,8 @@ void serve(int channel, const OpenFollowerModel& open) {
   if (!hello_frame)
     throw std::runtime_error("tensor-parallel channel: the leader closed it before its hello");
   const TpHello hello = parse_hello(hello_frame->body);
+  if (hello.backend == "cuda")
+    return serve_cuda_follower(channel, hello, std::move(hello_frame->fds), open);
   if (hello_frame->fds.size() != 1)
     throw std::runtime_error(
         "tensor-parallel channel: the hello must carry the exchange's "

@@ -35,7 +35,8 @@ TpProcessGroup::TpProcessGroup(SharedExchange exchange, std::chrono::millisecond
     : exchange_(std::move(exchange)), barrier_timeout_(barrier_timeout) {}
 
 std::shared_ptr<TpProcessGroup> TpProcessGroup::start(TpHello hello,
-                                                      const TpProcessOptions& options) {
+                                                      const TpProcessOptions& options,
+                                                      const TpAllReduceHandshake* gpu) {
   const std::filesystem::path binary =
       options.follower_binary.empty() ? default_follower_binary() : options.follower_binary;
   hello.barrier_timeout_ms = int(options.barrier_timeout.count());
@@ -55,9 +56,11 @@ std::shared_ptr<TpProcessGroup> TpProcessGroup::start(TpHello hello,
                                 .stdin_from(ChildProcess::Stream::descriptor(child_end.get()))
                                 .stderr_to(ChildProcess::Stream::inherit())));
     hello.rank = r;
-    const int memfd = group->exchange_.fd();
+    if (hello.backend == "cuda") hello.device = r;  // rank r on GPU r
+    const int fds[2] = {group->exchange_.fd(), gpu ? gpu->leader_fd : -1};
     try {
-      ipc::send_frame(f->channel.get(), hello_message(hello), std::span<const int>(&memfd, 1));
+      ipc::send_frame(f->channel.get(), hello_message(hello),
+                      std::span<const int>(fds, gpu ? 2 : 1));
     } catch (const std::exception&) {
       group->followers_.push_back(std::move(f));
       group->fail(group->describe_death(*group->followers_.back()) + " before its hello");
@@ -65,6 +68,8 @@ std::shared_ptr<TpProcessGroup> TpProcessGroup::start(TpHello hello,
     group->followers_.push_back(std::move(f));
   }
   const Clock::time_point deadline = Clock::now() + options.start_timeout;
+  std::vector<nlohmann::json> shares;  // GPU ranks: each follower's all-reduce share
+  std::vector<UniqueFd> share_fds;
   for (auto& f : group->followers_) {
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
@@ -81,8 +86,32 @@ std::shared_ptr<TpProcessGroup> TpProcessGroup::start(TpHello hello,
     if (!answer) group->fail(group->describe_death(*f) + " before it was ready");
     try {
       expect_ready(answer->body, f->rank);
+      if (gpu) {
+        const auto share = answer->body.find("all_reduce");
+        if (share == answer->body.end() || !share->is_object() || answer->fds.size() != 1)
+          throw std::runtime_error("tensor-parallel rank " + std::to_string(f->rank) +
+                                   "'s ready carried no all-reduce share and descriptor");
+        gpu->import(f->rank, *share, answer->fds[0].get());
+        shares.push_back(*share);
+        share_fds.push_back(std::move(answer->fds[0]));
+      }
     } catch (const std::exception& e) {
       group->fail(e.what());
+    }
+  }
+  if (gpu) {
+    // Each follower: the other followers' shares (rank 0's came with its hello).
+    for (size_t i = 0; i < group->followers_.size(); ++i) {
+      std::vector<nlohmann::json> others;
+      std::vector<int> fds;
+      for (size_t j = 0; j < group->followers_.size(); ++j)
+        if (j != i) others.push_back(shares[j]), fds.push_back(share_fds[j].get());
+      Follower& f = *group->followers_[i];
+      try {
+        ipc::send_frame(f.channel.get(), peers_message(others), fds);
+      } catch (const std::exception&) {
+        group->fail(group->describe_death(f) + " before it met its peers");
+      }
     }
   }
   return group;
@@ -139,6 +168,11 @@ std::string TpProcessGroup::dead_peer() {
     return describe_death(*f);
   }
   return "";
+}
+
+void TpProcessGroup::check_followers() {
+  if (!failed_.empty()) throw std::runtime_error(failed_);
+  if (const std::string dead = dead_peer(); !dead.empty()) fail(dead);
 }
 
 void TpProcessGroup::begin_forward(const ForwardBatch& batch) {

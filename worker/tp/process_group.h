@@ -11,10 +11,13 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "base/unique_fd.h"
 #include "ipc/child_process.h"
@@ -35,11 +38,20 @@ struct TpProcessOptions {
   size_t exchange_floats = size_t(1) << 20;  // per rank and round; larger sums go in chunks
 };
 
+// GPU ranks (worker/tp/cuda_process_tp.h): rank 0's all-reduce descriptor goes with every
+// hello (its share is in the hello), each follower's comes back with its ready and is imported
+// by `import`, and every follower then gets the others' in a peers message.
+struct TpAllReduceHandshake {
+  int leader_fd = -1;
+  std::function<void(int rank, const nlohmann::json& share, int fd)> import;
+};
+
 class TpProcessGroup final : public RankCollective {
  public:
   // `hello` is what every follower gets (its rank filled in per follower); barrier_timeout_ms
   // is taken from `options`. Throws std::runtime_error naming the rank that could not start.
-  static std::shared_ptr<TpProcessGroup> start(TpHello hello, const TpProcessOptions& options);
+  static std::shared_ptr<TpProcessGroup> start(TpHello hello, const TpProcessOptions& options,
+                                               const TpAllReduceHandshake* gpu = nullptr);
   ~TpProcessGroup() override;
 
   int rank() const override { return 0; }
@@ -51,6 +63,10 @@ class TpProcessGroup final : public RankCollective {
                 const std::function<void(std::span<const std::span<const float>>)>& use) override;
 
   pid_t follower_pid(int rank) const;
+  // Throws naming a follower that died or gave up (the group is then broken for good); returns
+  // while all are alive. GPU ranks call it before each step and after a failed one: their
+  // all-reduce waits on the GPUs, where a dead peer is only a kernel that gives up.
+  void check_followers();
 
  private:
   struct Follower {

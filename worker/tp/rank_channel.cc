@@ -66,20 +66,27 @@ std::string message_type(const json& message) {
 }
 
 json hello_message(const TpHello& h) {
-  return {{"type", "hello"},
-          {"protocol", h.protocol},
-          {"rank", h.rank},
-          {"world_size", h.world_size},
-          {"model_dir", h.model_dir},
-          {"model_identity", h.model_identity},
-          {"server_socket", h.server_socket},
-          {"model_name", h.model_name},
-          {"quantize_fp8", h.quantize_fp8},
-          {"context_length", h.context_length},
-          {"kv_block_size", h.kv_block_size},
-          {"kv_blocks", h.kv_blocks},
-          {"kv_cache_dtype", h.kv_cache_dtype},
-          {"barrier_timeout_ms", h.barrier_timeout_ms}};
+  json m = {{"type", "hello"},
+            {"protocol", h.protocol},
+            {"rank", h.rank},
+            {"world_size", h.world_size},
+            {"model_dir", h.model_dir},
+            {"model_identity", h.model_identity},
+            {"server_socket", h.server_socket},
+            {"model_name", h.model_name},
+            {"quantize_fp8", h.quantize_fp8},
+            {"context_length", h.context_length},
+            {"kv_block_size", h.kv_block_size},
+            {"kv_blocks", h.kv_blocks},
+            {"kv_cache_dtype", h.kv_cache_dtype},
+            {"barrier_timeout_ms", h.barrier_timeout_ms},
+            {"backend", h.backend}};
+  if (h.backend == "cuda") {
+    m["device"] = h.device;
+    m["engine"] = h.engine;
+    m["all_reduce"] = h.all_reduce;
+  }
+  return m;
 }
 
 TpHello parse_hello(const json& m) {
@@ -105,11 +112,23 @@ TpHello parse_hello(const json& m) {
   h.kv_blocks = int(integer(m, "kv_blocks", 1, 1 << 30));
   h.kv_cache_dtype = text(m, "kv_cache_dtype");
   h.barrier_timeout_ms = int(integer(m, "barrier_timeout_ms", 1, kMaxInt));
+  h.backend = text(m, "backend");
+  if (h.backend == "cuda") {
+    h.device = int(integer(m, "device", 0, 63));
+    h.engine = field(m, "engine");
+    h.all_reduce = field(m, "all_reduce");
+    if (!h.engine.is_object() || !h.all_reduce.is_object())
+      bad("\"engine\" and \"all_reduce\" must be objects");
+  } else if (h.backend != "cpu") {
+    bad("\"backend\" must be \"cpu\" or \"cuda\", got \"" + h.backend.substr(0, 32) + "\"");
+  }
   return h;
 }
 
-json ready_message(int rank) {
-  return {{"type", "ready"}, {"rank", rank}};
+json ready_message(int rank, const json& all_reduce) {
+  json m = {{"type", "ready"}, {"rank", rank}};
+  if (!all_reduce.is_null()) m["all_reduce"] = all_reduce;
+  return m;
 }
 json error_message(const std::string& error) {
   return {{"type", "error"}, {"message", error}};
@@ -138,6 +157,20 @@ json forward_message(const ForwardBatch& batch) {
 
 json stop_message() {
   return {{"type", "stop"}};
+}
+
+json peers_message(const std::vector<json>& shares) {
+  return {{"type", "peers"}, {"all_reduce", shares}};
+}
+
+std::vector<json> parse_peers(const json& m) {
+  if (const std::string type = message_type(m); type != "peers")
+    bad("expected the peers' all-reduce shares, got \"" + type + "\"");
+  const json& shares = field(m, "all_reduce");
+  if (!shares.is_array() || shares.size() > 63) bad("\"all_reduce\" must be an array of shares");
+  for (const json& s : shares)
+    if (!s.is_object()) bad("an all-reduce share that is not an object");
+  return shares.get<std::vector<json>>();
 }
 
 StepPlan parse_forward(const json& m) {

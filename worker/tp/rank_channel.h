@@ -2,7 +2,8 @@
 // socketpair carrying ipc frames (4-byte length + a JSON object; the exchange's memfd by
 // SCM_RIGHTS with the hello). Messages, each with "type":
 //   leader -> follower: hello (protocol, rank, world size, the model and engine shape; the
-//     memfd attached), forward (one step plan), stop;
+//     memfd attached, and rank 0's all-reduce descriptor for GPU ranks), peers (GPU ranks: the
+//     other followers' all-reduce shares), forward (one step plan), stop;
 //   follower -> leader: ready (after its pieces are loaded), error (why it is giving up).
 // Every message is checked field by field: anything else is an error that says what was wrong.
 #pragma once
@@ -17,7 +18,7 @@
 
 namespace hearth {
 
-inline constexpr int kTpProtocolVersion = 1;
+inline constexpr int kTpProtocolVersion = 2;  // 2: "backend", and GPU ranks' fields
 
 struct TpHello {
   int protocol = kTpProtocolVersion;
@@ -34,14 +35,21 @@ struct TpHello {
   int context_length = 0, kv_block_size = 0, kv_blocks = 0;
   std::string kv_cache_dtype = "auto";
   int barrier_timeout_ms = 0;
+  // "cpu", or "cuda" (ranks on GPUs): then the rank's GPU, the leader's engine options
+  // (profile_to_json: the follower's forward must be the leader's, bit for bit) and rank 0's
+  // all-reduce share (worker/tp/cuda_process_tp.h; its VMM descriptor is the hello's second).
+  std::string backend = "cpu";
+  int device = 0;
+  nlohmann::json engine, all_reduce;
 };
 
 nlohmann::json hello_message(const TpHello& hello);
 // Throws std::runtime_error naming the field (or the version) that is wrong.
 TpHello parse_hello(const nlohmann::json& message);
 
-// The follower's answer to a hello: ready, or an error (`error` set).
-nlohmann::json ready_message(int rank);
+// The follower's answer to a hello: ready, or an error (`error` set). A GPU rank's ready carries
+// its all-reduce share (its descriptor attached).
+nlohmann::json ready_message(int rank, const nlohmann::json& all_reduce = nullptr);
 nlohmann::json error_message(const std::string& error);
 // Returns normally on ready from `rank`; throws std::runtime_error with the follower's error,
 // or naming what is wrong with the message.
@@ -50,6 +58,10 @@ void expect_ready(const nlohmann::json& message, int rank);
 // A step plan: the tokens, positions, block tables and logits flags of one forward.
 nlohmann::json forward_message(const ForwardBatch& batch);
 nlohmann::json stop_message();
+// GPU ranks, after every ready: the other followers' all-reduce shares, their descriptors
+// attached in the same order. parse_peers throws naming what is wrong.
+nlohmann::json peers_message(const std::vector<nlohmann::json>& shares);
+std::vector<nlohmann::json> parse_peers(const nlohmann::json& message);
 
 // A received step plan, owning what its ForwardBatch's spans point into.
 struct StepPlan {

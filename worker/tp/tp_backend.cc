@@ -5,6 +5,7 @@
 #include "weight-server/model/shard_plan.h"
 #include "worker/engine/backend_factory.h"
 #include "worker/engine/cpu_backend.h"
+#include "worker/tp/cuda_process_tp.h"
 
 namespace hearth {
 
@@ -12,12 +13,11 @@ std::unique_ptr<Backend> make_process_tp_backend(const EngineOptions& options,
                                                  const EngineWeights& weights,
                                                  const TpModelSource& source,
                                                  const TpProcessOptions& processes) {
-  if (resolve_backend(options.backend) != BackendKind::Cpu)
-    throw std::runtime_error(
-        "tensor_parallel_processes runs on the cpu backend only for now (set backend=cpu)");
   if (options.tensor_parallel < 2)
     throw std::runtime_error("tensor_parallel_processes needs tensor_parallel of 2 or more, got " +
                              std::to_string(options.tensor_parallel));
+  if (resolve_backend(options.backend) == BackendKind::Cuda)
+    return make_cuda_process_tp_backend(options, weights, source, processes);
   const bool served = !source.server_socket.empty();
   if (served ? !weights.ranks.empty() || weights.source : !weights.source)
     throw std::runtime_error(

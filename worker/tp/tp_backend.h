@@ -1,6 +1,7 @@
 // The leader's backend when tensor-parallel ranks run as processes (engine option
 // tensor_parallel_processes): a CPU backend of rank 0 over a process group whose followers
-// each load their own rank's pieces from the same model directory.
+// each load their own rank's pieces from the same model directory; with the cuda backend, rank
+// 0 on GPU 0 and rank r on GPU r (worker/tp/cuda_process_tp.h).
 #pragma once
 
 #include <filesystem>
@@ -25,7 +26,7 @@ struct TpModelSource {
   bool quantize_fp8 = false;
 };
 
-// Throws std::runtime_error naming the cause: not the cpu backend, tensor_parallel below 2, a
+// Throws std::runtime_error naming the cause: tensor_parallel below 2, a
 // served model imported otherwise than as rank 0, a follower that cannot start.
 std::unique_ptr<Backend> make_process_tp_backend(const EngineOptions& options,
                                                  const EngineWeights& weights,

@@ -17,20 +17,6 @@ namespace {
 
 using kernels::DeviceScope;
 
-// What the batched kernels take of one rank's shapes, refused before anything is allocated.
-void check_rank_shapes(const ModelConfig& rc, int rank) {
-  const int hd = rc.head_dim;
-  if (hd != 16 && hd != 32 && hd != 64 && hd != 128)
-    throw std::runtime_error("the batched cuda backend supports head_dim 16, 32, 64 or 128, not " +
-                             std::to_string(hd));
-  for (auto [what, k] : {std::pair{"hidden_size", rc.hidden},
-                         {"q_dim per rank", rc.q_dim()},
-                         {"intermediate_size per rank", rc.intermediate}})
-    if (k % 16 != 0)
-      throw std::runtime_error("tensor parallel rank " + std::to_string(rank) + ": " + what +
-                               " must be a multiple of 16, not " + std::to_string(k));
-}
-
 int checked_ranks(const EngineOptions& options) {
   const int n = options.tensor_parallel;
   int present = 0;
@@ -129,37 +115,22 @@ void CudaTpBackend::build(const std::vector<int>& devices,
   all_reduce_ =
       std::make_unique<kernels::PeerAllReduce>(devices, int64_t(limits_.max_tokens) * c_.hidden);
   for (int r = 0; r < n; ++r) {
-    DeviceScope scope(devices[size_t(r)]);
-    auto rank = std::make_unique<Rank>();
-    const RankDims dims = plan.dims(r);
-    rank->device = devices[size_t(r)];
-    rank->config = c_;
-    rank->config.n_heads = dims.q_heads;
-    rank->config.n_kv_heads = dims.kv_heads;
-    rank->config.intermediate = dims.intermediate;
-    rank->config.vocab = dims.vocab_end - dims.vocab_begin;
-    rank->vocab_begin = dims.vocab_begin;
-    rank->vocab_end = dims.vocab_end;
-    check_rank_shapes(rank->config, r);
-    rank->stream = make_stream();
-    rank->store = pieces(r);
-    rank->weights = CudaWeights::bind(*rank->store, rank->config);
-    rank->weights.check_kv_cache_dtype(options_.kv_cache_dtype);
-    rank->arena.count(rank->weights.copied_bytes());
-    CudaTpRank tp;
-    tp.vocab_begin = dims.vocab_begin;
-    tp.vocab_end = dims.vocab_end;
     kernels::PeerAllReduce* ar = all_reduce_.get();
-    tp.all_reduce = [ar, r](const float* partial, float* x, int64_t count, bool accumulate,
-                            cudaStream_t stream) {
+    auto all_reduce = [ar, r](const float* partial, float* x, int64_t count, bool accumulate,
+                              cudaStream_t stream) {
       ar->run(r, partial, x, count, accumulate, stream);
     };
-    rank->model = std::make_unique<CudaLlamaForward>(rank->config, rank->weights, limits_, options_,
-                                                     context_, rank->arena, rank->stream.get(), tp);
-    rank->inputs = std::make_unique<StepInputs>(limits_, options_.kv_block_size, rank->arena);
+    std::shared_ptr<const WeightStore> store;
+    {
+      DeviceScope scope(devices[size_t(r)]);
+      store = pieces(r);
+    }
+    auto rank = std::make_unique<CudaTpRankUnit>(r, devices[size_t(r)], c_, plan, std::move(store),
+                                                 options_, context_, limits_, all_reduce);
     if (r == 0) {
-      logits_ = rank->arena.alloc(size_t(limits_.max_seqs) * c_.vocab * 4);
-      sampling_ = std::make_unique<CudaSampling>(limits_.max_seqs, c_.vocab, rank->arena);
+      DeviceScope scope(rank->device());
+      logits_ = rank->arena().alloc(size_t(limits_.max_seqs) * c_.vocab * 4);
+      sampling_ = std::make_unique<CudaSampling>(limits_.max_seqs, c_.vocab, rank->arena());
       token_mask_ = std::make_unique<CudaTokenMask>(c_.vocab);
       step_start_ = make_event();
     }
@@ -170,15 +141,13 @@ void CudaTpBackend::build(const std::vector<int>& devices,
     // every rank holds (RankedKvMemory keeps them equal).
     std::vector<std::shared_ptr<KvMemory>> pools;
     for (int r = 0; r < n; ++r) {
-      Rank& rank = *ranks_[size_t(r)];
-      DeviceScope scope(rank.device);
-      rank.kv = std::make_unique<CudaKvPool>(rank.config, options_, context_, rank.stream.get(),
-                                             rank.arena, kv_memory, r);
+      CudaTpRankUnit& rank = *ranks_[size_t(r)];
+      rank.make_kv_pool(options_, context_, kv_memory);
       // Owned by the rank's pool, which outlives leased_ (declared after ranks_).
-      pools.push_back(std::shared_ptr<KvMemory>(rank.kv->memory(), [](KvMemory*) {}));
+      pools.push_back(std::shared_ptr<KvMemory>(rank.kv().memory(), [](KvMemory*) {}));
     }
     leased_ = std::make_shared<RankedKvMemory>(std::move(pools));
-    kv_shape_ = ranks_[0]->kv->shape();
+    kv_shape_ = ranks_[0]->kv().shape();
     synchronize();
     return;
   }
@@ -186,19 +155,18 @@ void CudaTpBackend::build(const std::vector<int>& devices,
   // most besides: the gathered logits and sampling); the others take exactly as many blocks, so
   // one block table addresses every rank's pool.
   for (int r = 0; r < n; ++r) {
-    Rank& rank = *ranks_[size_t(r)];
-    DeviceScope scope(rank.device);
+    CudaTpRankUnit& rank = *ranks_[size_t(r)];
     EngineOptions o = options_;
     if (r > 0) {
       o.kv_pool_tokens = int64_t(kv_shape_.num_blocks) * kv_shape_.block_size;
       o.kv_pool_gb = 0;
       o.kv_pool_fraction = 0;
     }
-    rank.kv = std::make_unique<CudaKvPool>(rank.config, o, context_, rank.stream.get(), rank.arena);
-    if (r == 0) kv_shape_ = rank.kv->shape();
-    if (rank.kv->shape().num_blocks != kv_shape_.num_blocks)
+    rank.make_kv_pool(o, context_);
+    if (r == 0) kv_shape_ = rank.kv().shape();
+    if (rank.kv().shape().num_blocks != kv_shape_.num_blocks)
       throw std::runtime_error("tensor parallel rank " + std::to_string(r) + "'s KV pool holds " +
-                               std::to_string(rank.kv->shape().num_blocks) + " blocks, rank 0's " +
+                               std::to_string(rank.kv().shape().num_blocks) + " blocks, rank 0's " +
                                std::to_string(kv_shape_.num_blocks));
   }
   synchronize();
@@ -210,23 +178,22 @@ KvPoolShape CudaTpBackend::kv_pool() const {
 }
 
 CudaTpBackend::~CudaTpBackend() {
-  for (const auto& rank : ranks_)
-    if (rank->stream) cudaStreamSynchronize(rank->stream.get());
+  for (const auto& rank : ranks_) cudaStreamSynchronize(rank->stream());
 }
 
 void CudaTpBackend::synchronize() {
-  for (const auto& rank : ranks_) HEARTH_CUDA_CHECK(cudaStreamSynchronize(rank->stream.get()));
+  for (const auto& rank : ranks_) HEARTH_CUDA_CHECK(cudaStreamSynchronize(rank->stream()));
 }
 
 void CudaTpBackend::run_substep(const ForwardBatch& batch, const SubStep& step, int& logits_row) {
   // The same sub-step on every rank: the host side is identical, each rank uploads its own copy.
-  for (const auto& rank : ranks_) rank->inputs->begin(logits_row);
+  for (const auto& rank : ranks_) rank->inputs().begin(logits_row);
   for (size_t e = step.first; e < step.last; ++e) {
     const int n = int(batch.entries[e].tokens.size());
     const int lo = e == step.first ? step.first_token : 0;
     const int hi = e + 1 == step.last ? step.last_token : n;
     int row = -1;
-    for (const auto& rank : ranks_) row = rank->inputs->add(batch.entries[e], lo, hi);
+    for (const auto& rank : ranks_) row = rank->inputs().add(batch.entries[e], lo, hi);
     if (row >= 0) entry_row_[e] = row, logits_row = row + 1;
   }
   launch_eager(upload_inputs(0));
@@ -234,53 +201,29 @@ void CudaTpBackend::run_substep(const ForwardBatch& batch, const SubStep& step, 
 
 std::vector<StepShape> CudaTpBackend::upload_inputs(int kv_bound) {
   std::vector<StepShape> shapes;
-  for (const auto& rank : ranks_) {
-    DeviceScope scope(rank->device);
-    shapes.push_back(rank->inputs->upload(rank->stream.get()));
-    if (kv_bound > 0) shapes.back().max_kv_len = kv_bound;  // a graph's bound, not this step's
-  }
+  for (const auto& rank : ranks_) shapes.push_back(rank->upload_inputs(kv_bound));
   return shapes;
 }
 
 void CudaTpBackend::launch_eager(const std::vector<StepShape>& shapes) {
   // Part by part, each on every rank before the next on any: a part ends with its all-reduce,
   // which waits on the GPU for the peers' (see CudaTpRank).
-  for (size_t r = 0; r < ranks_.size(); ++r) {
-    Rank& rank = *ranks_[r];
-    DeviceScope scope(rank.device);
-    rank.model->begin(shapes[r], *rank.inputs, *rank.kv, rank.stream.get());
-  }
-  using Part = CudaLlamaForward::LayerPart;
+  for (size_t r = 0; r < ranks_.size(); ++r) ranks_[r]->begin(shapes[r]);
+  using Part = CudaTpRankUnit::Part;
   for (int l = 0; l < c_.n_layers; ++l)
     for (Part part : {Part::Attention, Part::Mlp})
-      for (size_t r = 0; r < ranks_.size(); ++r) {
-        Rank& rank = *ranks_[r];
-        DeviceScope scope(rank.device);
-        rank.model->run_layer(l, part, shapes[r], *rank.inputs, *rank.kv, rank.stream.get());
-      }
-  for (size_t r = 0; r < ranks_.size(); ++r) {
-    Rank& rank = *ranks_[r];
-    DeviceScope scope(rank.device);
-    rank.model->finish(shapes[r], *rank.inputs, rank.stream.get());
-  }
+      for (size_t r = 0; r < ranks_.size(); ++r) ranks_[r]->run_layer(l, part, shapes[r]);
+  for (size_t r = 0; r < ranks_.size(); ++r) ranks_[r]->finish(shapes[r]);
   gather_logits(shapes[0]);
 }
 
 void CudaTpBackend::gather_logits(const StepShape& s) {
   if (s.rows == 0) return;
-  for (const auto& rank : ranks_) {
-    DeviceScope scope(rank->device);
-    // Rank r's vocabulary columns of the rows this sub-step computed, into rank 0's logits.
-    const int width = rank->vocab_end - rank->vocab_begin;
-    HEARTH_CUDA_CHECK(cudaMemcpy2DAsync(
-        logits_.get<float>() + size_t(s.logits_row) * c_.vocab + rank->vocab_begin,
-        size_t(c_.vocab) * 4, rank->model->logits(s.logits_row), size_t(width) * 4,
-        size_t(width) * 4, size_t(s.rows), cudaMemcpyDefault, rank->stream.get()));
-    HEARTH_CUDA_CHECK(cudaEventRecord(rank->done.get(), rank->stream.get()));
-  }
-  DeviceScope scope(ranks_[0]->device);
+  // Rank r's vocabulary columns of the rows this sub-step computed, into rank 0's logits.
+  for (const auto& rank : ranks_) rank->copy_logits(logits_.get<float>(), c_.vocab, s);
+  DeviceScope scope(ranks_[0]->device());
   for (size_t r = 1; r < ranks_.size(); ++r)
-    HEARTH_CUDA_CHECK(cudaStreamWaitEvent(ranks_[0]->stream.get(), ranks_[r]->done.get(), 0));
+    HEARTH_CUDA_CHECK(cudaStreamWaitEvent(ranks_[0]->stream(), ranks_[r]->done(), 0));
 }
 
 // A decode step, padded to its bucket as the batched backend pads it: eager the first time
@@ -288,38 +231,14 @@ void CudaTpBackend::gather_logits(const StepShape& s) {
 // on its own stream, then replayed: one launch per rank, the ranks meeting at the all-reduces
 // on the GPUs.
 void CudaTpBackend::run_decode(const ForwardBatch& batch, const DecodeStepPlan& plan) {
-  for (const auto& rank : ranks_) add_decode_rows(*rank->inputs, batch, plan, entry_row_);
+  for (const auto& rank : ranks_) add_decode_rows(rank->inputs(), batch, plan, entry_row_);
   const std::vector<StepShape> shapes = upload_inputs(plan.kv_bound);
   const std::pair key{plan.seqs, plan.kv_bound};
-  auto it = graphs_.find(key);
-  if (it == graphs_.end()) {
+  if (!ranks_[0]->has_graph(key)) {
     if (eager_runs_[key]++ == 0) return launch_eager(shapes);
-    std::vector<CudaGraphExec> execs;
-    for (size_t r = 0; r < ranks_.size(); ++r) {
-      Rank& rank = *ranks_[r];
-      DeviceScope scope(rank.device);
-      cudaStream_t s = rank.stream.get();
-      cudaGraph_t captured = nullptr;
-      HEARTH_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-      try {
-        rank.model->launch(shapes[r], *rank.inputs, *rank.kv, s);
-      } catch (...) {
-        cudaStreamEndCapture(s, &captured);
-        if (captured) cudaGraphDestroy(captured);
-        throw;
-      }
-      HEARTH_CUDA_CHECK(cudaStreamEndCapture(s, &captured));
-      const CudaGraph graph(captured);
-      cudaGraphExec_t exec = nullptr;
-      HEARTH_CUDA_CHECK(cudaGraphInstantiate(&exec, graph.get(), 0));
-      execs.emplace_back(exec);
-    }
-    it = graphs_.emplace(key, std::move(execs)).first;
+    for (size_t r = 0; r < ranks_.size(); ++r) ranks_[r]->capture_graph(key, shapes[r]);
   }
-  for (size_t r = 0; r < ranks_.size(); ++r) {
-    DeviceScope scope(ranks_[r]->device);
-    HEARTH_CUDA_CHECK(cudaGraphLaunch(it->second[r].get(), ranks_[r]->stream.get()));
-  }
+  for (const auto& rank : ranks_) rank->replay_graph(key);
   gather_logits(shapes[0]);
 }
 
@@ -327,13 +246,13 @@ void CudaTpBackend::forward(const ForwardBatch& batch) {
   check_batch(batch);
   // Every rank's writes into rank 0's logits follow whatever rank 0 last did with them.
   {
-    DeviceScope scope(ranks_[0]->device);
-    HEARTH_CUDA_CHECK(cudaEventRecord(step_start_.get(), ranks_[0]->stream.get()));
+    DeviceScope scope(ranks_[0]->device());
+    HEARTH_CUDA_CHECK(cudaEventRecord(step_start_.get(), ranks_[0]->stream()));
   }
   for (const auto& rank : ranks_) {
-    DeviceScope scope(rank->device);
-    HEARTH_CUDA_CHECK(cudaStreamWaitEvent(rank->stream.get(), step_start_.get(), 0));
-    rank->kv->prepare(rank->stream.get());
+    DeviceScope scope(rank->device());
+    HEARTH_CUDA_CHECK(cudaStreamWaitEvent(rank->stream(), step_start_.get(), 0));
+    rank->kv().prepare(rank->stream());
   }
   entry_row_.assign(batch.entries.size(), -1);
   host_logits_.assign(batch.entries.size(), {});
@@ -352,7 +271,7 @@ void CudaTpBackend::capture_decode_graphs(int max_kv_len) {
       max_kv_len, context_, kv_shape_.block_size, limits_.max_step_seqs,
       [&](const ForwardBatch& batch) { forward(batch); },
       [&](int seqs, int kv_bound) {
-        return graphs_.contains({seqs, kv_bound});
+        return ranks_[0]->has_graph({seqs, kv_bound});
       });
   synchronize();
 }
@@ -363,20 +282,20 @@ std::span<const float> CudaTpBackend::logits(int entry) {
                              " has no logits: it did not ask for them in the last forward");
   std::vector<float>& host = host_logits_[entry];
   if (host.empty()) {
-    DeviceScope scope(ranks_[0]->device);
+    DeviceScope scope(ranks_[0]->device());
     host.resize(c_.vocab);
     HEARTH_CUDA_CHECK(
         cudaMemcpyAsync(host.data(), logits_.get<float>() + size_t(entry_row_[entry]) * c_.vocab,
-                        size_t(c_.vocab) * 4, cudaMemcpyDeviceToHost, ranks_[0]->stream.get()));
-    HEARTH_CUDA_CHECK(cudaStreamSynchronize(ranks_[0]->stream.get()));
+                        size_t(c_.vocab) * 4, cudaMemcpyDeviceToHost, ranks_[0]->stream()));
+    HEARTH_CUDA_CHECK(cudaStreamSynchronize(ranks_[0]->stream()));
   }
   return host;
 }
 
 std::vector<SampleResult> CudaTpBackend::sample(std::span<const SampleRequest> requests) {
   if (requests.empty()) return {};
-  DeviceScope scope(ranks_[0]->device);
-  cudaStream_t s = ranks_[0]->stream.get();
+  DeviceScope scope(ranks_[0]->device());
+  cudaStream_t s = ranks_[0]->stream();
   token_mask_->apply(requests, entry_row_, logits_.get<float>(), s);
   return sampling_->sample(requests, entry_row_, logits_.get<float>(), s);
 }

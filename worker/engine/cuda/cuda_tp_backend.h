@@ -7,12 +7,14 @@
 // bits; the LM head runs by vocabulary, the ranks' logits gathered into rank 0's rows, where
 // sampling and token masks run as in the batched backend. Decode steps are captured per bucket
 // as the batched backend's are, one graph per rank (cuda_graphs); everything else runs eagerly.
-// An fp8 model (issue 25) runs each rank's fp8 pieces with the batched engine's W8A8 matmuls:
-// q/k/v and gate/up with their rows' scales, o and down with the whole per-channel vector, each
-// rank quantizing its own slice of their input (as the CPU ranks do). A served model's ranks
-// (the server's pieces) run as they are. Served, each rank's pool is leased from the server's
-// budget for that rank's GPU (kv_lease with its device), the ranks' leases grown and shrunk
-// together as one RankedKvMemory (the engine's kv_memory); otherwise the pools are sized here.
+// Each rank's state and forward is a CudaTpRankUnit (cuda_tp_rank.h), the unit a rank in a
+// process of its own owns alone. An fp8 model (issue 25) runs each rank's fp8 pieces with the
+// batched engine's W8A8 matmuls: q/k/v and gate/up with their rows' scales, o and down with the
+// whole per-channel vector, each rank quantizing its own slice of their input (as the CPU ranks
+// do). A served model's ranks (the server's pieces) run as they are. Served, each rank's pool is
+// leased from the server's budget for that rank's GPU (kv_lease with its device), the ranks'
+// leases grown and shrunk together as one RankedKvMemory (the engine's kv_memory); otherwise
+// the pools are sized here.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -33,6 +35,7 @@
 #include "worker/engine/cuda/cuda_memory_plan.h"
 #include "worker/engine/cuda/cuda_sampling.h"
 #include "worker/engine/cuda/cuda_token_mask.h"
+#include "worker/engine/cuda/cuda_tp_rank.h"
 #include "worker/engine/cuda/cuda_weights.h"
 #include "worker/engine/cuda/decode_graphs.h"
 #include "worker/engine/cuda/decode_step_plan.h"
@@ -76,19 +79,6 @@ class CudaTpBackend final : public Backend {
   void capture_decode_graphs(int max_kv_len);
 
  private:
-  struct Rank {
-    int device = 0;
-    ModelConfig config;  // the rank's heads, channels and vocabulary rows
-    int vocab_begin = 0, vocab_end = 0;
-    CudaStream stream;
-    std::shared_ptr<const WeightStore> store;  // on `device`
-    CudaWeights weights;
-    DeviceArena arena;
-    std::unique_ptr<CudaLlamaForward> model;
-    std::unique_ptr<StepInputs> inputs;
-    std::unique_ptr<CudaKvPool> kv;
-    CudaEvent done = make_event();
-  };
   // Builds every rank: pieces(r) gives rank r's GPU-resident pieces on devices[r].
   void build(const std::vector<int>& devices,
              const std::function<std::shared_ptr<const WeightStore>(int)>& pieces,
@@ -105,7 +95,7 @@ class CudaTpBackend final : public Backend {
   int context_;
   StepLimits limits_;
   std::unique_ptr<kernels::PeerAllReduce> all_reduce_;
-  std::vector<std::unique_ptr<Rank>> ranks_;
+  std::vector<std::unique_ptr<CudaTpRankUnit>> ranks_;
   KvPoolShape kv_shape_{};
   // Served: every rank's leased pool, grown together; null when the pools are sized here.
   std::shared_ptr<KvMemory> leased_;
@@ -114,8 +104,8 @@ class CudaTpBackend final : public Backend {
   std::unique_ptr<CudaSampling> sampling_;
   std::unique_ptr<CudaTokenMask> token_mask_;
   CudaEvent step_start_;
-  // Decode graphs per bucket (sequences, key-length bound), one per rank; eager runs so far.
-  std::map<std::pair<int, int>, std::vector<CudaGraphExec>> graphs_;
+  // Eager runs so far per decode bucket (sequences, key-length bound); each rank holds its
+  // graphs.
   std::map<std::pair<int, int>, int> eager_runs_;
   std::vector<int> entry_row_;
   std::vector<std::vector<float>> host_logits_;

@@ -1,0 +1,54 @@
+// The buffers of one fixed-order all-reduce group as this process addresses them, and the one
+// launch path over them. Every rank's staging and flags are here, whatever allocated them:
+// PeerAllReduce (cudaMalloc and peer access, all ranks in one process) or a rank's process
+// that imported its peers' exported VMM allocations (worker/engine/cuda/process_all_reduce.h).
+// Both call run(), so the kernel, the grid and the one/two-shot choice are the same code.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/all_reduce.h"
+
+namespace hearth::kernels {
+
+// Staging capacity (floats per half) for a largest count of `max_floats`: a multiple of 4 keeps
+// each half 16-byte aligned.
+inline int64_t all_reduce_capacity(int64_t max_floats) {
+  return (max_floats + 3) / 4 * 4;
+}
+// Bytes of one rank's staging (two halves) and of its flag array.
+inline size_t all_reduce_staging_bytes(int64_t capacity) {
+  return size_t(2 * capacity) * sizeof(float);
+}
+inline constexpr size_t kAllReduceFlagsBytes =
+    size_t(kMaxAllReduceBlocks) * kMaxAllReduceRanks * sizeof(uint32_t);
+// Bytes of one rank's epoch counters (its own device, never shared).
+inline constexpr size_t kAllReduceEpochsBytes = size_t(kMaxAllReduceBlocks) * sizeof(uint32_t);
+
+// The grid a device can hold at once: one block per SM, capped. A group runs the smallest of
+// its ranks' grids, so every block of every rank is resident together (they wait on each other).
+int all_reduce_blocks(int device);
+
+struct AllReduceGroup {
+  float* staging[kMaxAllReduceRanks] = {};
+  uint32_t* flags[kMaxAllReduceRanks] = {};
+  int ranks = 0;
+  int64_t capacity = 0;  // floats per staging half
+  int blocks = 0;        // the same on every rank
+  int64_t two_shot_min_bytes = 0;
+
+  // Whether `count` floats take two shots (every rank decides alike).
+  bool two_shot(int64_t count) const {
+    return ranks > 2 && count * int64_t(sizeof(float)) >= two_shot_min_bytes;
+  }
+  // out = (accumulate ? out : 0) + rank-order sum of the partials, as rank `rank`; `epochs` is
+  // that rank's counters (kAllReduceEpochsBytes, zeroed before the first call), `stream` one of
+  // its device's (the caller makes that device current). Throws on a bad rank or count.
+  void run(int rank, uint32_t* epochs, const float* partial, float* out, int64_t count,
+           bool accumulate, cudaStream_t stream) const;
+};
+
+}  // namespace hearth::kernels

@@ -1,0 +1,161 @@
+// GPU tensor-parallel ranks as processes (worker/tp/cuda_process_tp.h): a leader in this process
+// on GPU 0 and a real hearth-tp-follower on GPU 1, on a synthetic model directory. TP=2 gives
+// the logits bits and the tokens and logprob bits of the in-process CUDA ranks (CudaTpBackend),
+// alone and batched; a follower SIGKILLed mid-run ends the leader's requests with an error
+// naming it, with no hang. Skips with fewer than 2 GPUs.
+#include <signal.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "tests/kernels/gpu_test_util.h"
+#include "tests/worker/engine/engine_outcomes.h"
+#include "tests/worker/engine/mixed_requests.h"
+#include "tests/worker/engine/synth_models.h"
+#include "weight-server/model/hf_model.h"
+#include "weight-server/model/host_store.h"
+#include "worker/engine/backend_factory.h"
+#include "worker/engine/engine.h"
+#include "worker/model_identity.h"
+#include "worker/tp/tp_backend.h"
+
+namespace hearth {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr int kVocab = 3000;
+
+// 8 q heads over 2 KV heads (test::small_gqa_config()): one KV head per rank at TP=2.
+struct Model {
+  fs::path dir;
+  std::shared_ptr<const HfModel> hf;
+  std::shared_ptr<const WeightStore> store;
+  std::string identity;
+};
+
+const Model& model() {
+  static const Model m = [] {
+    Model m;
+    m.dir = test::synth_dir("cuda_tp_process",
+                            test::synth_options("tiny-llama3", test::small_gqa_config()));
+    m.hf = std::make_shared<HfModel>(HfModel::open(m.dir));
+    m.store = std::make_shared<HostStore>(m.hf);
+    m.identity = model_identity(*m.hf);
+    return m;
+  }();
+  return m;
+}
+
+EngineOptions options() {
+  EngineOptions o = test::tp_engine_options(2);
+  o.backend = BackendKind::Cuda;
+  o.context_length = 1024;
+  o.kv_pool_tokens = 1 << 13;
+  o.tensor_parallel_processes = true;
+  return o;
+}
+
+std::unique_ptr<Backend> processes() {
+  const Model& m = model();
+  return make_process_tp_backend(
+      options(), EngineWeights{m.store, m.hf},
+      {.dir = m.dir, .server_socket = {}, .model_name = {}, .identity = m.identity});
+}
+
+std::unique_ptr<Backend> in_process() {
+  EngineOptions o = options();
+  o.tensor_parallel_processes = false;
+  return make_backend(o, EngineWeights{model().store, model().hf});
+}
+
+// The pids of this process's hearth-tp-follower children: every process whose parent is this
+// one (a child forked by any of its threads names the process as its parent).
+std::vector<pid_t> follower_pids() {
+  std::vector<pid_t> pids;
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream stat(entry.path() / "stat");
+    std::string line;
+    std::getline(stat, line);
+    const size_t close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 1));
+    std::string state;
+    pid_t parent = 0;
+    rest >> state >> parent;
+    if (parent != ::getpid()) continue;
+    std::ifstream cmdline(entry.path() / "cmdline");
+    std::stringstream s;
+    s << cmdline.rdbuf();
+    if (s.str().find("hearth-tp-follower") != std::string::npos) pids.push_back(std::stoi(name));
+  }
+  return pids;
+}
+
+TEST(CudaTpProcesses, LogitsAreTheInProcessRanksBitForBit) {
+  HEARTH_REQUIRE_GPUS(2);
+  const std::vector<int32_t> prompt = {5, 17, 2999, 1, 1500, 1499, 750, 42, 7};
+  std::vector<float> want;
+  {
+    const auto reference = in_process();
+    const std::span<const float> s = forward_alone(*reference, prompt);
+    want.assign(s.begin(), s.end());
+  }
+  const auto backend = processes();
+  const std::span<const float> got = forward_alone(*backend, prompt);
+  ASSERT_EQ(got.size(), want.size());
+  EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float)));
+}
+
+TEST(CudaTpProcesses, TokensAndLogprobsAreTheInProcessRanksAloneAndBatched) {
+  HEARTH_REQUIRE_GPUS(2);
+  const std::vector<Request> requests = test::tp_mixed_requests(5, kVocab, 26);
+  const EngineOptions o = options();
+  std::map<std::string, test::EngineOutcome> want;
+  {
+    const auto reference = in_process();
+    want = test::run_engine(*reference, o, requests);
+  }
+  const auto backend = processes();
+  test::expect_same_outcomes(test::run_engine(*backend, o, requests), want, "batched");
+  std::map<std::string, test::EngineOutcome> alone;
+  for (const Request& r : requests) alone.merge(test::run_engine(*backend, o, {r}));
+  test::expect_same_outcomes(alone, want, "alone");
+  // Again: the decode graphs captured on the first pass replay the same bits.
+  test::expect_same_outcomes(test::run_engine(*backend, o, requests), want, "batched again");
+}
+
+TEST(CudaTpProcesses, AKilledFollowerFailsTheLeadersRequestsNamingIt) {
+  HEARTH_REQUIRE_GPUS(2);
+  const auto backend = processes();
+  const std::vector<pid_t> followers = follower_pids();
+  ASSERT_EQ(followers.size(), 1u);
+  Engine engine(*backend, options(), nullptr, {});
+  for (const Request& r : test::tp_mixed_requests(4, kVocab, 7)) engine.submit(r);
+  std::vector<std::string> errors;
+  for (int step = 0; engine.has_work(); ++step) {
+    if (step == 2) ::kill(followers[0], SIGKILL);
+    for (const RequestOutput& out : engine.step())
+      if (out.finish) {
+        EXPECT_EQ(out.finish->reason, FinishReason::Error) << out.id;
+        errors.push_back(out.finish->error);
+      }
+  }
+  ASSERT_EQ(errors.size(), 4u);
+  for (const std::string& e : errors) {
+    EXPECT_NE(e.find("tensor-parallel rank 1 (pid "), std::string::npos) << e;
+    EXPECT_NE(e.find("killed by signal 9"), std::string::npos) << e;
+  }
+  EXPECT_NE(backend->failure().find("killed by signal 9"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace hearth

@@ -1,0 +1,83 @@
+// The channel's messages for GPU ranks (worker/tp/rank_channel.h): a cuda hello round-trips
+// with its engine options and all-reduce share, a cpu hello needs none of them, and a bad
+// backend, a cuda hello without its share, or a malformed peers message is refused by name.
+#include <gtest/gtest.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "tests/support/error_of.h"
+#include "worker/tp/rank_channel.h"
+
+namespace hearth {
+namespace {
+
+using nlohmann::json;
+
+TpHello cuda_hello() {
+  TpHello h;
+  h.rank = 1;
+  h.world_size = 2;
+  h.model_dir = "/models/m";
+  h.model_identity = "id";
+  h.context_length = 1024;
+  h.kv_block_size = 16;
+  h.kv_blocks = 64;
+  h.barrier_timeout_ms = 1000;
+  h.backend = "cuda";
+  h.device = 1;
+  h.engine = {{"tensor_parallel", 2}, {"cuda_graphs", true}};
+  h.all_reduce = {
+      {"rank", 0}, {"ranks", 2}, {"capacity", 4096}, {"blocks", 132}, {"bytes", 2 << 20}};
+  return h;
+}
+
+TEST(RankChannel, ACudaHelloRoundTripsItsDeviceOptionsAndShare) {
+  const TpHello got = parse_hello(hello_message(cuda_hello()));
+  EXPECT_EQ(got.backend, "cuda");
+  EXPECT_EQ(got.device, 1);
+  EXPECT_EQ(got.engine, cuda_hello().engine);
+  EXPECT_EQ(got.all_reduce, cuda_hello().all_reduce);
+}
+
+TEST(RankChannel, ACpuHelloCarriesNoGpuFields) {
+  TpHello h = cuda_hello();
+  h.backend = "cpu";
+  const json m = hello_message(h);
+  EXPECT_FALSE(m.contains("all_reduce"));
+  EXPECT_FALSE(m.contains("engine"));
+  EXPECT_EQ(parse_hello(m).backend, "cpu");
+}
+
+TEST(RankChannel, RefusesABadBackendOrACudaHelloWithoutItsShare) {
+  json m = hello_message(cuda_hello());
+  m["backend"] = "tpu";
+  EXPECT_NE(test::error_of([&] { parse_hello(m); }).find("\"backend\""), std::string::npos);
+  m = hello_message(cuda_hello());
+  m.erase("all_reduce");
+  EXPECT_NE(test::error_of([&] { parse_hello(m); }).find("\"all_reduce\""), std::string::npos);
+  m = hello_message(cuda_hello());
+  m["engine"] = "fast";
+  EXPECT_NE(test::error_of([&] { parse_hello(m); }).find("must be objects"), std::string::npos);
+}
+
+TEST(RankChannel, AReadyCarriesItsShareAndPeersRoundTrip) {
+  const json share = cuda_hello().all_reduce;
+  const json ready = ready_message(1, share);
+  EXPECT_NO_THROW(expect_ready(ready, 1));
+  EXPECT_EQ(ready["all_reduce"], share);
+  EXPECT_FALSE(ready_message(1).contains("all_reduce"));
+  const std::vector<json> peers = parse_peers(peers_message({share, share}));
+  ASSERT_EQ(peers.size(), 2u);
+  EXPECT_EQ(peers[1], share);
+  EXPECT_TRUE(parse_peers(peers_message({})).empty());
+  EXPECT_NE(test::error_of([] { parse_peers(stop_message()); }).find("expected the peers"),
+            std::string::npos);
+  EXPECT_NE(test::error_of([] {
+              parse_peers({{"type", "peers"}, {"all_reduce", {1, 2}}});
+            }).find("not an object"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace hearth

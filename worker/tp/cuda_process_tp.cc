@@ -1,0 +1,249 @@
+#include "worker/tp/cuda_process_tp.h"
+
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+#include "ipc/frame.h"
+#include "kernels/cuda_check.h"
+#include "kernels/device_scope.h"
+#include "weight-server/model/rank_store.h"
+#include "weight-server/model/shard_plan.h"
+#include "worker/engine/backend_factory.h"
+#include "worker/engine/cuda/cuda_tp_process_rank.h"
+#include "worker/engine/cuda/device_rank_store.h"
+#include "worker/engine/profile.h"
+
+namespace hearth {
+
+namespace {
+
+using kernels::DeviceScope;
+using nlohmann::json;
+
+json share_json(const AllReduceShare& s) {
+  return {{"rank", s.rank},
+          {"ranks", s.ranks},
+          {"capacity", s.capacity},
+          {"blocks", s.blocks},
+          {"bytes", s.bytes}};
+}
+
+AllReduceShare parse_share(const json& m) {
+  AllReduceShare s;
+  try {
+    s.rank = m.at("rank").get<int32_t>();
+    s.ranks = m.at("ranks").get<int32_t>();
+    s.capacity = m.at("capacity").get<int64_t>();
+    s.blocks = m.at("blocks").get<int32_t>();
+    s.bytes = m.at("bytes").get<uint64_t>();
+  } catch (const json::exception& e) {
+    throw std::runtime_error(std::string("tensor-parallel channel: a bad all-reduce share: ") +
+                             e.what());
+  }
+  return s;
+}
+
+void check_gpus(const EngineOptions& options) {
+  int present = 0;
+  if (cudaGetDeviceCount(&present) != cudaSuccess) present = 0;
+  if (options.tensor_parallel > present)
+    throw std::runtime_error("tensor_parallel " + std::to_string(options.tensor_parallel) +
+                             " needs " + std::to_string(options.tensor_parallel) + " GPUs; " +
+                             std::to_string(present) + " are present");
+  if (options.cuda_engine != CudaEngineKind::Batched)
+    throw std::runtime_error("tensor_parallel on the GPU needs the batched cuda engine");
+}
+
+// Rank r's pieces cut from the whole host-resident model, on `device`.
+std::shared_ptr<const WeightStore> rank_pieces(const WeightStore& whole, int ranks, int rank,
+                                               int device) {
+  if (whole.residence() != Residence::Host)
+    throw std::runtime_error(
+        "tensor_parallel on the GPU cuts its ranks from host-resident weights");
+  const ShardPlan plan = ShardPlan::make(whole.config(), ranks);
+  const RankStore pieces(whole, plan, rank);  // host copy, dropped once on the GPU
+  return std::make_shared<DeviceRankStore>(pieces, device);
+}
+
+class CudaProcessTpBackend final : public Backend {
+ public:
+  CudaProcessTpBackend(const WeightStore& whole, const EngineOptions& options,
+                       const TpModelSource& source, const TpProcessOptions& processes)
+      : c_(whole.config()), context_(resolve_context_length(options, c_)) {
+    check_gpus(options);
+    const int n = options.tensor_parallel;
+    rank_ = std::make_unique<CudaTpProcessRank>(0, 0, c_, rank_pieces(whole, n, 0, 0), options,
+                                                context_, 0);
+    TpHello hello;
+    hello.world_size = n;
+    hello.model_dir = source.dir.string();
+    hello.model_identity = source.identity;
+    hello.quantize_fp8 = source.quantize_fp8;
+    hello.context_length = context_;
+    hello.kv_block_size = rank_->kv_pool().block_size;
+    hello.kv_blocks = rank_->kv_pool().num_blocks;
+    hello.kv_cache_dtype = std::string(option_name(options.kv_cache_dtype));
+    hello.backend = "cuda";
+    Profile engine;
+    engine.engine = options;
+    hello.engine = profile_to_json(engine);
+    hello.all_reduce = share_json(rank_->all_reduce().share());
+    const UniqueFd mine = rank_->all_reduce().export_fd();
+    const auto import = [this](int rank, const json& share, int fd) {
+      const AllReduceShare s = parse_share(share);
+      if (s.rank != rank)
+        throw std::runtime_error("tensor-parallel rank " + std::to_string(rank) +
+                                 " sent the all-reduce share of rank " + std::to_string(s.rank));
+      rank_->all_reduce().import_peer(s, fd);
+    };
+    const TpAllReduceHandshake handshake{mine.get(), import};
+    group_ = TpProcessGroup::start(hello, processes, &handshake);
+    if (!rank_->all_reduce().ready())
+      throw std::runtime_error("tensor-parallel group: rank 0 did not get every rank's all-reduce");
+  }
+  ~CudaProcessTpBackend() override {
+    // This rank's last all-reduces finish while the followers are still there to meet them
+    // (unless one is gone: then they never would); then the followers stop, then this rank goes.
+    if (group_ && group_->failure().empty()) cudaStreamSynchronize(rank_->stream());
+    group_.reset();
+    rank_.reset();
+  }
+
+  std::string name() const override { return "cuda"; }
+  int context_length() const override { return context_; }
+  int vocab_size() const override { return c_.vocab; }
+  KvPoolShape kv_pool() const override { return rank_->kv_pool(); }
+  int max_sequences() const override { return rank_->limits().max_seqs; }
+  std::string failure() const override { return group_->failure(); }
+
+  void forward(const ForwardBatch& batch) override {
+    check_batch(batch);
+    group_->check_followers();  // before launching: a dead peer would hang this step's kernels
+    group_->begin_forward(batch);
+    guarded([&] { rank_->forward(batch); });
+    host_logits_.assign(batch.entries.size(), {});
+  }
+
+  std::span<const float> logits(int entry) override {
+    const std::vector<int>& rows = rank_->entry_rows();
+    if (entry < 0 || entry >= int(rows.size()) || rows[size_t(entry)] < 0)
+      throw std::runtime_error("batch entry " + std::to_string(entry) +
+                               " has no logits: it did not ask for them in the last forward");
+    std::vector<float>& host = host_logits_[size_t(entry)];
+    if (host.empty()) {
+      host.resize(size_t(c_.vocab));
+      guarded([&] {
+        DeviceScope scope(rank_->device());
+        HEARTH_CUDA_CHECK(
+            cudaMemcpyAsync(host.data(), rank_->logits() + size_t(rows[size_t(entry)]) * c_.vocab,
+                            size_t(c_.vocab) * 4, cudaMemcpyDeviceToHost, rank_->stream()));
+        HEARTH_CUDA_CHECK(cudaStreamSynchronize(rank_->stream()));
+      });
+    }
+    return host;
+  }
+
+  std::vector<SampleResult> sample(std::span<const SampleRequest> requests) override {
+    if (requests.empty()) return {};
+    std::vector<SampleResult> out;
+    guarded([&] {
+      DeviceScope scope(rank_->device());
+      rank_->token_mask().apply(requests, rank_->entry_rows(), rank_->logits(), rank_->stream());
+      out =
+          rank_->sampling().sample(requests, rank_->entry_rows(), rank_->logits(), rank_->stream());
+    });
+    return out;
+  }
+
+ private:
+  // A failure on the GPU while a follower is gone is that follower's death (the all-reduce gave
+  // up waiting for it): named as such.
+  template <typename F>
+  void guarded(F&& f) {
+    try {
+      f();
+    } catch (const std::exception&) {
+      group_->check_followers();
+      throw;
+    }
+  }
+
+  ModelConfig c_;
+  int context_;
+  std::unique_ptr<CudaTpProcessRank> rank_;
+  std::shared_ptr<TpProcessGroup> group_;
+  std::vector<std::vector<float>> host_logits_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_process_tp_backend(const EngineOptions& options,
+                                                      const EngineWeights& weights,
+                                                      const TpModelSource& source,
+                                                      const TpProcessOptions& processes) {
+  if (!source.server_socket.empty() || !weights.source)
+    throw std::runtime_error(
+        "tensor_parallel_processes with the cuda backend runs on a model directory only for "
+        "now (not a served model)");
+  return std::make_unique<CudaProcessTpBackend>(*weights.store, options, source, processes);
+}
+
+void serve_cuda_follower(int channel, const TpHello& hello, std::vector<UniqueFd> fds,
+                         const OpenFollowerModel& open) {
+  if (fds.size() != 2)
+    throw std::runtime_error(
+        "tensor-parallel channel: a cuda rank's hello must carry the exchange's and rank 0's "
+        "all-reduce descriptors, it carried " +
+        std::to_string(fds.size()));
+  Profile profile;
+  apply_profile_json(profile, hello.engine, "the leader's engine options");
+  const EngineOptions& options = profile.engine;
+  if (options.tensor_parallel != hello.world_size)
+    throw std::runtime_error("tensor-parallel channel: the engine options say tensor_parallel " +
+                             std::to_string(options.tensor_parallel) + ", the hello " +
+                             std::to_string(hello.world_size) + " ranks");
+  check_gpus(options);
+  if (!hello.server_socket.empty())
+    throw std::runtime_error("a cuda tensor-parallel rank runs on a model directory only for now");
+  const std::shared_ptr<const WeightStore> whole = open(hello);
+  CudaTpProcessRank rank(hello.rank, hello.device, whole->config(),
+                         rank_pieces(*whole, hello.world_size, hello.rank, hello.device), options,
+                         hello.context_length, hello.kv_blocks);
+  rank.all_reduce().import_peer(parse_share(hello.all_reduce), fds[1].get());
+  {
+    const UniqueFd mine = rank.all_reduce().export_fd();
+    const int fd = mine.get();
+    ipc::send_frame(channel, ready_message(hello.rank, share_json(rank.all_reduce().share())),
+                    std::span<const int>(&fd, 1));
+  }
+  std::optional<ipc::Frame> peers =
+      ipc::receive_frame(channel, {.timeout = std::chrono::milliseconds(120'000)});
+  if (!peers) return;  // the leader gave up on the group
+  const std::vector<json> shares = parse_peers(peers->body);
+  if (shares.size() != peers->fds.size() || int(shares.size()) != hello.world_size - 2)
+    throw std::runtime_error("tensor-parallel channel: the peers message carried " +
+                             std::to_string(shares.size()) + " shares and " +
+                             std::to_string(peers->fds.size()) + " descriptors for " +
+                             std::to_string(hello.world_size - 2) + " other followers");
+  for (size_t i = 0; i < shares.size(); ++i)
+    rank.all_reduce().import_peer(parse_share(shares[i]), peers->fds[i].get());
+  for (;;) {
+    std::optional<ipc::Frame> frame = ipc::receive_frame(channel);
+    if (!frame) return;  // the leader is gone; nothing is left to compute for
+    const std::string type = message_type(frame->body);
+    if (type == "stop") {
+      HEARTH_CUDA_CHECK(cudaStreamSynchronize(rank.stream()));  // its last steps, completed
+      return;
+    }
+    if (!frame->fds.empty())
+      throw std::runtime_error("tensor-parallel channel: a \"" + type + "\" carried descriptors");
+    const StepPlan plan = parse_forward(frame->body);
+    rank.forward(plan.batch);
+  }
+}
+
+}  // namespace hearth

@@ -1,0 +1,19 @@
+// Builds without CUDA: GPU ranks as processes are refused by name.
+#include <stdexcept>
+
+#include "worker/tp/cuda_process_tp.h"
+
+namespace hearth {
+
+std::unique_ptr<Backend> make_cuda_process_tp_backend(const EngineOptions&, const EngineWeights&,
+                                                      const TpModelSource&,
+                                                      const TpProcessOptions&) {
+  throw std::runtime_error(
+      "tensor_parallel_processes with the cuda backend: this build has no CUDA");
+}
+
+void serve_cuda_follower(int, const TpHello&, std::vector<UniqueFd>, const OpenFollowerModel&) {
+  throw std::runtime_error("a cuda tensor-parallel rank: this build has no CUDA");
+}
+
+}  // namespace hearth

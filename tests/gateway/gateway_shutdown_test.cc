@@ -102,26 +102,26 @@ TEST(GatewayShutdown, AWorkerKilledAsItsClientLeavesIsReplaced) {
   expect_clean_exit(gateway);
 }
 
-// Thirty-two clients that send a request and leave at once, or once its head arrives, some
-// streaming, some not, some with a reset: the gateway still answers the next request, and
-// exits 0 at SIGTERM while their ends may still be coming in.
+// Thirty-two clients that send a request and leave, streaming ones at once or once their
+// heads arrive, the others at once (a whole response's head waits for its generation), some with
+// a reset: the gateway still answers the next request, and exits 0 at SIGTERM while their ends
+// may still be coming in.
 TEST(GatewayShutdown, ManyAbruptDisconnectsThenSigterm) {
   GatewayProcess gateway;
-  std::vector<std::unique_ptr<RawClient>> waiting;  // left after their heads arrived
+  std::vector<std::unique_ptr<RawClient>> waiting;  // streams left after their heads arrived
   for (int i = 0; i < 32; ++i) {
     auto client = std::make_unique<RawClient>(gateway.port());
-    ASSERT_TRUE(client->send(completion_request(/*stream=*/i % 2 == 0, 100)));
-    if (i % 4 < 2) {
-      if (i % 8 < 4)
-        client->close();
-      else
-        reset(*client);
-    } else {
+    const bool stream = i % 2 == 0;
+    ASSERT_TRUE(client->send(completion_request(stream, 32)));
+    if (stream && i % 4 == 2) {
       waiting.push_back(std::move(client));
+    } else if (i % 8 < 4) {
+      client->close();
+    } else {
+      reset(*client);
     }
   }
   for (size_t i = 0; i < waiting.size(); ++i) {
-    // A streaming one's head comes at once; a whole response may take the generation.
     EXPECT_TRUE(waiting[i]->head(Clock::now() + RawClient::kPatience)) << gateway.log_text();
     if (i % 2 == 0)
       waiting[i]->close();

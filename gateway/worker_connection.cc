@@ -53,15 +53,25 @@ WorkerConnection::WorkerConnection(UniqueFd socket, size_t max_request_bytes,
 
 WorkerConnection::~WorkerConnection() {
   // Wakes the reader (its receive returns end of stream), then waits for it. The last owner can
-  // be a request's callback running on the reader itself (a session that outlived the pool, or
-  // the worker died: fail_all): the reader touches no member after those callbacks, so it is
-  // left to finish on its own.
+  // be a request's callback running on the reader itself (a session whose choices ended on a
+  // connection nobody close()d): the reader touches no member after those callbacks, so it is
+  // left to finish on its own. The pool closes every connection it made, so in the gateway this
+  // never happens.
   ::shutdown(socket_.get(), SHUT_RDWR);
+  std::lock_guard lock(close_mutex_);
   if (!reader_.joinable()) return;
   if (reader_.get_id() == std::this_thread::get_id())
     reader_.detach();
   else
     reader_.join();
+}
+
+void WorkerConnection::close() {
+  ::shutdown(socket_.get(), SHUT_RDWR);
+  std::lock_guard lock(close_mutex_);
+  // From the reader (a callback) it cannot wait for itself; that is a caller's bug, and the
+  // destructor's rule covers what follows.
+  if (reader_.joinable() && reader_.get_id() != std::this_thread::get_id()) reader_.join();
 }
 
 void WorkerConnection::read_loop() {

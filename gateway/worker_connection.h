@@ -4,6 +4,12 @@
 // call is kept waiting at the worker (a long poll), so events arrive as soon as a step makes
 // them; each reply also carries the worker's engine stats, kept for /metrics. When the worker
 // dies, every request still in flight gets a final error event, so no HTTP client waits forever.
+//
+// Threads and owners: the reader thread runs every callback. A callback may own what owns this
+// connection (a CompletionSession holds it until its choices end), so the last owner can drop on
+// the reader itself; then the reader cannot be joined by the destructor. close() is how an
+// owner that outlives the callbacks' targets (the WorkerPool, before the gateway's Metrics and
+// catalog go) makes sure no callback runs after it: it ends the connection and joins the reader.
 #pragma once
 
 #include <condition_variable>
@@ -31,6 +37,8 @@ class WorkerConnection : public std::enable_shared_from_this<WorkerConnection> {
 
   // Connects and says hello. Throws ipc::ServerNotRunning or ipc::IpcError.
   static std::shared_ptr<WorkerConnection> connect(const std::string& socket_path);
+  // Joins the reader unless it runs on it (a callback dropped the last owner without close():
+  // the reader is then detached, and touches no member after that callback).
   ~WorkerConnection();
   WorkerConnection(const WorkerConnection&) = delete;
   WorkerConnection& operator=(const WorkerConnection&) = delete;
@@ -53,6 +61,12 @@ class WorkerConnection : public std::enable_shared_from_this<WorkerConnection> {
   // The engine stats the worker sent with its latest events reply (null before the first): what
   // /metrics reads, so a scrape never waits on a worker.
   nlohmann::json latest_stats() const;
+
+  // Ends the connection (the worker sees its client leave) and waits for the reader: once it
+  // returns, every request has had its last event (an error if the worker sent none) and no
+  // callback runs again. Any thread but the reader (a callback must not call it), any number of
+  // times.
+  void close();
 
   bool alive() const;
   size_t in_flight() const;
@@ -89,6 +103,7 @@ class WorkerConnection : public std::enable_shared_from_this<WorkerConnection> {
   nlohmann::json latest_stats_;                                // from the last events reply
   bool dead_ = false;
   std::string death_;
+  std::mutex close_mutex_;  // one joiner at a time; a second closer waits for the first
   std::thread reader_;
 };
 

@@ -67,13 +67,19 @@ void WorkerPool::check_tensor_parallel(const std::string& model, const std::stri
 
 WorkerPool::~WorkerPool() {
   std::lock_guard lock(mutex_);
-  for (auto& [key, slot] : slots_) {
-    slot->connection.reset();  // the worker sees its client leave
+  // The workers first: each ends its requests in flight with a "shutting down" event that still
+  // reaches their sessions, then exits.
+  for (auto& [key, slot] : slots_)
     if (slot->process) slot->process->signal(SIGTERM);
-  }
   const auto deadline = Clock::now() + std::chrono::seconds(5);
   for (auto& [key, slot] : slots_)
     if (slot->process && !slot->process->wait_until(deadline)) slot->process->kill_group();
+  // Then every reader joined, whoever else still holds its connection.
+  for (auto& [key, slot] : slots_)
+    if (slot->connection) {
+      slot->connection->close();
+      slot->connection.reset();
+    }
 }
 
 std::vector<std::string> WorkerPool::profile_names() const {
@@ -114,8 +120,13 @@ std::shared_ptr<WorkerConnection> WorkerPool::start(const std::string& model,
   auto log = [&](const std::string& line) {
     if (options_.log) options_.log(line);
   };
-  // Whatever ran before is finished with: reap it (it exited idle, or crashed).
-  slot.connection.reset();
+  // Whatever ran before is finished with: its reader joined (sessions may still hold the
+  // connection, so its destructor may never run here), its process reaped (it exited idle, or
+  // crashed).
+  if (slot.connection) {
+    slot.connection->close();
+    slot.connection.reset();
+  }
   if (slot.process) {
     if (auto status = slot.process->wait_until(Clock::now() + std::chrono::seconds(2)))
       log("worker " + model + ":" + profile + " " + status->describe());

@@ -3,6 +3,15 @@
 // A worker that dies fails only its own requests (its connection ends them with an error
 // event) and is started again by the next request; an idle worker exits by itself and is
 // started again the same way.
+//
+// Who owns what (the gateway's shutdown depends on it): the pool owns each worker process and
+// holds a reference to every connection it made until that connection's reader thread is
+// joined (WorkerConnection::close). Sessions share a connection too, and a session's callbacks
+// (run on the reader) may hold its last other owner, but never the last one while the pool is
+// alive: a replaced connection is closed by the start that replaces it, and the destructor
+// closes the rest after its workers stop. So when ~WorkerPool returns, no reader thread runs
+// and no callback can touch what the sessions point at (Metrics, the model catalog): those must
+// only outlive the pool (gateway_main declares them before it).
 #pragma once
 
 #include <chrono>
@@ -57,7 +66,9 @@ struct WorkerPoolStats {
 class WorkerPool {
  public:
   explicit WorkerPool(WorkerPoolOptions options);
-  ~WorkerPool();  // stops every worker (SIGTERM, then SIGKILL after a grace period)
+  // Stops every worker (SIGTERM, then SIGKILL after a grace period), then closes every
+  // connection, joining its reader: no request callback runs after it returns.
+  ~WorkerPool();
 
   // The connection to the worker for (model, profile), starting it if none is running. Throws
   // ApiError 404 for a profile not configured, 400 for a profile whose tensor_parallel is not

@@ -194,6 +194,16 @@ int run(int argc, char** argv) {
     log_line(std::string("stopping (") + (sig == SIGINT ? "SIGINT" : "SIGTERM") + ")");
     gateway.stop();
   });
+  // Woken (if stop() came from elsewhere) and joined on every way out of here, run() throwing
+  // included: a std::thread destroyed unjoined would abort the process instead of it exiting
+  // with the error.
+  struct JoinSignalWaiter {
+    std::thread& waiter;
+    ~JoinSignalWaiter() {
+      pthread_kill(waiter.native_handle(), SIGTERM);
+      waiter.join();
+    }
+  } join_signal_waiter{signal_waiter};
   std::string names;
   for (const std::string& n : catalog.names()) names += (names.empty() ? "" : ", ") + n;
   log_line("ready: http://" + http.host + ":" + std::to_string(gateway.port()) + " serving " +
@@ -201,8 +211,6 @@ int run(int argc, char** argv) {
   std::fprintf(stdout, "listening on http://%s:%d\n", http.host.c_str(), gateway.port());
   std::fflush(stdout);
   gateway.run();
-  pthread_kill(signal_waiter.native_handle(), SIGTERM);  // if stop() came from elsewhere
-  signal_waiter.join();
   return 0;
 }
 

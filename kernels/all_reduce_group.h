@@ -33,6 +33,10 @@ inline constexpr size_t kAllReduceEpochsBytes = size_t(kMaxAllReduceBlocks) * si
 int all_reduce_blocks(int device);
 
 struct AllReduceGroup {
+  // Counts of this many bytes and more run in two shots over three or more ranks (all_reduce.h;
+  // the same bits either way; measured on 4 x H100: weight-server/TENSOR_PARALLEL.md).
+  static constexpr int64_t kDefaultTwoShotMinBytes = int64_t(1) << 20;
+
   float* staging[kMaxAllReduceRanks] = {};
   uint32_t* flags[kMaxAllReduceRanks] = {};
   int ranks = 0;

@@ -34,15 +34,10 @@ class PeerAccessGrant {
 
 class PeerAllReduce {
  public:
-  // Counts of this many bytes and more run in two shots over three or more ranks (all_reduce.h;
-  // the same bits either way). H100 x4, NVLink: see kDefaultTwoShotMinBytes's measurement in
-  // weight-server/TENSOR_PARALLEL.md.
-  static constexpr int64_t kDefaultTwoShotMinBytes = int64_t(1) << 20;
-
   // devices[r] is rank r's CUDA device; max_floats the largest count run() will be given.
   // Throws naming the pair when two devices cannot reach each other.
   PeerAllReduce(std::vector<int> devices, int64_t max_floats,
-                int64_t two_shot_min_bytes = kDefaultTwoShotMinBytes);
+                int64_t two_shot_min_bytes = AllReduceGroup::kDefaultTwoShotMinBytes);
 
   int ranks() const { return int(devices_.size()); }
   int device(int rank) const { return devices_[size_t(rank)]; }

@@ -77,7 +77,7 @@ int main(int argc, char** argv) {
   int graph_calls = 20;
   std::string json_path;
   bool no_nccl = false;
-  int64_t two_shot_min_bytes = kernels::PeerAllReduce::kDefaultTwoShotMinBytes;
+  int64_t two_shot_min_bytes = kernels::AllReduceGroup::kDefaultTwoShotMinBytes;
   app.add_option("--gpus", gpus, "ranks: GPUs 0..N-1 (default every GPU present)");
   app.add_option("--min-bytes", min_bytes, "smallest size, doubled up to --max-bytes");
   app.add_option("--max-bytes", max_bytes, "largest size");

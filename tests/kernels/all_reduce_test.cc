@@ -109,8 +109,8 @@ std::vector<int> first_devices(int n) {
 }
 
 // Every row count from decode to prefill, plus counts that take the scalar path.
-void check_every_size(int ranks,
-                      int64_t two_shot_min_bytes = PeerAllReduce::kDefaultTwoShotMinBytes) {
+void check_every_size(
+    int ranks, int64_t two_shot_min_bytes = kernels::AllReduceGroup::kDefaultTwoShotMinBytes) {
   PeerAllReduce ar(first_devices(ranks), kMaxRows * kCols, two_shot_min_bytes);
   auto sides = make_sides(ar, kMaxRows * kCols);
   for (int64_t rows : {1, 2, 3, 7, 16, 64, 255, 512, 1024, 2048}) {

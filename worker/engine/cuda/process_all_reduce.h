@@ -30,12 +30,9 @@ struct AllReduceShare {
 
 class ProcessAllReduce {
  public:
-  // Counts of this many bytes and more run in two shots over three or more ranks.
-  static constexpr int64_t kDefaultTwoShotMinBytes = int64_t(1) << 20;
-
   // Rank `rank` of `ranks`, on CUDA device `device`; max_floats the largest count run() takes.
   ProcessAllReduce(int rank, int ranks, int device, int64_t max_floats,
-                   int64_t two_shot_min_bytes = kDefaultTwoShotMinBytes);
+                   int64_t two_shot_min_bytes = kernels::AllReduceGroup::kDefaultTwoShotMinBytes);
   ProcessAllReduce(const ProcessAllReduce&) = delete;
   ProcessAllReduce& operator=(const ProcessAllReduce&) = delete;
 

@@ -10,11 +10,10 @@
 #include "ipc/frame.h"
 #include "kernels/cuda_check.h"
 #include "kernels/device_scope.h"
-#include "weight-server/model/rank_store.h"
 #include "weight-server/model/shard_plan.h"
 #include "worker/engine/backend_factory.h"
 #include "worker/engine/cuda/cuda_tp_process_rank.h"
-#include "worker/engine/cuda/device_rank_store.h"
+#include "worker/engine/cuda/cuda_tp_rank.h"
 #include "worker/engine/profile.h"
 
 namespace hearth {
@@ -47,37 +46,14 @@ AllReduceShare parse_share(const json& m) {
   return s;
 }
 
-void check_gpus(const EngineOptions& options) {
-  int present = 0;
-  if (cudaGetDeviceCount(&present) != cudaSuccess) present = 0;
-  if (options.tensor_parallel > present)
-    throw std::runtime_error("tensor_parallel " + std::to_string(options.tensor_parallel) +
-                             " needs " + std::to_string(options.tensor_parallel) + " GPUs; " +
-                             std::to_string(present) + " are present");
-  if (options.cuda_engine != CudaEngineKind::Batched)
-    throw std::runtime_error("tensor_parallel on the GPU needs the batched cuda engine");
-}
-
-// Rank r's pieces cut from the whole host-resident model, on `device`.
-std::shared_ptr<const WeightStore> rank_pieces(const WeightStore& whole, int ranks, int rank,
-                                               int device) {
-  if (whole.residence() != Residence::Host)
-    throw std::runtime_error(
-        "tensor_parallel on the GPU cuts its ranks from host-resident weights");
-  const ShardPlan plan = ShardPlan::make(whole.config(), ranks);
-  const RankStore pieces(whole, plan, rank);  // host copy, dropped once on the GPU
-  return std::make_shared<DeviceRankStore>(pieces, device);
-}
-
 class CudaProcessTpBackend final : public Backend {
  public:
   CudaProcessTpBackend(const WeightStore& whole, const EngineOptions& options,
                        const TpModelSource& source, const TpProcessOptions& processes)
       : c_(whole.config()), context_(resolve_context_length(options, c_)) {
-    check_gpus(options);
-    const int n = options.tensor_parallel;
-    rank_ = std::make_unique<CudaTpProcessRank>(0, 0, c_, rank_pieces(whole, n, 0, 0), options,
-                                                context_, 0);
+    const int n = checked_gpu_ranks(options);
+    rank_ = std::make_unique<CudaTpProcessRank>(
+        0, 0, c_, upload_rank_pieces(whole, ShardPlan::make(c_, n), 0, 0), options, context_, 0);
     TpHello hello;
     hello.world_size = n;
     hello.model_dir = source.dir.string();
@@ -206,13 +182,15 @@ void serve_cuda_follower(int channel, const TpHello& hello, std::vector<UniqueFd
     throw std::runtime_error("tensor-parallel channel: the engine options say tensor_parallel " +
                              std::to_string(options.tensor_parallel) + ", the hello " +
                              std::to_string(hello.world_size) + " ranks");
-  check_gpus(options);
+  checked_gpu_ranks(options);
   if (!hello.server_socket.empty())
     throw std::runtime_error("a cuda tensor-parallel rank runs on a model directory only for now");
   const std::shared_ptr<const WeightStore> whole = open(hello);
-  CudaTpProcessRank rank(hello.rank, hello.device, whole->config(),
-                         rank_pieces(*whole, hello.world_size, hello.rank, hello.device), options,
-                         hello.context_length, hello.kv_blocks);
+  CudaTpProcessRank rank(
+      hello.rank, hello.device, whole->config(),
+      upload_rank_pieces(*whole, ShardPlan::make(whole->config(), hello.world_size), hello.rank,
+                         hello.device),
+      options, hello.context_length, hello.kv_blocks);
   rank.all_reduce().import_peer(parse_share(hello.all_reduce), fds[1].get());
   {
     const UniqueFd mine = rank.all_reduce().export_fd();

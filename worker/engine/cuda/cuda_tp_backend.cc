@@ -7,7 +7,6 @@
 #include "kernels/all_reduce.h"
 #include "kernels/cuda_check.h"
 #include "kernels/device_scope.h"
-#include "weight-server/model/rank_store.h"
 #include "weight-server/model/shard_plan.h"
 #include "worker/engine/ranked_kv_memory.h"
 
@@ -17,24 +16,6 @@ namespace {
 
 using kernels::DeviceScope;
 
-int checked_ranks(const EngineOptions& options) {
-  const int n = options.tensor_parallel;
-  int present = 0;
-  const cudaError_t err = cudaGetDeviceCount(&present);
-  if (err != cudaSuccess) present = 0;
-  if (n < 2 || n > kernels::kMaxAllReduceRanks)
-    throw std::runtime_error("the cuda backend's tensor_parallel runs 2.." +
-                             std::to_string(kernels::kMaxAllReduceRanks) + " GPUs, not " +
-                             std::to_string(n));
-  if (n > present)
-    throw std::runtime_error("tensor_parallel " + std::to_string(n) + " needs " +
-                             std::to_string(n) + " GPUs; " + std::to_string(present) +
-                             " are present");
-  if (options.cuda_engine != CudaEngineKind::Batched)
-    throw std::runtime_error("tensor_parallel on the GPU needs the batched cuda engine");
-  return n;
-}
-
 }  // namespace
 
 CudaTpBackend::CudaTpBackend(const WeightStore& whole, const EngineOptions& options,
@@ -43,17 +24,11 @@ CudaTpBackend::CudaTpBackend(const WeightStore& whole, const EngineOptions& opti
       options_(options),
       context_(context_length),
       limits_(StepLimits::of(options, context_length)) {
-  const int n = checked_ranks(options_);
-  if (whole.residence() != Residence::Host)
-    throw std::runtime_error(
-        "tensor_parallel on the GPU cuts its ranks from host-resident weights");
+  const int n = checked_gpu_ranks(options_);
   const ShardPlan plan = ShardPlan::make(c_, n);  // names the count that does not divide
   std::vector<int> devices;
   for (int r = 0; r < n; ++r) devices.push_back(r);
-  build(devices, [&](int r) -> std::shared_ptr<const WeightStore> {
-    const RankStore pieces(whole, plan, r);  // host copy, dropped once on the GPU
-    return std::make_shared<DeviceRankStore>(pieces, r);
-  });
+  build(devices, [&](int r) { return upload_rank_pieces(whole, plan, r, r); });
 }
 
 CudaTpBackend::CudaTpBackend(std::vector<std::shared_ptr<const WeightStore>> ranks,
@@ -68,7 +43,7 @@ CudaTpBackend::CudaTpBackend(std::vector<std::shared_ptr<const WeightStore>> ran
                              std::to_string(ranks.size()) + ", the engine's tensor_parallel is " +
                              std::to_string(options_.tensor_parallel) +
                              "; set tensor_parallel=" + std::to_string(ranks.size()));
-  const int n = checked_ranks(options_);
+  const int n = checked_gpu_ranks(options_);
   const ShardPlan plan = ShardPlan::make(c_, n);
   std::vector<int> devices;
   for (int r = 0; r < n; ++r) {

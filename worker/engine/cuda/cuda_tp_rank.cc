@@ -3,8 +3,11 @@
 #include <stdexcept>
 #include <string>
 
+#include "kernels/all_reduce.h"
 #include "kernels/cuda_check.h"
 #include "kernels/device_scope.h"
+#include "weight-server/model/rank_store.h"
+#include "worker/engine/cuda/device_rank_store.h"
 
 namespace hearth {
 
@@ -127,6 +130,33 @@ void CudaTpRankUnit::copy_logits(float* whole, int vocab, const StepShape& s) {
                                       size_t(width) * 4, size_t(width) * 4, size_t(s.rows),
                                       cudaMemcpyDefault, stream_.get()));
   HEARTH_CUDA_CHECK(cudaEventRecord(done_.get(), stream_.get()));
+}
+
+int checked_gpu_ranks(const EngineOptions& options) {
+  const int n = options.tensor_parallel;
+  int present = 0;
+  const cudaError_t err = cudaGetDeviceCount(&present);
+  if (err != cudaSuccess) present = 0;
+  if (n < 2 || n > kernels::kMaxAllReduceRanks)
+    throw std::runtime_error("the cuda backend's tensor_parallel runs 2.." +
+                             std::to_string(kernels::kMaxAllReduceRanks) + " GPUs, not " +
+                             std::to_string(n));
+  if (n > present)
+    throw std::runtime_error("tensor_parallel " + std::to_string(n) + " needs " +
+                             std::to_string(n) + " GPUs; " + std::to_string(present) +
+                             " are present");
+  if (options.cuda_engine != CudaEngineKind::Batched)
+    throw std::runtime_error("tensor_parallel on the GPU needs the batched cuda engine");
+  return n;
+}
+
+std::shared_ptr<const WeightStore> upload_rank_pieces(const WeightStore& whole,
+                                                      const ShardPlan& plan, int rank, int device) {
+  if (whole.residence() != Residence::Host)
+    throw std::runtime_error(
+        "tensor_parallel on the GPU cuts its ranks from host-resident weights");
+  const RankStore pieces(whole, plan, rank);  // host copy, dropped once on the GPU
+  return std::make_shared<DeviceRankStore>(pieces, device);
 }
 
 }  // namespace hearth

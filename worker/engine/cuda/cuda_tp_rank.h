@@ -88,4 +88,11 @@ class CudaTpRankUnit {
   std::map<GraphKey, CudaGraphExec> graphs_;
 };
 
+// The GPUs options.tensor_parallel asks for, checked: 2..kMaxAllReduceRanks, no more than are
+// present, on the batched cuda engine (throws naming what does not fit).
+int checked_gpu_ranks(const EngineOptions& options);
+// Rank `rank`'s pieces of `plan`, cut from the host-resident `whole` and uploaded to `device`.
+std::shared_ptr<const WeightStore> upload_rank_pieces(const WeightStore& whole,
+                                                      const ShardPlan& plan, int rank, int device);
+
 }  // namespace hearth

@@ -41,6 +41,7 @@ enum class DecodeTile {
   M16N48DeepFourBoxes,
   M16N32Deep,
   M16N64,
+  M16N112,
   M16N32,
   M32N32Deep,
   M32N32,
@@ -49,6 +50,16 @@ enum class DecodeTile {
   M64N64,
   Large
 };
+
+// Weight rows the busiest SM streams when `tiles` tiles of `bn` rows run on a persistent grid of
+// at most `per_sm` blocks an SM: block b takes tiles b, b + grid, ...; blocks b, b + sms, ...
+// share an SM, so SM 0 (the lowest block indexes, which take the leftover tiles) is the busiest.
+inline int64_t busiest_sm_rows(int64_t tiles, int bn, int per_sm, int64_t sms) {
+  const int64_t grid = tiles < sms * per_sm ? tiles : sms * per_sm;
+  int64_t most = 0;
+  for (int64_t b = 0; b < grid; b += sms) most += tiles / grid + (b < tiles % grid ? 1 : 0);
+  return most * bn;
+}
 
 // Decode is bandwidth-bound: small row tiles keep the most weight bytes in flight, and when
 // 32-row weight tiles all fit one wave, one deep block per SM keeps the most. Such a block
@@ -64,10 +75,18 @@ inline DecodeTile decode_tile(const LaunchShape& s) {
     if (one_wave) return DecodeTile::M16N32DeepFourBoxes;
     if (s.column_tiles(48) <= s.sms) return DecodeTile::M16N48DeepFourBoxes;
   }
-  if (s.m <= 16)
-    return one_wave                            ? DecodeTile::M16N32Deep
-           : s.weight_rows() / 64 >= 2 * s.sms ? DecodeTile::M16N64
-                                               : DecodeTile::M16N32;
+  if (s.m <= 16 && one_wave) return DecodeTile::M16N32Deep;
+  if (s.m <= 16) {
+    // Two blocks an SM stream the tiles; the step lasts as long as the busiest SM streams. 448
+    // 64-row tiles of the 8B's gate/up leave 52 SMs four tiles and 80 three (85% of the mean
+    // load on the busiest); 256 of 112 rows give 124 SMs two and 8 one (97%).
+    const bool wide = s.weight_rows() / 64 >= 2 * s.sms;
+    const int bn = wide ? 64 : 32;
+    const int64_t load = busiest_sm_rows(s.column_tiles(bn), bn, 2, s.sms);
+    if (busiest_sm_rows(s.column_tiles(112), 112, 2, s.sms) * 20 < load * 19)
+      return DecodeTile::M16N112;
+    return wide ? DecodeTile::M16N64 : DecodeTile::M16N32;
+  }
   if (s.m <= 32) return one_wave ? DecodeTile::M32N32Deep : DecodeTile::M32N32;
   if (one_wave) return DecodeTile::M64N32Deep;
   return ceil_div(s.weight_rows(), 64) <= s.sms ? DecodeTile::M64N64Deep : DecodeTile::M64N64;

@@ -356,6 +356,8 @@ void dispatch(Half type, WgmmaTiles tiles, const MatmulArgs& a, int64_t lda,
       return launch<T, 16, 32, 16, 1, kSwiGLU>(type, a, lda, segs, p, stream);
     case WgmmaTiles::M16N64:
       return launch<T, 16, 64, 10, 1, kSwiGLU>(type, a, lda, segs, p, stream);
+    case WgmmaTiles::M16N112:
+      return launch<T, 16, 112, 6, 1, kSwiGLU>(type, a, lda, segs, p, stream);
     case WgmmaTiles::M32N32:
       return launch<T, 32, 32, 12, 1, kSwiGLU>(type, a, lda, segs, p, stream);
     case WgmmaTiles::M64N64:
@@ -404,6 +406,8 @@ WgmmaTiles choose(int m, const std::array<int, kMaxSegments>& widths, int k, boo
       return WgmmaTiles::M16N32Deep;
     case tiling::DecodeTile::M16N64:
       return WgmmaTiles::M16N64;
+    case tiling::DecodeTile::M16N112:
+      return WgmmaTiles::M16N112;
     case tiling::DecodeTile::M16N32:
       return WgmmaTiles::M16N32;
     case tiling::DecodeTile::M32N32Deep:
@@ -438,6 +442,8 @@ const char* wgmma_tiles_name(WgmmaTiles t) {
       return "16x32";
     case WgmmaTiles::M16N64:
       return "16x64";
+    case WgmmaTiles::M16N112:
+      return "16x112";
     case WgmmaTiles::M32N32:
       return "32x32";
     case WgmmaTiles::M64N64:

@@ -21,12 +21,15 @@ namespace hearth::kernels {
 // flight, for shapes whose tiles all fit one wave); DeepK256 also moves four 64-wide K boxes per
 // pipeline stage (K a multiple of 256); M16N48DeepK256 is the same with 48 weight rows, for
 // widths whose 32-row tiles need a second wave but whose 48-row tiles fit one (q, k and v of
-// the 8B: 192 tiles or 130); M256 are 2-block clusters of 128-row tiles that share their weight
+// the 8B: 192 tiles or 130); M16N112 streams 112 weight rows a block, two blocks an SM, where
+// that spreads the tiles more evenly over the SMs than 64 (gate/up of the 8B: 256 tiles, not
+// 448); M256 are 2-block clusters of 128-row tiles that share their weight
 // tile (multicast).
 enum class WgmmaTiles {
   Auto,
   M16N32,
   M16N64,
+  M16N112,
   M32N32,
   M64N64,
   M16N32Deep,
@@ -45,12 +48,13 @@ enum class WgmmaTiles {
   M256N256
 };
 constexpr WgmmaTiles kAllWgmmaTiles[] = {
-    WgmmaTiles::M16N32DeepK256, WgmmaTiles::M16N48DeepK256, WgmmaTiles::M16N32,
-    WgmmaTiles::M16N64,         WgmmaTiles::M32N32,         WgmmaTiles::M64N64,
-    WgmmaTiles::M16N32Deep,     WgmmaTiles::M32N32Deep,     WgmmaTiles::M64N32Deep,
-    WgmmaTiles::M64N64Deep,     WgmmaTiles::M64N128,        WgmmaTiles::M64N256,
-    WgmmaTiles::M128N64,        WgmmaTiles::M128N128,       WgmmaTiles::M128N192,
-    WgmmaTiles::M128N256,       WgmmaTiles::M256N128,       WgmmaTiles::M256N256};
+    WgmmaTiles::M16N32DeepK256, WgmmaTiles::M16N48DeepK256, WgmmaTiles::M16N112,
+    WgmmaTiles::M16N32,         WgmmaTiles::M16N64,         WgmmaTiles::M32N32,
+    WgmmaTiles::M64N64,         WgmmaTiles::M16N32Deep,     WgmmaTiles::M32N32Deep,
+    WgmmaTiles::M64N32Deep,     WgmmaTiles::M64N64Deep,     WgmmaTiles::M64N128,
+    WgmmaTiles::M64N256,        WgmmaTiles::M128N64,        WgmmaTiles::M128N128,
+    WgmmaTiles::M128N192,       WgmmaTiles::M128N256,       WgmmaTiles::M256N128,
+    WgmmaTiles::M256N256};
 const char* wgmma_tiles_name(WgmmaTiles t);
 
 // True when the current device can run it (compute capability 9.0, this build has sm_90a code).

@@ -34,10 +34,25 @@ TEST(MatmulTiling, OneWaveDecodeShapesTakeDeepFourBoxTiles) {
   EXPECT_EQ(decode_tile(shape(1, {4096, 1024, 1024}, 4096)), DecodeTile::M16N48DeepFourBoxes);
   // With K not in whole four-box stages, the one-box deep tile.
   EXPECT_EQ(decode_tile(shape(1, {4096, 0, 0}, 4096 + 64)), DecodeTile::M16N32Deep);
-  // Wider than one wave even at 48: gate/up streams two 64-row tiles an SM.
-  EXPECT_EQ(decode_tile(shape(1, {14336, 0, 0}, 4096, true)), DecodeTile::M16N64);
-  // The LM head (128,256 columns) likewise.
+  // The LM head (128,256 columns) is wider than one wave even at 48: two 64-row tiles an SM.
   EXPECT_EQ(decode_tile(shape(8, {128256, 0, 0}, 4096)), DecodeTile::M16N64);
+}
+
+TEST(MatmulTiling, TheBusiestSmSetsTheDecodeTileOfWideShapes) {
+  // 8B gate/up, 28,672 weight rows: 448 tiles of 64 on 264 blocks leave SM 0 four tiles (256
+  // rows; the mean is 217); 256 tiles of 112 leave it two (224).
+  EXPECT_EQ(busiest_sm_rows(448, 64, 2, kH100Sms), 256);
+  EXPECT_EQ(busiest_sm_rows(256, 112, 2, kH100Sms), 224);
+  EXPECT_EQ(decode_tile(shape(1, {14336, 0, 0}, 4096, true)), DecodeTile::M16N112);
+  EXPECT_EQ(decode_tile(shape(16, {14336, 0, 0}, 4096, true)), DecodeTile::M16N112);
+  // Its TP=2 shard (14,336 rows): 128 tiles of 112, one an SM, instead of 448 of 32.
+  EXPECT_EQ(decode_tile(shape(1, {7168, 0, 0}, 4096, true)), DecodeTile::M16N112);
+  // TP=4 (7,168 rows): 224 tiles of 32 spread better than 64 of 112.
+  EXPECT_EQ(busiest_sm_rows(224, 32, 2, kH100Sms), 64);
+  EXPECT_EQ(decode_tile(shape(1, {3584, 0, 0}, 4096, true)), DecodeTile::M16N32);
+  // Fewer tiles than blocks: one each, SM 0 holds two.
+  EXPECT_EQ(busiest_sm_rows(200, 32, 2, kH100Sms), 64);
+  EXPECT_EQ(busiest_sm_rows(100, 32, 2, kH100Sms), 32);
 }
 
 TEST(MatmulTiling, LargerDecodeStepsAndPromptsTakeTheirOwnTiles) {

@@ -150,7 +150,9 @@ constexpr int kAttentionSplitTokens = 512;
 // step composition, and the two give the same bits as each other (the tensor cores sum each
 // 16-wide k-step alike; tests/kernels/batch_kernels_test.cc checks it), so choosing per step
 // keeps that guarantee.
-enum class PagedAttentionKernel { Auto, MmaSync, Wgmma };
+// MmaSync runs steps of decodes alone on its decode instantiation (three blocks an SM, the same
+// bits); MmaSyncGeneral keeps them on the general one (for tests and benchmarks to compare).
+enum class PagedAttentionKernel { Auto, MmaSync, Wgmma, MmaSyncGeneral };
 
 struct PagedAttentionArgs {
   const void* q = nullptr;       // [num_tokens, n_heads * head_dim] 16-bit

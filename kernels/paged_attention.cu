@@ -73,7 +73,8 @@ struct PlanParams {
   const int* query_start;
   const int* first_pos;
   int num_seqs, group, n_heads, j_max;
-  int item_rows;  // rows of an item walked by one block: 64 (mma.sync) or 128 (wgmma)
+  int item_rows;  // rows of an item walked by one block: 64 (mma.sync), 16 (its decode
+                  // blocks) or 128 (wgmma)
   bool split_kv;
   long long capacity;  // partial entries that fit
   int* header;
@@ -123,8 +124,10 @@ __global__ void __launch_bounds__(kPlanThreads) plan_kernel(PlanParams p) {
     Seq q;
     q.n = p.query_start[s + 1] - p.query_start[s];
     q.splits = q.n > 0 ? (p.first_pos[s] + q.n - 1) / kSplit + 1 : 0;
-    const bool spread = p.split_kv && q.n > 0 && q.n * p.group <= paged::kSpreadRows &&
-                        q.splits > 1 && q.splits <= p.j_max;
+    // A spread split's block takes all of the sequence's rows: at most one item's worth.
+    const bool spread = p.split_kv && q.n > 0 &&
+                        q.n * p.group <= min(paged::kSpreadRows, p.item_rows) && q.splits > 1 &&
+                        q.splits <= p.j_max;
     q.entries = spread ? (long long)q.n * p.n_heads * q.splits : 0;
     return q;
   };
@@ -205,6 +208,25 @@ __device__ __forceinline__ CooperativeExchange cooperative_exchange(Smem<T, D>& 
   return {base, base + kWarps * 16, reinterpret_cast<uint32_t*>(base + kWarps * 16 + 16 * 8 * 4)};
 }
 
+// A decode launch (kDecode below): every item is at most 16 rows (one token x its GQA group,
+// or 16 rows of a longer one), so a block holds q for 16 rows, its two K/V stages and the
+// cooperative exchange; the merged state of its splits stays in registers. 72 KB at head_dim
+// 128 against 112: three blocks an SM instead of two (ncu on a 256-stream decode step: two
+// blocks of four warps left the schedulers idle 68% of cycles).
+constexpr int kDecodeRows = 16;
+template <typename T, int D>
+struct DecodeSmem {
+  T q[kDecodeRows * D];
+  T k[2][kKeys * D];
+  T v[2][kKeys * D];
+  float exchange[kWarps * 16 + 16 * 8 * 4 + 4 * 32 * 4];
+};
+template <typename T, int D>
+__device__ __forceinline__ CooperativeExchange cooperative_exchange(DecodeSmem<T, D>& sm) {
+  float* base = sm.exchange;
+  return {base, base + kWarps * 16, reinterpret_cast<uint32_t*>(base + kWarps * 16 + 16 * 8 * 4)};
+}
+
 // fp8 KV: 8 codes of one row times the row's scale, in fp32, rounded to T: what the tensor
 // cores read in place of a 16-bit row's 16 bytes.
 template <typename T>
@@ -219,13 +241,19 @@ __device__ __forceinline__ uint4 dequantize8(uint2 codes, float scale) {
 
 // F8: the pools hold fp8 codes and scales (PagedAttentionArgs::fp8_kv); tiles are read with
 // plain loads, dequantized and stored to shared memory, instead of cp.async copies.
-template <typename T, int D, bool F8>
-__global__ void __launch_bounds__(kWarps * 32, 2) paged_attention_kernel(Params p) {
+// kDecode: items of at most 16 rows (the plan's item_rows), every block cooperative, the
+// DecodeSmem layout, three blocks an SM; the same instructions in the same order per value as
+// the general kernel's cooperative blocks, so the same bits.
+template <typename T, int D, bool F8, bool kDecode = false>
+__global__ void __launch_bounds__(kWarps * 32, kDecode ? 3 : 2) paged_attention_kernel(Params p) {
+  static_assert(!kDecode || (kCooperativeD<D> && !F8));
   constexpr int kChunks = D / 8;   // 16-byte chunks per row
   constexpr int kDSteps = D / 16;  // k-steps of S = QK^T
   constexpr int kDTiles = D / 8;   // n-tiles of O
+  constexpr int kItemRows = kDecode ? kDecodeRows : kRows;
+  using Shared = std::conditional_t<kDecode, DecodeSmem<T, D>, Smem<T, D>>;
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  Smem<T, D>& sm = *reinterpret_cast<Smem<T, D>*>(smem_raw);
+  Shared& sm = *reinterpret_cast<Shared*>(smem_raw);
   const PagedAttentionArgs& a = p.a;
   allow_dependents_early();
   wait_for_producer();  // the plan, q and this step's pool rows
@@ -234,7 +262,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) paged_attention_kernel(Params 
   const int s = item.x, r0 = item.y, split = item.z, kvh = blockIdx.y;
   const int q_first = a.query_start[s], n = a.query_start[s + 1] - q_first;
   const int pos0 = a.first_pos[s], kv_len = pos0 + n, rows = n * p.group;
-  const int rows_here = min(kRows, rows - r0);
+  const int rows_here = min(kItemRows, rows - r0);
   const int last_pos = pos0 + (r0 + rows_here - 1) / p.group;
   const int t_begin = split >= 0 ? split * kTilesPerSplit : 0;
   const int t_end =
@@ -243,7 +271,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) paged_attention_kernel(Params 
   const T* qg = static_cast<const T*>(a.q);
 
   // Q rows: row i is (token r / group, head kvh * group + r % group) with r = r0 + i.
-  for (int i = threadIdx.x; i < kRows * kChunks; i += kWarps * 32) {
+  for (int i = threadIdx.x; i < kItemRows * kChunks; i += kWarps * 32) {
     const int row = i / kChunks, c = i % kChunks, r = r0 + row;
     const bool ok = row < rows_here;
     const T* src =
@@ -333,7 +361,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2) paged_attention_kernel(Params 
   cp_async_commit();
 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const bool cooperative = kCooperativeD<D> && rows_here <= 16;  // the same for the whole block
+  // The same for the whole block; a compile-time true for decode blocks.
+  const bool cooperative = kDecode || (kCooperativeD<D> && rows_here <= 16);
   const bool active = cooperative || warp * 16 < rows_here;
   const int row_warp = cooperative ? 0 : warp;  // the 16 rows this warp computes
   // This warp's share of a tile: score n-tile pairs [np0, np0 + np_count) and output column
@@ -355,6 +384,15 @@ __global__ void __launch_bounds__(kWarps * 32, 2) paged_attention_kernel(Params 
   float o[kDTiles][4];
   float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;  // this split's
   float sm_a = 0.0f, sm_b = 0.0f, sl_a = 0.0f, sl_b = 0.0f;        // merged state's m and l
+  // The merged o of earlier splits: this thread's fragments, in shared memory (registers for
+  // decode blocks, whose share is 4 x kPairsPerWarp fragments).
+  float state_regs[kDecode ? kDTiles : 1][4];
+  auto state = [&](int d, int e) -> float& {
+    if constexpr (kDecode)
+      return state_regs[d][e];
+    else
+      return sm.state[row_warp][(2 * dp0 + d) * 4 + e][lane];
+  };
 #pragma unroll
   for (int t = 0; t < kDTiles; ++t) o[t][0] = o[t][1] = o[t][2] = o[t][3] = 0.0f;
 
@@ -532,7 +570,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) paged_attention_kernel(Params 
             if (d == 2 * dp_count) break;
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-              float& st = sm.state[row_warp][(2 * dp0 + d) * 4 + e][lane];
+              float& st = state(d, e);
               if (j == 0)
                 st = o[d][e];
               else if (e < 2 ? sees_a : sees_b)
@@ -568,13 +606,12 @@ __global__ void __launch_bounds__(kWarps * 32, 2) paged_attention_kernel(Params 
     for (int d = 0; d < kDTiles; ++d) {
       if (d == 2 * dp_count) break;
       const int col = (2 * dp0 + d) * 8 + 2 * (lane & 3);
-      float* st = &sm.state[row_warp][(2 * dp0 + d) * 4][lane];
       if (row_a < rows_here)
         *reinterpret_cast<uint32_t*>(row_out(row_a) + col) =
-            pack_half2<T>(__fdiv_rn(st[0], sl_a), __fdiv_rn(st[32], sl_a));
+            pack_half2<T>(__fdiv_rn(state(d, 0), sl_a), __fdiv_rn(state(d, 1), sl_a));
       if (row_b < rows_here)
         *reinterpret_cast<uint32_t*>(row_out(row_b) + col) =
-            pack_half2<T>(__fdiv_rn(st[64], sl_b), __fdiv_rn(st[96], sl_b));
+            pack_half2<T>(__fdiv_rn(state(d, 2), sl_b), __fdiv_rn(state(d, 3), sl_b));
     }
   }
 }
@@ -675,7 +712,8 @@ int grid_items(const PagedAttentionArgs& a, const Layout& l, int item_rows) {
 
 // The kernel for these args (the plan's item size follows it).
 bool use_wgmma(const PagedAttentionArgs& a) {
-  if (a.kernel == PagedAttentionKernel::MmaSync) return false;
+  if (a.kernel == PagedAttentionKernel::MmaSync || a.kernel == PagedAttentionKernel::MmaSyncGeneral)
+    return false;
   // fp8 KV runs on mma.sync only: its tiles are dequantized on their way to shared memory,
   // which the wgmma kernel's TMA producer cannot do (the simpler correct path; unmeasured).
   if (a.fp8_kv) {
@@ -694,6 +732,20 @@ bool use_wgmma(const PagedAttentionArgs& a) {
   return fits && a.num_tokens > a.num_seqs && paged::wgmma_available();
 }
 
+// Steps of decodes alone (one query a sequence) on the mma.sync kernel take its decode
+// instantiation, where a decode's cooperative four warps can run: head_dim 64 or 128, a GQA
+// group of at most 16, 16-bit KV. It gives the same bits as the general kernel (the tests
+// compare them), so the choice per step keeps invariance; it decides the plan's item rows.
+bool use_decode_kernel(const PagedAttentionArgs& a) {
+  return !use_wgmma(a) && !a.fp8_kv && a.num_tokens == a.num_seqs &&
+         (a.head_dim == 64 || a.head_dim == 128) && a.n_heads / a.n_kv_heads <= kDecodeRows &&
+         a.kernel != PagedAttentionKernel::MmaSyncGeneral;
+}
+
+int item_rows(const PagedAttentionArgs& a) {
+  return use_wgmma(a) ? paged::kWgmmaItemRows : use_decode_kernel(a) ? kDecodeRows : kRows;
+}
+
 template <typename T, int D>
 void launch(const PagedAttentionArgs& a, cudaStream_t stream) {
   const Layout l = layout_for(a.num_tokens, a.num_seqs, a.max_kv_len);
@@ -706,15 +758,25 @@ void launch(const PagedAttentionArgs& a, cudaStream_t stream) {
     return;
   }
   auto kernel = a.fp8_kv ? paged_attention_kernel<T, D, true> : paged_attention_kernel<T, D, false>;
-  constexpr size_t kSmem = sizeof(Smem<T, D>);
+  size_t smem = sizeof(Smem<T, D>);
+  if constexpr (kCooperativeD<D>) {
+    if (use_decode_kernel(a)) {
+      kernel = paged_attention_kernel<T, D, false, true>;
+      smem = sizeof(DecodeSmem<T, D>);
+    }
+  }
   static PerDeviceOnce configured;  // per device: tensor-parallel ranks, any host thread
   configured.run(current_device(), [&] {
     for (auto k : {paged_attention_kernel<T, D, true>, paged_attention_kernel<T, D, false>})
-      HEARTH_CUDA_CHECK(
-          cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(kSmem)));
+      HEARTH_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             int(sizeof(Smem<T, D>))));
+    if constexpr (kCooperativeD<D>)
+      HEARTH_CUDA_CHECK(cudaFuncSetAttribute(paged_attention_kernel<T, D, false, true>,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             int(sizeof(DecodeSmem<T, D>))));
   });
-  launch_pdl(kernel, dim3(grid_items(a, l, kRows), a.n_kv_heads), dim3(kWarps * 32), kSmem, stream,
-             p);
+  launch_pdl(kernel, dim3(grid_items(a, l, item_rows(a)), a.n_kv_heads), dim3(kWarps * 32), smem,
+             stream, p);
   if (a.split_kv && l.j_max > 1)
     launch_pdl(merge_kernel<T, D>, dim3(a.num_seqs, a.n_kv_heads), dim3(256), 0, stream, p);
 }
@@ -738,7 +800,7 @@ void paged_attention_plan(const PagedAttentionArgs& a, cudaStream_t stream) {
   p.n_heads = a.n_heads;
   p.j_max = l.j_max;
   p.split_kv = a.split_kv;
-  p.item_rows = use_wgmma(a) ? paged::kWgmmaItemRows : kRows;
+  p.item_rows = item_rows(a);
   p.capacity = (long long)((a.scratch_bytes - l.partials) / ((a.head_dim + 2) * sizeof(float)));
   char* base = static_cast<char*>(a.scratch);
   p.header = reinterpret_cast<int*>(base);

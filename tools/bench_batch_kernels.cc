@@ -308,7 +308,8 @@ json bench_attention(const BatchKernelBenchOptions& o, cudaStream_t stream, Time
     a.scratch_bytes = scratch_bytes, a.out = out.get();
     // Each kernel with its own plan (the item size differs); the default (auto) is one of them.
     std::vector<std::pair<const char*, kernels::PagedAttentionKernel>> kinds{
-        {"mma.sync", kernels::PagedAttentionKernel::MmaSync}};
+        {"mma.sync", kernels::PagedAttentionKernel::MmaSync},
+        {"mma.sync general", kernels::PagedAttentionKernel::MmaSyncGeneral}};
     if (kernels::wgmma_matmul_available())
       kinds.push_back({"wgmma", kernels::PagedAttentionKernel::Wgmma});
     for (auto [kind, kernel] : kinds) {

@@ -378,7 +378,8 @@ class PagedFixture {
 // The paged attention kernels this device runs: mma.sync always, wgmma on Hopper (head_dim 64
 // and 128), and there the default (auto), which picks one of them per step.
 std::vector<kernels::PagedAttentionKernel> paged_kernels(int head_dim) {
-  std::vector<kernels::PagedAttentionKernel> k{kernels::PagedAttentionKernel::MmaSync};
+  std::vector<kernels::PagedAttentionKernel> k{kernels::PagedAttentionKernel::MmaSync,
+                                               kernels::PagedAttentionKernel::MmaSyncGeneral};
   if (kernels::wgmma_matmul_available() && (head_dim == 64 || head_dim == 128)) {
     k.push_back(kernels::PagedAttentionKernel::Wgmma);
     k.push_back(kernels::PagedAttentionKernel::Auto);
@@ -391,6 +392,8 @@ const char* kernel_name(kernels::PagedAttentionKernel k) {
       return "wgmma";
     case kernels::PagedAttentionKernel::MmaSync:
       return "mma.sync";
+    case kernels::PagedAttentionKernel::MmaSyncGeneral:
+      return "mma.sync general";
     default:
       return "auto";
   }
@@ -616,6 +619,40 @@ TEST(PagedAttention, WgmmaEqualsMmaSyncBitForBit) {
       for (size_t i = 0; i < old_bits.size(); ++i) same += old_bits[i] == new_bits[i];
       EXPECT_EQ(same, old_bits.size()) << name(t) << " heads " << h.n_heads << "/" << h.n_kv_heads
                                        << " d=" << h.head_dim << " block " << block_size;
+    }
+}
+
+// Steps of decodes alone run on the mma.sync kernel's decode instantiation (16-row items, three
+// blocks an SM); the general one must give every value the same bits: decodes at and across
+// split edges, with their splits spread over blocks or walked in one, a few sequences and 120
+// of up to three splits each, GQA groups of 1 to 16.
+TEST(PagedAttention, DecodeKernelEqualsGeneralBitForBit) {
+  HEARTH_REQUIRE_GPU();
+  for (auto [t, h] : {std::pair{Half::BF16, Heads{32, 8, 128}},
+                      {Half::F16, Heads{14, 2, 64}},
+                      {Half::BF16, Heads{16, 1, 128}},
+                      {Half::F16, Heads{8, 8, 64}}})
+    for (int block_size : {16, 32}) {
+      PagedFixture f(t, h, block_size, 6000);
+      for (int count : {10, 120}) {
+        std::vector<PagedFixture::Seq> seqs;
+        const int firsts[] = {0, 1, 63, 64, 511, 512, 513, 1023, 1500, 2047};
+        for (int i = 0; i < count; ++i)
+          seqs.push_back(f.random_seq(count <= 10 ? firsts[i] : (i * 37) % 1300, 1));
+        for (bool split_kv : {true, false}) {
+          f.use(kernels::PagedAttentionKernel::MmaSyncGeneral);
+          const std::vector<uint16_t> general = f.run(seqs, split_kv);
+          f.use(kernels::PagedAttentionKernel::MmaSync);
+          const std::vector<uint16_t> decode = f.run(seqs, split_kv);
+          ASSERT_EQ(general.size(), decode.size());
+          size_t same = 0;
+          for (size_t i = 0; i < general.size(); ++i) same += general[i] == decode[i];
+          EXPECT_EQ(same, general.size())
+              << name(t) << " heads " << h.n_heads << "/" << h.n_kv_heads << " d=" << h.head_dim
+              << " block " << block_size << ", " << count << " decodes"
+              << (split_kv ? "" : ", splits in one block");
+        }
+      }
     }
 }
 

@@ -44,6 +44,8 @@ struct TpProcessOptions {
 struct TpAllReduceHandshake {
   int leader_fd = -1;
   std::function<void(int rank, const nlohmann::json& share, int fd)> import;
+  // Optional: the follower's whole ready message (a leased pool's state rides in it).
+  std::function<void(int rank, const nlohmann::json& ready)> ready = nullptr;
 };
 
 class TpProcessGroup final : public RankCollective {
@@ -67,6 +69,11 @@ class TpProcessGroup final : public RankCollective {
   // while all are alive. GPU ranks call it before each step and after a failed one: their
   // all-reduce waits on the GPUs, where a dead peer is only a kernel that gives up.
   void check_followers();
+  // Sends `message` to rank `rank`'s follower and returns its answer (between steps: the
+  // follower is reading its channel). A follower that is gone, answers an error or nothing
+  // within `timeout` breaks the group, and the error names the rank.
+  nlohmann::json request(int rank, const nlohmann::json& message,
+                         std::chrono::milliseconds timeout);
 
  private:
   struct Follower {

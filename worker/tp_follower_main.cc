@@ -42,12 +42,18 @@ int run(int argc, char** argv) {
         devices.assign(size_t(hello.rank) + 1, device);  // the lease asks for this rank's
       };
       model = hearth::attach_served_model(hello.server_socket, hello.model_name, served);
+      if (model.identity != hello.model_identity)
+        throw std::runtime_error("model '" + hello.model_name + "' at " + hello.server_socket +
+                                 " is not the one the leader imported (its identity " +
+                                 model.identity + " differs from the leader's " +
+                                 hello.model_identity + ")");
       return model.store;
     }
     model = hearth::open_model_dir(hello.model_dir, hello.quantize_fp8);
     if (model.identity != hello.model_identity)
       throw std::runtime_error("the model at " + hello.model_dir +
-                               " is not the one the leader opened (its identity differs)");
+                               " is not the one the leader opened (its identity " + model.identity +
+                               " differs from the leader's " + hello.model_identity + ")");
     return model.store;
   };
   // Served GPU ranks lease their KV pool on their own GPU from the server they imported from,

@@ -3,7 +3,8 @@
 // bits and the tokens and logprob bits of the in-process ranks, alone and batched; a follower
 // SIGKILLed mid-run ends the leader's requests with an error naming it, and later ones too; a
 // stopped follower is named when the exchange's deadline passes; a garbage or wrong-version
-// hello, or a follower that answers garbage, is a clear error; no descriptor is leaked.
+// hello, or a follower that answers garbage, is a clear error; no descriptor is leaked. A served
+// follower refuses a model that is not the leader's (its identity), naming it.
 #include <gtest/gtest.h>
 
 #include <dirent.h>
@@ -17,6 +18,7 @@
 
 #include "ipc/frame.h"
 #include "tests/support/error_of.h"
+#include "tests/weight-server/daemon/server_test_support.h"
 #include "tests/worker/engine/engine_outcomes.h"
 #include "tests/worker/engine/mixed_requests.h"
 #include "tests/worker/engine/synth_models.h"
@@ -29,6 +31,7 @@
 #include "worker/tp/follower.h"
 #include "worker/tp/process_group.h"
 #include "worker/tp/tp_backend.h"
+#include "worker/worker_model.h"
 
 namespace hearth {
 namespace {
@@ -300,6 +303,31 @@ TEST(TpProcesses, IsAnEngineProfileKeyOutsideTheCacheDomain) {
   EngineOptions a = options(2), b = options(2);
   b.tensor_parallel_processes = false;
   EXPECT_EQ(cache_domain_key(a, "cpu", "m"), cache_domain_key(b, "cpu", "m"));
+}
+
+// Every rank of a served group imports one rank's pieces, and every one of them is named by the
+// whole model: the identity the leader got importing rank 0 is the one rank 1's follower gets,
+// and a hello naming another is refused by the follower, by name.
+TEST(TpProcesses, AServedFollowerRefusesAModelThatIsNotTheLeaders) {
+  test::ServerProcess server({"--backend", "memfd", "--quiet", "--tensor-parallel", "2", "--model",
+                              test::tiny_model_dir().string() + ":tiny"});
+  ServedModelOptions rank0;
+  rank0.rank = 0;
+  const WorkerModel leader = attach_served_model(server.socket(), "tiny", rank0);
+  TpHello hello;
+  hello.world_size = 2;
+  hello.server_socket = server.socket();
+  hello.model_name = "tiny";
+  hello.model_identity = leader.identity;
+  hello.context_length = 64;
+  hello.kv_block_size = 16;
+  hello.kv_blocks = 8;
+  EXPECT_NO_THROW(TpProcessGroup::start(hello, {}));
+  hello.model_identity = "served:another-model";
+  const std::string why = test::error_of([&] { TpProcessGroup::start(hello, {}); });
+  EXPECT_NE(why.find("tensor-parallel rank 1 failed"), std::string::npos) << why;
+  EXPECT_NE(why.find("is not the one the leader imported"), std::string::npos) << why;
+  EXPECT_NE(why.find("served:another-model"), std::string::npos) << why;
 }
 
 }  // namespace

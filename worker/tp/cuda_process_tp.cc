@@ -15,6 +15,7 @@
 #include "worker/engine/backend_factory.h"
 #include "worker/engine/cuda/cuda_tp_process_rank.h"
 #include "worker/engine/cuda/cuda_tp_rank.h"
+#include "worker/engine/cuda/decode_step_plan.h"
 #include "worker/engine/cuda/device_rank_store.h"
 #include "worker/engine/profile.h"
 #include "worker/engine/ranked_kv_memory.h"
@@ -62,7 +63,9 @@ class CudaProcessTpBackend final : public Backend {
  public:
   CudaProcessTpBackend(LeaderRank leader, const EngineOptions& options, const TpModelSource& source,
                        const TpProcessOptions& processes)
-      : c_(leader.config), context_(resolve_context_length(options, c_)) {
+      : c_(leader.config),
+        context_(resolve_context_length(options, c_)),
+        cuda_graphs_(options.cuda_graphs) {
     const int n = options.tensor_parallel;
     const bool leased = bool(leader.lease);
     rank_ = std::make_unique<CudaTpProcessRank>(0, leader.device, c_, std::move(leader.pieces),
@@ -115,6 +118,7 @@ class CudaProcessTpBackend final : public Backend {
         pools.push_back(std::make_shared<RemoteKvMemory>(group_, r, follower_kv[size_t(r)]));
       leased_ = std::make_shared<RankedKvMemory>(std::move(pools));
     }
+    if (processes.capture_decode_graphs > 0) capture_decode_graphs(processes.capture_decode_graphs);
   }
   ~CudaProcessTpBackend() override {
     // This rank's last all-reduces finish while the followers are still there to meet them
@@ -142,6 +146,18 @@ class CudaProcessTpBackend final : public Backend {
     group_->begin_forward(batch);
     guarded([&] { rank_->forward(batch); });
     host_logits_.assign(batch.entries.size(), {});
+  }
+
+  // Every decode bucket's graph, up front: the capture's steps are step plans like any other,
+  // so each follower runs (and captures) exactly what rank 0 does. Its steps use block 0 of the
+  // pools: nothing may be using them yet; a leased pool holding no block yet captures later.
+  void capture_decode_graphs(int max_kv_len) {
+    if (!cuda_graphs_ || kv_pool().num_blocks == 0) return;
+    capture_every_decode_bucket(
+        max_kv_len, context_, kv_pool().block_size, rank_->limits().max_step_seqs,
+        [&](const ForwardBatch& batch) { forward(batch); },
+        [&](int seqs, int kv_bound) { return rank_->has_graph(seqs, kv_bound); });
+    guarded([&] { HEARTH_CUDA_CHECK(cudaStreamSynchronize(rank_->stream())); });
   }
 
   std::span<const float> logits(int entry) override {
@@ -190,6 +206,7 @@ class CudaProcessTpBackend final : public Backend {
 
   ModelConfig c_;
   int context_;
+  bool cuda_graphs_;
   std::unique_ptr<CudaTpProcessRank> rank_;
   std::shared_ptr<TpProcessGroup> group_;
   // Served on a vmm server: every rank's leased pool as one; null when the pools are sized here.

@@ -36,6 +36,11 @@ struct TpProcessOptions {
   // How long the followers may take to load their pieces and say ready.
   std::chrono::milliseconds start_timeout{120'000};
   size_t exchange_floats = size_t(1) << 20;  // per rank and round; larger sums go in chunks
+  // GPU ranks: > 0 captures every decode bucket's graphs at start, for keys of up to this many
+  // positions (as CudaTpBackend::capture_decode_graphs), so that no step pauses for one. The
+  // leader runs the capture's step plans like any other, so every follower captures the same
+  // buckets in the same order and their all-reduce calls pair up. 0: on a bucket's second run.
+  int capture_decode_graphs = 0;
 };
 
 // GPU ranks (worker/tp/cuda_process_tp.h): rank 0's all-reduce descriptor goes with every

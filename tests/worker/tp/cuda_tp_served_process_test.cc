@@ -37,7 +37,7 @@ const std::vector<std::string> kProcesses = {"--set", "tensor_parallel_processes
   GTEST_SKIP() << "needs 2 GPUs, this machine has " << vmm_device_count()
 
 std::vector<std::string> vmm_server_args(const std::vector<std::string>& extra = {}) {
-  return concat({"--backend", "vmm", "--quiet", "--tensor-parallel", "2", "--model",
+  return concat({"--backend", "vmm", "--tensor-parallel", "2", "--model",
                  test::tiny_model_dir().string() + ":tiny"},
                 extra);
 }

@@ -30,6 +30,7 @@
 #include "worker/model_identity.h"
 #include "worker/tp/follower.h"
 #include "worker/tp/process_group.h"
+#include "worker/tp/remote_kv_memory.h"
 #include "worker/tp/tp_backend.h"
 #include "worker/worker_model.h"
 
@@ -328,6 +329,28 @@ TEST(TpProcesses, AServedFollowerRefusesAModelThatIsNotTheLeaders) {
   EXPECT_NE(why.find("tensor-parallel rank 1 failed"), std::string::npos) << why;
   EXPECT_NE(why.find("is not the one the leader imported"), std::string::npos) << why;
   EXPECT_NE(why.find("served:another-model"), std::string::npos) << why;
+}
+
+// A follower's leased pool as the leader sees it (RemoteKvMemory) is only its answers over the
+// channel: a follower that cannot answer a kv_grow (a CPU rank leases nothing, so it gives up)
+// breaks the group, and the error names the rank and why, as a dead one at a step does.
+TEST(TpProcesses, ARemotePoolsFollowerThatCannotResizeIsNamed) {
+  Group g = start_group(2, milliseconds(60'000));
+  const TpKvState start{16, 64, 8, 2, 4096, 2 * 8 * 4096};
+  RemoteKvMemory remote(g.group, 1, start, milliseconds(20'000));
+  EXPECT_EQ(remote.blocks(), 16);
+  EXPECT_EQ(remote.max_blocks(), 64);
+  EXPECT_EQ(remote.base(), nullptr);  // the blocks live in the follower's process
+  EXPECT_EQ(remote.grow(0), 0);       // nothing asked, nothing sent
+  const std::string why = test::error_of([&] { remote.grow(8); });
+  EXPECT_NE(why.find("tensor-parallel rank 1 (pid " + std::to_string(g.group->follower_pid(1)) +
+                     ") failed"),
+            std::string::npos)
+      << why;
+  EXPECT_NE(why.find("kv_grow"), std::string::npos) << why;
+  EXPECT_EQ(remote.blocks(), 16);  // unchanged: no answer came
+  EXPECT_EQ(g.group->failure(), why);
+  EXPECT_NE(test::error_of([&] { remote.shrink(8); }), "(no error)");
 }
 
 }  // namespace

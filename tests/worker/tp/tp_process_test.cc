@@ -308,7 +308,7 @@ TEST(TpProcesses, IsAnEngineProfileKeyOutsideTheCacheDomain) {
 
 // Every rank of a served group imports one rank's pieces, and every one of them is named by the
 // whole model: the identity the leader got importing rank 0 is the one rank 1's follower gets,
-// and a hello naming another is refused by the follower, by name.
+// and a hello naming another is refused by the follower, by name; so is a server it cannot reach.
 TEST(TpProcesses, AServedFollowerRefusesAModelThatIsNotTheLeaders) {
   test::ServerProcess server({"--backend", "memfd", "--quiet", "--tensor-parallel", "2", "--model",
                               test::tiny_model_dir().string() + ":tiny"});
@@ -329,6 +329,12 @@ TEST(TpProcesses, AServedFollowerRefusesAModelThatIsNotTheLeaders) {
   EXPECT_NE(why.find("tensor-parallel rank 1 failed"), std::string::npos) << why;
   EXPECT_NE(why.find("is not the one the leader imported"), std::string::npos) << why;
   EXPECT_NE(why.find("served:another-model"), std::string::npos) << why;
+  // A follower that cannot reach the server fails the start, naming the rank and the cause.
+  hello.model_identity = leader.identity;
+  hello.server_socket = (fs::path(server.socket()).parent_path() / "nobody.sock").string();
+  const std::string unreachable = test::error_of([&] { TpProcessGroup::start(hello, {}); });
+  EXPECT_NE(unreachable.find("tensor-parallel rank 1 failed"), std::string::npos) << unreachable;
+  EXPECT_NE(unreachable.find("not running at"), std::string::npos) << unreachable;
 }
 
 // A follower's leased pool as the leader sees it (RemoteKvMemory) is only its answers over the

@@ -136,12 +136,20 @@ TEST(CudaTpServedProcesses, EachRankLeasesOnItsGpuAndAKilledFollowerIsNamedAndRe
   // The worker's own stats count both ranks' chunks.
   EXPECT_EQ(client->call(ipc::op::kStats).body["kv_lease"]["chunks"], 2 * follower_chunks);
 
+  // The follower dies between requests (dying mid-step is CudaTpProcessesFault's case): its
+  // connection closes with it, and the server takes its chunks back and says so.
+  ASSERT_EQ(::kill(follower, SIGKILL), 0);
+  s = wait_for_stats(server, [&](const json& st) { return !worker_entry(st, follower); });
+  EXPECT_FALSE(worker_entry(s, follower)) << s.dump();
+  EXPECT_NE(server.log().find("(pid " + std::to_string(follower) + ", " +
+                              std::to_string(follower_chunks) + " chunks) returned: disconnected"),
+            std::string::npos)
+      << server.log();
+  // The next request meets the dead group: its error names the rank and how it ended.
   client->call(
       "submit",
       {{"request",
-        {{"id", "long"}, {"prompt", "A computer"}, {"max_tokens", 400}, {"ignore_eos", true}}}});
-  ASSERT_FALSE(client->call("events").body["events"].empty());  // it is running
-  ASSERT_EQ(::kill(follower, SIGKILL), 0);
+        {{"id", "after"}, {"prompt", "A computer"}, {"max_tokens", 64}, {"ignore_eos", true}}}});
   json last;
   for (int i = 0; i < 3000 && !last.contains("done"); ++i) {
     const json events = client->call("events").body["events"];
@@ -154,13 +162,6 @@ TEST(CudaTpServedProcesses, EachRankLeasesOnItsGpuAndAKilledFollowerIsNamedAndRe
             std::string::npos)
       << error;
   EXPECT_NE(error.find("killed by signal 9"), std::string::npos) << error;
-  // The follower's connection closed with it: the server took its chunks back and says so.
-  s = wait_for_stats(server, [&](const json& st) { return !worker_entry(st, follower); });
-  EXPECT_FALSE(worker_entry(s, follower)) << s.dump();
-  EXPECT_NE(server.log().find("(pid " + std::to_string(follower) + ", " +
-                              std::to_string(follower_chunks) + " chunks) returned: disconnected"),
-            std::string::npos)
-      << server.log();
   client.reset();
   const auto status = leader.wait_until(std::chrono::steady_clock::now() + 60s);
   ASSERT_TRUE(status) << "the worker did not stop";

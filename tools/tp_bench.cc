@@ -9,6 +9,8 @@
 // --json the same as JSON. Decode graphs (one per rank) by default; --eager adds eager rows.
 // An fp8 model (hearth-synth --dtype fp8, or --quantize fp8 at load) runs its W8A8 projections
 // on every rank; --set passes engine options (batch_invariant, kv_cache_dtype, ...).
+// --processes runs each degree above 1 as one process per GPU (tensor_parallel_processes:
+// hearth-tp-follower beside this binary), its decode graphs captured up front on every rank.
 #include <CLI/CLI.hpp>
 #include <cuda_runtime.h>
 #include <unistd.h>
@@ -18,6 +20,7 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +37,8 @@
 #include "worker/engine/cuda/cuda_tp_backend.h"
 #include "worker/engine/engine.h"
 #include "worker/engine/profile.h"
+#include "worker/tp/tp_backend.h"
+#include "worker/worker_model.h"
 
 namespace {
 
@@ -170,7 +175,7 @@ int main(int argc, char** argv) {
   std::vector<int> tps{1, 2}, concurrency{1, 8, 32, 64, 128, 256};
   std::vector<std::string> settings;
   Settings s;
-  bool eager = false;
+  bool eager = false, processes = false;
   app.add_option("--model", model_dir, "model directory (HF safetensors)")->required();
   app.add_option("--tp", tps, "tensor_parallel degrees (a,b,...)")->delimiter(',');
   app.add_option("--concurrency", concurrency, "requests at once, one level each (a,b,...)")
@@ -182,6 +187,9 @@ int main(int argc, char** argv) {
   app.add_option("--copy-gbps", s.copy_gbps,
                  "one GPU's copy bandwidth, GB/s, for the roofline (3020: H100 SXM)");
   app.add_flag("--eager", eager, "also run every degree without decode graphs");
+  app.add_flag("--processes", processes,
+               "run degrees above 1 as one process per GPU (hearth-tp-follower), graphs "
+               "captured up front on every rank");
   app.add_option("--quantize", quantize,
                  "fp8: a 16-bit model's projections quantized at load (as hearth-server "
                  "--quantize fp8); none: as the files hold them")
@@ -208,6 +216,8 @@ int main(int argc, char** argv) {
     const std::string weights = c.quantization.fp8() ? "fp8 e4m3 projections (W8A8)" : "16-bit";
     std::string set_text;
     for (const std::string& setting : settings) set_text += " " + setting;
+    if (processes) set_text += " tensor_parallel_processes=true";
+    std::optional<WorkerModel> opened;  // --processes: the followers open the same directory
     const int context = s.prompt_tokens + s.output_tokens;
     const json m = machine();
     std::printf("# %s on %s (%d x %s)\n", model_dir.c_str(), m["host"].get<std::string>().c_str(),
@@ -237,6 +247,18 @@ int main(int argc, char** argv) {
           auto b = std::make_unique<CudaBatchBackend>(device_store, o, context);
           if (graphs) b->capture_decode_graphs(context);
           backend = std::move(b);
+        } else if (processes) {
+          o.tensor_parallel_processes = true;
+          if (!opened) opened = open_model_dir(model_dir, quantize == "fp8");
+          TpProcessOptions p;
+          p.capture_decode_graphs = graphs ? context : 0;
+          backend = make_process_tp_backend(o, opened->weights(),
+                                            {.dir = model_dir,
+                                             .server_socket = {},
+                                             .model_name = {},
+                                             .identity = opened->identity,
+                                             .quantize_fp8 = quantize == "fp8"},
+                                            p);
         } else {
           auto b = std::make_unique<CudaTpBackend>(HostStore(hf), o, context);
           if (graphs) b->capture_decode_graphs(context);

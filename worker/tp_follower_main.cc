@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 
 #include "ipc/main_guard.h"
+#include "worker/leased_kv_factory.h"
 #include "worker/model_identity.h"
 #include "worker/tp/follower.h"
 #include "worker/worker_model.h"
@@ -30,21 +31,39 @@ int run(int argc, char** argv) {
     throw std::runtime_error("--channel-fd " + std::to_string(channel_fd) + " is not open");
   ::close(channel_fd);
   hearth::WorkerModel model;  // outlives the backend run_tp_follower builds on its store
-  hearth::run_tp_follower(hearth::UniqueFd(fd), [&](const hearth::TpHello& hello) {
+  std::vector<int> devices;   // served vmm: each rank's GPU, in this process's numbering
+  const auto open = [&](const hearth::TpHello& hello) {
     if (!hello.server_socket.empty()) {
       // Served: only this rank's pieces. Their shapes are checked against the shard plan; the
       // degree the server sharded for must be the group's (a rank out of range is refused).
       hearth::ServedModelOptions served;
       served.rank = hello.rank;
+      served.on_device = [&](const hearth::Manifest&, int device) {
+        devices.assign(size_t(hello.rank) + 1, device);  // the lease asks for this rank's
+      };
       model = hearth::attach_served_model(hello.server_socket, hello.model_name, served);
+      if (model.identity != hello.model_identity)
+        throw std::runtime_error("model '" + hello.model_name + "' at " + hello.server_socket +
+                                 " is not the one the leader imported (its identity " +
+                                 model.identity + " differs from the leader's " +
+                                 hello.model_identity + ")");
       return model.store;
     }
     model = hearth::open_model_dir(hello.model_dir, hello.quantize_fp8);
     if (model.identity != hello.model_identity)
       throw std::runtime_error("the model at " + hello.model_dir +
-                               " is not the one the leader opened (its identity differs)");
+                               " is not the one the leader opened (its identity " + model.identity +
+                               " differs from the leader's " + hello.model_identity + ")");
     return model.store;
-  });
+  };
+  // Served GPU ranks lease their KV pool on their own GPU from the server they imported from,
+  // as the worker leases rank 0's (prefix KV not shared: rank 0 alone would see it).
+  const auto kv_lease = [&]() -> hearth::KvMemoryFactory {
+    if (!model.server || model.store->residence() != hearth::Residence::Device) return nullptr;
+    return hearth::make_leased_kv_factory(model.server, devices, /*on_gpu=*/true,
+                                          /*share=*/false);
+  };
+  hearth::run_tp_follower(hearth::UniqueFd(fd), open, kv_lease);
   return 0;
 }
 

@@ -24,7 +24,7 @@
 #include "worker/request_file.h"
 #include "worker/startup_timeline.h"
 #include "tokenizer/tokenizer.h"
-#include "worker/leased_kv_memory.h"
+#include "worker/leased_kv_factory.h"
 #include "weight-server/sharing/model_import.h"
 #include "weight-server/sharing/vmm_backend.h"
 #include "worker/worker_model.h"
@@ -299,28 +299,11 @@ int run(int argc, char** argv) {
     // Sharing prefix KV with other workers: room for as many of their chunks as the pool's
     // own (address space only), mapped read-only (memfd PROT_READ, VMM read-only device
     // access). The engine sets the cache domain once it exists. Not for the per-rank pools of
-    // a sharded model yet: a shared block would have to be found on every rank's device.
-    const bool share =
-        profile.engine.kv_share && profile.engine.prefix_cache && model.ranks.empty();
-    leased_kv = [&model, &served_devices, on_gpu, share](int64_t block_bytes, int max_blocks,
-                                                         int min_blocks, int rank) {
-      hearth::LeasedKvMemory::Reserve reserve;
-      if (on_gpu) {
-        if (rank < 0 || size_t(rank) >= served_devices.size())
-          throw std::runtime_error("the served model has no GPU for tensor parallel rank " +
-                                   std::to_string(rank));
-        reserve = [device = served_devices[size_t(rank)]](uint64_t bytes) {
-          return hearth::reserve_vmm_kv_range(device, bytes);
-        };
-      }
-      hearth::LeasedKvSharing sharing;
-      if (share) {
-        const int per_chunk = int(hearth::kv_chunk_bytes_for(uint64_t(block_bytes)) / block_bytes);
-        sharing.chunks = (std::max(max_blocks, min_blocks) + per_chunk - 1) / per_chunk;
-      }
-      return std::make_shared<hearth::LeasedKvMemory>(model.server, block_bytes, max_blocks,
-                                                      min_blocks, reserve, sharing, rank);
-    };
+    // a sharded model yet: a shared block would have to be found on every rank's device, nor
+    // for tensor-parallel processes (rank 0 alone would see them).
+    const bool share = profile.engine.kv_share && profile.engine.prefix_cache &&
+                       model.ranks.empty() && !profile.engine.tensor_parallel_processes;
+    leased_kv = hearth::make_leased_kv_factory(model.server, served_devices, on_gpu, share);
   }
   // Tensor-parallel ranks as processes: this worker leads, its followers open the same
   // directory (worker/tp/).
@@ -329,7 +312,8 @@ int run(int argc, char** argv) {
           ? hearth::make_process_tp_backend(
                 profile.engine, model.weights(),
                 {model.server ? "" : model_arg, model.server ? server_socket : "",
-                 model.server ? model_arg : "", model.identity, quantize == "fp8"})
+                 model.server ? model_arg : "", model.identity, quantize == "fp8"},
+                {}, leased_kv)
           : hearth::make_backend(profile.engine, model.weights(), warmup, leased_kv);
   timeline.mark("engine_ms");
   const double load_ms =

@@ -53,7 +53,10 @@ WorkerModel attach_served_model(const std::string& socket, const std::string& na
   import.all_ranks = !options.rank;  // the CPU engine runs a sharded model's ranks in process
   ImportedModel imported = import_served_model(*client, name, import);
   m.name = imported.manifest.model;
-  m.identity = model_identity(imported.manifest);
+  // One rank of a sharded model is named by the whole model: every rank of a tensor-parallel
+  // group (worker/tp/) holds the same identity, the one a worker importing every rank holds.
+  m.identity =
+      model_identity(imported.whole_manifest ? *imported.whole_manifest : imported.manifest);
   m.files = std::make_shared<const SharedFiles>(std::move(imported.files));
   m.tokenizer_json = m.files->text(kTokenizerJsonFile);
   m.tokenizer_config_json = m.files->text(kTokenizerConfigFile);

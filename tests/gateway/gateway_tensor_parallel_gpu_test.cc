@@ -3,7 +3,8 @@
 // both GPUs on the server's pieces (CudaTpBackend over EngineWeights::ranks). A completion and
 // a chat completion give the tokens and logprob bits of a single-process CUDA TP=2 worker that
 // cut its pieces itself, run after run; with --quantize fp8, those of a single-process CUDA TP=2
-// worker quantizing at load. Skips with fewer than 2 GPUs (fp8: or off compute capability 9.0).
+// worker quantizing at load; a profile with tensor_parallel_processes gives the in-process
+// profile's bits. Skips with fewer than 2 GPUs (fp8: or off compute capability 9.0).
 #include <fstream>
 #include <iterator>
 
@@ -71,6 +72,28 @@ TEST(GatewayTensorParallelGpu, ServedVmmTp2IsTheInProcessCudaTp2Engine) {
   EXPECT_EQ(served, single_process(prompt, dir));
   EXPECT_EQ(complete(g, "fortunes", prompt), served);  // the default profile takes degree 2
   EXPECT_EQ(complete(g, "fortunes:tp2", prompt), served);
+}
+
+// The same served model with the ranks as processes (issue 26): the worker is rank 0 on GPU 0,
+// a hearth-tp-follower rank 1, each importing its own pieces and leasing its KV on its own GPU;
+// a completion gives the in-process profile's tokens and logprob bits.
+TEST(GatewayTensorParallelGpu, ServedVmmTp2ProcessesAreTheInProcessRanks) {
+  REQUIRE_TWO_GPUS();
+  TempDir dir;
+  const auto tp2 = dir / "tp2.json";
+  std::ofstream(tp2) << R"({"name": "tp2", "tensor_parallel": 2})";
+  const auto processes = dir / "tp2p.json";
+  std::ofstream(processes)
+      << R"({"name": "tp2p", "tensor_parallel": 2, "tensor_parallel_processes": true})";
+  GatewayProcess g({"--backend", "vmm", "--tensor-parallel", "2", "--worker-arg=--backend",
+                    "--worker-arg=cuda", "--profile", "tp2=" + tp2.string(), "--profile",
+                    "tp2p=" + processes.string()});
+  const std::vector<int32_t> prompt = prompt_of(g);
+  ASSERT_FALSE(prompt.empty());
+  const Generation in_process = complete(g, "fortunes:tp2", prompt);
+  ASSERT_FALSE(in_process.logprobs.empty()) << g.log_text();
+  EXPECT_EQ(complete(g, "fortunes:tp2p", prompt), in_process) << g.log_text();
+  EXPECT_EQ(complete(g, "fortunes:tp2p", prompt), in_process);
 }
 
 // fp8 (issue 25): the gateway's server quantizes at load and puts each rank's fp8 pieces on its

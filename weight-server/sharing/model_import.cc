@@ -71,6 +71,7 @@ ImportedModel import_served_model(ipc::Client& client, const std::string& model,
   Clock::time_point mark = Clock::now();
   FetchedManifest fetched = fetch_manifest(client, model);
   const bool whole = fetched.manifest.sharded() && !options.rank && options.all_ranks;
+  if (fetched.manifest.sharded() && options.rank) out.whole_manifest = fetched.manifest;
   out.manifest =
       whole ? std::move(fetched.manifest) : manifest_for_rank(fetched.manifest, options.rank);
   out.files = std::move(fetched.files);

@@ -65,6 +65,9 @@ FetchedManifest fetch_manifest(ipc::Client& client, const std::string& model);
 
 struct ImportedModel {
   Manifest manifest;  // all_ranks: the whole sharded manifest; else what was imported
+  // One rank of a sharded model (ImportOptions::rank): the whole manifest, every rank's pieces
+  // (what names the model whichever rank a process imported); empty otherwise.
+  std::optional<Manifest> whole_manifest;
   SharedFiles files;
   std::shared_ptr<const WeightStore> store;               // all_ranks: rank 0's pieces
   std::vector<std::shared_ptr<const WeightStore>> ranks;  // all_ranks of a sharded model

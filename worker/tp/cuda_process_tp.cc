@@ -2,6 +2,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 #include <stdexcept>
@@ -14,7 +15,11 @@
 #include "worker/engine/backend_factory.h"
 #include "worker/engine/cuda/cuda_tp_process_rank.h"
 #include "worker/engine/cuda/cuda_tp_rank.h"
+#include "worker/engine/cuda/decode_step_plan.h"
+#include "worker/engine/cuda/device_rank_store.h"
 #include "worker/engine/profile.h"
+#include "worker/engine/ranked_kv_memory.h"
+#include "worker/tp/remote_kv_memory.h"
 
 namespace hearth {
 
@@ -46,24 +51,38 @@ AllReduceShare parse_share(const json& m) {
   return s;
 }
 
+// Rank 0's pieces on its GPU, and where its KV pool comes from.
+struct LeaderRank {
+  ModelConfig config;  // the whole model's
+  std::shared_ptr<const WeightStore> pieces;
+  int device = 0;
+  KvMemoryFactory lease;  // served on a vmm server: rank 0's pool leased on its GPU
+};
+
 class CudaProcessTpBackend final : public Backend {
  public:
-  CudaProcessTpBackend(const WeightStore& whole, const EngineOptions& options,
-                       const TpModelSource& source, const TpProcessOptions& processes)
-      : c_(whole.config()), context_(resolve_context_length(options, c_)) {
-    const int n = checked_gpu_ranks(options);
-    rank_ = std::make_unique<CudaTpProcessRank>(
-        0, 0, c_, upload_rank_pieces(whole, ShardPlan::make(c_, n), 0, 0), options, context_, 0);
+  CudaProcessTpBackend(LeaderRank leader, const EngineOptions& options, const TpModelSource& source,
+                       const TpProcessOptions& processes)
+      : c_(leader.config),
+        context_(resolve_context_length(options, c_)),
+        cuda_graphs_(options.cuda_graphs) {
+    const int n = options.tensor_parallel;
+    const bool leased = bool(leader.lease);
+    rank_ = std::make_unique<CudaTpProcessRank>(0, leader.device, c_, std::move(leader.pieces),
+                                                options, context_, 0, leader.lease);
     TpHello hello;
     hello.world_size = n;
-    hello.model_dir = source.dir.string();
+    if (source.server_socket.empty()) hello.model_dir = source.dir.string();
+    hello.server_socket = source.server_socket;
+    hello.model_name = source.model_name;
     hello.model_identity = source.identity;
     hello.quantize_fp8 = source.quantize_fp8;
     hello.context_length = context_;
     hello.kv_block_size = rank_->kv_pool().block_size;
-    hello.kv_blocks = rank_->kv_pool().num_blocks;
+    hello.kv_blocks = std::max(rank_->kv_pool().num_blocks, 1);
     hello.kv_cache_dtype = std::string(option_name(options.kv_cache_dtype));
     hello.backend = "cuda";
+    hello.kv_leased = leased;
     Profile engine;
     engine.engine = options;
     hello.engine = profile_to_json(engine);
@@ -76,15 +95,36 @@ class CudaProcessTpBackend final : public Backend {
                                  " sent the all-reduce share of rank " + std::to_string(s.rank));
       rank_->all_reduce().import_peer(s, fd);
     };
-    const TpAllReduceHandshake handshake{mine.get(), import};
+    std::vector<TpKvState> follower_kv(size_t(n), TpKvState{});
+    const auto ready = [&](int rank, const json& message) {
+      if (!leased) return;
+      const auto kv = message.find("kv");
+      if (kv == message.end())
+        throw std::runtime_error("tensor-parallel rank " + std::to_string(rank) +
+                                 "'s ready carried no leased KV pool");
+      follower_kv[size_t(rank)] = parse_kv_state(*kv);
+    };
+    const TpAllReduceHandshake handshake{mine.get(), import, ready};
     group_ = TpProcessGroup::start(hello, processes, &handshake);
     if (!rank_->all_reduce().ready())
       throw std::runtime_error("tensor-parallel group: rank 0 did not get every rank's all-reduce");
+    if (leased) {
+      // Every rank's lease grown and shrunk together, as the in-process ranks' are: rank 0's
+      // here, each follower's in its process, asked over its channel.
+      std::vector<std::shared_ptr<KvMemory>> pools;
+      // Owned by rank 0's pool, which outlives leased_ (reset first in the destructor).
+      pools.push_back(std::shared_ptr<KvMemory>(rank_->kv_memory(), [](KvMemory*) {}));
+      for (int r = 1; r < n; ++r)
+        pools.push_back(std::make_shared<RemoteKvMemory>(group_, r, follower_kv[size_t(r)]));
+      leased_ = std::make_shared<RankedKvMemory>(std::move(pools));
+    }
+    if (processes.capture_decode_graphs > 0) capture_decode_graphs(processes.capture_decode_graphs);
   }
   ~CudaProcessTpBackend() override {
     // This rank's last all-reduces finish while the followers are still there to meet them
     // (unless one is gone: then they never would); then the followers stop, then this rank goes.
     if (group_ && group_->failure().empty()) cudaStreamSynchronize(rank_->stream());
+    leased_.reset();
     group_.reset();
     rank_.reset();
   }
@@ -92,7 +132,11 @@ class CudaProcessTpBackend final : public Backend {
   std::string name() const override { return "cuda"; }
   int context_length() const override { return context_; }
   int vocab_size() const override { return c_.vocab; }
-  KvPoolShape kv_pool() const override { return rank_->kv_pool(); }
+  KvPoolShape kv_pool() const override {
+    if (!leased_) return rank_->kv_pool();
+    return {rank_->kv_pool().block_size, leased_->blocks()};
+  }
+  KvMemory* kv_memory() override { return leased_.get(); }
   int max_sequences() const override { return rank_->limits().max_seqs; }
   std::string failure() const override { return group_->failure(); }
 
@@ -102,6 +146,18 @@ class CudaProcessTpBackend final : public Backend {
     group_->begin_forward(batch);
     guarded([&] { rank_->forward(batch); });
     host_logits_.assign(batch.entries.size(), {});
+  }
+
+  // Every decode bucket's graph, up front: the capture's steps are step plans like any other,
+  // so each follower runs (and captures) exactly what rank 0 does. Its steps use block 0 of the
+  // pools: nothing may be using them yet; a leased pool holding no block yet captures later.
+  void capture_decode_graphs(int max_kv_len) {
+    if (!cuda_graphs_ || kv_pool().num_blocks == 0) return;
+    capture_every_decode_bucket(
+        max_kv_len, context_, kv_pool().block_size, rank_->limits().max_step_seqs,
+        [&](const ForwardBatch& batch) { forward(batch); },
+        [&](int seqs, int kv_bound) { return rank_->has_graph(seqs, kv_bound); });
+    guarded([&] { HEARTH_CUDA_CHECK(cudaStreamSynchronize(rank_->stream())); });
   }
 
   std::span<const float> logits(int entry) override {
@@ -150,8 +206,11 @@ class CudaProcessTpBackend final : public Backend {
 
   ModelConfig c_;
   int context_;
+  bool cuda_graphs_;
   std::unique_ptr<CudaTpProcessRank> rank_;
   std::shared_ptr<TpProcessGroup> group_;
+  // Served on a vmm server: every rank's leased pool as one; null when the pools are sized here.
+  std::shared_ptr<KvMemory> leased_;
   std::vector<std::vector<float>> host_logits_;
 };
 
@@ -160,16 +219,41 @@ class CudaProcessTpBackend final : public Backend {
 std::unique_ptr<Backend> make_cuda_process_tp_backend(const EngineOptions& options,
                                                       const EngineWeights& weights,
                                                       const TpModelSource& source,
-                                                      const TpProcessOptions& processes) {
-  if (!source.server_socket.empty() || !weights.source)
+                                                      const TpProcessOptions& processes,
+                                                      const KvMemoryFactory& kv_memory) {
+  const int n = checked_gpu_ranks(options);
+  LeaderRank leader;
+  leader.config = weights.store->config();
+  const ShardPlan plan = ShardPlan::make(leader.config, n);  // names a count that does not divide
+  if (source.server_socket.empty()) {
+    if (!weights.source)
+      throw std::runtime_error(
+          "tensor_parallel_processes with the cuda backend: the leader cuts rank 0's pieces "
+          "from a model directory it opened, or imports them from a server");
+    leader.pieces = upload_rank_pieces(*weights.store, plan, 0, 0);
+    return std::make_unique<CudaProcessTpBackend>(std::move(leader), options, source, processes);
+  }
+  if (!weights.ranks.empty() || weights.source)
     throw std::runtime_error(
-        "tensor_parallel_processes with the cuda backend runs on a model directory only for "
-        "now (not a served model)");
-  return std::make_unique<CudaProcessTpBackend>(*weights.store, options, source, processes);
+        "tensor_parallel_processes: the leader holds rank 0's pieces only (served: imported as "
+        "rank 0), and each follower its own");
+  // The server's rank 0 pieces, checked against the plan as the in-process backend checks
+  // them: GPU-resident (vmm) ones run where they are and lease the pools on their GPUs; host
+  // (memfd) ones are uploaded to GPU 0, and the pools sized here (memfd chunks are host memory).
+  const int at = served_rank_device(*weights.store, plan, 0);
+  if (at < 0) {
+    DeviceScope scope(0);
+    leader.pieces = std::make_shared<DeviceRankStore>(*weights.store, 0);
+  } else {
+    leader.pieces = weights.store;
+    leader.device = at;
+    leader.lease = kv_memory;
+  }
+  return std::make_unique<CudaProcessTpBackend>(std::move(leader), options, source, processes);
 }
 
 void serve_cuda_follower(int channel, const TpHello& hello, std::vector<UniqueFd> fds,
-                         const OpenFollowerModel& open) {
+                         const OpenFollowerModel& open, const FollowerKvLease& kv_lease) {
   if (fds.size() != 2)
     throw std::runtime_error(
         "tensor-parallel channel: a cuda rank's hello must carry the exchange's and rank 0's "
@@ -183,20 +267,46 @@ void serve_cuda_follower(int channel, const TpHello& hello, std::vector<UniqueFd
                              std::to_string(options.tensor_parallel) + ", the hello " +
                              std::to_string(hello.world_size) + " ranks");
   checked_gpu_ranks(options);
-  if (!hello.server_socket.empty())
-    throw std::runtime_error("a cuda tensor-parallel rank runs on a model directory only for now");
-  const std::shared_ptr<const WeightStore> whole = open(hello);
-  CudaTpProcessRank rank(
-      hello.rank, hello.device, whole->config(),
-      upload_rank_pieces(*whole, ShardPlan::make(whole->config(), hello.world_size), hello.rank,
-                         hello.device),
-      options, hello.context_length, hello.kv_blocks);
+  const std::shared_ptr<const WeightStore> store = open(hello);
+  const ModelConfig& whole = store->config();
+  const ShardPlan plan = ShardPlan::make(whole, hello.world_size);
+  std::shared_ptr<const WeightStore> pieces;
+  int device = hello.device;
+  KvMemoryFactory lease;
+  if (hello.server_socket.empty()) {
+    pieces = upload_rank_pieces(*store, plan, hello.rank, device);
+  } else {
+    // Served: this rank's pieces only, as the server cut them, checked against the plan.
+    const int at = served_rank_device(*store, plan, hello.rank);
+    if (at < 0) {
+      DeviceScope scope(device);
+      pieces = std::make_shared<DeviceRankStore>(*store, device);
+    } else {
+      pieces = store;
+      device = at;
+    }
+    if (hello.kv_leased) {
+      if (at < 0)
+        throw std::runtime_error(
+            "the leader leases its KV pool on a GPU, but this rank's pieces are host memory");
+      lease = kv_lease ? kv_lease() : nullptr;
+      if (!lease) throw std::runtime_error("this rank cannot lease its KV pool from the server");
+    }
+  }
+  CudaTpProcessRank rank(hello.rank, device, whole, std::move(pieces), options,
+                         hello.context_length, hello.kv_blocks, lease);
+  const auto kv_state = [&rank] {
+    const KvMemory& m = *rank.kv_memory();
+    return TpKvState{m.blocks(), m.max_blocks(),  m.blocks_per_chunk(),
+                     m.chunks(), m.block_bytes(), m.bytes()};
+  };
   rank.all_reduce().import_peer(parse_share(hello.all_reduce), fds[1].get());
   {
     const UniqueFd mine = rank.all_reduce().export_fd();
     const int fd = mine.get();
-    ipc::send_frame(channel, ready_message(hello.rank, share_json(rank.all_reduce().share())),
-                    std::span<const int>(&fd, 1));
+    json ready = ready_message(hello.rank, share_json(rank.all_reduce().share()));
+    if (lease) ready["kv"] = kv_state_json(kv_state());
+    ipc::send_frame(channel, ready, std::span<const int>(&fd, 1));
   }
   std::optional<ipc::Frame> peers =
       ipc::receive_frame(channel, {.timeout = std::chrono::milliseconds(120'000)});
@@ -219,6 +329,20 @@ void serve_cuda_follower(int channel, const TpHello& hello, std::vector<UniqueFd
     }
     if (!frame->fds.empty())
       throw std::runtime_error("tensor-parallel channel: a \"" + type + "\" carried descriptors");
+    if (type == "kv_grow" || type == "kv_shrink") {
+      // Between steps: the last one's kernels are done with the blocks a shrink returns.
+      if (!lease) throw std::runtime_error("a \"" + type + "\" for a pool that is not leased");
+      const int blocks = parse_kv_resize(frame->body);
+      HEARTH_CUDA_CHECK(cudaStreamSynchronize(rank.stream()));
+      if (type == "kv_grow")
+        rank.kv_memory()->grow(blocks);
+      else
+        rank.kv_memory()->shrink(blocks);
+      json answer = kv_state_json(kv_state());
+      answer["type"] = "kv";
+      ipc::send_frame(channel, answer);
+      continue;
+    }
     const StepPlan plan = parse_forward(frame->body);
     rank.forward(plan.batch);
   }

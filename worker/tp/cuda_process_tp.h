@@ -23,16 +23,20 @@
 
 namespace hearth {
 
-// The leader's backend. Throws naming the cause: a served model (single-process only for now),
-// fewer GPUs than ranks, a follower that cannot start; without CUDA in this build, says so.
+// The leader's backend: from a model directory (rank 0's pieces cut and uploaded here), or
+// served (weights.store is rank 0's pieces as the server cut them; each follower imports its
+// own; with `kv_memory` on a vmm server every rank leases its pool on its GPU). Throws naming the
+// cause: fewer GPUs than ranks, pieces that are not the shard plan's, a follower that cannot
+// start (naming its rank); without CUDA in this build, says so.
 std::unique_ptr<Backend> make_cuda_process_tp_backend(const EngineOptions& options,
                                                       const EngineWeights& weights,
                                                       const TpModelSource& source,
-                                                      const TpProcessOptions& processes);
+                                                      const TpProcessOptions& processes,
+                                                      const KvMemoryFactory& kv_memory = nullptr);
 
 // A follower's side after a hello for backend "cuda" (`fds`: the hello's descriptors). Returns
 // when the leader stops it or goes away; throws saying why it gave up.
 void serve_cuda_follower(int channel, const TpHello& hello, std::vector<UniqueFd> fds,
-                         const OpenFollowerModel& open);
+                         const OpenFollowerModel& open, const FollowerKvLease& kv_lease = nullptr);
 
 }  // namespace hearth

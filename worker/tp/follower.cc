@@ -42,14 +42,14 @@ class FollowerGroup final : public RankCollective {
   std::chrono::milliseconds timeout_;
 };
 
-void serve(int channel, const OpenFollowerModel& open) {
+void serve(int channel, const OpenFollowerModel& open, const FollowerKvLease& kv_lease) {
   std::optional<ipc::Frame> hello_frame =
       ipc::receive_frame(channel, {.timeout = std::chrono::milliseconds(60'000)});
   if (!hello_frame)
     throw std::runtime_error("tensor-parallel channel: the leader closed it before its hello");
   const TpHello hello = parse_hello(hello_frame->body);
   if (hello.backend == "cuda")
-    return serve_cuda_follower(channel, hello, std::move(hello_frame->fds), open);
+    return serve_cuda_follower(channel, hello, std::move(hello_frame->fds), open, kv_lease);
   if (hello_frame->fds.size() != 1)
     throw std::runtime_error(
         "tensor-parallel channel: the hello must carry the exchange's "
@@ -83,9 +83,10 @@ void serve(int channel, const OpenFollowerModel& open) {
 
 }  // namespace
 
-void run_tp_follower(UniqueFd channel, const OpenFollowerModel& open) {
+void run_tp_follower(UniqueFd channel, const OpenFollowerModel& open,
+                     const FollowerKvLease& kv_lease) {
   try {
-    serve(channel.get(), open);
+    serve(channel.get(), open, kv_lease);
   } catch (const std::exception& e) {
     try {
       ipc::send_frame(channel.get(), error_message(e.what()));

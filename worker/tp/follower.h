@@ -9,6 +9,7 @@
 
 #include "base/unique_fd.h"
 #include "weight-server/model/weight_store.h"
+#include "worker/engine/kv_memory.h"
 #include "worker/tp/rank_channel.h"
 
 namespace hearth {
@@ -16,10 +17,14 @@ namespace hearth {
 // Opens the model the hello names (the whole store: the backend cuts its rank's pieces from
 // it); throws std::runtime_error when it is not the leader's (its identity differs).
 using OpenFollowerModel = std::function<std::shared_ptr<const WeightStore>(const TpHello&)>;
+// Served (after the model is opened): the factory this rank leases its KV pool through from the
+// server it imported from (worker/leased_kv_factory.h); null where it cannot lease.
+using FollowerKvLease = std::function<KvMemoryFactory()>;
 
 // Serves one rank on `channel`. Returns when the leader stops it or closes the channel; throws
 // std::runtime_error saying why it gave up (a bad hello, a model it cannot open, a failed step,
 // a peer lost at an exchange), having told the leader first where the channel still works.
-void run_tp_follower(UniqueFd channel, const OpenFollowerModel& open);
+void run_tp_follower(UniqueFd channel, const OpenFollowerModel& open,
+                     const FollowerKvLease& kv_lease = nullptr);
 
 }  // namespace hearth

@@ -92,6 +92,7 @@ std::shared_ptr<TpProcessGroup> TpProcessGroup::start(TpHello hello,
           throw std::runtime_error("tensor-parallel rank " + std::to_string(f->rank) +
                                    "'s ready carried no all-reduce share and descriptor");
         gpu->import(f->rank, *share, answer->fds[0].get());
+        if (gpu->ready) gpu->ready(f->rank, answer->body);
         shares.push_back(*share);
         share_fds.push_back(std::move(answer->fds[0]));
       }
@@ -173,6 +174,39 @@ std::string TpProcessGroup::dead_peer() {
 void TpProcessGroup::check_followers() {
   if (!failed_.empty()) throw std::runtime_error(failed_);
   if (const std::string dead = dead_peer(); !dead.empty()) fail(dead);
+}
+
+nlohmann::json TpProcessGroup::request(int rank, const nlohmann::json& message,
+                                       std::chrono::milliseconds timeout) {
+  if (!failed_.empty()) throw std::runtime_error(failed_);
+  if (rank < 1 || rank > int(followers_.size()))
+    throw std::out_of_range("no follower of rank " + std::to_string(rank));
+  Follower& f = *followers_[size_t(rank - 1)];
+  try {
+    ipc::send_frame(f.channel.get(), message);
+  } catch (const std::exception&) {
+    const std::string dead = dead_peer();
+    fail(dead.empty() ? describe_death(f) : dead);
+  }
+  std::optional<ipc::Frame> answer;
+  try {
+    answer = ipc::receive_frame(f.channel.get(), {.timeout = timeout});
+  } catch (const ipc::TimeoutError&) {
+    fail(rank_name(f.rank, f.process->pid()) + " did not answer a \"" + message_type(message) +
+         "\" within " + std::to_string(timeout.count()) + " ms");
+  } catch (const std::exception& e) {
+    fail(rank_name(f.rank, f.process->pid()) + ": " + e.what());
+  }
+  if (!answer) fail(describe_death(f));
+  if (message_type(answer->body) == "error") {
+    const auto why = answer->body.find("message");
+    fail(rank_name(f.rank, f.process->pid()) + " failed: " +
+         (why != answer->body.end() && why->is_string() ? why->get<std::string>()
+                                                        : std::string("(no reason)")));
+  }
+  if (!answer->fds.empty())
+    fail(rank_name(f.rank, f.process->pid()) + " answered with descriptors");
+  return std::move(answer->body);
 }
 
 void TpProcessGroup::begin_forward(const ForwardBatch& batch) {

@@ -36,6 +36,11 @@ struct TpProcessOptions {
   // How long the followers may take to load their pieces and say ready.
   std::chrono::milliseconds start_timeout{120'000};
   size_t exchange_floats = size_t(1) << 20;  // per rank and round; larger sums go in chunks
+  // GPU ranks: > 0 captures every decode bucket's graphs at start, for keys of up to this many
+  // positions (as CudaTpBackend::capture_decode_graphs), so that no step pauses for one. The
+  // leader runs the capture's step plans like any other, so every follower captures the same
+  // buckets in the same order and their all-reduce calls pair up. 0: on a bucket's second run.
+  int capture_decode_graphs = 0;
 };
 
 // GPU ranks (worker/tp/cuda_process_tp.h): rank 0's all-reduce descriptor goes with every
@@ -44,6 +49,8 @@ struct TpProcessOptions {
 struct TpAllReduceHandshake {
   int leader_fd = -1;
   std::function<void(int rank, const nlohmann::json& share, int fd)> import;
+  // Optional: the follower's whole ready message (a leased pool's state rides in it).
+  std::function<void(int rank, const nlohmann::json& ready)> ready = nullptr;
 };
 
 class TpProcessGroup final : public RankCollective {
@@ -67,6 +74,11 @@ class TpProcessGroup final : public RankCollective {
   // while all are alive. GPU ranks call it before each step and after a failed one: their
   // all-reduce waits on the GPUs, where a dead peer is only a kernel that gives up.
   void check_followers();
+  // Sends `message` to rank `rank`'s follower and returns its answer (between steps: the
+  // follower is reading its channel). A follower that is gone, answers an error or nothing
+  // within `timeout` breaks the group, and the error names the rank.
+  nlohmann::json request(int rank, const nlohmann::json& message,
+                         std::chrono::milliseconds timeout);
 
  private:
   struct Follower {

@@ -85,6 +85,7 @@ json hello_message(const TpHello& h) {
     m["device"] = h.device;
     m["engine"] = h.engine;
     m["all_reduce"] = h.all_reduce;
+    m["kv_leased"] = h.kv_leased;
   }
   return m;
 }
@@ -119,6 +120,9 @@ TpHello parse_hello(const json& m) {
     h.all_reduce = field(m, "all_reduce");
     if (!h.engine.is_object() || !h.all_reduce.is_object())
       bad("\"engine\" and \"all_reduce\" must be objects");
+    h.kv_leased = flag(m, "kv_leased");
+    if (h.kv_leased && h.server_socket.empty())
+      bad("only a served model's ranks lease their KV pools (\"kv_leased\" without a server)");
   } else if (h.backend != "cpu") {
     bad("\"backend\" must be \"cpu\" or \"cuda\", got \"" + h.backend.substr(0, 32) + "\"");
   }
@@ -171,6 +175,39 @@ std::vector<json> parse_peers(const json& m) {
   for (const json& s : shares)
     if (!s.is_object()) bad("an all-reduce share that is not an object");
   return shares.get<std::vector<json>>();
+}
+
+json kv_state_json(const TpKvState& s) {
+  return {{"blocks", s.blocks},
+          {"max_blocks", s.max_blocks},
+          {"blocks_per_chunk", s.blocks_per_chunk},
+          {"chunks", s.chunks},
+          {"block_bytes", s.block_bytes},
+          {"bytes", s.bytes}};
+}
+
+TpKvState parse_kv_state(const json& m) {
+  if (!m.is_object()) bad("a KV pool's state that is not an object");
+  TpKvState s;
+  s.blocks = int(integer(m, "blocks", 0, 1 << 30));
+  s.max_blocks = int(integer(m, "max_blocks", 0, 1 << 30));
+  s.blocks_per_chunk = int(integer(m, "blocks_per_chunk", 1, 1 << 30));
+  s.chunks = int(integer(m, "chunks", 0, 1 << 30));
+  s.block_bytes = integer(m, "block_bytes", 1, std::numeric_limits<int64_t>::max());
+  s.bytes = uint64_t(integer(m, "bytes", 0, std::numeric_limits<int64_t>::max()));
+  if (s.blocks > s.max_blocks) bad("a KV pool holding more blocks than its most");
+  return s;
+}
+
+json kv_resize_message(bool grow, int blocks) {
+  return {{"type", grow ? "kv_grow" : "kv_shrink"}, {"blocks", blocks}};
+}
+
+int parse_kv_resize(const json& m) {
+  const std::string type = message_type(m);
+  if (type != "kv_grow" && type != "kv_shrink")
+    bad("expected kv_grow or kv_shrink, got \"" + type + "\"");
+  return int(integer(m, "blocks", 0, 1 << 30));
 }
 
 StepPlan parse_forward(const json& m) {

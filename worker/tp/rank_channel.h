@@ -3,8 +3,10 @@
 // SCM_RIGHTS with the hello). Messages, each with "type":
 //   leader -> follower: hello (protocol, rank, world size, the model and engine shape; the
 //     memfd attached, and rank 0's all-reduce descriptor for GPU ranks), peers (GPU ranks: the
-//     other followers' all-reduce shares), forward (one step plan), stop;
-//   follower -> leader: ready (after its pieces are loaded), error (why it is giving up).
+//     other followers' all-reduce shares), forward (one step plan), kv_grow / kv_shrink (GPU
+//     ranks with leased pools, between steps), stop;
+//   follower -> leader: ready (after its pieces are loaded), kv (its leased pool after a
+//     kv_grow or kv_shrink), error (why it is giving up).
 // Every message is checked field by field: anything else is an error that says what was wrong.
 #pragma once
 
@@ -18,7 +20,9 @@
 
 namespace hearth {
 
-inline constexpr int kTpProtocolVersion = 2;  // 2: "backend", and GPU ranks' fields
+// 2: "backend", and GPU ranks' fields; 3: GPU ranks' leased KV pools ("kv_leased", kv_grow,
+// kv_shrink, kv)
+inline constexpr int kTpProtocolVersion = 3;
 
 struct TpHello {
   int protocol = kTpProtocolVersion;
@@ -41,6 +45,10 @@ struct TpHello {
   std::string backend = "cpu";
   int device = 0;
   nlohmann::json engine, all_reduce;
+  // GPU ranks of a served model on a vmm server: each rank leases its KV pool from the server on
+  // its own GPU (kv_blocks is then rank 0's start, not a size to take), and grows and shrinks it
+  // when the leader says (kv_grow, kv_shrink).
+  bool kv_leased = false;
 };
 
 nlohmann::json hello_message(const TpHello& hello);
@@ -71,6 +79,21 @@ struct StepPlan {
 // Throws std::runtime_error naming the field that is wrong. Ranges (token ids, positions,
 // blocks) are the backend's check_batch's business, as on the leader.
 StepPlan parse_forward(const nlohmann::json& message);
+
+// A leased KV pool's state, as a follower reports it (in its ready, and answering kv_grow and
+// kv_shrink).
+struct TpKvState {
+  int blocks = 0, max_blocks = 0, blocks_per_chunk = 0, chunks = 0;
+  int64_t block_bytes = 0;
+  uint64_t bytes = 0;
+};
+nlohmann::json kv_state_json(const TpKvState& state);
+// Throws std::runtime_error naming the field that is wrong.
+TpKvState parse_kv_state(const nlohmann::json& state);
+// kv_grow (`blocks` more) or kv_shrink (keep `blocks`); the answer is {"type": "kv", ...state}.
+nlohmann::json kv_resize_message(bool grow, int blocks);
+// Returns the blocks a kv_grow / kv_shrink names; throws naming what is wrong.
+int parse_kv_resize(const nlohmann::json& message);
 
 // The message's "type", or throws naming what was received instead.
 std::string message_type(const nlohmann::json& message);

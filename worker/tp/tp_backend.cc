@@ -12,12 +12,13 @@ namespace hearth {
 std::unique_ptr<Backend> make_process_tp_backend(const EngineOptions& options,
                                                  const EngineWeights& weights,
                                                  const TpModelSource& source,
-                                                 const TpProcessOptions& processes) {
+                                                 const TpProcessOptions& processes,
+                                                 const KvMemoryFactory& kv_memory) {
   if (options.tensor_parallel < 2)
     throw std::runtime_error("tensor_parallel_processes needs tensor_parallel of 2 or more, got " +
                              std::to_string(options.tensor_parallel));
   if (resolve_backend(options.backend) == BackendKind::Cuda)
-    return make_cuda_process_tp_backend(options, weights, source, processes);
+    return make_cuda_process_tp_backend(options, weights, source, processes, kv_memory);
   const bool served = !source.server_socket.empty();
   if (served ? !weights.ranks.empty() || weights.source : !weights.source)
     throw std::runtime_error(
@@ -39,6 +40,7 @@ std::unique_ptr<Backend> make_process_tp_backend(const EngineOptions& options,
   hello.kv_block_size = kv.block_size;
   hello.kv_blocks = kv.num_blocks;
   hello.kv_cache_dtype = std::string(option_name(options.kv_cache_dtype));
+  // The CPU ranks' pools are their own (a leased pool per rank process: not yet).
   std::shared_ptr<TpProcessGroup> group = TpProcessGroup::start(hello, processes);
   // Served, the store is rank 0's pieces; single-process, the backend cuts them from it.
   std::vector<std::shared_ptr<const WeightStore>> own;

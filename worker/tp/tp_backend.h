@@ -11,6 +11,7 @@
 #include "worker/engine/backend.h"
 #include "worker/engine/engine_options.h"
 #include "worker/engine/engine_weights.h"
+#include "worker/engine/kv_memory.h"
 #include "worker/tp/process_group.h"
 
 namespace hearth {
@@ -27,10 +28,13 @@ struct TpModelSource {
 };
 
 // Throws std::runtime_error naming the cause: tensor_parallel below 2, a
-// served model imported otherwise than as rank 0, a follower that cannot start.
+// served model imported otherwise than as rank 0, a follower that cannot start. `kv_memory`
+// (served, GPU ranks on a vmm server): rank 0's pool is leased through it, each follower
+// leases its own on its GPU, and the engine grows and shrinks them together.
 std::unique_ptr<Backend> make_process_tp_backend(const EngineOptions& options,
                                                  const EngineWeights& weights,
                                                  const TpModelSource& source,
-                                                 const TpProcessOptions& processes = {});
+                                                 const TpProcessOptions& processes = {},
+                                                 const KvMemoryFactory& kv_memory = nullptr);
 
 }  // namespace hearth

@@ -1,8 +1,10 @@
 // GPU tensor-parallel ranks as processes (worker/tp/cuda_process_tp.h): a leader in this process
-// on GPU 0 and a real hearth-tp-follower on GPU 1, on a synthetic model directory. TP=2 gives
-// the logits bits and the tokens and logprob bits of the in-process CUDA ranks (CudaTpBackend),
-// alone and batched; a follower SIGKILLed mid-run ends the leader's requests with an error
-// naming it, with no hang. Skips with fewer than 2 GPUs.
+// on GPU 0 and a real hearth-tp-follower on GPU 1, on a synthetic model directory, bf16 and its
+// offline fp8 checkpoint (issue 25). TP=2 gives the logits bits and the tokens and logprob bits
+// of the in-process CUDA ranks (CudaTpBackend), alone and batched, with decode graphs captured on
+// a bucket's second run or every bucket up front on every rank; a follower SIGKILLed mid-run ends
+// the leader's requests with an error naming it, with no hang. Skips with fewer than 2 GPUs
+// (fp8: or off compute capability 9.0).
 #include <signal.h>
 #include <unistd.h>
 
@@ -14,6 +16,8 @@
 #include <map>
 #include <sstream>
 
+#include "kernels/fp8_matmul.h"
+#include "kernels/fp8_support.h"
 #include "tests/kernels/gpu_test_util.h"
 #include "tests/worker/engine/engine_outcomes.h"
 #include "tests/worker/engine/mixed_requests.h"
@@ -21,6 +25,7 @@
 #include "weight-server/model/hf_model.h"
 #include "weight-server/model/host_store.h"
 #include "worker/engine/backend_factory.h"
+#include "worker/engine/cuda/cuda_tp_backend.h"
 #include "worker/engine/engine.h"
 #include "worker/model_identity.h"
 #include "worker/tp/tp_backend.h"
@@ -31,8 +36,10 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr int kVocab = 3000;
+constexpr int kContext = 1024;
 
-// 8 q heads over 2 KV heads (test::small_gqa_config()): one KV head per rank at TP=2.
+// 8 q heads over 2 KV heads (test::small_gqa_config()): one KV head per rank at TP=2. `fp8`: the
+// offline compressed-tensors checkpoint of the same seed, which the followers open as it is.
 struct Model {
   fs::path dir;
   std::shared_ptr<const HfModel> hf;
@@ -40,40 +47,81 @@ struct Model {
   std::string identity;
 };
 
-const Model& model() {
-  static const Model m = [] {
-    Model m;
-    m.dir = test::synth_dir("cuda_tp_process",
-                            test::synth_options("tiny-llama3", test::small_gqa_config()));
-    m.hf = std::make_shared<HfModel>(HfModel::open(m.dir));
-    m.store = std::make_shared<HostStore>(m.hf);
-    m.identity = model_identity(*m.hf);
-    return m;
-  }();
+Model open_model(const std::string& name, bool fp8) {
+  SynthOptions opt = test::synth_options("tiny-llama3", test::small_gqa_config());
+  opt.fp8 = fp8;
+  Model m;
+  m.dir = test::synth_dir(name, opt);
+  m.hf = std::make_shared<HfModel>(HfModel::open(m.dir));
+  m.store = std::make_shared<HostStore>(m.hf);
+  m.identity = model_identity(*m.hf);
   return m;
+}
+
+const Model& model(bool fp8 = false) {
+  static const Model bf16 = open_model("cuda_tp_process", false);
+  if (!fp8) return bf16;
+  static const Model f8 = open_model("cuda_tp_process_fp8", true);
+  return f8;
 }
 
 EngineOptions options() {
   EngineOptions o = test::tp_engine_options(2);
   o.backend = BackendKind::Cuda;
-  o.context_length = 1024;
+  o.context_length = kContext;
   o.kv_pool_tokens = 1 << 13;
   o.tensor_parallel_processes = true;
   return o;
 }
 
-std::unique_ptr<Backend> processes() {
-  const Model& m = model();
+std::unique_ptr<Backend> processes(bool fp8 = false, const TpProcessOptions& p = {}) {
+  const Model& m = model(fp8);
   return make_process_tp_backend(
       options(), EngineWeights{m.store, m.hf},
-      {.dir = m.dir, .server_socket = {}, .model_name = {}, .identity = m.identity});
+      {.dir = m.dir, .server_socket = {}, .model_name = {}, .identity = m.identity}, p);
 }
 
-std::unique_ptr<Backend> in_process() {
+EngineOptions in_process_options() {
   EngineOptions o = options();
   o.tensor_parallel_processes = false;
-  return make_backend(o, EngineWeights{model().store, model().hf});
+  return o;
 }
+
+std::unique_ptr<Backend> in_process(bool fp8 = false) {
+  return make_backend(in_process_options(), EngineWeights{model(fp8).store, model(fp8).hf});
+}
+
+// Every GPU of the process must run the fp8 matmul (a build without its sm_90a code fails).
+bool fp8_devices(int n) {
+  for (int d = 0; d < n; ++d) {
+    int major = 0, minor = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, d);
+    if (!kernels::fp8_matmul_refusal(major, minor).empty()) return false;
+  }
+  EXPECT_TRUE(kernels::fp8_matmul_available()) << "sm_90 GPUs, but no fp8 kernels in the build";
+  return true;
+}
+
+// One weight format the process tests run on.
+struct Weights {
+  const char* name;
+  bool fp8;
+};
+
+void PrintTo(const Weights& w, std::ostream* os) {
+  *os << w.name;
+}
+
+class CudaTpProcesses : public testing::TestWithParam<Weights> {
+ protected:
+  void SetUp() override {
+    HEARTH_REQUIRE_GPUS(2);
+    if (GetParam().fp8 && !fp8_devices(2))
+      GTEST_SKIP() << "fp8 weights run on compute capability 9.0 only";
+  }
+  static bool fp8() { return GetParam().fp8; }
+};
 
 // The pids of this process's hearth-tp-follower children: every process whose parent is this
 // one (a child forked by any of its threads names the process as its parent).
@@ -100,31 +148,29 @@ std::vector<pid_t> follower_pids() {
   return pids;
 }
 
-TEST(CudaTpProcesses, LogitsAreTheInProcessRanksBitForBit) {
-  HEARTH_REQUIRE_GPUS(2);
+TEST_P(CudaTpProcesses, LogitsAreTheInProcessRanksBitForBit) {
   const std::vector<int32_t> prompt = {5, 17, 2999, 1, 1500, 1499, 750, 42, 7};
   std::vector<float> want;
   {
-    const auto reference = in_process();
+    const auto reference = in_process(fp8());
     const std::span<const float> s = forward_alone(*reference, prompt);
     want.assign(s.begin(), s.end());
   }
-  const auto backend = processes();
+  const auto backend = processes(fp8());
   const std::span<const float> got = forward_alone(*backend, prompt);
   ASSERT_EQ(got.size(), want.size());
   EXPECT_EQ(0, std::memcmp(got.data(), want.data(), want.size() * sizeof(float)));
 }
 
-TEST(CudaTpProcesses, TokensAndLogprobsAreTheInProcessRanksAloneAndBatched) {
-  HEARTH_REQUIRE_GPUS(2);
+TEST_P(CudaTpProcesses, TokensAndLogprobsAreTheInProcessRanksAloneAndBatched) {
   const std::vector<Request> requests = test::tp_mixed_requests(5, kVocab, 26);
   const EngineOptions o = options();
   std::map<std::string, test::EngineOutcome> want;
   {
-    const auto reference = in_process();
+    const auto reference = in_process(fp8());
     want = test::run_engine(*reference, o, requests);
   }
-  const auto backend = processes();
+  const auto backend = processes(fp8());
   test::expect_same_outcomes(test::run_engine(*backend, o, requests), want, "batched");
   std::map<std::string, test::EngineOutcome> alone;
   for (const Request& r : requests) alone.merge(test::run_engine(*backend, o, {r}));
@@ -133,7 +179,36 @@ TEST(CudaTpProcesses, TokensAndLogprobsAreTheInProcessRanksAloneAndBatched) {
   test::expect_same_outcomes(test::run_engine(*backend, o, requests), want, "batched again");
 }
 
-TEST(CudaTpProcesses, AKilledFollowerFailsTheLeadersRequestsNamingIt) {
+// Every decode bucket captured at start on every rank (the leader's capture runs as step plans,
+// so the follower captures the same buckets in the same order): the bits of the in-process ranks
+// captured up front the same way, batched and alone, and of the processes capturing as they go.
+TEST_P(CudaTpProcesses, GraphsCapturedUpFrontGiveTheInProcessRanksBits) {
+  const std::vector<Request> requests = test::tp_mixed_requests(6, kVocab, 61);
+  const EngineOptions o = options();
+  std::map<std::string, test::EngineOutcome> want;
+  {
+    CudaTpBackend reference(*model(fp8()).store, in_process_options(), kContext);
+    reference.capture_decode_graphs(kContext);
+    want = test::run_engine(reference, o, requests);
+  }
+  TpProcessOptions up_front;
+  up_front.capture_decode_graphs = kContext;
+  const auto backend = processes(fp8(), up_front);
+  test::expect_same_outcomes(test::run_engine(*backend, o, requests), want, "batched");
+  std::map<std::string, test::EngineOutcome> alone;
+  for (const Request& r : requests) alone.merge(test::run_engine(*backend, o, {r}));
+  test::expect_same_outcomes(alone, want, "alone");
+  const auto as_they_go = processes(fp8());
+  test::expect_same_outcomes(test::run_engine(*as_they_go, o, requests), want, "captured later");
+}
+
+INSTANTIATE_TEST_SUITE_P(Weights, CudaTpProcesses,
+                         testing::Values(Weights{"Bf16", false}, Weights{"Fp8", true}),
+                         [](const testing::TestParamInfo<Weights>& info) {
+                           return std::string(info.param.name);
+                         });
+
+TEST(CudaTpProcessesFault, AKilledFollowerFailsTheLeadersRequestsNamingIt) {
   HEARTH_REQUIRE_GPUS(2);
   const auto backend = processes();
   const std::vector<pid_t> followers = follower_pids();

@@ -1,6 +1,8 @@
 // The channel's messages for GPU ranks (worker/tp/rank_channel.h): a cuda hello round-trips
 // with its engine options and all-reduce share, a cpu hello needs none of them, and a bad
 // backend, a cuda hello without its share, or a malformed peers message is refused by name.
+// A served rank's leased KV pool: its state and the leader's kv_grow / kv_shrink round-trip, and
+// a hello that leases without a server is refused.
 #include <gtest/gtest.h>
 
 #include <stdexcept>
@@ -76,6 +78,42 @@ TEST(RankChannel, AReadyCarriesItsShareAndPeersRoundTrip) {
   EXPECT_NE(test::error_of([] {
               parse_peers({{"type", "peers"}, {"all_reduce", {1, 2}}});
             }).find("not an object"),
+            std::string::npos);
+}
+
+TEST(RankChannel, ALeasedPoolsHelloStateAndResizesRoundTrip) {
+  TpHello h = cuda_hello();
+  h.model_dir.clear();
+  h.server_socket = "/tmp/hearth/sock";
+  h.model_name = "m";
+  h.kv_leased = true;
+  EXPECT_TRUE(parse_hello(hello_message(h)).kv_leased);
+  EXPECT_FALSE(parse_hello(hello_message(cuda_hello())).kv_leased);
+  json m = hello_message(cuda_hello());
+  m["kv_leased"] = true;  // a model directory has no server to lease from
+  EXPECT_NE(test::error_of([&] { parse_hello(m); }).find("without a server"), std::string::npos);
+  m.erase("kv_leased");
+  EXPECT_NE(test::error_of([&] { parse_hello(m); }).find("\"kv_leased\""), std::string::npos);
+
+  const TpKvState state{64, 256, 8, 8, 4096, 8 * (2u << 20)};
+  const TpKvState got = parse_kv_state(kv_state_json(state));
+  EXPECT_EQ(got.blocks, 64);
+  EXPECT_EQ(got.max_blocks, 256);
+  EXPECT_EQ(got.blocks_per_chunk, 8);
+  EXPECT_EQ(got.chunks, 8);
+  EXPECT_EQ(got.block_bytes, 4096);
+  EXPECT_EQ(got.bytes, state.bytes);
+  json more = kv_state_json(state);
+  more["blocks"] = 300;
+  EXPECT_NE(test::error_of([&] { parse_kv_state(more); }).find("more blocks than its most"),
+            std::string::npos);
+  EXPECT_EQ(parse_kv_resize(kv_resize_message(true, 16)), 16);
+  EXPECT_EQ(message_type(kv_resize_message(false, 8)), "kv_shrink");
+  EXPECT_NE(test::error_of([] { parse_kv_resize(stop_message()); }).find("kv_grow or kv_shrink"),
+            std::string::npos);
+  EXPECT_NE(test::error_of([] {
+              parse_kv_resize({{"type", "kv_grow"}, {"blocks", -1}});
+            }).find("\"blocks\""),
             std::string::npos);
 }
 

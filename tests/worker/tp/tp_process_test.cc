@@ -3,7 +3,8 @@
 // bits and the tokens and logprob bits of the in-process ranks, alone and batched; a follower
 // SIGKILLed mid-run ends the leader's requests with an error naming it, and later ones too; a
 // stopped follower is named when the exchange's deadline passes; a garbage or wrong-version
-// hello, or a follower that answers garbage, is a clear error; no descriptor is leaked.
+// hello, or a follower that answers garbage, is a clear error; no descriptor is leaked. A served
+// follower refuses a model that is not the leader's (its identity), naming it.
 #include <gtest/gtest.h>
 
 #include <dirent.h>
@@ -17,6 +18,7 @@
 
 #include "ipc/frame.h"
 #include "tests/support/error_of.h"
+#include "tests/weight-server/daemon/server_test_support.h"
 #include "tests/worker/engine/engine_outcomes.h"
 #include "tests/worker/engine/mixed_requests.h"
 #include "tests/worker/engine/synth_models.h"
@@ -28,7 +30,9 @@
 #include "worker/model_identity.h"
 #include "worker/tp/follower.h"
 #include "worker/tp/process_group.h"
+#include "worker/tp/remote_kv_memory.h"
 #include "worker/tp/tp_backend.h"
+#include "worker/worker_model.h"
 
 namespace hearth {
 namespace {
@@ -300,6 +304,59 @@ TEST(TpProcesses, IsAnEngineProfileKeyOutsideTheCacheDomain) {
   EngineOptions a = options(2), b = options(2);
   b.tensor_parallel_processes = false;
   EXPECT_EQ(cache_domain_key(a, "cpu", "m"), cache_domain_key(b, "cpu", "m"));
+}
+
+// Every rank of a served group imports one rank's pieces, and every one of them is named by the
+// whole model: the identity the leader got importing rank 0 is the one rank 1's follower gets,
+// and a hello naming another is refused by the follower, by name; so is a server it cannot reach.
+TEST(TpProcesses, AServedFollowerRefusesAModelThatIsNotTheLeaders) {
+  test::ServerProcess server({"--backend", "memfd", "--quiet", "--tensor-parallel", "2", "--model",
+                              test::tiny_model_dir().string() + ":tiny"});
+  ServedModelOptions rank0;
+  rank0.rank = 0;
+  const WorkerModel leader = attach_served_model(server.socket(), "tiny", rank0);
+  TpHello hello;
+  hello.world_size = 2;
+  hello.server_socket = server.socket();
+  hello.model_name = "tiny";
+  hello.model_identity = leader.identity;
+  hello.context_length = 64;
+  hello.kv_block_size = 16;
+  hello.kv_blocks = 8;
+  EXPECT_NO_THROW(TpProcessGroup::start(hello, {}));
+  hello.model_identity = "served:another-model";
+  const std::string why = test::error_of([&] { TpProcessGroup::start(hello, {}); });
+  EXPECT_NE(why.find("tensor-parallel rank 1 failed"), std::string::npos) << why;
+  EXPECT_NE(why.find("is not the one the leader imported"), std::string::npos) << why;
+  EXPECT_NE(why.find("served:another-model"), std::string::npos) << why;
+  // A follower that cannot reach the server fails the start, naming the rank and the cause.
+  hello.model_identity = leader.identity;
+  hello.server_socket = (fs::path(server.socket()).parent_path() / "nobody.sock").string();
+  const std::string unreachable = test::error_of([&] { TpProcessGroup::start(hello, {}); });
+  EXPECT_NE(unreachable.find("tensor-parallel rank 1 failed"), std::string::npos) << unreachable;
+  EXPECT_NE(unreachable.find("not running at"), std::string::npos) << unreachable;
+}
+
+// A follower's leased pool as the leader sees it (RemoteKvMemory) is only its answers over the
+// channel: a follower that cannot answer a kv_grow (a CPU rank leases nothing, so it gives up)
+// breaks the group, and the error names the rank and why, as a dead one at a step does.
+TEST(TpProcesses, ARemotePoolsFollowerThatCannotResizeIsNamed) {
+  Group g = start_group(2, milliseconds(60'000));
+  const TpKvState start{16, 64, 8, 2, 4096, 2 * 8 * 4096};
+  RemoteKvMemory remote(g.group, 1, start, milliseconds(20'000));
+  EXPECT_EQ(remote.blocks(), 16);
+  EXPECT_EQ(remote.max_blocks(), 64);
+  EXPECT_EQ(remote.base(), nullptr);  // the blocks live in the follower's process
+  EXPECT_EQ(remote.grow(0), 0);       // nothing asked, nothing sent
+  const std::string why = test::error_of([&] { remote.grow(8); });
+  EXPECT_NE(why.find("tensor-parallel rank 1 (pid " + std::to_string(g.group->follower_pid(1)) +
+                     ") failed"),
+            std::string::npos)
+      << why;
+  EXPECT_NE(why.find("kv_grow"), std::string::npos) << why;
+  EXPECT_EQ(remote.blocks(), 16);  // unchanged: no answer came
+  EXPECT_EQ(g.group->failure(), why);
+  EXPECT_NE(test::error_of([&] { remote.shrink(8); }), "(no error)");
 }
 
 }  // namespace

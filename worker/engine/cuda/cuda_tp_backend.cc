@@ -47,20 +47,10 @@ CudaTpBackend::CudaTpBackend(std::vector<std::shared_ptr<const WeightStore>> ran
   const ShardPlan plan = ShardPlan::make(c_, n);
   std::vector<int> devices;
   for (int r = 0; r < n; ++r) {
-    const WeightStore& store = *ranks[size_t(r)];
-    // A store of pieces from elsewhere must hold exactly this rank's shapes.
-    for (const TensorShard& piece : plan.tensors(r))
-      if (store.at(piece.name).info.shape != piece.shape)
-        throw std::runtime_error("rank " + std::to_string(r) + "'s tensor '" + piece.name +
-                                 "' is not the shape the shard plan gives it");
-    int device = r;  // host pieces go to GPU r; GPU-resident ones stay where they are
-    if (store.residence() == Residence::Device) {
-      cudaPointerAttributes at{};
-      HEARTH_CUDA_CHECK(cudaPointerGetAttributes(&at, store.tensors().at(0).data));
-      if (at.type != cudaMemoryTypeDevice)
-        throw std::runtime_error("rank " + std::to_string(r) + "'s pieces are not GPU memory");
-      device = at.device;
-    }
+    // A store of pieces from elsewhere must hold exactly this rank's shapes; host pieces go
+    // to GPU r, GPU-resident ones stay where they are.
+    const int at = served_rank_device(*ranks[size_t(r)], plan, r);
+    const int device = at < 0 ? r : at;
     if (std::find(devices.begin(), devices.end(), device) != devices.end())
       throw std::runtime_error(
           "ranks " +

@@ -16,7 +16,7 @@ using kernels::DeviceScope;
 CudaTpProcessRank::CudaTpProcessRank(int rank, int device, const ModelConfig& whole,
                                      std::shared_ptr<const WeightStore> pieces,
                                      const EngineOptions& options, int context_length,
-                                     int kv_blocks)
+                                     int kv_blocks, const KvMemoryFactory& lease)
     : c_(whole),
       options_(options),
       context_(context_length),
@@ -41,18 +41,22 @@ CudaTpProcessRank::CudaTpProcessRank(int rank, int device, const ModelConfig& wh
     sampling_ = std::make_unique<CudaSampling>(limits_.max_seqs, c_.vocab, unit_->arena());
     token_mask_ = std::make_unique<CudaTokenMask>(c_.vocab);
   }
-  EngineOptions o = options_;
-  if (kv_blocks > 0) {
-    o.kv_pool_tokens = int64_t(kv_blocks) * options_.kv_block_size;
-    o.kv_pool_gb = 0;
-    o.kv_pool_fraction = 0;
+  if (lease) {
+    unit_->make_kv_pool(options_, context_, lease);
+  } else {
+    EngineOptions o = options_;
+    if (kv_blocks > 0) {
+      o.kv_pool_tokens = int64_t(kv_blocks) * options_.kv_block_size;
+      o.kv_pool_gb = 0;
+      o.kv_pool_fraction = 0;
+    }
+    unit_->make_kv_pool(o, context_);
+    const int blocks = unit_->kv().shape().num_blocks;
+    if (kv_blocks > 0 && blocks != kv_blocks)
+      throw std::runtime_error("tensor parallel rank " + std::to_string(rank) +
+                               "'s KV pool holds " + std::to_string(blocks) + " blocks, rank 0's " +
+                               std::to_string(kv_blocks));
   }
-  unit_->make_kv_pool(o, context_);
-  kv_shape_ = unit_->kv().shape();
-  if (kv_blocks > 0 && kv_shape_.num_blocks != kv_blocks)
-    throw std::runtime_error("tensor parallel rank " + std::to_string(rank) + "'s KV pool holds " +
-                             std::to_string(kv_shape_.num_blocks) + " blocks, rank 0's " +
-                             std::to_string(kv_blocks));
   HEARTH_CUDA_CHECK(cudaStreamSynchronize(unit_->stream()));
 }
 

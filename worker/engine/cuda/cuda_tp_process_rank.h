@@ -37,15 +37,20 @@ class CudaTpProcessRank {
   // KV policy from what the GPU has free (rank 0). The all-reduce's peers are imported later
   // (all_reduce().import_peer); forward() needs them all. Rank 0 also samples: its sampling
   // and token masks are allocated ahead of its KV pool, as the in-process backend's are.
+  // With `lease` (served, a vmm server), the pool is what lease(..., rank) leases on this
+  // rank's GPU, as the in-process backend leases each rank's (kv_blocks is then unused), and
+  // kv_memory() is that lease.
   CudaTpProcessRank(int rank, int device, const ModelConfig& whole,
                     std::shared_ptr<const WeightStore> pieces, const EngineOptions& options,
-                    int context_length, int kv_blocks);
+                    int context_length, int kv_blocks, const KvMemoryFactory& lease = nullptr);
   ~CudaTpProcessRank();
   CudaTpProcessRank(const CudaTpProcessRank&) = delete;
   CudaTpProcessRank& operator=(const CudaTpProcessRank&) = delete;
 
   ProcessAllReduce& all_reduce() { return *all_reduce_; }
-  KvPoolShape kv_pool() const { return kv_shape_; }
+  // Leased: this rank's blocks now; else the pool's fixed size.
+  KvPoolShape kv_pool() const { return unit_->kv().shape(); }
+  KvMemory* kv_memory() const { return unit_->kv().memory(); }
   const StepLimits& limits() const { return limits_; }
   CudaTpRankUnit& unit() { return *unit_; }
   int device() const { return unit_->device(); }
@@ -74,7 +79,6 @@ class CudaTpProcessRank {
   DeviceBuffer logits_;  // [max_seqs][vocab]
   std::unique_ptr<CudaSampling> sampling_;
   std::unique_ptr<CudaTokenMask> token_mask_;
-  KvPoolShape kv_shape_{};
   std::map<std::pair<int, int>, int> eager_runs_;
   std::vector<int> entry_row_;
 };

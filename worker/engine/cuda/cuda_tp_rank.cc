@@ -150,6 +150,19 @@ int checked_gpu_ranks(const EngineOptions& options) {
   return n;
 }
 
+int served_rank_device(const WeightStore& store, const ShardPlan& plan, int rank) {
+  for (const TensorShard& piece : plan.tensors(rank))
+    if (store.at(piece.name).info.shape != piece.shape)
+      throw std::runtime_error("rank " + std::to_string(rank) + "'s tensor '" + piece.name +
+                               "' is not the shape the shard plan gives it");
+  if (store.residence() != Residence::Device) return -1;
+  cudaPointerAttributes at{};
+  HEARTH_CUDA_CHECK(cudaPointerGetAttributes(&at, store.tensors().at(0).data));
+  if (at.type != cudaMemoryTypeDevice)
+    throw std::runtime_error("rank " + std::to_string(rank) + "'s pieces are not GPU memory");
+  return at.device;
+}
+
 std::shared_ptr<const WeightStore> upload_rank_pieces(const WeightStore& whole,
                                                       const ShardPlan& plan, int rank, int device) {
   if (whole.residence() != Residence::Host)

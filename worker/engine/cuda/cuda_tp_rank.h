@@ -91,6 +91,10 @@ class CudaTpRankUnit {
 // The GPUs options.tensor_parallel asks for, checked: 2..kMaxAllReduceRanks, no more than are
 // present, on the batched cuda engine (throws naming what does not fit).
 int checked_gpu_ranks(const EngineOptions& options);
+// A store of rank `rank`'s pieces from elsewhere (a server cut them): checks that it holds
+// exactly the shapes `plan` gives that rank (the error names the rank and tensor), and returns
+// the GPU they live on, or -1 when they are host-resident (memfd: to be uploaded).
+int served_rank_device(const WeightStore& store, const ShardPlan& plan, int rank);
 // Rank `rank`'s pieces of `plan`, cut from the host-resident `whole` and uploaded to `device`.
 std::shared_ptr<const WeightStore> upload_rank_pieces(const WeightStore& whole,
                                                       const ShardPlan& plan, int rank, int device);

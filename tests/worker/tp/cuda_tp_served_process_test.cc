@@ -1,0 +1,195 @@
+// GPU tensor-parallel ranks as processes on a served model (issue 26): hearth-server --backend
+// vmm --tensor-parallel 2 holds each rank's pieces on its GPU; a CUDA worker with
+// tensor_parallel_processes imports rank 0's, its hearth-tp-follower imports rank 1's on GPU 1,
+// and each leases its KV pool from its own GPU's budget. The token lines (ids, text, logprob bits
+// as printed) are those of the served in-process ranks and of local processes, alone and
+// batched, bf16 and fp8; a SIGKILLed follower is named in the request's error and the server
+// takes its chunks back. Skips with fewer than 2 GPUs (fp8: or off compute capability 9.0).
+#include <gtest/gtest.h>
+
+#include <signal.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tests/weight-server/daemon/kv_lease_test_support.h"
+#include "weight-server/sharing/vmm_backend.h"
+
+namespace hearth {
+namespace {
+
+using namespace std::chrono_literals;
+using json = nlohmann::json;
+using test::concat;
+using test::ServerProcess;
+using test::wait_for_stats;
+using test::worker_entry;
+
+const std::vector<std::string> kTp2 = {"--set", "tensor_parallel=2"};
+const std::vector<std::string> kProcesses = {"--set", "tensor_parallel_processes=true"};
+
+#define REQUIRE_TWO_GPUS()    \
+  if (vmm_device_count() < 2) \
+  GTEST_SKIP() << "needs 2 GPUs, this machine has " << vmm_device_count()
+
+std::vector<std::string> vmm_server_args(const std::vector<std::string>& extra = {}) {
+  return concat({"--backend", "vmm", "--tensor-parallel", "2", "--model",
+                 test::tiny_model_dir().string() + ":tiny"},
+                extra);
+}
+
+std::vector<std::string> served(const ServerProcess& server) {
+  return {"--server", server.socket(), "--model", "tiny"};
+}
+
+std::vector<std::string> local() {
+  return {"--model", test::tiny_model_dir().string()};
+}
+
+// The token lines of one prompt (a sampled continuation, so the seed and the logits matter).
+std::vector<std::string> tokens(const test::TempDir& dir, const std::vector<std::string>& args) {
+  const test::WorkerRun run =
+      test::run_worker(dir, concat(concat(args, test::generation_args(7, 48, true, "cuda")), kTp2));
+  EXPECT_TRUE(run.status.exited_with(0)) << run.err;
+  return test::parse_stream(run.out).tokens;
+}
+
+// Several sampled requests in one engine: each request's token lines, by id.
+std::map<std::string, std::vector<std::string>> batched(const test::TempDir& dir,
+                                                        const std::vector<std::string>& args) {
+  const std::string requests = test::write_growing_requests(dir, "batch.jsonl", 6);
+  const test::WorkerRun run = test::run_worker(
+      dir, concat(concat(args, {"--requests", requests, "--backend", "cuda"}), kTp2));
+  EXPECT_TRUE(run.status.exited_with(0)) << run.err;
+  std::map<std::string, std::vector<std::string>> out;
+  std::stringstream ss(run.out);
+  for (std::string line; std::getline(ss, line);) {
+    const json e = json::parse(line, nullptr, false);
+    if (e.is_object() && e.contains("token")) out[e.value("id", "")].push_back(line);
+  }
+  return out;
+}
+
+// The pids of `pid`'s children, from every thread's children list (the spawn thread forks).
+std::vector<pid_t> children_of(pid_t pid) {
+  std::vector<pid_t> out;
+  const std::string task = "/proc/" + std::to_string(pid) + "/task";
+  for (const auto& t : std::filesystem::directory_iterator(task)) {
+    std::ifstream in(t.path() / "children");
+    for (pid_t child; in >> child;) out.push_back(child);
+  }
+  return out;
+}
+
+TEST(CudaTpServedProcesses, AreTheServedInProcessRanksAndLocalProcessesAloneAndBatched) {
+  REQUIRE_TWO_GPUS();
+  ServerProcess server(vmm_server_args());
+  const test::TempDir& dir = server.dir();
+  const std::vector<std::string> want = tokens(dir, served(server));
+  ASSERT_EQ(want.size(), 48u);
+  EXPECT_EQ(tokens(dir, concat(served(server), kProcesses)), want);
+  EXPECT_EQ(tokens(dir, concat(local(), kProcesses)), want);
+
+  const auto want_batched = batched(dir, served(server));
+  ASSERT_EQ(want_batched.size(), 6u);
+  EXPECT_EQ(batched(dir, concat(served(server), kProcesses)), want_batched);
+  EXPECT_EQ(batched(dir, concat(local(), kProcesses)), want_batched);
+  // Every lease went back with its worker.
+  const json s = wait_for_stats(server, [](const json& st) { return st["kv_chunks"] == 0; });
+  EXPECT_EQ(s["kv_chunks"], 0) << s.dump();
+}
+
+TEST(CudaTpServedProcesses, EachRankLeasesOnItsGpuAndAKilledFollowerIsNamedAndReturnsIt) {
+  REQUIRE_TWO_GPUS();
+  ServerProcess server(vmm_server_args());
+  const test::TempDir& dir = server.dir();
+  const std::string socket = dir / "w.sock";
+  ChildProcess leader = ChildProcess::spawn(
+      ChildProcess::Options(concat(concat(concat({test::binary("hearth-worker")}, served(server)),
+                                          {"--backend", "cuda", "--serve", socket, "--quiet"}),
+                                   concat(kTp2, kProcesses)))
+          .stderr_to(ChildProcess::Stream::file(dir / "w.err")));
+  std::optional<ipc::Client> client = test::connect_when_listening(socket);
+  ASSERT_TRUE(client) << test::read_file(dir / "w.err");
+  const std::vector<pid_t> followers = children_of(leader.pid());
+  ASSERT_EQ(followers.size(), 1u);
+  const pid_t follower = followers[0];
+
+  // Rank 0's pool on GPU 0 only, rank 1's on GPU 1 only, as many chunks each.
+  json s = wait_for_stats(server, [&](const json& st) {
+    const auto l = worker_entry(st, leader.pid());
+    const auto f = worker_entry(st, follower);
+    return l && f && test::kv_chunks_on(*l, 0) > 0 && test::kv_chunks_on(*f, 1) > 0;
+  });
+  const std::optional<json> l = worker_entry(s, leader.pid());
+  const std::optional<json> f = worker_entry(s, follower);
+  ASSERT_TRUE(l && f) << s.dump() << test::read_file(dir / "w.err");
+  EXPECT_EQ(test::kv_chunks_on(*l, 1), 0u) << l->dump();
+  EXPECT_EQ(test::kv_chunks_on(*f, 0), 0u) << f->dump();
+  EXPECT_EQ(test::kv_chunks_on(*l, 0), test::kv_chunks_on(*f, 1)) << s.dump();
+  EXPECT_EQ(s["kv_devices"][0]["kv_bytes"], s["kv_devices"][1]["kv_bytes"]) << s.dump();
+  const uint64_t follower_chunks = test::kv_chunks_on(*f, 1);
+  // The worker's own stats count both ranks' chunks.
+  EXPECT_EQ(client->call(ipc::op::kStats).body["kv_lease"]["chunks"], 2 * follower_chunks);
+
+  // The follower dies between requests (dying mid-step is CudaTpProcessesFault's case): its
+  // connection closes with it, and the server takes its chunks back and says so.
+  ASSERT_EQ(::kill(follower, SIGKILL), 0);
+  s = wait_for_stats(server, [&](const json& st) { return !worker_entry(st, follower); });
+  EXPECT_FALSE(worker_entry(s, follower)) << s.dump();
+  EXPECT_NE(server.log().find("(pid " + std::to_string(follower) + ", " +
+                              std::to_string(follower_chunks) + " chunks) returned: disconnected"),
+            std::string::npos)
+      << server.log();
+  // The next request meets the dead group: its error names the rank and how it ended.
+  client->call(
+      "submit",
+      {{"request",
+        {{"id", "after"}, {"prompt", "A computer"}, {"max_tokens", 64}, {"ignore_eos", true}}}});
+  json last;
+  for (int i = 0; i < 3000 && !last.contains("done"); ++i) {
+    const json events = client->call("events").body["events"];
+    ASSERT_FALSE(events.empty()) << "no final event";
+    last = events.back();
+  }
+  EXPECT_EQ(last["stop"], "error");
+  const std::string error = last.value("error", "");
+  EXPECT_NE(error.find("tensor-parallel rank 1 (pid " + std::to_string(follower) + ")"),
+            std::string::npos)
+      << error;
+  EXPECT_NE(error.find("killed by signal 9"), std::string::npos) << error;
+  client.reset();
+  const auto status = leader.wait_until(std::chrono::steady_clock::now() + 60s);
+  ASSERT_TRUE(status) << "the worker did not stop";
+  EXPECT_FALSE(status->success());
+  s = wait_for_stats(server, [](const json& st) { return st["kv_chunks"] == 0; });
+  EXPECT_EQ(s["kv_devices"][0]["kv_bytes"], 0) << s.dump();
+  EXPECT_EQ(s["kv_devices"][1]["kv_bytes"], 0) << s.dump();
+}
+
+// fp8 (issue 25): the server quantizes at load and puts each rank's fp8 pieces on its GPU;
+// processes give the in-process ranks' bits, served and local (--quantize fp8).
+TEST(CudaTpServedProcesses, Fp8ProcessesAreTheFp8InProcessRanks) {
+  REQUIRE_TWO_GPUS();
+  ServerProcess server(vmm_server_args({"--quantize", "fp8"}));
+  const test::TempDir& dir = server.dir();
+  const test::WorkerRun probe = test::run_worker(
+      dir, concat(concat(served(server), test::generation_args(7, 48, true, "cuda")), kTp2));
+  if (probe.err.find("compute capability 9.0") != std::string::npos) GTEST_SKIP() << probe.err;
+  ASSERT_TRUE(probe.status.exited_with(0)) << probe.err;
+  const std::vector<std::string> want = test::parse_stream(probe.out).tokens;
+  ASSERT_EQ(want.size(), 48u);
+  EXPECT_EQ(tokens(dir, concat(served(server), kProcesses)), want);
+  const std::vector<std::string> quantize = {"--quantize", "fp8"};
+  const std::vector<std::string> local_fp8 = tokens(dir, concat(local(), quantize));
+  EXPECT_EQ(tokens(dir, concat(concat(local(), quantize), kProcesses)), local_fp8);
+  EXPECT_EQ(local_fp8, want);  // the server's pieces are the local quantization's slices
+  EXPECT_EQ(batched(dir, concat(served(server), kProcesses)), batched(dir, served(server)));
+}
+
+}  // namespace
+}  // namespace hearth

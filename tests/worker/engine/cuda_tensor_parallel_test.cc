@@ -15,6 +15,7 @@
 #include "kernels/fp8_matmul.h"
 #include "kernels/fp8_support.h"
 #include "tests/kernels/gpu_test_util.h"
+#include "tests/support/fp8_devices.h"
 #include "tests/worker/engine/engine_outcomes.h"
 #include "tests/worker/engine/mixed_requests.h"
 #include "tests/worker/engine/synth_models.h"
@@ -58,21 +59,9 @@ std::shared_ptr<const WeightStore> fp8_model() {
   return store;
 }
 
-// Every GPU of the process must run the fp8 matmul (a build without its sm_90a code fails).
-bool fp8_devices(int n) {
-  for (int d = 0; d < n; ++d) {
-    int major = 0, minor = 0;
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d);
-    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, d);
-    if (!kernels::fp8_matmul_refusal(major, minor).empty()) return false;
-  }
-  EXPECT_TRUE(kernels::fp8_matmul_available()) << "sm_90 GPUs, but no fp8 kernels in the build";
-  return true;
-}
-
 #define REQUIRE_FP8_GPUS(n) \
   HEARTH_REQUIRE_GPUS(n);   \
-  if (!fp8_devices(n)) GTEST_SKIP() << "fp8 weights run on compute capability 9.0 only"
+  if (!test::fp8_devices(n)) GTEST_SKIP() << "fp8 weights run on compute capability 9.0 only"
 
 EngineOptions options(int tp, int max_batch_tokens = 256) {
   return test::tp_engine_options(tp, max_batch_tokens);

@@ -19,6 +19,7 @@
 #include "kernels/fp8_matmul.h"
 #include "kernels/fp8_support.h"
 #include "tests/kernels/gpu_test_util.h"
+#include "tests/support/fp8_devices.h"
 #include "tests/worker/engine/engine_outcomes.h"
 #include "tests/worker/engine/mixed_requests.h"
 #include "tests/worker/engine/synth_models.h"
@@ -91,18 +92,6 @@ std::unique_ptr<Backend> in_process(bool fp8 = false) {
   return make_backend(in_process_options(), EngineWeights{model(fp8).store, model(fp8).hf});
 }
 
-// Every GPU of the process must run the fp8 matmul (a build without its sm_90a code fails).
-bool fp8_devices(int n) {
-  for (int d = 0; d < n; ++d) {
-    int major = 0, minor = 0;
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, d);
-    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, d);
-    if (!kernels::fp8_matmul_refusal(major, minor).empty()) return false;
-  }
-  EXPECT_TRUE(kernels::fp8_matmul_available()) << "sm_90 GPUs, but no fp8 kernels in the build";
-  return true;
-}
-
 // One weight format the process tests run on.
 struct Weights {
   const char* name;
@@ -117,7 +106,7 @@ class CudaTpProcesses : public testing::TestWithParam<Weights> {
  protected:
   void SetUp() override {
     HEARTH_REQUIRE_GPUS(2);
-    if (GetParam().fp8 && !fp8_devices(2))
+    if (GetParam().fp8 && !test::fp8_devices(2))
       GTEST_SKIP() << "fp8 weights run on compute capability 9.0 only";
   }
   static bool fp8() { return GetParam().fp8; }

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/child_pids.h"
 #include "tests/weight-server/daemon/kv_lease_test_support.h"
 #include "weight-server/sharing/vmm_backend.h"
 
@@ -74,17 +75,6 @@ std::map<std::string, std::vector<std::string>> batched(const test::TempDir& dir
   return out;
 }
 
-// The pids of `pid`'s children, from every thread's children list (the spawn thread forks).
-std::vector<pid_t> children_of(pid_t pid) {
-  std::vector<pid_t> out;
-  const std::string task = "/proc/" + std::to_string(pid) + "/task";
-  for (const auto& t : std::filesystem::directory_iterator(task)) {
-    std::ifstream in(t.path() / "children");
-    for (pid_t child; in >> child;) out.push_back(child);
-  }
-  return out;
-}
-
 TEST(CudaTpServedProcesses, AreTheServedInProcessRanksAndLocalProcessesAloneAndBatched) {
   REQUIRE_TWO_GPUS();
   ServerProcess server(vmm_server_args());
@@ -115,7 +105,7 @@ TEST(CudaTpServedProcesses, EachRankLeasesOnItsGpuAndAKilledFollowerIsNamedAndRe
           .stderr_to(ChildProcess::Stream::file(dir / "w.err")));
   std::optional<ipc::Client> client = test::connect_when_listening(socket);
   ASSERT_TRUE(client) << test::read_file(dir / "w.err");
-  const std::vector<pid_t> followers = children_of(leader.pid());
+  const std::vector<pid_t> followers = test::children_of(leader.pid());
   ASSERT_EQ(followers.size(), 1u);
   const pid_t follower = followers[0];
 

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "ipc/client.h"
+#include "tests/support/child_pids.h"
 #include "tests/weight-server/daemon/server_test_support.h"
 
 namespace hearth {
@@ -17,17 +18,6 @@ namespace {
 
 using namespace std::chrono_literals;
 using json = nlohmann::json;
-
-// The pids of `pid`'s children, from every thread's children list (the spawn thread forks).
-std::vector<pid_t> children_of(pid_t pid) {
-  std::vector<pid_t> out;
-  const std::string task = "/proc/" + std::to_string(pid) + "/task";
-  for (const auto& t : std::filesystem::directory_iterator(task)) {
-    std::ifstream in(t.path() / "children");
-    for (pid_t child; in >> child;) out.push_back(child);
-  }
-  return out;
-}
 
 TEST(TpServe, AKilledFollowerEndsTheRequestWithAnErrorAndTheWorkerStops) {
   test::TempDir dir;
@@ -54,7 +44,7 @@ TEST(TpServe, AKilledFollowerEndsTheRequestWithAnErrorAndTheWorkerStops) {
     }
   }
   ASSERT_TRUE(client) << "the worker did not listen";
-  const std::vector<pid_t> followers = children_of(worker.pid());
+  const std::vector<pid_t> followers = test::children_of(worker.pid());
   ASSERT_EQ(followers.size(), 1u);
   client->call(
       "submit",

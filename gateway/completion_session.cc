@@ -321,7 +321,7 @@ json CompletionSession::wait_response(Clock::time_point deadline,
       throw ApiError(504, "timeout_error", "the request did not finish within its time limit");
     }
     lock.unlock();
-    const bool gone = client_gone();
+    const bool gone = client_gone && client_gone();
     if (gone) {
       cancel();
       throw ApiError(499, "client_closed_request",

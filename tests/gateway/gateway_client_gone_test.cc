@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <fstream>
-#include <regex>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -26,13 +25,13 @@ struct WorkerOf {
 };
 
 WorkerOf worker_of(const GatewayProcess& gw) {
-  std::smatch m;
   const std::string log = gw.log_text();
-  if (!std::regex_search(log, m, std::regex(R"(worker fortunes started \(pid (\d+))")))
-    throw std::runtime_error("no worker started: " + log);
+  const std::string started = "worker fortunes started (pid ";
+  const size_t at = log.find(started);
+  if (at == std::string::npos) throw std::runtime_error("no worker started: " + log);
   WorkerOf w;
-  w.pid = std::stoi(m[1]);
-  std::ifstream cmdline("/proc/" + m[1].str() + "/cmdline");
+  w.pid = std::stoi(log.substr(at + started.size()));
+  std::ifstream cmdline("/proc/" + std::to_string(w.pid) + "/cmdline");
   std::vector<std::string> args;
   for (std::string arg; std::getline(cmdline, arg, '\0');) args.push_back(arg);
   const auto serve = std::find(args.begin(), args.end(), "--serve");

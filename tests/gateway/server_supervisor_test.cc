@@ -9,7 +9,6 @@
 #include <fstream>
 #include <future>
 #include <mutex>
-#include <regex>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -76,11 +75,12 @@ TEST(ServerSupervisor, StopsWithoutWaitingOnARestartInProgress) {
   o.log = [&log](const std::string& line) { log.add(line); };
   auto supervisor = std::make_unique<ServerSupervisor>(o);
 
-  std::smatch m;
+  // No std::regex: GCC 12 warns inside <regex> under the sanitizer build's -O1.
   const std::string started = log.get();
-  ASSERT_TRUE(std::regex_search(started, m, std::regex(R"(weight server ready \(pid (\d+)\))")))
-      << started;
-  ASSERT_EQ(::kill(std::stoi(m[1]), SIGKILL), 0);
+  const std::string ready = "weight server ready (pid ";
+  const size_t at = started.find(ready);
+  ASSERT_NE(at, std::string::npos) << started;
+  ASSERT_EQ(::kill(std::stoi(started.substr(at + ready.size())), SIGKILL), 0);
 
   // The watcher sees the death and restarts: the stand-in listens and never answers.
   const auto pid_file = dir / "restart.pid";

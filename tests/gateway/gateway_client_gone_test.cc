@@ -95,5 +95,41 @@ TEST(GatewayClientGone, AWholeResponseRequestIsCancelledAtTheWorkerWhenItsClient
             200);
 }
 
+// SIGTERM while a whole-response request waits on a worker that cannot answer (SIGSTOP): the
+// gateway stops its HTTP side at once, cancelling the request, and exits 0. It once waited for
+// the request's --request-timeout-s (300 s here) first.
+TEST(GatewayClientGone, SigtermDoesNotWaitForAWholeResponseRequest) {
+  GatewayProcess gw({"--request-timeout-s", "300"});
+  ASSERT_EQ(
+      gw.post("/v1/completions", {{"model", "fortunes"}, {"prompt", "Warm"}, {"max_tokens", 1}})
+          .status,
+      200);
+  const WorkerOf w = worker_of(gw);
+  ipc::ClientOptions options;
+  options.name = "test";
+  ipc::Client worker = ipc::Client::connect(w.socket, options);
+  const std::string body = json{
+      {"model", "fortunes"},
+      {"prompt", "Stuck"},
+      {"max_tokens", 480},
+      {"ignore_eos", true}}.dump();
+  RawClient client(gw.port());
+  ASSERT_TRUE(
+      client.send("POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                  "Content-Type: application/json\r\nContent-Length: " +
+                  std::to_string(body.size()) + "\r\n\r\n" + body));
+  const json stats = worker_stats_until(worker, [](const json& s) { return s["running"] == 1; });
+  ASSERT_EQ(stats["running"], 1) << stats.dump();
+  ASSERT_EQ(::kill(w.pid, SIGSTOP), 0);  // the request can end only by the gateway's doing now
+
+  gw.process().signal(SIGTERM);
+  // Far less than the request's 300 s: a gateway that waits for it fails here.
+  const auto status = gw.process().wait_until(Clock::now() + std::chrono::seconds(60));
+  ::kill(w.pid, SIGCONT);  // if it is still there
+  ASSERT_TRUE(status) << "the gateway waited for the request\n" << gw.log_text();
+  EXPECT_TRUE(status->exited_with(0)) << status->describe() << "\n" << gw.log_text();
+  EXPECT_TRUE(client.closed_by_server());
+}
+
 }  // namespace
 }  // namespace hearth::test

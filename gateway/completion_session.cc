@@ -307,12 +307,27 @@ std::optional<std::string> CompletionSession::next_sse(Clock::time_point deadlin
   return out;
 }
 
-json CompletionSession::wait_response(Clock::time_point deadline) {
+json CompletionSession::wait_response(Clock::time_point deadline,
+                                      const std::function<bool()>& client_gone) {
   std::unique_lock lock(mutex_);
-  if (!changed_.wait_until(lock, deadline, [&] { return finished_ == int(choices_.size()); })) {
+  const auto all_done = [&] { return finished_ == int(choices_.size()); };
+  while (!all_done()) {
+    // The socket is asked between waits, without the lock: the worker's events keep coming.
+    const auto until = client_gone ? std::min(deadline, Clock::now() + kClientCheck) : deadline;
+    if (changed_.wait_until(lock, until, all_done)) break;
+    if (Clock::now() >= deadline) {
+      lock.unlock();
+      cancel();
+      throw ApiError(504, "timeout_error", "the request did not finish within its time limit");
+    }
     lock.unlock();
-    cancel();
-    throw ApiError(504, "timeout_error", "the request did not finish within its time limit");
+    const bool gone = client_gone && client_gone();
+    if (gone) {
+      cancel();
+      throw ApiError(499, "client_closed_request",
+                     "the client closed the connection before the response was ready");
+    }
+    lock.lock();
   }
   if (failure_) throw ApiError(500, "server_error", *failure_);
   return make_response(request_, meta_, choices_, [this](int32_t id) { return token_text(id); });

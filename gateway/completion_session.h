@@ -8,6 +8,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -40,8 +41,12 @@ class CompletionSession : public std::enable_shared_from_this<CompletionSession>
   std::optional<std::string> next_sse(Clock::time_point deadline);
 
   // Non-streaming: waits for every choice and returns the response. Throws ApiError: 500 when
-  // the worker failed a choice, 504 past the deadline (the choices are cancelled).
-  nlohmann::json wait_response(Clock::time_point deadline);
+  // the worker failed a choice, 504 past the deadline, 499 once `client_gone` (asked every
+  // kClientCheck while waiting) says nobody will read the answer; on both the choices are
+  // cancelled in the worker, as a stream's are when its client leaves.
+  nlohmann::json wait_response(Clock::time_point deadline,
+                               const std::function<bool()>& client_gone = nullptr);
+  static constexpr std::chrono::milliseconds kClientCheck{100};
 
   // Stops every unfinished choice in the worker. Idempotent.
   void cancel();

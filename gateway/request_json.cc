@@ -23,6 +23,10 @@ ordered_json parse_request_body(std::string_view body) {
   // First, before anything reads it: every later message may quote the body's text.
   if (const auto at = find_invalid_utf8(body))
     throw bad_body("the body is not valid UTF-8 (at byte " + std::to_string(*at) + ")");
+  // nlohmann's parser stops at a NUL byte as at the end of its input, and would take what came
+  // before for the whole body; JSON text never holds one raw.
+  if (const size_t nul = body.find('\0'); nul != std::string_view::npos)
+    throw bad_body("the body holds a NUL byte (at byte " + std::to_string(nul) + ")");
   try {
     check_json_depth(body, "the body");
   } catch (const JsonError& e) {

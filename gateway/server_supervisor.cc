@@ -24,6 +24,13 @@ std::string log_tail(const std::filesystem::path& path) {
   return tail;
 }
 
+// A restart abandoned because the supervisor is stopping.
+struct Stopping {};
+
+// How long one readiness probe waits for the server's hello: short, so that a stop is seen
+// between probes while a server loads; a server still loading is probed again.
+constexpr auto kProbeTimeout = std::chrono::seconds(1);
+
 }  // namespace
 
 ServerSupervisor::ServerSupervisor(SupervisorOptions options) : options_(std::move(options)) {
@@ -63,23 +70,35 @@ void ServerSupervisor::start() {
   }
   const auto spawn = ChildProcess::Options(argv).stderr_to(ChildProcess::Stream::file(log));
   process_ = std::make_unique<ChildProcess>(ChildProcess::spawn(spawn));
-  // The server binds before it loads, and answers hello once every model is in: one hello
-  // with a long timeout is the readiness check.
-  const ReadyWait ready = wait_until_ready(
-      *process_, Clock::now() + options_.start_timeout, std::chrono::milliseconds(20), [&] {
-        try {
-          ipc::ClientOptions client;
-          client.name = "hearth-gateway";
-          client.timeout = options_.start_timeout;
-          ipc::Client::connect(socket_, client);
-          return true;
-        } catch (const ipc::ServerNotRunning&) {
-          return false;
-        } catch (const ipc::IpcError& e) {
-          if (!process_->running()) return false;  // it died meanwhile: reported as its exit
-          throw std::runtime_error(std::string("hearth-server does not answer: ") + e.what());
-        }
-      });
+  // The server binds before it loads, and answers hello once every model is in: a hello is the
+  // readiness check, tried again (with a short timeout each) until start_timeout, so that a
+  // supervisor stopping meanwhile gives up at the next try instead of at the end.
+  ReadyWait ready;
+  try {
+    ready = wait_until_ready(
+        *process_, Clock::now() + options_.start_timeout, std::chrono::milliseconds(20), [&] {
+          if (stopping_) throw Stopping{};
+          try {
+            ipc::ClientOptions client;
+            client.name = "hearth-gateway";
+            client.timeout = kProbeTimeout;
+            ipc::Client::connect(socket_, client);
+            return true;
+          } catch (const ipc::ServerNotRunning&) {
+            return false;
+          } catch (const ipc::TimeoutError&) {
+            return false;  // still loading
+          } catch (const ipc::IpcError& e) {
+            if (!process_->running()) return false;  // it died meanwhile: reported as its exit
+            throw std::runtime_error(std::string("hearth-server does not answer: ") + e.what());
+          }
+        });
+  } catch (const Stopping&) {
+    // Not serving anything yet: nothing to shut down gracefully.
+    process_->kill_group();
+    process_->wait();
+    throw;
+  }
   if (ready.outcome == ReadyWait::Outcome::kExited)
     throw std::runtime_error("hearth-server " + ready.status.describe() + ":" + log_tail(log));
   if (ready.outcome == ReadyWait::Outcome::kTimedOut)
@@ -92,21 +111,26 @@ void ServerSupervisor::watch() {
   std::unique_lock lock(mutex_);
   auto backoff = std::chrono::seconds(1);
   while (!stopping_) {
-    stop_cv_.wait_for(lock, std::chrono::seconds(1));
+    stop_cv_.wait_for(lock, std::chrono::seconds(1), [&] { return stopping_.load(); });
     if (stopping_) break;
     auto status = process_->wait_until(Clock::now());
     if (!status) continue;
     if (options_.log) options_.log("weight server " + status->describe() + "; restarting it");
-    stop_cv_.wait_for(lock, backoff, [&] { return stopping_; });
+    stop_cv_.wait_for(lock, backoff, [&] { return stopping_.load(); });
     if (stopping_) break;
+    // The restart (up to start_timeout while a large model loads) runs without the lock: it
+    // once held it throughout, and the destructor waited for it to set stopping_.
+    lock.unlock();
     try {
       start();
       backoff = std::chrono::seconds(1);
+    } catch (const Stopping&) {
     } catch (const std::exception& e) {
       if (options_.log)
         options_.log(std::string("restarting the weight server failed: ") + e.what());
       backoff = std::min(backoff * 2, std::chrono::seconds(60));
     }
+    lock.lock();
   }
 }
 

@@ -33,7 +33,9 @@ class ServerSupervisor {
   // Starts the server and waits until it serves every model. Throws with the server's last
   // log lines when it exits first.
   explicit ServerSupervisor(SupervisorOptions options);
-  ~ServerSupervisor();  // SIGTERM, then SIGKILL after a grace period
+  // SIGTERM, then SIGKILL after a grace period. Never waits on a restart in progress: the
+  // restarted server, not yet ready, is killed and reaped.
+  ~ServerSupervisor();
 
   const std::string& socket() const { return socket_; }
 
@@ -43,10 +45,13 @@ class ServerSupervisor {
 
   SupervisorOptions options_;
   std::string socket_;
+  // Replaced only by start() (the constructor, then the watcher); read by the destructor once
+  // the watcher has been joined.
   std::unique_ptr<ChildProcess> process_;
   std::mutex mutex_;
   std::condition_variable stop_cv_;
-  bool stopping_ = false;
+  // Set under mutex_ (for stop_cv_), read without it by a restart's readiness wait.
+  std::atomic<bool> stopping_{false};
   std::thread watcher_;
 };
 

@@ -79,8 +79,10 @@ void Generation::handle(Endpoint endpoint, const http::Request& req, http::Respo
   const auto deadline = CompletionSession::Clock::now() + request_timeout_;
 
   if (!stream) {
-    res.set_content(session->wait_response(deadline).dump(-1, ' ', false,
-                                                          nlohmann::json::error_handler_t::replace),
+    // A client that leaves while it waits gets its choices cancelled in the worker (vLLM
+    // aborts on disconnect, streaming or not), and shutdown does not wait for them.
+    res.set_content(session->wait_response(deadline, req.is_connection_closed)
+                        .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
                     "application/json");
     return;
   }

@@ -47,7 +47,7 @@ class StreamSink : public DataSink {
   }
   void done() override { done_ = true; }
   bool client_gone() override {
-    if (!broken_ && (peer_gone(fd_) || peer_gone(service_.stop_fd))) broken_ = true;
+    if (!broken_ && (peer_gone(fd_) || stop_requested(service_.stop_fd))) broken_ = true;
     return broken_;
   }
 
@@ -73,7 +73,10 @@ void Connection::serve() {
   while (true) {
     parser_.reset();
     if (!read_request()) return;
-    const Request& req = parser_.request();
+    Request& req = parser_.request();
+    req.is_connection_closed = [this] {
+      return peer_gone(fd_.get()) || stop_requested(service_.stop_fd);
+    };
     Response res = dispatch(req);
     if (!send(req, res, parser_.keep_alive())) return;
   }

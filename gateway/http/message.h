@@ -23,6 +23,12 @@ struct Request {
   int minor_version = 1;  // HTTP/1.minor
   Headers headers;
   std::string body;
+  // Set by the server while a handler runs (as cpp-httplib's): true once the client has closed
+  // or reset its side, or the server is stopping, so that no answer can reach it any more. A
+  // handler that waits long (a non-streaming generation) asks it to stop work nobody will read.
+  // It refers to the connection: call it only while this request is being answered (from its
+  // handler or its streamed body's provider), never from anything that outlives the response.
+  std::function<bool()> is_connection_closed;
 
   bool has_header(std::string_view name) const;
   // The first field of that name, or "" (as httplib's).

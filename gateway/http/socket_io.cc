@@ -67,4 +67,10 @@ bool peer_gone(int fd) {
   return ::poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
 }
 
+bool stop_requested(int stop_fd) {
+  // POLLIN: a pipe with data never reports POLLRDHUP, so peer_gone() cannot see a stop.
+  pollfd p{stop_fd, POLLIN, 0};
+  return stop_fd >= 0 && ::poll(&p, 1, 0) > 0 && (p.revents & POLLIN);
+}
+
 }  // namespace hearth::http

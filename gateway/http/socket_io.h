@@ -20,5 +20,7 @@ IoResult read_some(int fd, int stop_fd, std::string& buf, size_t max, Clock::tim
 IoResult write_all(int fd, int stop_fd, std::string_view data, Clock::time_point deadline);
 // The peer closed or reset its side (POLLRDHUP, POLLHUP, POLLERR), asked without waiting.
 bool peer_gone(int fd);
+// The server's stop pipe has been written (it is never drained), asked without waiting.
+bool stop_requested(int stop_fd);
 
 }  // namespace hearth::http

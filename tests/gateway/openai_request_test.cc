@@ -67,6 +67,21 @@ TEST(RequestBody, NotJsonTooDeepOrNotAnObjectIsA400ThatNeverQuotesTheBody) {
   EXPECT_NO_THROW(parse_request_body("{\"model\": \"caf\xc3\xa9\"}"));
 }
 
+// nlohmann's parser takes a NUL byte for the end of its input: a body went through with whatever
+// followed one unread (`{...}\0{{{ garbage` was a 200). No JSON text holds a raw NUL.
+TEST(RequestBody, ANulByteAnywhereIsA400NamingWhere) {
+  const std::string good = R"({"model": "m", "prompt": "x"})";
+  for (const std::string& body : {good + std::string(1, '\0'), good + std::string("\0{{{ x", 6),
+                                  std::string("\0", 1) + good}) {
+    const ApiError e = error_of([&] { parse_request_body(body); });
+    EXPECT_EQ(e.status(), 400);
+    EXPECT_NE(std::string(e.what()).find("NUL byte (at byte " + std::to_string(body.find('\0'))),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_NO_THROW(parse_request_body(R"({"prompt": "an escaped \u0000 is fine"})"));
+}
+
 TEST(RequestBody, AnErrorBodyDumpsWhateverItsMessageHolds) {
   const ApiError e(500, "server_error", "bad \xff bytes \xc3", "p\xfe");
   const std::string dumped = e.body().dump();

@@ -22,6 +22,11 @@ bool is_ctl(char c) {
   return uint8_t(c) < 0x20 || c == 0x7f;
 }
 
+std::string hex_byte(char c) {
+  static constexpr char kDigits[] = "0123456789abcdef";
+  return std::string("0x") + kDigits[uint8_t(c) >> 4] + kDigits[uint8_t(c) & 15];
+}
+
 std::string_view trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
   while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
@@ -101,6 +106,23 @@ RequestParser::Status RequestParser::feed(std::string_view data, size_t& consume
         if (head_bytes_ + length > limits_.max_head_bytes)
           return finish(fail(431, "the request head is larger than " +
                                       std::to_string(limits_.max_head_bytes) + " bytes"));
+        // A request line is printable ASCII and spaces (a CR only right before its LF): a byte
+        // that cannot be in one (a TLS ClientHello's 0x16, any binary) is refused when it
+        // arrives, not after the read timeout waiting for a line end that never comes.
+        if (!seen_request_line_) {
+          const std::string_view fresh = data.substr(pos, end - pos);
+          auto refuse_byte = [&](char c, size_t offset) {
+            return finish(fail(400, "byte " + hex_byte(c) + " at offset " + std::to_string(offset) +
+                                        " cannot be in an HTTP/1.x request line"));
+          };
+          if (!fresh.empty() && !line_.empty() && line_.back() == '\r')
+            return refuse_byte('\r', line_.size() - 1);  // a CR that no LF followed
+          for (size_t i = 0; i < fresh.size(); ++i) {
+            const char c = fresh[i];
+            if ((is_ctl(c) && !(c == '\r' && i + 1 == fresh.size())) || uint8_t(c) >= 0x80)
+              return refuse_byte(c, line_.size() + i);
+          }
+        }
         line_.append(data.substr(pos, end - pos));
         if (lf == std::string_view::npos) {
           pos = data.size();

@@ -101,6 +101,24 @@ TEST(HttpParser, RefusesMalformedRequestLines) {
   EXPECT_EQ(refusal("GET /" + std::string(9000, 'a') + " HTTP/1.1\r\n"), 414);
 }
 
+// Binary input (a TLS ClientHello, a stray protocol) is refused at its first impossible byte,
+// whatever the split, with no line end ever sent; empty lines (CRLF) before a request still pass.
+TEST(HttpParser, BinaryBeforeAnyLineEndIsRefusedAtOnce) {
+  const std::string hello("\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", 11);
+  for (size_t step : {0, 1, 3}) {
+    const Parsed r = parse(hello, step);
+    EXPECT_EQ(r.error, 400) << "step " << step;
+    EXPECT_NE(r.message.find("0x16 at offset 0"), std::string::npos) << r.message;
+  }
+  const Parsed utf8 = parse("GET /caf\xc3\xa9", 4);
+  EXPECT_EQ(utf8.error, 400);
+  EXPECT_NE(utf8.message.find("0xc3 at offset 8"), std::string::npos) << utf8.message;
+  EXPECT_EQ(parse("GET / HT\rTP/1.1", 2).error, 400);
+  const Parsed ok = parse("\r\n\r\nGET / HTTP/1.1\r\nHost: h\r\n\r\n", 1);
+  EXPECT_EQ(ok.error, 0) << ok.message;
+  EXPECT_EQ(ok.requests.size(), 1u);
+}
+
 TEST(HttpParser, RefusesMalformedHeaders) {
   EXPECT_EQ(refusal("GET / HTTP/1.1\r\nHost: h\r\nNo colon here\r\n\r\n"), 400);
   EXPECT_EQ(refusal("GET / HTTP/1.1\r\nHost: h\r\nBad Name: x\r\n\r\n"), 400);

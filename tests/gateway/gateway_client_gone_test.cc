@@ -53,30 +53,47 @@ json worker_stats_until(ipc::Client& worker, Pred until) {
   return stats;
 }
 
-TEST(GatewayClientGone, AWholeResponseRequestIsCancelledAtTheWorkerWhenItsClientLeaves) {
-  GatewayProcess gw;
-  ASSERT_EQ(
+// A whole-response request of 480 tokens (`prompt`), sent raw on `client`; returns once the
+// worker (`worker`: connected to it directly) runs it.
+void start_long_request(ipc::Client& worker, RawClient& client, const std::string& prompt) {
+  const std::string body = json{
+      {"model", "fortunes"},
+      {"prompt", prompt},
+      {"max_tokens", 480},
+      {"ignore_eos", true},
+      {"stream", false}}.dump();
+  ASSERT_TRUE(
+      client.send("POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                  "Content-Type: application/json\r\nContent-Length: " +
+                  std::to_string(body.size()) + "\r\n\r\n" + body));
+  const json stats = worker_stats_until(worker, [](const json& s) { return s["running"] == 1; });
+  ASSERT_EQ(stats["running"], 1) << stats.dump();
+}
+
+// The gateway's worker, warmed up by one request, and a client connected to it directly.
+struct WarmWorker {
+  WorkerOf w;
+  ipc::Client client;
+};
+WarmWorker warm_worker(GatewayProcess& gw) {
+  EXPECT_EQ(
       gw.post("/v1/completions", {{"model", "fortunes"}, {"prompt", "Warm"}, {"max_tokens", 1}})
           .status,
       200);
   const WorkerOf w = worker_of(gw);
   ipc::ClientOptions options;
   options.name = "test";
-  ipc::Client worker = ipc::Client::connect(w.socket, options);
+  return {w, ipc::Client::connect(w.socket, options)};
+}
 
-  const std::string body = json{
-      {"model", "fortunes"},
-      {"prompt", "Left"},
-      {"max_tokens", 480},
-      {"ignore_eos", true},
-      {"stream", false}}.dump();
+TEST(GatewayClientGone, AWholeResponseRequestIsCancelledAtTheWorkerWhenItsClientLeaves) {
+  GatewayProcess gw;
+  WarmWorker warm = warm_worker(gw);
+  const WorkerOf& w = warm.w;
+  ipc::Client& worker = warm.client;
   RawClient client(gw.port());
-  ASSERT_TRUE(
-      client.send("POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                  "Content-Type: application/json\r\nContent-Length: " +
-                  std::to_string(body.size()) + "\r\n\r\n" + body));
-  json stats = worker_stats_until(worker, [](const json& s) { return s["running"] == 1; });
-  ASSERT_EQ(stats["running"], 1) << stats.dump();
+  start_long_request(worker, client, "Left");
+  if (HasFatalFailure()) return;
   // The worker is held (SIGSTOP) while the client leaves, so its 480 tokens cannot run out
   // before the gateway notices: only a cancel can end the request short of them.
   ASSERT_EQ(::kill(w.pid, SIGSTOP), 0);
@@ -84,7 +101,7 @@ TEST(GatewayClientGone, AWholeResponseRequestIsCancelledAtTheWorkerWhenItsClient
   std::this_thread::sleep_for(std::chrono::seconds(1));  // a head start for the cancel
   ASSERT_EQ(::kill(w.pid, SIGCONT), 0);
 
-  stats = worker_stats_until(worker, [](const json& s) { return s["finished"] == 2; });
+  const json stats = worker_stats_until(worker, [](const json& s) { return s["finished"] == 2; });
   EXPECT_EQ(stats["finished"], 2) << stats.dump();
   EXPECT_EQ(stats["aborted"], 1) << stats.dump();  // ended by the cancel, not by running out
   EXPECT_EQ(stats["running"], 0) << stats.dump();
@@ -100,26 +117,11 @@ TEST(GatewayClientGone, AWholeResponseRequestIsCancelledAtTheWorkerWhenItsClient
 // the request's --request-timeout-s (300 s here) first.
 TEST(GatewayClientGone, SigtermDoesNotWaitForAWholeResponseRequest) {
   GatewayProcess gw({"--request-timeout-s", "300"});
-  ASSERT_EQ(
-      gw.post("/v1/completions", {{"model", "fortunes"}, {"prompt", "Warm"}, {"max_tokens", 1}})
-          .status,
-      200);
-  const WorkerOf w = worker_of(gw);
-  ipc::ClientOptions options;
-  options.name = "test";
-  ipc::Client worker = ipc::Client::connect(w.socket, options);
-  const std::string body = json{
-      {"model", "fortunes"},
-      {"prompt", "Stuck"},
-      {"max_tokens", 480},
-      {"ignore_eos", true}}.dump();
+  WarmWorker warm = warm_worker(gw);
+  const WorkerOf& w = warm.w;
   RawClient client(gw.port());
-  ASSERT_TRUE(
-      client.send("POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                  "Content-Type: application/json\r\nContent-Length: " +
-                  std::to_string(body.size()) + "\r\n\r\n" + body));
-  const json stats = worker_stats_until(worker, [](const json& s) { return s["running"] == 1; });
-  ASSERT_EQ(stats["running"], 1) << stats.dump();
+  start_long_request(warm.client, client, "Stuck");
+  if (HasFatalFailure()) return;
   ASSERT_EQ(::kill(w.pid, SIGSTOP), 0);  // the request can end only by the gateway's doing now
 
   gw.process().signal(SIGTERM);

@@ -192,20 +192,27 @@ struct Smem {
 // instructions in the same order as by one warp alone and a row's bits do not change
 // (PagedAttention tests: a decode == its row of a prompt chunk, memcmp). Decode blocks are
 // bound by one warp's chain of dependent instructions per tile; this shortens it about 4x.
+constexpr bool cooperative_head_dim(int d) {
+  return (d / 16) % kWarps == 0;  // column pairs split evenly over warps
+}
 template <int D>
-constexpr bool kCooperativeD = (D / 16) % kWarps == 0;  // column pairs split evenly over warps
-// What cooperating warps exchange per tile, in state[1..] (only state[0] is used then).
+constexpr bool kCooperativeD = cooperative_head_dim(D);
+// What cooperating warps exchange per tile: in state[1..] of the general layout (only
+// state[0] is used then), in its own array of the decode layout.
 struct CooperativeExchange {
   float* max;    // [kWarps][16 rows]
   float* pairs;  // [16 rows][8 n-tiles][4 quad columns]
   uint32_t* p;   // [4 k-steps][32 lanes][4]
 };
+constexpr size_t kExchangeFloats = kWarps * 16 + 16 * 8 * 4 + 4 * 32 * 4;
+__device__ __forceinline__ CooperativeExchange exchange_at(float* base) {
+  return {base, base + kWarps * 16, reinterpret_cast<uint32_t*>(base + kWarps * 16 + 16 * 8 * 4)};
+}
 template <typename T, int D>
 __device__ __forceinline__ CooperativeExchange cooperative_exchange(Smem<T, D>& sm) {
-  constexpr size_t kFloats = kWarps * 16 + 16 * 8 * 4 + 4 * 32 * 4;
-  static_assert(!kCooperativeD<D> || kFloats * 4 <= sizeof(sm.state) / kWarps * (kWarps - 1));
-  float* base = &sm.state[1][0][0];
-  return {base, base + kWarps * 16, reinterpret_cast<uint32_t*>(base + kWarps * 16 + 16 * 8 * 4)};
+  static_assert(!kCooperativeD<D> ||
+                kExchangeFloats * 4 <= sizeof(sm.state) / kWarps * (kWarps - 1));
+  return exchange_at(&sm.state[1][0][0]);
 }
 
 // A decode launch (kDecode below): every item is at most 16 rows (one token x its GQA group,
@@ -219,12 +226,11 @@ struct DecodeSmem {
   T q[kDecodeRows * D];
   T k[2][kKeys * D];
   T v[2][kKeys * D];
-  float exchange[kWarps * 16 + 16 * 8 * 4 + 4 * 32 * 4];
+  float exchange[kExchangeFloats];
 };
 template <typename T, int D>
 __device__ __forceinline__ CooperativeExchange cooperative_exchange(DecodeSmem<T, D>& sm) {
-  float* base = sm.exchange;
-  return {base, base + kWarps * 16, reinterpret_cast<uint32_t*>(base + kWarps * 16 + 16 * 8 * 4)};
+  return exchange_at(sm.exchange);
 }
 
 // fp8 KV: 8 codes of one row times the row's scale, in fp32, rounded to T: what the tensor
@@ -738,7 +744,7 @@ bool use_wgmma(const PagedAttentionArgs& a) {
 // compare them), so the choice per step keeps invariance; it decides the plan's item rows.
 bool use_decode_kernel(const PagedAttentionArgs& a) {
   return !use_wgmma(a) && !a.fp8_kv && a.num_tokens == a.num_seqs &&
-         (a.head_dim == 64 || a.head_dim == 128) && a.n_heads / a.n_kv_heads <= kDecodeRows &&
+         cooperative_head_dim(a.head_dim) && a.n_heads / a.n_kv_heads <= kDecodeRows &&
          a.kernel != PagedAttentionKernel::MmaSyncGeneral;
 }
 

@@ -158,6 +158,8 @@ void ServeLoop::prepare_loop() {
 // Engine thread: commands, then one step, until stopped or idle.
 void ServeLoop::engine_loop() {
   Clock::time_point idle_since = Clock::now();
+  Clock::time_point next_probe = Clock::now() + options_.probe_interval;
+  const bool probing = options_.probe_interval.count() > 0;
   for (;;) {
     std::vector<Command> commands;
     bool stopping = false;
@@ -168,9 +170,22 @@ void ServeLoop::engine_loop() {
       for (;;) {
         if (finished_) return;
         if (!inbox_.empty() || engine_.can_step() || stopping_) break;
+        if (probing && Clock::now() >= next_probe) {
+          lock.unlock();  // the engine is this thread's alone; the lock guards the inbox
+          std::string why = engine_.probe_backend();
+          lock.lock();
+          next_probe = Clock::now() + options_.probe_interval;
+          if (!why.empty() && !finished_) {
+            stop_reason_ = std::move(why);
+            stopping_ = true;
+          }
+          continue;
+        }
+        const Clock::time_point wake_by =
+            probing ? next_probe : Clock::now() + std::chrono::hours(24);
         if (options_.idle_exit.count() == 0 || engine_.has_work() || preparing_ > 0) {
-          wake_.wait(lock);
-          idle_since = Clock::now();
+          if (wake_.wait_until(lock, wake_by) == std::cv_status::no_timeout)
+            idle_since = Clock::now();
           continue;
         }
         if (Clock::now() >= idle_since + options_.idle_exit) {
@@ -178,7 +193,7 @@ void ServeLoop::engine_loop() {
           sink_.idle();
           return;
         }
-        wake_.wait_until(lock, idle_since + options_.idle_exit);
+        wake_.wait_until(lock, std::min(wake_by, idle_since + options_.idle_exit));
       }
       commands.swap(inbox_);
       stopping = stopping_;

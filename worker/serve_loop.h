@@ -60,6 +60,10 @@ class ServeLoop {
   struct Options {
     std::chrono::milliseconds idle_exit{0};  // 0: never idle
     std::chrono::milliseconds shutdown_grace{5000};
+    // While nothing can step, how often the engine thread asks the backend whether it can still
+    // run (Engine::probe_backend): a follower that died while the worker was idle stops the
+    // worker then, for its supervisor to start the group again, not at the next request. 0: never.
+    std::chrono::milliseconds probe_interval{500};
   };
 
   // Starts the prepare and engine threads. `defaults` are the profile's request settings, which

@@ -116,6 +116,10 @@ class Backend {
   // Why this backend can run no more forwards, "" while it can: a failure that is not one
   // batch's (a tensor-parallel rank's process died), after which a serving worker stops.
   virtual std::string failure() const { return {}; }
+  // Looks, between steps, for a failure that came without a forward (a tensor-parallel
+  // follower that died while the worker was idle) and returns failure(). Cheap: a serving
+  // worker calls it every half second while it waits.
+  virtual std::string probe_failure() { return failure(); }
 
  protected:
   // What forward() promises to refuse, checked against this backend's limits (context, vocab,

@@ -64,6 +64,7 @@ class CpuBackend final : public Backend {
   void forward(const ForwardBatch& batch) override;
   std::span<const float> logits(int entry) override;
   std::string failure() const override { return group_ ? group_->failure() : std::string(); }
+  std::string probe_failure() override { return group_ ? group_->probe_failure() : std::string(); }
 
   // Bytes of KV one token position takes (keys and values, every layer): fp32, or with
   // kv_cache_dtype fp8_e4m3 an e4m3 code per number and an fp32 scale per KV head (kv_fp8.h).

@@ -114,6 +114,8 @@ class Engine {
   EngineStats stats() const;
   // The backend's failure (Backend::failure): "" while it can run forwards.
   std::string backend_failure() const { return backend_.failure(); }
+  // Backend::probe_failure: also notices a failure that came between steps.
+  std::string probe_backend() { return backend_.probe_failure(); }
   int max_running() const { return scheduler_.options().max_running; }
   bool prefix_caching() const { return kv_.prefix_caching(); }
   // Forgets the cached blocks no request holds (e.g. before a memory check); tokens are

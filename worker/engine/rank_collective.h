@@ -23,6 +23,8 @@ class RankCollective {
   virtual void begin_forward(const ForwardBatch& batch) = 0;
   // Why the group can run no more forwards (a rank died or did not come), "" while it can.
   virtual std::string failure() const { return {}; }
+  // The same, after looking whether a rank died since the last forward.
+  virtual std::string probe_failure() { return failure(); }
 
   // Floats one exchange carries per rank (at least 1).
   virtual size_t exchange_capacity() const = 0;

@@ -139,6 +139,7 @@ class CudaProcessTpBackend final : public Backend {
   KvMemory* kv_memory() override { return leased_.get(); }
   int max_sequences() const override { return rank_->limits().max_seqs; }
   std::string failure() const override { return group_->failure(); }
+  std::string probe_failure() override { return group_->probe_failure(); }
 
   void forward(const ForwardBatch& batch) override {
     check_batch(batch);

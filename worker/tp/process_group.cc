@@ -176,6 +176,15 @@ void TpProcessGroup::check_followers() {
   if (const std::string dead = dead_peer(); !dead.empty()) fail(dead);
 }
 
+std::string TpProcessGroup::probe_failure() {
+  try {
+    check_followers();
+  } catch (const std::exception&) {
+    // failed_ holds why.
+  }
+  return failed_;
+}
+
 nlohmann::json TpProcessGroup::request(int rank, const nlohmann::json& message,
                                        std::chrono::milliseconds timeout) {
   if (!failed_.empty()) throw std::runtime_error(failed_);

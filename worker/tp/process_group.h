@@ -65,6 +65,8 @@ class TpProcessGroup final : public RankCollective {
   int world_size() const override { return exchange_.world(); }
   void begin_forward(const ForwardBatch& batch) override;
   std::string failure() const override { return failed_; }
+  // check_followers() that returns the failure instead of throwing it.
+  std::string probe_failure() override;
   size_t exchange_capacity() const override { return exchange_.capacity(); }
   void exchange(std::span<const float> mine,
                 const std::function<void(std::span<const std::span<const float>>)>& use) override;

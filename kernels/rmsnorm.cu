@@ -1,5 +1,6 @@
 #include "kernels/cuda_check.h"
 #include "kernels/half_utils.cuh"
+#include "kernels/pdl.cuh"
 
 namespace hearth::kernels {
 
@@ -8,6 +9,10 @@ namespace {
 template <typename T>
 __global__ void rmsnorm_kernel(const float* x, const float* weight, int hidden, float eps, T* out) {
   __shared__ float scratch[32];
+  // Programmatic dependent launch: the matmul after it may start streaming its weights once
+  // every row's block runs, and this kernel may start while the one writing x finishes.
+  allow_dependents_early();
+  wait_for_producer();
   const float* row = x + int64_t(blockIdx.x) * hidden;
   float ss = 0.0f;
   for (int i = threadIdx.x; i < hidden; i += blockDim.x) ss += row[i] * row[i];
@@ -22,11 +27,11 @@ __global__ void rmsnorm_kernel(const float* x, const float* weight, int hidden, 
 
 void rmsnorm(Half type, const float* x, const float* weight, int n, int hidden, float eps,
              void* out, cudaStream_t stream) {
+  if (n == 0) return;
   const int threads = hidden >= 4096 ? 1024 : hidden >= 1024 ? 512 : 128;
   HEARTH_DISPATCH_HALF(type, T,
-                       rmsnorm_kernel<T>
-                       <<<n, threads, 0, stream>>>(x, weight, hidden, eps, static_cast<T*>(out)));
-  HEARTH_CUDA_CHECK_LAUNCH();
+                       launch_pdl(rmsnorm_kernel<T>, dim3(n), dim3(threads), 0, stream, x, weight,
+                                  hidden, eps, static_cast<T*>(out)));
 }
 
 }  // namespace hearth::kernels

@@ -81,8 +81,9 @@ __global__ void paged_kv_write_kernel(PagedKvWriteArgs a) {
   const int q_dim = a.n_heads * a.head_dim, kv_dim = a.n_kv_heads * a.head_dim;
   const bool is_q = head < a.n_heads, is_k = !is_q && head < a.n_heads + a.n_kv_heads;
   const int h = is_q ? head : is_k ? head - a.n_heads : head - a.n_heads - a.n_kv_heads;
+  // The slot is read with the rest, not before it: a padding k/v head still computes its row
+  // (never stored) so that its loads do not wait on this one.
   const int slot = a.slot[t];
-  if (!is_q && slot < 0) return;  // padding: no cache row (uniform over the block)
   const float* src = is_q ? a.q + int64_t(t) * q_dim : (is_k ? a.k : a.v) + int64_t(t) * kv_dim;
   const float* bias = is_q ? a.bq : is_k ? a.bk : a.bv;
   const float* norm = is_q ? a.q_norm : is_k ? a.k_norm : nullptr;
@@ -92,7 +93,8 @@ __global__ void paged_kv_write_kernel(PagedKvWriteArgs a) {
                        a.pos[t], is_q || is_k, a.eps, [&hg, scratch_ = scratch](float v) {
                          return hg.reduce(v, scratch_, [](float u, float w) { return u + w; });
                        });
-  if (!is_q && a.fp8_kv) {  // uniform over the block
+  if (!is_q && slot < 0) return;  // padding: no cache row (uniform over the block)
+  if (!is_q && a.fp8_kv) {        // uniform over the block
     write_fp8_row(a, hg, is_k, h, slot, x, scratch);
     return;
   }

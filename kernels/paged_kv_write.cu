@@ -1,8 +1,6 @@
 // The attention input of a batched step: per token, the q/k/v heads get their bias, head norm
 // and RoPE at the token's own position (qkv_head.cuh, the same math as qkv_rope); q goes out as
 // 16-bit and k/v land in the paged pool at the token's slot.
-#include <algorithm>
-#include <numeric>
 #include <stdexcept>
 #include <string>
 
@@ -11,6 +9,7 @@
 #include "kernels/device_sm_count.h"
 #include "kernels/fp8_e4m3.h"
 #include "kernels/half_utils.cuh"
+#include "kernels/kv_write_shape_rule.h"
 #include "kernels/paged_kv_write_shape.h"
 #include "kernels/pdl.cuh"
 #include "kernels/qkv_head.cuh"
@@ -111,19 +110,6 @@ __global__ void paged_kv_write_kernel(PagedKvWriteArgs a) {
   dst[i + half] = HalfTraits<T>::from_float(x.y);
 }
 
-// Heads a block for the automatic shape. One 64-thread block per (token, head) made 12,288
-// blocks for 256 tokens of the 8B (48 heads), which the block scheduler hands out slower than
-// they run. Several heads a block (whole warps each) cut that to a quarter at 256 threads, which
-// still packs 8 blocks an SM (2,048 threads on Hopper), while a grid that would no longer cover
-// every SM keeps fewer heads a block: at 1 token each head then sits on its own SM as before.
-int auto_heads_per_block(int tokens, int all_heads, int group, int half) {
-  if (half % 32 != 0) return 1;
-  const int64_t sms = device_sm_count();
-  for (int heads = std::min(group, std::max(1, 256 / half)); heads > 1; --heads)
-    if (group % heads == 0 && int64_t(tokens) * (all_heads / heads) >= sms) return heads;
-  return 1;
-}
-
 }  // namespace
 
 void paged_kv_write(Half type, const PagedKvWriteArgs& args, cudaStream_t stream) {
@@ -159,12 +145,11 @@ void paged_kv_write_shaped(Half type, const PagedKvWriteArgs& args, int heads_pe
       !a.v_pool)
     fail("q, k, v, inv_freq, pos, slot, q_out and the pools are required");
   const int half = a.head_dim / 2, all_heads = a.n_heads + 2 * a.n_kv_heads;
-  const int group = std::gcd(a.n_heads, a.n_kv_heads);
   int heads = heads_per_block;
   if (heads == 0) {
-    heads = auto_heads_per_block(a.num_tokens, all_heads, group, half);
-  } else if (heads < 1 || group % heads != 0 || heads * half > 1024 ||
-             (heads > 1 && half % 32 != 0)) {
+    heads = kv_write_shape::automatic(a.num_tokens, a.n_heads, a.n_kv_heads, a.head_dim,
+                                      device_sm_count());
+  } else if (!kv_write_shape::allowed(heads, a.n_heads, a.n_kv_heads, a.head_dim)) {
     fail("heads_per_block " + std::to_string(heads) +
          " must divide n_heads and n_kv_heads, fit 1024 threads and, above 1, have "
          "head_dim a multiple of 64");

@@ -16,6 +16,8 @@
 #include "kernels/batch_ops.h"
 #include "kernels/cuda_check.h"
 #include "kernels/device_buffer.h"
+#include "kernels/device_sm_count.h"
+#include "kernels/kv_write_shape_rule.h"
 #include "kernels/paged_kv_write_shape.h"
 #include "tools/matmul_bench_setup.h"
 
@@ -100,8 +102,14 @@ int main(int argc, char** argv) {
         a.q_out = q_out.get(), a.k_pool = k_pool.get(), a.v_pool = v_pool.get();
         const double us = bench::time_us(
             stream, [&](int) { kernels::paged_kv_write_shaped(Half::BF16, a, heads, stream); });
-        std::printf("| %d | %s | %s | %.2f | %.3f |\n", t, fp8 ? "fp8" : "bf16",
-                    heads ? std::to_string(heads).c_str() : "auto", us, us * layers / 1e3);
+        const std::string shape =
+            heads ? std::to_string(heads)
+                  : "auto (" +
+                        std::to_string(kernels::kv_write_shape::automatic(
+                            t, kHeads, kKvHeads, kHeadDim, kernels::device_sm_count())) +
+                        ")";
+        std::printf("| %d | %s | %s | %.2f | %.3f |\n", t, fp8 ? "fp8" : "bf16", shape.c_str(), us,
+                    us * layers / 1e3);
       }
   HEARTH_CUDA_CHECK(cudaStreamDestroy(stream));
   return 0;

@@ -6,8 +6,11 @@
 
 #include "kernels/batch_ops.h"
 #include "kernels/cuda_check.h"
+#include "kernels/device_sm_count.h"
 #include "kernels/fp8_e4m3.h"
 #include "kernels/half_utils.cuh"
+#include "kernels/kv_write_shape_rule.h"
+#include "kernels/paged_kv_write_shape.h"
 #include "kernels/pdl.cuh"
 #include "kernels/qkv_head.cuh"
 
@@ -15,25 +18,44 @@ namespace hearth::kernels {
 
 namespace {
 
-// The largest of every thread's value (exact in any order).
-__device__ inline float block_max(float v, float* scratch32) {
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  __syncthreads();  // scratch may still be in use by the head norm
-  if (lane == 0) scratch32[warp] = v;
-  __syncthreads();
-  const int warps = (blockDim.x + 31) >> 5;
-  v = lane < warps ? scratch32[lane] : 0.0f;
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
+// A block holds `heads` heads of head_dim / 2 threads each; with several, a head's threads are
+// whole warps. Its reductions run in block_sum's order whatever the block holds: each warp's
+// butterfly, then the head's warp partials (lane w holding its warp w's, the rest 0) through one
+// more butterfly, so a head's bits do not depend on how many heads share its block.
+struct HeadGroup {
+  int i;           // this thread's pair in its head
+  int g;           // its head in the block
+  int first_warp;  // the head's first warp in the block
+  int warps;       // the head's warps
+
+  template <typename Op>
+  __device__ float reduce(float v, float* scratch32, Op op) const {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+    __syncthreads();  // scratch may still be in use by the head norm
+    if (lane == 0) scratch32[warp] = v;
+    __syncthreads();
+    v = lane < warps ? scratch32[first_warp + lane] : 0.0f;
+    for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+  }
+};
+
+__device__ inline HeadGroup head_group(int head_dim) {
+  const int half = head_dim / 2, g = threadIdx.x / half;
+  const bool one = blockDim.x == unsigned(half);
+  return {int(threadIdx.x) - g * half, g, one ? 0 : g * (half >> 5),
+          one ? (half + 31) >> 5 : half >> 5};
 }
 
 // fp8 KV: the row's scale (its largest magnitude / 448, 1 when all are zero) and codes of x /
 // scale, the rule of worker/engine/kv_fp8.h in the same fp32 operations.
-__device__ inline void write_fp8_row(const PagedKvWriteArgs& a, bool is_k, int h, int slot,
-                                     float2 x, float* scratch) {
-  const int i = threadIdx.x, half = a.head_dim / 2;
-  const float amax = block_max(fmaxf(fabsf(x.x), fabsf(x.y)), scratch);
+__device__ inline void write_fp8_row(const PagedKvWriteArgs& a, const HeadGroup& hg, bool is_k,
+                                     int h, int slot, float2 x, float* scratch) {
+  const int i = hg.i, half = a.head_dim / 2;
+  // The largest magnitude (exact in any order).
+  const float amax = hg.reduce(fmaxf(fabsf(x.x), fabsf(x.y)), scratch,
+                               [](float u, float w) { return fmaxf(u, w); });
   const float scale = amax > 0.0f ? __fdiv_rn(amax, 448.0f) : 1.0f;
   const int block = slot / a.block_size, offset = slot % a.block_size;
   uint8_t* base =
@@ -44,26 +66,35 @@ __device__ inline void write_fp8_row(const PagedKvWriteArgs& a, bool is_k, int h
   if (i == 0) reinterpret_cast<float*>(base + a.kv_scale_offset)[h * a.block_size + offset] = scale;
 }
 
-// One block per (token, head) over q heads, then k heads, then v heads.
+// One block per (token, group of heads) over q heads, then k heads, then v heads; a group never
+// mixes q, k and v (its size divides n_heads and n_kv_heads), so every branch below is uniform
+// over the block.
 template <typename T>
 __global__ void paged_kv_write_kernel(PagedKvWriteArgs a) {
   __shared__ float scratch[32];
   allow_dependents_early();
   wait_for_producer();
-  const int t = blockIdx.x, head = blockIdx.y, i = threadIdx.x, half = a.head_dim / 2;
+  const HeadGroup hg = head_group(a.head_dim);
+  const int heads = blockDim.x / (a.head_dim / 2);
+  const int t = blockIdx.x, head = blockIdx.y * heads + hg.g, i = hg.i, half = a.head_dim / 2;
   const int q_dim = a.n_heads * a.head_dim, kv_dim = a.n_kv_heads * a.head_dim;
   const bool is_q = head < a.n_heads, is_k = !is_q && head < a.n_heads + a.n_kv_heads;
   const int h = is_q ? head : is_k ? head - a.n_heads : head - a.n_heads - a.n_kv_heads;
+  // The slot is read with the rest, not before it: a padding k/v head still computes its row
+  // (never stored) so that its loads do not wait on this one.
   const int slot = a.slot[t];
-  if (!is_q && slot < 0) return;  // padding: no cache row (uniform over the block)
   const float* src = is_q ? a.q + int64_t(t) * q_dim : (is_k ? a.k : a.v) + int64_t(t) * kv_dim;
   const float* bias = is_q ? a.bq : is_k ? a.bk : a.bv;
   const float* norm = is_q ? a.q_norm : is_k ? a.k_norm : nullptr;
   const int base = h * a.head_dim;
-  const float2 x = qkv_head_pair(src + base, bias ? bias + base : nullptr, norm, a.inv_freq,
-                                 a.head_dim, a.pos[t], is_q || is_k, a.eps, scratch);
-  if (!is_q && a.fp8_kv) {  // uniform over the block
-    write_fp8_row(a, is_k, h, slot, x, scratch);
+  const float2 x =
+      qkv_head_pair_at(i, src + base, bias ? bias + base : nullptr, norm, a.inv_freq, a.head_dim,
+                       a.pos[t], is_q || is_k, a.eps, [&hg, scratch_ = scratch](float v) {
+                         return hg.reduce(v, scratch_, [](float u, float w) { return u + w; });
+                       });
+  if (!is_q && slot < 0) return;  // padding: no cache row (uniform over the block)
+  if (!is_q && a.fp8_kv) {        // uniform over the block
+    write_fp8_row(a, hg, is_k, h, slot, x, scratch);
     return;
   }
   T* dst;
@@ -82,6 +113,11 @@ __global__ void paged_kv_write_kernel(PagedKvWriteArgs a) {
 }  // namespace
 
 void paged_kv_write(Half type, const PagedKvWriteArgs& args, cudaStream_t stream) {
+  paged_kv_write_shaped(type, args, 0, stream);
+}
+
+void paged_kv_write_shaped(Half type, const PagedKvWriteArgs& args, int heads_per_block,
+                           cudaStream_t stream) {
   PagedKvWriteArgs a = args;
   const int64_t packed = int64_t(a.n_kv_heads) * a.block_size * a.head_dim;
   // fp8: a block's scales follow its codes unless placed elsewhere.
@@ -108,9 +144,19 @@ void paged_kv_write(Half type, const PagedKvWriteArgs& args, cudaStream_t stream
   if (!a.q || !a.k || !a.v || !a.inv_freq || !a.pos || !a.slot || !a.q_out || !a.k_pool ||
       !a.v_pool)
     fail("q, k, v, inv_freq, pos, slot, q_out and the pools are required");
-  const dim3 grid(a.num_tokens, a.n_heads + 2 * a.n_kv_heads);
+  const int half = a.head_dim / 2, all_heads = a.n_heads + 2 * a.n_kv_heads;
+  int heads = heads_per_block;
+  if (heads == 0) {
+    heads = kv_write_shape::automatic(a.num_tokens, a.n_heads, a.n_kv_heads, a.head_dim,
+                                      device_sm_count());
+  } else if (!kv_write_shape::allowed(heads, a.n_heads, a.n_kv_heads, a.head_dim)) {
+    fail("heads_per_block " + std::to_string(heads) +
+         " must divide n_heads and n_kv_heads, fit 1024 threads and, above 1, have "
+         "head_dim a multiple of 64");
+  }
+  const dim3 grid(a.num_tokens, all_heads / heads);
   HEARTH_DISPATCH_HALF(
-      type, T, launch_pdl(paged_kv_write_kernel<T>, grid, dim3(a.head_dim / 2), 0, stream, a));
+      type, T, launch_pdl(paged_kv_write_kernel<T>, grid, dim3(heads * half), 0, stream, a));
 }
 
 }  // namespace hearth::kernels

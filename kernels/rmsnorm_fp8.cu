@@ -28,6 +28,7 @@ template <typename T>
 __global__ void rmsnorm_fp8_kernel(const float* x, const float* weight, int hidden, float eps,
                                    uint8_t* codes, float* scales) {
   allow_dependents_early();  // the fp8 matmul after it may start streaming its weights
+  wait_for_producer();       // launched early too: x is the kernel before's output
   __shared__ float scratch[32];
   const float* row = x + int64_t(blockIdx.x) * hidden;
   float ss = 0.0f;
@@ -62,9 +63,8 @@ void rmsnorm_fp8(Half type, const float* x, const float* weight, int n, int hidd
   // reduced in the same order to give the same bits.
   const int threads = hidden >= 4096 ? 1024 : hidden >= 1024 ? 512 : 128;
   HEARTH_DISPATCH_HALF(type, T,
-                       rmsnorm_fp8_kernel<T>
-                       <<<n, threads, 0, stream>>>(x, weight, hidden, eps, codes, scales));
-  HEARTH_CUDA_CHECK_LAUNCH();
+                       launch_pdl(rmsnorm_fp8_kernel<T>, dim3(n), dim3(threads), 0, stream, x,
+                                  weight, hidden, eps, codes, scales));
 }
 
 }  // namespace hearth::kernels

@@ -4,6 +4,7 @@
 #include <span>
 
 #include "kernels/ops.h"
+#include "kernels/rmsnorm_rows.h"
 #include "kernels/tp_ops.h"
 
 namespace hearth {
@@ -26,7 +27,6 @@ CudaLlamaForward::CudaLlamaForward(const ModelConfig& c, const CudaWeights& weig
       q16_(arena.alloc(size_t(limits.max_tokens) * c.q_dim() * 2)),
       att_(arena.alloc(size_t(limits.max_tokens) * c.q_dim() * 2)),
       act_(arena.alloc(size_t(limits.max_tokens) * c.intermediate * 2)),
-      xg_(arena.alloc(size_t(limits.max_step_seqs) * c.hidden * 4)),
       xgn_(arena.alloc(size_t(limits.max_step_seqs) * c.hidden * 2)),
       logits_(arena.alloc(size_t(limits.max_seqs) * c.vocab * 4)),
       matmuls_(c, limits, type_, options.batch_invariant, weights.fp8(), arena),
@@ -194,9 +194,9 @@ void CudaLlamaForward::begin(const StepShape& s, const StepInputs& in, const Cud
 void CudaLlamaForward::finish(const StepShape& s, const StepInputs& in, cudaStream_t st) {
   const ModelConfig& c = config_;
   if (s.rows == 0) return;
-  kernels::gather_rows(x_.get<float>(), in.rows(), s.rows, c.hidden, xg_.get<float>(), st);
-  kernels::rmsnorm(type_, xg_.get<float>(), weights_.final_norm(), s.rows, c.hidden,
-                   float(c.rms_eps), xgn_.get(), st);
+  // The sampled rows' final norm, gathered in the same launch (kernels/rmsnorm_rows.h).
+  kernels::rmsnorm_rows(type_, x_.get<float>(), in.rows(), weights_.final_norm(), s.rows, c.hidden,
+                        float(c.rms_eps), xgn_.get(), st);
   matmuls_.run(kLmHead, MatmulEpilogue::StoreF32, xgn_.get(), weights_.lm_head(), nullptr,
                logits_.get<float>() + size_t(s.logits_row) * c.vocab, s.rows, c.vocab, c.hidden,
                st);

@@ -83,8 +83,8 @@ class CudaLlamaForward {
   const ModelConfig& config_;
   const CudaWeights& weights_;
   kernels::Half type_;
-  // x: the residual (fp32); xg, xgn: the rows that want logits, gathered and normed.
-  DeviceBuffer x_, xn_, q32_, k32_, v32_, q16_, att_, act_, xg_, xgn_, logits_;
+  // x: the residual (fp32); xgn: the rows that want logits, normed (one gathering launch).
+  DeviceBuffer x_, xn_, q32_, k32_, v32_, q16_, att_, act_, xgn_, logits_;
   CudaMatmuls matmuls_;
   size_t attention_scratch_bytes_ = 0;
   DeviceBuffer attention_scratch_;

@@ -522,5 +522,63 @@ TEST_F(GatewayHostileInput, SeededMutationsOfGoodRequestsAreNeverA5xx) {
   expect_serving(gw());
 }
 
+// The refusals of the serving-path hardening, over real HTTP: each is a 400 whose OpenAI error
+// names the field (`param`, null for the body as a whole) and the cause (`message`). One
+// leading UTF-8 byte order mark (vLLM skips it) and a null message name (no name) are served as
+// the same request without them: the same greedy text.
+TEST_F(GatewayHostileInput, RefusalsNameTheFieldAndTheCause) {
+  const std::string good = R"({"model": "fortunes", "prompt": "A computer", "max_tokens": 4, )"
+                           R"("temperature": 0})";
+  const std::string bom = "\xEF\xBB\xBF";
+  const std::string chat = R"({"model": "fortunes", "max_tokens": 4, "temperature": 0, )";
+  struct Case {
+    std::string path, body, param, message;
+  };
+  const Case cases[] = {
+      {kCmpl, bom + bom + good, "", "two UTF-8 byte order marks"},
+      {kCmpl, "\xFF\xFE" + good, "", "UTF-16 or UTF-32 byte order mark"},
+      {kCmpl, R"({"model": "fortunes", "prompt": ["a", [1, 2]]})", "prompt[1]",
+       "must be a string, as prompt[0] is"},
+      {kCmpl, R"({"model": "fortunes", "prompt": [[1, 2], "a"]})", "prompt[1]",
+       "must be an array of token ids, as prompt[0] is"},
+      {kCmpl, R"({"model": "fortunes", "prompt": [[1, 2], []]})", "prompt[1]",
+       "must be a non-empty array of token ids"},
+      {kCmpl, R"({"model": "fortunes", "prompt": [[1, "a"]]})", "prompt[0]",
+       "token ids must be integers"},
+      {kCmpl, R"({"model": "fortunes", "prompt": [-3]})", "prompt",
+       "token ids must be integers in [0, 2147483647], got -3"},
+      {kCmpl, R"({"model": "fortunes", "prompt": [[1], [99999]]})", "prompt",
+       "token id 99999 at position 0 is outside the vocabulary"},
+      {kChat, chat + R"("messages": [{"role": "user", "content": "x", "name": 5}]})",
+       "messages[0].name", "must be a string, got 5"},
+      {kChat, chat + R"("messages": [{"role": "user", "content": "x", "name": {"a": 1}}]})",
+       "messages[0].name", "must be a string, got an object"},
+      {kChat, chat + R"("messages": [{"role": "user", "content": "x", "name": ["x"]}]})",
+       "messages[0].name", "must be a string, got an array of 1 item"},
+  };
+  for (const Case& c : cases) {
+    const auto r = exchange(gw().port(), post(c.path, c.body));
+    ASSERT_TRUE(r) << "no response to " << excerpt(c.body);
+    EXPECT_EQ(r->status, 400) << excerpt(c.body) << "\n" << r->body;
+    const json e = json::parse(r->body, nullptr, false).value("error", json());
+    ASSERT_TRUE(e.is_object()) << r->body;
+    EXPECT_EQ(e.value("type", json()), "invalid_request_error") << r->body;
+    EXPECT_EQ(e.value("param", json()), c.param.empty() ? json() : json(c.param)) << r->body;
+    EXPECT_NE(e.value("message", "").find(c.message), std::string::npos) << excerpt(c.body) << "\n"
+                                                                         << r->body;
+  }
+  const auto text = [&](const std::string& path, const std::string& body) {
+    const auto r = exchange(gw().port(), post(path, body));
+    EXPECT_TRUE(r && r->status == 200) << excerpt(body) << "\n" << (r ? r->body : "no reply");
+    const json choice = r ? json::parse(r->body, nullptr, false)["choices"][0] : json();
+    return path == kChat ? choice["message"]["content"] : choice["text"];
+  };
+  EXPECT_EQ(text(kCmpl, bom + good), text(kCmpl, good));
+  EXPECT_EQ(text(kChat, chat + R"("messages": [{"role": "user", "content": "A computer", )"
+                               R"("name": null}]})"),
+            text(kChat, chat + R"("messages": [{"role": "user", "content": "A computer"}]})"));
+  expect_serving(gw());
+}
+
 }  // namespace
 }  // namespace hearth::test

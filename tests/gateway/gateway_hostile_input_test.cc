@@ -8,6 +8,7 @@
 #include <signal.h>
 
 #include <cstdlib>
+#include <functional>
 #include <random>
 #include <string>
 #include <utility>
@@ -577,6 +578,120 @@ TEST_F(GatewayHostileInput, RefusalsNameTheFieldAndTheCause) {
   EXPECT_EQ(text(kChat, chat + R"("messages": [{"role": "user", "content": "A computer", )"
                                R"("name": null}]})"),
             text(kChat, chat + R"("messages": [{"role": "user", "content": "A computer"}]})"));
+
+  // A stop string ending in U+0000 reaches the worker whole: cut at the NUL it would be the
+  // start of the text and stop at once (as the control does); whole, it never matches.
+  const json plain = text(kCmpl, good);
+  ASSERT_TRUE(plain.is_string() && plain.get<std::string>().size() >= 3) << plain;
+  const std::string start = plain.get<std::string>().substr(0, 3);
+  const auto finish = [&](const std::string& stop) {
+    json body = json::parse(good);
+    body["stop"] = {stop};
+    const auto r = exchange(gw().port(), post(kCmpl, body.dump()));
+    EXPECT_TRUE(r && r->status == 200) << body.dump() << "\n" << (r ? r->body : "no reply");
+    const json choice = r ? json::parse(r->body, nullptr, false)["choices"][0] : json();
+    return std::make_pair(choice["finish_reason"], choice["text"]);
+  };
+  EXPECT_EQ(finish(start + std::string(1, '\0')), std::make_pair(json("length"), plain));
+  EXPECT_EQ(finish(start).first, "stop");
+  expect_serving(gw());
+}
+
+// Seeded random bodies built from JSON's punctuation, literals, escapes, byte order marks and
+// stray bytes, and random well-formed objects (never with "prompt" or "messages", so none can be
+// a valid request): every one is a 4xx with an OpenAI-shaped JSON error, and /health answers all
+// along.
+TEST_F(GatewayHostileInput, SeededMalformedBodiesAreA4xxAndHealthStillAnswers) {
+  const std::vector<std::string> pieces = {"{",
+                                           "}",
+                                           "[",
+                                           "]",
+                                           ":",
+                                           ",",
+                                           "\"",
+                                           "\\",
+                                           "\"model\"",
+                                           "\"fortunes\"",
+                                           "\"max_tokens\"",
+                                           "1",
+                                           "-",
+                                           "0.5",
+                                           "e400",
+                                           "null",
+                                           "true",
+                                           " ",
+                                           "\n",
+                                           "\t",
+                                           "\xEF\xBB\xBF",
+                                           "\\u0000",
+                                           "\\ud800",
+                                           "\\u",
+                                           "\xff",
+                                           "\xc3",
+                                           "\xe2\x82\xac",
+                                           "NaN",
+                                           "/*",
+                                           "'"};
+  const std::string paths[] = {kCmpl, kChat, "/tokenize"};
+  const auto health = [&] {
+    const auto r = exchange(gw().port(),
+                            "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                            "Connection: close\r\n\r\n");
+    ASSERT_TRUE(r) << "no answer to /health\n" << gw().log_text();
+    EXPECT_EQ(r->status, 200) << r->body;
+  };
+  const char* seed_env = std::getenv("HEARTH_FUZZ_SEED");
+  const char* cases_env = std::getenv("HEARTH_FUZZ_CASES");
+  std::mt19937 rng(seed_env ? uint32_t(std::stoul(seed_env)) : 20261127u);
+  const int cases = cases_env ? std::stoi(cases_env) : 600;
+  // Well-formed objects too, of random members and values, so that the field checks are
+  // reached: still no prompt and no messages, so each is refused.
+  const std::vector<std::string> keys = {"model", "max_tokens", "temperature", "n", "stop",
+                                         "seed",  "stream",     "echo",        "",  "\u0000"};
+  std::function<json(int)> value = [&](int depth) -> json {
+    switch (rng() % (depth < 3 ? 8 : 6)) {
+      case 0:
+        return nullptr;
+      case 1:
+        return rng() % 2 == 1;
+      case 2:
+        return int64_t(rng()) - int64_t(1u << 31);
+      case 3:
+        return double(rng()) / 7.0;
+      case 4:
+        return "fortunes";
+      case 5:
+        return std::string(rng() % 3, char('a' + rng() % 26));
+      case 6: {
+        json a = json::array();
+        for (size_t k = rng() % 4; k > 0; --k) a.push_back(value(depth + 1));
+        return a;
+      }
+      default: {
+        json o = json::object();
+        for (size_t k = rng() % 4; k > 0; --k) o[keys[rng() % keys.size()]] = value(depth + 1);
+        return o;
+      }
+    }
+  };
+  for (int i = 0; i < cases; ++i) {
+    std::string body;
+    if (i % 4 == 3) {
+      json o = json::object();
+      for (size_t k = rng() % 6; k > 0; --k) o[keys[rng() % keys.size()]] = value(1);
+      body = o.dump();
+    } else {
+      for (size_t k = rng() % 40; k > 0; --k)
+        body += rng() % 8 ? pieces[rng() % pieces.size()] : std::string(1, char(rng() % 256));
+    }
+    const std::string& path = paths[i % 3];
+    const auto r = exchange(gw().port(), post(path, body));
+    ASSERT_TRUE(r) << "case " << i << ": no response to " << excerpt(body) << "\n"
+                   << gw().log_text();
+    expect_json_4xx(r, "case " + std::to_string(i) + ": " + path + " " + body);
+    if (i % 50 == 49) health();
+  }
+  health();
   expect_serving(gw());
 }
 

@@ -64,6 +64,9 @@ PromptInput one_prompt(const Field& p) {
   return {std::nullopt, p.token_ids(), {}};
 }
 
+// OpenAI's four shapes: a string, an array of token ids, an array of strings, an array of
+// arrays of token ids. A list of several prompts is of one kind, the kind of its first item
+// (vLLM's schema takes no mix either); an inner array is non-empty and only ids.
 std::vector<PromptInput> read_prompts(const Field& p) {
   static const std::string kShape =
       "must be a string, an array of strings, an array of token ids or an array of such arrays";
@@ -71,13 +74,25 @@ std::vector<PromptInput> read_prompts(const Field& p) {
   std::vector<PromptInput> out;
   if (p.is_string() || is_token_list(p)) {
     out.push_back(one_prompt(p));
-  } else if (p.is_array() && !p.array().empty()) {
-    for (const Field& one : p.items()) {
-      if (!one.is_string() && !is_token_list(one)) one.fail(kShape);
-      out.push_back(one_prompt(one));
-    }
-  } else {
-    p.fail(kShape);
+    return out;
+  }
+  if (!p.is_array() || p.array().empty()) p.fail(kShape + ", got " + p.describe());
+  const std::vector<Field> items = p.items();
+  const bool strings = items.front().is_string();
+  for (const Field& one : items) {
+    if (strings && !one.is_string())
+      one.fail(
+          "must be a string, as prompt[0] is (a list of prompts is all strings or all "
+          "arrays of token ids), got " +
+          one.describe());
+    if (!strings && !one.is_array())
+      one.fail(items.front().is_array()
+                   ? "must be an array of token ids, as prompt[0] is (a list of prompts is all "
+                     "strings or all arrays of token ids), got " +
+                         one.describe()
+                   : kShape + ", got " + one.describe());
+    if (!strings && one.array().empty()) one.fail("must be a non-empty array of token ids");
+    out.push_back(one_prompt(one));  // an inner array's items are ids: token_ids() checks
   }
   return out;
 }
@@ -113,6 +128,12 @@ ordered_json read_chat_messages(const Field& messages) {
       role.fail("must be one of system, developer, user, assistant, tool, got " + role.describe());
     ordered_json copy = m.object();  // keeps name, tool_calls, tool_call_id for the template
     copy["content"] = message_content(m["content"]);
+    // A participant's name is text the template prints (OpenAI: a string); null is no name,
+    // as a null anywhere else is the field left out, and the template sees none.
+    if (const Field name = m["name"]; name.present())
+      (void)name.string(SIZE_MAX);
+    else if (name.exists())
+      copy.erase("name");
     if (m["tool_calls"].present()) copy["tool_calls"] = read_message_tool_calls(m["tool_calls"]);
     if (m["tool_call_id"].present()) m["tool_call_id"].string(SIZE_MAX);
     out.push_back(std::move(copy));

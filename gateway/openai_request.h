@@ -82,7 +82,8 @@ CompletionRequest parse_completion_request(const nlohmann::ordered_json& body, E
                                            const GenerationDefaults& defaults);
 
 // Chat messages checked (an array of objects with a known role, content a string, null or
-// text parts) and copied for the chat template, each content joined into one string.
+// text parts, name a string or null) and copied for the chat template, each content joined
+// into one string and a null name dropped.
 nlohmann::ordered_json read_chat_messages(const Field& messages);
 
 // A 400 naming "prompt" (or "messages") for a prompt of no tokens, or one that with max_tokens

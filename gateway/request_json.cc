@@ -12,6 +12,7 @@ using ordered_json = nlohmann::ordered_json;
 namespace {
 
 constexpr size_t kExcerptBytes = 40;
+constexpr std::string_view kUtf8Bom = "\xEF\xBB\xBF";
 
 ApiError bad_body(const std::string& why) {
   return ApiError(400, "invalid_request_error", why);
@@ -20,6 +21,14 @@ ApiError bad_body(const std::string& why) {
 }  // namespace
 
 ordered_json parse_request_body(std::string_view body) {
+  // One leading UTF-8 byte order mark is skipped, as vLLM's server (Python's json.loads of
+  // the body's bytes) does and RFC 8259 8.1 allows; a second one, or a UTF-16 or UTF-32
+  // mark, is named rather than reported as a bad byte or a bad literal.
+  if (body.starts_with(kUtf8Bom)) body.remove_prefix(kUtf8Bom.size());
+  if (body.starts_with(kUtf8Bom))
+    throw bad_body("the body starts with two UTF-8 byte order marks (U+FEFF); send at most one");
+  if (body.starts_with("\xFF\xFE") || body.starts_with("\xFE\xFF"))
+    throw bad_body("the body starts with a UTF-16 or UTF-32 byte order mark; send it as UTF-8");
   // First, before anything reads it: every later message may quote the body's text.
   if (const auto at = find_invalid_utf8(body))
     throw bad_body("the body is not valid UTF-8 (at byte " + std::to_string(*at) + ")");

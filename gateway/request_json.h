@@ -15,10 +15,11 @@
 
 namespace hearth::gateway {
 
-// The body as a JSON object. Refused with a 400, in this order: bytes that are not well-formed
-// UTF-8 ("the body is not valid UTF-8 (at byte N)"), nesting deeper than kMaxJsonDepth, text
-// that is not JSON (the parser's reason and position, never a quote of the body), and JSON
-// that is not an object.
+// The body as a JSON object, after one leading UTF-8 byte order mark if it has one (vLLM
+// accepts it too). Refused with a 400, in this order: a second UTF-8 byte order mark or a
+// UTF-16/UTF-32 one (named as such), bytes that are not well-formed UTF-8 ("the body is not valid
+// UTF-8 (at byte N)"), nesting deeper than kMaxJsonDepth, text that is not JSON (the parser's
+// reason and position, never a quote of the body), and JSON that is not an object.
 nlohmann::ordered_json parse_request_body(std::string_view body);
 
 // `v` for an error message: at most about 40 characters of its JSON (strings cut at a

@@ -2,10 +2,11 @@
 
 #include <cstdint>
 
+#include "base/hex_digits.h"
+
 namespace hearth::ipc {
 
 std::string printable(std::string_view text, std::size_t max_bytes) {
-  static constexpr char kHex[] = "0123456789abcdef";
   std::string out;
   out.reserve(text.size() < max_bytes ? text.size() : max_bytes);
   while (!text.empty()) {
@@ -20,8 +21,7 @@ std::string printable(std::string_view text, std::size_t max_bytes) {
     }
     if (escape) {
       out += "\\x";
-      out += kHex[b >> 4];
-      out += kHex[b & 0xF];
+      append_hex(out, b, 2);
     } else {
       out.append(text.data(), n);
     }

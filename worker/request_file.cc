@@ -33,6 +33,7 @@ Request request_from_json(json obj, const RequestSettings& defaults, const Token
       throw std::runtime_error(label + ": \"prompt\" must be a string");
     if (!tokenizer)
       throw std::runtime_error(label + ": the model has no tokenizer.json; use \"prompt_tokens\"");
+    // Every byte of the string, a NUL included: the tokenizer takes a size, not a C string.
     request.prompt =
         tokenizer->encode(obj["prompt"].get<std::string>(), /*add_special_tokens=*/true);
     obj.erase("prompt");

@@ -2,7 +2,9 @@
 // (a string), the prompt as "prompt" (text, encoded with the model's tokenizer and its special
 // tokens) or "prompt_tokens" (token ids, used exactly), and any request setting (temperature,
 // max_tokens, stop, logprobs, ...) over the worker's profile. Blank lines are skipped. A bad
-// line refuses that request only.
+// line refuses that request only. Texts (the prompt, stop strings) are used whole: an escaped
+// U+0000 is a character like any other (it has a byte token; vLLM takes it too), never where a
+// text ends; a raw NUL byte is not JSON, and the line's or frame's reader refuses it by offset.
 #pragma once
 
 #include <string>

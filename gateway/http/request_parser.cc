@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "base/hex_digits.h"
+
 namespace hearth::http {
 
 namespace {
@@ -23,8 +25,9 @@ bool is_ctl(char c) {
 }
 
 std::string hex_byte(char c) {
-  static constexpr char kDigits[] = "0123456789abcdef";
-  return std::string("0x") + kDigits[uint8_t(c) >> 4] + kDigits[uint8_t(c) & 15];
+  std::string out = "0x";
+  append_hex(out, uint8_t(c), 2);
+  return out;
 }
 
 std::string_view trim(std::string_view s) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 
+#include "base/hex_digits.h"
 #include "gateway/jinja/error.h"
 #include "gateway/jinja/text.h"
 
@@ -145,11 +146,10 @@ std::string unescape(std::string_view body, int line) {
         } else if (static_cast<unsigned char>(c) >= 0x80) {
           // Python saw the backslash followed by the escape it made of this character.
           const char32_t cp = text::decode(body, i);
-          static const char* kHex = "0123456789abcdef";
           const int digits = cp < 0x100 ? 2 : cp < 0x10000 ? 4 : 8;
           out.push_back('\\');
           out.push_back(digits == 2 ? 'x' : digits == 4 ? 'u' : 'U');
-          for (int d = digits - 1; d >= 0; --d) out.push_back(kHex[(cp >> (4 * d)) & 0xF]);
+          append_hex(out, cp, digits);
         } else {
           // An unknown escape stays as written.
           out.push_back('\\');

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "base/hex_digits.h"
+
 namespace hearth::jinja::text {
 
 char32_t decode(std::string_view s, size_t& i) {
@@ -389,7 +391,6 @@ std::string py_repr(std::string_view s) {
   std::string out;
   out.reserve(s.size() + 2);
   out.push_back(quote);
-  static const char* kHex = "0123456789abcdef";
   for (size_t i = 0; i < s.size();) {
     const size_t at = i;
     const char32_t cp = decode(s, i);
@@ -408,7 +409,7 @@ std::string py_repr(std::string_view s) {
       int digits = cp < 0x100 ? 2 : cp < 0x10000 ? 4 : 8;
       out.push_back('\\');
       out.push_back(digits == 2 ? 'x' : digits == 4 ? 'u' : 'U');
-      for (int d = digits - 1; d >= 0; --d) out.push_back(kHex[(cp >> (4 * d)) & 0xF]);
+      append_hex(out, cp, digits);
     }
   }
   out.push_back(quote);

@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 
+#include "base/hex_digits.h"
 #include "gateway/jinja/error.h"
 #include "gateway/jinja/text.h"
 
@@ -669,10 +670,9 @@ Value from_json_at(const nlohmann::ordered_json& j, int depth) {
 }
 
 void append_json_string(std::string& out, std::string_view s, bool ensure_ascii) {
-  static const char* kHex = "0123456789abcdef";
   auto hex4 = [&](unsigned u) {
     out.append("\\u");
-    for (int d = 3; d >= 0; --d) out.push_back(kHex[(u >> (4 * d)) & 0xF]);
+    append_hex(out, u, 4);
   };
   out.push_back('"');
   for (size_t i = 0; i < s.size();) {

@@ -8,6 +8,7 @@
 #include <signal.h>
 
 #include <cstdlib>
+#include <functional>
 #include <random>
 #include <string>
 #include <utility>
@@ -519,6 +520,178 @@ TEST_F(GatewayHostileInput, SeededMutationsOfGoodRequestsAreNeverA5xx) {
     }
     if (i % 100 == 99) expect_serving(gw());
   }
+  expect_serving(gw());
+}
+
+// The refusals of the serving-path hardening, over real HTTP: each is a 400 whose OpenAI error
+// names the field (`param`, null for the body as a whole) and the cause (`message`). One
+// leading UTF-8 byte order mark (vLLM skips it) and a null message name (no name) are served as
+// the same request without them: the same greedy text.
+TEST_F(GatewayHostileInput, RefusalsNameTheFieldAndTheCause) {
+  const std::string good = R"({"model": "fortunes", "prompt": "A computer", "max_tokens": 4, )"
+                           R"("temperature": 0})";
+  const std::string bom = "\xEF\xBB\xBF";
+  const std::string chat = R"({"model": "fortunes", "max_tokens": 4, "temperature": 0, )";
+  struct Case {
+    std::string path, body, param, message;
+  };
+  const Case cases[] = {
+      {kCmpl, bom + bom + good, "", "two UTF-8 byte order marks"},
+      {kCmpl, "\xFF\xFE" + good, "", "UTF-16 or UTF-32 byte order mark"},
+      {kCmpl, R"({"model": "fortunes", "prompt": ["a", [1, 2]]})", "prompt[1]",
+       "must be a string, as prompt[0] is"},
+      {kCmpl, R"({"model": "fortunes", "prompt": [[1, 2], "a"]})", "prompt[1]",
+       "must be an array of token ids, as prompt[0] is"},
+      {kCmpl, R"({"model": "fortunes", "prompt": [[1, 2], []]})", "prompt[1]",
+       "must be a non-empty array of token ids"},
+      {kCmpl, R"({"model": "fortunes", "prompt": [[1, "a"]]})", "prompt[0]",
+       "token ids must be integers"},
+      {kCmpl, R"({"model": "fortunes", "prompt": [-3]})", "prompt",
+       "token ids must be integers in [0, 2147483647], got -3"},
+      {kCmpl, R"({"model": "fortunes", "prompt": [[1], [99999]]})", "prompt",
+       "token id 99999 at position 0 is outside the vocabulary"},
+      {kChat, chat + R"("messages": [{"role": "user", "content": "x", "name": 5}]})",
+       "messages[0].name", "must be a string, got 5"},
+      {kChat, chat + R"("messages": [{"role": "user", "content": "x", "name": {"a": 1}}]})",
+       "messages[0].name", "must be a string, got an object"},
+      {kChat, chat + R"("messages": [{"role": "user", "content": "x", "name": ["x"]}]})",
+       "messages[0].name", "must be a string, got an array of 1 item"},
+  };
+  for (const Case& c : cases) {
+    const auto r = exchange(gw().port(), post(c.path, c.body));
+    ASSERT_TRUE(r) << "no response to " << excerpt(c.body);
+    EXPECT_EQ(r->status, 400) << excerpt(c.body) << "\n" << r->body;
+    const json e = json::parse(r->body, nullptr, false).value("error", json());
+    ASSERT_TRUE(e.is_object()) << r->body;
+    EXPECT_EQ(e.value("type", json()), "invalid_request_error") << r->body;
+    EXPECT_EQ(e.value("param", json()), c.param.empty() ? json() : json(c.param)) << r->body;
+    EXPECT_NE(e.value("message", "").find(c.message), std::string::npos) << excerpt(c.body) << "\n"
+                                                                         << r->body;
+  }
+  const auto text = [&](const std::string& path, const std::string& body) {
+    const auto r = exchange(gw().port(), post(path, body));
+    EXPECT_TRUE(r && r->status == 200) << excerpt(body) << "\n" << (r ? r->body : "no reply");
+    const json choice = r ? json::parse(r->body, nullptr, false)["choices"][0] : json();
+    return path == kChat ? choice["message"]["content"] : choice["text"];
+  };
+  EXPECT_EQ(text(kCmpl, bom + good), text(kCmpl, good));
+  EXPECT_EQ(text(kChat, chat + R"("messages": [{"role": "user", "content": "A computer", )"
+                               R"("name": null}]})"),
+            text(kChat, chat + R"("messages": [{"role": "user", "content": "A computer"}]})"));
+
+  // A stop string ending in U+0000 reaches the worker whole: cut at the NUL it would be the
+  // start of the text and stop at once (as the control does); whole, it never matches.
+  const json plain = text(kCmpl, good);
+  ASSERT_TRUE(plain.is_string() && plain.get<std::string>().size() >= 3) << plain;
+  const std::string start = plain.get<std::string>().substr(0, 3);
+  const auto finish = [&](const std::string& stop) {
+    json body = json::parse(good);
+    body["stop"] = {stop};
+    const auto r = exchange(gw().port(), post(kCmpl, body.dump()));
+    EXPECT_TRUE(r && r->status == 200) << body.dump() << "\n" << (r ? r->body : "no reply");
+    const json choice = r ? json::parse(r->body, nullptr, false)["choices"][0] : json();
+    return std::make_pair(choice["finish_reason"], choice["text"]);
+  };
+  EXPECT_EQ(finish(start + std::string(1, '\0')), std::make_pair(json("length"), plain));
+  EXPECT_EQ(finish(start).first, "stop");
+  expect_serving(gw());
+}
+
+// Seeded random bodies built from JSON's punctuation, literals, escapes, byte order marks and
+// stray bytes, and random well-formed objects (never with "prompt" or "messages", so none can be
+// a valid request): every one is a 4xx with an OpenAI-shaped JSON error, and /health answers all
+// along.
+TEST_F(GatewayHostileInput, SeededMalformedBodiesAreA4xxAndHealthStillAnswers) {
+  const std::vector<std::string> pieces = {"{",
+                                           "}",
+                                           "[",
+                                           "]",
+                                           ":",
+                                           ",",
+                                           "\"",
+                                           "\\",
+                                           "\"model\"",
+                                           "\"fortunes\"",
+                                           "\"max_tokens\"",
+                                           "1",
+                                           "-",
+                                           "0.5",
+                                           "e400",
+                                           "null",
+                                           "true",
+                                           " ",
+                                           "\n",
+                                           "\t",
+                                           "\xEF\xBB\xBF",
+                                           "\\u0000",
+                                           "\\ud800",
+                                           "\\u",
+                                           "\xff",
+                                           "\xc3",
+                                           "\xe2\x82\xac",
+                                           "NaN",
+                                           "/*",
+                                           "'"};
+  const std::string paths[] = {kCmpl, kChat, "/tokenize"};
+  const auto health = [&] {
+    const auto r = exchange(gw().port(),
+                            "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                            "Connection: close\r\n\r\n");
+    ASSERT_TRUE(r) << "no answer to /health\n" << gw().log_text();
+    EXPECT_EQ(r->status, 200) << r->body;
+  };
+  const char* seed_env = std::getenv("HEARTH_FUZZ_SEED");
+  const char* cases_env = std::getenv("HEARTH_FUZZ_CASES");
+  std::mt19937 rng(seed_env ? uint32_t(std::stoul(seed_env)) : 20261127u);
+  const int cases = cases_env ? std::stoi(cases_env) : 600;
+  // Well-formed objects too, of random members and values, so that the field checks are
+  // reached: still no prompt and no messages, so each is refused.
+  const std::vector<std::string> keys = {"model", "max_tokens", "temperature", "n", "stop",
+                                         "seed",  "stream",     "echo",        "",  "\u0000"};
+  std::function<json(int)> value = [&](int depth) -> json {
+    switch (rng() % (depth < 3 ? 8 : 6)) {
+      case 0:
+        return nullptr;
+      case 1:
+        return rng() % 2 == 1;
+      case 2:
+        return int64_t(rng()) - int64_t(1u << 31);
+      case 3:
+        return double(rng()) / 7.0;
+      case 4:
+        return "fortunes";
+      case 5:
+        return std::string(rng() % 3, char('a' + rng() % 26));
+      case 6: {
+        json a = json::array();
+        for (size_t k = rng() % 4; k > 0; --k) a.push_back(value(depth + 1));
+        return a;
+      }
+      default: {
+        json o = json::object();
+        for (size_t k = rng() % 4; k > 0; --k) o[keys[rng() % keys.size()]] = value(depth + 1);
+        return o;
+      }
+    }
+  };
+  for (int i = 0; i < cases; ++i) {
+    std::string body;
+    if (i % 4 == 3) {
+      json o = json::object();
+      for (size_t k = rng() % 6; k > 0; --k) o[keys[rng() % keys.size()]] = value(1);
+      body = o.dump();
+    } else {
+      for (size_t k = rng() % 40; k > 0; --k)
+        body += rng() % 8 ? pieces[rng() % pieces.size()] : std::string(1, char(rng() % 256));
+    }
+    const std::string& path = paths[i % 3];
+    const auto r = exchange(gw().port(), post(path, body));
+    ASSERT_TRUE(r) << "case " << i << ": no response to " << excerpt(body) << "\n"
+                   << gw().log_text();
+    expect_json_4xx(r, "case " + std::to_string(i) + ": " + path + " " + body);
+    if (i % 50 == 49) health();
+  }
+  health();
   expect_serving(gw());
 }
 

@@ -82,6 +82,30 @@ TEST(RequestBody, ANulByteAnywhereIsA400NamingWhere) {
   EXPECT_NO_THROW(parse_request_body(R"({"prompt": "an escaped \u0000 is fine"})"));
 }
 
+// A leading UTF-8 byte order mark is skipped, as vLLM (Python's json.loads of the bytes) skips
+// it; two of them, or a UTF-16/UTF-32 mark, are a 400 that names the mark.
+TEST(RequestBody, OneUtf8ByteOrderMarkIsSkippedAndOtherMarksAreNamed) {
+  const std::string good = R"({"model": "m", "prompt": "x"})";
+  const std::string bom = "\xEF\xBB\xBF";
+  EXPECT_EQ(parse_request_body(bom + good), parse_request_body(good));
+  EXPECT_EQ(parse_request_body(bom + " \n" + good), parse_request_body(good));
+  const std::pair<std::string, std::string> refused[] = {
+      {bom + bom + good, "two UTF-8 byte order marks"},
+      {"\xFF\xFE" + good, "UTF-16 or UTF-32 byte order mark"},
+      {"\xFE\xFF" + good, "UTF-16 or UTF-32 byte order mark"},
+      {bom + "\xFF\xFE" + good, "UTF-16 or UTF-32 byte order mark"},
+      {bom, "not valid JSON"},
+      {" " + bom + good, "not valid JSON"},  // only the first bytes may be a mark
+  };
+  for (const auto& [body, message] : refused) {
+    const ApiError e = error_of([&] { parse_request_body(body); });
+    EXPECT_EQ(e.status(), 400);
+    EXPECT_EQ(e.type(), "invalid_request_error");
+    EXPECT_NE(std::string(e.what()).find(message), std::string::npos) << e.what();
+    EXPECT_NO_THROW((void)e.body().dump());
+  }
+}
+
 TEST(RequestBody, AnErrorBodyDumpsWhateverItsMessageHolds) {
   const ApiError e(500, "server_error", "bad \xff bytes \xc3", "p\xfe");
   const std::string dumped = e.body().dump();
@@ -179,6 +203,75 @@ TEST(CompletionRequest, EveryFieldOfTheWrongTypeIsA400NamingIt) {
     const std::string body = R"({"model": "fortunes", )" + c.field_json + "}";
     expect_400(completion_error(body, c.endpoint), c.param, body);
   }
+}
+
+// OpenAI's prompt is a string, an array of strings, an array of token ids or an array of arrays
+// of token ids: a list mixing strings and id arrays, an empty inner array, or ids that are not
+// ids is a 400 naming the prompt (its item, when one is wrong) and saying why.
+TEST(CompletionRequest, APromptIsOneOfOpenAIsFourShapes) {
+  struct Case {
+    std::string prompt, param, message;
+  };
+  const Case cases[] = {
+      {R"(["a", [1, 2]])", "prompt[1]", "must be a string, as prompt[0] is"},
+      {R"([[1, 2], "a"])", "prompt[1]", "must be an array of token ids, as prompt[0] is"},
+      {R"([[1, 2], 3])", "prompt[1]", "must be an array of token ids, as prompt[0] is"},
+      {R"(["a", 1])", "prompt[1]", "must be a string, as prompt[0] is"},
+      {R"([[1, 2], []])", "prompt[1]", "must be a non-empty array of token ids"},
+      {R"([[]])", "prompt[0]", "must be a non-empty array of token ids"},
+      {R"([[1, [2]]])", "prompt[0]", "token ids must be integers"},
+      {R"([[1, "a"]])", "prompt[0]", "token ids must be integers"},
+      {R"([["a"]])", "prompt[0]", "token ids must be integers"},
+      {R"([[1], [-7]])", "prompt[1]", "token ids must be integers in [0, 2147483647], got -7"},
+      {R"([-1])", "prompt", "token ids must be integers in [0, 2147483647], got -1"},
+      {R"([1, "a"])", "prompt", "token ids must be integers"},
+      {R"([1, 2147483648])", "prompt", "token ids must be integers"},
+      {R"([])", "prompt", "must be a string, an array of strings"},
+      {R"([null])", "prompt[0]", "must be a string, an array of strings"},
+      {R"([true])", "prompt[0]", "must be a string, an array of strings"},
+      {R"([{}])", "prompt[0]", "must be a string, an array of strings"},
+      {R"({})", "prompt", "must be a string, an array of strings"},
+  };
+  for (const Case& c : cases) {
+    const std::string body = R"({"model": "fortunes", "prompt": )" + c.prompt + "}";
+    const ApiError e = completion_error(body);
+    expect_400(e, c.param, body);
+    EXPECT_NE(std::string(e.what()).find(c.message), std::string::npos) << body << ": " << e.what();
+  }
+  // Each of the four shapes, one prompt per item.
+  const std::pair<std::string, size_t> good[] = {
+      {R"("a")", 1}, {R"([1, 2])", 1}, {R"(["a", "b", ""])", 3}, {R"([[1], [2, 3]])", 2}};
+  for (const auto& [prompt, count] : good) {
+    const CompletionRequest r = parse_completion_request(
+        parse_request_body(R"({"model": "fortunes", "prompt": )" + prompt + "}"),
+        Endpoint::Completions, {});
+    EXPECT_EQ(r.prompts.size(), count) << prompt;
+  }
+}
+
+// A message's name is a string (the template prints it): a number, an object, an array or a
+// boolean is a 400 naming it; null is no name, and the template is not given one.
+TEST(CompletionRequest, AChatMessageNameIsAString) {
+  for (const std::string name : {"5", "{}", R"({"a": 1})", R"(["x"])", "true"}) {
+    const std::string body =
+        R"({"model": "fortunes", "messages": [{"role": "user", "content": "x"},
+           {"role": "user", "content": "y", "name": )" +
+        name + "}]}";
+    const ApiError e = completion_error(body, Endpoint::ChatCompletions);
+    expect_400(e, "messages[1].name", body);
+    EXPECT_NE(std::string(e.what()).find("must be a string"), std::string::npos) << e.what();
+  }
+  const auto messages = [](const std::string& name) {
+    return parse_completion_request(
+               parse_request_body(
+                   R"({"model": "fortunes", "messages": [{"role": "user", "content": "x", "name": )" +
+                   name + "}]}"),
+               Endpoint::ChatCompletions, {})
+        .prompts.at(0)
+        .messages.at(0);
+  };
+  EXPECT_EQ(messages(R"("ann")").at("name"), "ann");
+  EXPECT_FALSE(messages("null").contains("name"));
 }
 
 // gateway/README.md's "OpenAI fields" tables, row by row: every field they name "refused" is a

@@ -5,12 +5,16 @@
 #include <gtest/gtest.h>
 
 #include <signal.h>
+#include <sys/socket.h>
 
 #include <thread>
 #include <tuple>
 
 #include "ipc/client.h"
+#include "ipc/frame.h"
+#include "ipc/protocol.h"
 #include "ipc/serve_limits.h"
+#include "ipc/unix_socket.h"
 #include "proof/worker_output.h"
 #include "tests/proof/proof_test_util.h"
 #include "worker/engine/event_json.h"
@@ -410,6 +414,72 @@ TEST(WorkerServe, SigtermEndsInFlightRequestsWithAnErrorEvent) {
   const auto status = worker.process().wait_until(std::chrono::steady_clock::now() + 60s);
   ASSERT_TRUE(status) << "the worker did not exit";
   EXPECT_EQ(status->code, 0);
+}
+
+// U+0000 is a character of a prompt or a stop string like any other (it has a byte token, and
+// vLLM takes it): a submit's texts arrive escaped ("\u0000") and are used whole, never cut
+// there. A raw NUL byte is not JSON: that frame is refused naming the byte, its connection
+// closes (a frame that cannot be read has no id to answer), and other clients carry on.
+TEST(WorkerServe, ANulInAPromptOrStopIsTakenWholeAndARawNulByteIsNamed) {
+  TempDir dir;
+  ServingWorker worker(dir, {"--quiet"});
+  ipc::Client client = worker.connect();
+  const json greedy = {{"temperature", 0}, {"max_tokens", 6}};
+  for (const auto& [id, prompt] :
+       std::vector<std::pair<std::string, std::string>>{{"nul", std::string("A\0B", 3)},
+                                                        {"nul-end", std::string("A\0", 2)},
+                                                        {"short", "A"},
+                                                        {"plain", "A computer"}})
+    client.call("submit", {{"request", request(id, prompt, greedy)}});
+  auto events = collect(client, 4);
+  const auto prompt_tokens = [&](const std::string& id) {
+    return events.at(id).back().summary.prompt_tokens;
+  };
+  // Cut at the NUL, "A\0B" and "A\0" would be "A"'s tokens; whole, the NUL and what follows
+  // it each count.
+  EXPECT_GT(prompt_tokens("nul"), prompt_tokens("nul-end"));
+  EXPECT_GT(prompt_tokens("nul-end"), prompt_tokens("short"));
+
+  // A stop string that ends in a NUL: cut there it would be the first token's text, and stop
+  // at once (the control shows that one does); whole, it never matches.
+  const Tokens plain = tokens_of(events.at("plain"));
+  const std::string first = events.at("plain").front().token.text;
+  ASSERT_FALSE(first.empty());
+  json with_nul = greedy, without = greedy;
+  with_nul["stop"] = {first + std::string(1, '\0')};
+  without["stop"] = {first};
+  client.call("submit", {{"request", request("stop-nul", "A computer", with_nul)}});
+  client.call("submit", {{"request", request("stop-cut", "A computer", without)}});
+  events = collect(client, 2);
+  EXPECT_EQ(tokens_of(events.at("stop-nul")), plain);
+  EXPECT_EQ(tokens_of(events.at("stop-cut")).stop, "stop");
+  EXPECT_LT(tokens_of(events.at("stop-cut")).ids.size(), plain.ids.size());
+
+  // The same submit with a raw NUL byte in its prompt, on a connection of its own.
+  const UniqueFd raw = ipc::connect_unix((dir / "sock" / "worker.sock").string());
+  ipc::send_frame(raw.get(),
+                  ipc::make_request(ipc::op::kHello, 1, {{"version", ipc::kProtocolVersion}}));
+  ipc::ReceiveOptions patience;
+  patience.timeout = 60s;
+  ASSERT_TRUE(ipc::receive_frame(raw.get(), patience));
+  std::string frame = ipc::encode_frame(
+      ipc::make_request(ipc::op::kSubmit, 2, {{"request", request("raw", "A#B", greedy)}}));
+  const size_t hole = frame.find('#');
+  frame[hole] = '\0';
+  ASSERT_EQ(::send(raw.get(), frame.data(), frame.size(), MSG_NOSIGNAL), ssize_t(frame.size()));
+  const auto reply = ipc::receive_frame(raw.get(), patience);
+  ASSERT_TRUE(reply);
+  EXPECT_EQ(reply->body.value("ok", true), false) << reply->body.dump();
+  EXPECT_EQ(reply->body["error"].value("code", ""), "bad_request") << reply->body.dump();
+  EXPECT_NE(reply->body["error"]
+                .value("message", "")
+                .find("NUL byte at offset " + std::to_string(hole - ipc::kFrameHeaderBytes)),
+            std::string::npos)
+      << reply->body.dump();
+  EXPECT_FALSE(ipc::receive_frame(raw.get(), patience)) << "the connection stays open";
+  // The first client's connection is untouched.
+  client.call("submit", {{"request", request("after", "A computer", greedy)}});
+  EXPECT_EQ(tokens_of(collect(client, 1).at("after")), plain);
 }
 
 TEST(WorkerServe, AnIdleWorkerExitsByItself) {

@@ -5,7 +5,6 @@
 #include <string>
 
 #include "kernels/cuda_check.h"
-#include "kernels/ops.h"
 
 namespace hearth::kernels {
 
@@ -15,7 +14,7 @@ int all_reduce_blocks(int device) {
   return std::min(kMaxAllReduceBlocks, sms);
 }
 
-void AllReduceGroup::run(int rank, uint32_t* epochs, const float* partial, float* out,
+bool AllReduceGroup::run(int rank, uint32_t* epochs, const float* partial, float* out,
                          int64_t count, bool accumulate, cudaStream_t stream,
                          const AllReduceNorm* norm) const {
   if (rank < 0 || rank >= ranks)
@@ -46,9 +45,7 @@ void AllReduceGroup::run(int rank, uint32_t* epochs, const float* partial, float
   const bool fused = norm && fuse_norm && !a.two_shot;
   if (fused) a.norm = *norm;
   launch_fixed_order_all_reduce(a, stream);
-  if (norm && !fused)
-    rmsnorm(norm->type, out, norm->weight, int(count / norm->hidden), norm->hidden, norm->eps,
-            norm->out, stream);
+  return fused;
 }
 
 }  // namespace hearth::kernels

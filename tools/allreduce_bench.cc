@@ -20,6 +20,7 @@
 #include "kernels/cuda_handles.h"
 #include "kernels/device_buffer.h"
 #include "kernels/nccl_all_reduce.h"
+#include "kernels/ops.h"
 #include "kernels/peer_all_reduce.h"
 
 namespace {
@@ -258,8 +259,11 @@ int main(int argc, char** argv) {
           n.hidden = norm_hidden;
           n.eps = 1e-5f;
           n.out = xn[size_t(r)].get();
-          own.run(r, sides[size_t(r)].send.get<float>(), sides[size_t(r)].recv.get<float>(), count,
-                  true, s, &n);
+          // Unfused, the group leaves the norm to us (captured, so no rank waits on another).
+          if (!own.run(r, sides[size_t(r)].send.get<float>(), sides[size_t(r)].recv.get<float>(),
+                       count, true, s, &n))
+            kernels::rmsnorm(n.type, sides[size_t(r)].recv.get<float>(), n.weight, int(rows),
+                             norm_hidden, n.eps, n.out, s);
         };
         const int reps = 200;
         own.set_fuse_norm(false);

@@ -2,8 +2,11 @@
 // all-reduce then kernels::rmsnorm, byte for byte, on fresh random inputs: every rank's residual
 // and normed rows, bf16 and f16, decode to prefill row counts, widths that take each of the
 // rmsnorm's block sizes and the scalar path; interleaved with plain calls and replayed from
-// captured graphs. Where the group takes two shots the norm falls back to its own launch: the
-// same bytes too. Skips with fewer than 2 GPUs.
+// captured graphs. Where the group takes two shots (or fuse_norm is off) it leaves the norm to
+// the caller: the same bytes too. Every norm launch here comes after every rank's all-reduce is
+// enqueued: one launched on rank 0 before rank 1's all-reduce may load its kernel lazily, which
+// waits for rank 0's running all-reduce, which waits for rank 1: a deadlock (the trap after
+// ~10 s). Skips with fewer than 2 GPUs.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -99,21 +102,27 @@ kernels::AllReduceNorm norm_of(const Side& s, int hidden, Half type) {
   return n;
 }
 
-// The fused call (norm in the all-reduce's launch, where one shot) or the reference: the plain
-// all-reduce, then kernels::rmsnorm of its output, two launches.
+// The fused call (norm in the all-reduce's launch, where the group does) or the reference: the
+// plain all-reduce, then kernels::rmsnorm of its output, two launches. Either way a norm the
+// all-reduce did not write is launched only once every rank's all-reduce is (see the top).
 void enqueue(PeerAllReduce& ar, std::vector<Side>& sides, int64_t rows, int hidden, Half type,
              bool fused) {
+  std::vector<bool> normed(size_t(ar.ranks()), false);
   for (int r = 0; r < ar.ranks(); ++r) {
     Side& s = sides[size_t(r)];
     HEARTH_CUDA_CHECK(cudaSetDevice(ar.device(r)));
-    if (fused) {
-      const kernels::AllReduceNorm n = norm_of(s, hidden, type);
-      ar.run(r, s.partial.get<float>(), s.x.get<float>(), rows * hidden, true, s.stream.get(), &n);
-    } else {
-      ar.run(r, s.partial.get<float>(), s.x.get<float>(), rows * hidden, true, s.stream.get());
-      kernels::rmsnorm(type, s.x.get<float>(), s.weight.get<float>(), int(rows), hidden, 1e-5f,
-                       s.xn.get(), s.stream.get());
-    }
+    const kernels::AllReduceNorm n = norm_of(s, hidden, type);
+    normed[size_t(r)] = ar.run(r, s.partial.get<float>(), s.x.get<float>(), rows * hidden, true,
+                               s.stream.get(), fused ? &n : nullptr);
+    EXPECT_EQ(normed[size_t(r)], fused && !ar.two_shot(rows * hidden))
+        << "rank " << r << ": the all-reduce wrote the norm where it should not, or did not";
+  }
+  for (int r = 0; r < ar.ranks(); ++r) {
+    if (normed[size_t(r)]) continue;
+    Side& s = sides[size_t(r)];
+    HEARTH_CUDA_CHECK(cudaSetDevice(ar.device(r)));
+    kernels::rmsnorm(type, s.x.get<float>(), s.weight.get<float>(), int(rows), hidden, 1e-5f,
+                     s.xn.get(), s.stream.get());
   }
 }
 
@@ -209,18 +218,44 @@ TEST(AllReduceNorm, AllGpusEqualAllReduceThenRmsnorm) {
   check_every_shape(std::min(gpu_count(), kernels::kMaxAllReduceRanks));
 }
 
-// The group's own fallback (set_fuse_norm(false)) is the reference's two launches.
-TEST(AllReduceNorm, UnfusedGroupEqualsFused) {
+// The group's fallback (set_fuse_norm(false)) launches no norm of its own: run() says so and
+// leaves norm->out untouched, so the caller can norm once every rank's all-reduce is enqueued.
+// First thing in a fresh process (no rmsnorm kernel loaded yet): a norm launched by the group
+// between rank 0's all-reduce and rank 1's deadlocked here on the device (lazy loading waited
+// for rank 0's all-reduce, which waited for rank 1). Then the caller's norm equals the fused.
+TEST(AllReduceNorm, UnfusedGroupLeavesTheNormToTheCaller) {
   HEARTH_REQUIRE_GPUS(2);
   PeerAllReduce ar(first_devices(2), kMaxRows * kMaxHidden);
   auto sides = make_sides(ar);
   for (int64_t rows : {1, 64}) {
+    const std::string what = "group fallback, " + std::to_string(rows) + " rows";
     const Inputs in = random_inputs(2, rows * 4096, 4096);
-    const Outputs fused = run(ar, sides, in, rows, 4096, Half::BF16, true);
     ar.set_fuse_norm(false);
-    const Outputs plain = run(ar, sides, in, rows, 4096, Half::BF16, true);
+    upload(ar, sides, in);
+    for (int r = 0; r < 2; ++r) {
+      Side& s = sides[size_t(r)];
+      HEARTH_CUDA_CHECK(cudaSetDevice(ar.device(r)));
+      const kernels::AllReduceNorm n = norm_of(s, 4096, Half::BF16);
+      EXPECT_FALSE(ar.run(r, s.partial.get<float>(), s.x.get<float>(), rows * 4096, true,
+                          s.stream.get(), &n))
+          << what << ", rank " << r << ": says it wrote the norm";
+    }
+    const Outputs untouched = download(ar, sides, rows, 4096);
+    for (int r = 0; r < 2; ++r)
+      for (uint8_t b : untouched.xn[size_t(r)]) {
+        ASSERT_EQ(b, 0xFF) << what << ", rank " << r << ": a norm was written";
+      }
+    for (int r = 0; r < 2; ++r) {
+      Side& s = sides[size_t(r)];
+      HEARTH_CUDA_CHECK(cudaSetDevice(ar.device(r)));
+      kernels::rmsnorm(Half::BF16, s.x.get<float>(), s.weight.get<float>(), int(rows), 4096, 1e-5f,
+                       s.xn.get(), s.stream.get());
+    }
+    const Outputs plain = download(ar, sides, rows, 4096);
     ar.set_fuse_norm(true);
-    expect_same(fused, plain, "group fallback, " + std::to_string(rows) + " rows");
+    const Outputs fused = run(ar, sides, in, rows, 4096, Half::BF16, true);
+    expect_same(fused, plain, what);
+    expect_near_host(plain, in, rows, 4096, Half::BF16, what);
   }
 }
 

@@ -79,10 +79,11 @@ void CudaLlamaForward::layer(int l, const StepShape& s, const StepInputs& in, co
     matmuls_.run(shape, e, a, w, w_up, out, T, n, k, st);
   };
 
-  // Tensor parallel, 16-bit: the all-reduce before each of these norms wrote it (CudaTpRank).
+  // Tensor parallel, 16-bit: the all-reduce before each of these norms may have written it
+  // (CudaTpRank); if not, it runs here, at the start of the part.
   const bool fused = tp_fuses_norm();
   if (part != LayerPart::Mlp) {
-    if (!fused) norm(L.attn_norm);
+    if (!xn_from_all_reduce_) norm(L.attn_norm);
     mark(StepPhase::Norm, st);
     // q, k and v in one launch where the kernel allows (the bits of three).
     if (fp8) {
@@ -127,8 +128,8 @@ void CudaLlamaForward::layer(int l, const StepShape& s, const StepInputs& in, co
       matmul(kO, MatmulEpilogue::StoreF32, att_.get(), L.wo, S.wo, nullptr, nullptr, partial_.get(),
              h, qd);
       const kernels::AllReduceNorm mlp_norm = tp_norm(L.mlp_norm);
-      tp_->all_reduce(partial_.get<float>(), x_.get<float>(), int64_t(T) * h, true,
-                      fused ? &mlp_norm : nullptr, st);
+      xn_from_all_reduce_ = tp_->all_reduce(partial_.get<float>(), x_.get<float>(), int64_t(T) * h,
+                                            true, fused ? &mlp_norm : nullptr, st);
     } else {
       matmul(kO, MatmulEpilogue::AccumulateF32, att_.get(), L.wo, S.wo, nullptr, nullptr, x_.get(),
              h, qd);
@@ -137,7 +138,7 @@ void CudaLlamaForward::layer(int l, const StepShape& s, const StepInputs& in, co
   }
   if (part == LayerPart::Attention) return;
 
-  if (!fused) norm(L.mlp_norm);
+  if (!xn_from_all_reduce_) norm(L.mlp_norm);
   mark(StepPhase::Norm, st);
   matmul(kGateUp, MatmulEpilogue::SwiGLU, xn_.get(), L.w_gate, S.w_gate, L.w_up, S.w_up, act_.get(),
          c.intermediate, h);
@@ -150,8 +151,8 @@ void CudaLlamaForward::layer(int l, const StepShape& s, const StepInputs& in, co
     const bool next = fused && l + 1 < c.n_layers;
     const kernels::AllReduceNorm next_norm =
         next ? tp_norm(weights_.layer(l + 1).attn_norm) : kernels::AllReduceNorm{};
-    tp_->all_reduce(partial_.get<float>(), x_.get<float>(), int64_t(T) * h, true,
-                    next ? &next_norm : nullptr, st);
+    xn_from_all_reduce_ = tp_->all_reduce(partial_.get<float>(), x_.get<float>(), int64_t(T) * h,
+                                          true, next ? &next_norm : nullptr, st);
   } else {
     matmul(kDown, MatmulEpilogue::AccumulateF32, act_.get(), L.w_down, S.w_down, nullptr, nullptr,
            x_.get(), h, c.intermediate);
@@ -196,8 +197,9 @@ void CudaLlamaForward::begin(const StepShape& s, const StepInputs& in, const Cud
     kernels::embedding_range(type_, weights_.embed(), in.tokens(), s.tokens, c.hidden,
                              tp_->vocab_begin, tp_->vocab_end, partial_.get<float>(), st);
     const kernels::AllReduceNorm first_norm = tp_norm(weights_.layer(0).attn_norm);
-    tp_->all_reduce(partial_.get<float>(), x_.get<float>(), int64_t(s.tokens) * c.hidden, false,
-                    tp_fuses_norm() ? &first_norm : nullptr, st);
+    xn_from_all_reduce_ =
+        tp_->all_reduce(partial_.get<float>(), x_.get<float>(), int64_t(s.tokens) * c.hidden, false,
+                        tp_fuses_norm() ? &first_norm : nullptr, st);
   }
 }
 

@@ -37,14 +37,16 @@ namespace hearth {
 // of a part (begin(), a layer's attention part, its MLP part): a driver enqueues one part on every
 // rank before the next part on any, so no rank's queue waits behind a peer's all-reduce that the
 // host has not launched yet (loading a kernel lazily may wait for the device's running kernels).
-// On 16-bit weights every all-reduce but the last layer's also writes the rmsnorm that follows
-// it (`norm`: the layer's MLP norm, or the next layer's input norm), so that norm has no launch
-// of its own; fp8 models keep their separate rmsnorm_quantize.
+// On 16-bit weights every all-reduce but the last layer's is given the rmsnorm that follows it
+// (`norm`: the layer's MLP norm, or the next layer's input norm) and, where it writes it (one
+// shot), that norm has no launch of its own; where not, the norm stays the first launch of the
+// next part, as above. fp8 models keep their separate rmsnorm_quantize.
 struct CudaTpRank {
   int vocab_begin = 0, vocab_end = 0;
   // x = (accumulate ? x : 0) + the ranks' `partial`s summed in rank order, `count` floats; with
-  // `norm`, then rmsnorm of x's rows into norm->out (kernels::AllReduceGroup::run).
-  std::function<void(const float* partial, float* x, int64_t count, bool accumulate,
+  // `norm`, returns whether the launch also wrote rmsnorm of x's rows into norm->out
+  // (kernels::AllReduceGroup::run); if not, the caller norms in its next part.
+  std::function<bool(const float* partial, float* x, int64_t count, bool accumulate,
                      const kernels::AllReduceNorm* norm, cudaStream_t stream)>
       all_reduce;
 };
@@ -99,6 +101,9 @@ class CudaLlamaForward {
   DeviceBuffer attention_scratch_;
   kernels::PagedAttentionArgs attention_{};  // begin()'s plan, for the layers
   std::optional<CudaTpRank> tp_;
+  // Whether the last all-reduce wrote xn_ (the norm the next part begins with); set by every
+  // tensor-parallel all-reduce, read by the part after it in the same step.
+  bool xn_from_all_reduce_ = false;
   DeviceBuffer partial_;  // tensor parallel: this rank's o_proj / down / embedding partial
   StepPhases* phases_ = nullptr;
   void mark(StepPhase phase, cudaStream_t stream) {

@@ -83,7 +83,7 @@ void CudaTpBackend::build(const std::vector<int>& devices,
     kernels::PeerAllReduce* ar = all_reduce_.get();
     auto all_reduce = [ar, r](const float* partial, float* x, int64_t count, bool accumulate,
                               const kernels::AllReduceNorm* norm, cudaStream_t stream) {
-      ar->run(r, partial, x, count, accumulate, stream, norm);
+      return ar->run(r, partial, x, count, accumulate, stream, norm);
     };
     std::shared_ptr<const WeightStore> store;
     {

@@ -1,5 +1,8 @@
 #include "kernels/all_reduce.h"
 #include "kernels/cuda_check.h"
+#include "kernels/half_utils.cuh"
+#include "kernels/pdl.cuh"
+#include "kernels/rmsnorm_row.cuh"
 
 namespace hearth::kernels {
 
@@ -128,10 +131,86 @@ __global__ void __launch_bounds__(kThreads) fixed_order_all_reduce(AllReduceArgs
   if (threadIdx.x == 0) a.epochs[blockIdx.x] = epoch;
 }
 
+// One shot over whole rows, each row then normed (all_reduce.h). Block b takes rows b, b +
+// blocks, ...: the same rows on every rank (the grid and the count are), so the one barrier
+// covers every row it reads. An element's sum is the plain kernel's: same ranks, same order.
+template <typename T, int Threads>
+__global__ void __launch_bounds__(Threads) fixed_order_all_reduce_norm(AllReduceArgs a) {
+  __shared__ uint32_t epoch_s;
+  __shared__ float scratch[32];
+  if (threadIdx.x == 0) epoch_s = a.epochs[blockIdx.x] + 1;
+  __syncthreads();
+  const uint32_t epoch = epoch_s;
+  const int64_t half = (epoch & 1u) * a.capacity;  // as the plain kernel: the halves alternate
+  const float* src[kMaxAllReduceRanks];
+  for (int p = 0; p < a.n_ranks; ++p) src[p] = a.staging[p] + half;
+  float* mine = a.staging[a.rank] + half;
+
+  const int hidden = a.norm.hidden;
+  const int64_t rows = a.count / hidden;
+  // Whole groups of four per row, 16-byte aligned, or one element at a time: the same sums.
+  const bool vec = hidden % 4 == 0 && reinterpret_cast<uintptr_t>(a.partial) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(a.out) % 16 == 0;
+  const int64_t row_groups = hidden / 4;
+
+  for (int64_t r = blockIdx.x; r < rows; r += a.blocks) {
+    const int64_t base = r * hidden;
+    if (vec) {
+      for (int64_t j = threadIdx.x; j < row_groups; j += Threads)
+        copy_group(a.partial, mine, base / 4 + j, a.count, true);
+    } else {
+      for (int64_t i = base + threadIdx.x; i < base + hidden; i += Threads) mine[i] = a.partial[i];
+    }
+  }
+  // Every block meets its peers, rowless or not, so every launch's barrier spans the whole grid
+  // (the halves' reuse argument in the plain kernel rests on it).
+  meet_peers(a, 2 * epoch);
+  // The matmul after it (launched early) may now take SMs as they free: every block runs.
+  allow_dependents_early();
+
+  T* norm_out = static_cast<T*>(a.norm.out);
+  for (int64_t r = blockIdx.x; r < rows; r += a.blocks) {
+    const int64_t base = r * hidden;
+    if (vec) {
+      for (int64_t j = threadIdx.x; j < row_groups; j += Threads)
+        store_group(a, base / 4 + j, rank_order_sum(a, src, base / 4 + j), true);
+    } else {
+      for (int64_t i = base + threadIdx.x; i < base + hidden; i += Threads) {
+        float s = __ldcg(src[0] + i);
+        for (int p = 1; p < a.n_ranks; ++p) s = __fadd_rn(s, __ldcg(src[p] + i));
+        a.out[i] = a.accumulate ? __fadd_rn(a.out[i], s) : s;
+      }
+    }
+    __syncthreads();  // the row's sums, written by every thread, before any reads them
+    rmsnorm_row(a.out + base, a.norm.weight, hidden, a.norm.eps, norm_out + base, scratch);
+  }
+  if (threadIdx.x == 0) a.epochs[blockIdx.x] = epoch;
+}
+
+template <typename T>
+void launch_norm(const AllReduceArgs& a, cudaStream_t stream) {
+  // The rmsnorm kernel's block size for this width, so the row's reduction order is its own.
+  switch (rmsnorm_block_threads(a.norm.hidden)) {
+    case 1024:
+      fixed_order_all_reduce_norm<T, 1024><<<a.blocks, 1024, 0, stream>>>(a);
+      break;
+    case 512:
+      fixed_order_all_reduce_norm<T, 512><<<a.blocks, 512, 0, stream>>>(a);
+      break;
+    default:
+      fixed_order_all_reduce_norm<T, 128><<<a.blocks, 128, 0, stream>>>(a);
+      break;
+  }
+}
+
 }  // namespace
 
 void launch_fixed_order_all_reduce(const AllReduceArgs& a, cudaStream_t stream) {
-  fixed_order_all_reduce<<<a.blocks, kThreads, 0, stream>>>(a);
+  if (a.norm.weight) {
+    HEARTH_DISPATCH_HALF(a.norm.type, T, launch_norm<T>(a, stream));
+  } else {
+    fixed_order_all_reduce<<<a.blocks, kThreads, 0, stream>>>(a);
+  }
   HEARTH_CUDA_CHECK_LAUNCH();
 }
 

@@ -43,6 +43,9 @@ struct AllReduceGroup {
   int64_t capacity = 0;  // floats per staging half
   int blocks = 0;        // the same on every rank
   int64_t two_shot_min_bytes = 0;
+  // With a norm, one-shot calls norm in the all-reduce's launch; false (or two shots) leaves the
+  // norm to the caller (kernels::rmsnorm: the same bits), kept for tests and as the fallback.
+  bool fuse_norm = true;
 
   // Whether `count` floats take two shots (every rank decides alike).
   bool two_shot(int64_t count) const {
@@ -50,9 +53,14 @@ struct AllReduceGroup {
   }
   // out = (accumulate ? out : 0) + rank-order sum of the partials, as rank `rank`; `epochs` is
   // that rank's counters (kAllReduceEpochsBytes, zeroed before the first call), `stream` one of
-  // its device's (the caller makes that device current). Throws on a bad rank or count.
-  void run(int rank, uint32_t* epochs, const float* partial, float* out, int64_t count,
-           bool accumulate, cudaStream_t stream) const;
+  // its device's (the caller makes that device current). With `norm`, where one shot and
+  // fuse_norm, the same launch also writes rmsnorm of out's count / norm->hidden rows into
+  // norm->out; returns whether it did. When not, it launches nothing more: the caller norms, and
+  // only after every rank's all-reduce is enqueued (loading a kernel lazily may wait for the
+  // device's running kernels, and this all-reduce waits for its peers: a norm launched between
+  // two ranks' launches from one thread can deadlock). Throws on a bad rank, count or norm.
+  bool run(int rank, uint32_t* epochs, const float* partial, float* out, int64_t count,
+           bool accumulate, cudaStream_t stream, const AllReduceNorm* norm = nullptr) const;
 };
 
 }  // namespace hearth::kernels

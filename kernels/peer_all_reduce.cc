@@ -74,14 +74,14 @@ PeerAllReduce::PeerAllReduce(std::vector<int> devices, int64_t max_floats,
   }
 }
 
-void PeerAllReduce::run(int rank, const float* partial, float* out, int64_t count, bool accumulate,
-                        cudaStream_t stream) {
+bool PeerAllReduce::run(int rank, const float* partial, float* out, int64_t count, bool accumulate,
+                        cudaStream_t stream, const AllReduceNorm* norm) {
   if (rank < 0 || rank >= ranks())
     throw std::runtime_error("all-reduce rank " + std::to_string(rank) + " of " +
                              std::to_string(ranks()));
   DeviceScope scope(devices_[size_t(rank)]);
-  group_.run(rank, ranks_[size_t(rank)].epochs.get<uint32_t>(), partial, out, count, accumulate,
-             stream);
+  return group_.run(rank, ranks_[size_t(rank)].epochs.get<uint32_t>(), partial, out, count,
+                    accumulate, stream, norm);
 }
 
 }  // namespace hearth::kernels

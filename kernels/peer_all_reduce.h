@@ -47,8 +47,12 @@ class PeerAllReduce {
 
   // out = (accumulate ? out : 0) + ((partial_0 + partial_1) + ... + partial_{N-1}) on `rank`,
   // fp32; partial and out are `count` floats on rank's device, stream is one of that device's.
-  void run(int rank, const float* partial, float* out, int64_t count, bool accumulate,
-           cudaStream_t stream);
+  // With `norm`, returns whether the launch also wrote rmsnorm of out's rows into norm->out; if
+  // not, norm after every rank's run (AllReduceGroup::run says why).
+  bool run(int rank, const float* partial, float* out, int64_t count, bool accumulate,
+           cudaStream_t stream, const AllReduceNorm* norm = nullptr);
+  // Whether a norm rides in the all-reduce's launch (default) or is left to the caller.
+  void set_fuse_norm(bool fuse) { group_.fuse_norm = fuse; }
 
  private:
   struct Rank {

@@ -4,6 +4,7 @@
 #include "kernels/cuda_check.h"
 #include "kernels/half_utils.cuh"
 #include "kernels/pdl.cuh"
+#include "kernels/rmsnorm_row.cuh"
 #include "kernels/rmsnorm_rows.h"
 
 namespace hearth::kernels {
@@ -20,19 +21,13 @@ __global__ void rmsnorm_kernel(const float* x, const int32_t* idx, const float* 
   allow_dependents_early();
   wait_for_producer();
   const float* row = x + int64_t(idx ? idx[blockIdx.x] : int(blockIdx.x)) * hidden;
-  float ss = 0.0f;
-  for (int i = threadIdx.x; i < hidden; i += blockDim.x) ss += row[i] * row[i];
-  ss = block_sum(ss, scratch);
-  const float scale = rsqrtf(ss / float(hidden) + eps);
-  T* o = out + int64_t(blockIdx.x) * hidden;
-  for (int i = threadIdx.x; i < hidden; i += blockDim.x)
-    o[i] = HalfTraits<T>::from_float(weight[i] * (row[i] * scale));
+  rmsnorm_row(row, weight, hidden, eps, out + int64_t(blockIdx.x) * hidden, scratch);
 }
 
 void launch_rmsnorm(Half type, const float* x, const int32_t* idx, const float* weight, int n,
                     int hidden, float eps, void* out, cudaStream_t stream) {
   if (n == 0) return;
-  const int threads = hidden >= 4096 ? 1024 : hidden >= 1024 ? 512 : 128;
+  const int threads = rmsnorm_block_threads(hidden);
   HEARTH_DISPATCH_HALF(type, T,
                        launch_pdl(rmsnorm_kernel<T>, dim3(n), dim3(threads), 0, stream, x, idx,
                                   weight, hidden, eps, static_cast<T*>(out)));

@@ -2,7 +2,8 @@
 // peer-memory kernel (kernels/peer_all_reduce.h; eager and from a CUDA graph) against NCCL
 // (kernels/nccl_all_reduce.h, when it loads), at sizes from decode rows to prefill. Prints the
 // time and achieved bus bandwidth, 2(N-1)/N x bytes / time (NCCL's own definition), as a markdown
-// table and, with --json, as JSON.
+// table and, with --json, as JSON. With --norm-hidden, also the all-reduce that writes the rmsnorm
+// of its rows (one launch) against the all-reduce then rmsnorm (two), from CUDA graphs.
 #include <CLI/CLI.hpp>
 #include <cuda_runtime.h>
 
@@ -14,10 +15,12 @@
 #include <string>
 #include <vector>
 
+#include "kernels/all_reduce.h"
 #include "kernels/cuda_check.h"
 #include "kernels/cuda_handles.h"
 #include "kernels/device_buffer.h"
 #include "kernels/nccl_all_reduce.h"
+#include "kernels/ops.h"
 #include "kernels/peer_all_reduce.h"
 
 namespace {
@@ -61,6 +64,32 @@ double time_us(std::vector<Side>& sides, const std::vector<int>& devices,
   return t[2];
 }
 
+// Per call, in microseconds: `calls` calls of launch(rank, stream) captured in one graph on every
+// rank's stream, the graphs replayed.
+double graph_us(std::vector<Side>& sides, const std::vector<int>& devices, int calls, int reps,
+                const std::function<void(int, cudaStream_t)>& launch) {
+  std::vector<CudaGraphExec> execs;
+  for (size_t r = 0; r < sides.size(); ++r) {
+    HEARTH_CUDA_CHECK(cudaSetDevice(devices[r]));
+    cudaStream_t s = sides[r].stream.get();
+    HEARTH_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    for (int k = 0; k < calls; ++k) launch(int(r), s);
+    cudaGraph_t g = nullptr;
+    HEARTH_CUDA_CHECK(cudaStreamEndCapture(s, &g));
+    CudaGraph graph(g);
+    cudaGraphExec_t e = nullptr;
+    HEARTH_CUDA_CHECK(cudaGraphInstantiate(&e, g, 0));
+    execs.emplace_back(e);
+  }
+  auto once = [&] {
+    for (size_t r = 0; r < sides.size(); ++r) {
+      HEARTH_CUDA_CHECK(cudaSetDevice(devices[r]));
+      HEARTH_CUDA_CHECK(cudaGraphLaunch(execs[r].get(), sides[r].stream.get()));
+    }
+  };
+  return time_us(sides, devices, once, std::max(1, reps / calls)) / calls;
+}
+
 std::string human(size_t bytes) {
   if (bytes >= (1u << 20)) return std::to_string(bytes >> 20) + " MB";
   return std::to_string(bytes >> 10) + " KB";
@@ -78,6 +107,7 @@ int main(int argc, char** argv) {
   std::string json_path;
   bool no_nccl = false;
   int64_t two_shot_min_bytes = kernels::AllReduceGroup::kDefaultTwoShotMinBytes;
+  int norm_hidden = 0;
   app.add_option("--gpus", gpus, "ranks: GPUs 0..N-1 (default every GPU present)");
   app.add_option("--min-bytes", min_bytes, "smallest size, doubled up to --max-bytes");
   app.add_option("--max-bytes", max_bytes, "largest size");
@@ -87,6 +117,10 @@ int main(int argc, char** argv) {
   app.add_option("--two-shot-min-bytes", two_shot_min_bytes,
                  "own kernel: sizes from this up run in two shots over 3+ GPUs (0: all; "
                  "default 1 MB)");
+  app.add_option("--norm-hidden", norm_hidden,
+                 "also time the all-reduce + bf16 rmsnorm of rows this wide (1, 8, 64, 256 rows "
+                 "within --max-bytes): one launch against two (0: skip)")
+      ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
 
   try {
@@ -202,6 +236,43 @@ int main(int argc, char** argv) {
     if (json) {
       std::fprintf(json, "\n]}\n");
       std::fclose(json);
+    }
+    if (norm_hidden > 0) {
+      // Each rank's norm weight and output; the values do not matter to the time.
+      std::vector<DeviceBuffer> weight, xn;
+      for (int d : devices) {
+        HEARTH_CUDA_CHECK(cudaSetDevice(d));
+        weight.emplace_back(size_t(norm_hidden) * 4);
+        xn.emplace_back(max_bytes / 2);
+        HEARTH_CUDA_CHECK(cudaMemset(weight.back().get(), 0, weight.back().bytes()));
+      }
+      std::printf(
+          "\nall-reduce + rmsnorm, rows of %d, graph (us a call)\n\n| rows | two launches | "
+          "one launch |\n|---|---|---|\n",
+          norm_hidden);
+      for (int64_t rows : {1, 8, 64, 256}) {
+        const int64_t count = rows * norm_hidden;
+        if (count > max_floats) break;
+        auto launch = [&](int r, cudaStream_t s) {
+          kernels::AllReduceNorm n;
+          n.weight = weight[size_t(r)].get<float>();
+          n.hidden = norm_hidden;
+          n.eps = 1e-5f;
+          n.out = xn[size_t(r)].get();
+          // Unfused, the group leaves the norm to us (captured, so no rank waits on another).
+          if (!own.run(r, sides[size_t(r)].send.get<float>(), sides[size_t(r)].recv.get<float>(),
+                       count, true, s, &n))
+            kernels::rmsnorm(n.type, sides[size_t(r)].recv.get<float>(), n.weight, int(rows),
+                             norm_hidden, n.eps, n.out, s);
+        };
+        const int reps = 200;
+        own.set_fuse_norm(false);
+        const double two = graph_us(sides, devices, graph_calls, reps, launch);
+        own.set_fuse_norm(true);
+        const double one = graph_us(sides, devices, graph_calls, reps, launch);
+        std::printf("| %lld | %.1f | %.1f |\n", static_cast<long long>(rows), two, one);
+        std::fflush(stdout);
+      }
     }
     for (int d : devices) {
       HEARTH_CUDA_CHECK(cudaSetDevice(d));

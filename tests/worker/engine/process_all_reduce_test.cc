@@ -3,7 +3,8 @@
 // run again as children; the VMM descriptors travel over socketpairs (SCM_RIGHTS) through rank 0.
 // Every rank draws every rank's partials from one fresh seed, so each checks its own output
 // against the host rank-order sum, bit for bit: one- and two-shot counts (two shots need three
-// ranks), repeats, and replays of a captured graph. Skips with fewer than 2 GPUs.
+// ranks), repeats, replays of a captured graph, and the all-reduce that norms its rows against
+// the all-reduce then rmsnorm. Skips with fewer than 2 GPUs.
 #include <sys/socket.h>
 
 #include <cuda_runtime.h>
@@ -22,7 +23,9 @@
 #include "ipc/child_process.h"
 #include "ipc/fd_passing.h"
 #include "kernels/cuda_handles.h"
+#include "kernels/all_reduce.h"
 #include "kernels/device_buffer.h"
+#include "kernels/ops.h"
 #include "tests/kernels/gpu_test_util.h"
 #include "tests/support/temp_dir.h"
 #include "worker/engine/cuda/process_all_reduce.h"
@@ -143,6 +146,46 @@ void run_script(ProcessAllReduce& ar, unsigned seed) {
                      " floats");
     }
   }
+  // With a norm: the one-shot launch that norms its rows and two launches (set_fuse_norm(false):
+  // the group leaves the norm to the caller, here kernels::rmsnorm) give the same bytes.
+  DeviceBuffer weight(4096 * 4), xn_fused(size_t(kMaxFloats) * 2), xn_plain(size_t(kMaxFloats) * 2);
+  for (kernels::Half type : {kernels::Half::BF16, kernels::Half::F16})
+    for (int hidden : {4096, 2050})
+      for (int64_t rows : {1, 3, 64, 255}) {
+        const int64_t count = rows * hidden;
+        const std::string what = me + ", norm of " + std::to_string(rows) + " rows of " +
+                                 std::to_string(hidden) +
+                                 (type == kernels::Half::BF16 ? " bf16" : " f16");
+        const auto w = draw(seed, -2, call, hidden);
+        HEARTH_CUDA_CHECK(
+            cudaMemcpy(weight.get(), w.data(), size_t(hidden) * 4, cudaMemcpyHostToDevice));
+        kernels::AllReduceNorm n;
+        n.weight = weight.get<float>();
+        n.hidden = hidden;
+        n.eps = 1e-5f;
+        n.type = type;
+        const auto want = host_sum(seed, ar.ranks(), call, count, true);
+        std::vector<std::vector<uint8_t>> normed;
+        for (bool fuse : {true, false}) {
+          n.out = fuse ? xn_fused.get() : xn_plain.get();
+          ar.set_fuse_norm(fuse);
+          upload(b, seed, ar.rank(), call, count);
+          const bool wrote =
+              ar.run(b.partial.get<float>(), b.out.get<float>(), count, true, b.stream.get(), &n);
+          EXPECT_EQ(wrote, fuse && !ar.two_shot(count)) << what;
+          if (!wrote)
+            kernels::rmsnorm(type, b.out.get<float>(), n.weight, int(rows), hidden, n.eps, n.out,
+                             b.stream.get());
+          expect_out(b, want, what + (fuse ? ", fused" : ", two launches"));
+          std::vector<uint8_t> bytes(size_t(count) * 2);
+          HEARTH_CUDA_CHECK(cudaMemcpy(bytes.data(), n.out, bytes.size(), cudaMemcpyDeviceToHost));
+          normed.push_back(std::move(bytes));
+        }
+        ar.set_fuse_norm(true);
+        EXPECT_EQ(std::memcmp(normed[0].data(), normed[1].data(), normed[0].size()), 0)
+            << what << ": the fused norm differs from the all-reduce then rmsnorm";
+        ++call;
+      }
 }
 
 std::string read_all(const std::filesystem::path& p) {

@@ -79,8 +79,11 @@ void CudaLlamaForward::layer(int l, const StepShape& s, const StepInputs& in, co
     matmuls_.run(shape, e, a, w, w_up, out, T, n, k, st);
   };
 
+  // Tensor parallel, 16-bit: the all-reduce before each of these norms may have written it
+  // (CudaTpRank); if not, it runs here, at the start of the part.
+  const bool fused = tp_fuses_norm();
   if (part != LayerPart::Mlp) {
-    norm(L.attn_norm);
+    if (!xn_from_all_reduce_) norm(L.attn_norm);
     mark(StepPhase::Norm, st);
     // q, k and v in one launch where the kernel allows (the bits of three).
     if (fp8) {
@@ -124,7 +127,9 @@ void CudaLlamaForward::layer(int l, const StepShape& s, const StepInputs& in, co
     if (tp_) {
       matmul(kO, MatmulEpilogue::StoreF32, att_.get(), L.wo, S.wo, nullptr, nullptr, partial_.get(),
              h, qd);
-      tp_->all_reduce(partial_.get<float>(), x_.get<float>(), int64_t(T) * h, true, st);
+      const kernels::AllReduceNorm mlp_norm = tp_norm(L.mlp_norm);
+      xn_from_all_reduce_ = tp_->all_reduce(partial_.get<float>(), x_.get<float>(), int64_t(T) * h,
+                                            true, fused ? &mlp_norm : nullptr, st);
     } else {
       matmul(kO, MatmulEpilogue::AccumulateF32, att_.get(), L.wo, S.wo, nullptr, nullptr, x_.get(),
              h, qd);
@@ -133,7 +138,7 @@ void CudaLlamaForward::layer(int l, const StepShape& s, const StepInputs& in, co
   }
   if (part == LayerPart::Attention) return;
 
-  norm(L.mlp_norm);
+  if (!xn_from_all_reduce_) norm(L.mlp_norm);
   mark(StepPhase::Norm, st);
   matmul(kGateUp, MatmulEpilogue::SwiGLU, xn_.get(), L.w_gate, S.w_gate, L.w_up, S.w_up, act_.get(),
          c.intermediate, h);
@@ -142,7 +147,12 @@ void CudaLlamaForward::layer(int l, const StepShape& s, const StepInputs& in, co
   if (tp_) {
     matmul(kDown, MatmulEpilogue::StoreF32, act_.get(), L.w_down, S.w_down, nullptr, nullptr,
            partial_.get(), h, c.intermediate);
-    tp_->all_reduce(partial_.get<float>(), x_.get<float>(), int64_t(T) * h, true, st);
+    // The last layer's rows go to the head's gathered norm instead (finish()): unfused.
+    const bool next = fused && l + 1 < c.n_layers;
+    const kernels::AllReduceNorm next_norm =
+        next ? tp_norm(weights_.layer(l + 1).attn_norm) : kernels::AllReduceNorm{};
+    xn_from_all_reduce_ = tp_->all_reduce(partial_.get<float>(), x_.get<float>(), int64_t(T) * h,
+                                          true, next ? &next_norm : nullptr, st);
   } else {
     matmul(kDown, MatmulEpilogue::AccumulateF32, act_.get(), L.w_down, S.w_down, nullptr, nullptr,
            x_.get(), h, c.intermediate);
@@ -186,9 +196,25 @@ void CudaLlamaForward::begin(const StepShape& s, const StepInputs& in, const Cud
     // all-reduce is the last launch of the part (see CudaTpRank).
     kernels::embedding_range(type_, weights_.embed(), in.tokens(), s.tokens, c.hidden,
                              tp_->vocab_begin, tp_->vocab_end, partial_.get<float>(), st);
-    tp_->all_reduce(partial_.get<float>(), x_.get<float>(), int64_t(s.tokens) * c.hidden, false,
-                    st);
+    const kernels::AllReduceNorm first_norm = tp_norm(weights_.layer(0).attn_norm);
+    xn_from_all_reduce_ =
+        tp_->all_reduce(partial_.get<float>(), x_.get<float>(), int64_t(s.tokens) * c.hidden, false,
+                        tp_fuses_norm() ? &first_norm : nullptr, st);
   }
+}
+
+bool CudaLlamaForward::tp_fuses_norm() const {
+  return tp_ && !weights_.fp8();
+}
+
+kernels::AllReduceNorm CudaLlamaForward::tp_norm(const float* weight) const {
+  kernels::AllReduceNorm n;
+  n.weight = weight;
+  n.hidden = config_.hidden;
+  n.eps = float(config_.rms_eps);
+  n.type = type_;
+  n.out = xn_.get();
+  return n;
 }
 
 void CudaLlamaForward::finish(const StepShape& s, const StepInputs& in, cudaStream_t st) {

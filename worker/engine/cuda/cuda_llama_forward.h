@@ -17,6 +17,7 @@
 #include <functional>
 #include <optional>
 
+#include "kernels/all_reduce.h"
 #include "kernels/batch_ops.h"
 #include "kernels/device_buffer.h"
 #include "weight-server/model/model_config.h"
@@ -36,11 +37,17 @@ namespace hearth {
 // of a part (begin(), a layer's attention part, its MLP part): a driver enqueues one part on every
 // rank before the next part on any, so no rank's queue waits behind a peer's all-reduce that the
 // host has not launched yet (loading a kernel lazily may wait for the device's running kernels).
+// On 16-bit weights every all-reduce but the last layer's is given the rmsnorm that follows it
+// (`norm`: the layer's MLP norm, or the next layer's input norm) and, where it writes it (one
+// shot), that norm has no launch of its own; where not, the norm stays the first launch of the
+// next part, as above. fp8 models keep their separate rmsnorm_quantize.
 struct CudaTpRank {
   int vocab_begin = 0, vocab_end = 0;
-  // x = (accumulate ? x : 0) + the ranks' `partial`s summed in rank order, `count` floats.
-  std::function<void(const float* partial, float* x, int64_t count, bool accumulate,
-                     cudaStream_t stream)>
+  // x = (accumulate ? x : 0) + the ranks' `partial`s summed in rank order, `count` floats; with
+  // `norm`, returns whether the launch also wrote rmsnorm of x's rows into norm->out
+  // (kernels::AllReduceGroup::run); if not, the caller norms in its next part.
+  std::function<bool(const float* partial, float* x, int64_t count, bool accumulate,
+                     const kernels::AllReduceNorm* norm, cudaStream_t stream)>
       all_reduce;
 };
 
@@ -82,6 +89,10 @@ class CudaLlamaForward {
 
   const ModelConfig& config_;
   const CudaWeights& weights_;
+  // Whether the all-reduces write the norms after them (CudaTpRank), and the norm they would.
+  bool tp_fuses_norm() const;
+  kernels::AllReduceNorm tp_norm(const float* weight) const;
+
   kernels::Half type_;
   // x: the residual (fp32); xgn: the rows that want logits, normed (one gathering launch).
   DeviceBuffer x_, xn_, q32_, k32_, v32_, q16_, att_, act_, xgn_, logits_;
@@ -90,6 +101,9 @@ class CudaLlamaForward {
   DeviceBuffer attention_scratch_;
   kernels::PagedAttentionArgs attention_{};  // begin()'s plan, for the layers
   std::optional<CudaTpRank> tp_;
+  // Whether the last all-reduce wrote xn_ (the norm the next part begins with); set by every
+  // tensor-parallel all-reduce, read by the part after it in the same step.
+  bool xn_from_all_reduce_ = false;
   DeviceBuffer partial_;  // tensor parallel: this rank's o_proj / down / embedding partial
   StepPhases* phases_ = nullptr;
   void mark(StepPhase phase, cudaStream_t stream) {

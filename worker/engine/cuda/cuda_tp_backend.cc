@@ -82,8 +82,8 @@ void CudaTpBackend::build(const std::vector<int>& devices,
   for (int r = 0; r < n; ++r) {
     kernels::PeerAllReduce* ar = all_reduce_.get();
     auto all_reduce = [ar, r](const float* partial, float* x, int64_t count, bool accumulate,
-                              cudaStream_t stream) {
-      ar->run(r, partial, x, count, accumulate, stream);
+                              const kernels::AllReduceNorm* norm, cudaStream_t stream) {
+      return ar->run(r, partial, x, count, accumulate, stream, norm);
     };
     std::shared_ptr<const WeightStore> store;
     {

@@ -33,9 +33,9 @@ CudaTpProcessRank::CudaTpProcessRank(int rank, int device, const ModelConfig& wh
   ProcessAllReduce* ar = all_reduce_.get();
   unit_ = std::make_unique<CudaTpRankUnit>(
       rank, device, c_, plan, std::move(pieces), options_, context_, limits_,
-      [ar](const float* partial, float* x, int64_t count, bool accumulate, cudaStream_t stream) {
-        ar->run(partial, x, count, accumulate, stream);
-      });
+      [ar](const float* partial, float* x, int64_t count, bool accumulate,
+           const kernels::AllReduceNorm* norm,
+           cudaStream_t stream) { return ar->run(partial, x, count, accumulate, stream, norm); });
   logits_ = unit_->arena().alloc(size_t(limits_.max_seqs) * c_.vocab * 4);
   if (rank == 0) {
     sampling_ = std::make_unique<CudaSampling>(limits_.max_seqs, c_.vocab, unit_->arena());

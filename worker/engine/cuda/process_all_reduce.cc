@@ -106,13 +106,13 @@ bool ProcessAllReduce::ready() const {
   return std::all_of(imported_.begin(), imported_.end(), [](bool b) { return b; });
 }
 
-void ProcessAllReduce::run(const float* partial, float* out, int64_t count, bool accumulate,
-                           cudaStream_t stream) {
+bool ProcessAllReduce::run(const float* partial, float* out, int64_t count, bool accumulate,
+                           cudaStream_t stream, const kernels::AllReduceNorm* norm) {
   if (!ready())
     throw std::runtime_error(rank_name(rank_) +
                              ": the all-reduce ran before every peer's buffers were imported");
   kernels::DeviceScope scope(device_);
-  group_.run(rank_, epochs_.get<uint32_t>(), partial, out, count, accumulate, stream);
+  return group_.run(rank_, epochs_.get<uint32_t>(), partial, out, count, accumulate, stream, norm);
 }
 
 }  // namespace hearth

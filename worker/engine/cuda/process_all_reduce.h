@@ -53,8 +53,13 @@ class ProcessAllReduce {
 
   // out = (accumulate ? out : 0) + rank-order sum of every rank's partial; partial and out are
   // `count` floats on this rank's device, stream one of its streams. Every rank must call it
-  // with the same counts in the same order; it may be captured in a CUDA graph.
-  void run(const float* partial, float* out, int64_t count, bool accumulate, cudaStream_t stream);
+  // with the same counts in the same order; it may be captured in a CUDA graph. With `norm`,
+  // returns whether the launch also wrote rmsnorm of out's rows into norm->out (if not, the
+  // caller norms: kernels::AllReduceGroup::run).
+  bool run(const float* partial, float* out, int64_t count, bool accumulate, cudaStream_t stream,
+           const kernels::AllReduceNorm* norm = nullptr);
+  // Whether a norm rides in the all-reduce's launch (default) or is left to the caller.
+  void set_fuse_norm(bool fuse) { group_.fuse_norm = fuse; }
 
  private:
   int rank_ = 0, device_ = 0;

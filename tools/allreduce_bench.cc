@@ -175,29 +175,11 @@ int main(int argc, char** argv) {
       };
       const double own_us = time_us(sides, devices, own_once, reps);
       // The same calls captured, graph_calls per graph on each rank's stream.
-      std::vector<CudaGraphExec> execs;
-      for (int r = 0; r < gpus; ++r) {
-        HEARTH_CUDA_CHECK(cudaSetDevice(devices[size_t(r)]));
-        cudaStream_t s = sides[size_t(r)].stream.get();
-        HEARTH_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-        for (int k = 0; k < graph_calls; ++k)
-          own.run(r, sides[size_t(r)].send.get<float>(), sides[size_t(r)].recv.get<float>(), count,
-                  true, s);
-        cudaGraph_t g = nullptr;
-        HEARTH_CUDA_CHECK(cudaStreamEndCapture(s, &g));
-        CudaGraph graph(g);
-        cudaGraphExec_t e = nullptr;
-        HEARTH_CUDA_CHECK(cudaGraphInstantiate(&e, g, 0));
-        execs.emplace_back(e);
-      }
-      auto graph_once = [&] {
-        for (int r = 0; r < gpus; ++r) {
-          HEARTH_CUDA_CHECK(cudaSetDevice(devices[size_t(r)]));
-          HEARTH_CUDA_CHECK(cudaGraphLaunch(execs[size_t(r)].get(), sides[size_t(r)].stream.get()));
-        }
-      };
-      const double graph_us =
-          time_us(sides, devices, graph_once, std::max(1, reps / graph_calls)) / graph_calls;
+      const double graphed_us =
+          graph_us(sides, devices, graph_calls, reps, [&](int r, cudaStream_t s) {
+            own.run(r, sides[size_t(r)].send.get<float>(), sides[size_t(r)].recv.get<float>(),
+                    count, true, s);
+          });
       std::optional<double> nccl_us;
       if (nccl) {
         std::vector<const float*> send;
@@ -219,7 +201,7 @@ int main(int argc, char** argv) {
       }
       const int shots = own.two_shot(count) ? 2 : 1;
       std::printf("| %s | %d | %.1f | %.1f | %s | %.1f | %.1f | %s |\n", human(bytes).c_str(),
-                  shots, own_us, graph_us, nccl_cell, busbw(own_us), busbw(graph_us), nccl_bw);
+                  shots, own_us, graphed_us, nccl_cell, busbw(own_us), busbw(graphed_us), nccl_bw);
       std::fflush(stdout);
       if (json) {
         std::fprintf(json,
@@ -227,8 +209,8 @@ int main(int argc, char** argv) {
                      "\"own_graph_us\": %.3f, "
                      "\"nccl_us\": %s, \"own_eager_busbw_gbps\": %.2f, \"own_graph_busbw_gbps\": "
                      "%.2f, \"nccl_busbw_gbps\": %s}",
-                     first_row ? "" : ",", bytes, shots, own_us, graph_us,
-                     nccl_us ? nccl_cell : "null", busbw(own_us), busbw(graph_us),
+                     first_row ? "" : ",", bytes, shots, own_us, graphed_us,
+                     nccl_us ? nccl_cell : "null", busbw(own_us), busbw(graphed_us),
                      nccl_us ? nccl_bw : "null");
         first_row = false;
       }

@@ -391,9 +391,7 @@ Fp8Tiles choose(int m, const std::array<int, kMaxSegments>& widths, int k, bool 
     case tiling::DecodeTile::M16N48DeepFourBoxes:
       return Fp8Tiles::M16N48DeepK512;
     case tiling::DecodeTile::M16N24DeepFourBoxes:
-    case tiling::DecodeTile::M16N16DeepFourBoxes:
-    case tiling::DecodeTile::M16N8DeepFourBoxes:
-      // Narrow shards: no narrower fp8 tiles yet; 32 rows fit one wave there too.
+      // Narrow shards: no narrower fp8 tile yet; 32 rows fit one wave there too.
       return Fp8Tiles::M16N32DeepK512;
     case tiling::DecodeTile::M16N32Deep:
       return Fp8Tiles::M16N32Deep;

@@ -410,10 +410,6 @@ WgmmaTiles choose(int m, const std::array<int, kMaxSegments>& widths, int k, boo
       return WgmmaTiles::M16N48DeepK256;
     case tiling::DecodeTile::M16N24DeepFourBoxes:
       return WgmmaTiles::M16N24DeepK256;
-    case tiling::DecodeTile::M16N16DeepFourBoxes:
-      return WgmmaTiles::M16N16DeepK256;
-    case tiling::DecodeTile::M16N8DeepFourBoxes:
-      return WgmmaTiles::M16N8DeepK256;
     case tiling::DecodeTile::M16N32Deep:
       return WgmmaTiles::M16N32Deep;
     case tiling::DecodeTile::M16N64:

@@ -390,6 +390,9 @@ Fp8Tiles choose(int m, const std::array<int, kMaxSegments>& widths, int k, bool 
       return Fp8Tiles::M16N32DeepK512;
     case tiling::DecodeTile::M16N48DeepFourBoxes:
       return Fp8Tiles::M16N48DeepK512;
+    case tiling::DecodeTile::M16N24DeepFourBoxes:
+      // Narrow shards: no narrower fp8 tile yet; 32 rows fit one wave there too.
+      return Fp8Tiles::M16N32DeepK512;
     case tiling::DecodeTile::M16N32Deep:
       return Fp8Tiles::M16N32Deep;
     case tiling::DecodeTile::M16N64:

@@ -39,6 +39,7 @@ struct LaunchShape {
 enum class DecodeTile {
   M16N32DeepFourBoxes,
   M16N48DeepFourBoxes,
+  M16N24DeepFourBoxes,
   M16N32Deep,
   M16N64,
   M16N112,
@@ -67,11 +68,18 @@ inline int64_t busiest_sm_rows(int64_t tiles, int bn, int per_sm, int64_t sms) {
 // round trips per byte (H100, 8B at 1-16 rows: down 59 -> 44 us, o 17.8 -> 14.6 us; cuBLASLt 45
 // and 16). Where 32-row tiles need a second wave that 48-row ones do not (q, k and v of the 8B:
 // 192 tiles, or 130), the wider tile keeps every SM streaming to the end instead of a third of
-// them finishing a second wave alone.
+// them finishing a second wave alone. Where 32-row tiles leave half the SMs or more idle (a
+// tensor-parallel shard: the 8B's q, k and v at TP=4 are 48 tiles), 24-row tiles spread it
+// over more of them (65). Measured on the H200 (one launch, 1-16 rows): TP=4 q/k/v 13.3 us at
+// 32, 11.1 at 24, 12.0 at 16, 17.6 at 8; TP=2 (96 tiles of 32) 14.5 at 32 and 16.0 at 24, so a
+// shard that already covers most SMs keeps 32. Not for SwiGLU: a 24-row tile would split an
+// 8-column group of gate or up.
 inline DecodeTile decode_tile(const LaunchShape& s) {
   if (s.m > 64) return DecodeTile::Large;
   const bool one_wave = s.column_tiles(32) <= s.sms;
   if (s.m <= 16 && s.k % s.k_per_stage == 0) {
+    if (!s.swiglu && 2 * s.column_tiles(32) <= s.sms && s.column_tiles(24) <= s.sms)
+      return DecodeTile::M16N24DeepFourBoxes;
     if (one_wave) return DecodeTile::M16N32DeepFourBoxes;
     if (s.column_tiles(48) <= s.sms) return DecodeTile::M16N48DeepFourBoxes;
   }

@@ -16,6 +16,24 @@ template <typename T, int N>
 struct Wgmma;
 
 template <>
+struct Wgmma<__nv_bfloat16, 8> {
+  __device__ __forceinline__ static void run(float* d, uint64_t desc_a, uint64_t desc_b,
+                                             int scale_d) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3}, %4, %5, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+#else
+    (void)d, (void)desc_a, (void)desc_b, (void)scale_d;
+    __trap();
+#endif
+  }
+};
+
+template <>
 struct Wgmma<__nv_bfloat16, 16> {
   __device__ __forceinline__ static void run(float* d, uint64_t desc_a, uint64_t desc_b,
                                              int scale_d) {
@@ -26,6 +44,25 @@ struct Wgmma<__nv_bfloat16, 16> {
         "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, 0, 0;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
           "+f"(d[7])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+#else
+    (void)d, (void)desc_a, (void)desc_b, (void)scale_d;
+    __trap();
+#endif
+  }
+};
+
+template <>
+struct Wgmma<__nv_bfloat16, 24> {
+  __device__ __forceinline__ static void run(float* d, uint64_t desc_a, uint64_t desc_b,
+                                             int scale_d) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %14, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n24k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11}, %12, %13, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11])
         : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 #else
     (void)d, (void)desc_a, (void)desc_b, (void)scale_d;
@@ -239,6 +276,24 @@ struct Wgmma<__nv_bfloat16, 256> {
 };
 
 template <>
+struct Wgmma<__half, 8> {
+  __device__ __forceinline__ static void run(float* d, uint64_t desc_a, uint64_t desc_b,
+                                             int scale_d) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %6, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16 "
+        "{%0, %1, %2, %3}, %4, %5, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+#else
+    (void)d, (void)desc_a, (void)desc_b, (void)scale_d;
+    __trap();
+#endif
+  }
+};
+
+template <>
 struct Wgmma<__half, 16> {
   __device__ __forceinline__ static void run(float* d, uint64_t desc_a, uint64_t desc_b,
                                              int scale_d) {
@@ -249,6 +304,25 @@ struct Wgmma<__half, 16> {
         "{%0, %1, %2, %3, %4, %5, %6, %7}, %8, %9, p, 1, 1, 0, 0;\n}\n"
         : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
           "+f"(d[7])
+        : "l"(desc_a), "l"(desc_b), "r"(scale_d));
+#else
+    (void)d, (void)desc_a, (void)desc_b, (void)scale_d;
+    __trap();
+#endif
+  }
+};
+
+template <>
+struct Wgmma<__half, 24> {
+  __device__ __forceinline__ static void run(float* d, uint64_t desc_a, uint64_t desc_b,
+                                             int scale_d) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %14, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n24k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11}, %12, %13, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11])
         : "l"(desc_a), "l"(desc_b), "r"(scale_d));
 #else
     (void)d, (void)desc_a, (void)desc_b, (void)scale_d;

@@ -368,6 +368,12 @@ void dispatch(Half type, WgmmaTiles tiles, const MatmulArgs& a, int64_t lda,
       return launch<T, 16, 32, 8, 1, kSwiGLU, 4>(type, a, lda, segs, p, stream);
     case WgmmaTiles::M16N48DeepK256:
       return launch<T, 16, 48, 6, 1, kSwiGLU, 4>(type, a, lda, segs, p, stream);
+    case WgmmaTiles::M16N24DeepK256:
+      return launch<T, 16, 24, 10, 1, kSwiGLU, 4>(type, a, lda, segs, p, stream);
+    case WgmmaTiles::M16N16DeepK256:
+      return launch<T, 16, 16, 12, 1, kSwiGLU, 4>(type, a, lda, segs, p, stream);
+    case WgmmaTiles::M16N8DeepK256:
+      return launch<T, 16, 8, 16, 1, kSwiGLU, 4>(type, a, lda, segs, p, stream);
     case WgmmaTiles::M32N32Deep:
       return launch<T, 32, 32, 24, 1, kSwiGLU>(type, a, lda, segs, p, stream);
     case WgmmaTiles::M64N32Deep:
@@ -402,6 +408,8 @@ WgmmaTiles choose(int m, const std::array<int, kMaxSegments>& widths, int k, boo
       return WgmmaTiles::M16N32DeepK256;
     case tiling::DecodeTile::M16N48DeepFourBoxes:
       return WgmmaTiles::M16N48DeepK256;
+    case tiling::DecodeTile::M16N24DeepFourBoxes:
+      return WgmmaTiles::M16N24DeepK256;
     case tiling::DecodeTile::M16N32Deep:
       return WgmmaTiles::M16N32Deep;
     case tiling::DecodeTile::M16N64:
@@ -454,6 +462,12 @@ const char* wgmma_tiles_name(WgmmaTiles t) {
       return "16x32deep-k256";
     case WgmmaTiles::M16N48DeepK256:
       return "16x48deep-k256";
+    case WgmmaTiles::M16N24DeepK256:
+      return "16x24deep-k256";
+    case WgmmaTiles::M16N16DeepK256:
+      return "16x16deep-k256";
+    case WgmmaTiles::M16N8DeepK256:
+      return "16x8deep-k256";
     case WgmmaTiles::M32N32Deep:
       return "32x32deep";
     case WgmmaTiles::M64N32Deep:
@@ -513,9 +527,15 @@ void wgmma_matmul(Half type, MatmulEpilogue epilogue, const MatmulArgs& a, Wgmma
   if (tiles == WgmmaTiles::Auto) tiles = choose(a.m, widths, a.k, swiglu);
   // Four boxes a stage need K in whole stages: a box past K in the consumers' loop would be a
   // divergent path (ptxas then serialises every wgmma). Any tiling gives the same bits.
-  if ((tiles == WgmmaTiles::M16N32DeepK256 || tiles == WgmmaTiles::M16N48DeepK256) &&
-      a.k % (4 * kBK) != 0)
-    tiles = WgmmaTiles::M16N32Deep;
+  const bool four_boxes = tiles == WgmmaTiles::M16N32DeepK256 ||
+                          tiles == WgmmaTiles::M16N48DeepK256 ||
+                          tiles == WgmmaTiles::M16N24DeepK256 ||
+                          tiles == WgmmaTiles::M16N16DeepK256 || tiles == WgmmaTiles::M16N8DeepK256;
+  if (four_boxes && a.k % (4 * kBK) != 0) tiles = WgmmaTiles::M16N32Deep;
+  // The SwiGLU epilogue pairs whole 8-column groups of gate and up: a tile of 24 or 8 weight
+  // rows (12 or 4 of each) has none; 16 has one of each.
+  if (swiglu && (tiles == WgmmaTiles::M16N24DeepK256 || tiles == WgmmaTiles::M16N8DeepK256))
+    tiles = WgmmaTiles::M16N16DeepK256;
   p.m = a.m;
   p.k = a.k;
   p.epilogue = epilogue;

@@ -23,7 +23,9 @@ namespace hearth::kernels {
 // widths whose 32-row tiles need a second wave but whose 48-row tiles fit one (q, k and v of
 // the 8B: 192 tiles or 130); M16N112 streams 112 weight rows a block, two blocks an SM, where
 // that spreads the tiles more evenly over the SMs than 64 (gate/up of the 8B: 256 tiles, not
-// 448); M256 are 2-block clusters of 128-row tiles that share their weight
+// 448); M16N24/16/8DeepK256 are DeepK256 tiles of fewer weight rows for narrow (tensor-parallel)
+// shards whose 32-row tiles leave SMs idle (SwiGLU needs whole 8-column gate and up halves: 24
+// and 8 fall back to 16 there); M256 are 2-block clusters of 128-row tiles that share their weight
 // tile (multicast).
 enum class WgmmaTiles {
   Auto,
@@ -35,6 +37,9 @@ enum class WgmmaTiles {
   M16N32Deep,
   M16N32DeepK256,
   M16N48DeepK256,
+  M16N24DeepK256,
+  M16N16DeepK256,
+  M16N8DeepK256,
   M32N32Deep,
   M64N32Deep,
   M64N64Deep,
@@ -54,7 +59,8 @@ constexpr WgmmaTiles kAllWgmmaTiles[] = {
     WgmmaTiles::M64N32Deep,     WgmmaTiles::M64N64Deep,     WgmmaTiles::M64N128,
     WgmmaTiles::M64N256,        WgmmaTiles::M128N64,        WgmmaTiles::M128N128,
     WgmmaTiles::M128N192,       WgmmaTiles::M128N256,       WgmmaTiles::M256N128,
-    WgmmaTiles::M256N256};
+    WgmmaTiles::M256N256,       WgmmaTiles::M16N24DeepK256, WgmmaTiles::M16N16DeepK256,
+    WgmmaTiles::M16N8DeepK256};
 const char* wgmma_tiles_name(WgmmaTiles t);
 
 // True when the current device can run it (compute capability 9.0, this build has sm_90a code).

@@ -67,6 +67,41 @@ void qkv_table(const std::vector<int>& ms, const DeviceBuffer& arena, const Devi
   }
 }
 
+// q, k and v of one tensor-parallel shard of the 8B (4,096 / tp + 2 x 1,024 / tp rows of 4,096)
+// in one launch, by each four-box decode tile and by Auto: the narrow tiles against the 32-row
+// tile the rule took before they existed (issue 23/26). Same bits; a speed table.
+void qkv_shard_table(int tp, const std::vector<int>& ms, const DeviceBuffer& arena,
+                     const DeviceBuffer& a, const DeviceBuffer& out, cudaStream_t stream) {
+  const int q = 4096 / tp, kv = 1024 / tp, k = 4096;
+  const size_t q_bytes = size_t(q) * k * 2, kv_bytes = size_t(kv) * k * 2;
+  const size_t set_bytes = q_bytes + 2 * kv_bytes;
+  const int copies = int(std::clamp<size_t>(arena.bytes() / set_bytes, 1, 16));
+  using kernels::WgmmaTiles;
+  const WgmmaTiles tilings[] = {WgmmaTiles::Auto,           WgmmaTiles::M16N48DeepK256,
+                                WgmmaTiles::M16N32DeepK256, WgmmaTiles::M16N24DeepK256,
+                                WgmmaTiles::M16N16DeepK256, WgmmaTiles::M16N8DeepK256};
+  std::printf("\n| q/k/v %d+%d+%d x %d (TP=%d), one launch, fp32 out | M |", q, kv, kv, k, tp);
+  for (WgmmaTiles t : tilings) std::printf(" %s us |", kernels::wgmma_tiles_name(t));
+  std::printf("\n|---|---|---|---|---|---|---|---|\n");
+  for (int m : ms) {
+    char* o = static_cast<char*>(out.get());
+    std::printf("| | %d |", m);
+    for (WgmmaTiles t : tilings) {
+      const double us = time_us(stream, [&](int i) {
+        char* w = static_cast<char*>(arena.get()) + (i % copies) * set_bytes;
+        kernels::MatmulArgs args;
+        args.a = a.get(), args.w = w, args.m = m, args.n = q, args.k = k, args.out = o;
+        args.more[0] = {w + q_bytes, nullptr, o + size_t(m) * q * 4, kv};
+        args.more[1] = {w + q_bytes + kv_bytes, nullptr, o + size_t(m) * (q + kv) * 4, kv};
+        kernels::wgmma_matmul(Half::BF16, kernels::MatmulEpilogue::StoreF32, args, t, stream);
+      });
+      std::printf(" %.1f |", us);
+    }
+    std::printf("\n");
+    std::fflush(stdout);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -75,6 +110,7 @@ int main(int argc, char** argv) {
       "shapes, bf16, every row count"};
   std::vector<int> ms{1, 8, 32, 64, 128, 256, 512, 2048};
   bool all_tiles = false, qkv_only = false;
+  std::vector<int> shard_tps;
   double peak = 796.0;
   std::string json_path;
   app.add_option("--ms", ms, "row counts");
@@ -82,6 +118,9 @@ int main(int argc, char** argv) {
   app.add_flag("--qkv-only", qkv_only, "only the q/k/v table: three launches against one");
   app.add_option("--peak-tflops", peak, "the rate percentages are of (H100 SXM bf16 dense: 796)");
   app.add_option("--json", json_path, "write every number here");
+  app.add_option("--qkv-tp", shard_tps,
+                 "also time q/k/v shards of these tensor-parallel sizes (1, 2, 4, 8) by each "
+                 "four-box decode tile");
   CLI11_PARSE(app, argc, argv);
   if (!kernels::wgmma_matmul_available()) {
     std::fprintf(stderr, "no compute-capability 9.0 device: wgmma needs sm_90a\n");
@@ -167,6 +206,13 @@ int main(int argc, char** argv) {
     }
   }
   qkv_table(ms, arena, a, out, stream);
+  for (int tp : shard_tps) {
+    if (tp < 1 || 1024 % tp != 0) {
+      std::fprintf(stderr, "--qkv-tp %d: not a divisor of 1,024\n", tp);
+      return 1;
+    }
+    qkv_shard_table(tp, ms, arena, a, out, stream);
+  }
   HEARTH_CUDA_CHECK(cudaStreamDestroy(stream));
   return 0;
 }

@@ -40,8 +40,10 @@ void run(Half t, MatmulEpilogue e, WgmmaTiles tiles, const void* a, int64_t lda,
 
 TEST(WgmmaMatmul, MatchesReferenceForEveryEpilogueAndTiling) {
   HEARTH_REQUIRE_WGMMA();
-  // Odd sizes: partial row and column tiles, K not a multiple of the 64-wide stage.
-  const Case cases[] = {{1, 96, 64}, {37, 200, 320}, {130, 264, 1040}};
+  // Odd sizes: partial row and column tiles, K not a multiple of the 64-wide stage; K in whole
+  // four-box stages (512) so the DeepK256 tiles run as themselves (200 columns: partial last
+  // tiles of 16, 24, 32 and 48).
+  const Case cases[] = {{1, 96, 64}, {37, 200, 320}, {130, 264, 1040}, {9, 200, 512}};
   const std::vector<WgmmaTiles> tilings = test::every_tiling_and_auto(kernels::kAllWgmmaTiles);
   for (Half t : {Half::BF16, Half::F16})
     for (const Case& c : cases) {
@@ -110,29 +112,34 @@ TEST(WgmmaMatmul, MatchesReferenceForEveryEpilogueAndTiling) {
 // Every tiling, every batch size, every place in the batch: the same bits for a row.
 TEST(WgmmaMatmul, RowsAreBitIdenticalWhateverTheTilingAndBatch) {
   HEARTH_REQUIRE_WGMMA();
-  const int pool = 2048 + 64, n = 520, k = 1088;  // n, k: partial tiles
-  for (Half t : {Half::BF16, Half::F16})
-    for (bool swiglu : {false, true}) {
-      SCOPED_TRACE(std::string(test::name(t)) + (swiglu ? " SwiGLU" : " fp32 out"));
-      const auto a = test::random_floats(size_t(pool) * k);
-      auto da = test::upload_half(a, t);
-      auto dw = test::upload_half(test::random_floats(size_t(n) * k, 0.05f), t);
-      auto dwu = test::upload_half(test::random_floats(size_t(n) * k, 0.05f), t);
-      const MatmulEpilogue e = swiglu ? MatmulEpilogue::SwiGLU : MatmulEpilogue::StoreF32;
-      const size_t elem = swiglu ? 2 : 4, row_bytes = n * elem;
-      auto compute = [&](WgmmaTiles tiles, int first_row, int m) {
-        auto out = test::poisoned(size_t(m) * row_bytes);
-        run(t, e, tiles, static_cast<const char*>(da.get()) + size_t(first_row) * k * 2, 0,
-            dw.get(), swiglu ? dwu.get() : nullptr, nullptr, m, n, k, out.get());
-        std::vector<unsigned char> host(size_t(m) * row_bytes);
-        HEARTH_CUDA_CHECK(cudaDeviceSynchronize());
-        HEARTH_CUDA_CHECK(cudaMemcpy(host.data(), out.get(), host.size(), cudaMemcpyDeviceToHost));
-        return host;
-      };
-      test::expect_rows_alike_whatever_the_tiling_and_batch(kernels::kAllWgmmaTiles,
-                                                            WgmmaTiles::M128N256, pool, row_bytes,
-                                                            compute, kernels::wgmma_tiles_name);
-    }
+  // n: partial tiles; k 1088: not in whole four-box stages (DeepK256 tiles fall back), 1024: in
+  // them (they run as themselves).
+  const int pool = 2048 + 64, n = 520;
+  for (int k : {1088, 1024})
+    for (Half t : {Half::BF16, Half::F16})
+      for (bool swiglu : {false, true}) {
+        SCOPED_TRACE(std::string(test::name(t)) + (swiglu ? " SwiGLU" : " fp32 out") + " k " +
+                     std::to_string(k));
+        const auto a = test::random_floats(size_t(pool) * k);
+        auto da = test::upload_half(a, t);
+        auto dw = test::upload_half(test::random_floats(size_t(n) * k, 0.05f), t);
+        auto dwu = test::upload_half(test::random_floats(size_t(n) * k, 0.05f), t);
+        const MatmulEpilogue e = swiglu ? MatmulEpilogue::SwiGLU : MatmulEpilogue::StoreF32;
+        const size_t elem = swiglu ? 2 : 4, row_bytes = n * elem;
+        auto compute = [&](WgmmaTiles tiles, int first_row, int m) {
+          auto out = test::poisoned(size_t(m) * row_bytes);
+          run(t, e, tiles, static_cast<const char*>(da.get()) + size_t(first_row) * k * 2, 0,
+              dw.get(), swiglu ? dwu.get() : nullptr, nullptr, m, n, k, out.get());
+          std::vector<unsigned char> host(size_t(m) * row_bytes);
+          HEARTH_CUDA_CHECK(cudaDeviceSynchronize());
+          HEARTH_CUDA_CHECK(
+              cudaMemcpy(host.data(), out.get(), host.size(), cudaMemcpyDeviceToHost));
+          return host;
+        };
+        test::expect_rows_alike_whatever_the_tiling_and_batch(kernels::kAllWgmmaTiles,
+                                                              WgmmaTiles::M128N256, pool, row_bytes,
+                                                              compute, kernels::wgmma_tiles_name);
+      }
 }
 
 TEST(WgmmaMatmul, RejectsBadArguments) {

@@ -1,0 +1,97 @@
+// The decode tiling rule (kernels/matmul_tiling.h) on tensor-parallel shards: a shard whose
+// 32-row tiles leave half the SMs of an H100 (132) or more idle takes 24-row tiles, and every
+// TP=1 shape of the 8B keeps its tile.
+#include <gtest/gtest.h>
+
+#include "kernels/matmul_tiling.h"
+
+namespace hearth::kernels::tiling {
+namespace {
+
+constexpr int64_t kH100Sms = 132;
+constexpr int kFourBoxes = 256;  // four 64-wide K boxes of 16-bit values
+
+LaunchShape shape(int m, std::array<int, 3> widths, int k, bool swiglu = false) {
+  return LaunchShape{m, widths, k, swiglu, kFourBoxes, kH100Sms};
+}
+
+// The 8B (hidden 4,096, 32 q / 8 kv heads of 128, intermediate 14,336) sharded over `tp`.
+struct Shards {
+  LaunchShape qkv, o, gate_up, down;
+};
+Shards llama(int m, int tp, int hidden, int q_heads, int kv_heads, int intermediate) {
+  const int q = q_heads * 128 / tp, kv = kv_heads * 128 / tp;
+  return {shape(m, {q, kv, kv}, hidden), shape(m, {hidden, 0, 0}, q),
+          shape(m, {intermediate / tp, 0, 0}, hidden, true),
+          shape(m, {hidden, 0, 0}, intermediate / tp)};
+}
+Shards llama8b(int m, int tp) {
+  return llama(m, tp, 4096, 32, 8, 14336);
+}
+Shards llama70b(int m, int tp) {
+  return llama(m, tp, 8192, 64, 8, 28672);
+}
+
+TEST(MatmulTilingTp, TheEightBAtTpOneKeepsItsTiles) {
+  for (int m = 1; m <= 16; ++m) {
+    const Shards s = llama8b(m, 1);
+    EXPECT_EQ(decode_tile(s.qkv), DecodeTile::M16N48DeepFourBoxes);
+    EXPECT_EQ(decode_tile(s.o), DecodeTile::M16N32DeepFourBoxes);
+    EXPECT_EQ(decode_tile(s.gate_up), DecodeTile::M16N112);
+    EXPECT_EQ(decode_tile(s.down), DecodeTile::M16N32DeepFourBoxes);
+    EXPECT_EQ(decode_tile(shape(m, {128256, 0, 0}, 4096)), DecodeTile::M16N64);
+  }
+}
+
+TEST(MatmulTilingTp, EightBShardsFillTheSms) {
+  // TP=2 q/k/v (2,048 + 512 + 512): 96 tiles of 32 cover most SMs (measured: 32 beats 24).
+  const Shards tp2 = llama8b(1, 2);
+  EXPECT_EQ(tp2.qkv.column_tiles(32), 96);
+  EXPECT_EQ(decode_tile(tp2.qkv), DecodeTile::M16N32DeepFourBoxes);
+  EXPECT_EQ(decode_tile(llama8b(16, 2).qkv), DecodeTile::M16N32DeepFourBoxes);
+  // o and down keep 4,096 columns: 128 tiles of 32, 171 of 24.
+  EXPECT_EQ(decode_tile(tp2.o), DecodeTile::M16N32DeepFourBoxes);
+  EXPECT_EQ(decode_tile(tp2.down), DecodeTile::M16N32DeepFourBoxes);
+  EXPECT_EQ(decode_tile(tp2.gate_up), DecodeTile::M16N112);
+
+  // TP=4 q/k/v (1,024 + 256 + 256): 48 tiles of 32 leave 84 SMs idle; 65 of 24.
+  const Shards tp4 = llama8b(1, 4);
+  EXPECT_EQ(tp4.qkv.column_tiles(32), 48);
+  EXPECT_EQ(tp4.qkv.column_tiles(24), 43 + 11 + 11);
+  EXPECT_EQ(decode_tile(tp4.qkv), DecodeTile::M16N24DeepFourBoxes);
+  EXPECT_EQ(decode_tile(llama8b(16, 4).qkv), DecodeTile::M16N24DeepFourBoxes);
+  EXPECT_EQ(decode_tile(tp4.o), DecodeTile::M16N32DeepFourBoxes);
+  EXPECT_EQ(decode_tile(tp4.down), DecodeTile::M16N32DeepFourBoxes);
+  // gate/up (7,168 weight rows): 224 SwiGLU tiles of 32 are more than one wave: two blocks an
+  // SM, as before.
+  EXPECT_EQ(tp4.gate_up.column_tiles(32), 224);
+  EXPECT_EQ(decode_tile(tp4.gate_up), DecodeTile::M16N32);
+}
+
+TEST(MatmulTilingTp, SeventyBShardsAtTpFour) {
+  // q/k/v (2,048 + 256 + 256): 80 tiles of 32 cover most SMs: kept.
+  const Shards tp4 = llama70b(1, 4);
+  EXPECT_EQ(tp4.qkv.column_tiles(32), 80);
+  EXPECT_EQ(decode_tile(tp4.qkv), DecodeTile::M16N32DeepFourBoxes);
+  // o and down (8,192 columns: 256 tiles of 32) and gate/up (14,336 weight rows) are wide.
+  EXPECT_EQ(decode_tile(tp4.o), DecodeTile::M16N32);
+  EXPECT_EQ(decode_tile(tp4.down), DecodeTile::M16N32);
+  EXPECT_EQ(decode_tile(tp4.gate_up), DecodeTile::M16N112);
+}
+
+TEST(MatmulTilingTp, NarrowTilesNeedFourBoxStagesAndWholeSwiGluHalves) {
+  // A tiny width takes 24 rows (never 16 or 8: slower in the measurement above).
+  EXPECT_EQ(decode_tile(shape(1, {64, 0, 0}, 512)), DecodeTile::M16N24DeepFourBoxes);
+  // K not in whole four-box stages: the one-box deep tile, as before.
+  EXPECT_EQ(decode_tile(shape(1, {2048, 512, 512}, 4096 + 64)), DecodeTile::M16N32Deep);
+  // More than 16 rows: the 32-row tiles, as before.
+  EXPECT_EQ(decode_tile(shape(17, {2048, 512, 512}, 4096)), DecodeTile::M32N32Deep);
+  // SwiGLU: 24 weight rows would split an 8-column group of gate or up: 32 stays.
+  EXPECT_EQ(decode_tile(shape(1, {64, 0, 0}, 512, true)), DecodeTile::M16N32DeepFourBoxes);
+  EXPECT_EQ(decode_tile(shape(1, {1024, 0, 0}, 512, true)), DecodeTile::M16N32DeepFourBoxes);
+  // Exactly one wave of 32 leaves no SM idle.
+  EXPECT_EQ(decode_tile(shape(1, {132 * 32, 0, 0}, 512)), DecodeTile::M16N32DeepFourBoxes);
+}
+
+}  // namespace
+}  // namespace hearth::kernels::tiling

@@ -203,14 +203,25 @@ TEST_F(ShardedVmmGpuTest, RefusesWhatDoesNotFitOrIsNotThere) {
   }
 }
 
-TEST_F(ShardedVmmGpuTest, RefusesKvLeasesAcrossGpus) {
-  auto server = start();
+// A KV lease names its rank's device: the chunk is taken from that GPU's budget, which `stats`
+// reports with its GPU, and a device the server does not have is refused by name.
+TEST_F(ShardedVmmGpuTest, KvLeasesComeFromTheDeviceTheyName) {
+  auto server = start({"--devices", "1,0"});
   ipc::Client client = test::connect_client(server->socket());
+  const ipc::Frame granted = client.call(
+      ipc::op::kKvLease, ipc::make_kv_lease_args(ipc::KvLeaseRequest{kTwoMiB, 1, 1, 1}));
+  ASSERT_EQ(granted.body.at("chunks").size(), 1u);
+  const json devices = server->stats()["kv_devices"];
+  ASSERT_EQ(devices.size(), 2u);
+  EXPECT_EQ(devices[1]["gpu"], 0);  // rank 1 of `--devices 1,0` is GPU 0
+  EXPECT_EQ(devices[1]["kv_bytes"].get<uint64_t>(), kTwoMiB);
+  EXPECT_EQ(devices[0]["gpu"], 1);
+  EXPECT_EQ(devices[0]["kv_bytes"].get<uint64_t>(), 0u);
   try {
-    client.call(ipc::op::kKvLease, {{"chunk_bytes", kTwoMiB}, {"chunks", 1}, {"min_chunks", 1}});
-    FAIL() << "a KV lease was granted";
+    client.call(ipc::op::kKvLease, ipc::make_kv_lease_args(ipc::KvLeaseRequest{kTwoMiB, 1, 1, 2}));
+    FAIL() << "a lease on device 2 of a server of 2 devices was granted";
   } catch (const ipc::ProtocolError& e) {
-    EXPECT_NE(std::string(e.what()).find("KV leases on several GPUs are not built yet"),
+    EXPECT_NE(std::string(e.what()).find("device 2 is not a KV device of this server (it has 2"),
               std::string::npos)
         << e.what();
   }

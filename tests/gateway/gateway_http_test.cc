@@ -17,29 +17,14 @@
 
 #include "ipc/client.h"
 #include "tests/gateway/gateway_process.h"
+#include "tests/gateway/shared_gateway.h"
 #include "tests/gateway/node_client.h"
 #include "tests/gateway/prometheus_text.h"
 
 namespace hearth::test {
 namespace {
 
-class Gateway : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() { gateway_ = new GatewayProcess(); }
-  static void TearDownTestSuite() {
-    delete gateway_;
-    gateway_ = nullptr;
-  }
-  static GatewayProcess& gw() { return *gateway_; }
-  static GatewayProcess* gateway_;
-};
-GatewayProcess* Gateway::gateway_ = nullptr;
-
-json completion(const std::string& prompt, int max_tokens, json extra = json::object()) {
-  json body = {{"model", "fortunes"}, {"prompt", prompt}, {"max_tokens", max_tokens}};
-  body.update(extra);
-  return body;
-}
+class Gateway : public SharedGatewayTest {};
 
 // The text a stream delivered for choice `index`, and its finish reason.
 std::pair<std::string, std::string> streamed_choice(const std::vector<json>& events, int index,

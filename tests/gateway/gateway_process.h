@@ -131,6 +131,13 @@ class GatewayProcess {
   int port_ = 0;
 };
 
+// A /v1/completions body for the default model, `extra` fields added or replaced.
+inline json completion(const std::string& prompt, int max_tokens, json extra = json::object()) {
+  json body = {{"model", "fortunes"}, {"prompt", prompt}, {"max_tokens", max_tokens}};
+  body.update(extra);
+  return body;
+}
+
 // The data lines of an SSE body, parsed; "[DONE]" as a string.
 inline std::vector<json> sse_events(const std::string& body) {
   std::vector<json> out;

@@ -20,6 +20,23 @@ fs::path worker_bin() {
   return bin_dir() / "hearth-worker";
 }
 
+// hearth-worker loading the default model itself (CPU engine), with `args`, in `dir`.
+CommandResult run_local_worker(const TempDir& dir, const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {worker_bin().string(), "--model", default_model().string(),
+                                   "--backend", "cpu"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run_command(argv, dir.path());
+}
+
+// hearth-worker on the server at `socket`'s "fortunes", with `args`, in `dir`.
+CommandResult run_served_worker(const TempDir& dir, const std::string& socket,
+                                const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {worker_bin().string(), "--server", socket, "--model",
+                                   "fortunes"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run_command(argv, dir.path());
+}
+
 // Requests in a file and the same settings as command-line flags.
 struct Case {
   std::string id;
@@ -107,28 +124,18 @@ TEST(WorkerRequests, EachRequestMatchesItsSinglePromptRun) {
   TempDir dir;
   write_file(dir / "requests.jsonl", request_file());
   const CommandResult batched =
-      run_command({worker_bin().string(), "--model", default_model().string(), "--backend", "cpu",
-                   "--requests", (dir / "requests.jsonl").string()},
-                  dir.path());
+      run_local_worker(dir, {"--requests", (dir / "requests.jsonl").string()});
   ASSERT_EQ(batched.exit_code(), 0) << batched.err;
   const auto runs = by_id(batched.out);
   check_batched_output(runs);
 
   for (const Case& c : cases()) {
-    std::vector<std::string> argv = {worker_bin().string(),
-                                     "--model",
-                                     default_model().string(),
-                                     "--backend",
-                                     "cpu",
-                                     "--format",
-                                     "jsonl",
-                                     "--prompt",
-                                     c.prompt};
+    std::vector<std::string> args = {"--format", "jsonl", "--prompt", c.prompt};
     for (const auto& [key, value] : c.settings.items()) {
-      argv.push_back("--set");
-      argv.push_back(key + "=" + value.dump());
+      args.push_back("--set");
+      args.push_back(key + "=" + value.dump());
     }
-    const CommandResult alone = run_command(argv, dir.path());
+    const CommandResult alone = run_local_worker(dir, args);
     ASSERT_EQ(alone.exit_code(), 0) << alone.err;
     expect_same(runs.at(c.id), parse_worker_output(alone.out), c.id);
   }
@@ -137,10 +144,7 @@ TEST(WorkerRequests, EachRequestMatchesItsSinglePromptRun) {
 TEST(WorkerRequests, TopLogprobsComeWithTheTokensThatAskedForThem) {
   TempDir dir;
   write_file(dir / "requests.jsonl", request_file());
-  const CommandResult r =
-      run_command({worker_bin().string(), "--model", default_model().string(), "--backend", "cpu",
-                   "--requests", (dir / "requests.jsonl").string()},
-                  dir.path());
+  const CommandResult r = run_local_worker(dir, {"--requests", (dir / "requests.jsonl").string()});
   ASSERT_EQ(r.exit_code(), 0) << r.err;
   int with_top = 0;
   std::istringstream lines(r.out);
@@ -184,10 +188,7 @@ TEST(WorkerRequests, BadUsageIsAClearError) {
       {{"--requests", (dir / "missing.jsonl").string()}, "missing.jsonl"},
   };
   for (const auto& [args, message] : bad) {
-    std::vector<std::string> argv = {worker_bin().string(), "--model", default_model().string(),
-                                     "--backend", "cpu"};
-    argv.insert(argv.end(), args.begin(), args.end());
-    const CommandResult r = run_command(argv, dir.path());
+    const CommandResult r = run_local_worker(dir, args);
     EXPECT_NE(r.exit_code(), 0) << message;
     EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
   }
@@ -231,13 +232,8 @@ TEST(WorkerRequests, ServedWorkerWritesWhatASingleProcessOneWrites) {
   ChildProcess server = start_server(dir, socket);
 
   const std::string file = (dir / "requests.jsonl").string();
-  const CommandResult served = run_command(
-      {worker_bin().string(), "--server", socket, "--model", "fortunes", "--requests", file},
-      dir.path());
-  const CommandResult local =
-      run_command({worker_bin().string(), "--model", default_model().string(), "--backend", "cpu",
-                   "--requests", file},
-                  dir.path());
+  const CommandResult served = run_served_worker(dir, socket, {"--requests", file});
+  const CommandResult local = run_local_worker(dir, {"--requests", file});
   ASSERT_EQ(served.exit_code(), 0) << served.err;
   ASSERT_EQ(local.exit_code(), 0) << local.err;
   const auto a = by_id(served.out), b = by_id(local.out);
@@ -256,17 +252,10 @@ TEST(WorkerRequests, ServedFp8WorkerWritesWhatASingleProcessFp8OneWrites) {
   ChildProcess server = start_server(dir, socket, {"--quantize", "fp8"});
 
   const std::string file = (dir / "requests.jsonl").string();
-  const CommandResult served = run_command({worker_bin().string(), "--server", socket, "--model",
-                                            "fortunes", "--verify-weights", "--requests", file},
-                                           dir.path());
-  const CommandResult local =
-      run_command({worker_bin().string(), "--model", default_model().string(), "--backend", "cpu",
-                   "--quantize", "fp8", "--requests", file},
-                  dir.path());
-  const CommandResult bf16 =
-      run_command({worker_bin().string(), "--model", default_model().string(), "--backend", "cpu",
-                   "--requests", file},
-                  dir.path());
+  const CommandResult served =
+      run_served_worker(dir, socket, {"--verify-weights", "--requests", file});
+  const CommandResult local = run_local_worker(dir, {"--quantize", "fp8", "--requests", file});
+  const CommandResult bf16 = run_local_worker(dir, {"--requests", file});
   ASSERT_EQ(served.exit_code(), 0) << served.err;
   ASSERT_EQ(local.exit_code(), 0) << local.err;
   ASSERT_EQ(bf16.exit_code(), 0) << bf16.err;
@@ -288,17 +277,10 @@ TEST(WorkerRequests, ServedFp8KvWorkerWritesWhatASingleProcessOneWrites) {
 
   const std::string file = (dir / "requests.jsonl").string();
   const std::string fp8_kv = "kv_cache_dtype=fp8_e4m3";
-  const CommandResult served = run_command({worker_bin().string(), "--server", socket, "--model",
-                                            "fortunes", "--set", fp8_kv, "--requests", file},
-                                           dir.path());
-  const CommandResult local =
-      run_command({worker_bin().string(), "--model", default_model().string(), "--backend", "cpu",
-                   "--set", fp8_kv, "--requests", file},
-                  dir.path());
-  const CommandResult plain =
-      run_command({worker_bin().string(), "--model", default_model().string(), "--backend", "cpu",
-                   "--requests", file},
-                  dir.path());
+  const CommandResult served =
+      run_served_worker(dir, socket, {"--set", fp8_kv, "--requests", file});
+  const CommandResult local = run_local_worker(dir, {"--set", fp8_kv, "--requests", file});
+  const CommandResult plain = run_local_worker(dir, {"--requests", file});
   ASSERT_EQ(served.exit_code(), 0) << served.err;
   ASSERT_EQ(local.exit_code(), 0) << local.err;
   ASSERT_EQ(plain.exit_code(), 0) << plain.err;

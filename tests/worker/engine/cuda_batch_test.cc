@@ -144,10 +144,7 @@ class CudaBatchEngine : public testing::Test {
   // Each request alone, on one backend, one engine per request.
   std::map<std::string, test::EngineOutcome> alone(const std::vector<Request>& requests) {
     const EngineOptions o = options();
-    auto b = backend(o);
-    std::map<std::string, test::EngineOutcome> out;
-    for (const Request& r : requests) out[r.id] = test::run_engine(*b, o, {r}).at(r.id);
-    return out;
+    return test::run_each_alone(*backend(o), o, requests);
   }
   static inline std::shared_ptr<HfModel>* hf_ = nullptr;
   static inline std::shared_ptr<const WeightStore>* dev_ = nullptr;

@@ -3,9 +3,6 @@
 // reports name the same weights.
 #include <gtest/gtest.h>
 
-#include <thread>
-
-#include "ipc/client.h"
 #include "proof_test_util.h"
 
 namespace hearth::proof::testing {
@@ -17,23 +14,10 @@ using namespace std::chrono_literals;
 class Server {
  public:
   explicit Server(const fs::path& dir) : socket_((dir / "sock" / "hearth.sock").string()) {
-    process_.emplace(ChildProcess::spawn(
-        ChildProcess::Options({(bin_dir() / "hearth-server").string(), "--model",
-                               default_model().string() + ":fortunes", "--socket", socket_,
-                               "--backend", "memfd", "--quiet"})
-            .stdout_to(ChildProcess::Stream::file(dir / "server.out"))
-            .stderr_to(ChildProcess::Stream::file(dir / "server.err"))));
-    for (int i = 0; i < 3000; ++i) {
-      if (process_->wait_until(std::chrono::steady_clock::now()))
-        throw std::runtime_error("hearth-server exited: " + read_file(dir / "server.err"));
-      try {
-        ipc::Client::connect(socket_);
-        return;
-      } catch (const ipc::IpcError&) {
-        std::this_thread::sleep_for(10ms);
-      }
-    }
-    throw std::runtime_error("hearth-server did not start listening within 30 s");
+    process_.emplace(spawn_listening(
+        {(bin_dir() / "hearth-server").string(), "--model", default_model().string() + ":fortunes",
+         "--socket", socket_, "--backend", "memfd", "--quiet"},
+        socket_, dir, "server"));
   }
   const std::string& socket() const { return socket_; }
 

@@ -4,17 +4,12 @@
 // others finish, and a served worker (memfd weights) writes the same as a single-process one.
 #include <gtest/gtest.h>
 
-#include <thread>
-
-#include "ipc/client.h"
 #include "proof/worker_output.h"
 #include "tests/proof/proof_test_util.h"
 #include "worker/request_file.h"
 
 namespace hearth::proof::testing {
 namespace {
-
-using namespace std::chrono_literals;
 
 fs::path worker_bin() {
   return bin_dir() / "hearth-worker";
@@ -207,21 +202,7 @@ ChildProcess start_server(const TempDir& dir, const std::string& socket,
                                    "memfd",
                                    "--quiet"};
   argv.insert(argv.end(), extra.begin(), extra.end());
-  ChildProcess server =
-      ChildProcess::spawn(ChildProcess::Options(argv)
-                              .stdout_to(ChildProcess::Stream::file(dir / "server.out"))
-                              .stderr_to(ChildProcess::Stream::file(dir / "server.err")));
-  for (int i = 0; i < 3000; ++i) {
-    if (server.wait_until(std::chrono::steady_clock::now()))
-      throw std::runtime_error("hearth-server exited: " + read_file(dir / "server.err"));
-    try {
-      ipc::Client::connect(socket);
-      return server;
-    } catch (const ipc::IpcError&) {
-      std::this_thread::sleep_for(10ms);
-    }
-  }
-  throw std::runtime_error("hearth-server did not start listening");
+  return spawn_listening(argv, socket, dir.path(), "server");
 }
 
 TEST(WorkerRequests, ServedWorkerWritesWhatASingleProcessOneWrites) {

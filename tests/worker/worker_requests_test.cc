@@ -4,6 +4,8 @@
 // others finish, and a served worker (memfd weights) writes the same as a single-process one.
 #include <gtest/gtest.h>
 
+#include <optional>
+
 #include "proof/worker_output.h"
 #include "tests/proof/proof_test_util.h"
 #include "worker/request_file.h"
@@ -205,16 +207,24 @@ ChildProcess start_server(const TempDir& dir, const std::string& socket,
   return spawn_listening(argv, socket, dir.path(), "server");
 }
 
+// A served test's scratch folder: the request file, and a hearth-server on the default model
+// (with `server_flags`) listening at sock/hearth.sock in it.
+struct ServedScratch {
+  explicit ServedScratch(const std::vector<std::string>& server_flags = {})
+      : file((dir / "requests.jsonl").string()), socket((dir / "sock" / "hearth.sock").string()) {
+    write_file(file, request_file());
+    server.emplace(start_server(dir, socket, server_flags));
+  }
+  TempDir dir;
+  const std::string file, socket;
+  std::optional<ChildProcess> server;  // stopped with the scratch
+};
+
 TEST(WorkerRequests, ServedWorkerWritesWhatASingleProcessOneWrites) {
   if (!fs::exists(bin_dir() / "hearth-server")) GTEST_SKIP() << "hearth-server is not built";
-  TempDir dir;
-  write_file(dir / "requests.jsonl", request_file());
-  const std::string socket = (dir / "sock" / "hearth.sock").string();
-  ChildProcess server = start_server(dir, socket);
-
-  const std::string file = (dir / "requests.jsonl").string();
-  const CommandResult served = run_served_worker(dir, socket, {"--requests", file});
-  const CommandResult local = run_local_worker(dir, {"--requests", file});
+  const ServedScratch s;
+  const CommandResult served = run_served_worker(s.dir, s.socket, {"--requests", s.file});
+  const CommandResult local = run_local_worker(s.dir, {"--requests", s.file});
   ASSERT_EQ(served.exit_code(), 0) << served.err;
   ASSERT_EQ(local.exit_code(), 0) << local.err;
   const auto a = by_id(served.out), b = by_id(local.out);
@@ -227,16 +237,11 @@ TEST(WorkerRequests, ServedWorkerWritesWhatASingleProcessOneWrites) {
 // same model writes, and that differs from the bf16 model's tokens or logprobs (fp8 was used).
 TEST(WorkerRequests, ServedFp8WorkerWritesWhatASingleProcessFp8OneWrites) {
   if (!fs::exists(bin_dir() / "hearth-server")) GTEST_SKIP() << "hearth-server is not built";
-  TempDir dir;
-  write_file(dir / "requests.jsonl", request_file());
-  const std::string socket = (dir / "sock" / "hearth.sock").string();
-  ChildProcess server = start_server(dir, socket, {"--quantize", "fp8"});
-
-  const std::string file = (dir / "requests.jsonl").string();
+  const ServedScratch s({"--quantize", "fp8"});
   const CommandResult served =
-      run_served_worker(dir, socket, {"--verify-weights", "--requests", file});
-  const CommandResult local = run_local_worker(dir, {"--quantize", "fp8", "--requests", file});
-  const CommandResult bf16 = run_local_worker(dir, {"--requests", file});
+      run_served_worker(s.dir, s.socket, {"--verify-weights", "--requests", s.file});
+  const CommandResult local = run_local_worker(s.dir, {"--quantize", "fp8", "--requests", s.file});
+  const CommandResult bf16 = run_local_worker(s.dir, {"--requests", s.file});
   ASSERT_EQ(served.exit_code(), 0) << served.err;
   ASSERT_EQ(local.exit_code(), 0) << local.err;
   ASSERT_EQ(bf16.exit_code(), 0) << bf16.err;
@@ -251,17 +256,12 @@ TEST(WorkerRequests, ServedFp8WorkerWritesWhatASingleProcessFp8OneWrites) {
 // logprobs (the cache was fp8).
 TEST(WorkerRequests, ServedFp8KvWorkerWritesWhatASingleProcessOneWrites) {
   if (!fs::exists(bin_dir() / "hearth-server")) GTEST_SKIP() << "hearth-server is not built";
-  TempDir dir;
-  write_file(dir / "requests.jsonl", request_file());
-  const std::string socket = (dir / "sock" / "hearth.sock").string();
-  ChildProcess server = start_server(dir, socket);
-
-  const std::string file = (dir / "requests.jsonl").string();
+  const ServedScratch s;
   const std::string fp8_kv = "kv_cache_dtype=fp8_e4m3";
   const CommandResult served =
-      run_served_worker(dir, socket, {"--set", fp8_kv, "--requests", file});
-  const CommandResult local = run_local_worker(dir, {"--set", fp8_kv, "--requests", file});
-  const CommandResult plain = run_local_worker(dir, {"--requests", file});
+      run_served_worker(s.dir, s.socket, {"--set", fp8_kv, "--requests", s.file});
+  const CommandResult local = run_local_worker(s.dir, {"--set", fp8_kv, "--requests", s.file});
+  const CommandResult plain = run_local_worker(s.dir, {"--requests", s.file});
   ASSERT_EQ(served.exit_code(), 0) << served.err;
   ASSERT_EQ(local.exit_code(), 0) << local.err;
   ASSERT_EQ(plain.exit_code(), 0) << plain.err;

@@ -31,6 +31,34 @@ using json = nlohmann::json;
 using hearth::DType;
 using hearth::ExpectedTensor;
 
+// Llama 3's RoPE scaling as its config.json writes it: `factor` stretches the positions
+// trained on (`original_max_positions`), low and high frequency factors 1 and 4.
+json llama3_rope_scaling(double factor, int original_max_positions) {
+  return {{"rope_type", "llama3"},
+          {"factor", factor},
+          {"low_freq_factor", 1.0},
+          {"high_freq_factor", 4.0},
+          {"original_max_position_embeddings", original_max_positions}};
+}
+
+// A Llama 3.1 model (8B, 70B, ...): the family shares its vocabulary, 8 KV heads of 128,
+// 128K positions and RoPE scaling; the sizes are each model's.
+json llama31(int hidden, int intermediate, int layers, int heads) {
+  return {{"architectures", {"LlamaForCausalLM"}},
+          {"model_type", "llama"},
+          {"hidden_size", hidden},
+          {"intermediate_size", intermediate},
+          {"num_hidden_layers", layers},
+          {"num_attention_heads", heads},
+          {"num_key_value_heads", 8},
+          {"head_dim", 128},
+          {"vocab_size", 128256},
+          {"max_position_embeddings", 131072},
+          {"rope_theta", 500000.0},
+          {"rope_scaling", llama3_rope_scaling(8.0, 8192)},
+          {"tie_word_embeddings", false}};
+}
+
 // Config fields as transformers writes them; parsed back through hearth's own parser so a
 // preset can never describe something the engine would refuse.
 const std::map<std::string, json>& presets() {
@@ -58,12 +86,7 @@ const std::map<std::string, json>& presets() {
         {"vocab_size", 512},
         {"max_position_embeddings", 2048},
         {"rope_theta", 500000.0},
-        {"rope_scaling",
-         {{"rope_type", "llama3"},
-          {"factor", 8.0},
-          {"low_freq_factor", 1.0},
-          {"high_freq_factor", 4.0},
-          {"original_max_position_embeddings", 256}}},
+        {"rope_scaling", llama3_rope_scaling(8.0, 256)},
         {"tie_word_embeddings", true}}},
       {"tiny-mistral",
        {{"architectures", {"MistralForCausalLM"}},
@@ -116,52 +139,11 @@ const std::map<std::string, json>& presets() {
         {"vocab_size", 128256},
         {"max_position_embeddings", 131072},
         {"rope_theta", 500000.0},
-        {"rope_scaling",
-         {{"rope_type", "llama3"},
-          {"factor", 32.0},
-          {"low_freq_factor", 1.0},
-          {"high_freq_factor", 4.0},
-          {"original_max_position_embeddings", 8192}}},
+        {"rope_scaling", llama3_rope_scaling(32.0, 8192)},
         {"tie_word_embeddings", true}}},
-      {"llama-3.1-8b",
-       {{"architectures", {"LlamaForCausalLM"}},
-        {"model_type", "llama"},
-        {"hidden_size", 4096},
-        {"intermediate_size", 14336},
-        {"num_hidden_layers", 32},
-        {"num_attention_heads", 32},
-        {"num_key_value_heads", 8},
-        {"head_dim", 128},
-        {"vocab_size", 128256},
-        {"max_position_embeddings", 131072},
-        {"rope_theta", 500000.0},
-        {"rope_scaling",
-         {{"rope_type", "llama3"},
-          {"factor", 8.0},
-          {"low_freq_factor", 1.0},
-          {"high_freq_factor", 4.0},
-          {"original_max_position_embeddings", 8192}}},
-        {"tie_word_embeddings", false}}},
+      {"llama-3.1-8b", llama31(4096, 14336, 32, 32)},
       // Llama 3.1 70B's shape (141 GB in bf16): tensor parallelism's big model (issue 26).
-      {"llama-3.1-70b",
-       {{"architectures", {"LlamaForCausalLM"}},
-        {"model_type", "llama"},
-        {"hidden_size", 8192},
-        {"intermediate_size", 28672},
-        {"num_hidden_layers", 80},
-        {"num_attention_heads", 64},
-        {"num_key_value_heads", 8},
-        {"head_dim", 128},
-        {"vocab_size", 128256},
-        {"max_position_embeddings", 131072},
-        {"rope_theta", 500000.0},
-        {"rope_scaling",
-         {{"rope_type", "llama3"},
-          {"factor", 8.0},
-          {"low_freq_factor", 1.0},
-          {"high_freq_factor", 4.0},
-          {"original_max_position_embeddings", 8192}}},
-        {"tie_word_embeddings", false}}},
+      {"llama-3.1-70b", llama31(8192, 28672, 80, 64)},
       {"mistral-7b",
        {{"architectures", {"MistralForCausalLM"}},
         {"model_type", "mistral"},

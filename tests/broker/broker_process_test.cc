@@ -7,6 +7,7 @@
 #include <random>
 
 #include "broker_test_support.h"
+#include "tests/support/send_with_fds.h"
 
 namespace hearth::test {
 namespace {
@@ -206,19 +207,7 @@ TEST(BrokerProcess, GarbageLeavesTheServerServingAndLeaksNothing) {
       raw.push_back(files.back().get());
     }
     const std::string frame = ipc::encode_frame(ipc::make_request(ipc::op::kList, 2));
-    std::vector<char> control(CMSG_SPACE(raw.size() * sizeof(int)));
-    iovec iov{const_cast<char*>(frame.data()), frame.size()};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control.data();
-    msg.msg_controllen = control.size();
-    cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(raw.size() * sizeof(int));
-    std::memcpy(CMSG_DATA(c), raw.data(), raw.size() * sizeof(int));
-    ASSERT_GT(::sendmsg(s, &msg, MSG_NOSIGNAL), 0);
+    ASSERT_GT(test::send_with_fds(s, frame, raw, MSG_NOSIGNAL), 0);
   });
   expect_rejected("never speaks", [](int) {});
   expect_rejected("stops reading", [&](int s) {

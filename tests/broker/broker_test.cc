@@ -375,6 +375,19 @@ TEST(Broker, DropsAClientWhoseDeferredRepliesPileUpUnread) {
 
 // --- limits and authorisation
 
+// Whether the broker comes to admit one more client: once it has seen a client that went
+// away go, there is room again.
+bool admits_another_client(InProcessBroker& server) {
+  return eventually([&] {
+    try {
+      server.client();
+      return true;
+    } catch (const ipc::ProtocolError&) {
+      return false;
+    }
+  });
+}
+
 TEST(Broker, RefusesClientsBeyondTheLimit) {
   broker::BrokerOptions options;
   options.max_clients = 2;
@@ -383,15 +396,7 @@ TEST(Broker, RefusesClientsBeyondTheLimit) {
   ipc::Client b = server.client();
   EXPECT_EQ(error_of([&] { server.client(); }), ErrorCode::kBusy);
   a.reset();
-  // Once the broker has seen `a` go, there is room again.
-  EXPECT_TRUE(eventually([&] {
-    try {
-      server.client();
-      return true;
-    } catch (const ipc::ProtocolError&) {
-      return false;
-    }
-  }));
+  EXPECT_TRUE(admits_another_client(server));
   expect_served(b);
 }
 
@@ -403,6 +408,16 @@ void trickle(int socket, const std::string& bytes, std::chrono::milliseconds gap
   }
 }
 
+// The broker answers `socket` with a timeout error saying `message`, then hangs up; `kept`
+// says what went wrong when no error came.
+void expect_timed_out(int socket, const std::string& message, const std::string& kept) {
+  const Outcome outcome = outcome_of(socket);
+  ASSERT_TRUE(outcome.error) << kept;
+  EXPECT_EQ(outcome.error->code, ErrorCode::kTimeout);
+  EXPECT_EQ(outcome.error->message, message);
+  EXPECT_TRUE(outcome.closed);
+}
+
 // Each byte well inside the limit, the whole frame far beyond it: a deadline, not an idle timer.
 TEST(Broker, AHelloTrickledAByteAtATimeMissesItsDeadline) {
   broker::BrokerOptions options;
@@ -412,11 +427,7 @@ TEST(Broker, AHelloTrickledAByteAtATimeMissesItsDeadline) {
   trickle(socket.get(),
           ipc::encode_frame(ipc::make_request(ipc::op::kHello, 1, ipc::make_hello_args("slow"))),
           30ms);
-  const Outcome outcome = outcome_of(socket.get());
-  ASSERT_TRUE(outcome.error) << "the trickled hello was accepted";
-  EXPECT_EQ(outcome.error->code, ErrorCode::kTimeout);
-  EXPECT_EQ(outcome.error->message, "sent no hello within 300 ms");
-  EXPECT_TRUE(outcome.closed);
+  expect_timed_out(socket.get(), "sent no hello within 300 ms", "the trickled hello was accepted");
 }
 
 TEST(Broker, AFrameTrickledAfterHelloMissesItsDeadline) {
@@ -426,11 +437,8 @@ TEST(Broker, AFrameTrickledAfterHelloMissesItsDeadline) {
   UniqueFd socket = raw_connect(server.path());
   raw_hello(socket.get());
   trickle(socket.get(), ipc::encode_frame(ipc::make_request(ipc::op::kList, 2)), 30ms);
-  const Outcome outcome = outcome_of(socket.get());
-  ASSERT_TRUE(outcome.error) << "the trickled request was answered";
-  EXPECT_EQ(outcome.error->code, ErrorCode::kTimeout);
-  EXPECT_EQ(outcome.error->message, "did not finish the frame it started within 300 ms");
-  EXPECT_TRUE(outcome.closed);
+  expect_timed_out(socket.get(), "did not finish the frame it started within 300 ms",
+                   "the trickled request was answered");
 }
 
 TEST(Broker, AGreetedClientHoldingNoLeaseIsDroppedWhenIdle) {
@@ -448,11 +456,8 @@ TEST(Broker, AGreetedClientHoldingNoLeaseIsDroppedWhenIdle) {
   UniqueFd idle = raw_connect(server.path());
   raw_hello(idle.get());
 
-  const Outcome outcome = outcome_of(idle.get());
-  ASSERT_TRUE(outcome.error) << "an idle client without a lease was kept";
-  EXPECT_EQ(outcome.error->code, ErrorCode::kTimeout);
-  EXPECT_EQ(outcome.error->message, "idle for 300 ms without holding a lease");
-  EXPECT_TRUE(outcome.closed);
+  expect_timed_out(idle.get(), "idle for 300 ms without holding a lease",
+                   "an idle client without a lease was kept");
 
   server.handler().release_replies();
   ipc::ReceiveOptions patience;
@@ -489,14 +494,7 @@ TEST(Broker, OneUidCannotTakeEverySlot) {
         << e.message();
   }
   a.reset();
-  EXPECT_TRUE(eventually([&] {
-    try {
-      server.client();
-      return true;
-    } catch (const ipc::ProtocolError&) {
-      return false;
-    }
-  }));
+  EXPECT_TRUE(admits_another_client(server));
   expect_served(b);
 }
 

@@ -7,28 +7,13 @@
 #include <gtest/gtest.h>
 
 #include "tests/gateway/gateway_process.h"
+#include "tests/gateway/shared_gateway.h"
 #include "tests/gateway/node_client.h"
 
 namespace hearth::test {
 namespace {
 
-class Conformance : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() { gateway_ = new GatewayProcess(); }
-  static void TearDownTestSuite() {
-    delete gateway_;
-    gateway_ = nullptr;
-  }
-  static GatewayProcess& gw() { return *gateway_; }
-  static GatewayProcess* gateway_;
-};
-GatewayProcess* Conformance::gateway_ = nullptr;
-
-json completion(const std::string& prompt, int max_tokens, json extra = json::object()) {
-  json body = {{"model", "fortunes"}, {"prompt", prompt}, {"max_tokens", max_tokens}};
-  body.update(extra);
-  return body;
-}
+class Conformance : public SharedGatewayTest {};
 
 json chat(json extra = json::object()) {
   json body = {{"model", "fortunes"},

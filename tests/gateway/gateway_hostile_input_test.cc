@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/gateway/gateway_process.h"
+#include "tests/gateway/shared_gateway.h"
 #include "tests/gateway/raw_http_client.h"
 
 namespace hearth::test {
@@ -24,7 +25,7 @@ namespace {
 
 using namespace std::string_literals;
 
-class GatewayHostileInput : public ::testing::Test {
+class GatewayHostileInput : public SharedGatewayTest {
  protected:
   static void SetUpTestSuite() {
     // A template with a tool-call format, so that tools reach their parser and grammar.
@@ -39,13 +40,9 @@ class GatewayHostileInput : public ::testing::Test {
     const ExitStatus status = gateway_->process().wait();
     if (!status.exited_with(0))
       ADD_FAILURE() << "hearth-gateway " << status.describe() << "\n" << gateway_->log_text();
-    delete gateway_;
-    gateway_ = nullptr;
+    SharedGatewayTest::TearDownTestSuite();
   }
-  static GatewayProcess& gw() { return *gateway_; }
-  static GatewayProcess* gateway_;
 };
-GatewayProcess* GatewayHostileInput::gateway_ = nullptr;
 
 std::string post(const std::string& path, const std::string& body) {
   return "POST " + path +

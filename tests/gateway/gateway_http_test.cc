@@ -17,28 +17,33 @@
 
 #include "ipc/client.h"
 #include "tests/gateway/gateway_process.h"
+#include "tests/gateway/shared_gateway.h"
 #include "tests/gateway/node_client.h"
 #include "tests/gateway/prometheus_text.h"
 
 namespace hearth::test {
 namespace {
 
-class Gateway : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() { gateway_ = new GatewayProcess(); }
-  static void TearDownTestSuite() {
-    delete gateway_;
-    gateway_ = nullptr;
-  }
-  static GatewayProcess& gw() { return *gateway_; }
-  static GatewayProcess* gateway_;
-};
-GatewayProcess* Gateway::gateway_ = nullptr;
+class Gateway : public SharedGatewayTest {};
 
-json completion(const std::string& prompt, int max_tokens, json extra = json::object()) {
-  json body = {{"model", "fortunes"}, {"prompt", prompt}, {"max_tokens", max_tokens}};
-  body.update(extra);
-  return body;
+// A client that leaves mid-stream: `body` to /v1/completions on a raw connection to the gateway
+// at `port`, the first bytes of the answer read, then the connection closed.
+void send_and_hang_up(int port, const json& body) {
+  const std::string payload = body.dump();
+  const std::string request =
+      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+      "application/json\r\nContent-Length: " +
+      std::to_string(payload.size()) + "\r\n\r\n" + payload;
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(uint16_t(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::write(fd, request.data(), request.size()), ssize_t(request.size()));
+  char buf[4096];
+  ASSERT_GT(::read(fd, buf, sizeof buf), 0);
+  ::close(fd);
 }
 
 // The text a stream delivered for choice `index`, and its finish reason.
@@ -512,22 +517,8 @@ TEST_F(Gateway, AClientThatDisconnectsMidStreamFreesItsSlot) {
   };
   const double aborts_before = abort_count();
   // A raw connection: send a long streaming request, read the first bytes, hang up.
-  const json body = completion("Disconnect", 400, {{"ignore_eos", true}, {"stream", true}});
-  const std::string payload = body.dump();
-  const std::string request =
-      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
-      "application/json\r\nContent-Length: " +
-      std::to_string(payload.size()) + "\r\n\r\n" + payload;
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(uint16_t(gw().port()));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  ASSERT_EQ(::write(fd, request.data(), request.size()), ssize_t(request.size()));
-  char buf[4096];
-  ASSERT_GT(::read(fd, buf, sizeof buf), 0);
-  ::close(fd);
+  ASSERT_NO_FATAL_FAILURE(send_and_hang_up(
+      gw().port(), completion("Disconnect", 400, {{"ignore_eos", true}, {"stream", true}})));
   // The worker ends the request because of the cancel: the gateway counts one more abort (a
   // pool that drained when the 400 tokens ran out would count a "length"), and the stats that
   // came with that end show nothing running, nothing held in the KV pool.
@@ -563,22 +554,8 @@ TEST(GatewayWorkers, ADroppedStreamIsCancelledAtTheWorker) {
   options.name = "test";
   ipc::Client worker = ipc::Client::connect(*(serve + 1), options);
 
-  const std::string payload =
-      completion("Dropped", 480, {{"ignore_eos", true}, {"stream", true}}).dump();
-  const std::string request =
-      "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
-      "application/json\r\nContent-Length: " +
-      std::to_string(payload.size()) + "\r\n\r\n" + payload;
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(uint16_t(gw.port()));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  ASSERT_EQ(::write(fd, request.data(), request.size()), ssize_t(request.size()));
-  char buf[4096];
-  ASSERT_GT(::read(fd, buf, sizeof buf), 0);
-  ::close(fd);
+  ASSERT_NO_FATAL_FAILURE(send_and_hang_up(
+      gw.port(), completion("Dropped", 480, {{"ignore_eos", true}, {"stream", true}})));
   // Until the request has ended, one way or the other.
   json stats;
   for (int tries = 0; tries < 6000; ++tries) {

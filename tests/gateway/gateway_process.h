@@ -27,32 +27,36 @@ inline std::string gateway_binary(const std::string& name) {
   return (std::filesystem::read_symlink("/proc/self/exe").parent_path() / name).string();
 }
 
+// Whether `args` holds `flag`.
+inline bool names_flag(const std::vector<std::string>& args, const std::string& flag) {
+  return std::find(args.begin(), args.end(), flag) != args.end();
+}
+
+// A test gateway's command line: the default model as "fortunes" on its own weight server
+// (memfd), CPU workers, a free port, then `extra`. A test that names the server's backend (a
+// GPU test) names the workers' too, so neither default is given.
+inline std::vector<std::string> gateway_command(const std::vector<std::string>& extra) {
+  const bool own_backend = names_flag(extra, "--backend");
+  std::vector<std::string> argv = {
+      gateway_binary("hearth-gateway"), "--model",
+      (source_dir() / "models/hearth-tiny-fortunes").string() + ":fortunes"};
+  if (!own_backend) argv.insert(argv.end(), {"--backend", "memfd"});
+  argv.insert(argv.end(), {"--port", "0"});
+  if (!own_backend) argv.insert(argv.end(), {"--worker-arg=--backend", "--worker-arg=cpu"});
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  return argv;
+}
+
 class GatewayProcess {
  public:
-  // `extra` is appended to the gateway's arguments (limits, profiles, an API key file).
+  // `extra` is appended to the gateway's arguments (limits, profiles, an API key file); the
+  // plain chat template comes first unless a test names its own.
   explicit GatewayProcess(std::vector<std::string> extra = {},
                           const std::filesystem::path& log = {}) {
-    std::vector<std::string> argv = {
-        gateway_binary("hearth-gateway"),
-        "--model",
-        (source_dir() / "models/hearth-tiny-fortunes").string() + ":fortunes",
-        "--backend",
-        "memfd",
-        "--port",
-        "0",
-        "--worker-arg=--backend",
-        "--worker-arg=cpu",
-        "--chat-template",
-        (source_dir() / "gateway/templates/plain.jinja").string()};
-    // A test that names its own chat template replaces the plain one.
-    if (std::find(extra.begin(), extra.end(), "--chat-template") != extra.end())
-      argv.resize(argv.size() - 2);
-    // A test that names the server's backend (a GPU test) names the workers' too.
-    if (std::find(extra.begin(), extra.end(), "--backend") != extra.end()) {
-      argv.erase(argv.begin() + 7, argv.begin() + 9);  // --worker-arg=--backend, =cpu
-      argv.erase(argv.begin() + 3, argv.begin() + 5);  // --backend memfd
-    }
-    argv.insert(argv.end(), extra.begin(), extra.end());
+    if (!names_flag(extra, "--chat-template"))
+      extra.insert(extra.begin(),
+                   {"--chat-template", (source_dir() / "gateway/templates/plain.jinja").string()});
+    const std::vector<std::string> argv = gateway_command(extra);
     log_ = log.empty() ? std::filesystem::temp_directory_path() /
                              ("hearth-gateway-test-" + std::to_string(::getpid()) + "-" +
                               std::to_string(counter()++) + ".log")
@@ -126,6 +130,13 @@ class GatewayProcess {
   std::filesystem::path log_;
   int port_ = 0;
 };
+
+// A /v1/completions body for the default model, `extra` fields added or replaced.
+inline json completion(const std::string& prompt, int max_tokens, json extra = json::object()) {
+  json body = {{"model", "fortunes"}, {"prompt", prompt}, {"max_tokens", max_tokens}};
+  body.update(extra);
+  return body;
+}
 
 // The data lines of an SSE body, parsed; "[DONE]" as a string.
 inline std::vector<json> sse_events(const std::string& body) {

@@ -27,17 +27,7 @@ struct Refusal {
 
 // Runs a gateway expected to refuse its command line: it must exit on its own, before serving.
 Refusal refused_gateway(const TempDir& dir, const std::vector<std::string>& extra) {
-  std::vector<std::string> argv = {
-      gateway_binary("hearth-gateway"),
-      "--model",
-      (source_dir() / "models/hearth-tiny-fortunes").string() + ":fortunes",
-      "--backend",
-      "memfd",
-      "--port",
-      "0",
-      "--worker-arg=--backend",
-      "--worker-arg=cpu"};
-  argv.insert(argv.end(), extra.begin(), extra.end());
+  const std::vector<std::string> argv = gateway_command(extra);
   const auto err = dir / "gateway.err";
   ChildProcess p = ChildProcess::spawn(ChildProcess::Options(argv)
                                            .stdout_to(ChildProcess::Stream::file(dir / "out"))

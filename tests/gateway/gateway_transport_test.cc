@@ -8,22 +8,16 @@
 #include <thread>
 
 #include "tests/gateway/gateway_process.h"
+#include "tests/gateway/shared_gateway.h"
 #include "tests/gateway/raw_http_client.h"
 
 namespace hearth::test {
 namespace {
 
-class GatewayTransport : public ::testing::Test {
+class GatewayTransport : public SharedGatewayTest {
  protected:
   static void SetUpTestSuite() { gateway_ = new GatewayProcess({"--max-body-mb", "1"}); }
-  static void TearDownTestSuite() {
-    delete gateway_;
-    gateway_ = nullptr;
-  }
-  static GatewayProcess& gw() { return *gateway_; }
-  static GatewayProcess* gateway_;
 };
-GatewayProcess* GatewayTransport::gateway_ = nullptr;
 
 // kB from /proc/PID/status ("VmRSS", "VmHWM").
 long status_kb(pid_t pid, const std::string& field) {

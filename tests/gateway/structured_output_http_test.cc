@@ -11,22 +11,14 @@
 #include <regex>
 
 #include "tests/gateway/gateway_process.h"
+#include "tests/gateway/shared_gateway.h"
 #include "tests/gateway/node_client.h"
 #include "tests/support/temp_dir.h"
 
 namespace hearth::test {
 namespace {
 
-class StructuredHttp : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() { gateway_ = new GatewayProcess(); }
-  static void TearDownTestSuite() {
-    delete gateway_;
-    gateway_ = nullptr;
-  }
-  static GatewayProcess* gateway_;
-};
-GatewayProcess* StructuredHttp::gateway_ = nullptr;
+class StructuredHttp : public SharedGatewayTest {};
 
 bool validates(const json& schema, const std::string& instance) {
   return json_schema_validates(schema.dump(), instance);

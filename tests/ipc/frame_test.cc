@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ipc/errors.h"
+#include "tests/support/send_with_fds.h"
 #include "test_util.h"
 
 namespace hearth::ipc {
@@ -31,19 +32,8 @@ bool readable(int fd) {
 
 // sendmsg with any number of FDs, bypassing send_frame's limit.
 void raw_send_with_fds(int socket, const std::string& bytes, const std::vector<int>& fds) {
-  std::vector<char> control(CMSG_SPACE(fds.size() * sizeof(int)));
-  iovec iov{const_cast<char*>(bytes.data()), bytes.size()};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control.data();
-  msg.msg_controllen = control.size();
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(fds.size() * sizeof(int));
-  std::memcpy(CMSG_DATA(c), fds.data(), fds.size() * sizeof(int));
-  ASSERT_EQ(::sendmsg(socket, &msg, 0), static_cast<ssize_t>(bytes.size())) << std::strerror(errno);
+  ASSERT_EQ(test::send_with_fds(socket, bytes, fds), static_cast<ssize_t>(bytes.size()))
+      << std::strerror(errno);
 }
 
 TEST(Frame, RoundTripsJsonAndFdsThatReferToTheSameFiles) {

@@ -4,15 +4,10 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/kernels/h100_launch_shape.h"
+
 namespace hearth::kernels::tiling {
 namespace {
-
-constexpr int64_t kH100Sms = 132;
-constexpr int kFourBoxes = 256;  // four 64-wide K boxes of 16-bit values
-
-LaunchShape shape(int m, std::array<int, 3> widths, int k, bool swiglu = false) {
-  return LaunchShape{m, widths, k, swiglu, kFourBoxes, kH100Sms};
-}
 
 TEST(MatmulTiling, ColumnTilesAreCountedPerWeight) {
   // q, k and v of the 8B: 4,096 / 48 -> 86 tiles (the last partial), 1,024 / 48 -> 22 each.

@@ -4,16 +4,10 @@
 #include <gtest/gtest.h>
 
 #include "kernels/matmul_tiling.h"
+#include "tests/kernels/h100_launch_shape.h"
 
 namespace hearth::kernels::tiling {
 namespace {
-
-constexpr int64_t kH100Sms = 132;
-constexpr int kFourBoxes = 256;  // four 64-wide K boxes of 16-bit values
-
-LaunchShape shape(int m, std::array<int, 3> widths, int k, bool swiglu = false) {
-  return LaunchShape{m, widths, k, swiglu, kFourBoxes, kH100Sms};
-}
 
 // The 8B (hidden 4,096, 32 q / 8 kv heads of 128, intermediate 14,336) sharded over `tp`.
 struct Shards {

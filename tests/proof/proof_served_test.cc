@@ -3,9 +3,6 @@
 // reports name the same weights.
 #include <gtest/gtest.h>
 
-#include <thread>
-
-#include "ipc/client.h"
 #include "proof_test_util.h"
 
 namespace hearth::proof::testing {
@@ -17,23 +14,10 @@ using namespace std::chrono_literals;
 class Server {
  public:
   explicit Server(const fs::path& dir) : socket_((dir / "sock" / "hearth.sock").string()) {
-    process_.emplace(ChildProcess::spawn(
-        ChildProcess::Options({(bin_dir() / "hearth-server").string(), "--model",
-                               default_model().string() + ":fortunes", "--socket", socket_,
-                               "--backend", "memfd", "--quiet"})
-            .stdout_to(ChildProcess::Stream::file(dir / "server.out"))
-            .stderr_to(ChildProcess::Stream::file(dir / "server.err"))));
-    for (int i = 0; i < 3000; ++i) {
-      if (process_->wait_until(std::chrono::steady_clock::now()))
-        throw std::runtime_error("hearth-server exited: " + read_file(dir / "server.err"));
-      try {
-        ipc::Client::connect(socket_);
-        return;
-      } catch (const ipc::IpcError&) {
-        std::this_thread::sleep_for(10ms);
-      }
-    }
-    throw std::runtime_error("hearth-server did not start listening within 30 s");
+    process_.emplace(spawn_listening(
+        {(bin_dir() / "hearth-server").string(), "--model", default_model().string() + ":fortunes",
+         "--socket", socket_, "--backend", "memfd", "--quiet"},
+        socket_, dir, "server"));
   }
   const std::string& socket() const { return socket_; }
 
@@ -42,13 +26,35 @@ class Server {
   std::optional<ChildProcess> process_;  // killed and reaped with the test
 };
 
+// hearth-proof run of `suite` under two CPU profiles, greedy and sampled (written into `dir`),
+// 8 tokens a run, its report in dir/out; `extra` names the model and any other options.
+CommandResult run_greedy_and_sampled(const fs::path& dir, const fs::path& suite,
+                                     const std::string& out,
+                                     const std::vector<std::string>& extra) {
+  write_file(dir / "greedy.json", R"({"temperature": 0, "backend": "cpu"})");
+  write_file(dir / "sampled.json",
+             R"({"temperature": 0.8, "top_k": 40, "seed": 11, "backend": "cpu"})");
+  std::vector<std::string> args = {(bin_dir() / "hearth-proof").string(),
+                                   "run",
+                                   "--suite",
+                                   suite.string(),
+                                   "--budget",
+                                   "8",
+                                   "--profile",
+                                   (dir / "greedy.json").string(),
+                                   "--profile",
+                                   (dir / "sampled.json").string(),
+                                   "--out",
+                                   (dir / out).string(),
+                                   "--quiet"};
+  args.insert(args.end(), extra.begin(), extra.end());
+  return run_command(args, dir, 600s);
+}
+
 TEST(ProofServed, ServedWorkersMatchSingleProcessWorkers) {
   if (!fs::exists(bin_dir() / "hearth-server")) GTEST_SKIP() << "hearth-server is not built";
   TempDir dir;
   Server server(dir.path());
-  write_file(dir / "greedy.json", R"({"temperature": 0, "backend": "cpu"})");
-  write_file(dir / "sampled.json",
-             R"({"temperature": 0.8, "top_k": 40, "seed": 11, "backend": "cpu"})");
   // The first prompts of the short suite: enough to show it, few enough for a sanitizer build.
   const std::string short_suite =
       read_file(hearth::test::source_dir() / "proof" / "suites" / "short.jsonl");
@@ -57,23 +63,8 @@ TEST(ProofServed, ServedWorkersMatchSingleProcessWorkers) {
   const fs::path suite = dir / "short6.jsonl";
   write_file(suite, short_suite.substr(0, end));
   auto run = [&](const std::string& out, std::vector<std::string> model_args) {
-    std::vector<std::string> args = {(bin_dir() / "hearth-proof").string(),
-                                     "run",
-                                     "--suite",
-                                     suite.string(),
-                                     "--budget",
-                                     "8",
-                                     "--profile",
-                                     (dir / "greedy.json").string(),
-                                     "--profile",
-                                     (dir / "sampled.json").string(),
-                                     "--concurrency",
-                                     "4",
-                                     "--out",
-                                     (dir / out).string(),
-                                     "--quiet"};
-    args.insert(args.end(), model_args.begin(), model_args.end());
-    return run_command(args, dir.path(), 600s);
+    model_args.insert(model_args.begin(), {"--concurrency", "4"});
+    return run_greedy_and_sampled(dir.path(), suite, out, model_args);
   };
 
   // Greedy and sampled differ (exit 1); what matters is that each is the same in both modes.
@@ -109,30 +100,12 @@ TEST(ProofServed, ABatchedServedWorkerMatchesAloneSingleProcessWorkers) {
   if (!fs::exists(bin_dir() / "hearth-server")) GTEST_SKIP() << "hearth-server is not built";
   TempDir dir;
   Server server(dir.path());
-  write_file(dir / "greedy.json", R"({"temperature": 0, "backend": "cpu"})");
-  write_file(dir / "sampled.json",
-             R"({"temperature": 0.8, "top_k": 40, "seed": 11, "backend": "cpu"})");
   write_file(dir / "suite.jsonl",
              "{\"id\":\"fox\",\"prompt\":\"The quick brown fox\"}\n"
              "{\"id\":\"ids\",\"prompt_tokens\":[0,300,301,302]}\n");
   auto run = [&](const std::string& out, std::vector<std::string> extra) {
-    std::vector<std::string> args = {(bin_dir() / "hearth-proof").string(),
-                                     "run",
-                                     "--suite",
-                                     (dir / "suite.jsonl").string(),
-                                     "--budget",
-                                     "8",
-                                     "--profile",
-                                     (dir / "greedy.json").string(),
-                                     "--profile",
-                                     (dir / "sampled.json").string(),
-                                     "--repeat",
-                                     "2",
-                                     "--out",
-                                     (dir / out).string(),
-                                     "--quiet"};
-    args.insert(args.end(), extra.begin(), extra.end());
-    return run_command(args, dir.path(), 600s);
+    extra.insert(extra.begin(), {"--repeat", "2"});
+    return run_greedy_and_sampled(dir.path(), dir / "suite.jsonl", out, extra);
   };
   const CommandResult batched =
       run("served-batched", {"--batched", "--server", server.socket(), "--model", "fortunes"});

@@ -11,11 +11,14 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "ipc/child_process.h"
+#include "ipc/client.h"
+#include "ipc/errors.h"
 #include "tests/support/paths.h"
 #include "tests/support/temp_dir.h"
 
@@ -76,6 +79,31 @@ inline CommandResult run_command(const std::vector<std::string>& argv, const fs:
     status = child.wait_until(std::chrono::steady_clock::time_point::max());
   }
   return {*status, read_file(out), read_file(err)};
+}
+
+// Starts `argv`, a hearth binary that listens on `socket`, its stdout and stderr in
+// dir/<stem>.out and dir/<stem>.err; returns once the socket takes a connection. Throws if the
+// process exits first (with its stderr) or does not listen within 30 s.
+inline ChildProcess spawn_listening(const std::vector<std::string>& argv, const std::string& socket,
+                                    const fs::path& dir, const std::string& stem) {
+  using namespace std::chrono_literals;
+  const std::string name = fs::path(argv.at(0)).filename().string();
+  const fs::path err = dir / (stem + ".err");
+  ChildProcess process =
+      ChildProcess::spawn(ChildProcess::Options(argv)
+                              .stdout_to(ChildProcess::Stream::file(dir / (stem + ".out")))
+                              .stderr_to(ChildProcess::Stream::file(err)));
+  for (int i = 0; i < 3000; ++i) {
+    if (process.wait_until(std::chrono::steady_clock::now()))
+      throw std::runtime_error(name + " exited: " + read_file(err));
+    try {
+      ipc::Client::connect(socket);
+      return process;
+    } catch (const ipc::IpcError&) {
+      std::this_thread::sleep_for(10ms);
+    }
+  }
+  throw std::runtime_error(name + " did not start listening within 30 s");
 }
 
 // Processes whose command line mentions `needle` (e.g. a test's scratch folder): after a run,

@@ -32,10 +32,7 @@ constexpr ipc::WireKey kDomain{7, 8};
 constexpr ipc::WireKey kRoot{9, 10};
 
 std::shared_ptr<ipc::Client> connect(const std::string& socket) {
-  ipc::ClientOptions options;
-  options.name = "shared-kv-test";
-  options.timeout = std::chrono::seconds(60);
-  return std::make_shared<ipc::Client>(ipc::Client::connect(socket, options));
+  return std::make_shared<ipc::Client>(test::client_of(socket, "shared-kv-test"));
 }
 
 // The permissions /proc/self/maps shows for the mapping that holds `p` ("r--s", ...).

@@ -4,9 +4,8 @@
 // others finish, and a served worker (memfd weights) writes the same as a single-process one.
 #include <gtest/gtest.h>
 
-#include <thread>
+#include <optional>
 
-#include "ipc/client.h"
 #include "proof/worker_output.h"
 #include "tests/proof/proof_test_util.h"
 #include "worker/request_file.h"
@@ -14,10 +13,25 @@
 namespace hearth::proof::testing {
 namespace {
 
-using namespace std::chrono_literals;
-
 fs::path worker_bin() {
   return bin_dir() / "hearth-worker";
+}
+
+// hearth-worker loading the default model itself (CPU engine), with `args`, in `dir`.
+CommandResult run_local_worker(const TempDir& dir, const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {worker_bin().string(), "--model", default_model().string(),
+                                   "--backend", "cpu"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run_command(argv, dir.path());
+}
+
+// hearth-worker on the server at `socket`'s "fortunes", with `args`, in `dir`.
+CommandResult run_served_worker(const TempDir& dir, const std::string& socket,
+                                const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {worker_bin().string(), "--server", socket, "--model",
+                                   "fortunes"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run_command(argv, dir.path());
 }
 
 // Requests in a file and the same settings as command-line flags.
@@ -107,28 +121,18 @@ TEST(WorkerRequests, EachRequestMatchesItsSinglePromptRun) {
   TempDir dir;
   write_file(dir / "requests.jsonl", request_file());
   const CommandResult batched =
-      run_command({worker_bin().string(), "--model", default_model().string(), "--backend", "cpu",
-                   "--requests", (dir / "requests.jsonl").string()},
-                  dir.path());
+      run_local_worker(dir, {"--requests", (dir / "requests.jsonl").string()});
   ASSERT_EQ(batched.exit_code(), 0) << batched.err;
   const auto runs = by_id(batched.out);
   check_batched_output(runs);
 
   for (const Case& c : cases()) {
-    std::vector<std::string> argv = {worker_bin().string(),
-                                     "--model",
-                                     default_model().string(),
-                                     "--backend",
-                                     "cpu",
-                                     "--format",
-                                     "jsonl",
-                                     "--prompt",
-                                     c.prompt};
+    std::vector<std::string> args = {"--format", "jsonl", "--prompt", c.prompt};
     for (const auto& [key, value] : c.settings.items()) {
-      argv.push_back("--set");
-      argv.push_back(key + "=" + value.dump());
+      args.push_back("--set");
+      args.push_back(key + "=" + value.dump());
     }
-    const CommandResult alone = run_command(argv, dir.path());
+    const CommandResult alone = run_local_worker(dir, args);
     ASSERT_EQ(alone.exit_code(), 0) << alone.err;
     expect_same(runs.at(c.id), parse_worker_output(alone.out), c.id);
   }
@@ -137,10 +141,7 @@ TEST(WorkerRequests, EachRequestMatchesItsSinglePromptRun) {
 TEST(WorkerRequests, TopLogprobsComeWithTheTokensThatAskedForThem) {
   TempDir dir;
   write_file(dir / "requests.jsonl", request_file());
-  const CommandResult r =
-      run_command({worker_bin().string(), "--model", default_model().string(), "--backend", "cpu",
-                   "--requests", (dir / "requests.jsonl").string()},
-                  dir.path());
+  const CommandResult r = run_local_worker(dir, {"--requests", (dir / "requests.jsonl").string()});
   ASSERT_EQ(r.exit_code(), 0) << r.err;
   int with_top = 0;
   std::istringstream lines(r.out);
@@ -184,10 +185,7 @@ TEST(WorkerRequests, BadUsageIsAClearError) {
       {{"--requests", (dir / "missing.jsonl").string()}, "missing.jsonl"},
   };
   for (const auto& [args, message] : bad) {
-    std::vector<std::string> argv = {worker_bin().string(), "--model", default_model().string(),
-                                     "--backend", "cpu"};
-    argv.insert(argv.end(), args.begin(), args.end());
-    const CommandResult r = run_command(argv, dir.path());
+    const CommandResult r = run_local_worker(dir, args);
     EXPECT_NE(r.exit_code(), 0) << message;
     EXPECT_NE(r.err.find(message), std::string::npos) << r.err;
   }
@@ -206,38 +204,27 @@ ChildProcess start_server(const TempDir& dir, const std::string& socket,
                                    "memfd",
                                    "--quiet"};
   argv.insert(argv.end(), extra.begin(), extra.end());
-  ChildProcess server =
-      ChildProcess::spawn(ChildProcess::Options(argv)
-                              .stdout_to(ChildProcess::Stream::file(dir / "server.out"))
-                              .stderr_to(ChildProcess::Stream::file(dir / "server.err")));
-  for (int i = 0; i < 3000; ++i) {
-    if (server.wait_until(std::chrono::steady_clock::now()))
-      throw std::runtime_error("hearth-server exited: " + read_file(dir / "server.err"));
-    try {
-      ipc::Client::connect(socket);
-      return server;
-    } catch (const ipc::IpcError&) {
-      std::this_thread::sleep_for(10ms);
-    }
-  }
-  throw std::runtime_error("hearth-server did not start listening");
+  return spawn_listening(argv, socket, dir.path(), "server");
 }
+
+// A served test's scratch folder: the request file, and a hearth-server on the default model
+// (with `server_flags`) listening at sock/hearth.sock in it.
+struct ServedScratch {
+  explicit ServedScratch(const std::vector<std::string>& server_flags = {})
+      : file((dir / "requests.jsonl").string()), socket((dir / "sock" / "hearth.sock").string()) {
+    write_file(file, request_file());
+    server.emplace(start_server(dir, socket, server_flags));
+  }
+  TempDir dir;
+  const std::string file, socket;
+  std::optional<ChildProcess> server;  // stopped with the scratch
+};
 
 TEST(WorkerRequests, ServedWorkerWritesWhatASingleProcessOneWrites) {
   if (!fs::exists(bin_dir() / "hearth-server")) GTEST_SKIP() << "hearth-server is not built";
-  TempDir dir;
-  write_file(dir / "requests.jsonl", request_file());
-  const std::string socket = (dir / "sock" / "hearth.sock").string();
-  ChildProcess server = start_server(dir, socket);
-
-  const std::string file = (dir / "requests.jsonl").string();
-  const CommandResult served = run_command(
-      {worker_bin().string(), "--server", socket, "--model", "fortunes", "--requests", file},
-      dir.path());
-  const CommandResult local =
-      run_command({worker_bin().string(), "--model", default_model().string(), "--backend", "cpu",
-                   "--requests", file},
-                  dir.path());
+  const ServedScratch s;
+  const CommandResult served = run_served_worker(s.dir, s.socket, {"--requests", s.file});
+  const CommandResult local = run_local_worker(s.dir, {"--requests", s.file});
   ASSERT_EQ(served.exit_code(), 0) << served.err;
   ASSERT_EQ(local.exit_code(), 0) << local.err;
   const auto a = by_id(served.out), b = by_id(local.out);
@@ -250,23 +237,11 @@ TEST(WorkerRequests, ServedWorkerWritesWhatASingleProcessOneWrites) {
 // same model writes, and that differs from the bf16 model's tokens or logprobs (fp8 was used).
 TEST(WorkerRequests, ServedFp8WorkerWritesWhatASingleProcessFp8OneWrites) {
   if (!fs::exists(bin_dir() / "hearth-server")) GTEST_SKIP() << "hearth-server is not built";
-  TempDir dir;
-  write_file(dir / "requests.jsonl", request_file());
-  const std::string socket = (dir / "sock" / "hearth.sock").string();
-  ChildProcess server = start_server(dir, socket, {"--quantize", "fp8"});
-
-  const std::string file = (dir / "requests.jsonl").string();
-  const CommandResult served = run_command({worker_bin().string(), "--server", socket, "--model",
-                                            "fortunes", "--verify-weights", "--requests", file},
-                                           dir.path());
-  const CommandResult local =
-      run_command({worker_bin().string(), "--model", default_model().string(), "--backend", "cpu",
-                   "--quantize", "fp8", "--requests", file},
-                  dir.path());
-  const CommandResult bf16 =
-      run_command({worker_bin().string(), "--model", default_model().string(), "--backend", "cpu",
-                   "--requests", file},
-                  dir.path());
+  const ServedScratch s({"--quantize", "fp8"});
+  const CommandResult served =
+      run_served_worker(s.dir, s.socket, {"--verify-weights", "--requests", s.file});
+  const CommandResult local = run_local_worker(s.dir, {"--quantize", "fp8", "--requests", s.file});
+  const CommandResult bf16 = run_local_worker(s.dir, {"--requests", s.file});
   ASSERT_EQ(served.exit_code(), 0) << served.err;
   ASSERT_EQ(local.exit_code(), 0) << local.err;
   ASSERT_EQ(bf16.exit_code(), 0) << bf16.err;
@@ -281,24 +256,12 @@ TEST(WorkerRequests, ServedFp8WorkerWritesWhatASingleProcessFp8OneWrites) {
 // logprobs (the cache was fp8).
 TEST(WorkerRequests, ServedFp8KvWorkerWritesWhatASingleProcessOneWrites) {
   if (!fs::exists(bin_dir() / "hearth-server")) GTEST_SKIP() << "hearth-server is not built";
-  TempDir dir;
-  write_file(dir / "requests.jsonl", request_file());
-  const std::string socket = (dir / "sock" / "hearth.sock").string();
-  ChildProcess server = start_server(dir, socket);
-
-  const std::string file = (dir / "requests.jsonl").string();
+  const ServedScratch s;
   const std::string fp8_kv = "kv_cache_dtype=fp8_e4m3";
-  const CommandResult served = run_command({worker_bin().string(), "--server", socket, "--model",
-                                            "fortunes", "--set", fp8_kv, "--requests", file},
-                                           dir.path());
-  const CommandResult local =
-      run_command({worker_bin().string(), "--model", default_model().string(), "--backend", "cpu",
-                   "--set", fp8_kv, "--requests", file},
-                  dir.path());
-  const CommandResult plain =
-      run_command({worker_bin().string(), "--model", default_model().string(), "--backend", "cpu",
-                   "--requests", file},
-                  dir.path());
+  const CommandResult served =
+      run_served_worker(s.dir, s.socket, {"--set", fp8_kv, "--requests", s.file});
+  const CommandResult local = run_local_worker(s.dir, {"--set", fp8_kv, "--requests", s.file});
+  const CommandResult plain = run_local_worker(s.dir, {"--requests", s.file});
   ASSERT_EQ(served.exit_code(), 0) << served.err;
   ASSERT_EQ(local.exit_code(), 0) << local.err;
   ASSERT_EQ(plain.exit_code(), 0) << plain.err;

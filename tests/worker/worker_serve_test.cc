@@ -37,21 +37,7 @@ class ServingWorker {
                                      "--serve",
                                      socket_};
     argv.insert(argv.end(), extra.begin(), extra.end());
-    process_.emplace(
-        ChildProcess::spawn(ChildProcess::Options(argv)
-                                .stdout_to(ChildProcess::Stream::file(dir / "worker.out"))
-                                .stderr_to(ChildProcess::Stream::file(dir / "worker.err"))));
-    for (int i = 0; i < 3000; ++i) {
-      if (process_->wait_until(std::chrono::steady_clock::now()))
-        throw std::runtime_error("hearth-worker exited: " + read_file(dir / "worker.err"));
-      try {
-        ipc::Client::connect(socket_);
-        return;
-      } catch (const ipc::IpcError&) {
-        std::this_thread::sleep_for(10ms);
-      }
-    }
-    throw std::runtime_error("hearth-worker --serve did not start listening within 30 s");
+    process_.emplace(spawn_listening(argv, socket_, dir.path(), "worker"));
   }
 
   ipc::Client connect() const {

@@ -32,6 +32,24 @@ json chat(json extra = json::object()) {
   return body;
 }
 
+// Two tools whose parameters leave nothing open (required keys, no others, bounded values):
+// a forced call can be checked against them.
+const json kStrictTools = json::parse(R"([
+    {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+     "properties": {"city": {"type": "string", "maxLength": 12}}, "required": ["city"],
+     "additionalProperties": false}}},
+    {"type": "function", "function": {"name": "add", "parameters": {"type": "object",
+     "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 99},
+                    "b": {"type": "integer", "minimum": 0, "maximum": 99}},
+     "required": ["a", "b"], "additionalProperties": false}}}])");
+
+// The parameters of kStrictTools' function `name`; nullptr when none is called that.
+const json* strict_tool_parameters(const std::string& name) {
+  for (const json& t : kStrictTools)
+    if (t["function"]["name"] == name) return &t["function"]["parameters"];
+  return nullptr;
+}
+
 std::vector<std::string> hermes_template() {
   return {"--chat-template",
           (source_dir() / "tests/gateway/tool_calls/hermes-test.jinja").string()};
@@ -56,19 +74,12 @@ bool validates(const json& schema, const std::string& instance) {
 // (the structured-output mask), to a function of the tools, with arguments in its schema.
 TEST(GatewayToolCalls, ForcedToolChoiceGivesAValidCall) {
   GatewayProcess gw(hermes_template());
-  const json tools = json::parse(R"([
-    {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
-     "properties": {"city": {"type": "string", "maxLength": 12}}, "required": ["city"],
-     "additionalProperties": false}}},
-    {"type": "function", "function": {"name": "add", "parameters": {"type": "object",
-     "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 99},
-                    "b": {"type": "integer", "minimum": 0, "maximum": 99}},
-     "required": ["a", "b"], "additionalProperties": false}}}])");
   for (const json& choice :
        {json("required"), json{{"type", "function"}, {"function", {{"name", "add"}}}}}) {
     SCOPED_TRACE(choice.dump());
-    const auto r = gw.post("/v1/chat/completions",
-                           chat({{"tools", tools}, {"tool_choice", choice}, {"max_tokens", 200}}));
+    const auto r =
+        gw.post("/v1/chat/completions",
+                chat({{"tools", kStrictTools}, {"tool_choice", choice}, {"max_tokens", 200}}));
     ASSERT_EQ(r.status, 200) << r.body;
     const json c = r.parsed()["choices"][0];
     EXPECT_EQ(c["finish_reason"], "tool_calls") << r.body;
@@ -79,16 +90,14 @@ TEST(GatewayToolCalls, ForcedToolChoiceGivesAValidCall) {
     if (choice.is_object()) {
       EXPECT_EQ(name, "add");
     }
-    const json* schema = nullptr;
-    for (const json& t : tools)
-      if (t["function"]["name"] == name) schema = &t["function"]["parameters"];
+    const json* schema = strict_tool_parameters(name);
     ASSERT_NE(schema, nullptr) << name;
     EXPECT_TRUE(validates(*schema, call["function"]["arguments"].get<std::string>())) << r.body;
   }
   // Streamed: the same call as delta.tool_calls (name, then arguments), no content, same
   // finish reason (temperature 0: the same tokens as the whole response).
   const json named = {{"type", "function"}, {"function", {{"name", "get_weather"}}}};
-  const json body = chat({{"tools", tools}, {"tool_choice", named}, {"max_tokens", 200}});
+  const json body = chat({{"tools", kStrictTools}, {"tool_choice", named}, {"max_tokens", 200}});
   const auto whole = gw.post("/v1/chat/completions", body);
   ASSERT_EQ(whole.status, 200) << whole.body;
   json streamed_body = body;
@@ -113,10 +122,10 @@ TEST(GatewayToolCalls, ForcedToolChoiceGivesAValidCall) {
   EXPECT_EQ(name, "get_weather");
   EXPECT_EQ(arguments, call["arguments"].get<std::string>());
   EXPECT_EQ(finish, "tool_calls");
-  EXPECT_TRUE(validates(tools[0]["function"]["parameters"], arguments)) << arguments;
+  EXPECT_TRUE(validates(kStrictTools[0]["function"]["parameters"], arguments)) << arguments;
 
   // Parameters outside the compiler's subset: a 400 naming the keyword under tools.
-  json bad = tools;
+  json bad = kStrictTools;
   bad[0]["function"]["parameters"]["properties"]["city"]["pattern"] = "[A-Z].*";
   const auto refused =
       gw.post("/v1/chat/completions", chat({{"tools", bad}, {"tool_choice", "required"}}));
@@ -175,18 +184,10 @@ TEST(GatewayToolCalls, ToolsAndToolHistoryRenderAndPlainOutputIsUnchanged) {
 TEST(GatewayToolCalls, TheOpenaiNpmClientReadsStreamedCallsFromTheGateway) {
   if (!openai_npm_installed()) GTEST_SKIP() << openai_npm_missing();
   GatewayProcess gw(hermes_template());
-  const json tools = json::parse(R"([
-    {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
-     "properties": {"city": {"type": "string", "maxLength": 12}}, "required": ["city"],
-     "additionalProperties": false}}},
-    {"type": "function", "function": {"name": "add", "parameters": {"type": "object",
-     "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 99},
-                    "b": {"type": "integer", "minimum": 0, "maximum": 99}},
-     "required": ["a", "b"], "additionalProperties": false}}}])");
   const NodeTestRun run =
       run_node_test("tool_calls_gateway_test.mjs",
                     {"HEARTH_GATEWAY_URL=http://127.0.0.1:" + std::to_string(gw.port()) + "/v1",
-                     "TOOLS=" + tools.dump()});
+                     "TOOLS=" + kStrictTools.dump()});
   ASSERT_TRUE(run.finished) << "node did not finish";
   EXPECT_TRUE(run.success) << run.out << run.err;
   EXPECT_TRUE(run.none_failed()) << run.out;
@@ -196,9 +197,7 @@ TEST(GatewayToolCalls, TheOpenaiNpmClientReadsStreamedCallsFromTheGateway) {
     const std::string line = out.substr(at + 5, out.find('\n', at) - at - 5);
     const std::string name = line.substr(0, line.find(' '));
     const std::string arguments = line.substr(line.find(' ') + 1);
-    const json* schema = nullptr;
-    for (const json& t : tools)
-      if (t["function"]["name"] == name) schema = &t["function"]["parameters"];
+    const json* schema = strict_tool_parameters(name);
     ASSERT_NE(schema, nullptr) << line;
     EXPECT_TRUE(validates(*schema, arguments)) << line;
     ++calls;

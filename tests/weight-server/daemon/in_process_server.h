@@ -4,6 +4,7 @@
 // it) behind a real broker on a real socket, serving on its own thread. For the cases a
 // separate process cannot set up: other uids, and a server that lies to its workers.
 
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -11,12 +12,21 @@
 #include <vector>
 
 #include "broker/broker.h"
+#include "ipc/client.h"
 #include "tests/ipc/test_util.h"
 #include "tools/synth_model.h"
 #include "weight-server/daemon/served_model.h"
 #include "weight-server/daemon/server_handler.h"
 
 namespace hearth::test {
+
+// A client of the server at `socket`, called `name`, that waits up to a minute for a reply.
+inline ipc::Client client_of(const std::string& socket, const std::string& name = "test") {
+  ipc::ClientOptions options;
+  options.name = name;
+  options.timeout = std::chrono::seconds(60);
+  return ipc::Client::connect(socket, options);
+}
 
 class InProcessServer {
  public:

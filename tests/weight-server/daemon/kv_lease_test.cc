@@ -27,10 +27,7 @@ constexpr uint64_t kMiB = uint64_t(1) << 20;
 constexpr uint64_t kChunk = 2 * kMiB;
 
 ipc::Client connect(const std::string& socket) {
-  ipc::ClientOptions options;
-  options.name = "kv-lease-test";
-  options.timeout = std::chrono::seconds(60);
-  return ipc::Client::connect(socket, options);
+  return test::client_of(socket, "kv-lease-test");
 }
 
 ipc::Frame lease(ipc::Client& c, uint64_t chunks, uint64_t min_chunks = 0,

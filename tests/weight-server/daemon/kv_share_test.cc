@@ -33,10 +33,7 @@ constexpr ipc::WireKey kDomain{101, 102};
 constexpr ipc::WireKey kRoot{201, 202};
 
 ipc::Client connect(const std::string& socket) {
-  ipc::ClientOptions options;
-  options.name = "kv-share-test";
-  options.timeout = std::chrono::seconds(60);
-  return ipc::Client::connect(socket, options);
+  return test::client_of(socket, "kv-share-test");
 }
 
 ipc::Frame lease(ipc::Client& c, uint64_t chunks) {

@@ -18,10 +18,7 @@ using json = nlohmann::json;
 using ipc::ErrorCode;
 
 ipc::Client connect(const std::string& socket, const std::string& name = "test") {
-  ipc::ClientOptions options;
-  options.name = name;
-  options.timeout = std::chrono::seconds(60);
-  return ipc::Client::connect(socket, options);
+  return test::client_of(socket, name);
 }
 
 // The error a call ends in: its code and message.

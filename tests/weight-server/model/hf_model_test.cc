@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tests/support/safetensors_builder.h"
+#include "tests/weight-server/model/rewrite_weights.h"
 #include "tools/synth_model.h"
 #include "weight-server/model/host_store.h"
 
@@ -18,6 +18,7 @@ namespace hearth {
 namespace {
 
 namespace fs = std::filesystem;
+using test::rewrite_weights;
 
 fs::path fresh_dir(const std::string& name) {
   fs::path dir = fs::path(testing::TempDir()) / ("hf_model_" + name);
@@ -39,19 +40,6 @@ void expect_open_error(const fs::path& dir, std::initializer_list<std::string> f
     for (const auto& f : fragments)
       EXPECT_NE(std::string(e.what()).find(f), std::string::npos) << e.what();
   }
-}
-
-// Rewrites model.safetensors with `mutate` applied to the list of (name, dtype, shape).
-void rewrite_weights(const fs::path& dir,
-                     const std::function<void(std::vector<test::TensorSpec>&)>& mutate) {
-  HfModel m = HfModel::open(dir);
-  std::vector<test::TensorSpec> specs;
-  for (const HfTensor& t : m.tensors())
-    specs.push_back({t.info.name, std::string(dtype_name(t.info.dtype)), t.info.shape});
-  mutate(specs);
-  auto image = test::valid_safetensors(specs);
-  std::ofstream(dir / "model.safetensors", std::ios::binary | std::ios::trunc)
-      .write(reinterpret_cast<const char*>(image.data()), image.size());
 }
 
 TEST(HfModel, OpensEveryPresetArchitecture) {

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/support/safetensors_builder.h"
+#include "tests/weight-server/model/rewrite_weights.h"
 #include "tools/synth_model.h"
 #include "weight-server/model/fp8.h"
 
@@ -20,6 +21,7 @@ namespace hearth {
 namespace {
 
 namespace fs = std::filesystem;
+using test::rewrite_weights;
 using json = nlohmann::json;
 
 fs::path synth(const std::string& name, const std::string& preset, bool fp8) {
@@ -40,19 +42,6 @@ std::string open_error(const fs::path& dir) {
     return e.what();
   }
   return "(opened)";
-}
-
-// Rewrites model.safetensors with `mutate` applied to the list of (name, dtype, shape).
-void rewrite_weights(const fs::path& dir,
-                     const std::function<void(std::vector<test::TensorSpec>&)>& mutate) {
-  HfModel m = HfModel::open(dir);
-  std::vector<test::TensorSpec> specs;
-  for (const HfTensor& t : m.tensors())
-    specs.push_back({t.info.name, std::string(dtype_name(t.info.dtype)), t.info.shape});
-  mutate(specs);
-  auto image = test::valid_safetensors(specs);
-  std::ofstream(dir / "model.safetensors", std::ios::binary | std::ios::trunc)
-      .write(reinterpret_cast<const char*>(image.data()), image.size());
 }
 
 void edit_config(const fs::path& dir, const std::function<void(json&)>& edit) {

@@ -80,16 +80,7 @@ TEST(CudaBatch, MatchesCpuOnEveryGoldenVariant) {
 // chunks of 64 tokens by a backend whose steps hold 64.
 TEST(CudaBatch, MatchesCpuOnProductionHeadShapesInChunks) {
   HEARTH_REQUIRE_GPU();
-  const json hd128 = {{"hidden_size", 512}, {"num_attention_heads", 4},  {"num_key_value_heads", 1},
-                      {"head_dim", 128},    {"intermediate_size", 1024}, {"vocab_size", 3000}};
-  const json hd64 = {{"hidden_size", 448},
-                     {"num_attention_heads", 7},
-                     {"num_key_value_heads", 1},
-                     {"intermediate_size", 896},
-                     {"vocab_size", 2000}};
-  for (auto [name, cfg, preset] : {std::tuple{"hd128", hd128, "tiny-llama3"},
-                                   {"hd64", hd64, "tiny-qwen2"},
-                                   {"qwen3", hd128, "tiny-qwen3"}}) {
+  for (const auto& [name, cfg, preset] : test::production_head_shapes()) {
     std::vector<int32_t> prompt(600);
     for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 7919) % 1999);
     check_against_cpu(synth(name, cfg, preset), prompt, 20, name, options(64));
@@ -144,10 +135,7 @@ class CudaBatchEngine : public testing::Test {
   // Each request alone, on one backend, one engine per request.
   std::map<std::string, test::EngineOutcome> alone(const std::vector<Request>& requests) {
     const EngineOptions o = options();
-    auto b = backend(o);
-    std::map<std::string, test::EngineOutcome> out;
-    for (const Request& r : requests) out[r.id] = test::run_engine(*b, o, {r}).at(r.id);
-    return out;
+    return test::run_each_alone(*backend(o), o, requests);
   }
   static inline std::shared_ptr<HfModel>* hf_ = nullptr;
   static inline std::shared_ptr<const WeightStore>* dev_ = nullptr;

@@ -13,6 +13,7 @@
 #include "tools/synth_model.h"
 #include "weight-server/model/device_store.h"
 #include "tests/support/paths.h"
+#include "tests/worker/engine/synth_models.h"
 #include "weight-server/model/hf_model.h"
 #include "weight-server/model/host_store.h"
 #include "worker/engine/cpu_backend.h"
@@ -104,28 +105,13 @@ TEST(CudaEngine, MatchesCpuOnEveryGoldenVariant) {
 
 fs::path synth(const std::string& name, const json& overrides,
                const std::string& preset = "tiny-llama3") {
-  const fs::path dir = fs::path(testing::TempDir()) / ("cuda_engine_" + name);
-  fs::remove_all(dir);
-  SynthOptions opt;
-  opt.preset = preset;
-  opt.config_overrides = overrides;
-  write_synthetic_model(dir, opt);
-  return dir;
+  return test::synth_dir("cuda_engine_" + name, test::synth_options(preset, overrides));
 }
 
 // Production-like head sizes: head_dim 128 with GQA 4, and head_dim 64 with GQA 7 and biases.
 TEST(CudaEngine, MatchesCpuOnProductionHeadShapes) {
   HEARTH_REQUIRE_GPU();
-  const json hd128 = {{"hidden_size", 512}, {"num_attention_heads", 4},  {"num_key_value_heads", 1},
-                      {"head_dim", 128},    {"intermediate_size", 1024}, {"vocab_size", 3000}};
-  const json hd64 = {{"hidden_size", 448},
-                     {"num_attention_heads", 7},
-                     {"num_key_value_heads", 1},
-                     {"intermediate_size", 896},
-                     {"vocab_size", 2000}};
-  for (auto [name, cfg, preset] : {std::tuple{"hd128", hd128, "tiny-llama3"},
-                                   {"hd64", hd64, "tiny-qwen2"},
-                                   {"qwen3", hd128, "tiny-qwen3"}}) {
+  for (const auto& [name, cfg, preset] : test::production_head_shapes()) {
     Engines e = open_engines(synth(name, cfg, preset), 512);
     std::vector<int32_t> prompt(150);
     for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 7919) % 1999);

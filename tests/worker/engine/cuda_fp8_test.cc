@@ -267,12 +267,8 @@ class CudaFp8Engine : public testing::Test {
 TEST_F(CudaFp8Engine, BatchedEqualsAloneBitForBit) {
   HEARTH_REQUIRE_FP8();
   const std::vector<Request> all = mixed_requests(40, 3000);
-  std::map<std::string, test::EngineOutcome> want;
-  {
-    const EngineOptions o = options();
-    auto b = backend(o);
-    for (const Request& r : all) want[r.id] = test::run_engine(*b, o, {r}).at(r.id);
-  }
+  const std::map<std::string, test::EngineOutcome> want =
+      test::run_each_alone(*backend(options()), options(), all);
   const EngineOptions o = options(256, 64);
   auto b = backend(o);
   test::expect_together_equals_alone(*b, o, all, want, {1, 7, 40});

@@ -148,7 +148,7 @@ TEST(CudaKvFp8, BatchedAndChunkedEqualAloneBitForBit) {
   {
     const EngineOptions o = options();
     CudaBatchBackend b(dev, o, 1024);
-    for (const Request& r : all) want[r.id] = test::run_engine(b, o, {r}).at(r.id);
+    want = test::run_each_alone(b, o, all);
   }
   {
     const EngineOptions o = options(256, 64);

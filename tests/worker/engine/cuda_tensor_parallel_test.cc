@@ -109,8 +109,7 @@ TEST_P(CudaTensorParallel, AloneEqualsBatchedBitForBitWithGraphsOrEager) {
   const std::vector<Request> all = mixed_requests(24);
   const EngineOptions o = options(2);
   CudaTpBackend tp(model(), o, kContext);
-  std::map<std::string, test::EngineOutcome> alone;
-  for (const Request& r : all) alone[r.id] = test::run_engine(tp, o, {r}).at(r.id);
+  const std::map<std::string, test::EngineOutcome> alone = test::run_each_alone(tp, o, all);
   test::expect_together_equals_alone(tp, o, all, alone, {2, 7, 24});
   EngineOptions eager = o;
   eager.cuda_graphs = false;

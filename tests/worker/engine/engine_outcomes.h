@@ -63,6 +63,15 @@ inline void expect_same_outcomes(const std::map<std::string, EngineOutcome>& got
   }
 }
 
+// Each of `requests` alone on `backend`, one engine after another: what batched runs are held
+// to.
+inline std::map<std::string, EngineOutcome> run_each_alone(Backend& backend, const EngineOptions& o,
+                                                           const std::vector<Request>& requests) {
+  std::map<std::string, EngineOutcome> out;
+  for (const Request& r : requests) out.merge(run_engine(backend, o, {r}));
+  return out;
+}
+
 // For each n of `sizes`, the last n of `requests` run together on `backend` (different
 // positions per n) give each request the outcome it had alone (`alone`, by id).
 inline void expect_together_equals_alone(Backend& backend, const EngineOptions& o,

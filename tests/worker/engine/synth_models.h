@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -25,6 +26,28 @@ inline nlohmann::json small_gqa_config() {
   return {{"hidden_size", 512},    {"num_attention_heads", 8},  {"num_key_value_heads", 2},
           {"head_dim", 64},        {"intermediate_size", 1024}, {"vocab_size", 3000},
           {"num_hidden_layers", 2}};
+}
+
+// Production head shapes on small models, for the GPU engines against the CPU: head_dim 128
+// with GQA 4 (tiny-llama3), head_dim 64 with GQA 7 and biases (tiny-qwen2), and head_dim 128
+// with Qwen3's head norm (tiny-qwen3).
+struct HeadShapeModel {
+  std::string name;
+  nlohmann::json config;  // config.json keys to replace
+  std::string preset;
+};
+inline std::vector<HeadShapeModel> production_head_shapes() {
+  const nlohmann::json hd128 = {{"hidden_size", 512},        {"num_attention_heads", 4},
+                                {"num_key_value_heads", 1},  {"head_dim", 128},
+                                {"intermediate_size", 1024}, {"vocab_size", 3000}};
+  const nlohmann::json hd64 = {{"hidden_size", 448},
+                               {"num_attention_heads", 7},
+                               {"num_key_value_heads", 1},
+                               {"intermediate_size", 896},
+                               {"vocab_size", 2000}};
+  return {{"hd128", hd128, "tiny-llama3"},
+          {"hd64", hd64, "tiny-qwen2"},
+          {"qwen3", hd128, "tiny-qwen3"}};
 }
 
 // A preset with config.json keys replaced; the other options at their defaults.

@@ -161,9 +161,7 @@ TEST_P(CudaTpProcesses, TokensAndLogprobsAreTheInProcessRanksAloneAndBatched) {
   }
   const auto backend = processes(fp8());
   test::expect_same_outcomes(test::run_engine(*backend, o, requests), want, "batched");
-  std::map<std::string, test::EngineOutcome> alone;
-  for (const Request& r : requests) alone.merge(test::run_engine(*backend, o, {r}));
-  test::expect_same_outcomes(alone, want, "alone");
+  test::expect_same_outcomes(test::run_each_alone(*backend, o, requests), want, "alone");
   // Again: the decode graphs captured on the first pass replay the same bits.
   test::expect_same_outcomes(test::run_engine(*backend, o, requests), want, "batched again");
 }
@@ -184,9 +182,7 @@ TEST_P(CudaTpProcesses, GraphsCapturedUpFrontGiveTheInProcessRanksBits) {
   up_front.capture_decode_graphs = kContext;
   const auto backend = processes(fp8(), up_front);
   test::expect_same_outcomes(test::run_engine(*backend, o, requests), want, "batched");
-  std::map<std::string, test::EngineOutcome> alone;
-  for (const Request& r : requests) alone.merge(test::run_engine(*backend, o, {r}));
-  test::expect_same_outcomes(alone, want, "alone");
+  test::expect_same_outcomes(test::run_each_alone(*backend, o, requests), want, "alone");
   const auto as_they_go = processes(fp8());
   test::expect_same_outcomes(test::run_engine(*as_they_go, o, requests), want, "captured later");
 }

@@ -142,9 +142,8 @@ TEST(TpProcesses, TokensAndLogprobsAreTheInProcessRanksAloneAndBatched) {
     const auto backend = processes(tp);
     test::expect_same_outcomes(test::run_engine(*backend, o, requests), want,
                                "TP " + std::to_string(tp) + " batched");
-    std::map<std::string, test::EngineOutcome> alone;
-    for (const Request& r : requests) alone.merge(test::run_engine(*backend, o, {r}));
-    test::expect_same_outcomes(alone, want, "TP " + std::to_string(tp) + " alone");
+    test::expect_same_outcomes(test::run_each_alone(*backend, o, requests), want,
+                               "TP " + std::to_string(tp) + " alone");
   }
 }
 

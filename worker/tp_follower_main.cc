@@ -56,12 +56,13 @@ int run(int argc, char** argv) {
                                " differs from the leader's " + hello.model_identity + ")");
     return model.store;
   };
-  // Served GPU ranks lease their KV pool on their own GPU from the server they imported from,
-  // as the worker leases rank 0's (prefix KV not shared: rank 0 alone would see it).
+  // Served ranks lease their KV pool from the server they imported from, as the worker leases
+  // rank 0's: GPU ranks on their own GPU (vmm), CPU ranks from their device's budget in host
+  // memory (memfd). Prefix KV is not shared: rank 0 alone would see it.
   const auto kv_lease = [&]() -> hearth::KvMemoryFactory {
-    if (!model.server || model.store->residence() != hearth::Residence::Device) return nullptr;
-    return hearth::make_leased_kv_factory(model.server, devices, /*on_gpu=*/true,
-                                          /*share=*/false);
+    if (!model.server) return nullptr;
+    const bool on_gpu = model.store->residence() == hearth::Residence::Device;
+    return hearth::make_leased_kv_factory(model.server, devices, on_gpu, /*share=*/false);
   };
   hearth::run_tp_follower(hearth::UniqueFd(fd), open, kv_lease);
   return 0;

@@ -86,8 +86,6 @@ CpuBackend::CpuBackend(std::shared_ptr<const WeightStore> store, int context_len
     if (group_->world_size() != tensor_parallel || tensor_parallel < 2)
       throw std::runtime_error("a process group of " + std::to_string(group_->world_size()) +
                                " ranks for tensor_parallel " + std::to_string(tensor_parallel));
-    if (memory_)
-      throw std::runtime_error("tensor-parallel processes on a leased KV pool are not built yet");
     heads_ /= tensor_parallel;
     kv_heads_ /= tensor_parallel;
     inter_ /= tensor_parallel;
@@ -114,6 +112,16 @@ CpuBackend::CpuBackend(std::shared_ptr<const WeightStore> store, int context_len
   // pool r holding heads [r * pool_heads_, (r + 1) * pool_heads_) in the layout one pool has
   // with that many heads.
   kv_pools_ = memory_ ? memory_->ranks() : 1;
+  if (group_ && kv_pools_ > 1) {
+    // The leader of rank processes, leased: every rank's pool as one (ranked_kv_memory.h), so the
+    // engine grows and shrinks them together; this process addresses only its own, rank 0's,
+    // which is the memory's base().
+    if (kv_pools_ != tensor_parallel || group_->rank() != 0)
+      throw std::runtime_error("a KV memory of " + std::to_string(kv_pools_) + " ranks for rank " +
+                               std::to_string(group_->rank()) + " of " +
+                               std::to_string(tensor_parallel) + " rank processes");
+    kv_pools_ = 1;
+  }
   if (kv_pools_ > 1 && (group_ || kv_pools_ != tensor_parallel || c_.n_kv_heads % kv_pools_ != 0))
     throw std::runtime_error(
         "a KV memory of " + std::to_string(kv_pools_) + " ranks for an engine of tensor_parallel " +

@@ -46,7 +46,9 @@ class CpuBackend final : public Backend {
   // so one block table serves all), every rank keeps the whole residual stream, and o_proj's and
   // down's partials are summed across the processes in rank order, so the bits are those of the
   // in-process ranks. Logits are gathered on rank 0 (the leader) only. `rank_stores` may then
-  // hold this rank's pieces alone (a served rank imports only its own).
+  // hold this rank's pieces alone (a served rank imports only its own). A leased `memory` is then
+  // this rank's pool alone (a follower), or on the leader every rank's as one (rank 0's its
+  // base(), the followers' grown and shrunk over their channels: worker/tp/remote_kv_memory.h).
   CpuBackend(std::shared_ptr<const WeightStore> store, int context_length, KvPoolShape kv = {},
              std::shared_ptr<KvMemory> memory = nullptr, int tensor_parallel = 1,
              std::vector<std::shared_ptr<const WeightStore>> rank_stores = {},

@@ -18,7 +18,6 @@
 #include "worker/engine/cuda/decode_step_plan.h"
 #include "worker/engine/cuda/device_rank_store.h"
 #include "worker/engine/profile.h"
-#include "worker/engine/ranked_kv_memory.h"
 #include "worker/tp/remote_kv_memory.h"
 
 namespace hearth {
@@ -95,28 +94,18 @@ class CudaProcessTpBackend final : public Backend {
                                  " sent the all-reduce share of rank " + std::to_string(s.rank));
       rank_->all_reduce().import_peer(s, fd);
     };
-    std::vector<TpKvState> follower_kv(size_t(n), TpKvState{});
-    const auto ready = [&](int rank, const json& message) {
-      if (!leased) return;
-      const auto kv = message.find("kv");
-      if (kv == message.end())
-        throw std::runtime_error("tensor-parallel rank " + std::to_string(rank) +
-                                 "'s ready carried no leased KV pool");
-      follower_kv[size_t(rank)] = parse_kv_state(*kv);
-    };
-    const TpAllReduceHandshake handshake{mine.get(), import, ready};
-    group_ = TpProcessGroup::start(hello, processes, &handshake);
+    std::vector<TpKvState> follower_kv(static_cast<size_t>(n));
+    const TpAllReduceHandshake handshake{mine.get(), import};
+    group_ = TpProcessGroup::start(hello, processes, &handshake,
+                                   leased ? collect_kv_states(follower_kv) : nullptr);
     if (!rank_->all_reduce().ready())
       throw std::runtime_error("tensor-parallel group: rank 0 did not get every rank's all-reduce");
     if (leased) {
       // Every rank's lease grown and shrunk together, as the in-process ranks' are: rank 0's
-      // here, each follower's in its process, asked over its channel.
-      std::vector<std::shared_ptr<KvMemory>> pools;
-      // Owned by rank 0's pool, which outlives leased_ (reset first in the destructor).
-      pools.push_back(std::shared_ptr<KvMemory>(rank_->kv_memory(), [](KvMemory*) {}));
-      for (int r = 1; r < n; ++r)
-        pools.push_back(std::make_shared<RemoteKvMemory>(group_, r, follower_kv[size_t(r)]));
-      leased_ = std::make_shared<RankedKvMemory>(std::move(pools));
+      // here, each follower's in its process, asked over its channel. Rank 0's is owned by its
+      // pool, which outlives leased_ (reset first in the destructor).
+      leased_ = join_leased_pools(std::shared_ptr<KvMemory>(rank_->kv_memory(), [](KvMemory*) {}),
+                                  group_, follower_kv);
     }
     if (processes.capture_decode_graphs > 0) capture_decode_graphs(processes.capture_decode_graphs);
   }
@@ -296,17 +285,12 @@ void serve_cuda_follower(int channel, const TpHello& hello, std::vector<UniqueFd
   }
   CudaTpProcessRank rank(hello.rank, device, whole, std::move(pieces), options,
                          hello.context_length, hello.kv_blocks, lease);
-  const auto kv_state = [&rank] {
-    const KvMemory& m = *rank.kv_memory();
-    return TpKvState{m.blocks(), m.max_blocks(),  m.blocks_per_chunk(),
-                     m.chunks(), m.block_bytes(), m.bytes()};
-  };
   rank.all_reduce().import_peer(parse_share(hello.all_reduce), fds[1].get());
   {
     const UniqueFd mine = rank.all_reduce().export_fd();
     const int fd = mine.get();
     json ready = ready_message(hello.rank, share_json(rank.all_reduce().share()));
-    if (lease) ready["kv"] = kv_state_json(kv_state());
+    if (lease) ready["kv"] = kv_state_json(kv_state_of(*rank.kv_memory()));
     ipc::send_frame(channel, ready, std::span<const int>(&fd, 1));
   }
   std::optional<ipc::Frame> peers =
@@ -333,15 +317,8 @@ void serve_cuda_follower(int channel, const TpHello& hello, std::vector<UniqueFd
     if (type == "kv_grow" || type == "kv_shrink") {
       // Between steps: the last one's kernels are done with the blocks a shrink returns.
       if (!lease) throw std::runtime_error("a \"" + type + "\" for a pool that is not leased");
-      const int blocks = parse_kv_resize(frame->body);
       HEARTH_CUDA_CHECK(cudaStreamSynchronize(rank.stream()));
-      if (type == "kv_grow")
-        rank.kv_memory()->grow(blocks);
-      else
-        rank.kv_memory()->shrink(blocks);
-      json answer = kv_state_json(kv_state());
-      answer["type"] = "kv";
-      ipc::send_frame(channel, answer);
+      ipc::send_frame(channel, answer_kv_resize(*rank.kv_memory(), frame->body));
       continue;
     }
     const StepPlan plan = parse_forward(frame->body);

@@ -15,6 +15,8 @@ namespace hearth {
 
 namespace {
 
+using nlohmann::json;
+
 // The follower's view of the group: the plan came from the leader already, so begin_forward
 // has nothing to do; the exchange watches the leader's end of the channel.
 class FollowerGroup final : public RankCollective {
@@ -66,9 +68,25 @@ void serve(int channel, const OpenFollowerModel& open, const FollowerKvLease& kv
   // Served, the store is this rank's pieces; from a directory, the backend cuts them.
   std::vector<std::shared_ptr<const WeightStore>> own;
   if (!hello.server_socket.empty()) own.push_back(store);
-  CpuBackend backend(store, hello.context_length, KvPoolShape{hello.kv_block_size, hello.kv_blocks},
-                     nullptr, hello.world_size, std::move(own), *kv_dtype, group);
-  ipc::send_frame(channel, ready_message(hello.rank));
+  const KvPoolShape kv{hello.kv_block_size, hello.kv_blocks};
+  // Leased (served): this rank's pool from its device's budget on the server, the same size of
+  // block as the leader's rank 0 pool (this rank's heads of a block) and the same limits: at
+  // most kv_blocks, at least one context.
+  std::shared_ptr<KvMemory> memory;
+  if (hello.kv_leased) {
+    const KvMemoryFactory lease = kv_lease ? kv_lease() : nullptr;
+    if (!lease) throw std::runtime_error("this rank cannot lease its KV pool from the server");
+    const int64_t block_bytes = CpuBackend::kv_bytes_per_token(store->config(), *kv_dtype) /
+                                hello.world_size * hello.kv_block_size;
+    const int context_blocks =
+        (hello.context_length + hello.kv_block_size - 1) / hello.kv_block_size;
+    memory = lease(block_bytes, hello.kv_blocks, context_blocks, hello.rank);
+  }
+  CpuBackend backend(store, hello.context_length, kv, memory, hello.world_size, std::move(own),
+                     *kv_dtype, group);
+  json ready = ready_message(hello.rank);
+  if (memory) ready["kv"] = kv_state_json(kv_state_of(*memory));
+  ipc::send_frame(channel, ready);
   for (;;) {
     std::optional<ipc::Frame> frame = ipc::receive_frame(channel);
     if (!frame) return;  // the leader is gone; nothing is left to compute for
@@ -76,6 +94,12 @@ void serve(int channel, const OpenFollowerModel& open, const FollowerKvLease& kv
     if (type == "stop") return;
     if (!frame->fds.empty())
       throw std::runtime_error("tensor-parallel channel: a \"" + type + "\" carried descriptors");
+    if (type == "kv_grow" || type == "kv_shrink") {
+      // Between steps (this rank's last forward has returned): no block is in use here.
+      if (!memory) throw std::runtime_error("a \"" + type + "\" for a pool that is not leased");
+      ipc::send_frame(channel, answer_kv_resize(*memory, frame->body));
+      continue;
+    }
     const StepPlan plan = parse_forward(frame->body);
     backend.forward(plan.batch);
   }

@@ -1,7 +1,10 @@
 // A follower of a tensor-parallel process group (issue 26): one rank in a process of its own,
 // started by the leader (process_group.h) with its end of the channel. It reads the hello,
 // maps the exchange, loads its rank's pieces, says ready, then runs every step plan the leader
-// sends through a CPU backend of its rank alone, until the leader says stop or goes away.
+// sends through a CPU backend of its rank alone, until the leader says stop or goes away. Served,
+// with "kv_leased" in the hello, its KV pool is leased from the server's budget of its rank's
+// device, its state in the ready, and grows and shrinks when the leader says (kv_grow,
+// kv_shrink); GPU ranks run the same way on their GPU (cuda_process_tp.h).
 #pragma once
 
 #include <functional>
@@ -18,7 +21,8 @@ namespace hearth {
 // it); throws std::runtime_error when it is not the leader's (its identity differs).
 using OpenFollowerModel = std::function<std::shared_ptr<const WeightStore>(const TpHello&)>;
 // Served (after the model is opened): the factory this rank leases its KV pool through from the
-// server it imported from (worker/leased_kv_factory.h); null where it cannot lease.
+// server it imported from (worker/leased_kv_factory.h: on a vmm server on its GPU, on a memfd
+// server into host memory); null where it cannot lease.
 using FollowerKvLease = std::function<KvMemoryFactory()>;
 
 // Serves one rank on `channel`. Returns when the leader stops it or closes the channel; throws

@@ -36,7 +36,8 @@ TpProcessGroup::TpProcessGroup(SharedExchange exchange, std::chrono::millisecond
 
 std::shared_ptr<TpProcessGroup> TpProcessGroup::start(TpHello hello,
                                                       const TpProcessOptions& options,
-                                                      const TpAllReduceHandshake* gpu) {
+                                                      const TpAllReduceHandshake* gpu,
+                                                      const TpReadyHook& ready) {
   const std::filesystem::path binary =
       options.follower_binary.empty() ? default_follower_binary() : options.follower_binary;
   hello.barrier_timeout_ms = int(options.barrier_timeout.count());
@@ -92,10 +93,10 @@ std::shared_ptr<TpProcessGroup> TpProcessGroup::start(TpHello hello,
           throw std::runtime_error("tensor-parallel rank " + std::to_string(f->rank) +
                                    "'s ready carried no all-reduce share and descriptor");
         gpu->import(f->rank, *share, answer->fds[0].get());
-        if (gpu->ready) gpu->ready(f->rank, answer->body);
         shares.push_back(*share);
         share_fds.push_back(std::move(answer->fds[0]));
       }
+      if (ready) ready(f->rank, answer->body);
     } catch (const std::exception& e) {
       group->fail(e.what());
     }

@@ -49,16 +49,19 @@ struct TpProcessOptions {
 struct TpAllReduceHandshake {
   int leader_fd = -1;
   std::function<void(int rank, const nlohmann::json& share, int fd)> import;
-  // Optional: the follower's whole ready message (a leased pool's state rides in it).
-  std::function<void(int rank, const nlohmann::json& ready)> ready = nullptr;
 };
+
+// Each follower's whole ready message, as it comes: a leased KV pool's state rides in it (CPU
+// and GPU ranks alike). Throwing fails the start, as a bad ready does.
+using TpReadyHook = std::function<void(int rank, const nlohmann::json& ready)>;
 
 class TpProcessGroup final : public RankCollective {
  public:
   // `hello` is what every follower gets (its rank filled in per follower); barrier_timeout_ms
   // is taken from `options`. Throws std::runtime_error naming the rank that could not start.
   static std::shared_ptr<TpProcessGroup> start(TpHello hello, const TpProcessOptions& options,
-                                               const TpAllReduceHandshake* gpu = nullptr);
+                                               const TpAllReduceHandshake* gpu = nullptr,
+                                               const TpReadyHook& ready = nullptr);
   ~TpProcessGroup() override;
 
   int rank() const override { return 0; }

@@ -85,8 +85,8 @@ json hello_message(const TpHello& h) {
     m["device"] = h.device;
     m["engine"] = h.engine;
     m["all_reduce"] = h.all_reduce;
-    m["kv_leased"] = h.kv_leased;
   }
+  m["kv_leased"] = h.kv_leased;
   return m;
 }
 
@@ -120,12 +120,12 @@ TpHello parse_hello(const json& m) {
     h.all_reduce = field(m, "all_reduce");
     if (!h.engine.is_object() || !h.all_reduce.is_object())
       bad("\"engine\" and \"all_reduce\" must be objects");
-    h.kv_leased = flag(m, "kv_leased");
-    if (h.kv_leased && h.server_socket.empty())
-      bad("only a served model's ranks lease their KV pools (\"kv_leased\" without a server)");
   } else if (h.backend != "cpu") {
     bad("\"backend\" must be \"cpu\" or \"cuda\", got \"" + h.backend.substr(0, 32) + "\"");
   }
+  h.kv_leased = flag(m, "kv_leased");
+  if (h.kv_leased && h.server_socket.empty())
+    bad("only a served model's ranks lease their KV pools (\"kv_leased\" without a server)");
   return h;
 }
 
@@ -208,6 +208,21 @@ int parse_kv_resize(const json& m) {
   if (type != "kv_grow" && type != "kv_shrink")
     bad("expected kv_grow or kv_shrink, got \"" + type + "\"");
   return int(integer(m, "blocks", 0, 1 << 30));
+}
+
+TpKvState kv_state_of(const KvMemory& m) {
+  return {m.blocks(), m.max_blocks(), m.blocks_per_chunk(), m.chunks(), m.block_bytes(), m.bytes()};
+}
+
+json answer_kv_resize(KvMemory& memory, const json& message) {
+  const int blocks = parse_kv_resize(message);
+  if (message_type(message) == "kv_grow")
+    memory.grow(blocks);
+  else
+    memory.shrink(blocks);
+  json answer = kv_state_json(kv_state_of(memory));
+  answer["type"] = "kv";
+  return answer;
 }
 
 StepPlan parse_forward(const json& m) {

@@ -3,8 +3,8 @@
 // SCM_RIGHTS with the hello). Messages, each with "type":
 //   leader -> follower: hello (protocol, rank, world size, the model and engine shape; the
 //     memfd attached, and rank 0's all-reduce descriptor for GPU ranks), peers (GPU ranks: the
-//     other followers' all-reduce shares), forward (one step plan), kv_grow / kv_shrink (GPU
-//     ranks with leased pools, between steps), stop;
+//     other followers' all-reduce shares), forward (one step plan), kv_grow / kv_shrink (ranks
+//     with leased pools, between steps), stop;
 //   follower -> leader: ready (after its pieces are loaded), kv (its leased pool after a
 //     kv_grow or kv_shrink), error (why it is giving up).
 // Every message is checked field by field: anything else is an error that says what was wrong.
@@ -17,12 +17,13 @@
 #include <nlohmann/json.hpp>
 
 #include "worker/engine/backend.h"
+#include "worker/engine/kv_memory.h"
 
 namespace hearth {
 
 // 2: "backend", and GPU ranks' fields; 3: GPU ranks' leased KV pools ("kv_leased", kv_grow,
-// kv_shrink, kv)
-inline constexpr int kTpProtocolVersion = 3;
+// kv_shrink, kv); 4: CPU ranks' too ("kv_leased" in every hello)
+inline constexpr int kTpProtocolVersion = 4;
 
 struct TpHello {
   int protocol = kTpProtocolVersion;
@@ -45,9 +46,11 @@ struct TpHello {
   std::string backend = "cpu";
   int device = 0;
   nlohmann::json engine, all_reduce;
-  // GPU ranks of a served model on a vmm server: each rank leases its KV pool from the server on
-  // its own GPU (kv_blocks is then rank 0's start, not a size to take), and grows and shrinks it
-  // when the leader says (kv_grow, kv_shrink).
+  // Ranks of a served model that lease their KV pools: each rank leases its own from the
+  // server's budget of its device (GPU ranks on a vmm server: on its own GPU; CPU ranks on a
+  // memfd server: device r's budget, host memory), and grows and shrinks it when the leader says
+  // (kv_grow, kv_shrink). kv_blocks is then the most a pool may hold (CPU ranks) or rank 0's
+  // start (GPU ranks), not a size to take.
   bool kv_leased = false;
 };
 
@@ -94,6 +97,12 @@ TpKvState parse_kv_state(const nlohmann::json& state);
 nlohmann::json kv_resize_message(bool grow, int blocks);
 // Returns the blocks a kv_grow / kv_shrink names; throws naming what is wrong.
 int parse_kv_resize(const nlohmann::json& message);
+// A follower's pool as it reports it.
+TpKvState kv_state_of(const KvMemory& memory);
+// A follower's answer to a kv_grow / kv_shrink: resizes `memory` as the message says (between
+// steps: nothing may be using the blocks a shrink returns) and returns {"type": "kv", ...its
+// state}. Throws naming what is wrong with the message, or why the lease failed.
+nlohmann::json answer_kv_resize(KvMemory& memory, const nlohmann::json& message);
 
 // The message's "type", or throws naming what was received instead.
 std::string message_type(const nlohmann::json& message);

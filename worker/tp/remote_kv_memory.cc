@@ -3,6 +3,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "worker/engine/ranked_kv_memory.h"
+
 namespace hearth {
 
 RemoteKvMemory::RemoteKvMemory(std::shared_ptr<TpProcessGroup> group, int rank,
@@ -31,6 +33,25 @@ int RemoteKvMemory::grow(int blocks) {
 int RemoteKvMemory::shrink(int keep) {
   resize(false, keep);
   return state_.blocks;
+}
+
+TpReadyHook collect_kv_states(std::vector<TpKvState>& states) {
+  return [&states](int rank, const nlohmann::json& ready) {
+    const auto kv = ready.find("kv");
+    if (kv == ready.end())
+      throw std::runtime_error("tensor-parallel rank " + std::to_string(rank) +
+                               "'s ready carried no leased KV pool");
+    states.at(size_t(rank)) = parse_kv_state(*kv);
+  };
+}
+
+std::shared_ptr<KvMemory> join_leased_pools(std::shared_ptr<KvMemory> rank0,
+                                            const std::shared_ptr<TpProcessGroup>& group,
+                                            const std::vector<TpKvState>& states) {
+  std::vector<std::shared_ptr<KvMemory>> pools{std::move(rank0)};
+  for (int r = 1; r < group->world_size(); ++r)
+    pools.push_back(std::make_shared<RemoteKvMemory>(group, r, states.at(size_t(r))));
+  return std::make_shared<RankedKvMemory>(std::move(pools));
 }
 
 }  // namespace hearth

@@ -1,12 +1,14 @@
-// A follower's leased KV pool as the leader sees it (issue 26, GPU ranks as processes on a
-// served model): the pool lives in the follower's process, leased from the server on its GPU;
-// this side only asks it over the channel to grow or shrink (kv_grow, kv_shrink, between steps)
-// and keeps the state it answers. The leader's engine sees rank 0's lease and these as one
-// RankedKvMemory, so every rank holds the same blocks, as the in-process ranks do.
+// A follower's leased KV pool as the leader sees it (issue 26, ranks as processes on a served
+// model, CPU or GPU): the pool lives in the follower's process, leased from the server's budget
+// of its rank's device (its GPU on a vmm server, host memory on a memfd one); this side only asks
+// it over the channel to grow or shrink (kv_grow, kv_shrink, between steps) and keeps the state it
+// answers. The leader's engine sees rank 0's lease and these as one RankedKvMemory, so every rank
+// holds the same blocks, as the in-process ranks do.
 #pragma once
 
 #include <chrono>
 #include <memory>
+#include <vector>
 
 #include "worker/engine/kv_memory.h"
 #include "worker/tp/process_group.h"
@@ -40,5 +42,14 @@ class RemoteKvMemory final : public KvMemory {
   TpKvState state_;
   std::chrono::milliseconds timeout_;
 };
+
+// The leader's side of a group whose ranks lease their pools (CPU or GPU ranks alike): a ready
+// hook for TpProcessGroup::start that keeps each follower's pool state from its ready in
+// `states` (indexed by rank, sized to the world) and throws naming a rank whose ready carried
+// none; then rank 0's own pool and one RemoteKvMemory per follower as one RankedKvMemory.
+TpReadyHook collect_kv_states(std::vector<TpKvState>& states);
+std::shared_ptr<KvMemory> join_leased_pools(std::shared_ptr<KvMemory> rank0,
+                                            const std::shared_ptr<TpProcessGroup>& group,
+                                            const std::vector<TpKvState>& states);
 
 }  // namespace hearth

@@ -6,6 +6,7 @@
 #include "worker/engine/backend_factory.h"
 #include "worker/engine/cpu_backend.h"
 #include "worker/tp/cuda_process_tp.h"
+#include "worker/tp/remote_kv_memory.h"
 
 namespace hearth {
 
@@ -40,12 +41,28 @@ std::unique_ptr<Backend> make_process_tp_backend(const EngineOptions& options,
   hello.kv_block_size = kv.block_size;
   hello.kv_blocks = kv.num_blocks;
   hello.kv_cache_dtype = std::string(option_name(options.kv_cache_dtype));
-  // The CPU ranks' pools are their own (a leased pool per rank process: not yet).
-  std::shared_ptr<TpProcessGroup> group = TpProcessGroup::start(hello, processes);
+  // Served with a lease (the worker's factory), every rank leases its own pool from its device's
+  // budget (rank r's from device r), each holding its heads of a block, at most kv.num_blocks
+  // and at least one context, as the in-process ranks' pools (make_ranked_kv_memory): rank 0's
+  // here, each follower's in its process; otherwise each rank's pool is its own.
+  const int n = options.tensor_parallel;
+  const bool leased = served && kv_memory;
+  hello.kv_leased = leased;
+  const int64_t block_bytes = per_token / n * kv.block_size;
+  const int context_blocks = (context + kv.block_size - 1) / kv.block_size;
+  std::shared_ptr<KvMemory> own_pool;
+  if (leased) own_pool = kv_memory(block_bytes, kv.num_blocks, context_blocks, 0);
+  std::vector<TpKvState> follower_kv(static_cast<size_t>(n));
+  std::shared_ptr<TpProcessGroup> group = TpProcessGroup::start(
+      hello, processes, nullptr, leased ? collect_kv_states(follower_kv) : nullptr);
+  // As the GPU ranks' leader (cuda_process_tp.cc): every rank holds the same blocks, grown and
+  // shrunk together.
+  std::shared_ptr<KvMemory> memory =
+      leased ? join_leased_pools(std::move(own_pool), group, follower_kv) : nullptr;
   // Served, the store is rank 0's pieces; single-process, the backend cuts them from it.
   std::vector<std::shared_ptr<const WeightStore>> own;
   if (served) own.push_back(weights.store);
-  return std::make_unique<CpuBackend>(weights.store, context, kv, nullptr, options.tensor_parallel,
+  return std::make_unique<CpuBackend>(weights.store, context, kv, std::move(memory), n,
                                       std::move(own), options.kv_cache_dtype, std::move(group));
 }
 

@@ -29,8 +29,9 @@ struct TpModelSource {
 
 // Throws std::runtime_error naming the cause: tensor_parallel below 2, a
 // served model imported otherwise than as rank 0, a follower that cannot start. `kv_memory`
-// (served, GPU ranks on a vmm server): rank 0's pool is leased through it, each follower
-// leases its own on its GPU, and the engine grows and shrinks them together.
+// (served: CPU ranks on a memfd server, GPU ranks on a vmm server): rank 0's pool is leased
+// through it, each follower leases its own from its rank's device (its GPU, or device r's budget
+// of a memfd server), and the engine grows and shrinks them together.
 std::unique_ptr<Backend> make_process_tp_backend(const EngineOptions& options,
                                                  const EngineWeights& weights,
                                                  const TpModelSource& source,

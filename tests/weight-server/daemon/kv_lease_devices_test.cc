@@ -2,19 +2,22 @@
 // the vmm GPUs take) keeps one budget per rank's device. Leases name their device, each device's
 // budget is accounted and reported on its own, a full device gives nothing while another still
 // gives, a bad device index is a clear error, and a closed connection returns every device's
-// chunks.
+// chunks. CPU ranks as processes (tensor_parallel_processes) lease the same way: rank r's pool
+// from device r, the follower's under its own connection.
 #include <gtest/gtest.h>
 
 #include <signal.h>
 
 #include <algorithm>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "kv_lease_test_support.h"
+#include "tests/support/child_pids.h"
 
 namespace hearth {
 namespace {
@@ -272,6 +275,164 @@ TEST(KvLeaseDevices, TensorParallelWorkersDoNotStarveOthersOnTheirDevices) {
     EXPECT_EQ(finished_by_length(test::read_file(base + ".out")), 16u);
   }
   EXPECT_TRUE(tp1_ran) << "the workers never grew past their minimums (peak " << peak << ")";
+}
+
+// CPU ranks as processes on a served model (tensor_parallel_processes): the worker leads rank
+// 0 and its hearth-tp-follower imports rank 1's pieces and leases rank 1's pool itself.
+const std::vector<std::string> kProcesses = {"--set", "tensor_parallel_processes=true"};
+
+std::vector<std::string> tp_served(const ServerProcess& server) {
+  return {"--server", server.socket(), "--model", "tiny", "--set", "tensor_parallel=2"};
+}
+
+// Several sampled requests in one engine, at once: each request's token lines, by id, exactly
+// as written.
+std::map<std::string, std::vector<std::string>> token_lines_by_id(const std::string& out) {
+  std::map<std::string, std::vector<std::string>> lines;
+  std::stringstream ss(out);
+  for (std::string line; std::getline(ss, line);) {
+    const json e = json::parse(line, nullptr, false);
+    if (e.is_object() && e.contains("token")) lines[e.value("id", "")].push_back(line);
+  }
+  return lines;
+}
+
+// The pools are leased, not sized by each rank (the layout is the same): the token lines are the
+// served in-process ranks' byte for byte, alone (a sampled continuation) and batched.
+TEST(KvLeaseDevices, CpuRankProcessesOnLeasedPoolsGiveTheInProcessRanksTokens) {
+  ServerProcess server(tp_server_args(2, 200));
+  const test::TempDir& dir = server.dir();
+  const auto alone = [&](const std::vector<std::string>& extra) {
+    const test::WorkerRun run = test::run_worker(
+        dir,
+        test::concat(test::concat(tp_served(server), test::generation_args(7, 48, true)), extra));
+    EXPECT_TRUE(run.status.exited_with(0)) << run.err;
+    return test::parse_stream(run.out).tokens;
+  };
+  const std::vector<std::string> want = alone({});
+  ASSERT_EQ(want.size(), 48u);
+  EXPECT_EQ(alone(kProcesses), want);
+
+  const std::string requests = test::write_growing_requests(dir, "batch.jsonl", 6);
+  const auto batched = [&](const std::vector<std::string>& extra) {
+    const test::WorkerRun run = test::run_worker(
+        dir, test::concat(test::concat(tp_served(server), {"--requests", requests, "--backend",
+                                                           "cpu", "--format", "jsonl"}),
+                          extra));
+    EXPECT_TRUE(run.status.exited_with(0)) << run.err;
+    return token_lines_by_id(run.out);
+  };
+  const auto want_batched = batched({});
+  ASSERT_EQ(want_batched.size(), 6u);
+  EXPECT_EQ(batched(kProcesses), want_batched);
+  // Every rank's lease went back with its process.
+  const json s = wait_for_stats(server, [](const json& st) { return st["kv_chunks"] == 0; });
+  EXPECT_EQ(s["kv_chunks"], 0) << s.dump();
+}
+
+// A serving CPU process group holds one context on each rank's device: rank 0's under the
+// worker's connection on device 0 only, rank 1's under its follower's on device 1 only. A
+// SIGKILLed follower's connection closes and the server takes its chunks back; the worker finds
+// the dead rank, names it and exits, and the server takes device 0's back too.
+TEST(KvLeaseDevices, CpuRankProcessesLeaseEachRanksPoolOnItsDeviceAndAKilledFollowerReturnsIt) {
+  ServerProcess server(tp_server_args(2, 200));
+  const test::TempDir& dir = server.dir();
+  const std::string socket = dir / "w.sock";
+  ChildProcess leader = ChildProcess::spawn(
+      ChildProcess::Options(
+          test::concat(
+              test::concat(test::concat({test::binary("hearth-worker")}, tp_served(server)),
+                           {"--backend", "cpu", "--serve", socket, "--quiet"}),
+              kProcesses))
+          .stderr_to(ChildProcess::Stream::file(dir / "w.err")));
+  std::optional<ipc::Client> client = test::connect_when_listening(socket);
+  ASSERT_TRUE(client) << test::read_file(dir / "w.err");
+  const std::vector<pid_t> followers = test::children_of(leader.pid());
+  ASSERT_EQ(followers.size(), 1u);
+  const pid_t follower = followers[0];
+
+  json s = wait_for_stats(server, [&](const json& st) {
+    const auto l = worker_entry(st, leader.pid());
+    const auto f = worker_entry(st, follower);
+    return l && f && test::kv_chunks_on(*l, 0) > 0 && test::kv_chunks_on(*f, 1) > 0;
+  });
+  const std::optional<json> l = worker_entry(s, leader.pid());
+  const std::optional<json> f = worker_entry(s, follower);
+  ASSERT_TRUE(l && f) << s.dump() << test::read_file(dir / "w.err");
+  // One context (512 positions) of one rank's heads: one 10 MiB chunk on each device.
+  EXPECT_EQ(test::kv_chunks_on(*l, 0), 1u) << l->dump();
+  EXPECT_EQ(test::kv_chunks_on(*l, 1), 0u) << l->dump();
+  EXPECT_EQ(test::kv_chunks_on(*f, 1), 1u) << f->dump();
+  EXPECT_EQ(test::kv_chunks_on(*f, 0), 0u) << f->dump();
+  EXPECT_EQ(kv_on(s, 0), 10 * kMiB);
+  EXPECT_EQ(kv_on(s, 1), 10 * kMiB);
+  // The worker's own stats count both ranks' chunks, and one block table's blocks.
+  const json lease = client->call(ipc::op::kStats).body["kv_lease"];
+  EXPECT_EQ(lease["chunks"], 2) << lease.dump();
+  EXPECT_EQ(lease["bytes"], 20 * kMiB);
+  EXPECT_EQ(lease["blocks"], 128);
+
+  ASSERT_EQ(::kill(follower, SIGKILL), 0);
+  s = wait_for_stats(server, [&](const json& st) { return !worker_entry(st, follower); });
+  EXPECT_FALSE(worker_entry(s, follower)) << s.dump();
+  EXPECT_EQ(kv_on(s, 1), 0) << s.dump();
+  EXPECT_NE(
+      server.log().find("(pid " + std::to_string(follower) + ", 1 chunks) returned: disconnected"),
+      std::string::npos)
+      << server.log();
+  client.reset();
+  const auto status =
+      leader.wait_until(std::chrono::steady_clock::now() + std::chrono::seconds(60));
+  ASSERT_TRUE(status) << "the worker did not stop";
+  EXPECT_FALSE(status->success());
+  const std::string err = test::read_file(dir / "w.err");
+  EXPECT_NE(err.find("tensor-parallel rank 1 (pid " + std::to_string(follower) + ")"),
+            std::string::npos)
+      << err;
+  s = wait_for_stats(server, [](const json& st) { return st["kv_chunks"] == 0; });
+  EXPECT_EQ(kv_on(s, 0), 0) << s.dump();
+  EXPECT_EQ(kv_on(s, 1), 0) << s.dump();
+}
+
+// Sixteen requests at once want more than one context: every rank's pool grows together (the
+// follower's through the leader's kv_grow), the same on both devices, each device's on its own
+// connection; when the worker exits, every device's chunks are back.
+TEST(KvLeaseDevices, CpuRankProcessesGrowEveryRanksPoolTogetherAndReturnThemAtExit) {
+  ServerProcess server(tp_server_args(2, 200));
+  const test::TempDir& dir = server.dir();
+  const std::string requests = test::write_growing_requests(dir, "requests.jsonl", 16);
+  ChildProcess worker = ChildProcess::spawn(
+      ChildProcess::Options(
+          test::concat(
+              test::concat(test::concat({test::binary("hearth-worker")}, tp_served(server)),
+                           {"--backend", "cpu", "--requests", requests, "--format", "jsonl",
+                            "--set", "max_running=16"}),
+              kProcesses))
+          .stdout_to(ChildProcess::Stream::file(dir / "w.out"))
+          .stderr_to(ChildProcess::Stream::file(dir / "w.err")));
+  uint64_t peak_leader = 0, peak_follower = 0;
+  const auto deadline = test::patience_deadline() + std::chrono::minutes(4);
+  while (worker.running() && std::chrono::steady_clock::now() < deadline) {
+    const json s = server.stats();
+    const auto l = worker_entry(s, worker.pid());
+    std::optional<json> f;
+    for (const pid_t child : test::children_of(worker.pid()))
+      if (!f) f = worker_entry(s, child);
+    if (l && f) {
+      EXPECT_EQ(test::kv_chunks_on(*l, 1), 0u) << l->dump();
+      EXPECT_EQ(test::kv_chunks_on(*f, 0), 0u) << f->dump();
+      peak_leader = std::max(peak_leader, test::kv_chunks_on(*l, 0));
+      peak_follower = std::max(peak_follower, test::kv_chunks_on(*f, 1));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  EXPECT_TRUE(worker.wait().exited_with(0)) << test::read_file(dir / "w.err");
+  EXPECT_EQ(finished_by_length(test::read_file(dir / "w.out")), 16u);
+  EXPECT_GE(peak_leader, 2u) << "rank 0's pool never grew past one context";
+  EXPECT_GE(peak_follower, 2u) << "rank 1's pool never grew past one context";
+  const json s = wait_for_stats(server, [](const json& st) { return st["kv_chunks"] == 0; });
+  EXPECT_EQ(kv_on(s, 0), 0) << s.dump();
+  EXPECT_EQ(kv_on(s, 1), 0) << s.dump();
 }
 
 }  // namespace

@@ -1,10 +1,11 @@
 // The channel's messages for GPU ranks (worker/tp/rank_channel.h): a cuda hello round-trips
 // with its engine options and all-reduce share, a cpu hello needs none of them, and a bad
 // backend, a cuda hello without its share, or a malformed peers message is refused by name.
-// A served rank's leased KV pool: its state and the leader's kv_grow / kv_shrink round-trip, and
-// a hello that leases without a server is refused.
+// A served rank's leased KV pool (CPU or GPU): its state and the leader's kv_grow / kv_shrink
+// round-trip, and a hello that leases without a server is refused.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -89,6 +90,8 @@ TEST(RankChannel, ALeasedPoolsHelloStateAndResizesRoundTrip) {
   h.kv_leased = true;
   EXPECT_TRUE(parse_hello(hello_message(h)).kv_leased);
   EXPECT_FALSE(parse_hello(hello_message(cuda_hello())).kv_leased);
+  h.backend = "cpu";  // CPU ranks lease theirs too (protocol 4)
+  EXPECT_TRUE(parse_hello(hello_message(h)).kv_leased);
   json m = hello_message(cuda_hello());
   m["kv_leased"] = true;  // a model directory has no server to lease from
   EXPECT_NE(test::error_of([&] { parse_hello(m); }).find("without a server"), std::string::npos);
@@ -115,6 +118,48 @@ TEST(RankChannel, ALeasedPoolsHelloStateAndResizesRoundTrip) {
               parse_kv_resize({{"type", "kv_grow"}, {"blocks", -1}});
             }).find("\"blocks\""),
             std::string::npos);
+}
+
+// A follower's pool as a test sees it: whole chunks of 8 blocks, at most 64.
+class ChunkedMemory final : public KvMemory {
+ public:
+  std::byte* base() const override { return nullptr; }
+  int64_t block_bytes() const override { return 4096; }
+  int blocks() const override { return blocks_; }
+  int max_blocks() const override { return 64; }
+  int blocks_per_chunk() const override { return 8; }
+  int grow(int blocks) override {
+    const int before = blocks_;
+    blocks_ = std::min(64, blocks_ + (blocks + 7) / 8 * 8);
+    return blocks_ - before;
+  }
+  int shrink(int keep) override { return blocks_ = std::min(blocks_, (keep + 7) / 8 * 8); }
+  int chunks() const override { return blocks_ / 8; }
+  uint64_t bytes() const override { return uint64_t(blocks_) * 4096; }
+
+ private:
+  int blocks_ = 8;
+};
+
+// The follower's side of kv_grow / kv_shrink (CPU and GPU followers share it): the pool resized
+// as the message says, and its state after in a "kv" answer the leader parses.
+TEST(RankChannel, AFollowerAnswersAResizeWithItsPoolsState) {
+  ChunkedMemory memory;
+  json answer = answer_kv_resize(memory, kv_resize_message(true, 10));
+  EXPECT_EQ(message_type(answer), "kv");
+  TpKvState state = parse_kv_state(answer);
+  EXPECT_EQ(state.blocks, 24);
+  EXPECT_EQ(state.chunks, 3);
+  EXPECT_EQ(state.max_blocks, 64);
+  EXPECT_EQ(state.bytes, 24u * 4096);
+  state = parse_kv_state(answer_kv_resize(memory, kv_resize_message(false, 9)));
+  EXPECT_EQ(state.blocks, 16);
+  EXPECT_EQ(kv_state_of(memory).blocks, 16);
+  EXPECT_NE(test::error_of([&] {
+              answer_kv_resize(memory, stop_message());
+            }).find("kv_grow or kv_shrink"),
+            std::string::npos);
+  EXPECT_EQ(memory.blocks(), 16);
 }
 
 }  // namespace

@@ -338,26 +338,20 @@ TEST(KvLeaseDevices, CpuRankProcessesLeaseEachRanksPoolOnItsDeviceAndAKilledFoll
   ServerProcess server(tp_server_args(2, 200));
   const test::TempDir& dir = server.dir();
   const std::string socket = dir / "w.sock";
-  ChildProcess leader = ChildProcess::spawn(
-      ChildProcess::Options(
-          test::concat(
-              test::concat(test::concat({test::binary("hearth-worker")}, tp_served(server)),
-                           {"--backend", "cpu", "--serve", socket, "--quiet"}),
-              kProcesses))
-          .stderr_to(ChildProcess::Stream::file(dir / "w.err")));
-  std::optional<ipc::Client> client = test::connect_when_listening(socket);
-  ASSERT_TRUE(client) << test::read_file(dir / "w.err");
-  const std::vector<pid_t> followers = test::children_of(leader.pid());
-  ASSERT_EQ(followers.size(), 1u);
-  const pid_t follower = followers[0];
+  std::optional<test::ServedTpPair> group = test::start_served_tp_pair(
+      test::concat(test::concat(test::concat({test::binary("hearth-worker")}, tp_served(server)),
+                                {"--backend", "cpu", "--serve", socket, "--quiet"}),
+                   kProcesses),
+      socket, dir / "w.err");
+  ASSERT_TRUE(group) << test::read_file(dir / "w.err");
+  ChildProcess& leader = group->leader;
+  std::optional<ipc::Client>& client = group->client;
+  const pid_t follower = group->follower;
 
-  json s = wait_for_stats(server, [&](const json& st) {
-    const auto l = worker_entry(st, leader.pid());
-    const auto f = worker_entry(st, follower);
-    return l && f && test::kv_chunks_on(*l, 0) > 0 && test::kv_chunks_on(*f, 1) > 0;
-  });
-  const std::optional<json> l = worker_entry(s, leader.pid());
-  const std::optional<json> f = worker_entry(s, follower);
+  const test::RankPools pools = test::wait_for_rank_pools(server, leader.pid(), follower);
+  json s = pools.stats;
+  const std::optional<json>& l = pools.leader;
+  const std::optional<json>& f = pools.follower;
   ASSERT_TRUE(l && f) << s.dump() << test::read_file(dir / "w.err");
   // One context (512 positions) of one rank's heads: one 10 MiB chunk on each device.
   EXPECT_EQ(test::kv_chunks_on(*l, 0), 1u) << l->dump();

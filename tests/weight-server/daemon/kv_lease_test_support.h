@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "server_test_support.h"
+#include "tests/support/child_pids.h"
 
 namespace hearth::test {
 
@@ -86,6 +87,43 @@ inline std::optional<ipc::Client> connect_when_listening(const std::string& sock
     }
   }
   return std::nullopt;
+}
+
+// A serving two-rank process group: its leader (hearth-worker `argv`, which serves on `socket`,
+// stderr to `err`), a client of it and its one follower; nullopt if it never listens or has
+// another number of followers (`err` says why).
+struct ServedTpPair {
+  ChildProcess leader;
+  std::optional<ipc::Client> client;  // reset() hangs up
+  pid_t follower;
+};
+inline std::optional<ServedTpPair> start_served_tp_pair(const std::vector<std::string>& argv,
+                                                        const std::string& socket,
+                                                        const std::string& err) {
+  ChildProcess leader =
+      ChildProcess::spawn(ChildProcess::Options(argv).stderr_to(ChildProcess::Stream::file(err)));
+  std::optional<ipc::Client> client = connect_when_listening(socket);
+  const std::vector<pid_t> followers = children_of(leader.pid());
+  if (!client || followers.size() != 1) return std::nullopt;
+  return ServedTpPair{std::move(leader), std::move(client), followers[0]};
+}
+
+// The server's stats once `leader` holds KV chunks on device 0 and `follower` on device 1 (or
+// the deadline passed), with their two entries.
+struct RankPools {
+  nlohmann::json stats;
+  std::optional<nlohmann::json> leader, follower;
+};
+inline RankPools wait_for_rank_pools(ServerProcess& server, pid_t leader, pid_t follower) {
+  RankPools p;
+  p.stats = wait_for_stats(server, [&](const nlohmann::json& st) {
+    const auto l = worker_entry(st, leader);
+    const auto f = worker_entry(st, follower);
+    return l && f && kv_chunks_on(*l, 0) > 0 && kv_chunks_on(*f, 1) > 0;
+  });
+  p.leader = worker_entry(p.stats, leader);
+  p.follower = worker_entry(p.stats, follower);
+  return p;
 }
 
 // `count` sampled requests of 150 tokens each (ignore_eos), one per line, in `dir`/`name`.

@@ -98,12 +98,12 @@ std::unique_ptr<Backend> make_backend(const EngineOptions& options, const Engine
       // A model the server sharded: one pool per rank, each its heads' share of a block,
       // leased from its rank's device (ranked_kv_memory.h). Ranks cut here from one served
       // copy live on the server's one device: one pool of every head, as at TP=1.
-      const int context_blocks = (context + kv.block_size - 1) / kv.block_size;
       const int ranks = weights.ranks.empty() ? 1 : std::max(1, options.tensor_parallel);
       return std::make_unique<CpuBackend>(
           weights.store, context, kv,
-          make_ranked_kv_memory(kv_memory, ranks, per_token / ranks * kv.block_size, kv.num_blocks,
-                                context_blocks),
+          make_ranked_kv_memory(
+              kv_memory, ranks,
+              rank_lease(per_token, ranks, kv.block_size, kv.num_blocks, context)),
           options.tensor_parallel, weights.ranks, options.kv_cache_dtype);
     }
     return std::make_unique<CpuBackend>(weights.store, context, kv, nullptr,

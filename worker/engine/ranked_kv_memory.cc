@@ -84,12 +84,20 @@ uint64_t RankedKvMemory::bytes() const {
   return n;
 }
 
+RankLease rank_lease(int64_t kv_bytes_per_token, int ranks, int block_size, int max_blocks,
+                     int context) {
+  return {kv_bytes_per_token / ranks * block_size, max_blocks,
+          (context + block_size - 1) / block_size};
+}
+
 std::shared_ptr<KvMemory> make_ranked_kv_memory(const KvMemoryFactory& factory, int ranks,
-                                                int64_t block_bytes, int max_blocks,
-                                                int min_blocks) {
-  if (ranks <= 1) return factory(block_bytes, max_blocks, min_blocks, 0);
+                                                const RankLease& lease) {
+  const auto pool = [&](int rank) {
+    return factory(lease.block_bytes, lease.max_blocks, lease.min_blocks, rank);
+  };
+  if (ranks <= 1) return pool(0);
   std::vector<std::shared_ptr<KvMemory>> pools;
-  for (int r = 0; r < ranks; ++r) pools.push_back(factory(block_bytes, max_blocks, min_blocks, r));
+  for (int r = 0; r < ranks; ++r) pools.push_back(pool(r));
   return std::make_shared<RankedKvMemory>(std::move(pools));
 }
 

@@ -44,10 +44,21 @@ class RankedKvMemory final : public KvMemory {
   size_t first_ = 0;  // the rank that gave the fewest blocks last: asked first
 };
 
-// Makes one pool per rank with `factory` (rank r's from its device, `block_bytes` each: one
-// rank's heads of a block) as a RankedKvMemory; with one rank, that rank's pool itself.
+// What each of `ranks` rank pools leases through a KvMemoryFactory: its heads' share of a block
+// of `block_size` positions (`kv_bytes_per_token` counts every head), at most `max_blocks`, at
+// least one context of `context` positions. In-process ranks, a process group's leader and each
+// of its followers all take it from here, so their blocks are the same size.
+struct RankLease {
+  int64_t block_bytes = 0;
+  int max_blocks = 0;
+  int min_blocks = 0;
+};
+RankLease rank_lease(int64_t kv_bytes_per_token, int ranks, int block_size, int max_blocks,
+                     int context);
+
+// Makes one pool per rank with `factory` (rank r's from its device, each `lease`) as a
+// RankedKvMemory; with one rank, that rank's pool itself.
 std::shared_ptr<KvMemory> make_ranked_kv_memory(const KvMemoryFactory& factory, int ranks,
-                                                int64_t block_bytes, int max_blocks,
-                                                int min_blocks);
+                                                const RankLease& lease);
 
 }  // namespace hearth

@@ -8,6 +8,7 @@
 #include "ipc/frame.h"
 #include "worker/engine/cpu_backend.h"
 #include "worker/engine/engine_options.h"
+#include "worker/engine/ranked_kv_memory.h"
 #include "worker/tp/cuda_process_tp.h"
 #include "worker/tp/shared_exchange.h"
 
@@ -76,11 +77,10 @@ void serve(int channel, const OpenFollowerModel& open, const FollowerKvLease& kv
   if (hello.kv_leased) {
     const KvMemoryFactory lease = kv_lease ? kv_lease() : nullptr;
     if (!lease) throw std::runtime_error("this rank cannot lease its KV pool from the server");
-    const int64_t block_bytes = CpuBackend::kv_bytes_per_token(store->config(), *kv_dtype) /
-                                hello.world_size * hello.kv_block_size;
-    const int context_blocks =
-        (hello.context_length + hello.kv_block_size - 1) / hello.kv_block_size;
-    memory = lease(block_bytes, hello.kv_blocks, context_blocks, hello.rank);
+    const RankLease shape =
+        rank_lease(CpuBackend::kv_bytes_per_token(store->config(), *kv_dtype), hello.world_size,
+                   hello.kv_block_size, hello.kv_blocks, hello.context_length);
+    memory = lease(shape.block_bytes, shape.max_blocks, shape.min_blocks, hello.rank);
   }
   CpuBackend backend(store, hello.context_length, kv, memory, hello.world_size, std::move(own),
                      *kv_dtype, group);

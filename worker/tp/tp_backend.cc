@@ -5,6 +5,7 @@
 #include "weight-server/model/shard_plan.h"
 #include "worker/engine/backend_factory.h"
 #include "worker/engine/cpu_backend.h"
+#include "worker/engine/ranked_kv_memory.h"
 #include "worker/tp/cuda_process_tp.h"
 #include "worker/tp/remote_kv_memory.h"
 
@@ -43,15 +44,16 @@ std::unique_ptr<Backend> make_process_tp_backend(const EngineOptions& options,
   hello.kv_cache_dtype = std::string(option_name(options.kv_cache_dtype));
   // Served with a lease (the worker's factory), every rank leases its own pool from its device's
   // budget (rank r's from device r), each holding its heads of a block, at most kv.num_blocks
-  // and at least one context, as the in-process ranks' pools (make_ranked_kv_memory): rank 0's
-  // here, each follower's in its process; otherwise each rank's pool is its own.
+  // and at least one context, as the in-process ranks' pools (rank_lease): rank 0's here, each
+  // follower's in its process; otherwise each rank's pool is its own.
   const int n = options.tensor_parallel;
   const bool leased = served && kv_memory;
   hello.kv_leased = leased;
-  const int64_t block_bytes = per_token / n * kv.block_size;
-  const int context_blocks = (context + kv.block_size - 1) / kv.block_size;
   std::shared_ptr<KvMemory> own_pool;
-  if (leased) own_pool = kv_memory(block_bytes, kv.num_blocks, context_blocks, 0);
+  if (leased) {
+    const RankLease lease = rank_lease(per_token, n, kv.block_size, kv.num_blocks, context);
+    own_pool = kv_memory(lease.block_bytes, lease.max_blocks, lease.min_blocks, 0);
+  }
   std::vector<TpKvState> follower_kv(static_cast<size_t>(n));
   std::shared_ptr<TpProcessGroup> group = TpProcessGroup::start(
       hello, processes, nullptr, leased ? collect_kv_states(follower_kv) : nullptr);

@@ -27,6 +27,18 @@ uint64_t kv_on(test::ServerProcess& server, size_t device) {
   return server.stats()["kv_devices"][device]["kv_bytes"].get<uint64_t>();
 }
 
+// A rank's pool holds its heads' share of each block (the heads divide evenly), as many blocks as
+// the whole pool may, and at least one context (rounded up to whole blocks).
+TEST(RankedKvMemory, ARankLeasesItsHeadsShareOfABlockAndOneContext) {
+  const RankLease lease = rank_lease(/*kv_bytes_per_token=*/4096, /*ranks=*/2, /*block_size=*/16,
+                                     /*max_blocks=*/64, /*context=*/100);
+  EXPECT_EQ(lease.block_bytes, 2048 * 16);
+  EXPECT_EQ(lease.max_blocks, 64);
+  EXPECT_EQ(lease.min_blocks, 7);
+  EXPECT_EQ(rank_lease(4096, 1, 16, 64, 96).min_blocks, 6);
+  EXPECT_EQ(rank_lease(4096, 4, 32, 8, 1).block_bytes, 1024 * 32);
+}
+
 TEST(RankedKvMemory, RanksGrowTogetherAndGiveBackWhatTheOthersDidNotGet) {
   test::ServerProcess server({"--backend", "memfd", "--model",
                               test::tiny_model_dir().string() + ":tiny", "--tensor-parallel", "2",
@@ -46,7 +58,7 @@ TEST(RankedKvMemory, RanksGrowTogetherAndGiveBackWhatTheOthersDidNotGet) {
     return std::make_shared<LeasedKvMemory>(client, block_bytes, most, fewest, nullptr,
                                             LeasedKvSharing{}, rank);
   };
-  std::shared_ptr<KvMemory> memory = make_ranked_kv_memory(lease, 2, kBlock, 64, 8);
+  std::shared_ptr<KvMemory> memory = make_ranked_kv_memory(lease, 2, RankLease{kBlock, 64, 8});
   ASSERT_EQ(memory->ranks(), 2);
   EXPECT_EQ(memory->blocks(), 8);  // one chunk (the minimum) on each device
   EXPECT_EQ(memory->chunks(), 2);

@@ -274,6 +274,7 @@ json bench_attention(const BatchKernelBenchOptions& o, cudaStream_t stream, Time
   }
   std::mt19937 gen(11);
   for (const Step& st : steps) {
+    if (st.name.find(o.attention_step) == std::string::npos) continue;
     const int seqs = int(st.seqs.size());
     std::vector<int> starts{0}, first, table;
     int max_blocks = 1, max_kv = 1;
@@ -435,9 +436,10 @@ json batch_kernel_bench(const BatchKernelBenchOptions& o) {
   HEARTH_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   Timer timer(stream);
   json report;
-  report["matmul"] = bench_matmul(o, stream, timer);
+  const bool everything = o.attention_step.empty();
+  if (everything) report["matmul"] = bench_matmul(o, stream, timer);
   report["attention"] = bench_attention(o, stream, timer);
-  report["sampling"] = bench_sampling(stream, timer);
+  if (everything) report["sampling"] = bench_sampling(stream, timer);
   HEARTH_CUDA_CHECK(cudaStreamSynchronize(stream));
   cudaStreamDestroy(stream);
   return report;

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <string>
 #include <vector>
 
 namespace hearth::bench {
@@ -12,6 +13,8 @@ struct BatchKernelBenchOptions {
   double copy_gbps = 3020, matmul_tflops = 796;                // the ceilings
   double fp8_tflops = 1979;  // the H100's dense fp8 tensor-core rate (the fp8 rows' ceiling)
   bool all_tiles = false;    // also time every forced tile family of the matmul
+  // When set: only the attention steps whose name contains it (for a profiler: one step alone).
+  std::string attention_step;
 };
 
 // Prints a table to stdout and returns the measurements as JSON.

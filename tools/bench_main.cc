@@ -248,7 +248,10 @@ int run(int argc, char** argv) {
   app.add_flag("--batch-kernels", batch_kernels,
                "instead: time the continuous-batching kernels on synthetic 8B shapes");
   app.add_flag("--all-tiles", all_tiles, "with --batch-kernels: also each forced matmul tiling");
-  std::string batch_ms;
+  std::string batch_ms, attention_step;
+  app.add_option("--attention-step", attention_step,
+                 "with --batch-kernels: only the attention steps whose name contains this (e.g. "
+                 "\"2k at 4k\", to profile one step)");
   app.add_option("--batch-m", batch_ms, "with --batch-kernels: matmul row counts (a,b,...)");
   bool serve = false;
   std::string concurrency = "1,8,32,64,128,256";
@@ -291,6 +294,7 @@ int run(int argc, char** argv) {
     hearth::bench::BatchKernelBenchOptions o;
     o.copy_gbps = copy_gbps, o.matmul_tflops = matmul_tflops, o.all_tiles = all_tiles;
     if (!batch_ms.empty()) o.ms = parse_list(batch_ms);
+    o.attention_step = attention_step;
     const json report = hearth::bench::batch_kernel_bench(o);
     std::printf("%s\n", report.dump().c_str());
     write_json(report);

@@ -385,7 +385,7 @@ void dispatch(Fp8Tiles tiles, const Fp8MatmulArgs& a, int64_t lda,
 // both wgmma matmuls share). widths: each weight's columns (0 past the last).
 Fp8Tiles choose(int m, const std::array<int, kMaxSegments>& widths, int k, bool swiglu) {
   const tiling::LaunchShape shape{m, widths, k, swiglu, 4 * kBK, device_sm_count()};
-  switch (tiling::decode_tile(shape)) {
+  switch (tiling::decode_tile(shape, /*four_boxes_past_16=*/false)) {
     case tiling::DecodeTile::M16N32DeepFourBoxes:
       return Fp8Tiles::M16N32DeepK512;
     case tiling::DecodeTile::M16N48DeepFourBoxes:
@@ -413,6 +413,10 @@ Fp8Tiles choose(int m, const std::array<int, kMaxSegments>& widths, int k, bool 
       return Fp8Tiles::M64N64Deep;
     case tiling::DecodeTile::M64N64:
       return Fp8Tiles::M64N64;
+    case tiling::DecodeTile::M32N32DeepFourBoxes:  // not asked for (four_boxes_past_16 false)
+    case tiling::DecodeTile::M32N48DeepFourBoxes:
+    case tiling::DecodeTile::M64N32DeepFourBoxes:
+    case tiling::DecodeTile::M64N48DeepFourBoxes:
     case tiling::DecodeTile::Large:
       break;
   }

@@ -40,6 +40,10 @@ enum class DecodeTile {
   M16N32DeepFourBoxes,
   M16N48DeepFourBoxes,
   M16N24DeepFourBoxes,
+  M32N32DeepFourBoxes,
+  M32N48DeepFourBoxes,
+  M64N32DeepFourBoxes,
+  M64N48DeepFourBoxes,
   M16N32Deep,
   M16N64,
   M16N112,
@@ -74,7 +78,8 @@ inline int64_t busiest_sm_rows(int64_t tiles, int bn, int per_sm, int64_t sms) {
 // 32, 11.1 at 24, 12.0 at 16, 17.6 at 8; TP=2 (96 tiles of 32) 14.5 at 32 and 16.0 at 24, so a
 // shard that already covers most SMs keeps 32. Not for SwiGLU: a 24-row tile would split an
 // 8-column group of gate or up.
-inline DecodeTile decode_tile(const LaunchShape& s) {
+// four_boxes_past_16: the kernel has the 32- and 64-row four-box tiles (the 16-bit one does).
+inline DecodeTile decode_tile(const LaunchShape& s, bool four_boxes_past_16 = true) {
   if (s.m > 64) return DecodeTile::Large;
   const bool one_wave = s.column_tiles(32) <= s.sms;
   if (s.m <= 16 && s.k % s.k_per_stage == 0) {
@@ -94,6 +99,14 @@ inline DecodeTile decode_tile(const LaunchShape& s) {
     if (busiest_sm_rows(s.column_tiles(112), 112, 2, s.sms) * 20 < load * 19)
       return DecodeTile::M16N112;
     return wide ? DecodeTile::M16N64 : DecodeTile::M16N32;
+  }
+  // 17-64 rows: the same four-box tiles (one m64 wgmma covers 64 rows as it covers 16), where
+  // they fit one wave.
+  if (four_boxes_past_16 && s.m <= 64 && s.k % s.k_per_stage == 0) {
+    const bool rows32 = s.m <= 32;
+    if (one_wave) return rows32 ? DecodeTile::M32N32DeepFourBoxes : DecodeTile::M64N32DeepFourBoxes;
+    if (s.column_tiles(48) <= s.sms)
+      return rows32 ? DecodeTile::M32N48DeepFourBoxes : DecodeTile::M64N48DeepFourBoxes;
   }
   if (s.m <= 32) return one_wave ? DecodeTile::M32N32Deep : DecodeTile::M32N32;
   if (one_wave) return DecodeTile::M64N32Deep;

@@ -374,6 +374,14 @@ void dispatch(Half type, WgmmaTiles tiles, const MatmulArgs& a, int64_t lda,
       return launch<T, 16, 16, 12, 1, kSwiGLU, 4>(type, a, lda, segs, p, stream);
     case WgmmaTiles::M16N8DeepK256:
       return launch<T, 16, 8, 16, 1, kSwiGLU, 4>(type, a, lda, segs, p, stream);
+    case WgmmaTiles::M32N32DeepK256:
+      return launch<T, 32, 32, 6, 1, kSwiGLU, 4>(type, a, lda, segs, p, stream);
+    case WgmmaTiles::M32N48DeepK256:
+      return launch<T, 32, 48, 5, 1, kSwiGLU, 4>(type, a, lda, segs, p, stream);
+    case WgmmaTiles::M64N32DeepK256:
+      return launch<T, 64, 32, 4, 1, kSwiGLU, 4>(type, a, lda, segs, p, stream);
+    case WgmmaTiles::M64N48DeepK256:
+      return launch<T, 64, 48, 4, 1, kSwiGLU, 4>(type, a, lda, segs, p, stream);
     case WgmmaTiles::M32N32Deep:
       return launch<T, 32, 32, 24, 1, kSwiGLU>(type, a, lda, segs, p, stream);
     case WgmmaTiles::M64N32Deep:
@@ -410,6 +418,14 @@ WgmmaTiles choose(int m, const std::array<int, kMaxSegments>& widths, int k, boo
       return WgmmaTiles::M16N48DeepK256;
     case tiling::DecodeTile::M16N24DeepFourBoxes:
       return WgmmaTiles::M16N24DeepK256;
+    case tiling::DecodeTile::M32N32DeepFourBoxes:
+      return WgmmaTiles::M32N32DeepK256;
+    case tiling::DecodeTile::M32N48DeepFourBoxes:
+      return WgmmaTiles::M32N48DeepK256;
+    case tiling::DecodeTile::M64N32DeepFourBoxes:
+      return WgmmaTiles::M64N32DeepK256;
+    case tiling::DecodeTile::M64N48DeepFourBoxes:
+      return WgmmaTiles::M64N48DeepK256;
     case tiling::DecodeTile::M16N32Deep:
       return WgmmaTiles::M16N32Deep;
     case tiling::DecodeTile::M16N64:
@@ -468,6 +484,14 @@ const char* wgmma_tiles_name(WgmmaTiles t) {
       return "16x16deep-k256";
     case WgmmaTiles::M16N8DeepK256:
       return "16x8deep-k256";
+    case WgmmaTiles::M32N32DeepK256:
+      return "32x32deep-k256";
+    case WgmmaTiles::M32N48DeepK256:
+      return "32x48deep-k256";
+    case WgmmaTiles::M64N32DeepK256:
+      return "64x32deep-k256";
+    case WgmmaTiles::M64N48DeepK256:
+      return "64x48deep-k256";
     case WgmmaTiles::M32N32Deep:
       return "32x32deep";
     case WgmmaTiles::M64N32Deep:
@@ -527,10 +551,12 @@ void wgmma_matmul(Half type, MatmulEpilogue epilogue, const MatmulArgs& a, Wgmma
   if (tiles == WgmmaTiles::Auto) tiles = choose(a.m, widths, a.k, swiglu);
   // Four boxes a stage need K in whole stages: a box past K in the consumers' loop would be a
   // divergent path (ptxas then serialises every wgmma). Any tiling gives the same bits.
-  const bool four_boxes = tiles == WgmmaTiles::M16N32DeepK256 ||
-                          tiles == WgmmaTiles::M16N48DeepK256 ||
-                          tiles == WgmmaTiles::M16N24DeepK256 ||
-                          tiles == WgmmaTiles::M16N16DeepK256 || tiles == WgmmaTiles::M16N8DeepK256;
+  const bool four_boxes =
+      tiles == WgmmaTiles::M16N32DeepK256 || tiles == WgmmaTiles::M16N48DeepK256 ||
+      tiles == WgmmaTiles::M16N24DeepK256 || tiles == WgmmaTiles::M16N16DeepK256 ||
+      tiles == WgmmaTiles::M16N8DeepK256 || tiles == WgmmaTiles::M32N32DeepK256 ||
+      tiles == WgmmaTiles::M32N48DeepK256 || tiles == WgmmaTiles::M64N32DeepK256 ||
+      tiles == WgmmaTiles::M64N48DeepK256;
   if (four_boxes && a.k % (4 * kBK) != 0) tiles = WgmmaTiles::M16N32Deep;
   // The SwiGLU epilogue pairs whole 8-column groups of gate and up: a tile of 24 or 8 weight
   // rows (12 or 4 of each) has none; 16 has one of each.

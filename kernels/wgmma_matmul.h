@@ -25,8 +25,9 @@ namespace hearth::kernels {
 // that spreads the tiles more evenly over the SMs than 64 (gate/up of the 8B: 256 tiles, not
 // 448); M16N24/16/8DeepK256 are DeepK256 tiles of fewer weight rows for narrow (tensor-parallel)
 // shards whose 32-row tiles leave SMs idle (SwiGLU needs whole 8-column gate and up halves: 24
-// and 8 fall back to 16 there); M256 are 2-block clusters of 128-row tiles that share their weight
-// tile (multicast).
+// and 8 fall back to 16 there); M32/M64 N32/N48 DeepK256 are the same four-box tiles for 17-64
+// rows (one m64 wgmma covers them as it covers 16); M256 are 2-block clusters of 128-row tiles that
+// share their weight tile (multicast).
 enum class WgmmaTiles {
   Auto,
   M16N32,
@@ -40,6 +41,10 @@ enum class WgmmaTiles {
   M16N24DeepK256,
   M16N16DeepK256,
   M16N8DeepK256,
+  M32N32DeepK256,
+  M32N48DeepK256,
+  M64N32DeepK256,
+  M64N48DeepK256,
   M32N32Deep,
   M64N32Deep,
   M64N64Deep,
@@ -60,7 +65,8 @@ constexpr WgmmaTiles kAllWgmmaTiles[] = {
     WgmmaTiles::M64N256,        WgmmaTiles::M128N64,        WgmmaTiles::M128N128,
     WgmmaTiles::M128N192,       WgmmaTiles::M128N256,       WgmmaTiles::M256N128,
     WgmmaTiles::M256N256,       WgmmaTiles::M16N24DeepK256, WgmmaTiles::M16N16DeepK256,
-    WgmmaTiles::M16N8DeepK256};
+    WgmmaTiles::M16N8DeepK256,  WgmmaTiles::M32N32DeepK256, WgmmaTiles::M32N48DeepK256,
+    WgmmaTiles::M64N32DeepK256, WgmmaTiles::M64N48DeepK256};
 const char* wgmma_tiles_name(WgmmaTiles t);
 
 // True when the current device can run it (compute capability 9.0, this build has sm_90a code).

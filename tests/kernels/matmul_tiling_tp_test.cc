@@ -37,6 +37,27 @@ TEST(MatmulTilingTp, TheEightBAtTpOneKeepsItsTiles) {
   }
 }
 
+TEST(MatmulTilingTp, SeventeenToSixtyFourRowsTakeFourBoxTilesWhereTheyFitOneWave) {
+  for (int m : {17, 24, 32, 33, 48, 64}) {
+    const Shards s = llama8b(m, 1);
+    const bool rows32 = m <= 32;
+    // o and down: 128 tiles of 32; q/k/v: 192 of 32, 130 of 48.
+    EXPECT_EQ(decode_tile(s.o),
+              rows32 ? DecodeTile::M32N32DeepFourBoxes : DecodeTile::M64N32DeepFourBoxes);
+    EXPECT_EQ(decode_tile(s.down),
+              rows32 ? DecodeTile::M32N32DeepFourBoxes : DecodeTile::M64N32DeepFourBoxes);
+    EXPECT_EQ(decode_tile(s.qkv),
+              rows32 ? DecodeTile::M32N48DeepFourBoxes : DecodeTile::M64N48DeepFourBoxes);
+    // gate/up and the head are wide: as before.
+    EXPECT_EQ(decode_tile(s.gate_up), rows32 ? DecodeTile::M32N32 : DecodeTile::M64N64);
+    // A kernel without these tiles (fp8) keeps the one-box ones.
+    EXPECT_EQ(decode_tile(s.o, false), rows32 ? DecodeTile::M32N32Deep : DecodeTile::M64N32Deep);
+  }
+  // K not in whole four-box stages: the one-box deep tile.
+  EXPECT_EQ(decode_tile(shape(32, {4096, 0, 0}, 4096 + 64)), DecodeTile::M32N32Deep);
+  EXPECT_EQ(decode_tile(shape(65, {4096, 0, 0}, 4096)), DecodeTile::Large);
+}
+
 TEST(MatmulTilingTp, EightBShardsFillTheSms) {
   // TP=2 q/k/v (2,048 + 512 + 512): 96 tiles of 32 cover most SMs (measured: 32 beats 24).
   const Shards tp2 = llama8b(1, 2);
@@ -78,8 +99,9 @@ TEST(MatmulTilingTp, NarrowTilesNeedFourBoxStagesAndWholeSwiGluHalves) {
   EXPECT_EQ(decode_tile(shape(1, {64, 0, 0}, 512)), DecodeTile::M16N24DeepFourBoxes);
   // K not in whole four-box stages: the one-box deep tile, as before.
   EXPECT_EQ(decode_tile(shape(1, {2048, 512, 512}, 4096 + 64)), DecodeTile::M16N32Deep);
-  // More than 16 rows: the 32-row tiles, as before.
-  EXPECT_EQ(decode_tile(shape(17, {2048, 512, 512}, 4096)), DecodeTile::M32N32Deep);
+  // More than 16 rows: the 32-row four-box tiles (24 rows only at 1-16), one-box without them.
+  EXPECT_EQ(decode_tile(shape(17, {2048, 512, 512}, 4096)), DecodeTile::M32N32DeepFourBoxes);
+  EXPECT_EQ(decode_tile(shape(17, {2048, 512, 512}, 4096), false), DecodeTile::M32N32Deep);
   // SwiGLU: 24 weight rows would split an 8-column group of gate or up: 32 stays.
   EXPECT_EQ(decode_tile(shape(1, {64, 0, 0}, 512, true)), DecodeTile::M16N32DeepFourBoxes);
   EXPECT_EQ(decode_tile(shape(1, {1024, 0, 0}, 512, true)), DecodeTile::M16N32DeepFourBoxes);

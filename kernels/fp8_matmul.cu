@@ -366,6 +366,14 @@ void dispatch(Fp8Tiles tiles, const Fp8MatmulArgs& a, int64_t lda,
       return launch<T, 16, 32, 8, kSwiGLU, 4>(a, lda, segs, p, stream);
     case Fp8Tiles::M16N48DeepK512:
       return launch<T, 16, 48, 6, kSwiGLU, 4>(a, lda, segs, p, stream);
+    case Fp8Tiles::M32N32DeepK512:
+      return launch<T, 32, 32, 6, kSwiGLU, 4>(a, lda, segs, p, stream);
+    case Fp8Tiles::M32N48DeepK512:
+      return launch<T, 32, 48, 5, kSwiGLU, 4>(a, lda, segs, p, stream);
+    case Fp8Tiles::M64N32DeepK512:
+      return launch<T, 64, 32, 4, kSwiGLU, 4>(a, lda, segs, p, stream);
+    case Fp8Tiles::M64N48DeepK512:
+      return launch<T, 64, 48, 4, kSwiGLU, 4>(a, lda, segs, p, stream);
     case Fp8Tiles::M32N32Deep:
       return launch<T, 32, 32, 24, kSwiGLU>(a, lda, segs, p, stream);
     case Fp8Tiles::M64N32Deep:
@@ -385,7 +393,7 @@ void dispatch(Fp8Tiles tiles, const Fp8MatmulArgs& a, int64_t lda,
 // both wgmma matmuls share). widths: each weight's columns (0 past the last).
 Fp8Tiles choose(int m, const std::array<int, kMaxSegments>& widths, int k, bool swiglu) {
   const tiling::LaunchShape shape{m, widths, k, swiglu, 4 * kBK, device_sm_count()};
-  switch (tiling::decode_tile(shape, /*four_boxes_past_16=*/false)) {
+  switch (tiling::decode_tile(shape)) {
     case tiling::DecodeTile::M16N32DeepFourBoxes:
       return Fp8Tiles::M16N32DeepK512;
     case tiling::DecodeTile::M16N48DeepFourBoxes:
@@ -413,10 +421,14 @@ Fp8Tiles choose(int m, const std::array<int, kMaxSegments>& widths, int k, bool 
       return Fp8Tiles::M64N64Deep;
     case tiling::DecodeTile::M64N64:
       return Fp8Tiles::M64N64;
-    case tiling::DecodeTile::M32N32DeepFourBoxes:  // not asked for (four_boxes_past_16 false)
+    case tiling::DecodeTile::M32N32DeepFourBoxes:
+      return Fp8Tiles::M32N32DeepK512;
     case tiling::DecodeTile::M32N48DeepFourBoxes:
+      return Fp8Tiles::M32N48DeepK512;
     case tiling::DecodeTile::M64N32DeepFourBoxes:
+      return Fp8Tiles::M64N32DeepK512;
     case tiling::DecodeTile::M64N48DeepFourBoxes:
+      return Fp8Tiles::M64N48DeepK512;
     case tiling::DecodeTile::Large:
       break;
   }
@@ -458,6 +470,14 @@ const char* fp8_tiles_name(Fp8Tiles t) {
       return "16x32deep-k512";
     case Fp8Tiles::M16N48DeepK512:
       return "16x48deep-k512";
+    case Fp8Tiles::M32N32DeepK512:
+      return "32x32deep-k512";
+    case Fp8Tiles::M32N48DeepK512:
+      return "32x48deep-k512";
+    case Fp8Tiles::M64N32DeepK512:
+      return "64x32deep-k512";
+    case Fp8Tiles::M64N48DeepK512:
+      return "64x48deep-k512";
     case Fp8Tiles::M32N32Deep:
       return "32x32deep";
     case Fp8Tiles::M64N32Deep:
@@ -539,9 +559,14 @@ void fp8_matmul(Half out_type, MatmulEpilogue epilogue, const Fp8MatmulArgs& a, 
   if (tiles == Fp8Tiles::Auto) tiles = choose(a.m, widths, a.k, swiglu);
   // Four boxes a stage need K in whole stages (no divergent box check before the wgmmas, which
   // ptxas would serialise). Any tiling gives the same bits.
-  if ((tiles == Fp8Tiles::M16N32DeepK512 || tiles == Fp8Tiles::M16N48DeepK512) &&
-      a.k % (4 * kBK) != 0)
-    tiles = Fp8Tiles::M16N32Deep;
+  if (a.k % (4 * kBK) != 0) {
+    if (tiles == Fp8Tiles::M16N32DeepK512 || tiles == Fp8Tiles::M16N48DeepK512)
+      tiles = Fp8Tiles::M16N32Deep;
+    else if (tiles == Fp8Tiles::M32N32DeepK512 || tiles == Fp8Tiles::M32N48DeepK512)
+      tiles = Fp8Tiles::M32N32Deep;
+    else if (tiles == Fp8Tiles::M64N32DeepK512 || tiles == Fp8Tiles::M64N48DeepK512)
+      tiles = Fp8Tiles::M64N32Deep;
+  }
   p.a_scale = a.a_scale;
   p.w_up_scale = a.w_up_scale;
   p.m = a.m;

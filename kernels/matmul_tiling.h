@@ -78,8 +78,7 @@ inline int64_t busiest_sm_rows(int64_t tiles, int bn, int per_sm, int64_t sms) {
 // 32, 11.1 at 24, 12.0 at 16, 17.6 at 8; TP=2 (96 tiles of 32) 14.5 at 32 and 16.0 at 24, so a
 // shard that already covers most SMs keeps 32. Not for SwiGLU: a 24-row tile would split an
 // 8-column group of gate or up.
-// four_boxes_past_16: the kernel has the 32- and 64-row four-box tiles (the 16-bit one does).
-inline DecodeTile decode_tile(const LaunchShape& s, bool four_boxes_past_16 = true) {
+inline DecodeTile decode_tile(const LaunchShape& s) {
   if (s.m > 64) return DecodeTile::Large;
   const bool one_wave = s.column_tiles(32) <= s.sms;
   if (s.m <= 16 && s.k % s.k_per_stage == 0) {
@@ -102,7 +101,7 @@ inline DecodeTile decode_tile(const LaunchShape& s, bool four_boxes_past_16 = tr
   }
   // 17-64 rows: the same four-box tiles (one m64 wgmma covers 64 rows as it covers 16), where
   // they fit one wave.
-  if (four_boxes_past_16 && s.m <= 64 && s.k % s.k_per_stage == 0) {
+  if (s.m <= 64 && s.k % s.k_per_stage == 0) {
     const bool rows32 = s.m <= 32;
     if (one_wave) return rows32 ? DecodeTile::M32N32DeepFourBoxes : DecodeTile::M64N32DeepFourBoxes;
     if (s.column_tiles(48) <= s.sms)

@@ -51,13 +51,10 @@ TEST(MatmulTiling, TheBusiestSmSetsTheDecodeTileOfWideShapes) {
 }
 
 TEST(MatmulTiling, LargerDecodeStepsAndPromptsTakeTheirOwnTiles) {
-  // Four K boxes a stage where K allows (the 16-bit kernel), one otherwise (fp8).
+  // Four K boxes a stage where K allows.
   EXPECT_EQ(decode_tile(shape(32, {4096, 0, 0}, 4096)), DecodeTile::M32N32DeepFourBoxes);
-  EXPECT_EQ(decode_tile(shape(32, {4096, 0, 0}, 4096), false), DecodeTile::M32N32Deep);
   EXPECT_EQ(decode_tile(shape(32, {4096, 1024, 1024}, 4096)), DecodeTile::M32N48DeepFourBoxes);
-  EXPECT_EQ(decode_tile(shape(32, {4096, 1024, 1024}, 4096), false), DecodeTile::M32N32);
   EXPECT_EQ(decode_tile(shape(64, {4096, 0, 0}, 4096)), DecodeTile::M64N32DeepFourBoxes);
-  EXPECT_EQ(decode_tile(shape(64, {4096, 0, 0}, 4096), false), DecodeTile::M64N32Deep);
   EXPECT_EQ(decode_tile(shape(64, {14336, 0, 0}, 4096, true)), DecodeTile::M64N64);
   EXPECT_EQ(decode_tile(shape(65, {4096, 0, 0}, 4096)), DecodeTile::Large);
 }

@@ -50,8 +50,6 @@ TEST(MatmulTilingTp, SeventeenToSixtyFourRowsTakeFourBoxTilesWhereTheyFitOneWave
               rows32 ? DecodeTile::M32N48DeepFourBoxes : DecodeTile::M64N48DeepFourBoxes);
     // gate/up and the head are wide: as before.
     EXPECT_EQ(decode_tile(s.gate_up), rows32 ? DecodeTile::M32N32 : DecodeTile::M64N64);
-    // A kernel without these tiles (fp8) keeps the one-box ones.
-    EXPECT_EQ(decode_tile(s.o, false), rows32 ? DecodeTile::M32N32Deep : DecodeTile::M64N32Deep);
   }
   // K not in whole four-box stages: the one-box deep tile.
   EXPECT_EQ(decode_tile(shape(32, {4096, 0, 0}, 4096 + 64)), DecodeTile::M32N32Deep);
@@ -99,9 +97,8 @@ TEST(MatmulTilingTp, NarrowTilesNeedFourBoxStagesAndWholeSwiGluHalves) {
   EXPECT_EQ(decode_tile(shape(1, {64, 0, 0}, 512)), DecodeTile::M16N24DeepFourBoxes);
   // K not in whole four-box stages: the one-box deep tile, as before.
   EXPECT_EQ(decode_tile(shape(1, {2048, 512, 512}, 4096 + 64)), DecodeTile::M16N32Deep);
-  // More than 16 rows: the 32-row four-box tiles (24 rows only at 1-16), one-box without them.
+  // More than 16 rows: the 32-row four-box tiles (24 rows only at 1-16).
   EXPECT_EQ(decode_tile(shape(17, {2048, 512, 512}, 4096)), DecodeTile::M32N32DeepFourBoxes);
-  EXPECT_EQ(decode_tile(shape(17, {2048, 512, 512}, 4096), false), DecodeTile::M32N32Deep);
   // SwiGLU: 24 weight rows would split an 8-column group of gate or up: 32 stays.
   EXPECT_EQ(decode_tile(shape(1, {64, 0, 0}, 512, true)), DecodeTile::M16N32DeepFourBoxes);
   EXPECT_EQ(decode_tile(shape(1, {1024, 0, 0}, 512, true)), DecodeTile::M16N32DeepFourBoxes);

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kernels/cuda_check.h"
@@ -27,9 +28,13 @@ int main(int argc, char** argv) {
       "shapes, every row count"};
   std::vector<int> ms{1, 8, 32, 64, 128, 256, 512, 2048};
   bool all_tiles = false;
+  std::string only_shape;
   double peak = 1979.0, gbps_peak = 3020.0;
   app.add_option("--ms", ms, "row counts (a,b,...)")->delimiter(',');
   app.add_flag("--all-tiles", all_tiles, "also time every fp8 tiling");
+  app.add_option("--shape", only_shape,
+                 "only the shape whose name starts with this (qkv, o, gate, down): short runs, "
+                 "profiles");
   app.add_option("--peak-tflops", peak, "fp8 rate percentages are of (H100 SXM dense: 1979)");
   app.add_option("--peak-gbps", gbps_peak, "bandwidth percentages are of (H100 SXM: 3020)");
   CLI11_PARSE(app, argc, argv);
@@ -66,6 +71,7 @@ int main(int argc, char** argv) {
       "|\n|---|---|---|---|---|---|---|---|---|---|---|\n",
       peak, gbps_peak);
   for (const bench::MatmulShape& s : bench::kLlama8bShapes) {
+    if (!std::string_view(s.name).starts_with(only_shape)) continue;
     const int mats = s.swiglu ? 2 : 1;
     const size_t w8 = size_t(s.n) * s.k * mats, w16 = 2 * w8;
     const int copies8 = int(std::clamp<size_t>(fp8_bytes / w8, 1, 16));

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "kernels/batch_ops.h"
@@ -110,12 +111,16 @@ int main(int argc, char** argv) {
       "shapes, bf16, every row count"};
   std::vector<int> ms{1, 8, 32, 64, 128, 256, 512, 2048};
   bool all_tiles = false, qkv_only = false;
+  std::string only_shape;
   std::vector<int> shard_tps;
   double peak = 796.0;
   std::string json_path;
-  app.add_option("--ms", ms, "row counts");
+  app.add_option("--ms", ms, "row counts (a,b,...)")->delimiter(',');
   app.add_flag("--all-tiles", all_tiles, "also time every wgmma tiling");
   app.add_flag("--qkv-only", qkv_only, "only the q/k/v table: three launches against one");
+  app.add_option("--shape", only_shape,
+                 "only the shape whose name starts with this (qkv, o, gate, down): short runs, "
+                 "profiles");
   app.add_option("--peak-tflops", peak, "the rate percentages are of (H100 SXM bf16 dense: 796)");
   app.add_option("--json", json_path, "write every number here");
   app.add_option("--qkv-tp", shard_tps,
@@ -145,6 +150,7 @@ int main(int argc, char** argv) {
   // SwiGLU: cuBLASLt runs gate and up as one [2n, k].
   for (const bench::MatmulShape& s : bench::kLlama8bShapes) {
     if (qkv_only) break;
+    if (!std::string_view(s.name).starts_with(only_shape)) continue;
     const int mats = s.swiglu ? 2 : 1;
     const size_t w_bytes = size_t(s.n) * s.k * 2 * mats;
     const int copies = int(std::clamp<size_t>(arena_bytes / w_bytes, 1, 16));

@@ -358,6 +358,8 @@ void dispatch(Fp8Tiles tiles, const Fp8MatmulArgs& a, int64_t lda,
       return launch<T, 16, 64, 10, kSwiGLU>(a, lda, segs, p, stream);
     case Fp8Tiles::M32N32:
       return launch<T, 32, 32, 12, kSwiGLU>(a, lda, segs, p, stream);
+    case Fp8Tiles::M32N64:
+      return launch<T, 32, 64, 9, kSwiGLU>(a, lda, segs, p, stream);
     case Fp8Tiles::M64N64:
       return launch<T, 64, 64, 6, kSwiGLU>(a, lda, segs, p, stream);
     case Fp8Tiles::M16N32Deep:
@@ -415,6 +417,10 @@ Fp8Tiles choose(int m, const std::array<int, kMaxSegments>& widths, int k, bool 
       return Fp8Tiles::M32N32Deep;
     case tiling::DecodeTile::M32N32:
       return Fp8Tiles::M32N32;
+    case tiling::DecodeTile::M32N112:  // as M16N112: 64 wide, two blocks an SM
+      return Fp8Tiles::M32N64;
+    case tiling::DecodeTile::M64N112:
+      return Fp8Tiles::M64N64;
     case tiling::DecodeTile::M64N32Deep:
       return Fp8Tiles::M64N32Deep;
     case tiling::DecodeTile::M64N64Deep:
@@ -462,6 +468,8 @@ const char* fp8_tiles_name(Fp8Tiles t) {
       return "16x64";
     case Fp8Tiles::M32N32:
       return "32x32";
+    case Fp8Tiles::M32N64:
+      return "32x64";
     case Fp8Tiles::M64N64:
       return "64x64";
     case Fp8Tiles::M16N32Deep:

@@ -50,6 +50,8 @@ enum class DecodeTile {
   M16N32,
   M32N32Deep,
   M32N32,
+  M32N112,
+  M64N112,
   M64N32Deep,
   M64N64Deep,
   M64N64,
@@ -88,15 +90,15 @@ inline DecodeTile decode_tile(const LaunchShape& s) {
     if (s.column_tiles(48) <= s.sms) return DecodeTile::M16N48DeepFourBoxes;
   }
   if (s.m <= 16 && one_wave) return DecodeTile::M16N32Deep;
+  // Two blocks an SM stream the tiles; the step lasts as long as the busiest SM streams. 448
+  // 64-row tiles of the 8B's gate/up leave 52 SMs four tiles and 80 three (85% of the mean load
+  // on the busiest); 256 of 112 rows give 124 SMs two and 8 one (97%).
+  const bool wide = s.weight_rows() / 64 >= 2 * s.sms;
+  const int bn = wide ? 64 : 32;
+  const bool rows112 = !one_wave && busiest_sm_rows(s.column_tiles(112), 112, 2, s.sms) * 20 <
+                                        busiest_sm_rows(s.column_tiles(bn), bn, 2, s.sms) * 19;
   if (s.m <= 16) {
-    // Two blocks an SM stream the tiles; the step lasts as long as the busiest SM streams. 448
-    // 64-row tiles of the 8B's gate/up leave 52 SMs four tiles and 80 three (85% of the mean
-    // load on the busiest); 256 of 112 rows give 124 SMs two and 8 one (97%).
-    const bool wide = s.weight_rows() / 64 >= 2 * s.sms;
-    const int bn = wide ? 64 : 32;
-    const int64_t load = busiest_sm_rows(s.column_tiles(bn), bn, 2, s.sms);
-    if (busiest_sm_rows(s.column_tiles(112), 112, 2, s.sms) * 20 < load * 19)
-      return DecodeTile::M16N112;
+    if (rows112) return DecodeTile::M16N112;
     return wide ? DecodeTile::M16N64 : DecodeTile::M16N32;
   }
   // 17-64 rows: the same four-box tiles (one m64 wgmma covers 64 rows as it covers 16), where
@@ -107,6 +109,9 @@ inline DecodeTile decode_tile(const LaunchShape& s) {
     if (s.column_tiles(48) <= s.sms)
       return rows32 ? DecodeTile::M32N48DeepFourBoxes : DecodeTile::M64N48DeepFourBoxes;
   }
+  // The 16-row rule's 112-wide streaming tiles carry over too (the 8B's gate/up at 17-64 rows:
+  // H100, 91.5 us at 32 rows with 32-wide tiles against 78.8 at 16 with 112).
+  if (rows112) return s.m <= 32 ? DecodeTile::M32N112 : DecodeTile::M64N112;
   if (s.m <= 32) return one_wave ? DecodeTile::M32N32Deep : DecodeTile::M32N32;
   if (one_wave) return DecodeTile::M64N32Deep;
   return ceil_div(s.weight_rows(), 64) <= s.sms ? DecodeTile::M64N64Deep : DecodeTile::M64N64;

@@ -360,6 +360,10 @@ void dispatch(Half type, WgmmaTiles tiles, const MatmulArgs& a, int64_t lda,
       return launch<T, 16, 112, 6, 1, kSwiGLU>(type, a, lda, segs, p, stream);
     case WgmmaTiles::M32N32:
       return launch<T, 32, 32, 12, 1, kSwiGLU>(type, a, lda, segs, p, stream);
+    case WgmmaTiles::M32N112:
+      return launch<T, 32, 112, 6, 1, kSwiGLU>(type, a, lda, segs, p, stream);
+    case WgmmaTiles::M64N112:
+      return launch<T, 64, 112, 5, 1, kSwiGLU>(type, a, lda, segs, p, stream);
     case WgmmaTiles::M64N64:
       return launch<T, 64, 64, 6, 1, kSwiGLU>(type, a, lda, segs, p, stream);
     case WgmmaTiles::M16N32Deep:
@@ -438,6 +442,10 @@ WgmmaTiles choose(int m, const std::array<int, kMaxSegments>& widths, int k, boo
       return WgmmaTiles::M32N32Deep;
     case tiling::DecodeTile::M32N32:
       return WgmmaTiles::M32N32;
+    case tiling::DecodeTile::M32N112:
+      return WgmmaTiles::M32N112;
+    case tiling::DecodeTile::M64N112:
+      return WgmmaTiles::M64N112;
     case tiling::DecodeTile::M64N32Deep:
       return WgmmaTiles::M64N32Deep;
     case tiling::DecodeTile::M64N64Deep:
@@ -492,6 +500,10 @@ const char* wgmma_tiles_name(WgmmaTiles t) {
       return "64x32deep-k256";
     case WgmmaTiles::M64N48DeepK256:
       return "64x48deep-k256";
+    case WgmmaTiles::M32N112:
+      return "32x112";
+    case WgmmaTiles::M64N112:
+      return "64x112";
     case WgmmaTiles::M32N32Deep:
       return "32x32deep";
     case WgmmaTiles::M64N32Deep:

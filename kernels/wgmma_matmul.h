@@ -45,6 +45,8 @@ enum class WgmmaTiles {
   M32N48DeepK256,
   M64N32DeepK256,
   M64N48DeepK256,
+  M32N112,
+  M64N112,
   M32N32Deep,
   M64N32Deep,
   M64N64Deep,
@@ -66,7 +68,8 @@ constexpr WgmmaTiles kAllWgmmaTiles[] = {
     WgmmaTiles::M128N192,       WgmmaTiles::M128N256,       WgmmaTiles::M256N128,
     WgmmaTiles::M256N256,       WgmmaTiles::M16N24DeepK256, WgmmaTiles::M16N16DeepK256,
     WgmmaTiles::M16N8DeepK256,  WgmmaTiles::M32N32DeepK256, WgmmaTiles::M32N48DeepK256,
-    WgmmaTiles::M64N32DeepK256, WgmmaTiles::M64N48DeepK256};
+    WgmmaTiles::M64N32DeepK256, WgmmaTiles::M64N48DeepK256, WgmmaTiles::M32N112,
+    WgmmaTiles::M64N112};
 const char* wgmma_tiles_name(WgmmaTiles t);
 
 // True when the current device can run it (compute capability 9.0, this build has sm_90a code).

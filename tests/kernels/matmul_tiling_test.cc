@@ -55,7 +55,9 @@ TEST(MatmulTiling, LargerDecodeStepsAndPromptsTakeTheirOwnTiles) {
   EXPECT_EQ(decode_tile(shape(32, {4096, 0, 0}, 4096)), DecodeTile::M32N32DeepFourBoxes);
   EXPECT_EQ(decode_tile(shape(32, {4096, 1024, 1024}, 4096)), DecodeTile::M32N48DeepFourBoxes);
   EXPECT_EQ(decode_tile(shape(64, {4096, 0, 0}, 4096)), DecodeTile::M64N32DeepFourBoxes);
-  EXPECT_EQ(decode_tile(shape(64, {14336, 0, 0}, 4096, true)), DecodeTile::M64N64);
+  // gate/up streams 112-row tiles two blocks an SM, as at 16 rows.
+  EXPECT_EQ(decode_tile(shape(64, {14336, 0, 0}, 4096, true)), DecodeTile::M64N112);
+  EXPECT_EQ(decode_tile(shape(17, {14336, 0, 0}, 4096, true)), DecodeTile::M32N112);
   EXPECT_EQ(decode_tile(shape(65, {4096, 0, 0}, 4096)), DecodeTile::Large);
 }
 

@@ -48,8 +48,10 @@ TEST(MatmulTilingTp, SeventeenToSixtyFourRowsTakeFourBoxTilesWhereTheyFitOneWave
               rows32 ? DecodeTile::M32N32DeepFourBoxes : DecodeTile::M64N32DeepFourBoxes);
     EXPECT_EQ(decode_tile(s.qkv),
               rows32 ? DecodeTile::M32N48DeepFourBoxes : DecodeTile::M64N48DeepFourBoxes);
-    // gate/up and the head are wide: as before.
-    EXPECT_EQ(decode_tile(s.gate_up), rows32 ? DecodeTile::M32N32 : DecodeTile::M64N64);
+    // gate/up is wide: the 16-row rule's 112-row streaming tiles; the head keeps 32 / 64.
+    EXPECT_EQ(decode_tile(s.gate_up), rows32 ? DecodeTile::M32N112 : DecodeTile::M64N112);
+    EXPECT_EQ(decode_tile(shape(m, {128256, 0, 0}, 4096)),
+              rows32 ? DecodeTile::M32N32 : DecodeTile::M64N64);
   }
   // K not in whole four-box stages: the one-box deep tile.
   EXPECT_EQ(decode_tile(shape(32, {4096, 0, 0}, 4096 + 64)), DecodeTile::M32N32Deep);
@@ -90,6 +92,8 @@ TEST(MatmulTilingTp, SeventyBShardsAtTpFour) {
   EXPECT_EQ(decode_tile(tp4.o), DecodeTile::M16N32);
   EXPECT_EQ(decode_tile(tp4.down), DecodeTile::M16N32);
   EXPECT_EQ(decode_tile(tp4.gate_up), DecodeTile::M16N112);
+  EXPECT_EQ(decode_tile(llama70b(64, 4).gate_up), DecodeTile::M64N112);
+  EXPECT_EQ(decode_tile(llama70b(64, 4).down), DecodeTile::M64N64Deep);
 }
 
 TEST(MatmulTilingTp, NarrowTilesNeedFourBoxStagesAndWholeSwiGluHalves) {

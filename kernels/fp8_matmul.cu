@@ -372,6 +372,10 @@ void dispatch(Fp8Tiles tiles, const Fp8MatmulArgs& a, int64_t lda,
       return launch<T, 32, 32, 6, kSwiGLU, 4>(a, lda, segs, p, stream);
     case Fp8Tiles::M32N48DeepK512:
       return launch<T, 32, 48, 5, kSwiGLU, 4>(a, lda, segs, p, stream);
+    case Fp8Tiles::M48N32DeepK512:
+      return launch<T, 48, 32, 5, kSwiGLU, 4>(a, lda, segs, p, stream);
+    case Fp8Tiles::M48N48DeepK512:
+      return launch<T, 48, 48, 4, kSwiGLU, 4>(a, lda, segs, p, stream);
     case Fp8Tiles::M64N32DeepK512:
       return launch<T, 64, 32, 4, kSwiGLU, 4>(a, lda, segs, p, stream);
     case Fp8Tiles::M64N48DeepK512:
@@ -431,6 +435,10 @@ Fp8Tiles choose(int m, const std::array<int, kMaxSegments>& widths, int k, bool 
       return Fp8Tiles::M32N32DeepK512;
     case tiling::DecodeTile::M32N48DeepFourBoxes:
       return Fp8Tiles::M32N48DeepK512;
+    case tiling::DecodeTile::M48N32DeepFourBoxes:
+      return Fp8Tiles::M48N32DeepK512;
+    case tiling::DecodeTile::M48N48DeepFourBoxes:
+      return Fp8Tiles::M48N48DeepK512;
     case tiling::DecodeTile::M64N32DeepFourBoxes:
       return Fp8Tiles::M64N32DeepK512;
     case tiling::DecodeTile::M64N48DeepFourBoxes:
@@ -482,6 +490,10 @@ const char* fp8_tiles_name(Fp8Tiles t) {
       return "32x32deep-k512";
     case Fp8Tiles::M32N48DeepK512:
       return "32x48deep-k512";
+    case Fp8Tiles::M48N32DeepK512:
+      return "48x32deep-k512";
+    case Fp8Tiles::M48N48DeepK512:
+      return "48x48deep-k512";
     case Fp8Tiles::M64N32DeepK512:
       return "64x32deep-k512";
     case Fp8Tiles::M64N48DeepK512:
@@ -572,7 +584,8 @@ void fp8_matmul(Half out_type, MatmulEpilogue epilogue, const Fp8MatmulArgs& a, 
       tiles = Fp8Tiles::M16N32Deep;
     else if (tiles == Fp8Tiles::M32N32DeepK512 || tiles == Fp8Tiles::M32N48DeepK512)
       tiles = Fp8Tiles::M32N32Deep;
-    else if (tiles == Fp8Tiles::M64N32DeepK512 || tiles == Fp8Tiles::M64N48DeepK512)
+    else if (tiles == Fp8Tiles::M48N32DeepK512 || tiles == Fp8Tiles::M48N48DeepK512 ||
+             tiles == Fp8Tiles::M64N32DeepK512 || tiles == Fp8Tiles::M64N48DeepK512)
       tiles = Fp8Tiles::M64N32Deep;
   }
   p.a_scale = a.a_scale;

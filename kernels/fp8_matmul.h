@@ -33,6 +33,8 @@ enum class Fp8Tiles {
   M16N48DeepK512,
   M32N32DeepK512,
   M32N48DeepK512,
+  M48N32DeepK512,
+  M48N48DeepK512,
   M64N32DeepK512,
   M64N48DeepK512,
   M32N64,
@@ -49,7 +51,8 @@ constexpr Fp8Tiles kAllFp8Tiles[] = {
     Fp8Tiles::M64N32Deep,     Fp8Tiles::M64N64Deep,     Fp8Tiles::M64N128,
     Fp8Tiles::M128N64,        Fp8Tiles::M128N128,       Fp8Tiles::M16N32DeepK512,
     Fp8Tiles::M16N48DeepK512, Fp8Tiles::M32N32DeepK512, Fp8Tiles::M32N48DeepK512,
-    Fp8Tiles::M64N32DeepK512, Fp8Tiles::M64N48DeepK512, Fp8Tiles::M32N64};
+    Fp8Tiles::M64N32DeepK512, Fp8Tiles::M64N48DeepK512, Fp8Tiles::M32N64,
+    Fp8Tiles::M48N32DeepK512, Fp8Tiles::M48N48DeepK512};
 const char* fp8_tiles_name(Fp8Tiles t);
 
 // A further weight on the same quantized input in the same launch (k and v after q): its codes

@@ -382,6 +382,10 @@ void dispatch(Half type, WgmmaTiles tiles, const MatmulArgs& a, int64_t lda,
       return launch<T, 32, 32, 6, 1, kSwiGLU, 4>(type, a, lda, segs, p, stream);
     case WgmmaTiles::M32N48DeepK256:
       return launch<T, 32, 48, 5, 1, kSwiGLU, 4>(type, a, lda, segs, p, stream);
+    case WgmmaTiles::M48N32DeepK256:
+      return launch<T, 48, 32, 5, 1, kSwiGLU, 4>(type, a, lda, segs, p, stream);
+    case WgmmaTiles::M48N48DeepK256:
+      return launch<T, 48, 48, 4, 1, kSwiGLU, 4>(type, a, lda, segs, p, stream);
     case WgmmaTiles::M64N32DeepK256:
       return launch<T, 64, 32, 4, 1, kSwiGLU, 4>(type, a, lda, segs, p, stream);
     case WgmmaTiles::M64N48DeepK256:
@@ -411,6 +415,25 @@ void dispatch(Half type, WgmmaTiles tiles, const MatmulArgs& a, int64_t lda,
   }
 }
 
+bool four_boxes(WgmmaTiles t) {
+  switch (t) {
+    case WgmmaTiles::M16N32DeepK256:
+    case WgmmaTiles::M16N48DeepK256:
+    case WgmmaTiles::M16N24DeepK256:
+    case WgmmaTiles::M16N16DeepK256:
+    case WgmmaTiles::M16N8DeepK256:
+    case WgmmaTiles::M32N32DeepK256:
+    case WgmmaTiles::M32N48DeepK256:
+    case WgmmaTiles::M48N32DeepK256:
+    case WgmmaTiles::M48N48DeepK256:
+    case WgmmaTiles::M64N32DeepK256:
+    case WgmmaTiles::M64N48DeepK256:
+      return true;
+    default:
+      return false;
+  }
+}
+
 // Any choice gives the same bits; this one is about speed (kernels/matmul_tiling.h: the rule
 // both wgmma matmuls share). widths: each weight's columns (0 past the last).
 WgmmaTiles choose(int m, const std::array<int, kMaxSegments>& widths, int k, bool swiglu) {
@@ -426,6 +449,10 @@ WgmmaTiles choose(int m, const std::array<int, kMaxSegments>& widths, int k, boo
       return WgmmaTiles::M32N32DeepK256;
     case tiling::DecodeTile::M32N48DeepFourBoxes:
       return WgmmaTiles::M32N48DeepK256;
+    case tiling::DecodeTile::M48N32DeepFourBoxes:
+      return WgmmaTiles::M48N32DeepK256;
+    case tiling::DecodeTile::M48N48DeepFourBoxes:
+      return WgmmaTiles::M48N48DeepK256;
     case tiling::DecodeTile::M64N32DeepFourBoxes:
       return WgmmaTiles::M64N32DeepK256;
     case tiling::DecodeTile::M64N48DeepFourBoxes:
@@ -496,6 +523,10 @@ const char* wgmma_tiles_name(WgmmaTiles t) {
       return "32x32deep-k256";
     case WgmmaTiles::M32N48DeepK256:
       return "32x48deep-k256";
+    case WgmmaTiles::M48N32DeepK256:
+      return "48x32deep-k256";
+    case WgmmaTiles::M48N48DeepK256:
+      return "48x48deep-k256";
     case WgmmaTiles::M64N32DeepK256:
       return "64x32deep-k256";
     case WgmmaTiles::M64N48DeepK256:
@@ -563,13 +594,7 @@ void wgmma_matmul(Half type, MatmulEpilogue epilogue, const MatmulArgs& a, Wgmma
   if (tiles == WgmmaTiles::Auto) tiles = choose(a.m, widths, a.k, swiglu);
   // Four boxes a stage need K in whole stages: a box past K in the consumers' loop would be a
   // divergent path (ptxas then serialises every wgmma). Any tiling gives the same bits.
-  const bool four_boxes =
-      tiles == WgmmaTiles::M16N32DeepK256 || tiles == WgmmaTiles::M16N48DeepK256 ||
-      tiles == WgmmaTiles::M16N24DeepK256 || tiles == WgmmaTiles::M16N16DeepK256 ||
-      tiles == WgmmaTiles::M16N8DeepK256 || tiles == WgmmaTiles::M32N32DeepK256 ||
-      tiles == WgmmaTiles::M32N48DeepK256 || tiles == WgmmaTiles::M64N32DeepK256 ||
-      tiles == WgmmaTiles::M64N48DeepK256;
-  if (four_boxes && a.k % (4 * kBK) != 0) tiles = WgmmaTiles::M16N32Deep;
+  if (four_boxes(tiles) && a.k % (4 * kBK) != 0) tiles = WgmmaTiles::M16N32Deep;
   // The SwiGLU epilogue pairs whole 8-column groups of gate and up: a tile of 24 or 8 weight
   // rows (12 or 4 of each) has none; 16 has one of each.
   if (swiglu && (tiles == WgmmaTiles::M16N24DeepK256 || tiles == WgmmaTiles::M16N8DeepK256))

@@ -25,9 +25,11 @@ namespace hearth::kernels {
 // that spreads the tiles more evenly over the SMs than 64 (gate/up of the 8B: 256 tiles, not
 // 448); M16N24/16/8DeepK256 are DeepK256 tiles of fewer weight rows for narrow (tensor-parallel)
 // shards whose 32-row tiles leave SMs idle (SwiGLU needs whole 8-column gate and up halves: 24
-// and 8 fall back to 16 there); M32/M64 N32/N48 DeepK256 are the same four-box tiles for 17-64
-// rows (one m64 wgmma covers them as it covers 16); M256 are 2-block clusters of 128-row tiles that
-// share their weight tile (multicast).
+// and 8 fall back to 16 there); M32/M48/M64 N32/N48 DeepK256 are the same four-box tiles for
+// 17-64 rows (one m64 wgmma covers them as it covers 16; 48 rows so that 33-48 rows do not load
+// a 64-row A box mostly past the tensor, which streams slower); M32/M64 N112 are M16N112 for
+// 17-64 rows; M256 are 2-block clusters of 128-row tiles that share their weight tile
+// (multicast).
 enum class WgmmaTiles {
   Auto,
   M16N32,
@@ -43,6 +45,8 @@ enum class WgmmaTiles {
   M16N8DeepK256,
   M32N32DeepK256,
   M32N48DeepK256,
+  M48N32DeepK256,
+  M48N48DeepK256,
   M64N32DeepK256,
   M64N48DeepK256,
   M32N112,
@@ -69,7 +73,7 @@ constexpr WgmmaTiles kAllWgmmaTiles[] = {
     WgmmaTiles::M256N256,       WgmmaTiles::M16N24DeepK256, WgmmaTiles::M16N16DeepK256,
     WgmmaTiles::M16N8DeepK256,  WgmmaTiles::M32N32DeepK256, WgmmaTiles::M32N48DeepK256,
     WgmmaTiles::M64N32DeepK256, WgmmaTiles::M64N48DeepK256, WgmmaTiles::M32N112,
-    WgmmaTiles::M64N112};
+    WgmmaTiles::M64N112,        WgmmaTiles::M48N32DeepK256, WgmmaTiles::M48N48DeepK256};
 const char* wgmma_tiles_name(WgmmaTiles t);
 
 // True when the current device can run it (compute capability 9.0, this build has sm_90a code).

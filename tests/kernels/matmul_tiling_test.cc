@@ -54,6 +54,9 @@ TEST(MatmulTiling, LargerDecodeStepsAndPromptsTakeTheirOwnTiles) {
   // Four K boxes a stage where K allows.
   EXPECT_EQ(decode_tile(shape(32, {4096, 0, 0}, 4096)), DecodeTile::M32N32DeepFourBoxes);
   EXPECT_EQ(decode_tile(shape(32, {4096, 1024, 1024}, 4096)), DecodeTile::M32N48DeepFourBoxes);
+  EXPECT_EQ(decode_tile(shape(33, {4096, 0, 0}, 4096)), DecodeTile::M48N32DeepFourBoxes);
+  EXPECT_EQ(decode_tile(shape(48, {4096, 1024, 1024}, 4096)), DecodeTile::M48N48DeepFourBoxes);
+  EXPECT_EQ(decode_tile(shape(49, {4096, 0, 0}, 4096)), DecodeTile::M64N32DeepFourBoxes);
   EXPECT_EQ(decode_tile(shape(64, {4096, 0, 0}, 4096)), DecodeTile::M64N32DeepFourBoxes);
   // gate/up streams 112-row tiles two blocks an SM, as at 16 rows.
   EXPECT_EQ(decode_tile(shape(64, {14336, 0, 0}, 4096, true)), DecodeTile::M64N112);

@@ -38,16 +38,18 @@ TEST(MatmulTilingTp, TheEightBAtTpOneKeepsItsTiles) {
 }
 
 TEST(MatmulTilingTp, SeventeenToSixtyFourRowsTakeFourBoxTilesWhereTheyFitOneWave) {
-  for (int m : {17, 24, 32, 33, 48, 64}) {
+  for (int m : {17, 24, 32, 33, 40, 48, 49, 64}) {
     const Shards s = llama8b(m, 1);
-    const bool rows32 = m <= 32;
-    // o and down: 128 tiles of 32; q/k/v: 192 of 32, 130 of 48.
-    EXPECT_EQ(decode_tile(s.o),
-              rows32 ? DecodeTile::M32N32DeepFourBoxes : DecodeTile::M64N32DeepFourBoxes);
-    EXPECT_EQ(decode_tile(s.down),
-              rows32 ? DecodeTile::M32N32DeepFourBoxes : DecodeTile::M64N32DeepFourBoxes);
-    EXPECT_EQ(decode_tile(s.qkv),
-              rows32 ? DecodeTile::M32N48DeepFourBoxes : DecodeTile::M64N48DeepFourBoxes);
+    const bool rows32 = m <= 32, rows48 = !rows32 && m <= 48;
+    // o and down: 128 tiles of 32; q/k/v: 192 of 32, 130 of 48. 33-48 rows take 48-row tiles.
+    const DecodeTile one_wave = rows32   ? DecodeTile::M32N32DeepFourBoxes
+                                : rows48 ? DecodeTile::M48N32DeepFourBoxes
+                                         : DecodeTile::M64N32DeepFourBoxes;
+    EXPECT_EQ(decode_tile(s.o), one_wave);
+    EXPECT_EQ(decode_tile(s.down), one_wave);
+    EXPECT_EQ(decode_tile(s.qkv), rows32   ? DecodeTile::M32N48DeepFourBoxes
+                                  : rows48 ? DecodeTile::M48N48DeepFourBoxes
+                                           : DecodeTile::M64N48DeepFourBoxes);
     // gate/up is wide: the 16-row rule's 112-row streaming tiles; the head keeps 32 / 64.
     EXPECT_EQ(decode_tile(s.gate_up), rows32 ? DecodeTile::M32N112 : DecodeTile::M64N112);
     EXPECT_EQ(decode_tile(shape(m, {128256, 0, 0}, 4096)),

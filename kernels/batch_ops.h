@@ -62,7 +62,9 @@ struct MatmulArgs {
   const void* w_up = nullptr;   // SwiGLU only: the up weight [n, k]
   const float* bias = nullptr;  // optional [n]
   int m = 0, n = 0, k = 0;      // k: a multiple of 16
-  void* out = nullptr;          // [m, n], contiguous
+  // Rows of `a` (`lda` apart) that may be read, >= m; 0: m. See a_map_rows.
+  int a_rows_readable = 0;
+  void* out = nullptr;  // [m, n], contiguous
   // Scratch for K slices spread over blocks: batch_matmul_workspace_bytes(m, n, k, tiles)
   // bytes (enough for every M' <= m); zeroed once when allocated (the kernel leaves its
   // counters zeroed). One workspace per stream. May be null when that size is 0.
@@ -73,6 +75,14 @@ struct MatmulArgs {
   // with SwiGLU. The wgmma kernel runs them all in one launch; mma.sync one call each.
   std::array<MatmulSegment, 2> more{};
 };
+// The rows the wgmma kernels' A descriptor spans: m rounded up to whole tiles of `tile_rows`
+// where `readable` rows (0: m) allow. A box reaching past the descriptor's last row is zero-
+// filled by TMA, and streams slower when it reaches more than ~16 rows past it (H100, 8B at 65
+// rows: q/k/v 30.2 us zero-filled, 24.1 reading the rows; down 76.8 and 66.5; level at 1-64
+// and 128); rows read past m only feed outputs past m, which are never stored, so the bits of
+// rows below m do not change.
+int a_map_rows(int m, int readable, int tile_rows);
+
 // The segments of a call, w's first: how many are set (1 to 3) into `out`.
 int matmul_segments(const MatmulArgs& args, std::array<MatmulSegment, 3>& out);
 

@@ -330,7 +330,7 @@ void launch(const Fp8MatmulArgs& a, int64_t lda, const std::array<Fp8MatmulSegme
     return n * device_sm_count();
   }();
   const int w_box = kSwiGLU ? kBN / 2 : kBN;
-  p.map_a = tensor_map(a.a, a.m, a.k, lda, kRows);
+  p.map_a = tensor_map(a.a, a_map_rows(a.m, a.a_rows_readable, kRows), a.k, lda, kRows);
   if (kSwiGLU) p.map_w1 = tensor_map(a.w_up, a.n, a.k, a.k, w_box);
   // Each weight its own descriptor and run of column tiles, numbered as if launched alone.
   int tiles_n = 0;
@@ -558,6 +558,9 @@ void fp8_matmul(Half out_type, MatmulEpilogue epilogue, const Fp8MatmulArgs& a, 
     fail("a and the weights must be 16-byte aligned");
   if (swiglu && (!a.w_up || !a.w_up_scale)) fail("SwiGLU needs w_up and w_up_scale");
   if (swiglu && a.bias) fail("SwiGLU takes no bias");
+  if (a.a_rows_readable != 0 && a.a_rows_readable < a.m)
+    fail("a_rows_readable (" + std::to_string(a.a_rows_readable) + ") must be 0 or >= m (" +
+         std::to_string(a.m) + ")");
   std::array<Fp8MatmulSegment, 3> segs;
   Params p{};
   segs[p.segments++] = Fp8MatmulSegment{a.w, a.w_scale, a.bias, a.out, a.n};

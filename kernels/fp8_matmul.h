@@ -76,6 +76,7 @@ struct Fp8MatmulArgs {
   const float* w_up_scale = nullptr;  // SwiGLU only: [n]
   const float* bias = nullptr;        // optional [n]
   int m = 0, n = 0, k = 0;            // k: a multiple of 16
+  int a_rows_readable = 0;            // rows of `a` that may be read (batch_ops.h's a_map_rows)
   void* out = nullptr;                // [m, n], contiguous: fp32 or `out_type`
   // Weights after w, in order, while their w is set; not with SwiGLU. One launch for all.
   std::array<Fp8MatmulSegment, 2> more{};

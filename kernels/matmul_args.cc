@@ -1,5 +1,6 @@
 // The argument checks batch_matmul (mma.sync) and wgmma_matmul share, so the two kernels refuse
 // the same calls with the same words.
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <stdexcept>
@@ -23,6 +24,9 @@ int64_t checked_matmul_lda(const char* kernel, MatmulEpilogue epilogue, const Ma
   if (lda < a.k || lda % 8 != 0)
     fail("lda (" + std::to_string(lda) + ") must be >= k and a multiple of 8");
   if (!a.a || !a.w || !a.out) fail("a, w and out are required");
+  if (a.a_rows_readable != 0 && a.a_rows_readable < a.m)
+    fail("a_rows_readable (" + std::to_string(a.a_rows_readable) + ") must be 0 or >= m (" +
+         std::to_string(a.m) + ")");
   if (!aligned16(a.a) || !aligned16(a.w) || (a.w_up && !aligned16(a.w_up)))
     fail("a and the weights must be 16-byte aligned");
   if (swiglu && !a.w_up) fail("SwiGLU needs w_up");
@@ -34,6 +38,11 @@ int64_t checked_matmul_lda(const char* kernel, MatmulEpilogue epilogue, const Ma
     if (!aligned16(s.w)) fail("a and the weights must be 16-byte aligned");
   }
   return lda;
+}
+
+int a_map_rows(int m, int readable, int tile_rows) {
+  const int64_t whole = (int64_t(m) + tile_rows - 1) / tile_rows * tile_rows;
+  return int(std::max<int64_t>(m, std::min<int64_t>(whole, readable)));
 }
 
 int matmul_segments(const MatmulArgs& a, std::array<MatmulSegment, 3>& out) {

@@ -328,7 +328,7 @@ void launch(Half type, const MatmulArgs& a, int64_t lda, const std::array<Matmul
     return n;
   }();
   const int w_box = kSwiGLU || kCluster > 1 ? kBN / 2 : kBN;
-  p.map_a = tensor_map(type, a.a, a.m, a.k, lda, kRows);
+  p.map_a = tensor_map(type, a.a, a_map_rows(a.m, a.a_rows_readable, kRows), a.k, lda, kRows);
   if (kSwiGLU) p.map_w1 = tensor_map(type, a.w_up, a.n, a.k, a.k, w_box);
   // Each weight its own descriptor and run of column tiles, numbered as if launched alone.
   int tiles_n = 0;

@@ -161,6 +161,7 @@ json bench_matmul(const BatchKernelBenchOptions& o, cudaStream_t stream, Timer& 
         family_us.push_back(timer.us([&](int i) {
           kernels::MatmulArgs args;
           args.a = a.get(), args.w = weight(i), args.m = m, args.n = s.n, args.k = s.k;
+          args.a_rows_readable = int(a.bytes() / (size_t(s.k) * 2));
           if (s.swiglu) args.w_up = weight(i) + w_bytes / 2;
           args.out = out.get(), args.workspace = ws.get(), args.workspace_bytes = ws_bytes;
           args.tiles = tiles;
@@ -181,6 +182,7 @@ json bench_matmul(const BatchKernelBenchOptions& o, cudaStream_t stream, Timer& 
         kernels::Fp8MatmulArgs args;
         args.a = fp8_a.get<uint8_t>(), args.a_scale = fp8_a_scales.get<float>();
         args.w = w, args.w_scale = fp8_scales.get<float>(), args.m = m, args.n = s.n, args.k = s.k;
+        args.a_rows_readable = int(fp8_a.bytes() / size_t(s.k));
         if (s.swiglu)
           args.w_up = w + fp8_w_bytes / 2, args.w_up_scale = fp8_scales.get<float>() + s.n;
         args.out = out.get();

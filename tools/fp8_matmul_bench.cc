@@ -89,6 +89,7 @@ int main(int argc, char** argv) {
           args.w = w, args.w_scale = w_scales.get<float>();
           if (s.swiglu) args.w_up = w + w8 / 2, args.w_up_scale = w_scales.get<float>() + s.n;
           args.m = m, args.n = s.n, args.k = s.k, args.out = out.get();
+          args.a_rows_readable = int(a8.bytes() / size_t(s.k));
           kernels::fp8_matmul(Half::BF16, e, args, t, stream);
         });
       };
@@ -102,6 +103,7 @@ int main(int argc, char** argv) {
         const char* w = static_cast<const char*>(arena.get()) + (i % copies16) * w16;
         kernels::MatmulArgs args;
         args.a = a16.get(), args.w = w, args.m = m, args.n = s.n, args.k = s.k;
+        args.a_rows_readable = int(a16.bytes() / (size_t(s.k) * 2));
         if (s.swiglu) args.w_up = w + w16 / 2;
         args.out = out.get();
         kernels::wgmma_matmul(Half::BF16, e, args, kernels::WgmmaTiles::Auto, stream);

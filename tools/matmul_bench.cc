@@ -46,6 +46,7 @@ void qkv_table(const std::vector<int>& ms, const DeviceBuffer& arena, const Devi
     auto args_for = [&](const void* w, int n, void* dst) {
       kernels::MatmulArgs args;
       args.a = a.get(), args.w = w, args.m = m, args.n = n, args.k = kK, args.out = dst;
+      args.a_rows_readable = int(a.bytes() / (size_t(kK) * 2));  // as the engine's step buffers
       return args;
     };
     const auto e = kernels::MatmulEpilogue::StoreF32;
@@ -92,6 +93,7 @@ void qkv_shard_table(int tp, const std::vector<int>& ms, const DeviceBuffer& are
         char* w = static_cast<char*>(arena.get()) + (i % copies) * set_bytes;
         kernels::MatmulArgs args;
         args.a = a.get(), args.w = w, args.m = m, args.n = q, args.k = k, args.out = o;
+        args.a_rows_readable = int(a.bytes() / (size_t(k) * 2));
         args.more[0] = {w + q_bytes, nullptr, o + size_t(m) * q * 4, kv};
         args.more[1] = {w + q_bytes + kv_bytes, nullptr, o + size_t(m) * (q + kv) * 4, kv};
         kernels::wgmma_matmul(Half::BF16, kernels::MatmulEpilogue::StoreF32, args, t, stream);
@@ -162,6 +164,7 @@ int main(int argc, char** argv) {
       auto args_for = [&](int i) {
         kernels::MatmulArgs args;
         args.a = a.get(), args.w = weight(i), args.m = m, args.n = s.n, args.k = s.k;
+        args.a_rows_readable = int(a.bytes() / (size_t(s.k) * 2));
         if (s.swiglu) args.w_up = weight(i) + w_bytes / 2;
         args.out = out.get();
         return args;

@@ -276,6 +276,8 @@ TEST(Fp8Matmul, RowsAreBitIdenticalWhateverTheTilingAndBatch) {
       if (swiglu)
         args.w_up = static_cast<const uint8_t*>(du.get()), args.w_up_scale = dsu.get<float>();
       args.m = m, args.n = n, args.k = k, args.out = out.get();
+      // Odd first rows may read the pool's rows after theirs (a_map_rows): the same bits.
+      args.a_rows_readable = first_row % 2 ? pool - first_row : 0;
       run(Half::BF16, e, tiles, args);
       return download<unsigned char>(out, size_t(m) * row_bytes);
     };
@@ -312,6 +314,41 @@ TEST(Fp8Matmul, QuantizedOnTheGpuEqualsQuantizedOnTheCpu) {
   EXPECT_EQ(multiply(da, dsa), multiply(da_cpu, dsa_cpu));
 }
 
+// Rows past m that the kernel may read (a_rows_readable) hold NaN codes: rows below m keep the
+// bits of a call that reads none, and no output row past m is written.
+TEST(Fp8Matmul, RowsReadPastMReachNoOutput) {
+  HEARTH_REQUIRE_FP8();
+  const int n = 200, k = 512, readable = 256;
+  for (int m : {1, 17, 33, 65, 130})
+    for (Fp8Tiles tiles : test::every_tiling_and_auto(kernels::kAllFp8Tiles)) {
+      SCOPED_TRACE("m " + std::to_string(m) + " tiles " + kernels::fp8_tiles_name(tiles));
+      const Quantized qa = quantize_cpu(test::random_floats(size_t(m) * k), m, k, k);
+      const Quantized qw = quantize_cpu(test::random_floats(size_t(n) * k, 0.05f), n, k, k);
+      auto a = test::poisoned(size_t(readable) * k);  // 0xFF: an e4m3 NaN
+      HEARTH_CUDA_CHECK(
+          cudaMemcpy(a.get(), qa.codes.data(), qa.codes.size(), cudaMemcpyHostToDevice));
+      auto da = test::upload(qa.codes), dsa = test::upload(qa.scales);
+      auto dw = test::upload(qw.codes), dsw = test::upload(qw.scales);
+      const size_t row_bytes = size_t(n) * 4;
+      auto multiply = [&](const DeviceBuffer& codes, int rows_readable, size_t out_rows) {
+        auto out = test::poisoned(out_rows * row_bytes);
+        HEARTH_CUDA_CHECK(cudaMemset(out.get(), 0x5A, out.bytes()));
+        kernels::Fp8MatmulArgs args;
+        args.a = static_cast<const uint8_t*>(codes.get()), args.a_scale = dsa.get<float>();
+        args.w = static_cast<const uint8_t*>(dw.get()), args.w_scale = dsw.get<float>();
+        args.m = m, args.n = n, args.k = k, args.out = out.get();
+        args.a_rows_readable = rows_readable;
+        run(Half::BF16, MatmulEpilogue::StoreF32, tiles, args);
+        return download<unsigned char>(out, out_rows * row_bytes);
+      };
+      const auto want = multiply(da, 0, m);
+      const auto got = multiply(a, readable, readable);
+      EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size()));
+      const std::vector<unsigned char> untouched(got.size() - want.size(), 0x5A);
+      EXPECT_EQ(0, std::memcmp(got.data() + want.size(), untouched.data(), untouched.size()));
+    }
+}
+
 TEST(Fp8Matmul, RejectsBadArgumentsAndSaysWhereItRuns) {
   HEARTH_REQUIRE_GPU();
   if (!kernels::fp8_matmul_available()) {
@@ -337,7 +374,11 @@ TEST(Fp8Matmul, RejectsBadArgumentsAndSaysWhereItRuns) {
   EXPECT_THROW(
       kernels::fp8_matmul(Half::BF16, MatmulEpilogue::SwiGLU, args, Fp8Tiles::Auto, nullptr),
       std::invalid_argument);
-  args.a_scale = nullptr;
+  args.k = 64, args.a_rows_readable = 3;  // fewer than m
+  EXPECT_THROW(
+      kernels::fp8_matmul(Half::BF16, MatmulEpilogue::StoreF32, args, Fp8Tiles::Auto, nullptr),
+      std::invalid_argument);
+  args.a_rows_readable = 0, args.a_scale = nullptr;
   EXPECT_THROW(
       kernels::fp8_matmul(Half::BF16, MatmulEpilogue::StoreF32, args, Fp8Tiles::Auto, nullptr),
       std::invalid_argument);

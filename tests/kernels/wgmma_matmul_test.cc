@@ -30,10 +30,11 @@ struct Case {
 };
 
 void run(Half t, MatmulEpilogue e, WgmmaTiles tiles, const void* a, int64_t lda, const void* w,
-         const void* w_up, const float* bias, int m, int n, int k, void* out) {
+         const void* w_up, const float* bias, int m, int n, int k, void* out,
+         int a_rows_readable = 0) {
   kernels::MatmulArgs args;
   args.a = a, args.lda = lda, args.w = w, args.w_up = w_up, args.bias = bias;
-  args.m = m, args.n = n, args.k = k, args.out = out;
+  args.m = m, args.n = n, args.k = k, args.out = out, args.a_rows_readable = a_rows_readable;
   kernels::wgmma_matmul(t, e, args, tiles, nullptr);
   HEARTH_CUDA_CHECK(cudaGetLastError());
 }
@@ -126,10 +127,13 @@ TEST(WgmmaMatmul, RowsAreBitIdenticalWhateverTheTilingAndBatch) {
         auto dwu = test::upload_half(test::random_floats(size_t(n) * k, 0.05f), t);
         const MatmulEpilogue e = swiglu ? MatmulEpilogue::SwiGLU : MatmulEpilogue::StoreF32;
         const size_t elem = swiglu ? 2 : 4, row_bytes = n * elem;
+        // Batches at odd first rows may read the pool's rows after theirs (a_map_rows): the
+        // same bits as batches that may not.
         auto compute = [&](WgmmaTiles tiles, int first_row, int m) {
           auto out = test::poisoned(size_t(m) * row_bytes);
           run(t, e, tiles, static_cast<const char*>(da.get()) + size_t(first_row) * k * 2, 0,
-              dw.get(), swiglu ? dwu.get() : nullptr, nullptr, m, n, k, out.get());
+              dw.get(), swiglu ? dwu.get() : nullptr, nullptr, m, n, k, out.get(),
+              first_row % 2 ? pool - first_row : 0);
           std::vector<unsigned char> host(size_t(m) * row_bytes);
           HEARTH_CUDA_CHECK(cudaDeviceSynchronize());
           HEARTH_CUDA_CHECK(
@@ -140,6 +144,35 @@ TEST(WgmmaMatmul, RowsAreBitIdenticalWhateverTheTilingAndBatch) {
                                                               WgmmaTiles::M128N256, pool, row_bytes,
                                                               compute, kernels::wgmma_tiles_name);
       }
+}
+
+// Rows past m that the kernel may read (a_rows_readable) hold NaN: rows below m keep the bits
+// of a call that reads none, and no output row past m is written.
+TEST(WgmmaMatmul, RowsReadPastMReachNoOutput) {
+  HEARTH_REQUIRE_WGMMA();
+  const int n = 200, k = 512, readable = 256;
+  for (int m : {1, 17, 33, 65, 130})
+    for (WgmmaTiles tiles : test::every_tiling_and_auto(kernels::kAllWgmmaTiles)) {
+      SCOPED_TRACE("m " + std::to_string(m) + " tiles " + kernels::wgmma_tiles_name(tiles));
+      auto a = test::poisoned(size_t(readable) * k * 2);  // 0xFFFF: NaN
+      const auto rows = test::random_floats(size_t(m) * k);
+      auto da = test::upload_half(rows, Half::BF16);
+      HEARTH_CUDA_CHECK(cudaMemcpy(a.get(), da.get(), da.bytes(), cudaMemcpyDeviceToDevice));
+      auto dw = test::upload_half(test::random_floats(size_t(n) * k, 0.05f), Half::BF16);
+      const size_t row_bytes = size_t(n) * 4;
+      auto alone = test::poisoned(size_t(m) * row_bytes);
+      auto past = test::poisoned(size_t(readable) * row_bytes);
+      HEARTH_CUDA_CHECK(cudaMemset(past.get(), 0x5A, past.bytes()));
+      run(Half::BF16, MatmulEpilogue::StoreF32, tiles, da.get(), 0, dw.get(), nullptr, nullptr, m,
+          n, k, alone.get());
+      run(Half::BF16, MatmulEpilogue::StoreF32, tiles, a.get(), 0, dw.get(), nullptr, nullptr, m, n,
+          k, past.get(), readable);
+      const auto want = test::download<unsigned char>(alone, size_t(m) * row_bytes);
+      const auto got = test::download<unsigned char>(past, size_t(readable) * row_bytes);
+      EXPECT_EQ(0, std::memcmp(want.data(), got.data(), want.size()));
+      const std::vector<unsigned char> untouched(got.size() - want.size(), 0x5A);
+      EXPECT_EQ(0, std::memcmp(got.data() + want.size(), untouched.data(), untouched.size()));
+    }
 }
 
 TEST(WgmmaMatmul, RejectsBadArguments) {
@@ -154,6 +187,10 @@ TEST(WgmmaMatmul, RejectsBadArguments) {
   args.k = 64;
   EXPECT_THROW(
       kernels::wgmma_matmul(Half::BF16, MatmulEpilogue::SwiGLU, args, WgmmaTiles::Auto, nullptr),
+      std::invalid_argument);
+  args.a_rows_readable = 3;  // fewer than m
+  EXPECT_THROW(
+      kernels::wgmma_matmul(Half::BF16, MatmulEpilogue::StoreF32, args, WgmmaTiles::Auto, nullptr),
       std::invalid_argument);
 }
 

@@ -25,7 +25,7 @@ int matmul_band(int m) {
 
 CudaMatmuls::CudaMatmuls(const ModelConfig& c, const StepLimits& limits, kernels::Half type,
                          bool batch_invariant, bool fp8, DeviceArena& arena)
-    : type_(type) {
+    : type_(type), max_tokens_(limits.max_tokens), max_step_seqs_(limits.max_step_seqs) {
   const int T = limits.max_tokens, S = limits.max_step_seqs;
   struct Shape {
     int m, n, k;
@@ -78,7 +78,7 @@ void CudaMatmuls::run_fp8(MatmulEpilogue epilogue, const void* w, const float* w
   args.a = codes_.get<uint8_t>(), args.a_scale = row_scales_.get<float>();
   args.w = static_cast<const uint8_t*>(w), args.w_scale = w_scale;
   args.w_up = static_cast<const uint8_t*>(w_up), args.w_up_scale = w_up_scale;
-  args.m = m, args.n = n, args.k = k, args.out = out;
+  args.m = m, args.n = n, args.k = k, args.out = out, args.a_rows_readable = max_tokens_;
   kernels::fp8_matmul(type_, epilogue, args, kernels::Fp8Tiles::Auto, stream);
 }
 
@@ -87,6 +87,7 @@ void CudaMatmuls::run(MatmulShape shape, MatmulEpilogue epilogue, const void* a,
   if (gemm_) return cublas(epilogue, a, w, w_up, out, m, n, k, stream);
   kernels::MatmulArgs args;
   args.a = a, args.w = w, args.w_up = w_up, args.m = m, args.n = n, args.k = k, args.out = out;
+  args.a_rows_readable = shape == kLmHead ? max_step_seqs_ : max_tokens_;
   args.workspace = ws_.get(), args.workspace_bytes = ws_bytes_;
   args.tiles = tiles_[shape][matmul_band(m)];
   kernels::batch_matmul(type_, epilogue, args, stream);
@@ -110,6 +111,7 @@ void CudaMatmuls::run_qkv(const void* a, const void* wq, const void* wk, const v
   // (any wgmma tiling gives the same bits).
   kernels::MatmulArgs args;
   args.a = a, args.w = wq, args.m = m, args.n = q_dim, args.k = hidden, args.out = q;
+  args.a_rows_readable = max_tokens_;
   args.more[0] = {wk, nullptr, k, kv_dim};
   args.more[1] = {wv, nullptr, v, kv_dim};
   kernels::wgmma_matmul(type_, e, args, kernels::WgmmaTiles::Auto, stream);
@@ -125,7 +127,7 @@ void CudaMatmuls::run_qkv_fp8(const void* wq, const float* sq, const void* wk, c
   kernels::Fp8MatmulArgs args;
   args.a = codes_.get<uint8_t>(), args.a_scale = row_scales_.get<float>();
   args.w = static_cast<const uint8_t*>(wq), args.w_scale = sq;
-  args.m = m, args.n = q_dim, args.k = hidden, args.out = q;
+  args.m = m, args.n = q_dim, args.k = hidden, args.out = q, args.a_rows_readable = max_tokens_;
   args.more[0] = {static_cast<const uint8_t*>(wk), sk, nullptr, k, kv_dim};
   args.more[1] = {static_cast<const uint8_t*>(wv), sv, nullptr, v, kv_dim};
   kernels::fp8_matmul(type_, MatmulEpilogue::StoreF32, args, kernels::Fp8Tiles::Auto, stream);
@@ -194,6 +196,7 @@ void CudaMatmuls::tune(std::span<const TuneJob> jobs, const CudaWeights& weights
         if (need > ws_bytes) continue;
         kernels::MatmulArgs args;
         args.a = j.a, args.m = m, args.n = j.n, args.k = j.k, args.out = j.out;
+        args.a_rows_readable = j.max_m;
         args.workspace = ws.get(), args.workspace_bytes = ws_bytes, args.tiles = t;
         auto launch = [&](int i) {
           std::tie(args.w, args.w_up) = weight(j.shape, i);

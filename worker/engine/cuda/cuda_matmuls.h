@@ -37,7 +37,9 @@ class CudaMatmuls {
   CudaMatmuls(const ModelConfig& config, const StepLimits& limits, kernels::Half type,
               bool batch_invariant, bool fp8, DeviceArena& arena);
 
-  // out = a · wᵀ (and w_up for SwiGLU), a being m rows of k, w n rows of k.
+  // out = a · wᵀ (and w_up for SwiGLU), a being m rows of k, w n rows of k; `a` holds the
+  // rows of a whole step (limits.max_tokens; the LM head's, max_step_seqs), which the kernels
+  // may read past m (kernels::a_map_rows).
   void run(MatmulShape shape, kernels::MatmulEpilogue epilogue, const void* a, const void* w,
            const void* w_up, void* out, int m, int n, int k, cudaStream_t stream);
 
@@ -90,6 +92,7 @@ class CudaMatmuls {
               void* out, int m, int n, int k, cudaStream_t stream);
 
   kernels::Half type_;
+  int max_tokens_, max_step_seqs_;  // rows every `a` buffer holds (LM head: max_step_seqs_)
   size_t ws_bytes_ = 0;
   DeviceBuffer ws_;
   TilingTable tiles_{};  // Auto everywhere unless tuned

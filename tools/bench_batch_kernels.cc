@@ -438,10 +438,10 @@ json batch_kernel_bench(const BatchKernelBenchOptions& o) {
   HEARTH_CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   Timer timer(stream);
   json report;
-  const bool everything = o.attention_step.empty();
+  const bool everything = o.attention_step.empty() && !o.sampling_only;
   if (everything) report["matmul"] = bench_matmul(o, stream, timer);
-  report["attention"] = bench_attention(o, stream, timer);
-  if (everything) report["sampling"] = bench_sampling(stream, timer);
+  if (!o.sampling_only) report["attention"] = bench_attention(o, stream, timer);
+  if (everything || o.sampling_only) report["sampling"] = bench_sampling(stream, timer);
   HEARTH_CUDA_CHECK(cudaStreamSynchronize(stream));
   cudaStreamDestroy(stream);
   return report;

@@ -15,6 +15,7 @@ struct BatchKernelBenchOptions {
   bool all_tiles = false;    // also time every forced tile family of the matmul
   // When set: only the attention steps whose name contains it (for a profiler: one step alone).
   std::string attention_step;
+  bool sampling_only = false;  // only the sampling table
 };
 
 // Prints a table to stdout and returns the measurements as JSON.

@@ -253,6 +253,8 @@ int run(int argc, char** argv) {
                  "with --batch-kernels: only the attention steps whose name contains this (e.g. "
                  "\"2k at 4k\", to profile one step)");
   app.add_option("--batch-m", batch_ms, "with --batch-kernels: matmul row counts (a,b,...)");
+  bool sampling_only = false;
+  app.add_flag("--sampling-only", sampling_only, "with --batch-kernels: only the sampling table");
   bool serve = false;
   std::string concurrency = "1,8,32,64,128,256";
   int prompt_tokens = 128, output_tokens = 256;
@@ -295,6 +297,7 @@ int run(int argc, char** argv) {
     o.copy_gbps = copy_gbps, o.matmul_tflops = matmul_tflops, o.all_tiles = all_tiles;
     if (!batch_ms.empty()) o.ms = parse_list(batch_ms);
     o.attention_step = attention_step;
+    o.sampling_only = sampling_only;
     const json report = hearth::bench::batch_kernel_bench(o);
     std::printf("%s\n", report.dump().c_str());
     write_json(report);

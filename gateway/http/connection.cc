@@ -253,8 +253,9 @@ void Connection::refuse(const Request& req, int status, const std::string& messa
     while (drained < drain) {
       size_t got = 0;
       sink.clear();
-      if (read_some(fd_.get(), service_.stop_fd, sink, kReadBlock, deadline, got) != IoResult::Ok)
-        break;
+      // Never past `drain`: a whole block on top of what was read could overshoot it.
+      const size_t block = std::min(kReadBlock, drain - drained);
+      if (read_some(fd_.get(), service_.stop_fd, sink, block, deadline, got) != IoResult::Ok) break;
       drained += got;
       service_.stats.bytes_discarded += got;
     }

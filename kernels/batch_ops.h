@@ -82,6 +82,9 @@ struct MatmulArgs {
 // and 128); rows read past m only feed outputs past m, which are never stored, so the bits of
 // rows below m do not change.
 int a_map_rows(int m, int readable, int tile_rows);
+// Both wgmma kernels' check of it: throws std::invalid_argument prefixed by `kernel` unless
+// `readable` is 0 or at least m.
+void check_a_rows_readable(const char* kernel, int readable, int m);
 
 // The segments of a call, w's first: how many are set (1 to 3) into `out`.
 int matmul_segments(const MatmulArgs& args, std::array<MatmulSegment, 3>& out);

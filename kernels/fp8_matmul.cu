@@ -558,9 +558,7 @@ void fp8_matmul(Half out_type, MatmulEpilogue epilogue, const Fp8MatmulArgs& a, 
     fail("a and the weights must be 16-byte aligned");
   if (swiglu && (!a.w_up || !a.w_up_scale)) fail("SwiGLU needs w_up and w_up_scale");
   if (swiglu && a.bias) fail("SwiGLU takes no bias");
-  if (a.a_rows_readable != 0 && a.a_rows_readable < a.m)
-    fail("a_rows_readable (" + std::to_string(a.a_rows_readable) + ") must be 0 or >= m (" +
-         std::to_string(a.m) + ")");
+  check_a_rows_readable("fp8_matmul", a.a_rows_readable, a.m);
   std::array<Fp8MatmulSegment, 3> segs;
   Params p{};
   segs[p.segments++] = Fp8MatmulSegment{a.w, a.w_scale, a.bias, a.out, a.n};

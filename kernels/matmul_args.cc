@@ -24,9 +24,7 @@ int64_t checked_matmul_lda(const char* kernel, MatmulEpilogue epilogue, const Ma
   if (lda < a.k || lda % 8 != 0)
     fail("lda (" + std::to_string(lda) + ") must be >= k and a multiple of 8");
   if (!a.a || !a.w || !a.out) fail("a, w and out are required");
-  if (a.a_rows_readable != 0 && a.a_rows_readable < a.m)
-    fail("a_rows_readable (" + std::to_string(a.a_rows_readable) + ") must be 0 or >= m (" +
-         std::to_string(a.m) + ")");
+  check_a_rows_readable(kernel, a.a_rows_readable, a.m);
   if (!aligned16(a.a) || !aligned16(a.w) || (a.w_up && !aligned16(a.w_up)))
     fail("a and the weights must be 16-byte aligned");
   if (swiglu && !a.w_up) fail("SwiGLU needs w_up");
@@ -38,6 +36,13 @@ int64_t checked_matmul_lda(const char* kernel, MatmulEpilogue epilogue, const Ma
     if (!aligned16(s.w)) fail("a and the weights must be 16-byte aligned");
   }
   return lda;
+}
+
+void check_a_rows_readable(const char* kernel, int readable, int m) {
+  if (readable != 0 && readable < m)
+    throw std::invalid_argument(std::string(kernel) + ": a_rows_readable (" +
+                                std::to_string(readable) + ") must be 0 or >= m (" +
+                                std::to_string(m) + ")");
 }
 
 int a_map_rows(int m, int readable, int tile_rows) {

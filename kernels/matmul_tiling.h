@@ -105,7 +105,10 @@ inline DecodeTile decode_tile(const LaunchShape& s) {
   }
   // 17-64 rows: the same four-box tiles (one m64 wgmma covers 64 rows as it covers 16), where
   // they fit one wave. 48-row tiles for 33-48 rows: a 64-row A box more than 16 rows past the
-  // last row streams slower (H100, down: 61.8 us at 33 rows, 53.6 at 40, 47.7 at 48 and 64).
+  // descriptor's last row streams slower (H100, down: 61.8 us at 33 rows, 53.6 at 40, 47.7 at
+  // 48 and 64). Measured before the descriptor spanned whole tiles (batch_ops.h, a_map_rows),
+  // which removes that cause where the caller's buffer holds the rows; 64-row tiles at 33-48
+  // rows have not been timed since.
   if (s.m <= 64 && s.k % s.k_per_stage == 0) {
     const int rows = s.m <= 32 ? 32 : s.m <= 48 ? 48 : 64;
     if (one_wave)

@@ -265,6 +265,28 @@ __device__ __forceinline__ void for_each_logit(const float* row, int vocab, F&& 
   }
 }
 
+// for_each_logit by groups of four tokens: f(i, x, n) for tokens i .. i + n - 1, i a multiple
+// of 4 and n = 4 where the row's length is; else one token a call (n = 1, its logit in x.x).
+template <typename F>
+__device__ __forceinline__ void for_each_logit_group(const float* row, int vocab, F&& f) {
+  constexpr int kStride = kPrepareThreads;
+  if (vocab % 4 == 0) {
+    const float4* row4 = reinterpret_cast<const float4*>(row);
+    const int n4 = vocab / 4;
+    int j = threadIdx.x;
+    for (; j + 3 * kStride < n4; j += 4 * kStride) {
+      float4 x[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) x[u] = row4[j + u * kStride];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) f(4 * (j + u * kStride), x[u], 4);
+    }
+    for (; j < n4; j += kStride) f(4 * j, row4[j], 4);
+  } else {
+    for (int i = threadIdx.x; i < vocab; i += kStride) f(i, make_float4(row[i], 0, 0, 0), 1);
+  }
+}
+
 // One block a multiprocessor at least: without it ptxas holds the kernel to 64 registers and
 // spills.
 __global__ void __launch_bounds__(kPrepareThreads, 1) prepare_kernel(Pass p) {
@@ -327,22 +349,46 @@ __global__ void __launch_bounds__(kPrepareThreads, 1) prepare_kernel(Pass p) {
     least = nucleus_least(value, top, q.temperature, p.vocab, least, q.top_p, nucleus);
   }
 
-  // Pass 2: the raw mass (logprob) and the Gumbel argmax over the survivors.
+  // Pass 2: the raw mass (logprob) and the Gumbel argmax over the survivors, four tokens at a
+  // time: one Philox draw gives the noise of all four (sampling_rules::gumbel_draw), drawn once
+  // one of them may still win against the thread's best as it stood before the group. The
+  // pick is the highest score, lowest id among equal ones, in any order.
   double raw_mass = 0.0;
   float best_score = -INFINITY;
   int best = INT_MAX;
-  for_each_logit(logits, p.vocab, [&](int i, float raw) {
-    // A logit that is not finite makes the logprob NaN, which the host checks and reports.
-    raw_mass += isfinite(raw) ? exp(double(raw) - raw_max) : double(NAN);
-    if (!pick) return;
-    const float v = adjust(i, raw);
-    if (least != 0 && sort_key(v, i) < least) return;
-    if (q.min_p > 0.0f && v != top && exp((double(v) - top) * inv_t) < double(q.min_p)) return;
-    const float scaled = sampling_rules::scaled_logit(v, top, q.temperature);
-    // Cannot reach this thread's best even with the largest noise: skip the noise.
-    if (scaled + sampling_rules::kGumbelBound < best_score) return;
-    const float score = HEARTH_SR_ADD(scaled, gumbel_noise(q.seed, q.step, i));
-    if (sampling_rules::beats(score, i, best_score, best)) best_score = score, best = i;
+  for_each_logit_group(logits, p.vocab, [&](int i0, float4 x, int n) {
+    const float raw[4] = {x.x, x.y, x.z, x.w};
+    float scaled[4];
+    bool may_win[4], any = false;
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      may_win[u] = false, scaled[u] = 0.0f;
+      if (u >= n) continue;
+      // A logit that is not finite makes the logprob NaN, which the host checks and reports.
+      raw_mass += isfinite(raw[u]) ? exp(double(raw[u]) - raw_max) : double(NAN);
+      if (!pick) continue;
+      const int i = i0 + u;
+      const float v = adjust(i, raw[u]);
+      if (least != 0 && sort_key(v, i) < least) continue;
+      if (q.min_p > 0.0f && v != top && exp((double(v) - top) * inv_t) < double(q.min_p)) continue;
+      scaled[u] = sampling_rules::scaled_logit(v, top, q.temperature);
+      // Cannot reach this thread's best even with the largest noise: no noise needed.
+      may_win[u] = !(scaled[u] + sampling_rules::kGumbelBound < best_score);
+      any |= may_win[u];
+    }
+    if (!any) return;
+    if (n < 4) {  // one token: its own draw
+      const float score = HEARTH_SR_ADD(scaled[0], gumbel_noise(q.seed, q.step, i0));
+      if (sampling_rules::beats(score, i0, best_score, best)) best_score = score, best = i0;
+      return;
+    }
+    const Philox4x32 draw = sampling_rules::gumbel_draw(q.seed, q.step, i0 >> 2);
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+      if (!may_win[u]) continue;
+      const float score = HEARTH_SR_ADD(scaled[u], sampling_rules::gumbel_of_word(draw.v[u]));
+      if (sampling_rules::beats(score, i0 + u, best_score, best)) best_score = score, best = i0 + u;
+    }
   });
   raw_mass = block_sum_double(raw_mass, s);
   if (pick) best = block_best(best_score, best, s);

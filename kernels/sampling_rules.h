@@ -103,15 +103,23 @@ HEARTH_HOST_DEVICE inline float det_log(float x) {
   return HEARTH_SR_FMA(float(e), 0.693147182f, log_m);
 }
 
-// The Gumbel noise of token `id` at step `step` under `seed`: u in (0, 1) from 23 Philox bits
-// (counter stream 1; stream 0 is the old single uniform), g = -log(-log(u)).
-HEARTH_HOST_DEVICE inline float gumbel(uint64_t seed, uint64_t step, int32_t id) {
-  const Philox4x32 r = philox4x32_10(uint32_t(step), uint32_t(step >> 32), uint32_t(id), 1u,
-                                     uint32_t(seed), uint32_t(seed >> 32));
+// The Philox draw whose four words give the Gumbel noise of tokens 4 group .. 4 group + 3 at
+// step `step` under `seed` (counter stream 1; stream 0 is the old single uniform): one draw
+// for four tokens, as a scan over a vocabulary reads them, instead of one a token.
+HEARTH_HOST_DEVICE inline Philox4x32 gumbel_draw(uint64_t seed, uint64_t step, int32_t group) {
+  return philox4x32_10(uint32_t(step), uint32_t(step >> 32), uint32_t(group), 1u, uint32_t(seed),
+                       uint32_t(seed >> 32));
+}
+// g = -log(-log(u)) for u in (0, 1) from the top 23 bits of one word of a draw.
+HEARTH_HOST_DEVICE inline float gumbel_of_word(uint32_t word) {
   // (2x + 1) / 2^24 for 23 random bits x: exact in float, never 0 or 1.
-  const float u = HEARTH_SR_MUL(float(((r.v[0] >> 9) << 1) | 1u), 1.0f / 16777216.0f);
+  const float u = HEARTH_SR_MUL(float(((word >> 9) << 1) | 1u), 1.0f / 16777216.0f);
   const float e = -det_log(u);  // > 0: u < 1
   return -det_log(e);
+}
+// The Gumbel noise of token `id`: word id % 4 of the draw of group id / 4.
+HEARTH_HOST_DEVICE inline float gumbel(uint64_t seed, uint64_t step, int32_t id) {
+  return gumbel_of_word(gumbel_draw(seed, step, id >> 2).v[id & 3]);
 }
 
 // No gumbel() exceeds this (u < 1 - 2^-24 gives -log(-log u) < 16.64): a token whose scaled

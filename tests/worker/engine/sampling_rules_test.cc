@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <climits>
 #include <cmath>
 #include <map>
@@ -153,6 +154,39 @@ TEST(SamplingRules, GumbelNoiseIsFiniteAndVariesWithEveryCounter) {
             sampling_rules::kGumbelBound);
   EXPECT_NE(sampling_rules::gumbel(7, 3, 5), sampling_rules::gumbel(8, 3, 5));
   EXPECT_NE(sampling_rules::gumbel(7, 3, 5), sampling_rules::gumbel(7, 4, 5));
+}
+
+// Four tokens share a Philox draw (one word each): their noises are uncorrelated, with one
+// another and with the next group's, and each is its word's.
+TEST(SamplingRules, GumbelNoisesOfOneDrawAreUncorrelated) {
+  const int groups = 20000;
+  std::vector<std::array<double, 4>> g(groups);
+  for (int k = 0; k < groups; ++k) {
+    const Philox4x32 draw = sampling_rules::gumbel_draw(11, 2, k);
+    for (int u = 0; u < 4; ++u) {
+      g[k][u] = sampling_rules::gumbel(11, 2, 4 * k + u);
+      ASSERT_EQ(float(g[k][u]), sampling_rules::gumbel_of_word(draw.v[u])) << k << " " << u;
+    }
+  }
+  auto correlation = [&](auto x, auto y) {
+    double sx = 0, sy = 0, sxx = 0, syy = 0, sxy = 0;
+    for (int k = 0; k + 1 < groups; ++k) {
+      const double a = x(k), b = y(k);
+      sx += a, sy += b, sxx += a * a, syy += b * b, sxy += a * b;
+    }
+    const double n = groups - 1;
+    return (sxy / n - sx / n * sy / n) /
+           std::sqrt((sxx / n - sx / n * sx / n) * (syy / n - sy / n * sy / n));
+  };
+  for (int u = 0; u < 4; ++u)
+    for (int v = u + 1; v < 4; ++v)
+      EXPECT_LT(
+          std::abs(correlation([&](int k) { return g[k][u]; }, [&](int k) { return g[k][v]; })),
+          0.03)
+          << "words " << u << " and " << v;
+  EXPECT_LT(
+      std::abs(correlation([&](int k) { return g[k][3]; }, [&](int k) { return g[k + 1][0]; })),
+      0.03);
 }
 
 TEST(SamplingRules, EditedLogitAppliesBiasThenRepetitionThenFrequencyAndPresence) {

@@ -107,10 +107,11 @@ void KvShareRegistry::forget(ClientId client) {
   refs_by_client_.erase(held);
 }
 
-std::vector<uint64_t> KvShareRegistry::evict(uint64_t bytes) {
+std::vector<uint64_t> KvShareRegistry::evict(uint64_t bytes,
+                                             const std::function<bool(uint64_t chunk)>& eligible) {
   std::vector<std::pair<uint64_t, uint64_t>> candidates;  // (last use, chunk)
   for (const auto& [id, chunk] : chunks_) {
-    if (chunk.owner) continue;
+    if (chunk.owner || (eligible && !eligible(id))) continue;
     const bool unreferenced = std::ranges::none_of(chunk.offsets, [&](uint64_t offset) {
       return referenced(entries_.at(KvBlockPlace{id, offset}));
     });

@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -101,8 +102,10 @@ class KvShareRegistry {
 
   // Up to `bytes` (at least one chunk when any qualifies) of orphaned chunks that nobody
   // references, least recently used first; their blocks are unpublished and the chunks
-  // forgotten, for the caller to free.
-  std::vector<uint64_t> evict(uint64_t bytes);
+  // forgotten, for the caller to free. With `eligible`, only chunks it accepts (the chunks of
+  // one device: a tensor-parallel worker's ranks publish on each of theirs).
+  std::vector<uint64_t> evict(uint64_t bytes,
+                              const std::function<bool(uint64_t chunk)>& eligible = {});
 
   size_t blocks() const { return by_key_.size(); }
   size_t orphaned_chunks() const;

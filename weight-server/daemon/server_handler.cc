@@ -393,10 +393,9 @@ broker::Reply ServerHandler::kv_lease(broker::Session& session, const ipc::Reque
   MemoryBudget& budget = budgets_.at(device);
   const uint64_t min_bytes = req.min_chunks * req.chunk_bytes;
   uint64_t n = budget.grantable(session.id(), req.chunk_bytes, req.chunks, min_bytes);
-  if (n < req.chunks && device == 0) {
-    // Shared blocks nobody reads give way to a worker that needs memory (only device 0's
-    // chunks hold shared blocks).
-    evict_shared_kv((req.chunks - n) * req.chunk_bytes);
+  if (n < req.chunks) {
+    // Shared blocks nobody reads give way to a worker that needs memory on their device.
+    evict_shared_kv((req.chunks - n) * req.chunk_bytes, device);
     n = budget.grantable(session.id(), req.chunk_bytes, req.chunks, min_bytes);
   }
   std::vector<uint64_t> ids;
@@ -413,7 +412,7 @@ broker::Reply ServerHandler::kv_lease(broker::Session& session, const ipc::Reque
       fds.push_back(memory->export_fd());
       ++next_kv_chunk_;
       kv_chunks_.emplace(id, KvChunk{session.id(), req.chunk_bytes, device, std::move(memory)});
-      if (device == 0) kv_share_.add_chunk(session.id(), id, req.chunk_bytes);
+      kv_share_.add_chunk(session.id(), id, req.chunk_bytes);
       client.kv_chunks.insert(id);
       budget.add(session.id(), req.chunk_bytes);
       ids.push_back(id);

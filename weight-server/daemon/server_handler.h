@@ -84,8 +84,9 @@ class ServerHandler final : public broker::Handler {
   // The owner gave chunk `id` up: freed, or kept for its published blocks (its bytes then
   // count as the server's in the budget, under kSharedHolder).
   void give_up_kv_chunk(broker::ClientId owner, uint64_t id);
-  // Frees orphaned chunks nobody references, least recently used first, toward `bytes`.
-  void evict_shared_kv(uint64_t bytes);
+  // Frees orphaned chunks of `device` nobody references, least recently used first, toward
+  // `bytes`.
+  void evict_shared_kv(uint64_t bytes, uint64_t device);
   nlohmann::json kv_share_stats() const;
   // Each client's KV per device, for stats.
   nlohmann::json kv_by_device(const Client& client) const;

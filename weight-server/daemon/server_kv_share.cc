@@ -49,8 +49,12 @@ void ServerHandler::give_up_kv_chunk(broker::ClientId owner, uint64_t id) {
   budgets_.at(it->second.device).add(kSharedHolder, it->second.bytes);
 }
 
-void ServerHandler::evict_shared_kv(uint64_t bytes) {
-  for (uint64_t id : kv_share_.evict(bytes)) {
+void ServerHandler::evict_shared_kv(uint64_t bytes, uint64_t device) {
+  const auto on_device = [&](uint64_t id) {
+    const auto it = kv_chunks_.find(id);
+    return it != kv_chunks_.end() && it->second.device == device;
+  };
+  for (uint64_t id : kv_share_.evict(bytes, on_device)) {
     auto it = kv_chunks_.find(id);
     if (it == kv_chunks_.end()) continue;
     budgets_.at(it->second.device).remove(kSharedHolder, it->second.bytes);

@@ -195,6 +195,23 @@ TEST_F(KvShareRegistryTest, EvictionTakesTheLeastRecentlyUsedOrphansFirstAndOnly
   EXPECT_TRUE(registry.evict(kChunk).empty());
 }
 
+// A tensor-parallel worker's ranks publish in chunks of several devices: memory asked on one
+// device evicts only that device's orphans, here the odd chunks.
+TEST_F(KvShareRegistryTest, EvictionTakesOnlyTheChunksItIsAllowed) {
+  std::vector<Chain> chains;
+  for (uint64_t c = 1; c <= 4; ++c) {
+    registry.add_chunk(kA, c, kChunk);
+    chains.emplace_back(1, rng);
+    publish_all(kA, c, chains.back(), 1);
+    EXPECT_FALSE(registry.release_chunk(c));
+  }
+  const auto odd = [](uint64_t chunk) { return chunk % 2 == 1; };
+  EXPECT_EQ(registry.evict(4 * kChunk, odd), (std::vector<uint64_t>{1, 3}));
+  EXPECT_TRUE(registry.evict(kChunk, odd).empty());
+  EXPECT_EQ(registry.orphaned_chunks(), 2u);
+  EXPECT_EQ(registry.evict(4 * kChunk), (std::vector<uint64_t>{2, 4}));
+}
+
 TEST_F(KvShareRegistryTest, AChunkStillOwnedIsNeverEvicted) {
   registry.add_chunk(kA, 1, kChunk);
   Chain chain(1, rng);

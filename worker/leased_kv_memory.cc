@@ -148,34 +148,65 @@ ipc::WirePlace LeasedKvMemory::place_of_block(int block) const {
 
 std::vector<int32_t> LeasedKvMemory::find(const BlockKey& root,
                                           std::span<const SharedKvLink> chain) {
+  return find_placed(root, chain, {});
+}
+
+std::vector<int32_t> LeasedKvMemory::find_at(const BlockKey& root,
+                                             std::span<const SharedKvLink> chain,
+                                             std::span<const int32_t> ids) {
+  if (ids.size() != chain.size())
+    throw std::invalid_argument("find_at needs one block id per link of the chain");
+  return find_placed(root, chain, ids);
+}
+
+std::vector<int32_t> LeasedKvMemory::find_placed(const BlockKey& root,
+                                                 std::span<const SharedKvLink> chain,
+                                                 std::span<const int32_t> ids) {
   if (!shared_ || chain.empty()) return {};
   std::vector<ipc::KvLookupLink> links;
   links.reserve(chain.size());
   for (const SharedKvLink& link : chain)
     links.push_back({{link.key.low, link.key.high},
                      std::vector<int32_t>(link.tokens.begin(), link.tokens.end())});
-  std::vector<int32_t> ids;
-  std::vector<ipc::WirePlace> own;
+  // Placed: a new chunk goes to the slot that gives its first block in the run the id asked
+  // for, if the block sits at that offset of its chunk; an own id is only ever an own block.
+  SharedKvBlocks::SlotChoice choose;
+  if (!ids.empty())
+    choose = [&](const ipc::WirePlace& first, size_t i) {
+      if (ids[i] < first_foreign_block()) return SharedKvBlocks::kNoSlot;
+      const uint64_t at = uint64_t(ids[i] - first_foreign_block()) * uint64_t(block_bytes_);
+      if (at % chunk_bytes_ != first.offset) return SharedKvBlocks::kNoSlot;
+      return int(at / chunk_bytes_);
+    };
+  std::vector<int32_t> found_ids;
+  std::vector<ipc::WirePlace> unheld;  // own blocks found, and every block past a cut
   const Trace trace;
   const uint64_t maps_before = shared_->chunk_maps();
-  const std::vector<SharedKvBlocks::Found> hits = shared_->lookup({root.low, root.high}, links);
+  const std::vector<SharedKvBlocks::Found> hits =
+      shared_->lookup({root.low, root.high}, links, chunk_ids_, choose);
   trace.line("lookup of %zu blocks found %zu, mapped %llu new chunks", links.size(), hits.size(),
              static_cast<unsigned long long>(shared_->chunk_maps() - maps_before));
-  for (const SharedKvBlocks::Found& found : hits) {
+  for (size_t i = 0; i < hits.size(); ++i) {
+    const SharedKvBlocks::Found& found = hits[i];
     // A block this worker published and its own cache forgot: the engine takes it as its own
     // block (which it withdraws before writing), never through a read-only alias it could
     // still be reading after a withdraw that ignores the owner's own references.
-    if (const int32_t block = own_block_at(found.place); block >= 0) {
-      ids.push_back(block);
-      own.push_back(found.place);
-      continue;
+    const int32_t own = own_block_at(found.place);
+    const int32_t id = own >= 0     ? own
+                       : found.data ? int32_t((found.data - base()) / block_bytes_)
+                                    : -1;
+    if (id < 0 || (!ids.empty() && id != ids[i])) {
+      for (size_t j = i; j < hits.size(); ++j) unheld.push_back(hits[j].place);
+      break;
     }
-    const int64_t id = (found.data - base()) / block_bytes_;
-    ids.push_back(int32_t(id));
-    foreign_[int32_t(id)] = found.place;
+    found_ids.push_back(id);
+    if (own >= 0)
+      unheld.push_back(found.place);
+    else
+      foreign_[id] = found.place;
   }
-  if (!own.empty()) shared_->unref(own);
-  return ids;
+  if (!unheld.empty()) shared_->unref(unheld);
+  return found_ids;
 }
 
 void LeasedKvMemory::set_domain(const BlockKey& domain) {

@@ -71,6 +71,8 @@ class LeasedKvMemory final : public KvMemory, public SharedKv {
   int foreign_capacity() const override { return sharing_chunks_ * blocks_per_chunk_; }
   void set_domain(const BlockKey& domain) override;
   std::vector<int32_t> find(const BlockKey& root, std::span<const SharedKvLink> chain) override;
+  std::vector<int32_t> find_at(const BlockKey& root, std::span<const SharedKvLink> chain,
+                               std::span<const int32_t> ids) override;
   void release(std::span<const int32_t> foreign) override;
   uint64_t publish(std::span<const SharedKvBlock> blocks) override;
   std::vector<int32_t> withdraw(std::span<const int32_t> own) override;
@@ -78,6 +80,9 @@ class LeasedKvMemory final : public KvMemory, public SharedKv {
  private:
   // Asks for `chunks` more and maps what comes; returns how many came.
   int lease(int chunks);
+  // find() with `ids` (find_at), or anywhere when `ids` is empty.
+  std::vector<int32_t> find_placed(const BlockKey& root, std::span<const SharedKvLink> chain,
+                                   std::span<const int32_t> ids);
   // The own block id at `place`, or -1 when it is not in a chunk this pool holds.
   int32_t own_block_at(const ipc::WirePlace& place) const;
 

@@ -1,5 +1,6 @@
 #include "worker/shared_kv_blocks.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -19,6 +20,7 @@ SharedKvBlocks::SharedKvBlocks(std::shared_ptr<ipc::Client> server, ipc::WireKey
   chunk_bytes_ = kv_chunk_bytes_for(uint64_t(block_bytes));
   own_range_ = reserve_memfd_kv_range(uint64_t(max_chunks) * chunk_bytes_);
   range_ = own_range_.get();
+  slot_taken_.assign(size_t(max_chunks), false);
 }
 
 SharedKvBlocks::SharedKvBlocks(std::shared_ptr<ipc::Client> server, ipc::WireKey domain,
@@ -33,6 +35,7 @@ SharedKvBlocks::SharedKvBlocks(std::shared_ptr<ipc::Client> server, ipc::WireKey
   if (!server_ || block_bytes <= 0 || max_chunks <= 0)
     throw std::invalid_argument("shared KV blocks need a server, a block size and chunks");
   chunk_bytes_ = kv_chunk_bytes_for(uint64_t(block_bytes));
+  slot_taken_.assign(size_t(max_chunks), false);
 }
 
 SharedKvBlocks::~SharedKvBlocks() {
@@ -72,13 +75,17 @@ uint64_t SharedKvBlocks::publish(std::span<const ipc::KvPublishBlock> blocks) {
   return published;
 }
 
-std::vector<SharedKvBlocks::Found> SharedKvBlocks::lookup(
-    const ipc::WireKey& root, std::span<const ipc::KvLookupLink> chain) {
+std::vector<SharedKvBlocks::Found> SharedKvBlocks::lookup(const ipc::WireKey& root,
+                                                          std::span<const ipc::KvLookupLink> chain,
+                                                          std::span<const uint64_t> own_chunks,
+                                                          const SlotChoice& choose) {
   if (chain.empty()) return {};
   if (chain.size() > ipc::kMaxKvShareBlocks) chain = chain.first(ipc::kMaxKvShareBlocks);
   ipc::KvLookupRequest request{domain_, uint64_t(block_bytes_), root, {}, {}};
   request.chain.assign(chain.begin(), chain.end());
+  // Chunks mapped here already, and the caller's own: the server sends no descriptor for them.
   for (const auto& [id, slot] : slots_) request.mapped.push_back(id);
+  request.mapped.insert(request.mapped.end(), own_chunks.begin(), own_chunks.end());
   ipc::Frame reply = server_->call(ipc::op::kKvLookup, ipc::make_kv_lookup_args(request));
   ++lookups_;
   ipc::KvLookupReply found_reply;
@@ -97,18 +104,42 @@ std::vector<SharedKvBlocks::Found> SharedKvBlocks::lookup(
   // the caller then has nothing to release.
   for (const ipc::WirePlace& place : places) ++held_[{place.chunk, place.offset}];
   references_ += places.size();
+  std::vector<Found> found;
   try {
+    std::map<uint64_t, size_t> passed;  // chunk id -> its descriptor's index in the reply
     for (size_t i = 0; i < chunks.size(); ++i) {
       const uint64_t id = chunks[i];
-      if (sizes[i] != chunk_bytes_ || slots_.contains(id))
+      if (sizes[i] != chunk_bytes_ || slots_.contains(id) || passed.contains(id) ||
+          std::find(own_chunks.begin(), own_chunks.end(), id) != own_chunks.end())
         throw std::runtime_error("the server's KV lookup passed chunk " + std::to_string(id) +
                                  " of an unexpected size, or one mapped already");
-      if (int(slots_.size()) == max_chunks_) break;  // no room: the hits in it are cut below
-      const int slot = int(slots_.size());
-      range_->map_read_only(first_offset_ + uint64_t(slot) * chunk_bytes_, reply.fds[i].get(),
-                            chunk_bytes_, "shared KV chunk " + std::to_string(id));
-      slots_.emplace(id, slot);
-      ++chunk_maps_;
+      passed.emplace(id, i);
+    }
+    // The run stops at the first block this worker cannot read: a chunk with no room or slot
+    // for it, or one the server did not pass (a reply cut at a frame's worth).
+    for (size_t i = 0; i < places.size(); ++i) {
+      const ipc::WirePlace& place = places[i];
+      if (place.offset % uint64_t(block_bytes_) != 0 || place.offset >= chunk_bytes_) break;
+      if (std::find(own_chunks.begin(), own_chunks.end(), place.chunk) != own_chunks.end()) {
+        found.push_back({place, nullptr});
+        continue;
+      }
+      auto slot = slots_.find(place.chunk);
+      if (slot == slots_.end()) {
+        const auto fd = passed.find(place.chunk);
+        if (fd == passed.end()) break;
+        int s = choose ? choose(place, i) : kNextSlot;
+        if (s == kNextSlot) s = free_slot();
+        if (s < 0 || s >= max_chunks_ || slot_taken_[size_t(s)]) break;
+        range_->map_read_only(first_offset_ + uint64_t(s) * chunk_bytes_,
+                              reply.fds[fd->second].get(), chunk_bytes_,
+                              "shared KV chunk " + std::to_string(place.chunk));
+        slot_taken_[size_t(s)] = true;
+        slot = slots_.emplace(place.chunk, s).first;
+        ++chunk_maps_;
+      }
+      found.push_back({place, range_->base() + first_offset_ +
+                                  uint64_t(slot->second) * chunk_bytes_ + place.offset});
     }
   } catch (const std::exception&) {
     try {
@@ -118,17 +149,14 @@ std::vector<SharedKvBlocks::Found> SharedKvBlocks::lookup(
     }
     throw;
   }
-  std::vector<Found> found;
-  for (const ipc::WirePlace& place : places) {
-    const auto slot = slots_.find(place.chunk);
-    if (slot == slots_.end() || place.offset % uint64_t(block_bytes_) != 0 ||
-        place.offset >= chunk_bytes_)
-      break;  // the run stops at the first block this worker cannot read
-    found.push_back({place, range_->base() + first_offset_ + uint64_t(slot->second) * chunk_bytes_ +
-                                place.offset});
-  }
   if (found.size() < places.size()) unref(std::span(places).subspan(found.size()));
   return found;
+}
+
+int SharedKvBlocks::free_slot() const {
+  for (size_t s = 0; s < slot_taken_.size(); ++s)
+    if (!slot_taken_[s]) return int(s);
+  return kNoSlot;
 }
 
 void SharedKvBlocks::unref(std::span<const ipc::WirePlace> places) {

@@ -6,13 +6,15 @@
 // a step succeeded (publish).
 //
 // Foreign chunks are mapped read-only (KvChunkRange::map_read_only, from the read-only
-// descriptor the server passes) into a range of their own, slot after slot, never unmapped while
-// this object lives (a slot is a chunk; chunks are few and the range is only address space).
+// descriptor the server passes) into a range of their own, a chunk a slot (the lowest free one,
+// or one the caller picks), never unmapped while this object lives (chunks are few and the
+// range is only address space).
 // On the GPU the same shape holds with a VMM range; this class is the CPU backend's (memfd).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <span>
@@ -49,11 +51,22 @@ class SharedKvBlocks {
   // Publishes full blocks of this worker's own chunks (call only after the step that filled them
   // succeeded). Returns how many the server took (a duplicate key is not an error).
   uint64_t publish(std::span<const ipc::KvPublishBlock> blocks);
+  // Where a chunk not mapped yet goes, asked with the place of its first block in the run and
+  // that block's index there: a slot, kNextSlot (the lowest free one) or kNoSlot (none: the run
+  // stops at that block). A tensor-parallel rank past the first picks the slot that gives each
+  // block the id rank 0 gave it (LeasedKvMemory::find_at).
+  static constexpr int kNextSlot = -1;
+  static constexpr int kNoSlot = -2;
+  using SlotChoice = std::function<int(const ipc::WirePlace& first, size_t index)>;
+
   // The longest published run of `chain` after `root`; each found block holds a reference until
-  // unref(). Throws ipc::IpcError or std::runtime_error (a reply that is not what was asked, a
-  // chunk that is not a sealed memfd of its size, a mapping that fails), holding no reference
-  // of that lookup then.
-  std::vector<Found> lookup(const ipc::WireKey& root, std::span<const ipc::KvLookupLink> chain);
+  // unref(). Blocks in `own_chunks` (the caller's own pool) come back with no data: they are not
+  // mapped again, the caller knows where they are. Throws ipc::IpcError or std::runtime_error
+  // (a reply that is not what was asked, a chunk that is not a sealed memfd of its size, a
+  // mapping that fails), holding no reference of that lookup then.
+  std::vector<Found> lookup(const ipc::WireKey& root, std::span<const ipc::KvLookupLink> chain,
+                            std::span<const uint64_t> own_chunks = {},
+                            const SlotChoice& choose = {});
   // Drops one reference per place (as many as lookups returned it).
   void unref(std::span<const ipc::WirePlace> places);
   // Asks to write own published blocks again; returns the indexes of `places` now free to write.
@@ -78,7 +91,11 @@ class SharedKvBlocks {
   std::unique_ptr<KvChunkRange> own_range_;  // when no range was given
   KvChunkRange* range_;                      // max_chunks slots from first_offset_, read-only
   uint64_t first_offset_ = 0;
+  // The lowest slot no chunk holds, or kNoSlot when all are taken.
+  int free_slot() const;
+
   std::map<uint64_t, int> slots_;  // foreign chunk id -> its slot in range_
+  std::vector<bool> slot_taken_;   // max_chunks_ of them
   std::map<std::pair<uint64_t, uint64_t>, uint64_t> held_;  // place -> references held
   uint64_t references_ = 0;
   uint64_t lookups_ = 0, chunk_maps_ = 0;

@@ -43,6 +43,13 @@ class SharedKv {
   // (< first_foreign_block(), nothing to release). Throws std::runtime_error when the provider
   // is gone or lies.
   virtual std::vector<int32_t> find(const BlockKey& root, std::span<const SharedKvLink> chain) = 0;
+  // Tensor parallel (RankedKvMemory): find() for a rank past the first, whose blocks must have
+  // the ids rank 0's find() gave them (`ids`, one per link of `chain`), since one block table
+  // addresses every rank's pool. A chunk this provider has not mapped yet goes where that makes
+  // it so; the run stops at the first block that cannot have its id here (not published for
+  // this rank, or published at another place). Returns the ids found: a prefix of `ids`.
+  virtual std::vector<int32_t> find_at(const BlockKey& root, std::span<const SharedKvLink> chain,
+                                       std::span<const int32_t> ids) = 0;
   // Gives foreign blocks back, once per find() that returned them.
   virtual void release(std::span<const int32_t> foreign) = 0;
   // Publishes own full blocks; returns how many the provider took (a prefix another worker

@@ -298,11 +298,12 @@ int run(int argc, char** argv) {
     const bool on_gpu = model.store->residence() == hearth::Residence::Device;
     // Sharing prefix KV with other workers: room for as many of their chunks as the pool's
     // own (address space only), mapped read-only (memfd PROT_READ, VMM read-only device
-    // access). The engine sets the cache domain once it exists. Not for the per-rank pools of
-    // a sharded model yet: a shared block would have to be found on every rank's device, nor
-    // for tensor-parallel processes (rank 0 alone would see them).
+    // access). The engine sets the cache domain once it exists. The per-rank pools of a
+    // sharded model share rank by rank (RankedKvMemory: a block counts where every rank found
+    // it). Not for tensor-parallel processes yet: their followers' pools live in other
+    // processes, whose finds would have to go over the rank channel.
     const bool share = profile.engine.kv_share && profile.engine.prefix_cache &&
-                       model.ranks.empty() && !profile.engine.tensor_parallel_processes;
+                       !profile.engine.tensor_parallel_processes;
     leased_kv = hearth::make_leased_kv_factory(model.server, served_devices, on_gpu, share);
   }
   // Tensor-parallel ranks as processes: this worker leads, its followers open the same

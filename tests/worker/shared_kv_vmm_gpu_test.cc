@@ -26,6 +26,7 @@
 #include "worker/leased_kv_memory.h"
 #include "tests/weight-server/daemon/server_test_support.h"
 #include "weight-server/model/cuda_driver.h"
+#include "weight-server/sharing/vmm_backend.h"
 
 namespace hearth {
 namespace {
@@ -195,6 +196,34 @@ TEST(SharedKvVmmProcess, WorkerBReadsThePrefixWorkerAComputedWithTheSameTokens) 
   const test::Stream b = run_served(server, dir);
   EXPECT_EQ(b.done["cached_tokens"], shareable) << b.done.dump();
   const test::Stream alone = run_served(server, dir, {"--set", "kv_share=false"});
+  EXPECT_EQ(alone.done["cached_tokens"], 0) << alone.done.dump();
+  ASSERT_EQ(b.tokens.size(), 24u);
+  EXPECT_EQ(b.tokens, alone.tokens) << "tokens or logprobs differ with the prefix shared";
+  EXPECT_EQ(a.tokens, alone.tokens);
+}
+
+// The same for workers of tensor_parallel 2 on a sharded vmm server (two GPUs): each rank's pool
+// publishes its heads' pieces on its own GPU, B finds every full block of the prompt on both
+// ranks (each mapped read-only on its GPU at rank 0's block ids), and its tokens and logprobs
+// are those of a TP=2 worker with kv_share off.
+TEST(SharedKvVmmProcess, TensorParallelWorkersShareThePrefixOnEveryRanksGpu) {
+  REQUIRE_GPU();
+  if (vmm_device_count() < 2)
+    GTEST_SKIP() << "needs 2 GPUs, this machine has " << vmm_device_count();
+  test::ServerProcess server({"--backend", "vmm", "--model",
+                              test::tiny_model_dir().string() + ":tiny", "--tensor-parallel", "2"});
+  test::TempDir dir;
+  const test::Stream a = run_served(server, dir, {"--set", "tensor_parallel=2"});
+  ASSERT_FALSE(a.tokens.empty()) << server.log();
+  const int shareable = (a.done.at("prompt_tokens").get<int>() - 1) / 16 * 16;
+  ASSERT_GE(shareable, 64) << a.done.dump();
+  EXPECT_GE(server.stats()["kv_share"]["blocks"].get<int>(), 2 * shareable / 16)
+      << server.stats().dump();
+
+  const test::Stream b = run_served(server, dir, {"--set", "tensor_parallel=2"});
+  EXPECT_EQ(b.done["cached_tokens"], shareable) << b.done.dump();
+  const test::Stream alone =
+      run_served(server, dir, {"--set", "tensor_parallel=2", "--set", "kv_share=false"});
   EXPECT_EQ(alone.done["cached_tokens"], 0) << alone.done.dump();
   ASSERT_EQ(b.tokens.size(), 24u);
   EXPECT_EQ(b.tokens, alone.tokens) << "tokens or logprobs differ with the prefix shared";

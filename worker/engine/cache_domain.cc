@@ -29,4 +29,11 @@ BlockKey cache_domain_key(const EngineOptions& options, std::string_view backend
   return {h.low64, h.high64};
 }
 
+BlockKey rank_key(const BlockKey& key, int rank) {
+  const std::string text = "hearth tensor parallel rank key v1\n" + std::to_string(key.low) + " " +
+                           std::to_string(key.high) + "\nrank=" + std::to_string(rank) + "\n";
+  const XXH128_hash_t h = XXH3_128bits(text.data(), text.size());
+  return {h.low64, h.high64};
+}
+
 }  // namespace hearth

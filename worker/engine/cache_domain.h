@@ -29,4 +29,9 @@ namespace hearth {
 BlockKey cache_domain_key(const EngineOptions& options, std::string_view backend_name,
                           std::string_view model_identity);
 
+// The key under which tensor-parallel rank `rank`'s pool shares its piece (its KV heads) of what
+// `key` names for the whole engine: its domain, a chain's root, a block. A rank's piece is only
+// ever found by the same rank of an engine of the same domain.
+BlockKey rank_key(const BlockKey& key, int rank);
+
 }  // namespace hearth

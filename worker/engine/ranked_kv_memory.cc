@@ -1,8 +1,11 @@
 #include "worker/engine/ranked_kv_memory.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
+
+#include "worker/engine/cache_domain.h"
 
 namespace hearth {
 
@@ -19,6 +22,15 @@ RankedKvMemory::RankedKvMemory(std::vector<std::shared_ptr<KvMemory>> ranks)
           "'s KV memory has blocks or chunks of another size than rank 0's");
   }
   blocks_ = align();
+  // Sharing when every rank shares, with its foreign blocks at the same ids.
+  for (const auto& rank : ranks_) {
+    SharedKv* shared = rank->shared();
+    if (!shared || shared->first_foreign_block() != ranks_[0]->shared()->first_foreign_block()) {
+      shared_.clear();
+      break;
+    }
+    shared_.push_back(shared);
+  }
 }
 
 int RankedKvMemory::max_blocks() const {
@@ -82,6 +94,107 @@ uint64_t RankedKvMemory::bytes() const {
   uint64_t n = 0;
   for (const auto& rank : ranks_) n += rank->bytes();
   return n;
+}
+
+int RankedKvMemory::foreign_capacity() const {
+  int room = shared_[0]->foreign_capacity();
+  for (const SharedKv* rank : shared_) room = std::min(room, rank->foreign_capacity());
+  return room;
+}
+
+void RankedKvMemory::set_domain(const BlockKey& domain) {
+  for (size_t r = 0; r < shared_.size(); ++r) shared_[r]->set_domain(rank_key(domain, int(r)));
+}
+
+namespace {
+
+// A chain in rank `rank`'s keys (rank_key): root and links.
+struct RankChain {
+  BlockKey root;
+  std::vector<SharedKvLink> links;
+
+  RankChain(const BlockKey& engine_root, std::span<const SharedKvLink> chain, int rank)
+      : root(rank_key(engine_root, rank)) {
+    links.reserve(chain.size());
+    for (const SharedKvLink& link : chain) links.push_back({rank_key(link.key, rank), link.tokens});
+  }
+};
+
+}  // namespace
+
+std::vector<int32_t> RankedKvMemory::find(const BlockKey& root,
+                                          std::span<const SharedKvLink> chain) {
+  const RankChain first(root, chain, 0);
+  return found_on_every_rank(root, chain, shared_[0]->find(first.root, first.links));
+}
+
+std::vector<int32_t> RankedKvMemory::find_at(const BlockKey& root,
+                                             std::span<const SharedKvLink> chain,
+                                             std::span<const int32_t> ids) {
+  const RankChain first(root, chain, 0);
+  return found_on_every_rank(root, chain, shared_[0]->find_at(first.root, first.links, ids));
+}
+
+std::vector<int32_t> RankedKvMemory::found_on_every_rank(const BlockKey& root,
+                                                         std::span<const SharedKvLink> chain,
+                                                         std::vector<int32_t> ids) {
+  // Every rank past the first must find rank 0's blocks at rank 0's ids. The run is what all
+  // of them found; each gives back what it found past that.
+  const std::span<const int32_t> all(ids);
+  std::vector<size_t> found(shared_.size(), 0);
+  found[0] = ids.size();
+  size_t by_all = ids.size(), asked = 1;
+  try {
+    for (; asked < shared_.size() && by_all > 0; ++asked) {
+      const RankChain mine(root, chain.first(by_all), int(asked));
+      found[asked] = shared_[asked]->find_at(mine.root, mine.links, all.first(by_all)).size();
+      by_all = std::min(by_all, found[asked]);
+    }
+  } catch (...) {
+    // A provider gone or lying: the ranks before it give back all they found.
+    for (size_t q = 0; q < asked; ++q) try {
+        give_back(q, all.first(found[q]));
+      } catch (...) {
+      }
+    throw;
+  }
+  for (size_t q = 0; q < asked; ++q) give_back(q, all.subspan(by_all, found[q] - by_all));
+  ids.resize(by_all);
+  return ids;
+}
+
+void RankedKvMemory::give_back(size_t rank, std::span<const int32_t> ids) {
+  std::vector<int32_t> foreign;
+  for (int32_t id : ids)
+    if (id >= first_foreign_block()) foreign.push_back(id);
+  if (!foreign.empty()) shared_[rank]->release(foreign);
+}
+
+void RankedKvMemory::release(std::span<const int32_t> foreign) {
+  for (SharedKv* rank : shared_) rank->release(foreign);
+}
+
+uint64_t RankedKvMemory::publish(std::span<const SharedKvBlock> blocks) {
+  uint64_t fewest = UINT64_MAX;
+  std::vector<SharedKvBlock> mine(blocks.begin(), blocks.end());
+  for (size_t r = 0; r < shared_.size(); ++r) {
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      mine[i].key = rank_key(blocks[i].key, int(r));
+      mine[i].parent = rank_key(blocks[i].parent, int(r));
+    }
+    fewest = std::min(fewest, shared_[r]->publish(mine));
+  }
+  return fewest;
+}
+
+std::vector<int32_t> RankedKvMemory::withdraw(std::span<const int32_t> own) {
+  std::vector<int32_t> free = shared_[0]->withdraw(own);
+  for (size_t r = 1; r < shared_.size(); ++r) {
+    const std::vector<int32_t> here = shared_[r]->withdraw(own);
+    std::erase_if(free,
+                  [&](int32_t b) { return std::find(here.begin(), here.end(), b) == here.end(); });
+  }
+  return free;
 }
 
 RankLease rank_lease(int64_t kv_bytes_per_token, int ranks, int block_size, int max_blocks,

@@ -3,8 +3,14 @@
 // same block ids (one block table addresses them all), so they grow and shrink together: a grow
 // keeps only the blocks every rank got, handing back what one rank got beyond the others (so a
 // worker waiting for one device does not sit on another's memory), and blocks() is what all of
-// them hold. The rank that gave the fewest is asked first next time. Prefix blocks are not shared
-// with other workers (shared() is null).
+// them hold. The rank that gave the fewest is asked first next time.
+//
+// Prefix blocks are shared with other workers when every rank's pool shares (shared() is null
+// otherwise): rank r publishes and finds its pieces of a block under keys of its own (rank_key:
+// domain, root and every link), and a block found counts only where every rank found it at the same
+// id, rank 0's (SharedKv::find_at), since one block table addresses every rank's pool. Two
+// tensor-parallel workers computing one prefix at once may each win it on some rank; then the
+// ranks disagree and the block is a miss, never another rank's bytes.
 #pragma once
 
 #include <memory>
@@ -14,7 +20,7 @@
 
 namespace hearth {
 
-class RankedKvMemory final : public KvMemory {
+class RankedKvMemory final : public KvMemory, public SharedKv {
  public:
   // `ranks` in rank order, all with blocks of one size and one chunk size. Those holding more
   // blocks than the others at the start give the difference back. Throws std::invalid_argument.
@@ -35,11 +41,34 @@ class RankedKvMemory final : public KvMemory {
   int ranks() const override { return int(ranks_.size()); }
   KvMemory& rank(int r) override { return *ranks_.at(size_t(r)); }
 
+  SharedKv* shared() override { return shared_.empty() ? nullptr : this; }
+  // SharedKv over every rank: rank 0's foreign ids, the room every rank has.
+  int first_foreign_block() const override { return shared_[0]->first_foreign_block(); }
+  int foreign_capacity() const override;
+  void set_domain(const BlockKey& domain) override;
+  std::vector<int32_t> find(const BlockKey& root, std::span<const SharedKvLink> chain) override;
+  std::vector<int32_t> find_at(const BlockKey& root, std::span<const SharedKvLink> chain,
+                               std::span<const int32_t> ids) override;
+  void release(std::span<const int32_t> foreign) override;
+  // What every rank took: the fewest any took.
+  uint64_t publish(std::span<const SharedKvBlock> blocks) override;
+  // Free to write on every rank; a block one rank still lends stays withdrawn on the others
+  // and is asked again later (the engine keeps it pinned), which those answer at once.
+  std::vector<int32_t> withdraw(std::span<const int32_t> own) override;
+
  private:
   // Every rank back to the fewest blocks any holds; returns that count.
   int align();
 
+  // Asks ranks 1.. for rank 0's `ids` of `chain`; returns the run every rank found.
+  std::vector<int32_t> found_on_every_rank(const BlockKey& root,
+                                           std::span<const SharedKvLink> chain,
+                                           std::vector<int32_t> ids);
+  // Gives rank `rank` back the foreign blocks among `ids`.
+  void give_back(size_t rank, std::span<const int32_t> ids);
+
   std::vector<std::shared_ptr<KvMemory>> ranks_;
+  std::vector<SharedKv*> shared_;  // each rank's, or empty when one of them does not share
   int blocks_ = 0;
   size_t first_ = 0;  // the rank that gave the fewest blocks last: asked first
 };

@@ -44,8 +44,9 @@ TEST(KvLeaseDevicesGpu, ATensorParallelCudaWorkerLeasesEachRanksPoolOnItsGpu) {
   ASSERT_EQ(before["kv_devices"].size(), 2u) << before.dump();
   for (size_t d = 0; d < 2; ++d) EXPECT_EQ(before["kv_devices"][d]["gpu"], d);
 
-  // generation_args names the backend of the one-shot runs.
-  const std::vector<std::string> engine = {"--set", "tensor_parallel=2"};
+  // generation_args names the backend of the one-shot runs. No prefix sharing: published
+  // blocks would keep their chunks past the workers, and the leases must all come back.
+  const std::vector<std::string> engine = {"--set", "tensor_parallel=2", "--set", "kv_share=false"};
   std::vector<std::string> argv = {test::binary("hearth-worker"),
                                    "--server",
                                    server.socket(),

@@ -120,6 +120,8 @@ TEST(KvLeaseDevices, EachRanksDeviceHasItsOwnBudget) {
       << server.log();
 }
 
+// Without prefix sharing in this file: a worker's published blocks keep their chunks past its
+// exit, and these tests check that leases come back (kv_share_process_test.cc shares).
 std::vector<std::string> tp_worker_args(const ServerProcess& server) {
   return {test::binary("hearth-worker"),
           "--server",
@@ -129,7 +131,9 @@ std::vector<std::string> tp_worker_args(const ServerProcess& server) {
           "--backend",
           "cpu",
           "--set",
-          "tensor_parallel=2"};
+          "tensor_parallel=2",
+          "--set",
+          "kv_share=false"};
 }
 
 // Each request's final event, by id; every one must have finished by length.
@@ -282,7 +286,8 @@ TEST(KvLeaseDevices, TensorParallelWorkersDoNotStarveOthersOnTheirDevices) {
 const std::vector<std::string> kProcesses = {"--set", "tensor_parallel_processes=true"};
 
 std::vector<std::string> tp_served(const ServerProcess& server) {
-  return {"--server", server.socket(), "--model", "tiny", "--set", "tensor_parallel=2"};
+  return {"--server", server.socket(),     "--model", "tiny",
+          "--set",    "tensor_parallel=2", "--set",   "kv_share=false"};
 }
 
 // Several sampled requests in one engine, at once: each request's token lines, by id, exactly

@@ -140,6 +140,61 @@ TEST(KvShareProcess, AWorkerReadsThePrefixAnotherComputedWithTheSameTokens) {
   EXPECT_EQ(a.tokens, alone.tokens);
 }
 
+// Workers of tensor_parallel 2 on a sharded server (--tensor-parallel 2): each rank's pool
+// publishes its own pieces of every full block (the server holds both ranks' of each), and a
+// second TP=2 worker finds the whole shareable prompt on both ranks with the tokens and
+// logprobs of one that does not share. Rank processes share nothing yet.
+TEST(KvShareProcess, TensorParallelWorkersShareThePrefixRankByRank) {
+  ServerProcess server(test::kv_budget_args(200, 2));
+  TempDir dir;
+  const std::string requests = write_request(dir, "p.jsonl", request("p"));
+  const std::vector<std::string> tp = {"--set", "tensor_parallel=2"};
+  const test::Stream a = run_served(server, dir, requests, tp);
+  EXPECT_EQ(a.done["cached_tokens"], 0);
+  const int shareable = shareable_tokens(a);
+  ASSERT_GE(shareable, 4 * kBlock) << a.done.dump();
+  EXPECT_GE(server.stats()["kv_share"]["blocks"].get<int>(), 2 * shareable / kBlock);
+
+  const test::Stream b = run_served(server, dir, requests, tp);
+  EXPECT_EQ(b.done["cached_tokens"], shareable) << b.done.dump();
+  const test::Stream alone =
+      run_served(server, dir, requests, {"--set", "tensor_parallel=2", "--set", "kv_share=false"});
+  EXPECT_EQ(alone.done["cached_tokens"], 0) << alone.done.dump();
+  ASSERT_FALSE(b.tokens.empty());
+  EXPECT_EQ(b.tokens, alone.tokens);
+  EXPECT_EQ(a.tokens, alone.tokens);
+  const test::Stream processes =
+      run_served(server, dir, requests,
+                 {"--set", "tensor_parallel=2", "--set", "tensor_parallel_processes=true"});
+  EXPECT_EQ(processes.done["cached_tokens"], 0) << processes.done.dump();
+  EXPECT_EQ(processes.tokens, alone.tokens);
+}
+
+// A TP=2 worker that exits leaves an orphaned chunk of published pieces on each rank's device;
+// memory asked on device 1 evicts device 1's orphan, never device 0's.
+TEST(KvShareProcess, ATensorParallelOwnersBlocksAreEvictedOnlyOnTheDeviceThatNeedsTheMemory) {
+  ServerProcess server(test::kv_budget_args(100, 2));  // 50 MiB a device, its weights included
+  TempDir dir;
+  run_served(server, dir, write_request(dir, "p.jsonl", request("p")),
+             {"--set", "tensor_parallel=2"});
+  const json before = server.stats();
+  ASSERT_EQ(before["kv_share"]["orphaned_chunks"], 2) << before.dump();
+  const auto kv_on = [](const json& stats, int device) {
+    return stats.at("kv_devices").at(device).at("kv_bytes").get<uint64_t>();
+  };
+  ASSERT_GT(kv_on(before, 1), 0u);
+
+  ipc::Client c = test::connect_client(server.socket(), "c");
+  constexpr uint64_t kChunk = uint64_t(2) << 20;
+  const ipc::Frame got =
+      c.call(ipc::op::kKvLease, ipc::make_kv_lease_args(ipc::KvLeaseRequest{kChunk, 25, 0, 1}));
+  EXPECT_GT(got.body.at("chunks").size(), 0u);
+  const json after = server.stats();
+  EXPECT_EQ(after["kv_share"]["orphaned_chunks"], 1) << after.dump();
+  EXPECT_EQ(after["kv_share"]["evicted_chunks_total"], 1);
+  EXPECT_EQ(kv_on(after, 0), kv_on(before, 0));  // device 0's orphan stays
+}
+
 // Another cache_salt, or other numerics (another cache domain), finds nothing.
 TEST(KvShareProcess, NothingIsSharedAcrossSaltsOrCacheDomains) {
   ServerProcess server;

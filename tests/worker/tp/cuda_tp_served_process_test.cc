@@ -30,7 +30,9 @@ using test::ServerProcess;
 using test::wait_for_stats;
 using test::worker_entry;
 
-const std::vector<std::string> kTp2 = {"--set", "tensor_parallel=2"};
+// No prefix sharing for the in-process workers either: published blocks would keep their chunks
+// past them, and these tests check that every lease comes back.
+const std::vector<std::string> kTp2 = {"--set", "tensor_parallel=2", "--set", "kv_share=false"};
 const std::vector<std::string> kProcesses = {"--set", "tensor_parallel_processes=true"};
 
 #define REQUIRE_TWO_GPUS()    \

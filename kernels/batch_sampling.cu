@@ -231,42 +231,9 @@ __device__ __forceinline__ const sampling_rules::TokenEdit& find_edit(
   return e[lo];
 }
 
-// Calls f(i, logit) for every token of the row, in a fixed order per thread: 16-byte loads,
-// four in flight per thread.
-template <typename F>
-__device__ __forceinline__ void for_each_logit(const float* row, int vocab, F&& f) {
-  constexpr int kStride = kPrepareThreads;
-  if (vocab % 4 == 0) {
-    const float4* row4 = reinterpret_cast<const float4*>(row);
-    const int n4 = vocab / 4;
-    int j = threadIdx.x;
-    for (; j + 3 * kStride < n4; j += 4 * kStride) {
-      float4 x[4];
-#pragma unroll
-      for (int u = 0; u < 4; ++u) x[u] = row4[j + u * kStride];
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        const int i = 4 * (j + u * kStride);
-        f(i, x[u].x);
-        f(i + 1, x[u].y);
-        f(i + 2, x[u].z);
-        f(i + 3, x[u].w);
-      }
-    }
-    for (; j < n4; j += kStride) {
-      const float4 x = row4[j];
-      f(4 * j, x.x);
-      f(4 * j + 1, x.y);
-      f(4 * j + 2, x.z);
-      f(4 * j + 3, x.w);
-    }
-  } else {
-    for (int i = threadIdx.x; i < vocab; i += kStride) f(i, row[i]);
-  }
-}
-
-// for_each_logit by groups of four tokens: f(i, x, n) for tokens i .. i + n - 1, i a multiple
-// of 4 and n = 4 where the row's length is; else one token a call (n = 1, its logit in x.x).
+// Calls f(i, x, n) for tokens i .. i + n - 1 of the row, in a fixed order per thread: i a
+// multiple of 4 and n = 4 (their logits in x) where the row's length is, with 16-byte loads,
+// four in flight per thread; else one token a call (n = 1, its logit in x.x).
 template <typename F>
 __device__ __forceinline__ void for_each_logit_group(const float* row, int vocab, F&& f) {
   constexpr int kStride = kPrepareThreads;
@@ -285,6 +252,18 @@ __device__ __forceinline__ void for_each_logit_group(const float* row, int vocab
   } else {
     for (int i = threadIdx.x; i < vocab; i += kStride) f(i, make_float4(row[i], 0, 0, 0), 1);
   }
+}
+
+// Calls f(i, logit) for every token of the row, in for_each_logit_group's order.
+template <typename F>
+__device__ __forceinline__ void for_each_logit(const float* row, int vocab, F&& f) {
+  for_each_logit_group(row, vocab, [&](int i, float4 x, int n) {
+    f(i, x.x);
+    if (n < 4) return;
+    f(i + 1, x.y);
+    f(i + 2, x.z);
+    f(i + 3, x.w);
+  });
 }
 
 // One block a multiprocessor at least: without it ptxas holds the kernel to 64 registers and

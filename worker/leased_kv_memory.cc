@@ -113,6 +113,7 @@ int LeasedKvMemory::lease(int chunks) {
       throw std::runtime_error("the server's KV lease names a chunk that is not an id");
     range_->map(chunk_ids_.size() * chunk_bytes_, reply.fds[i].get(), chunk_bytes_,
                 "KV chunk " + ids[i].dump());
+    chunk_index_[ids[i].get<uint64_t>()] = chunk_ids_.size();
     chunk_ids_.push_back(ids[i].get<uint64_t>());
     ++mapped;
   }
@@ -133,6 +134,7 @@ int LeasedKvMemory::shrink(int keep) {
   for (size_t i = keep_chunks; i < chunk_ids_.size(); ++i)
     range_->unmap(i * chunk_bytes_, chunk_bytes_);
   const std::vector<uint64_t> returned(chunk_ids_.begin() + keep_chunks, chunk_ids_.end());
+  for (uint64_t id : returned) chunk_index_.erase(id);
   chunk_ids_.resize(keep_chunks);
   server_->call(ipc::op::kKvReturn, ipc::make_kv_return_args(returned));
   trace.line("returned %zu chunks, keeping %zu", returned.size(), keep_chunks);
@@ -182,8 +184,9 @@ std::vector<int32_t> LeasedKvMemory::find_placed(const BlockKey& root,
   std::vector<ipc::WirePlace> unheld;  // own blocks found, and every block past a cut
   const Trace trace;
   const uint64_t maps_before = shared_->chunk_maps();
-  const std::vector<SharedKvBlocks::Found> hits =
-      shared_->lookup({root.low, root.high}, links, chunk_ids_, choose);
+  const std::vector<SharedKvBlocks::Found> hits = shared_->lookup(
+      {root.low, root.high}, links, [&](uint64_t chunk) { return chunk_index_.contains(chunk); },
+      choose);
   trace.line("lookup of %zu blocks found %zu, mapped %llu new chunks", links.size(), hits.size(),
              static_cast<unsigned long long>(shared_->chunk_maps() - maps_before));
   for (size_t i = 0; i < hits.size(); ++i) {
@@ -214,10 +217,9 @@ void LeasedKvMemory::set_domain(const BlockKey& domain) {
 }
 
 int32_t LeasedKvMemory::own_block_at(const ipc::WirePlace& place) const {
-  for (size_t i = 0; i < chunk_ids_.size(); ++i)
-    if (chunk_ids_[i] == place.chunk)
-      return int32_t((i * chunk_bytes_ + place.offset) / uint64_t(block_bytes_));
-  return -1;
+  const auto it = chunk_index_.find(place.chunk);
+  if (it == chunk_index_.end()) return -1;
+  return int32_t((it->second * chunk_bytes_ + place.offset) / uint64_t(block_bytes_));
 }
 
 void LeasedKvMemory::release(std::span<const int32_t> foreign) {

@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 #include "ipc/client.h"
@@ -93,8 +94,9 @@ class LeasedKvMemory final : public KvMemory, public SharedKv {
   int max_chunks_;
   int min_chunks_;
   int device_ = 0;
-  std::unique_ptr<KvChunkRange> range_;  // max_chunks_ * chunk_bytes_ of address space
-  std::vector<uint64_t> chunk_ids_;      // chunk i of the range, in lease order
+  std::unique_ptr<KvChunkRange> range_;               // max_chunks_ * chunk_bytes_ of address space
+  std::vector<uint64_t> chunk_ids_;                   // chunk i of the range, in lease order
+  std::unordered_map<uint64_t, size_t> chunk_index_;  // chunk id -> i
   int sharing_chunks_ = 0;
   std::unique_ptr<SharedKvBlocks> shared_;     // maps into range_ past max_chunks_
   std::map<int32_t, ipc::WirePlace> foreign_;  // foreign block id -> its place, once found

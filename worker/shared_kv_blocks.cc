@@ -1,6 +1,5 @@
 #include "worker/shared_kv_blocks.h"
 
-#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -75,17 +74,16 @@ uint64_t SharedKvBlocks::publish(std::span<const ipc::KvPublishBlock> blocks) {
   return published;
 }
 
-std::vector<SharedKvBlocks::Found> SharedKvBlocks::lookup(const ipc::WireKey& root,
-                                                          std::span<const ipc::KvLookupLink> chain,
-                                                          std::span<const uint64_t> own_chunks,
-                                                          const SlotChoice& choose) {
+std::vector<SharedKvBlocks::Found> SharedKvBlocks::lookup(
+    const ipc::WireKey& root, std::span<const ipc::KvLookupLink> chain,
+    const std::function<bool(uint64_t)>& is_own, const SlotChoice& choose) {
   if (chain.empty()) return {};
   if (chain.size() > ipc::kMaxKvShareBlocks) chain = chain.first(ipc::kMaxKvShareBlocks);
   ipc::KvLookupRequest request{domain_, uint64_t(block_bytes_), root, {}, {}};
   request.chain.assign(chain.begin(), chain.end());
-  // Chunks mapped here already, and the caller's own: the server sends no descriptor for them.
+  // Chunks mapped here already: the server sends no descriptor for them. (Not the caller's own:
+  // a pool may hold more chunks than a message may name; their descriptors are just dropped.)
   for (const auto& [id, slot] : slots_) request.mapped.push_back(id);
-  request.mapped.insert(request.mapped.end(), own_chunks.begin(), own_chunks.end());
   ipc::Frame reply = server_->call(ipc::op::kKvLookup, ipc::make_kv_lookup_args(request));
   ++lookups_;
   ipc::KvLookupReply found_reply;
@@ -109,8 +107,7 @@ std::vector<SharedKvBlocks::Found> SharedKvBlocks::lookup(const ipc::WireKey& ro
     std::map<uint64_t, size_t> passed;  // chunk id -> its descriptor's index in the reply
     for (size_t i = 0; i < chunks.size(); ++i) {
       const uint64_t id = chunks[i];
-      if (sizes[i] != chunk_bytes_ || slots_.contains(id) || passed.contains(id) ||
-          std::find(own_chunks.begin(), own_chunks.end(), id) != own_chunks.end())
+      if (sizes[i] != chunk_bytes_ || slots_.contains(id) || passed.contains(id))
         throw std::runtime_error("the server's KV lookup passed chunk " + std::to_string(id) +
                                  " of an unexpected size, or one mapped already");
       passed.emplace(id, i);
@@ -120,7 +117,7 @@ std::vector<SharedKvBlocks::Found> SharedKvBlocks::lookup(const ipc::WireKey& ro
     for (size_t i = 0; i < places.size(); ++i) {
       const ipc::WirePlace& place = places[i];
       if (place.offset % uint64_t(block_bytes_) != 0 || place.offset >= chunk_bytes_) break;
-      if (std::find(own_chunks.begin(), own_chunks.end(), place.chunk) != own_chunks.end()) {
+      if (is_own && is_own(place.chunk)) {
         found.push_back({place, nullptr});
         continue;
       }

@@ -60,12 +60,13 @@ class SharedKvBlocks {
   using SlotChoice = std::function<int(const ipc::WirePlace& first, size_t index)>;
 
   // The longest published run of `chain` after `root`; each found block holds a reference until
-  // unref(). Blocks in `own_chunks` (the caller's own pool) come back with no data: they are not
-  // mapped again, the caller knows where they are. Throws ipc::IpcError or std::runtime_error
+  // unref(). Blocks in chunks `is_own` accepts (the caller's own pool) come back with no data:
+  // they are not mapped again (the descriptors the server passes for them are closed), the
+  // caller knows where they are. Throws ipc::IpcError or std::runtime_error
   // (a reply that is not what was asked, a chunk that is not a sealed memfd of its size, a
   // mapping that fails), holding no reference of that lookup then.
   std::vector<Found> lookup(const ipc::WireKey& root, std::span<const ipc::KvLookupLink> chain,
-                            std::span<const uint64_t> own_chunks = {},
+                            const std::function<bool(uint64_t chunk)>& is_own = {},
                             const SlotChoice& choose = {});
   // Drops one reference per place (as many as lookups returned it).
   void unref(std::span<const ipc::WirePlace> places);

@@ -1,5 +1,7 @@
 #include "worker/shared_kv_blocks.h"
 
+#include <algorithm>
+#include <functional>
 #include <stdexcept>
 #include <string>
 
@@ -83,7 +85,7 @@ std::vector<SharedKvBlocks::Found> SharedKvBlocks::lookup(
   request.chain.assign(chain.begin(), chain.end());
   // Chunks mapped here already: the server sends no descriptor for them. (Not the caller's own:
   // a pool may hold more chunks than a message may name; their descriptors are just dropped.)
-  for (const auto& [id, slot] : slots_) request.mapped.push_back(id);
+  request.mapped = mapped_to_name();
   ipc::Frame reply = server_->call(ipc::op::kKvLookup, ipc::make_kv_lookup_args(request));
   ++lookups_;
   ipc::KvLookupReply found_reply;
@@ -107,9 +109,9 @@ std::vector<SharedKvBlocks::Found> SharedKvBlocks::lookup(
     std::map<uint64_t, size_t> passed;  // chunk id -> its descriptor's index in the reply
     for (size_t i = 0; i < chunks.size(); ++i) {
       const uint64_t id = chunks[i];
-      if (sizes[i] != chunk_bytes_ || slots_.contains(id) || passed.contains(id))
+      if (sizes[i] != chunk_bytes_ || passed.contains(id))
         throw std::runtime_error("the server's KV lookup passed chunk " + std::to_string(id) +
-                                 " of an unexpected size, or one mapped already");
+                                 " of an unexpected size, or twice");
       passed.emplace(id, i);
     }
     // The run stops at the first block this worker cannot read: a chunk with no room or slot
@@ -135,6 +137,7 @@ std::vector<SharedKvBlocks::Found> SharedKvBlocks::lookup(
         slot = slots_.emplace(place.chunk, s).first;
         ++chunk_maps_;
       }
+      last_use_[place.chunk] = lookups_;
       found.push_back({place, range_->base() + first_offset_ +
                                   uint64_t(slot->second) * chunk_bytes_ + place.offset});
     }
@@ -148,6 +151,20 @@ std::vector<SharedKvBlocks::Found> SharedKvBlocks::lookup(
   }
   if (found.size() < places.size()) unref(std::span(places).subspan(found.size()));
   return found;
+}
+
+std::vector<uint64_t> SharedKvBlocks::mapped_to_name() const {
+  std::vector<uint64_t> named;
+  if (slots_.size() <= mapped_named_at_most_) {
+    for (const auto& [id, slot] : slots_) named.push_back(id);
+    return named;
+  }
+  std::vector<std::pair<uint64_t, uint64_t>> by_use;  // (last use, chunk), most recent first
+  by_use.reserve(last_use_.size());
+  for (const auto& [id, use] : last_use_) by_use.emplace_back(use, id);
+  std::ranges::nth_element(by_use, by_use.begin() + long(mapped_named_at_most_), std::greater<>());
+  for (size_t i = 0; i < mapped_named_at_most_; ++i) named.push_back(by_use[i].second);
+  return named;
 }
 
 int SharedKvBlocks::free_slot() const {

@@ -44,6 +44,10 @@ class SharedKvBlocks {
   // are block ids of the pool's address space.
   SharedKvBlocks(std::shared_ptr<ipc::Client> server, ipc::WireKey domain, int64_t block_bytes,
                  int max_chunks, KvChunkRange& range, uint64_t first_offset);
+  // A lookup names at most this many mapped chunks to the server, the most recently used (the
+  // protocol's cap): a chunk left out that the run hits again comes with a descriptor, which is
+  // closed unused, since the chunk is mapped already.
+  static constexpr size_t kMappedNamedAtMost = ipc::kMaxKvShareBlocks;
   ~SharedKvBlocks();
   SharedKvBlocks(const SharedKvBlocks&) = delete;
   SharedKvBlocks& operator=(const SharedKvBlocks&) = delete;
@@ -76,6 +80,12 @@ class SharedKvBlocks {
   // The cache domain of every later publish and lookup (the engine's, known after this exists).
   void set_domain(const ipc::WireKey& domain) { domain_ = domain; }
 
+  // The mapped chunks the next lookup names: all, or the most recently used
+  // kMappedNamedAtMost.
+  std::vector<uint64_t> mapped_to_name() const;
+  // For tests: name at most `n` mapped chunks in a lookup instead of kMappedNamedAtMost.
+  void set_mapped_named_at_most(size_t n) { mapped_named_at_most_ = n; }
+
   uint64_t references() const { return references_; }
   int mapped_chunks() const { return int(slots_.size()); }
   // Lookups asked of the server, and foreign chunks mapped so far (each at most once: a chunk
@@ -95,8 +105,10 @@ class SharedKvBlocks {
   // The lowest slot no chunk holds, or kNoSlot when all are taken.
   int free_slot() const;
 
-  std::map<uint64_t, int> slots_;  // foreign chunk id -> its slot in range_
-  std::vector<bool> slot_taken_;   // max_chunks_ of them
+  std::map<uint64_t, int> slots_;          // foreign chunk id -> its slot in range_
+  std::map<uint64_t, uint64_t> last_use_;  // foreign chunk id -> the lookup that last found it
+  size_t mapped_named_at_most_ = kMappedNamedAtMost;
+  std::vector<bool> slot_taken_;                            // max_chunks_ of them
   std::map<std::pair<uint64_t, uint64_t>, uint64_t> held_;  // place -> references held
   uint64_t references_ = 0;
   uint64_t lookups_ = 0, chunk_maps_ = 0;

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -197,6 +198,55 @@ TEST_F(SharedKvBlocksTest, WorkerBReadsTheBlockWorkerAComputedThroughAReadOnlyMa
   b.unref(b_first);
   EXPECT_EQ(b.references(), 1u);
   EXPECT_EQ(a.withdraw(first), std::vector<size_t>{0});
+}
+
+// A worker that has mapped more chunks than a lookup may name (the protocol caps the list; 2
+// here) names the most recently used; a chunk left out comes back with a descriptor, which is
+// closed unused: its block is read where it is mapped already, and nothing is mapped twice.
+TEST_F(SharedKvBlocksTest, ALookupNamesTheMostRecentlyUsedChunksAndReusesOnesLeftOut) {
+  test::InProcessServer server({}, model_dir_.path(), nullptr, 64 * kMiB, 0.5);
+  auto a_server = connect(server.socket());
+  LeasedKvMemory a_pool(a_server, kBlock, 24, 24);  // three chunks of eight blocks
+  SharedKvBlocks a(a_server, kDomain, kBlock, 4);
+  SharedKvBlocks b(connect(server.socket()), kDomain, kBlock, 4);
+  b.set_mapped_named_at_most(2);
+
+  // One block in each of A's chunks, each the first link of a chain of its own.
+  std::vector<std::vector<ipc::KvLookupLink>> chains;
+  std::vector<std::vector<std::byte>> bytes;
+  for (int c = 0; c < 3; ++c) {
+    bytes.emplace_back(static_cast<size_t>(kBlock));
+    for (std::byte& x : bytes.back()) x = std::byte(rng_());
+    std::memcpy(a_pool.base() + 8 * c * kBlock, bytes.back().data(), kBlock);
+    ipc::KvLookupLink link{{rng_(), rng_()}, std::vector<int32_t>(16)};
+    for (int32_t& t : link.tokens) t = int32_t(rng_() % 1000);
+    const std::vector<ipc::KvPublishBlock> block{
+        {a_pool.place_of_block(8 * c), link.key, kRoot, link.tokens}};
+    ASSERT_EQ(a.publish(block), 1u);
+    chains.push_back({link});
+  }
+  std::vector<const std::byte*> first_seen;
+  std::vector<uint64_t> chunk_ids;
+  for (int c = 0; c < 3; ++c) {
+    const std::vector<SharedKvBlocks::Found> found = b.lookup(kRoot, chains[size_t(c)]);
+    ASSERT_EQ(found.size(), 1u);
+    first_seen.push_back(found[0].data);
+    chunk_ids.push_back(found[0].place.chunk);
+    const std::vector<ipc::WirePlace> place{found[0].place};
+    b.unref(place);
+  }
+  ASSERT_EQ(b.chunk_maps(), 3u);
+
+  // Chunk 0 is the least recently used: left out of the list, passed again, not mapped again.
+  const std::vector<uint64_t> named = b.mapped_to_name();
+  EXPECT_EQ(named.size(), 2u);
+  EXPECT_EQ(std::ranges::count(named, chunk_ids[0]), 0);
+  const std::vector<SharedKvBlocks::Found> again = b.lookup(kRoot, chains[0]);
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].data, first_seen[0]);
+  EXPECT_EQ(std::memcmp(again[0].data, bytes[0].data(), kBlock), 0);
+  EXPECT_EQ(b.chunk_maps(), 3u);
+  EXPECT_EQ(b.mapped_chunks(), 3);
 }
 
 TEST_F(SharedKvBlocksTest, AWorkerThatGoesDropsItsReferences) {

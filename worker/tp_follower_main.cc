@@ -58,11 +58,11 @@ int run(int argc, char** argv) {
   };
   // Served ranks lease their KV pool from the server they imported from, as the worker leases
   // rank 0's: GPU ranks on their own GPU (vmm), CPU ranks from their device's budget in host
-  // memory (memfd). Prefix KV is not shared: rank 0 alone would see it.
-  const auto kv_lease = [&]() -> hearth::KvMemoryFactory {
+  // memory (memfd), sharing prefix blocks rank by rank when the leader's hello says so.
+  const auto kv_lease = [&](bool share) -> hearth::KvMemoryFactory {
     if (!model.server) return nullptr;
     const bool on_gpu = model.store->residence() == hearth::Residence::Device;
-    return hearth::make_leased_kv_factory(model.server, devices, on_gpu, /*share=*/false);
+    return hearth::make_leased_kv_factory(model.server, devices, on_gpu, share);
   };
   hearth::run_tp_follower(hearth::UniqueFd(fd), open, kv_lease);
   return 0;

@@ -300,10 +300,9 @@ int run(int argc, char** argv) {
     // own (address space only), mapped read-only (memfd PROT_READ, VMM read-only device
     // access). The engine sets the cache domain once it exists. The per-rank pools of a
     // sharded model share rank by rank (RankedKvMemory: a block counts where every rank found
-    // it). Not for tensor-parallel processes yet: their followers' pools live in other
-    // processes, whose finds would have to go over the rank channel.
-    const bool share = profile.engine.kv_share && profile.engine.prefix_cache &&
-                       !profile.engine.tensor_parallel_processes;
+    // it), CPU rank processes too (their followers' pools answer over the rank channel). GPU
+    // rank processes do not share yet: their leader never asks its followers to.
+    const bool share = profile.engine.kv_share && profile.engine.prefix_cache;
     leased_kv = hearth::make_leased_kv_factory(model.server, served_devices, on_gpu, share);
   }
   // Tensor-parallel ranks as processes: this worker leads, its followers open the same

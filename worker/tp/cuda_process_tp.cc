@@ -279,7 +279,10 @@ void serve_cuda_follower(int channel, const TpHello& hello, std::vector<UniqueFd
       if (at < 0)
         throw std::runtime_error(
             "the leader leases its KV pool on a GPU, but this rank's pieces are host memory");
-      lease = kv_lease ? kv_lease() : nullptr;
+      // GPU rank processes do not share prefix blocks yet (their leader never asks).
+      if (hello.kv_shared)
+        throw std::runtime_error("GPU tensor-parallel rank processes do not share prefix KV yet");
+      lease = kv_lease ? kv_lease(false) : nullptr;
       if (!lease) throw std::runtime_error("this rank cannot lease its KV pool from the server");
     }
   }

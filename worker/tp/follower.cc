@@ -75,7 +75,7 @@ void serve(int channel, const OpenFollowerModel& open, const FollowerKvLease& kv
   // most kv_blocks, at least one context.
   std::shared_ptr<KvMemory> memory;
   if (hello.kv_leased) {
-    const KvMemoryFactory lease = kv_lease ? kv_lease() : nullptr;
+    const KvMemoryFactory lease = kv_lease ? kv_lease(hello.kv_shared) : nullptr;
     if (!lease) throw std::runtime_error("this rank cannot lease its KV pool from the server");
     const RankLease shape =
         rank_lease(CpuBackend::kv_bytes_per_token(store->config(), *kv_dtype), hello.world_size,
@@ -98,6 +98,13 @@ void serve(int channel, const OpenFollowerModel& open, const FollowerKvLease& kv
       // Between steps (this rank's last forward has returned): no block is in use here.
       if (!memory) throw std::runtime_error("a \"" + type + "\" for a pool that is not leased");
       ipc::send_frame(channel, answer_kv_resize(*memory, frame->body));
+      continue;
+    }
+    if (type == "kv_share") {
+      // Between steps too: a block is published only once the step that wrote it returned.
+      SharedKv* shared = memory ? memory->shared() : nullptr;
+      if (!shared) throw std::runtime_error("a \"kv_share\" for a pool that does not share");
+      ipc::send_frame(channel, answer_kv_share(*shared, frame->body));
       continue;
     }
     const StepPlan plan = parse_forward(frame->body);

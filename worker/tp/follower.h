@@ -22,8 +22,9 @@ namespace hearth {
 using OpenFollowerModel = std::function<std::shared_ptr<const WeightStore>(const TpHello&)>;
 // Served (after the model is opened): the factory this rank leases its KV pool through from the
 // server it imported from (worker/leased_kv_factory.h: on a vmm server on its GPU, on a memfd
-// server into host memory); null where it cannot lease.
-using FollowerKvLease = std::function<KvMemoryFactory()>;
+// server into host memory), its pools sharing prefix blocks with other workers when `share`
+// (the hello's kv_shared); null where it cannot lease.
+using FollowerKvLease = std::function<KvMemoryFactory(bool share)>;
 
 // Serves one rank on `channel`. Returns when the leader stops it or closes the channel; throws
 // std::runtime_error saying why it gave up (a bad hello, a model it cannot open, a failed step,

@@ -87,6 +87,7 @@ json hello_message(const TpHello& h) {
     m["all_reduce"] = h.all_reduce;
   }
   m["kv_leased"] = h.kv_leased;
+  m["kv_shared"] = h.kv_shared;
   return m;
 }
 
@@ -126,6 +127,8 @@ TpHello parse_hello(const json& m) {
   h.kv_leased = flag(m, "kv_leased");
   if (h.kv_leased && h.server_socket.empty())
     bad("only a served model's ranks lease their KV pools (\"kv_leased\" without a server)");
+  h.kv_shared = flag(m, "kv_shared");
+  if (h.kv_shared && !h.kv_leased) bad("only a leased pool shares (\"kv_shared\" unleased)");
   return h;
 }
 
@@ -183,7 +186,9 @@ json kv_state_json(const TpKvState& s) {
           {"blocks_per_chunk", s.blocks_per_chunk},
           {"chunks", s.chunks},
           {"block_bytes", s.block_bytes},
-          {"bytes", s.bytes}};
+          {"bytes", s.bytes},
+          {"foreign_first", s.foreign_first},
+          {"foreign_blocks", s.foreign_blocks}};
 }
 
 TpKvState parse_kv_state(const json& m) {
@@ -196,6 +201,10 @@ TpKvState parse_kv_state(const json& m) {
   s.block_bytes = integer(m, "block_bytes", 1, std::numeric_limits<int64_t>::max());
   s.bytes = uint64_t(integer(m, "bytes", 0, std::numeric_limits<int64_t>::max()));
   if (s.blocks > s.max_blocks) bad("a KV pool holding more blocks than its most");
+  s.foreign_first = int(integer(m, "foreign_first", 0, 1 << 30));
+  s.foreign_blocks = int(integer(m, "foreign_blocks", 0, 1 << 30));
+  if (s.foreign_blocks > 0 && s.foreign_first < s.max_blocks)
+    bad("a KV pool whose foreign blocks overlap its own");
   return s;
 }
 
@@ -210,8 +219,14 @@ int parse_kv_resize(const json& m) {
   return int(integer(m, "blocks", 0, 1 << 30));
 }
 
-TpKvState kv_state_of(const KvMemory& m) {
-  return {m.blocks(), m.max_blocks(), m.blocks_per_chunk(), m.chunks(), m.block_bytes(), m.bytes()};
+TpKvState kv_state_of(KvMemory& m) {
+  TpKvState s{m.blocks(), m.max_blocks(),  m.blocks_per_chunk(),
+              m.chunks(), m.block_bytes(), m.bytes()};
+  if (const SharedKv* shared = m.shared()) {
+    s.foreign_first = shared->first_foreign_block();
+    s.foreign_blocks = shared->foreign_capacity();
+  }
+  return s;
 }
 
 json answer_kv_resize(KvMemory& memory, const json& message) {
@@ -223,6 +238,136 @@ json answer_kv_resize(KvMemory& memory, const json& message) {
   json answer = kv_state_json(kv_state_of(memory));
   answer["type"] = "kv";
   return answer;
+}
+
+namespace {
+
+json key_json(const BlockKey& k) {
+  return json::array({k.low, k.high});
+}
+
+BlockKey key_of(const json& m, const char* name) {
+  const json& v = field(m, name);
+  if (!v.is_array() || v.size() != 2 || !v[0].is_number_unsigned() || !v[1].is_number_unsigned())
+    bad(std::string("\"") + name + "\" must be a key: two unsigned 64-bit integers");
+  return {v[0].get<uint64_t>(), v[1].get<uint64_t>()};
+}
+
+const json& array_of_objects(const json& m, const char* name) {
+  const json& v = field(m, name);
+  if (!v.is_array()) bad(std::string("\"") + name + "\" must be an array");
+  for (const json& e : v)
+    if (!e.is_object()) bad(std::string("an entry of \"") + name + "\" that is not an object");
+  return v;
+}
+
+json kv_share(const char* op) {
+  return {{"type", "kv_share"}, {"op", op}};
+}
+
+json kv_shared() {
+  return {{"type", "kv_shared"}};
+}
+
+}  // namespace
+
+json kv_share_domain_message(const BlockKey& domain) {
+  json m = kv_share("domain");
+  m["domain"] = key_json(domain);
+  return m;
+}
+
+json kv_share_find_message(const BlockKey& root, std::span<const SharedKvLink> chain,
+                           std::span<const int32_t> ids) {
+  json links = json::array();
+  for (const SharedKvLink& link : chain)
+    links.push_back({{"key", key_json(link.key)},
+                     {"tokens", std::vector<int32_t>(link.tokens.begin(), link.tokens.end())}});
+  json m = kv_share(ids.empty() ? "find" : "find_at");
+  m["root"] = key_json(root);
+  m["links"] = std::move(links);
+  if (!ids.empty()) m["ids"] = std::vector<int32_t>(ids.begin(), ids.end());
+  return m;
+}
+
+json kv_share_release_message(std::span<const int32_t> ids) {
+  json m = kv_share("release");
+  m["ids"] = std::vector<int32_t>(ids.begin(), ids.end());
+  return m;
+}
+
+json kv_share_publish_message(std::span<const SharedKvBlock> blocks) {
+  json entries = json::array();
+  for (const SharedKvBlock& b : blocks)
+    entries.push_back({{"block", b.block},
+                       {"key", key_json(b.key)},
+                       {"parent", key_json(b.parent)},
+                       {"tokens", std::vector<int32_t>(b.tokens.begin(), b.tokens.end())}});
+  json m = kv_share("publish");
+  m["blocks"] = std::move(entries);
+  return m;
+}
+
+json kv_share_withdraw_message(std::span<const int32_t> ids) {
+  json m = kv_share("withdraw");
+  m["ids"] = std::vector<int32_t>(ids.begin(), ids.end());
+  return m;
+}
+
+json answer_kv_share(SharedKv& shared, const json& m) {
+  if (const std::string type = message_type(m); type != "kv_share")
+    bad("expected a kv_share, got \"" + type + "\"");
+  const std::string op = text(m, "op");
+  json answer = kv_shared();
+  if (op == "domain") {
+    shared.set_domain(key_of(m, "domain"));
+  } else if (op == "find" || op == "find_at") {
+    const json& links = array_of_objects(m, "links");
+    const std::vector<int32_t> ids = op == "find" ? std::vector<int32_t>{} : int32s(m, "ids");
+    if (op == "find_at" && ids.size() != links.size()) bad("a find_at needs one id per link");
+    std::vector<std::vector<int32_t>> tokens;
+    tokens.reserve(links.size());
+    std::vector<SharedKvLink> chain;
+    chain.reserve(links.size());
+    for (const json& link : links) {
+      tokens.push_back(int32s(link, "tokens"));
+      chain.push_back({key_of(link, "key"), tokens.back()});
+    }
+    answer["ids"] = op == "find" ? shared.find(key_of(m, "root"), chain)
+                                 : shared.find_at(key_of(m, "root"), chain, ids);
+  } else if (op == "release") {
+    shared.release(int32s(m, "ids"));
+  } else if (op == "publish") {
+    const json& entries = array_of_objects(m, "blocks");
+    std::vector<std::vector<int32_t>> tokens;
+    tokens.reserve(entries.size());
+    std::vector<SharedKvBlock> blocks;
+    blocks.reserve(entries.size());
+    for (const json& e : entries) {
+      tokens.push_back(int32s(e, "tokens"));
+      blocks.push_back({int32_t(integer(e, "block", 0, std::numeric_limits<int32_t>::max())),
+                        key_of(e, "key"), key_of(e, "parent"), tokens.back()});
+    }
+    answer["count"] = shared.publish(blocks);
+  } else if (op == "withdraw") {
+    answer["ids"] = shared.withdraw(int32s(m, "ids"));
+  } else {
+    bad("\"op\" must be domain, find, find_at, release, publish or withdraw, got \"" +
+        op.substr(0, 32) + "\"");
+  }
+  return answer;
+}
+
+std::vector<int32_t> parse_kv_shared_ids(const json& m) {
+  if (const std::string type = message_type(m); type != "kv_shared")
+    bad("expected kv_shared, got \"" + type + "\"");
+  return int32s(m, "ids");
+}
+
+uint64_t parse_kv_shared_count(const json& m) {
+  if (const std::string type = message_type(m); type != "kv_shared")
+    bad("expected kv_shared, got \"" + type + "\"");
+  return uint64_t(integer(m, "count", 0, std::numeric_limits<int64_t>::max()));
 }
 
 StepPlan parse_forward(const json& m) {

@@ -4,13 +4,15 @@
 //   leader -> follower: hello (protocol, rank, world size, the model and engine shape; the
 //     memfd attached, and rank 0's all-reduce descriptor for GPU ranks), peers (GPU ranks: the
 //     other followers' all-reduce shares), forward (one step plan), kv_grow / kv_shrink (ranks
-//     with leased pools, between steps), stop;
+//     with leased pools, between steps), kv_share (one call on a sharing pool's SharedKv:
+//     domain, find_at, release, publish, withdraw; between steps), stop;
 //   follower -> leader: ready (after its pieces are loaded), kv (its leased pool after a
-//     kv_grow or kv_shrink), error (why it is giving up).
+//     kv_grow or kv_shrink), kv_shared (the answer to a kv_share), error (why it is giving up).
 // Every message is checked field by field: anything else is an error that says what was wrong.
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -22,8 +24,9 @@
 namespace hearth {
 
 // 2: "backend", and GPU ranks' fields; 3: GPU ranks' leased KV pools ("kv_leased", kv_grow,
-// kv_shrink, kv); 4: CPU ranks' too ("kv_leased" in every hello)
-inline constexpr int kTpProtocolVersion = 4;
+// kv_shrink, kv); 4: CPU ranks' too ("kv_leased" in every hello); 5: prefix KV shared by the
+// followers' pools ("kv_shared" in every hello, foreign ids in a pool's state, kv_share)
+inline constexpr int kTpProtocolVersion = 5;
 
 struct TpHello {
   int protocol = kTpProtocolVersion;
@@ -52,6 +55,9 @@ struct TpHello {
   // (kv_grow, kv_shrink). kv_blocks is then the most a pool may hold (CPU ranks) or rank 0's
   // start (GPU ranks), not a size to take.
   bool kv_leased = false;
+  // A leased pool that shares prefix blocks with other workers (ranked_kv_memory.h): the
+  // follower leases its pool with room for other workers' chunks and answers kv_share.
+  bool kv_shared = false;
 };
 
 nlohmann::json hello_message(const TpHello& hello);
@@ -89,6 +95,8 @@ struct TpKvState {
   int blocks = 0, max_blocks = 0, blocks_per_chunk = 0, chunks = 0;
   int64_t block_bytes = 0;
   uint64_t bytes = 0;
+  // A sharing pool's foreign block ids (SharedKv); 0 blocks when it does not share.
+  int foreign_first = 0, foreign_blocks = 0;
 };
 nlohmann::json kv_state_json(const TpKvState& state);
 // Throws std::runtime_error naming the field that is wrong.
@@ -98,11 +106,27 @@ nlohmann::json kv_resize_message(bool grow, int blocks);
 // Returns the blocks a kv_grow / kv_shrink names; throws naming what is wrong.
 int parse_kv_resize(const nlohmann::json& message);
 // A follower's pool as it reports it.
-TpKvState kv_state_of(const KvMemory& memory);
+TpKvState kv_state_of(KvMemory& memory);
 // A follower's answer to a kv_grow / kv_shrink: resizes `memory` as the message says (between
 // steps: nothing may be using the blocks a shrink returns) and returns {"type": "kv", ...its
 // state}. Throws naming what is wrong with the message, or why the lease failed.
 nlohmann::json answer_kv_resize(KvMemory& memory, const nlohmann::json& message);
+
+// kv_share: one SharedKv call on a follower's sharing pool, between steps. The answer is
+// {"type": "kv_shared"}, with "ids" (find, find_at, withdraw) or "count" (publish). A find
+// message with no ids is a find(), else a find_at().
+nlohmann::json kv_share_domain_message(const BlockKey& domain);
+nlohmann::json kv_share_find_message(const BlockKey& root, std::span<const SharedKvLink> chain,
+                                     std::span<const int32_t> ids);
+nlohmann::json kv_share_release_message(std::span<const int32_t> ids);
+nlohmann::json kv_share_publish_message(std::span<const SharedKvBlock> blocks);
+nlohmann::json kv_share_withdraw_message(std::span<const int32_t> ids);
+// A follower's answer to a kv_share: makes the call on `shared` and returns its kv_shared.
+// Throws naming what is wrong with the message, or what the call threw.
+nlohmann::json answer_kv_share(SharedKv& shared, const nlohmann::json& message);
+// The "ids" or "count" of a kv_shared answer; throws naming what is wrong with it.
+std::vector<int32_t> parse_kv_shared_ids(const nlohmann::json& answer);
+uint64_t parse_kv_shared_count(const nlohmann::json& answer);
 
 // The message's "type", or throws naming what was received instead.
 std::string message_type(const nlohmann::json& message);

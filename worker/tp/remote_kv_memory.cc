@@ -1,5 +1,6 @@
 #include "worker/tp/remote_kv_memory.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -33,6 +34,47 @@ int RemoteKvMemory::grow(int blocks) {
 int RemoteKvMemory::shrink(int keep) {
   resize(false, keep);
   return state_.blocks;
+}
+
+nlohmann::json RemoteKvMemory::share_call(const nlohmann::json& message) {
+  nlohmann::json answer = group_->request(rank_, message, timeout_);
+  if (message_type(answer) != "kv_shared")
+    throw std::runtime_error("tensor-parallel rank " + std::to_string(rank_) +
+                             " answered a kv_share with \"" + message_type(answer) + "\"");
+  return answer;
+}
+
+void RemoteKvMemory::set_domain(const BlockKey& domain) {
+  share_call(kv_share_domain_message(domain));
+}
+
+std::vector<int32_t> RemoteKvMemory::find(const BlockKey& root,
+                                          std::span<const SharedKvLink> chain) {
+  return parse_kv_shared_ids(share_call(kv_share_find_message(root, chain, {})));
+}
+
+std::vector<int32_t> RemoteKvMemory::find_at(const BlockKey& root,
+                                             std::span<const SharedKvLink> chain,
+                                             std::span<const int32_t> ids) {
+  std::vector<int32_t> found =
+      parse_kv_shared_ids(share_call(kv_share_find_message(root, chain, ids)));
+  // What find_at promises: a prefix of the ids asked for.
+  if (found.size() > ids.size() || !std::equal(found.begin(), found.end(), ids.begin()))
+    throw std::runtime_error("tensor-parallel rank " + std::to_string(rank_) +
+                             " found shared blocks at other ids than rank 0's");
+  return found;
+}
+
+void RemoteKvMemory::release(std::span<const int32_t> foreign) {
+  share_call(kv_share_release_message(foreign));
+}
+
+uint64_t RemoteKvMemory::publish(std::span<const SharedKvBlock> blocks) {
+  return parse_kv_shared_count(share_call(kv_share_publish_message(blocks)));
+}
+
+std::vector<int32_t> RemoteKvMemory::withdraw(std::span<const int32_t> own) {
+  return parse_kv_shared_ids(share_call(kv_share_withdraw_message(own)));
 }
 
 TpReadyHook collect_kv_states(std::vector<TpKvState>& states) {

@@ -3,7 +3,9 @@
 // of its rank's device (its GPU on a vmm server, host memory on a memfd one); this side only asks
 // it over the channel to grow or shrink (kv_grow, kv_shrink, between steps) and keeps the state it
 // answers. The leader's engine sees rank 0's lease and these as one RankedKvMemory, so every rank
-// holds the same blocks, as the in-process ranks do.
+// holds the same blocks, as the in-process ranks do. A follower's pool that shares prefix blocks
+// (its state names foreign ids) is this side's SharedKv too, each call a kv_share between steps,
+// so RankedKvMemory shares rank by rank across processes as it does in one.
 #pragma once
 
 #include <chrono>
@@ -16,7 +18,7 @@
 
 namespace hearth {
 
-class RemoteKvMemory final : public KvMemory {
+class RemoteKvMemory final : public KvMemory, public SharedKv {
  public:
   // `start` is the follower's state from its ready.
   RemoteKvMemory(std::shared_ptr<TpProcessGroup> group, int rank, const TpKvState& start,
@@ -34,8 +36,22 @@ class RemoteKvMemory final : public KvMemory {
   int chunks() const override { return state_.chunks; }
   uint64_t bytes() const override { return state_.bytes; }
 
+  SharedKv* shared() override { return state_.foreign_blocks > 0 ? this : nullptr; }
+  int first_foreign_block() const override { return state_.foreign_first; }
+  int foreign_capacity() const override { return state_.foreign_blocks; }
+  // Each a kv_share to the follower; throw naming the rank when it is gone or fails.
+  void set_domain(const BlockKey& domain) override;
+  std::vector<int32_t> find(const BlockKey& root, std::span<const SharedKvLink> chain) override;
+  std::vector<int32_t> find_at(const BlockKey& root, std::span<const SharedKvLink> chain,
+                               std::span<const int32_t> ids) override;
+  void release(std::span<const int32_t> foreign) override;
+  uint64_t publish(std::span<const SharedKvBlock> blocks) override;
+  std::vector<int32_t> withdraw(std::span<const int32_t> own) override;
+
  private:
   void resize(bool grow, int blocks);
+  // Sends a kv_share and returns the follower's kv_shared.
+  nlohmann::json share_call(const nlohmann::json& message);
 
   std::shared_ptr<TpProcessGroup> group_;
   int rank_;

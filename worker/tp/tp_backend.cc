@@ -54,6 +54,9 @@ std::unique_ptr<Backend> make_process_tp_backend(const EngineOptions& options,
     const RankLease lease = rank_lease(per_token, n, kv.block_size, kv.num_blocks, context);
     own_pool = kv_memory(lease.block_bytes, lease.max_blocks, lease.min_blocks, 0);
   }
+  // Rank 0's pool shares (the worker's kv_share): every follower's does, so the ranks share
+  // rank by rank (ranked_kv_memory.h).
+  hello.kv_shared = own_pool && own_pool->shared();
   std::vector<TpKvState> follower_kv(static_cast<size_t>(n));
   std::shared_ptr<TpProcessGroup> group = TpProcessGroup::start(
       hello, processes, nullptr, leased ? collect_kv_states(follower_kv) : nullptr);

@@ -143,7 +143,8 @@ TEST(KvShareProcess, AWorkerReadsThePrefixAnotherComputedWithTheSameTokens) {
 // Workers of tensor_parallel 2 on a sharded server (--tensor-parallel 2): each rank's pool
 // publishes its own pieces of every full block (the server holds both ranks' of each), and a
 // second TP=2 worker finds the whole shareable prompt on both ranks with the tokens and
-// logprobs of one that does not share. Rank processes share nothing yet.
+// logprobs of one that does not share; so does a worker whose ranks are processes (rank 1's
+// finds go over its channel to the follower, whose pool maps the blocks).
 TEST(KvShareProcess, TensorParallelWorkersShareThePrefixRankByRank) {
   ServerProcess server(test::kv_budget_args(200, 2));
   TempDir dir;
@@ -166,8 +167,25 @@ TEST(KvShareProcess, TensorParallelWorkersShareThePrefixRankByRank) {
   const test::Stream processes =
       run_served(server, dir, requests,
                  {"--set", "tensor_parallel=2", "--set", "tensor_parallel_processes=true"});
-  EXPECT_EQ(processes.done["cached_tokens"], 0) << processes.done.dump();
+  EXPECT_EQ(processes.done["cached_tokens"], shareable) << processes.done.dump();
   EXPECT_EQ(processes.tokens, alone.tokens);
+}
+
+// The other way round: a worker whose ranks are processes publishes both ranks' pieces (rank
+// 1's from its follower's pool), and an in-process TP=2 worker finds them all.
+TEST(KvShareProcess, ARankProcessGroupsPrefixIsFoundByAnInProcessWorker) {
+  ServerProcess server(test::kv_budget_args(200, 2));
+  TempDir dir;
+  const std::string requests = write_request(dir, "p.jsonl", request("p"));
+  const test::Stream a =
+      run_served(server, dir, requests,
+                 {"--set", "tensor_parallel=2", "--set", "tensor_parallel_processes=true"});
+  const int shareable = shareable_tokens(a);
+  ASSERT_GE(shareable, 4 * kBlock) << a.done.dump();
+  EXPECT_GE(server.stats()["kv_share"]["blocks"].get<int>(), 2 * shareable / kBlock);
+  const test::Stream b = run_served(server, dir, requests, {"--set", "tensor_parallel=2"});
+  EXPECT_EQ(b.done["cached_tokens"], shareable) << b.done.dump();
+  EXPECT_EQ(b.tokens, a.tokens);
 }
 
 // A TP=2 worker that exits leaves an orphaned chunk of published pieces on each rank's device;

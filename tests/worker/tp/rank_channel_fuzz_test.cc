@@ -107,5 +107,51 @@ TEST(RankChannelFuzz, MutatedMessagesAreParsedOrRefusedByName) {
   }
 }
 
+// A pool that answers every call with nothing found, nothing taken, nothing free.
+class EmptySharedKv final : public SharedKv {
+ public:
+  int first_foreign_block() const override { return 64; }
+  int foreign_capacity() const override { return 64; }
+  void set_domain(const BlockKey&) override {}
+  std::vector<int32_t> find(const BlockKey&, std::span<const SharedKvLink>) override { return {}; }
+  std::vector<int32_t> find_at(const BlockKey&, std::span<const SharedKvLink>,
+                               std::span<const int32_t>) override {
+    return {};
+  }
+  void release(std::span<const int32_t>) override {}
+  uint64_t publish(std::span<const SharedKvBlock>) override { return 0; }
+  std::vector<int32_t> withdraw(std::span<const int32_t>) override { return {}; }
+};
+
+// kv_share messages, mutated (their links and blocks included), are answered or refused by name.
+TEST(RankChannelFuzz, MutatedKvShareMessagesAreAnsweredOrRefusedByName) {
+  EmptySharedKv pool;
+  const std::vector<int32_t> t = {1, 2};
+  const std::vector<SharedKvLink> chain = {{{1, 2}, t}, {{3, 4}, t}};
+  const std::vector<int32_t> ids = {70, 71};
+  const std::vector<SharedKvBlock> blocks = {{3, {1, 2}, {3, 4}, t}};
+  const std::vector<json> good = {
+      kv_share_domain_message({1, 2}),          kv_share_find_message({5, 6}, chain, ids),
+      kv_share_find_message({5, 6}, chain, {}), kv_share_release_message(ids),
+      kv_share_publish_message(blocks),         kv_share_withdraw_message(ids)};
+  for (uint64_t c = 0; c < 3000; ++c) {
+    fuzz::Rng rng{c};
+    json m = good[c % good.size()];
+    for (size_t n = 1 + rng.below(3); n > 0; --n) {
+      json* target = &m;
+      for (const char* list : {"links", "blocks"})
+        if (m.contains(list) && m[list].is_array() && !m[list].empty() && rng.below(2))
+          target = &m[list][rng.below(m[list].size())];
+      mutate(*target, rng);
+    }
+    try {
+      EXPECT_EQ(message_type(answer_kv_share(pool, m)), "kv_shared") << "case " << c;
+    } catch (const std::runtime_error& e) {
+      EXPECT_EQ(std::string(e.what()).rfind("tensor-parallel channel: ", 0), 0u)
+          << "case " << c << ": " << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace hearth

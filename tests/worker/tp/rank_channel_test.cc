@@ -162,5 +162,137 @@ TEST(RankChannel, AFollowerAnswersAResizeWithItsPoolsState) {
   EXPECT_EQ(memory.blocks(), 16);
 }
 
+// A follower's sharing pool as a test sees it: records each call, finds the first `found` of
+// the ids asked (or of 100, 101, ... for a plain find), takes every block published, and lets
+// even ids be withdrawn.
+class RecordingSharedKv final : public SharedKv {
+ public:
+  int first_foreign_block() const override { return 64; }
+  int foreign_capacity() const override { return 64; }
+  void set_domain(const BlockKey& d) override { domain = d; }
+  std::vector<int32_t> find(const BlockKey& r, std::span<const SharedKvLink> chain) override {
+    root = r;
+    record(chain);
+    std::vector<int32_t> ids;
+    for (size_t i = 0; i < std::min(found, chain.size()); ++i) ids.push_back(100 + int32_t(i));
+    return ids;
+  }
+  std::vector<int32_t> find_at(const BlockKey& r, std::span<const SharedKvLink> chain,
+                               std::span<const int32_t> ids) override {
+    root = r;
+    record(chain);
+    return {ids.begin(), ids.begin() + long(std::min(found, ids.size()))};
+  }
+  void release(std::span<const int32_t> ids) override { released.assign(ids.begin(), ids.end()); }
+  uint64_t publish(std::span<const SharedKvBlock> blocks) override {
+    for (const SharedKvBlock& b : blocks)
+      published.push_back({b.block, b.key, b.parent, {b.tokens.begin(), b.tokens.end()}});
+    return blocks.size();
+  }
+  std::vector<int32_t> withdraw(std::span<const int32_t> own) override {
+    std::vector<int32_t> free;
+    for (int32_t b : own)
+      if (b % 2 == 0) free.push_back(b);
+    return free;
+  }
+
+  struct Published {
+    int32_t block;
+    BlockKey key, parent;
+    std::vector<int32_t> tokens;
+  };
+  size_t found = 0;
+  BlockKey domain, root;
+  std::vector<std::pair<BlockKey, std::vector<int32_t>>> links;
+  std::vector<int32_t> released;
+  std::vector<Published> published;
+
+ private:
+  void record(std::span<const SharedKvLink> chain) {
+    links.clear();
+    for (const SharedKvLink& l : chain)
+      links.push_back({l.key, {l.tokens.begin(), l.tokens.end()}});
+  }
+};
+
+// Every SharedKv call crosses the channel whole: keys in full 64-bit range, tokens, ids and
+// counts (the leader's RemoteKvMemory sends these, the follower answers with its pool).
+TEST(RankChannel, KvShareCallsRoundTripToAFollowersPool) {
+  RecordingSharedKv pool;
+  const BlockKey big{~uint64_t(0), uint64_t(1) << 63}, parent{5, 6};
+  const std::vector<int32_t> t1 = {1, 2, 3}, t2 = {4, 5, 6};
+  const std::vector<SharedKvLink> chain = {{big, t1}, {parent, t2}};
+
+  EXPECT_EQ(message_type(answer_kv_share(pool, kv_share_domain_message(big))), "kv_shared");
+  EXPECT_EQ(pool.domain, big);
+  pool.found = 1;
+  const std::vector<int32_t> ids = {70, 71};
+  EXPECT_EQ(parse_kv_shared_ids(answer_kv_share(pool, kv_share_find_message(parent, chain, ids))),
+            std::vector<int32_t>{70});
+  EXPECT_EQ(pool.root, parent);
+  ASSERT_EQ(pool.links.size(), 2u);
+  EXPECT_EQ(pool.links[0].first, big);
+  EXPECT_EQ(pool.links[1].second, t2);
+  pool.found = 2;
+  EXPECT_EQ(parse_kv_shared_ids(answer_kv_share(pool, kv_share_find_message(parent, chain, {}))),
+            (std::vector<int32_t>{100, 101}));  // no ids: a plain find
+
+  answer_kv_share(pool, kv_share_release_message(ids));
+  EXPECT_EQ(pool.released, ids);
+  const std::vector<SharedKvBlock> blocks = {{3, big, parent, t1}, {4, parent, big, t2}};
+  EXPECT_EQ(parse_kv_shared_count(answer_kv_share(pool, kv_share_publish_message(blocks))), 2u);
+  ASSERT_EQ(pool.published.size(), 2u);
+  EXPECT_EQ(pool.published[0].block, 3);
+  EXPECT_EQ(pool.published[0].key, big);
+  EXPECT_EQ(pool.published[1].parent, big);
+  EXPECT_EQ(pool.published[1].tokens, t2);
+  const std::vector<int32_t> own = {2, 3, 4};
+  EXPECT_EQ(parse_kv_shared_ids(answer_kv_share(pool, kv_share_withdraw_message(own))),
+            (std::vector<int32_t>{2, 4}));
+}
+
+TEST(RankChannel, RefusesKvShareMessagesThatDoNotSayWhatTheyMean) {
+  RecordingSharedKv pool;
+  const std::vector<int32_t> t = {1};
+  const std::vector<SharedKvLink> chain = {{{1, 2}, t}};
+  const std::vector<int32_t> one = {70};
+  const auto error = [&](json m) { return test::error_of([&] { answer_kv_share(pool, m); }); };
+  json m = kv_share_find_message({1, 2}, chain, one);
+  m["ids"] = json::array({70, 71});
+  EXPECT_NE(error(m).find("one id per link"), std::string::npos);
+  m = kv_share_domain_message({1, 2});
+  m["domain"] = json::array({1, -2});
+  EXPECT_NE(error(m).find("\"domain\" must be a key"), std::string::npos);
+  m["op"] = "grow";
+  EXPECT_NE(error(m).find("\"op\" must be"), std::string::npos);
+  m = kv_share_publish_message({});
+  m["blocks"] = json::array({1});
+  EXPECT_NE(error(m).find("not an object"), std::string::npos);
+  EXPECT_NE(error(stop_message()).find("expected a kv_share"), std::string::npos);
+  EXPECT_NE(test::error_of([] {
+              parse_kv_shared_ids({{"type", "kv"}});
+            }).find("kv_shared"),
+            std::string::npos);
+
+  // The hello says whether a follower's pool shares; only a leased one can.
+  TpHello h = cuda_hello();
+  h.backend = "cpu";
+  h.model_dir.clear();
+  h.server_socket = "/tmp/hearth/sock";
+  h.model_name = "m";
+  h.kv_leased = true;
+  h.kv_shared = true;
+  EXPECT_TRUE(parse_hello(hello_message(h)).kv_shared);
+  json hello = hello_message(h);
+  hello["kv_leased"] = false;
+  EXPECT_NE(test::error_of([&] { parse_hello(hello); }).find("unleased"), std::string::npos);
+  // A pool's state names its foreign ids, past its own.
+  const TpKvState state{8, 64, 8, 1, 4096, 8 * 4096, 64, 64};
+  EXPECT_EQ(parse_kv_state(kv_state_json(state)).foreign_blocks, 64);
+  json overlap = kv_state_json(state);
+  overlap["foreign_first"] = 32;
+  EXPECT_NE(test::error_of([&] { parse_kv_state(overlap); }).find("overlap"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace hearth

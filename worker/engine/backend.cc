@@ -6,6 +6,15 @@
 
 namespace hearth {
 
+KvPoolShape leased_kv_pool(int block_size, KvMemory& memory) {
+  KvPoolShape shape{block_size, memory.blocks()};
+  if (const SharedKv* shared = memory.shared()) {
+    shape.foreign_first = shared->first_foreign_block();
+    shape.foreign_blocks = shared->foreign_capacity();
+  }
+  return shape;
+}
+
 std::vector<SampleResult> Backend::sample(std::span<const SampleRequest> requests) {
   std::vector<SampleResult> results;
   results.reserve(requests.size());

@@ -36,6 +36,11 @@ struct KvPoolShape {
   }
 };
 
+// The view of a pool in `memory` (a leased one) with blocks of `block_size` positions: the blocks
+// it holds now, and, when it shares prefix KV, the ids other workers' blocks are mapped at (read
+// only, past the pool's own, so a backend addresses them like its own: base + id * block bytes).
+KvPoolShape leased_kv_pool(int block_size, KvMemory& memory);
+
 // One sequence's share of a forward pass.
 struct ForwardEntry {
   std::span<const int32_t> tokens;  // this step's tokens (at least one)

@@ -143,16 +143,9 @@ CpuBackend::CpuBackend(std::shared_ptr<const WeightStore> store, int context_len
 }
 
 KvPoolShape CpuBackend::kv_pool() const {
-  if (!memory_) return kv_;
-  KvPoolShape shape{kv_.block_size, memory_->blocks()};
-  // Other workers' blocks are mapped read-only into the same range past the pool's own, so
-  // k_slot/v_slot address them like own blocks (base + id * block bytes): the view only has to
-  // admit their ids. The CUDA batch backend's view follows the same pattern over its range.
-  if (const SharedKv* shared = memory_->shared()) {
-    shape.foreign_first = shared->first_foreign_block();
-    shape.foreign_blocks = shared->foreign_capacity();
-  }
-  return shape;
+  // Other workers' blocks sit in the same range past the pool's own: k_slot/v_slot address them
+  // like own blocks, so the view only has to admit their ids.
+  return memory_ ? leased_kv_pool(kv_.block_size, *memory_) : kv_;
 }
 
 std::byte* CpuBackend::pool() const {

@@ -69,18 +69,12 @@ CudaKvPool::CudaKvPool(const ModelConfig& c, const EngineOptions& options, int c
 }
 
 KvPoolShape CudaKvPool::shape() const {
-  if (!memory_) return shape_;
-  KvPoolShape shape{shape_.block_size, memory_->blocks()};
   // As the CPU backend's view: other workers' chunks are mapped read-only into the same
   // reserved range past the pool's own, so k(layer) / v(layer) + id * block_stride() address
-  // their blocks like own ones and captured decode graphs stay valid (the range never moves):
-  // the view only has to admit their ids. A kernel write there would fault (read-only device
-  // access); check_batch refuses a table that would ask for one.
-  if (const SharedKv* shared = memory_->shared()) {
-    shape.foreign_first = shared->first_foreign_block();
-    shape.foreign_blocks = shared->foreign_capacity();
-  }
-  return shape;
+  // their blocks like own ones and captured decode graphs stay valid (the range never moves).
+  // A kernel write there would fault (read-only device access); check_batch refuses a table
+  // that would ask for one.
+  return memory_ ? leased_kv_pool(shape_.block_size, *memory_) : shape_;
 }
 
 void CudaKvPool::prepare(cudaStream_t stream) {

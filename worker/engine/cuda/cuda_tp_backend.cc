@@ -138,15 +138,9 @@ void CudaTpBackend::build(const std::vector<int>& devices,
 }
 
 KvPoolShape CudaTpBackend::kv_pool() const {
-  if (!leased_) return kv_shape_;
-  KvPoolShape shape{kv_shape_.block_size, leased_->blocks()};
   // Other workers' blocks sit past every rank's own at the same ids (RankedKvMemory finds
-  // them so), read-only on each rank's GPU: the view only has to admit their ids.
-  if (const SharedKv* shared = leased_->shared()) {
-    shape.foreign_first = shared->first_foreign_block();
-    shape.foreign_blocks = shared->foreign_capacity();
-  }
-  return shape;
+  // them so), read-only on each rank's GPU.
+  return leased_ ? leased_kv_pool(kv_shape_.block_size, *leased_) : kv_shape_;
 }
 
 CudaTpBackend::~CudaTpBackend() {

@@ -44,9 +44,9 @@ SharedKvBlocks::~SharedKvBlocks() {
   if (own_range_) {
     own_range_.reset();
   } else {
-    for (const auto& [id, slot] : slots_) {
+    for (const auto& [id, mapped] : slots_) {
       try {
-        range_->unmap(first_offset_ + uint64_t(slot) * chunk_bytes_, chunk_bytes_);
+        range_->unmap(first_offset_ + uint64_t(mapped.slot) * chunk_bytes_, chunk_bytes_);
       } catch (const std::exception&) {
       }
     }
@@ -134,12 +134,12 @@ std::vector<SharedKvBlocks::Found> SharedKvBlocks::lookup(
                               reply.fds[fd->second].get(), chunk_bytes_,
                               "shared KV chunk " + std::to_string(place.chunk));
         slot_taken_[size_t(s)] = true;
-        slot = slots_.emplace(place.chunk, s).first;
+        slot = slots_.emplace(place.chunk, Mapped{s}).first;
         ++chunk_maps_;
       }
-      last_use_[place.chunk] = lookups_;
+      slot->second.last_use = lookups_;
       found.push_back({place, range_->base() + first_offset_ +
-                                  uint64_t(slot->second) * chunk_bytes_ + place.offset});
+                                  uint64_t(slot->second.slot) * chunk_bytes_ + place.offset});
     }
   } catch (const std::exception&) {
     try {
@@ -156,12 +156,12 @@ std::vector<SharedKvBlocks::Found> SharedKvBlocks::lookup(
 std::vector<uint64_t> SharedKvBlocks::mapped_to_name() const {
   std::vector<uint64_t> named;
   if (slots_.size() <= mapped_named_at_most_) {
-    for (const auto& [id, slot] : slots_) named.push_back(id);
+    for (const auto& [id, mapped] : slots_) named.push_back(id);
     return named;
   }
   std::vector<std::pair<uint64_t, uint64_t>> by_use;  // (last use, chunk), most recent first
-  by_use.reserve(last_use_.size());
-  for (const auto& [id, use] : last_use_) by_use.emplace_back(use, id);
+  by_use.reserve(slots_.size());
+  for (const auto& [id, mapped] : slots_) by_use.emplace_back(mapped.last_use, id);
   std::ranges::nth_element(by_use, by_use.begin() + long(mapped_named_at_most_), std::greater<>());
   for (size_t i = 0; i < mapped_named_at_most_; ++i) named.push_back(by_use[i].second);
   return named;

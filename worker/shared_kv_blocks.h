@@ -105,8 +105,11 @@ class SharedKvBlocks {
   // The lowest slot no chunk holds, or kNoSlot when all are taken.
   int free_slot() const;
 
-  std::map<uint64_t, int> slots_;          // foreign chunk id -> its slot in range_
-  std::map<uint64_t, uint64_t> last_use_;  // foreign chunk id -> the lookup that last found it
+  struct Mapped {
+    int slot = 0;           // in range_
+    uint64_t last_use = 0;  // the lookup that last found a block in it
+  };
+  std::map<uint64_t, Mapped> slots_;  // foreign chunk id -> where it is mapped
   size_t mapped_named_at_most_ = kMappedNamedAtMost;
   std::vector<bool> slot_taken_;                            // max_chunks_ of them
   std::map<std::pair<uint64_t, uint64_t>, uint64_t> held_;  // place -> references held

@@ -179,10 +179,26 @@ void SharedKvBlocks::unref(std::span<const ipc::WirePlace> places) {
     const size_t n = std::min(ipc::kMaxKvShareBlocks, places.size() - at);
     server_->call(ipc::op::kKvUnref, ipc::make_kv_places_args(places.subspan(at, n)));
   }
+  std::vector<uint64_t> touched;
   for (const ipc::WirePlace& place : places) {
     auto it = held_.find({place.chunk, place.offset});
     if (it != held_.end() && --it->second == 0) held_.erase(it);
     --references_;
+    if (touched.empty() || touched.back() != place.chunk) touched.push_back(place.chunk);
+  }
+  unmap_unreferenced(touched);
+}
+
+void SharedKvBlocks::unmap_unreferenced(const std::vector<uint64_t>& chunks) {
+  for (uint64_t chunk : chunks) {
+    const auto mapped = slots_.find(chunk);
+    if (mapped == slots_.end()) continue;  // own, or unmapped already
+    const auto held = held_.lower_bound({chunk, 0});
+    if (held != held_.end() && held->first.first == chunk) continue;
+    range_->unmap(first_offset_ + uint64_t(mapped->second.slot) * chunk_bytes_, chunk_bytes_);
+    slot_taken_[size_t(mapped->second.slot)] = false;
+    slots_.erase(mapped);
+    ++chunk_unmaps_;
   }
 }
 

@@ -7,8 +7,11 @@
 //
 // Foreign chunks are mapped read-only (KvChunkRange::map_read_only, from the read-only
 // descriptor the server passes) into a range of their own, a chunk a slot (the lowest free one,
-// or one the caller picks), never unmapped while this object lives (chunks are few and the
-// range is only address space).
+// or one the caller picks), and only while this worker holds a reference to a block in them:
+// the last unref unmaps the chunk. A mapping keeps a chunk's memory alive (a memfd's pages, a
+// VMM allocation) after the server lets it go, and the server evicts any orphaned chunk nobody
+// references, so a mapping kept past its references would make that eviction free nothing;
+// it would also keep its slot from a chunk found later.
 // On the GPU the same shape holds with a VMM range; this class is the CPU backend's (memfd).
 #pragma once
 
@@ -72,7 +75,9 @@ class SharedKvBlocks {
   std::vector<Found> lookup(const ipc::WireKey& root, std::span<const ipc::KvLookupLink> chain,
                             const std::function<bool(uint64_t chunk)>& is_own = {},
                             const SlotChoice& choose = {});
-  // Drops one reference per place (as many as lookups returned it).
+  // Drops one reference per place (as many as lookups returned it); a foreign chunk left with
+  // none is unmapped. Call it only once nothing reads those blocks any more (on the GPU: after
+  // the step that read them finished).
   void unref(std::span<const ipc::WirePlace> places);
   // Asks to write own published blocks again; returns the indexes of `places` now free to write.
   std::vector<size_t> withdraw(std::span<const ipc::WirePlace> places);
@@ -88,10 +93,11 @@ class SharedKvBlocks {
 
   uint64_t references() const { return references_; }
   int mapped_chunks() const { return int(slots_.size()); }
-  // Lookups asked of the server, and foreign chunks mapped so far (each at most once: a chunk
-  // stays mapped while this object lives, and later lookups name it as mapped).
+  // Lookups asked of the server, foreign chunks mapped so far (a chunk still mapped is named
+  // in later lookups and not mapped again) and unmapped so far (their last reference went).
   uint64_t lookups() const { return lookups_; }
   uint64_t chunk_maps() const { return chunk_maps_; }
+  uint64_t chunk_unmaps() const { return chunk_unmaps_; }
 
  private:
   std::shared_ptr<ipc::Client> server_;
@@ -104,6 +110,8 @@ class SharedKvBlocks {
   uint64_t first_offset_ = 0;
   // The lowest slot no chunk holds, or kNoSlot when all are taken.
   int free_slot() const;
+  // Unmaps each of `chunks` that is mapped here and holds none of this worker's references.
+  void unmap_unreferenced(const std::vector<uint64_t>& chunks);
 
   struct Mapped {
     int slot = 0;           // in range_
@@ -114,7 +122,7 @@ class SharedKvBlocks {
   std::vector<bool> slot_taken_;                            // max_chunks_ of them
   std::map<std::pair<uint64_t, uint64_t>, uint64_t> held_;  // place -> references held
   uint64_t references_ = 0;
-  uint64_t lookups_ = 0, chunk_maps_ = 0;
+  uint64_t lookups_ = 0, chunk_maps_ = 0, chunk_unmaps_ = 0;
 };
 
 }  // namespace hearth

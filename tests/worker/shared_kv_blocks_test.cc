@@ -202,7 +202,8 @@ TEST_F(SharedKvBlocksTest, WorkerBReadsTheBlockWorkerAComputedThroughAReadOnlyMa
 
 // A worker that has mapped more chunks than a lookup may name (the protocol caps the list; 2
 // here) names the most recently used; a chunk left out comes back with a descriptor, which is
-// closed unused: its block is read where it is mapped already, and nothing is mapped twice.
+// closed unused: its block is read where it is mapped already (its reference is still held, so
+// it is), and nothing is mapped twice.
 TEST_F(SharedKvBlocksTest, ALookupNamesTheMostRecentlyUsedChunksAndReusesOnesLeftOut) {
   test::InProcessServer server({}, model_dir_.path(), nullptr, 64 * kMiB, 0.5);
   auto a_server = connect(server.socket());
@@ -232,8 +233,6 @@ TEST_F(SharedKvBlocksTest, ALookupNamesTheMostRecentlyUsedChunksAndReusesOnesLef
     ASSERT_EQ(found.size(), 1u);
     first_seen.push_back(found[0].data);
     chunk_ids.push_back(found[0].place.chunk);
-    const std::vector<ipc::WirePlace> place{found[0].place};
-    b.unref(place);
   }
   ASSERT_EQ(b.chunk_maps(), 3u);
 
@@ -247,6 +246,79 @@ TEST_F(SharedKvBlocksTest, ALookupNamesTheMostRecentlyUsedChunksAndReusesOnesLef
   EXPECT_EQ(std::memcmp(again[0].data, bytes[0].data(), kBlock), 0);
   EXPECT_EQ(b.chunk_maps(), 3u);
   EXPECT_EQ(b.mapped_chunks(), 3);
+  EXPECT_EQ(b.references(), 4u);
+}
+
+// A foreign chunk stays mapped exactly while a reference into it is held: the last unref unmaps
+// it (the range is reserved address space there again), so a chunk the server evicts once
+// nobody references it is not kept alive by a reader's mapping. Found again, it is mapped again
+// and reads the same bytes.
+TEST_F(SharedKvBlocksTest, AForeignChunkIsUnmappedWithItsLastReference) {
+  test::InProcessServer server({}, model_dir_.path(), nullptr, 64 * kMiB, 0.5);
+  auto a_server = connect(server.socket());
+  LeasedKvMemory a_pool(a_server, kBlock, 8, 8);
+  SharedKvBlocks a(a_server, kDomain, kBlock, 4);
+  SharedKvBlocks b(connect(server.socket()), kDomain, kBlock, 4);
+  std::vector<std::byte> bytes(static_cast<size_t>(kBlock));
+  for (std::byte& x : bytes) x = std::byte(rng_());
+  std::memcpy(a_pool.base() + 2 * kBlock, bytes.data(), bytes.size());
+  ipc::KvLookupLink link{{rng_(), rng_()}, std::vector<int32_t>(16)};
+  for (int32_t& t : link.tokens) t = int32_t(rng_() % 1000);
+  const std::vector<ipc::KvPublishBlock> block{
+      {a_pool.place_of_block(2), link.key, kRoot, link.tokens}};
+  ASSERT_EQ(a.publish(block), 1u);
+  const std::vector<ipc::KvLookupLink> chain{link};
+
+  // Two sequences hold the block; the first to let go leaves the chunk mapped.
+  const std::vector<SharedKvBlocks::Found> first = b.lookup(kRoot, chain);
+  const std::vector<SharedKvBlocks::Found> second = b.lookup(kRoot, chain);
+  ASSERT_EQ(first.size(), 1u);
+  ASSERT_EQ(second.size(), 1u);
+  ASSERT_EQ(first[0].data, second[0].data);
+  const std::vector<ipc::WirePlace> place{first[0].place};
+  b.unref(place);
+  EXPECT_EQ(b.mapped_chunks(), 1);
+  EXPECT_EQ(permissions_at(first[0].data), "r--s");
+  b.unref(place);
+  EXPECT_EQ(b.references(), 0u);
+  EXPECT_EQ(b.mapped_chunks(), 0);
+  EXPECT_EQ(b.chunk_unmaps(), 1u);
+  EXPECT_EQ(permissions_at(first[0].data), "---p");
+
+  const std::vector<SharedKvBlocks::Found> again = b.lookup(kRoot, chain);
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(b.chunk_maps(), 2u);
+  EXPECT_EQ(std::memcmp(again[0].data, bytes.data(), kBlock), 0);
+}
+
+// Over its life a worker finds blocks in more distinct chunks than it has slots for: a slot
+// whose chunk lost its last reference takes the next chunk (with every slot kept mapped, this
+// lookup found nothing).
+TEST_F(SharedKvBlocksTest, ASlotFreedByTheLastUnrefTakesTheNextChunk) {
+  test::InProcessServer server({}, model_dir_.path(), nullptr, 64 * kMiB, 0.5);
+  auto a_server = connect(server.socket());
+  LeasedKvMemory a_pool(a_server, kBlock, 16, 16);  // two chunks of eight blocks
+  SharedKvBlocks a(a_server, kDomain, kBlock, 4);
+  SharedKvBlocks b(connect(server.socket()), kDomain, kBlock, 1);  // one slot
+  std::vector<std::vector<ipc::KvLookupLink>> chains;
+  for (int c = 0; c < 2; ++c) {
+    ipc::KvLookupLink link{{rng_(), rng_()}, std::vector<int32_t>(16)};
+    for (int32_t& t : link.tokens) t = int32_t(rng_() % 1000);
+    const std::vector<ipc::KvPublishBlock> block{
+        {a_pool.place_of_block(8 * c), link.key, kRoot, link.tokens}};
+    ASSERT_EQ(a.publish(block), 1u);
+    chains.push_back({link});
+  }
+  const std::vector<SharedKvBlocks::Found> x = b.lookup(kRoot, chains[0]);
+  ASSERT_EQ(x.size(), 1u);
+  EXPECT_TRUE(b.lookup(kRoot, chains[1]).empty());  // the one slot is X's while it is held
+  const std::vector<ipc::WirePlace> x_place{x[0].place};
+  b.unref(x_place);
+  const std::vector<SharedKvBlocks::Found> y = b.lookup(kRoot, chains[1]);
+  ASSERT_EQ(y.size(), 1u);
+  EXPECT_NE(y[0].place.chunk, x[0].place.chunk);
+  EXPECT_EQ(y[0].data, x[0].data);  // the same slot
+  EXPECT_EQ(b.references(), 1u);
 }
 
 TEST_F(SharedKvBlocksTest, AWorkerThatGoesDropsItsReferences) {

@@ -300,8 +300,7 @@ int run(int argc, char** argv) {
     // own (address space only), mapped read-only (memfd PROT_READ, VMM read-only device
     // access). The engine sets the cache domain once it exists. The per-rank pools of a
     // sharded model share rank by rank (RankedKvMemory: a block counts where every rank found
-    // it), CPU rank processes too (their followers' pools answer over the rank channel). GPU
-    // rank processes do not share yet: their leader never asks its followers to.
+    // it), rank processes too (their followers' pools answer over the rank channel).
     const bool share = profile.engine.kv_share && profile.engine.prefix_cache;
     leased_kv = hearth::make_leased_kv_factory(model.server, served_devices, on_gpu, share);
   }

@@ -230,6 +230,41 @@ TEST(SharedKvVmmProcess, TensorParallelWorkersShareThePrefixOnEveryRanksGpu) {
   EXPECT_EQ(a.tokens, alone.tokens);
 }
 
+// GPU rank processes (rank 1 in a hearth-tp-follower) share as the in-process ranks do: the
+// follower leases a sharing pool and answers the leader's kv_share messages, so a processes
+// worker publishes both ranks' pieces, an in-process worker finds them, and a second processes
+// worker finds the prefix on both ranks; every one's tokens and logprobs are those of a TP=2
+// worker that shares nothing.
+TEST(SharedKvVmmProcess, TensorParallelRankProcessesShareThePrefixOnEveryRanksGpu) {
+  REQUIRE_GPU();
+  if (vmm_device_count() < 2)
+    GTEST_SKIP() << "needs 2 GPUs, this machine has " << vmm_device_count();
+  test::ServerProcess server({"--backend", "vmm", "--model",
+                              test::tiny_model_dir().string() + ":tiny", "--tensor-parallel", "2"});
+  test::TempDir dir;
+  const std::vector<std::string> processes{"--set", "tensor_parallel=2", "--set",
+                                           "tensor_parallel_processes=true"};
+  const test::Stream a = run_served(server, dir, processes);
+  ASSERT_FALSE(a.tokens.empty()) << server.log();
+  const int shareable = (a.done.at("prompt_tokens").get<int>() - 1) / 16 * 16;
+  ASSERT_GE(shareable, 64) << a.done.dump();
+  // Rank 1's pieces too: published by the follower's pool.
+  EXPECT_GE(server.stats()["kv_share"]["blocks"].get<int>(), 2 * shareable / 16)
+      << server.stats().dump();
+
+  const test::Stream in_process = run_served(server, dir, {"--set", "tensor_parallel=2"});
+  EXPECT_EQ(in_process.done["cached_tokens"], shareable) << in_process.done.dump();
+  const test::Stream b = run_served(server, dir, processes);
+  EXPECT_EQ(b.done["cached_tokens"], shareable) << b.done.dump();
+  const test::Stream alone =
+      run_served(server, dir, {"--set", "tensor_parallel=2", "--set", "kv_share=false"});
+  EXPECT_EQ(alone.done["cached_tokens"], 0) << alone.done.dump();
+  ASSERT_EQ(alone.tokens.size(), 24u);
+  EXPECT_EQ(a.tokens, alone.tokens);
+  EXPECT_EQ(in_process.tokens, alone.tokens) << "tokens or logprobs differ with the prefix shared";
+  EXPECT_EQ(b.tokens, alone.tokens) << "tokens or logprobs differ with the prefix shared";
+}
+
 // A served CUDA worker SIGKILLed while it generates (read, so its engine is stepping): its lease
 // returns as its connection closes (but for chunks holding blocks it published, which the
 // server keeps as its own), and a worker generating beside it keeps the tokens it gets alone.

@@ -82,6 +82,8 @@ class CudaProcessTpBackend final : public Backend {
     hello.kv_cache_dtype = std::string(option_name(options.kv_cache_dtype));
     hello.backend = "cuda";
     hello.kv_leased = leased;
+    // Rank 0's pool shares (the worker's kv_share): every follower's does too.
+    hello.kv_shared = leased && rank_->kv_memory()->shared();
     Profile engine;
     engine.engine = options;
     hello.engine = profile_to_json(engine);
@@ -123,7 +125,7 @@ class CudaProcessTpBackend final : public Backend {
   int vocab_size() const override { return c_.vocab; }
   KvPoolShape kv_pool() const override {
     if (!leased_) return rank_->kv_pool();
-    return {rank_->kv_pool().block_size, leased_->blocks()};
+    return leased_kv_pool(rank_->kv_pool().block_size, *leased_);
   }
   KvMemory* kv_memory() override { return leased_.get(); }
   int max_sequences() const override { return rank_->limits().max_seqs; }
@@ -279,10 +281,9 @@ void serve_cuda_follower(int channel, const TpHello& hello, std::vector<UniqueFd
       if (at < 0)
         throw std::runtime_error(
             "the leader leases its KV pool on a GPU, but this rank's pieces are host memory");
-      // GPU rank processes do not share prefix blocks yet (their leader never asks).
-      if (hello.kv_shared)
-        throw std::runtime_error("GPU tensor-parallel rank processes do not share prefix KV yet");
-      lease = kv_lease ? kv_lease(false) : nullptr;
+      // Shared when rank 0's pool shares: then every rank's does, rank by rank
+      // (ranked_kv_memory.h), this one answering the leader's kv_share messages below.
+      lease = kv_lease ? kv_lease(hello.kv_shared) : nullptr;
       if (!lease) throw std::runtime_error("this rank cannot lease its KV pool from the server");
     }
   }
@@ -322,6 +323,15 @@ void serve_cuda_follower(int channel, const TpHello& hello, std::vector<UniqueFd
       if (!lease) throw std::runtime_error("a \"" + type + "\" for a pool that is not leased");
       HEARTH_CUDA_CHECK(cudaStreamSynchronize(rank.stream()));
       ipc::send_frame(channel, answer_kv_resize(*rank.kv_memory(), frame->body));
+      continue;
+    }
+    if (type == "kv_share") {
+      // Between steps. The last one's kernels are done first: a block published is one they
+      // wrote, a chunk a release unmaps is one they read.
+      SharedKv* shared = lease ? rank.kv_memory()->shared() : nullptr;
+      if (!shared) throw std::runtime_error("a \"kv_share\" for a pool that does not share");
+      HEARTH_CUDA_CHECK(cudaStreamSynchronize(rank.stream()));
+      ipc::send_frame(channel, answer_kv_share(*shared, frame->body));
       continue;
     }
     const StepPlan plan = parse_forward(frame->body);

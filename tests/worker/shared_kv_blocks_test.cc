@@ -153,6 +153,23 @@ class SharedKvBlocksTest : public ::testing::Test {
     return t;
   }
 
+  // Fills `pool`'s block `block` with random bytes (returned in `bytes` when asked) and
+  // publishes it through `a` as the one link of a chain from kRoot.
+  std::vector<ipc::KvLookupLink> publish_random_block(SharedKvBlocks& a, LeasedKvMemory& pool,
+                                                      int block,
+                                                      std::vector<std::byte>* bytes = nullptr) {
+    std::vector<std::byte> fill(static_cast<size_t>(kBlock));
+    for (std::byte& x : fill) x = std::byte(rng_());
+    std::memcpy(pool.base() + int64_t(block) * kBlock, fill.data(), fill.size());
+    ipc::KvLookupLink link{{rng_(), rng_()}, std::vector<int32_t>(16)};
+    for (int32_t& t : link.tokens) t = int32_t(rng_() % 1000);
+    const std::vector<ipc::KvPublishBlock> published{
+        {pool.place_of_block(block), link.key, kRoot, link.tokens}};
+    EXPECT_EQ(a.publish(published), 1u);
+    if (bytes) *bytes = std::move(fill);
+    return {link};
+  }
+
   test::TempDir model_dir_;
   std::mt19937_64 rng_{std::random_device{}()};
 };
@@ -214,18 +231,9 @@ TEST_F(SharedKvBlocksTest, ALookupNamesTheMostRecentlyUsedChunksAndReusesOnesLef
 
   // One block in each of A's chunks, each the first link of a chain of its own.
   std::vector<std::vector<ipc::KvLookupLink>> chains;
-  std::vector<std::vector<std::byte>> bytes;
-  for (int c = 0; c < 3; ++c) {
-    bytes.emplace_back(static_cast<size_t>(kBlock));
-    for (std::byte& x : bytes.back()) x = std::byte(rng_());
-    std::memcpy(a_pool.base() + 8 * c * kBlock, bytes.back().data(), kBlock);
-    ipc::KvLookupLink link{{rng_(), rng_()}, std::vector<int32_t>(16)};
-    for (int32_t& t : link.tokens) t = int32_t(rng_() % 1000);
-    const std::vector<ipc::KvPublishBlock> block{
-        {a_pool.place_of_block(8 * c), link.key, kRoot, link.tokens}};
-    ASSERT_EQ(a.publish(block), 1u);
-    chains.push_back({link});
-  }
+  std::vector<std::vector<std::byte>> bytes(3);
+  for (int c = 0; c < 3; ++c)
+    chains.push_back(publish_random_block(a, a_pool, 8 * c, &bytes[size_t(c)]));
   std::vector<const std::byte*> first_seen;
   std::vector<uint64_t> chunk_ids;
   for (int c = 0; c < 3; ++c) {
@@ -259,15 +267,8 @@ TEST_F(SharedKvBlocksTest, AForeignChunkIsUnmappedWithItsLastReference) {
   LeasedKvMemory a_pool(a_server, kBlock, 8, 8);
   SharedKvBlocks a(a_server, kDomain, kBlock, 4);
   SharedKvBlocks b(connect(server.socket()), kDomain, kBlock, 4);
-  std::vector<std::byte> bytes(static_cast<size_t>(kBlock));
-  for (std::byte& x : bytes) x = std::byte(rng_());
-  std::memcpy(a_pool.base() + 2 * kBlock, bytes.data(), bytes.size());
-  ipc::KvLookupLink link{{rng_(), rng_()}, std::vector<int32_t>(16)};
-  for (int32_t& t : link.tokens) t = int32_t(rng_() % 1000);
-  const std::vector<ipc::KvPublishBlock> block{
-      {a_pool.place_of_block(2), link.key, kRoot, link.tokens}};
-  ASSERT_EQ(a.publish(block), 1u);
-  const std::vector<ipc::KvLookupLink> chain{link};
+  std::vector<std::byte> bytes;
+  const std::vector<ipc::KvLookupLink> chain = publish_random_block(a, a_pool, 2, &bytes);
 
   // Two sequences hold the block; the first to let go leaves the chunk mapped.
   const std::vector<SharedKvBlocks::Found> first = b.lookup(kRoot, chain);
@@ -301,14 +302,7 @@ TEST_F(SharedKvBlocksTest, ASlotFreedByTheLastUnrefTakesTheNextChunk) {
   SharedKvBlocks a(a_server, kDomain, kBlock, 4);
   SharedKvBlocks b(connect(server.socket()), kDomain, kBlock, 1);  // one slot
   std::vector<std::vector<ipc::KvLookupLink>> chains;
-  for (int c = 0; c < 2; ++c) {
-    ipc::KvLookupLink link{{rng_(), rng_()}, std::vector<int32_t>(16)};
-    for (int32_t& t : link.tokens) t = int32_t(rng_() % 1000);
-    const std::vector<ipc::KvPublishBlock> block{
-        {a_pool.place_of_block(8 * c), link.key, kRoot, link.tokens}};
-    ASSERT_EQ(a.publish(block), 1u);
-    chains.push_back({link});
-  }
+  for (int c = 0; c < 2; ++c) chains.push_back(publish_random_block(a, a_pool, 8 * c));
   const std::vector<SharedKvBlocks::Found> x = b.lookup(kRoot, chains[0]);
   ASSERT_EQ(x.size(), 1u);
   EXPECT_TRUE(b.lookup(kRoot, chains[1]).empty());  // the one slot is X's while it is held

@@ -206,6 +206,26 @@ TEST(SharedKvVmmProcess, WorkerBReadsThePrefixWorkerAComputedWithTheSameTokens) 
 // publishes its heads' pieces on its own GPU, B finds every full block of the prompt on both
 // ranks (each mapped read-only on its GPU at rank 0's block ids), and its tokens and logprobs
 // are those of a TP=2 worker with kv_share off.
+// The first TP=2 worker on a `--tensor-parallel 2` server: its prompt's shareable tokens (every
+// full block but the one holding its last token), each block published by both ranks.
+int first_tp_worker_shares(test::ServerProcess& server, const test::Stream& a) {
+  EXPECT_FALSE(a.tokens.empty()) << server.log();
+  const int shareable = (a.done.at("prompt_tokens").get<int>() - 1) / 16 * 16;
+  EXPECT_GE(shareable, 64) << a.done.dump();
+  EXPECT_GE(server.stats()["kv_share"]["blocks"].get<int>(), 2 * shareable / 16)
+      << server.stats().dump();
+  return shareable;
+}
+
+// A TP=2 worker that shares nothing (kv_share=false): it computes the whole prompt.
+test::Stream unshared_tp_worker(test::ServerProcess& server, const test::TempDir& dir) {
+  const test::Stream alone =
+      run_served(server, dir, {"--set", "tensor_parallel=2", "--set", "kv_share=false"});
+  EXPECT_EQ(alone.done["cached_tokens"], 0) << alone.done.dump();
+  EXPECT_EQ(alone.tokens.size(), 24u);
+  return alone;
+}
+
 TEST(SharedKvVmmProcess, TensorParallelWorkersShareThePrefixOnEveryRanksGpu) {
   REQUIRE_GPU();
   if (vmm_device_count() < 2)
@@ -214,18 +234,12 @@ TEST(SharedKvVmmProcess, TensorParallelWorkersShareThePrefixOnEveryRanksGpu) {
                               test::tiny_model_dir().string() + ":tiny", "--tensor-parallel", "2"});
   test::TempDir dir;
   const test::Stream a = run_served(server, dir, {"--set", "tensor_parallel=2"});
-  ASSERT_FALSE(a.tokens.empty()) << server.log();
-  const int shareable = (a.done.at("prompt_tokens").get<int>() - 1) / 16 * 16;
-  ASSERT_GE(shareable, 64) << a.done.dump();
-  EXPECT_GE(server.stats()["kv_share"]["blocks"].get<int>(), 2 * shareable / 16)
-      << server.stats().dump();
+  const int shareable = first_tp_worker_shares(server, a);
+  if (::testing::Test::HasFailure()) return;
 
   const test::Stream b = run_served(server, dir, {"--set", "tensor_parallel=2"});
   EXPECT_EQ(b.done["cached_tokens"], shareable) << b.done.dump();
-  const test::Stream alone =
-      run_served(server, dir, {"--set", "tensor_parallel=2", "--set", "kv_share=false"});
-  EXPECT_EQ(alone.done["cached_tokens"], 0) << alone.done.dump();
-  ASSERT_EQ(b.tokens.size(), 24u);
+  const test::Stream alone = unshared_tp_worker(server, dir);
   EXPECT_EQ(b.tokens, alone.tokens) << "tokens or logprobs differ with the prefix shared";
   EXPECT_EQ(a.tokens, alone.tokens);
 }
@@ -245,21 +259,15 @@ TEST(SharedKvVmmProcess, TensorParallelRankProcessesShareThePrefixOnEveryRanksGp
   const std::vector<std::string> processes{"--set", "tensor_parallel=2", "--set",
                                            "tensor_parallel_processes=true"};
   const test::Stream a = run_served(server, dir, processes);
-  ASSERT_FALSE(a.tokens.empty()) << server.log();
-  const int shareable = (a.done.at("prompt_tokens").get<int>() - 1) / 16 * 16;
-  ASSERT_GE(shareable, 64) << a.done.dump();
   // Rank 1's pieces too: published by the follower's pool.
-  EXPECT_GE(server.stats()["kv_share"]["blocks"].get<int>(), 2 * shareable / 16)
-      << server.stats().dump();
+  const int shareable = first_tp_worker_shares(server, a);
+  if (::testing::Test::HasFailure()) return;
 
   const test::Stream in_process = run_served(server, dir, {"--set", "tensor_parallel=2"});
   EXPECT_EQ(in_process.done["cached_tokens"], shareable) << in_process.done.dump();
   const test::Stream b = run_served(server, dir, processes);
   EXPECT_EQ(b.done["cached_tokens"], shareable) << b.done.dump();
-  const test::Stream alone =
-      run_served(server, dir, {"--set", "tensor_parallel=2", "--set", "kv_share=false"});
-  EXPECT_EQ(alone.done["cached_tokens"], 0) << alone.done.dump();
-  ASSERT_EQ(alone.tokens.size(), 24u);
+  const test::Stream alone = unshared_tp_worker(server, dir);
   EXPECT_EQ(a.tokens, alone.tokens);
   EXPECT_EQ(in_process.tokens, alone.tokens) << "tokens or logprobs differ with the prefix shared";
   EXPECT_EQ(b.tokens, alone.tokens) << "tokens or logprobs differ with the prefix shared";

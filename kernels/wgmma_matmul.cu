@@ -33,6 +33,7 @@
 #include "kernels/tma_pipeline.cuh"
 #include "kernels/tma_tensor_map.h"
 #include "kernels/wgmma.cuh"
+#include "kernels/wgmma_rs.cuh"
 
 namespace hearth::kernels {
 
@@ -77,10 +78,16 @@ using epilogue::StoreTarget;
 // 6 KB), and one block that waits, loads and frees a stage per box cannot stream more than
 // ~15 GB/s from one SM; kSub boxes per stage move kSub times the bytes per barrier round trip.
 // The wgmmas still run over K in ascending 16-wide steps, so the bits are those of kSub 1.
-template <int kRows, int kBN, int kStages, int kCluster, int kSub = 1>
+//
+// kRegA: A is read into registers (ldmatrix, each warp its 16 rows of the wgmma's 64) and the
+// wgmmas take it from there, so only W streams through the tensor cores' shared-memory reads;
+// a one-consumer tile's rows past BM load whatever follows, as above, and are never stored.
+template <int kRows, int kBN, int kStages, int kCluster, int kSub = 1, bool kRegA = false>
 struct Config {
   static constexpr int kConsumers = kRows > 64 ? kRows / 64 : 1;
   static constexpr int BM = kRows, BN = kBN, kThreads = 128 * (kConsumers + 1), kBoxes = kSub;
+  static constexpr bool kRegisterA = kRegA;
+  static_assert(!kRegA || kConsumers == 1, "register A: one consumer warpgroup");
   static constexpr int kABoxBytes = BM * kRowBytes, kBBoxBytes = BN * kRowBytes;
   static constexpr int kABytes = kABoxBytes * kSub, kBBytes = kBBoxBytes * kSub;
   static constexpr int kStageBytes = kABytes + kBBytes;
@@ -216,11 +223,27 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
           mbar_arrive(&empty[s]);
         }
       };
-      for (int kt = 0; kt < k_tiles; ++kt, ++it) {
+      // One stage: its wgmmas into acc (A from `frag` when kRegisterA), then the stage before
+      // it handed back. `frag` alternates between two sets, so the set a stage's wgmmas read
+      // is written again only after the wait that retires them.
+      constexpr int kSteps = C::kRegisterA ? kSub * (kBK / 16) : 1;
+      auto consume = [&](int kt, uint32_t(&frag)[kSteps][4]) {
         const int s = it % kStages;
         mbar_wait(&full[s], (it / kStages) & 1);
         const uint32_t a0 = smem_addr(a_smem + size_t(s) * C::kABytes + cw * 64 * kRowBytes);
         const uint32_t b0 = smem_addr(b_smem + size_t(s) * C::kBBytes);
+        if constexpr (C::kRegisterA) {
+          // The m16n8k16 A fragment of this warp's 16 rows (128-byte swizzled rows: chunk c of
+          // row r at c ^ r % 8), k16 step kk of box j.
+          const int row = warp * 16 + (lane & 15);
+#pragma unroll
+          for (int j = 0; j < kSub; ++j)
+#pragma unroll
+            for (int kk = 0; kk < kBK / 16; ++kk)
+              ldmatrix_x4(frag[j * (kBK / 16) + kk],
+                          a_smem + size_t(s) * C::kABytes + size_t(j) * C::kABoxBytes +
+                              row * kRowBytes + (((2 * kk + (lane >> 4)) ^ (row % 8)) * 16));
+        }
 #pragma unroll
         for (int i = 0; i < BN / 2; ++i) fence_register(acc[i]);
         wgmma_fence();
@@ -228,8 +251,12 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
         for (int j = 0; j < kSub; ++j) {  // K is a multiple of kSub boxes (wgmma_matmul)
           const uint32_t a = a0 + j * C::kABoxBytes, b = b0 + j * C::kBBoxBytes;
 #pragma unroll
-          for (int kk = 0; kk < kBK / 16; ++kk)
-            Wgmma<T, BN>::run(acc, smem_desc(a + kk * 32), smem_desc(b + kk * 32), 1);
+          for (int kk = 0; kk < kBK / 16; ++kk) {
+            if constexpr (C::kRegisterA)
+              WgmmaRs<T, BN, false>::run(acc, frag[j * (kBK / 16) + kk], smem_desc(b + kk * 32), 1);
+            else
+              Wgmma<T, BN>::run(acc, smem_desc(a + kk * 32), smem_desc(b + kk * 32), 1);
+          }
         }
         wgmma_commit();
 #pragma unroll
@@ -239,7 +266,15 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
           release(prev);
         }
         prev = s;
+        ++it;
+      };
+      uint32_t frag[2][kSteps][4];
+      int kt = 0;
+      for (; kt + 1 < k_tiles; kt += 2) {
+        consume(kt, frag[0]);
+        consume(kt + 1, frag[1]);
       }
+      if (kt < k_tiles) consume(kt, frag[0]);
       wgmma_wait<0>();
 #pragma unroll
       for (int i = 0; i < BN / 2; ++i) fence_register(acc[i]);
@@ -288,10 +323,11 @@ int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }
 
-template <typename T, int kRows, int kBN, int kStages, int kCluster, bool kSwiGLU, int kSub = 1>
+template <typename T, int kRows, int kBN, int kStages, int kCluster, bool kSwiGLU, int kSub = 1,
+          bool kRegA = false>
 void launch(Half type, const MatmulArgs& a, int64_t lda, const std::array<MatmulSegment, 3>& segs,
             Params p, cudaStream_t stream) {
-  using C = Config<kRows, kBN, kStages, kCluster, kSub>;
+  using C = Config<kRows, kBN, kStages, kCluster, kSub, kRegA>;
   static_assert(C::kSmemBytes <= 227 * 1024, "tile configuration exceeds shared memory");
   auto kernel = wgmma_matmul_kernel<T, C, kStages, kCluster, kSwiGLU>;
   cudaLaunchConfig_t config{};
@@ -376,6 +412,24 @@ void dispatch(Half type, WgmmaTiles tiles, const MatmulArgs& a, int64_t lda,
       return launch<T, 16, 32, 8, 1, kSwiGLU, 4>(type, a, lda, segs, p, stream);
     case WgmmaTiles::M16N48DeepK256:
       return launch<T, 16, 48, 6, 1, kSwiGLU, 4>(type, a, lda, segs, p, stream);
+    case WgmmaTiles::M16N32DeepK256RegA:
+      return launch<T, 16, 32, 8, 1, kSwiGLU, 4, true>(type, a, lda, segs, p, stream);
+    case WgmmaTiles::M16N48DeepK256RegA:
+      return launch<T, 16, 48, 6, 1, kSwiGLU, 4, true>(type, a, lda, segs, p, stream);
+    case WgmmaTiles::M16N24DeepK256RegA:
+      return launch<T, 16, 24, 10, 1, kSwiGLU, 4, true>(type, a, lda, segs, p, stream);
+    case WgmmaTiles::M32N32DeepK256RegA:
+      return launch<T, 32, 32, 6, 1, kSwiGLU, 4, true>(type, a, lda, segs, p, stream);
+    case WgmmaTiles::M32N48DeepK256RegA:
+      return launch<T, 32, 48, 5, 1, kSwiGLU, 4, true>(type, a, lda, segs, p, stream);
+    case WgmmaTiles::M48N32DeepK256RegA:
+      return launch<T, 48, 32, 5, 1, kSwiGLU, 4, true>(type, a, lda, segs, p, stream);
+    case WgmmaTiles::M48N48DeepK256RegA:
+      return launch<T, 48, 48, 4, 1, kSwiGLU, 4, true>(type, a, lda, segs, p, stream);
+    case WgmmaTiles::M64N32DeepK256RegA:
+      return launch<T, 64, 32, 4, 1, kSwiGLU, 4, true>(type, a, lda, segs, p, stream);
+    case WgmmaTiles::M64N48DeepK256RegA:
+      return launch<T, 64, 48, 4, 1, kSwiGLU, 4, true>(type, a, lda, segs, p, stream);
     case WgmmaTiles::M16N24DeepK256:
       return launch<T, 16, 24, 10, 1, kSwiGLU, 4>(type, a, lda, segs, p, stream);
     case WgmmaTiles::M16N16DeepK256:
@@ -423,6 +477,15 @@ bool four_boxes(WgmmaTiles t) {
   switch (t) {
     case WgmmaTiles::M16N32DeepK256:
     case WgmmaTiles::M16N48DeepK256:
+    case WgmmaTiles::M16N32DeepK256RegA:
+    case WgmmaTiles::M16N48DeepK256RegA:
+    case WgmmaTiles::M16N24DeepK256RegA:
+    case WgmmaTiles::M32N32DeepK256RegA:
+    case WgmmaTiles::M32N48DeepK256RegA:
+    case WgmmaTiles::M48N32DeepK256RegA:
+    case WgmmaTiles::M48N48DeepK256RegA:
+    case WgmmaTiles::M64N32DeepK256RegA:
+    case WgmmaTiles::M64N48DeepK256RegA:
     case WgmmaTiles::M16N24DeepK256:
     case WgmmaTiles::M16N16DeepK256:
     case WgmmaTiles::M16N8DeepK256:
@@ -444,23 +507,23 @@ WgmmaTiles choose(int m, const std::array<int, kMaxSegments>& widths, int k, boo
   const tiling::LaunchShape shape{m, widths, k, swiglu, 4 * kBK, device_sm_count()};
   switch (tiling::decode_tile(shape)) {
     case tiling::DecodeTile::M16N32DeepFourBoxes:
-      return WgmmaTiles::M16N32DeepK256;
+      return WgmmaTiles::M16N32DeepK256RegA;
     case tiling::DecodeTile::M16N48DeepFourBoxes:
-      return WgmmaTiles::M16N48DeepK256;
+      return WgmmaTiles::M16N48DeepK256RegA;
     case tiling::DecodeTile::M16N24DeepFourBoxes:
-      return WgmmaTiles::M16N24DeepK256;
+      return WgmmaTiles::M16N24DeepK256RegA;
     case tiling::DecodeTile::M32N32DeepFourBoxes:
-      return WgmmaTiles::M32N32DeepK256;
+      return WgmmaTiles::M32N32DeepK256RegA;
     case tiling::DecodeTile::M32N48DeepFourBoxes:
-      return WgmmaTiles::M32N48DeepK256;
+      return WgmmaTiles::M32N48DeepK256RegA;
     case tiling::DecodeTile::M48N32DeepFourBoxes:
-      return WgmmaTiles::M48N32DeepK256;
+      return WgmmaTiles::M48N32DeepK256RegA;
     case tiling::DecodeTile::M48N48DeepFourBoxes:
-      return WgmmaTiles::M48N48DeepK256;
+      return WgmmaTiles::M48N48DeepK256RegA;
     case tiling::DecodeTile::M64N32DeepFourBoxes:
-      return WgmmaTiles::M64N32DeepK256;
+      return WgmmaTiles::M64N32DeepK256RegA;
     case tiling::DecodeTile::M64N48DeepFourBoxes:
-      return WgmmaTiles::M64N48DeepK256;
+      return WgmmaTiles::M64N48DeepK256RegA;
     case tiling::DecodeTile::M16N32Deep:
       return WgmmaTiles::M16N32Deep;
     case tiling::DecodeTile::M16N64:
@@ -517,6 +580,24 @@ const char* wgmma_tiles_name(WgmmaTiles t) {
       return "16x32deep-k256";
     case WgmmaTiles::M16N48DeepK256:
       return "16x48deep-k256";
+    case WgmmaTiles::M16N32DeepK256RegA:
+      return "16x32deep-k256-ra";
+    case WgmmaTiles::M16N48DeepK256RegA:
+      return "16x48deep-k256-ra";
+    case WgmmaTiles::M16N24DeepK256RegA:
+      return "16x24deep-k256-ra";
+    case WgmmaTiles::M32N32DeepK256RegA:
+      return "32x32deep-k256-ra";
+    case WgmmaTiles::M32N48DeepK256RegA:
+      return "32x48deep-k256-ra";
+    case WgmmaTiles::M48N32DeepK256RegA:
+      return "48x32deep-k256-ra";
+    case WgmmaTiles::M48N48DeepK256RegA:
+      return "48x48deep-k256-ra";
+    case WgmmaTiles::M64N32DeepK256RegA:
+      return "64x32deep-k256-ra";
+    case WgmmaTiles::M64N48DeepK256RegA:
+      return "64x48deep-k256-ra";
     case WgmmaTiles::M16N24DeepK256:
       return "16x24deep-k256";
     case WgmmaTiles::M16N16DeepK256:
@@ -601,7 +682,8 @@ void wgmma_matmul(Half type, MatmulEpilogue epilogue, const MatmulArgs& a, Wgmma
   if (four_boxes(tiles) && a.k % (4 * kBK) != 0) tiles = WgmmaTiles::M16N32Deep;
   // The SwiGLU epilogue pairs whole 8-column groups of gate and up: a tile of 24 or 8 weight
   // rows (12 or 4 of each) has none; 16 has one of each.
-  if (swiglu && (tiles == WgmmaTiles::M16N24DeepK256 || tiles == WgmmaTiles::M16N8DeepK256))
+  if (swiglu && (tiles == WgmmaTiles::M16N24DeepK256 || tiles == WgmmaTiles::M16N24DeepK256RegA ||
+                 tiles == WgmmaTiles::M16N8DeepK256))
     tiles = WgmmaTiles::M16N16DeepK256;
   p.m = a.m;
   p.k = a.k;

@@ -29,7 +29,8 @@ namespace hearth::kernels {
 // 17-64 rows (one m64 wgmma covers them as it covers 16; 48 rows so that 33-48 rows do not load
 // a 64-row A box mostly past the tensor, which streams slower); M32/M64 N112 are M16N112 for
 // 17-64 rows; M256 are 2-block clusters of 128-row tiles that share their weight tile
-// (multicast).
+// (multicast); RegA tiles are their twins with A read into registers (wgmma's register-A form):
+// only the weight tile feeds the tensor cores from shared memory.
 enum class WgmmaTiles {
   Auto,
   M16N32,
@@ -61,19 +62,56 @@ enum class WgmmaTiles {
   M128N192,
   M128N256,
   M256N128,
-  M256N256
+  M256N256,
+  M16N32DeepK256RegA,
+  M16N48DeepK256RegA,
+  M16N24DeepK256RegA,
+  M32N32DeepK256RegA,
+  M32N48DeepK256RegA,
+  M48N32DeepK256RegA,
+  M48N48DeepK256RegA,
+  M64N32DeepK256RegA,
+  M64N48DeepK256RegA
 };
-constexpr WgmmaTiles kAllWgmmaTiles[] = {
-    WgmmaTiles::M16N32DeepK256, WgmmaTiles::M16N48DeepK256, WgmmaTiles::M16N112,
-    WgmmaTiles::M16N32,         WgmmaTiles::M16N64,         WgmmaTiles::M32N32,
-    WgmmaTiles::M64N64,         WgmmaTiles::M16N32Deep,     WgmmaTiles::M32N32Deep,
-    WgmmaTiles::M64N32Deep,     WgmmaTiles::M64N64Deep,     WgmmaTiles::M64N128,
-    WgmmaTiles::M64N256,        WgmmaTiles::M128N64,        WgmmaTiles::M128N128,
-    WgmmaTiles::M128N192,       WgmmaTiles::M128N256,       WgmmaTiles::M256N128,
-    WgmmaTiles::M256N256,       WgmmaTiles::M16N24DeepK256, WgmmaTiles::M16N16DeepK256,
-    WgmmaTiles::M16N8DeepK256,  WgmmaTiles::M32N32DeepK256, WgmmaTiles::M32N48DeepK256,
-    WgmmaTiles::M64N32DeepK256, WgmmaTiles::M64N48DeepK256, WgmmaTiles::M32N112,
-    WgmmaTiles::M64N112,        WgmmaTiles::M48N32DeepK256, WgmmaTiles::M48N48DeepK256};
+constexpr WgmmaTiles kAllWgmmaTiles[] = {WgmmaTiles::M16N32DeepK256,
+                                         WgmmaTiles::M16N48DeepK256,
+                                         WgmmaTiles::M16N112,
+                                         WgmmaTiles::M16N32,
+                                         WgmmaTiles::M16N64,
+                                         WgmmaTiles::M32N32,
+                                         WgmmaTiles::M64N64,
+                                         WgmmaTiles::M16N32Deep,
+                                         WgmmaTiles::M32N32Deep,
+                                         WgmmaTiles::M64N32Deep,
+                                         WgmmaTiles::M64N64Deep,
+                                         WgmmaTiles::M64N128,
+                                         WgmmaTiles::M64N256,
+                                         WgmmaTiles::M128N64,
+                                         WgmmaTiles::M128N128,
+                                         WgmmaTiles::M128N192,
+                                         WgmmaTiles::M128N256,
+                                         WgmmaTiles::M256N128,
+                                         WgmmaTiles::M256N256,
+                                         WgmmaTiles::M16N24DeepK256,
+                                         WgmmaTiles::M16N16DeepK256,
+                                         WgmmaTiles::M16N8DeepK256,
+                                         WgmmaTiles::M32N32DeepK256,
+                                         WgmmaTiles::M32N48DeepK256,
+                                         WgmmaTiles::M64N32DeepK256,
+                                         WgmmaTiles::M64N48DeepK256,
+                                         WgmmaTiles::M32N112,
+                                         WgmmaTiles::M64N112,
+                                         WgmmaTiles::M48N32DeepK256,
+                                         WgmmaTiles::M48N48DeepK256,
+                                         WgmmaTiles::M16N32DeepK256RegA,
+                                         WgmmaTiles::M16N48DeepK256RegA,
+                                         WgmmaTiles::M16N24DeepK256RegA,
+                                         WgmmaTiles::M32N32DeepK256RegA,
+                                         WgmmaTiles::M32N48DeepK256RegA,
+                                         WgmmaTiles::M48N32DeepK256RegA,
+                                         WgmmaTiles::M48N48DeepK256RegA,
+                                         WgmmaTiles::M64N32DeepK256RegA,
+                                         WgmmaTiles::M64N48DeepK256RegA};
 const char* wgmma_tiles_name(WgmmaTiles t);
 
 // True when the current device can run it (compute capability 9.0, this build has sm_90a code).

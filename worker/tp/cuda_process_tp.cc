@@ -328,10 +328,8 @@ void serve_cuda_follower(int channel, const TpHello& hello, std::vector<UniqueFd
     if (type == "kv_share") {
       // Between steps. The last one's kernels are done first: a block published is one they
       // wrote, a chunk a release unmaps is one they read.
-      SharedKv* shared = lease ? rank.kv_memory()->shared() : nullptr;
-      if (!shared) throw std::runtime_error("a \"kv_share\" for a pool that does not share");
       HEARTH_CUDA_CHECK(cudaStreamSynchronize(rank.stream()));
-      ipc::send_frame(channel, answer_kv_share(*shared, frame->body));
+      ipc::send_frame(channel, answer_kv_share(lease ? rank.kv_memory() : nullptr, frame->body));
       continue;
     }
     const StepPlan plan = parse_forward(frame->body);

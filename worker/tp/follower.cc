@@ -102,9 +102,7 @@ void serve(int channel, const OpenFollowerModel& open, const FollowerKvLease& kv
     }
     if (type == "kv_share") {
       // Between steps too: a block is published only once the step that wrote it returned.
-      SharedKv* shared = memory ? memory->shared() : nullptr;
-      if (!shared) throw std::runtime_error("a \"kv_share\" for a pool that does not share");
-      ipc::send_frame(channel, answer_kv_share(*shared, frame->body));
+      ipc::send_frame(channel, answer_kv_share(memory.get(), frame->body));
       continue;
     }
     const StepPlan plan = parse_forward(frame->body);

@@ -358,6 +358,12 @@ json answer_kv_share(SharedKv& shared, const json& m) {
   return answer;
 }
 
+json answer_kv_share(KvMemory* pool, const json& m) {
+  SharedKv* shared = pool ? pool->shared() : nullptr;
+  if (!shared) bad("a \"kv_share\" for a pool that does not share");
+  return answer_kv_share(*shared, m);
+}
+
 std::vector<int32_t> parse_kv_shared_ids(const json& m) {
   if (const std::string type = message_type(m); type != "kv_shared")
     bad("expected kv_shared, got \"" + type + "\"");

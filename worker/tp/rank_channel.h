@@ -124,6 +124,8 @@ nlohmann::json kv_share_withdraw_message(std::span<const int32_t> ids);
 // A follower's answer to a kv_share: makes the call on `shared` and returns its kv_shared.
 // Throws naming what is wrong with the message, or what the call threw.
 nlohmann::json answer_kv_share(SharedKv& shared, const nlohmann::json& message);
+// The same on a follower's pool (null when it leases none): throws when the pool does not share.
+nlohmann::json answer_kv_share(KvMemory* pool, const nlohmann::json& message);
 // The "ids" or "count" of a kv_shared answer; throws naming what is wrong with it.
 std::vector<int32_t> parse_kv_shared_ids(const nlohmann::json& answer);
 uint64_t parse_kv_shared_count(const nlohmann::json& answer);

@@ -251,6 +251,19 @@ TEST(RankChannel, KvShareCallsRoundTripToAFollowersPool) {
             (std::vector<int32_t>{2, 4}));
 }
 
+// A follower whose pool does not share (or that leases none) refuses a kv_share by name rather
+// than answering for a pool it does not have.
+TEST(RankChannel, AKvShareForAPoolThatDoesNotShareIsRefused) {
+  ChunkedMemory memory;
+  const json m = kv_share_domain_message({1, 2});
+  EXPECT_NE(test::error_of([&] { answer_kv_share(&memory, m); }).find("does not share"),
+            std::string::npos);
+  EXPECT_NE(test::error_of([&] {
+              answer_kv_share(static_cast<KvMemory*>(nullptr), m);
+            }).find("does not share"),
+            std::string::npos);
+}
+
 TEST(RankChannel, RefusesKvShareMessagesThatDoNotSayWhatTheyMean) {
   RecordingSharedKv pool;
   const std::vector<int32_t> t = {1};

@@ -387,6 +387,17 @@ void launch(Half type, const MatmulArgs& a, int64_t lda, const std::array<Matmul
   HEARTH_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p));
 }
 
+// A four-box decode tile, A in shared memory or (its RegA twin) in registers: one stage count
+// for both forms.
+template <typename T, int kRows, int kBN, int kStages, bool kSwiGLU>
+void launch_four_box(bool register_a, Half type, const MatmulArgs& a, int64_t lda,
+                     const std::array<MatmulSegment, 3>& segs, const Params& p,
+                     cudaStream_t stream) {
+  if (register_a)
+    return launch<T, kRows, kBN, kStages, 1, kSwiGLU, 4, true>(type, a, lda, segs, p, stream);
+  launch<T, kRows, kBN, kStages, 1, kSwiGLU, 4>(type, a, lda, segs, p, stream);
+}
+
 template <typename T, bool kSwiGLU>
 void dispatch(Half type, WgmmaTiles tiles, const MatmulArgs& a, int64_t lda,
               const std::array<MatmulSegment, 3>& segs, const Params& p, cudaStream_t stream) {
@@ -409,45 +420,45 @@ void dispatch(Half type, WgmmaTiles tiles, const MatmulArgs& a, int64_t lda,
     case WgmmaTiles::M16N32Deep:
       return launch<T, 16, 32, 32, 1, kSwiGLU>(type, a, lda, segs, p, stream);
     case WgmmaTiles::M16N32DeepK256:
-      return launch<T, 16, 32, 8, 1, kSwiGLU, 4>(type, a, lda, segs, p, stream);
-    case WgmmaTiles::M16N48DeepK256:
-      return launch<T, 16, 48, 6, 1, kSwiGLU, 4>(type, a, lda, segs, p, stream);
     case WgmmaTiles::M16N32DeepK256RegA:
-      return launch<T, 16, 32, 8, 1, kSwiGLU, 4, true>(type, a, lda, segs, p, stream);
+      return launch_four_box<T, 16, 32, 8, kSwiGLU>(tiles == WgmmaTiles::M16N32DeepK256RegA, type,
+                                                    a, lda, segs, p, stream);
+    case WgmmaTiles::M16N48DeepK256:
     case WgmmaTiles::M16N48DeepK256RegA:
-      return launch<T, 16, 48, 6, 1, kSwiGLU, 4, true>(type, a, lda, segs, p, stream);
-    case WgmmaTiles::M16N24DeepK256RegA:
-      return launch<T, 16, 24, 10, 1, kSwiGLU, 4, true>(type, a, lda, segs, p, stream);
-    case WgmmaTiles::M32N32DeepK256RegA:
-      return launch<T, 32, 32, 6, 1, kSwiGLU, 4, true>(type, a, lda, segs, p, stream);
-    case WgmmaTiles::M32N48DeepK256RegA:
-      return launch<T, 32, 48, 5, 1, kSwiGLU, 4, true>(type, a, lda, segs, p, stream);
-    case WgmmaTiles::M48N32DeepK256RegA:
-      return launch<T, 48, 32, 5, 1, kSwiGLU, 4, true>(type, a, lda, segs, p, stream);
-    case WgmmaTiles::M48N48DeepK256RegA:
-      return launch<T, 48, 48, 4, 1, kSwiGLU, 4, true>(type, a, lda, segs, p, stream);
-    case WgmmaTiles::M64N32DeepK256RegA:
-      return launch<T, 64, 32, 4, 1, kSwiGLU, 4, true>(type, a, lda, segs, p, stream);
-    case WgmmaTiles::M64N48DeepK256RegA:
-      return launch<T, 64, 48, 4, 1, kSwiGLU, 4, true>(type, a, lda, segs, p, stream);
+      return launch_four_box<T, 16, 48, 6, kSwiGLU>(tiles == WgmmaTiles::M16N48DeepK256RegA, type,
+                                                    a, lda, segs, p, stream);
     case WgmmaTiles::M16N24DeepK256:
-      return launch<T, 16, 24, 10, 1, kSwiGLU, 4>(type, a, lda, segs, p, stream);
+    case WgmmaTiles::M16N24DeepK256RegA:
+      return launch_four_box<T, 16, 24, 10, kSwiGLU>(tiles == WgmmaTiles::M16N24DeepK256RegA, type,
+                                                     a, lda, segs, p, stream);
+    case WgmmaTiles::M32N32DeepK256:
+    case WgmmaTiles::M32N32DeepK256RegA:
+      return launch_four_box<T, 32, 32, 6, kSwiGLU>(tiles == WgmmaTiles::M32N32DeepK256RegA, type,
+                                                    a, lda, segs, p, stream);
+    case WgmmaTiles::M32N48DeepK256:
+    case WgmmaTiles::M32N48DeepK256RegA:
+      return launch_four_box<T, 32, 48, 5, kSwiGLU>(tiles == WgmmaTiles::M32N48DeepK256RegA, type,
+                                                    a, lda, segs, p, stream);
+    case WgmmaTiles::M48N32DeepK256:
+    case WgmmaTiles::M48N32DeepK256RegA:
+      return launch_four_box<T, 48, 32, 5, kSwiGLU>(tiles == WgmmaTiles::M48N32DeepK256RegA, type,
+                                                    a, lda, segs, p, stream);
+    case WgmmaTiles::M48N48DeepK256:
+    case WgmmaTiles::M48N48DeepK256RegA:
+      return launch_four_box<T, 48, 48, 4, kSwiGLU>(tiles == WgmmaTiles::M48N48DeepK256RegA, type,
+                                                    a, lda, segs, p, stream);
+    case WgmmaTiles::M64N32DeepK256:
+    case WgmmaTiles::M64N32DeepK256RegA:
+      return launch_four_box<T, 64, 32, 4, kSwiGLU>(tiles == WgmmaTiles::M64N32DeepK256RegA, type,
+                                                    a, lda, segs, p, stream);
+    case WgmmaTiles::M64N48DeepK256:
+    case WgmmaTiles::M64N48DeepK256RegA:
+      return launch_four_box<T, 64, 48, 4, kSwiGLU>(tiles == WgmmaTiles::M64N48DeepK256RegA, type,
+                                                    a, lda, segs, p, stream);
     case WgmmaTiles::M16N16DeepK256:
       return launch<T, 16, 16, 12, 1, kSwiGLU, 4>(type, a, lda, segs, p, stream);
     case WgmmaTiles::M16N8DeepK256:
       return launch<T, 16, 8, 16, 1, kSwiGLU, 4>(type, a, lda, segs, p, stream);
-    case WgmmaTiles::M32N32DeepK256:
-      return launch<T, 32, 32, 6, 1, kSwiGLU, 4>(type, a, lda, segs, p, stream);
-    case WgmmaTiles::M32N48DeepK256:
-      return launch<T, 32, 48, 5, 1, kSwiGLU, 4>(type, a, lda, segs, p, stream);
-    case WgmmaTiles::M48N32DeepK256:
-      return launch<T, 48, 32, 5, 1, kSwiGLU, 4>(type, a, lda, segs, p, stream);
-    case WgmmaTiles::M48N48DeepK256:
-      return launch<T, 48, 48, 4, 1, kSwiGLU, 4>(type, a, lda, segs, p, stream);
-    case WgmmaTiles::M64N32DeepK256:
-      return launch<T, 64, 32, 4, 1, kSwiGLU, 4>(type, a, lda, segs, p, stream);
-    case WgmmaTiles::M64N48DeepK256:
-      return launch<T, 64, 48, 4, 1, kSwiGLU, 4>(type, a, lda, segs, p, stream);
     case WgmmaTiles::M32N32Deep:
       return launch<T, 32, 32, 24, 1, kSwiGLU>(type, a, lda, segs, p, stream);
     case WgmmaTiles::M64N32Deep:

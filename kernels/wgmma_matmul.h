@@ -7,7 +7,8 @@
 // chain (no split of K at all), so its arithmetic is a function of its A row and W row alone.
 // Tilings differ only in how many rows (64 per consumer warpgroup) and weight rows (N of the
 // instruction) a block covers; tests/kernels/wgmma_matmul_test.cc checks by memcmp that neither
-// the instruction's N nor the row's place in the 64 rows changes a result.
+// the instruction's N nor the row's place in the 64 rows changes a result, nor swapping the
+// operands and summing the steps on mma.sync (the streaming tile, M8Stream).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -30,7 +31,9 @@ namespace hearth::kernels {
 // a 64-row A box mostly past the tensor, which streams slower); M32/M64 N112 are M16N112 for
 // 17-64 rows; M256 are 2-block clusters of 128-row tiles that share their weight tile
 // (multicast); RegA tiles are their twins with A read into registers (wgmma's register-A form):
-// only the weight tile feeds the tensor cores from shared memory.
+// only the weight tile feeds the tensor cores from shared memory. M8Stream is not a wgmma tile:
+// a warp per 16 weight rows on mma.sync, operands swapped, for up to 8 rows
+// (kernels/stream_matmul.h), listed here so that every tiling test covers it.
 enum class WgmmaTiles {
   Auto,
   M16N32,
@@ -71,7 +74,8 @@ enum class WgmmaTiles {
   M48N32DeepK256RegA,
   M48N48DeepK256RegA,
   M64N32DeepK256RegA,
-  M64N48DeepK256RegA
+  M64N48DeepK256RegA,
+  M8Stream
 };
 constexpr WgmmaTiles kAllWgmmaTiles[] = {WgmmaTiles::M16N32DeepK256,
                                          WgmmaTiles::M16N48DeepK256,
@@ -111,7 +115,8 @@ constexpr WgmmaTiles kAllWgmmaTiles[] = {WgmmaTiles::M16N32DeepK256,
                                          WgmmaTiles::M48N32DeepK256RegA,
                                          WgmmaTiles::M48N48DeepK256RegA,
                                          WgmmaTiles::M64N32DeepK256RegA,
-                                         WgmmaTiles::M64N48DeepK256RegA};
+                                         WgmmaTiles::M64N48DeepK256RegA,
+                                         WgmmaTiles::M8Stream};
 const char* wgmma_tiles_name(WgmmaTiles t);
 
 // True when the current device can run it (compute capability 9.0, this build has sm_90a code).

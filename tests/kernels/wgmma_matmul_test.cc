@@ -43,8 +43,9 @@ TEST(WgmmaMatmul, MatchesReferenceForEveryEpilogueAndTiling) {
   HEARTH_REQUIRE_WGMMA();
   // Odd sizes: partial row and column tiles, K not a multiple of the 64-wide stage; K in whole
   // four-box stages (512) so the DeepK256 tiles run as themselves (200 columns: partial last
-  // tiles of 16, 24, 32 and 48).
-  const Case cases[] = {{1, 96, 64}, {37, 200, 320}, {130, 264, 1040}, {9, 200, 512}};
+  // tiles of 16, 24, 32 and 48), and at 5 rows so the streaming tile does too.
+  const Case cases[] = {
+      {1, 96, 64}, {37, 200, 320}, {130, 264, 1040}, {9, 200, 512}, {5, 200, 512}};
   const std::vector<WgmmaTiles> tilings = test::every_tiling_and_auto(kernels::kAllWgmmaTiles);
   for (Half t : {Half::BF16, Half::F16})
     for (const Case& c : cases) {

@@ -167,17 +167,7 @@ void launch(const StreamParams& p, int blocks, cudaStream_t stream) {
     HEARTH_CUDA_CHECK(
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
   });
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(unsigned(blocks));
-  config.blockDim = dim3(32);
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr[0].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attr;
-  config.numAttrs = 1;
-  HEARTH_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, p));
+  launch_pdl(kernel, dim3(unsigned(blocks)), dim3(32), smem, stream, p);
 }
 
 }  // namespace

@@ -196,10 +196,14 @@ void stream_matmul(Half type, MatmulEpilogue epilogue, const MatmulArgs& a, int6
     p.seg[s] = {segs[s].w, swiglu ? a.w_up : nullptr, segs[s].bias, segs[s].out, segs[s].n, blocks};
     blocks += stream_matmul_warps({segs[s].n, 0, 0}, swiglu);
   }
-  // Six stages: 72 KB a warp, three warps an SM.
+  // Six stages: 72 KB a warp, kStreamWarpsPerSm of them in an SM's 227 KB.
+  constexpr int kStages = 6;
+  static_assert(kStreamWarpsPerSm * kStageBytes * kStages <= 227 * 1024 &&
+                    (kStreamWarpsPerSm + 1) * kStageBytes * kStages > 227 * 1024,
+                "kStreamWarpsPerSm warps fit an SM");
   HEARTH_DISPATCH_HALF(type, T, {
-    if (swiglu) return launch<T, 6, true>(p, blocks, stream);
-    return launch<T, 6, false>(p, blocks, stream);
+    if (swiglu) return launch<T, kStages, true>(p, blocks, stream);
+    return launch<T, kStages, false>(p, blocks, stream);
   });
 }
 

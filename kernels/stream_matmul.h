@@ -21,6 +21,8 @@ namespace hearth::kernels {
 
 // K columns a stage streams: K must be a multiple.
 constexpr int kStreamStageK = 256;
+// Warps resident on one SM at once: each holds 72 KB of stages.
+constexpr int kStreamWarpsPerSm = 3;
 
 // out as batch_matmul's epilogues, for a.m <= 8 and a.k a multiple of kStreamStageK; the
 // segments as matmul_segments gives them (q, k and v: three), each its own run of warps.

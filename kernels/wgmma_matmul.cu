@@ -518,13 +518,16 @@ bool four_boxes(WgmmaTiles t) {
 WgmmaTiles choose(int m, const std::array<int, kMaxSegments>& widths, int k, bool swiglu) {
   // Up to 8 rows, warps of 16 weight rows each stream faster than any one-consumer wgmma tile
   // (H200, 8B, 1 row: q/k/v 13.2 us against 16.7, o 11.6 against 13.6, down 36.1 against 41.8;
-  // serving one stream 184 -> 197 tok/s). Measured at 256-384 warps (two or three an SM); where
-  // fewer warps than SMs would run (a TP=4 shard's q/k/v: 96), the wgmma rule keeps it. Not
-  // SwiGLU: the 8B's gate/up streams at 61.3 us, 58.3 on the 112-wide wgmma tiles.
-  if (m <= 8 && !swiglu && k % kStreamStageK == 0 &&
-      stream_matmul_warps(widths, swiglu) >= device_sm_count())
+  // serving one stream 184 -> 197 tok/s), where one round of resident warps covers the launch
+  // and leaves no SM without one: measured at 256-384 warps. Past one round the wide wgmma tiles
+  // already stream well and the warps would queue (the 8B's head, 8,016 warps: 0.274 ms a step
+  // against 0.258; its gate/up, SwiGLU, 61.3 us against 58.3); below one warp an SM (a TP=4
+  // shard's q/k/v, 96) it is unmeasured, so the wgmma rule keeps both.
+  const int64_t sms = device_sm_count(), warps = stream_matmul_warps(widths, swiglu);
+  if (m <= 8 && !swiglu && k % kStreamStageK == 0 && warps >= sms &&
+      warps <= kStreamWarpsPerSm * sms)
     return WgmmaTiles::M8Stream;
-  const tiling::LaunchShape shape{m, widths, k, swiglu, 4 * kBK, device_sm_count()};
+  const tiling::LaunchShape shape{m, widths, k, swiglu, 4 * kBK, sms};
   switch (tiling::decode_tile(shape)) {
     case tiling::DecodeTile::M16N32DeepFourBoxes:
       return WgmmaTiles::M16N32DeepK256RegA;

@@ -181,7 +181,8 @@ int stream_matmul_warps(const std::array<int, 3>& widths, bool swiglu) {
 
 void stream_matmul(Half type, MatmulEpilogue epilogue, const MatmulArgs& a, int64_t lda,
                    const std::array<MatmulSegment, 3>& segs, int segments, cudaStream_t stream) {
-  if (a.m > kRows || a.k % kStageK != 0)
+  static_assert(stream_matmul_fits(kRows, kStageK) && !stream_matmul_fits(kRows + 1, kStageK));
+  if (!stream_matmul_fits(a.m, a.k))
     throw std::invalid_argument("stream_matmul: needs m <= 8 and k a multiple of 256");
   const bool swiglu = epilogue == MatmulEpilogue::SwiGLU;
   StreamParams p{};

@@ -24,8 +24,14 @@ constexpr int kStreamStageK = 256;
 // Warps resident on one SM at once: each holds 72 KB of stages.
 constexpr int kStreamWarpsPerSm = 3;
 
-// out as batch_matmul's epilogues, for a.m <= 8 and a.k a multiple of kStreamStageK; the
-// segments as matmul_segments gives them (q, k and v: three), each its own run of warps.
+// Whether the streaming tile takes a launch: up to 8 rows (the MMA's N), K in whole stages.
+constexpr bool stream_matmul_fits(int m, int k) {
+  return m <= 8 && k % kStreamStageK == 0;
+}
+
+// out as batch_matmul's epilogues, where stream_matmul_fits(a.m, a.k) (else
+// std::invalid_argument); the segments as matmul_segments gives them (q, k and v: three), each
+// its own run of warps.
 void stream_matmul(Half type, MatmulEpilogue epilogue, const MatmulArgs& a, int64_t lda,
                    const std::array<MatmulSegment, 3>& segs, int segments, cudaStream_t stream);
 

@@ -524,8 +524,7 @@ WgmmaTiles choose(int m, const std::array<int, kMaxSegments>& widths, int k, boo
   // against 0.258; its gate/up, SwiGLU, 61.3 us against 58.3); below one warp an SM (a TP=4
   // shard's q/k/v, 96) it is unmeasured, so the wgmma rule keeps both.
   const int64_t sms = device_sm_count(), warps = stream_matmul_warps(widths, swiglu);
-  if (m <= 8 && !swiglu && k % kStreamStageK == 0 && warps >= sms &&
-      warps <= kStreamWarpsPerSm * sms)
+  if (stream_matmul_fits(m, k) && !swiglu && warps >= sms && warps <= kStreamWarpsPerSm * sms)
     return WgmmaTiles::M8Stream;
   const tiling::LaunchShape shape{m, widths, k, swiglu, 4 * kBK, sms};
   switch (tiling::decode_tile(shape)) {
@@ -711,7 +710,7 @@ void wgmma_matmul(Half type, MatmulEpilogue epilogue, const MatmulArgs& a, Wgmma
                  tiles == WgmmaTiles::M16N8DeepK256))
     tiles = WgmmaTiles::M16N16DeepK256;
   if (tiles == WgmmaTiles::M8Stream) {
-    if (a.k % kStreamStageK == 0 && a.m <= 8)
+    if (stream_matmul_fits(a.m, a.k))
       return stream_matmul(type, epilogue, a, lda, segs, p.segments, stream);
     tiles = WgmmaTiles::M16N32Deep;  // past its rows or K: any tiling gives the same bits
   }

@@ -7,10 +7,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <array>
 #include <cstring>
+#include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include "kernels/batch_ops.h"
+#include "kernels/stream_matmul.h"
 #include "tests/kernels/gpu_test_util.h"
 #include "tests/kernels/matmul_tiling_sweep.h"
 
@@ -174,6 +178,22 @@ TEST(WgmmaMatmul, RowsReadPastMReachNoOutput) {
       const std::vector<unsigned char> untouched(got.size() - want.size(), 0x5A);
       EXPECT_EQ(0, std::memcmp(got.data() + want.size(), untouched.data(), untouched.size()));
     }
+}
+
+// The streaming tile refuses, before touching a device, a launch it cannot take (wgmma_matmul
+// hands those to a wgmma tile instead).
+TEST(StreamMatmul, RefusesMoreThanEightRowsOrKOutsideWholeStages) {
+  kernels::MatmulArgs args;
+  args.n = 16;
+  std::array<kernels::MatmulSegment, 3> segs{};
+  segs[0].n = 16;
+  for (const auto& [m, k] : {std::pair{9, 256}, std::pair{8, 320}}) {
+    args.m = m, args.k = k;
+    EXPECT_THROW(
+        kernels::stream_matmul(Half::BF16, MatmulEpilogue::StoreF32, args, k, segs, 1, nullptr),
+        std::invalid_argument)
+        << "m " << m << " k " << k;
+  }
 }
 
 TEST(WgmmaMatmul, RejectsBadArguments) {

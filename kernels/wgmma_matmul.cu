@@ -685,6 +685,38 @@ bool wgmma_matmul_available() {
   return ok;
 }
 
+namespace {
+
+// The tiling a launch runs: `tiles` (Auto: choose's) where the launch's K and epilogue allow it,
+// else one that does (any tiling gives the same bits).
+WgmmaTiles resolve(WgmmaTiles tiles, bool swiglu, const MatmulArgs& a,
+                   const std::array<MatmulSegment, 3>& segs, int segments) {
+  std::array<int, kMaxSegments> widths{};  // each segment's columns (0: none); the tiling is
+                                           // chosen for the whole launch
+  for (int s = 0; s < segments; ++s) widths[s] = segs[s].n;
+  if (tiles == WgmmaTiles::Auto) tiles = choose(a.m, widths, a.k, swiglu);
+  // Four boxes a stage need K in whole stages: a box past K in the consumers' loop would be a
+  // divergent path (ptxas then serialises every wgmma).
+  if (four_boxes(tiles) && a.k % (4 * kBK) != 0) tiles = WgmmaTiles::M16N32Deep;
+  // The SwiGLU epilogue pairs whole 8-column groups of gate and up: a tile of 24 or 8 weight
+  // rows (12 or 4 of each) has none; 16 has one of each.
+  if (swiglu && (tiles == WgmmaTiles::M16N24DeepK256 || tiles == WgmmaTiles::M16N24DeepK256RegA ||
+                 tiles == WgmmaTiles::M16N8DeepK256))
+    tiles = WgmmaTiles::M16N16DeepK256;
+  // The streaming tile past its rows or K.
+  if (tiles == WgmmaTiles::M8Stream && !stream_matmul_fits(a.m, a.k))
+    tiles = WgmmaTiles::M16N32Deep;
+  return tiles;
+}
+
+}  // namespace
+
+WgmmaTiles wgmma_matmul_tiles(MatmulEpilogue epilogue, const MatmulArgs& a, WgmmaTiles tiles) {
+  std::array<MatmulSegment, 3> segs;
+  const int segments = matmul_segments(a, segs);
+  return resolve(tiles, epilogue == MatmulEpilogue::SwiGLU, a, segs, segments);
+}
+
 void wgmma_matmul(Half type, MatmulEpilogue epilogue, const MatmulArgs& a, WgmmaTiles tiles,
                   cudaStream_t stream) {
   const bool swiglu = epilogue == MatmulEpilogue::SwiGLU;
@@ -692,28 +724,14 @@ void wgmma_matmul(Half type, MatmulEpilogue epilogue, const MatmulArgs& a, Wgmma
   std::array<MatmulSegment, 3> segs;
   Params p{};
   p.segments = matmul_segments(a, segs);
-  std::array<int, kMaxSegments> widths{};  // each segment's columns (0: none); the tiling is
-                                           // chosen for the whole launch
   for (int s = 0; s < p.segments; ++s) {
     p.seg[s].bias = segs[s].bias;
     p.seg[s].out = segs[s].out;
     p.seg[s].n = segs[s].n;
-    widths[s] = segs[s].n;
   }
-  if (tiles == WgmmaTiles::Auto) tiles = choose(a.m, widths, a.k, swiglu);
-  // Four boxes a stage need K in whole stages: a box past K in the consumers' loop would be a
-  // divergent path (ptxas then serialises every wgmma). Any tiling gives the same bits.
-  if (four_boxes(tiles) && a.k % (4 * kBK) != 0) tiles = WgmmaTiles::M16N32Deep;
-  // The SwiGLU epilogue pairs whole 8-column groups of gate and up: a tile of 24 or 8 weight
-  // rows (12 or 4 of each) has none; 16 has one of each.
-  if (swiglu && (tiles == WgmmaTiles::M16N24DeepK256 || tiles == WgmmaTiles::M16N24DeepK256RegA ||
-                 tiles == WgmmaTiles::M16N8DeepK256))
-    tiles = WgmmaTiles::M16N16DeepK256;
-  if (tiles == WgmmaTiles::M8Stream) {
-    if (stream_matmul_fits(a.m, a.k))
-      return stream_matmul(type, epilogue, a, lda, segs, p.segments, stream);
-    tiles = WgmmaTiles::M16N32Deep;  // past its rows or K: any tiling gives the same bits
-  }
+  tiles = resolve(tiles, swiglu, a, segs, p.segments);
+  if (tiles == WgmmaTiles::M8Stream)
+    return stream_matmul(type, epilogue, a, lda, segs, p.segments, stream);
   p.m = a.m;
   p.k = a.k;
   p.epilogue = epilogue;

@@ -128,5 +128,9 @@ bool wgmma_matmul_available();
 // the GPU where three narrow ones could not, and every output has the bits of separate calls.
 void wgmma_matmul(Half type, MatmulEpilogue epilogue, const MatmulArgs& args, WgmmaTiles tiles,
                   cudaStream_t stream);
+// The tiling wgmma_matmul runs for these arguments when asked for `tiles` (Auto: the rule's
+// choice for the current device): tests use it to know which kernel a model's launches reach.
+WgmmaTiles wgmma_matmul_tiles(MatmulEpilogue epilogue, const MatmulArgs& args,
+                              WgmmaTiles tiles = WgmmaTiles::Auto);
 
 }  // namespace hearth::kernels

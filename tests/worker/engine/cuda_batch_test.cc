@@ -15,7 +15,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "kernels/device_sm_count.h"
+#include "kernels/wgmma_matmul.h"
 #include "tests/kernels/gpu_test_util.h"
+#include "tests/kernels/matmul_tiling_sweep.h"
 #include "tests/support/paths.h"
 #include "tests/worker/engine/batch_engine_options.h"
 #include "tests/worker/engine/engine_outcomes.h"
@@ -238,6 +241,51 @@ TEST_F(CudaBatchEngine, PrefixCacheDoesNotChangeBits) {
     EXPECT_GT(cached, 0) << what;
     EXPECT_EQ(engine.stats().kv_blocks_used, 0) << what;
   }
+}
+
+// ---- The streaming decode tile, end to end --------------------------------------------------
+
+// The 8B's widths (hidden 4,096, 32 heads of 128 over 8 KV heads) in two layers with a small
+// vocabulary (~0.4 GB): decode steps of 1-8 rows run q/k/v, o, down and the head on the
+// streaming tile (kernels/stream_matmul.h), which no small test model reaches (its launches are
+// too few warps for the rule). The rule's choice is asserted first, so the test keeps covering
+// the tile as the rule changes; then 12 requests alone and 1, 5 and 12 at once: decodes of 1-8
+// rows on the tile, of 9-12 rows and the prompt chunks on wgmma tiles, the same tokens and
+// logprob bits.
+TEST(CudaBatchStreamingTile, WideModelBatchedEqualsAlone) {
+  HEARTH_REQUIRE_WGMMA();
+  const int hidden = 4096, kv = 1024, intermediate = 4096, vocab = 3000;
+  const int64_t sms = kernels::device_sm_count();
+  // The rule takes launches of one to three resident warps an SM: 188 (head) to 384 (q/k/v).
+  if (sms < 128 || sms > 188) GTEST_SKIP() << sms << " SMs: this model's launches miss the rule";
+  const char weight = 0;  // a weight's address: the rule reads shapes only
+  auto tiles = [&](int m, int n, int k, bool qkv = false) {
+    kernels::MatmulArgs a;
+    a.w = &weight, a.m = m, a.n = n, a.k = k;
+    if (qkv) a.more = {{{&weight, nullptr, nullptr, kv}, {&weight, nullptr, nullptr, kv}}};
+    return kernels::wgmma_matmul_tiles(kernels::MatmulEpilogue::StoreF32, a);
+  };
+  for (int m : {1, 8}) {
+    EXPECT_EQ(tiles(m, hidden, hidden, true), kernels::WgmmaTiles::M8Stream) << "q/k/v, m " << m;
+    EXPECT_EQ(tiles(m, hidden, hidden), kernels::WgmmaTiles::M8Stream) << "o, m " << m;
+    EXPECT_EQ(tiles(m, hidden, intermediate), kernels::WgmmaTiles::M8Stream) << "down, m " << m;
+    EXPECT_EQ(tiles(m, vocab, hidden), kernels::WgmmaTiles::M8Stream) << "head, m " << m;
+  }
+  EXPECT_NE(tiles(9, hidden, hidden), kernels::WgmmaTiles::M8Stream);
+
+  const json wide = {
+      {"hidden_size", hidden}, {"num_attention_heads", 32},         {"num_key_value_heads", 8},
+      {"head_dim", 128},       {"intermediate_size", intermediate}, {"num_hidden_layers", 2},
+      {"vocab_size", vocab}};
+  auto hf = std::make_shared<HfModel>(HfModel::open(synth("wide", wide)));
+  const std::shared_ptr<const WeightStore> dev = DeviceStore::upload(*hf, {});
+  const int context = 1024;
+  const EngineOptions o = options(256, 16, 1 << 15);
+  CudaBatchBackend b(dev, o, context);
+  const std::vector<Request> requests = mixed_requests(12, vocab);
+  test::expect_together_equals_alone(b, o, requests, test::run_each_alone(b, o, requests),
+                                     {1, 5, 12});
+  EXPECT_GT(b.decode_graphs(), 0);
 }
 
 // ---- The backend's checks and the factory ---------------------------------------------------

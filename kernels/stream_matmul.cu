@@ -2,7 +2,8 @@
 // the bits are the wgmma tiles').
 //
 // One warp is one block: it owns 16 weight rows (SwiGLU: 8 gate rows as the MMA's rows 0-7 and
-// the same 8 up rows as rows 8-15, so a gate and its up land in one thread) and the launch's up
+// the same 8 up rows as rows 8-15, so a gate and its up land in one thread; eight_rows: 8
+// weight rows, which the MMA's rows 8-15 read again and the epilogue drops) and the launch's up
 // to 8 rows of A, over all of K. It streams both through a ring of kStages stages of 256 K
 // columns and sums each k16 step with one m16n8k16 MMA, weight fragment x A fragment, in
 // ascending K: one accumulator chain per output. Warps share nothing, so a warp needs no barrier
@@ -53,21 +54,27 @@ struct StreamParams {
 };
 
 constexpr int kStageBytes = (kWeightRows + kRows) * kRowBytes;
+// Weight rows a warp loads (eight_rows: 8, which the MMA's rows 8-15 read again) and its stage.
+template <bool kEight>
+constexpr int kLoadRows = kEight ? 8 : kWeightRows;
+template <bool kEight>
+constexpr int kStageBytesOf = (kLoadRows<kEight> + kRows) * kRowBytes;
 
 // Chunk `c` of row `r` of a stage region: 16-byte chunks XORed by the row's low three bits.
 __device__ __forceinline__ uint8_t* chunk_at(uint8_t* region, int r, int c) {
   return region + r * kRowBytes + ((c ^ (r & 7)) * 16);
 }
 
-template <typename T, int kStages, bool kSwiGLU>
+template <typename T, int kStages, bool kSwiGLU, bool kEight>
 __global__ void __launch_bounds__(32) stream_matmul_kernel(const __grid_constant__ StreamParams p) {
+  constexpr int kLoad = kLoadRows<kEight>, kStage = kStageBytesOf<kEight>;
   extern __shared__ __align__(128) uint8_t smem[];
   allow_dependents_early();
   const int lane = threadIdx.x;
   int s = 0;
   while (s + 1 < p.segments && int(blockIdx.x) >= p.seg[s + 1].tile0) ++s;
   const StreamSegment& g = p.seg[s];
-  constexpr int kOwnRows = kSwiGLU ? kWeightRows / 2 : kWeightRows;  // output columns a warp owns
+  constexpr int kOwnRows = kSwiGLU || kEight ? kWeightRows / 2 : kWeightRows;  // its columns
   const int col0 = (int(blockIdx.x) - g.tile0) * kOwnRows;
   const int k_stages = p.k / kStageK;
 
@@ -78,18 +85,18 @@ __global__ void __launch_bounds__(32) stream_matmul_kernel(const __grid_constant
     const void* base = kSwiGLU && r >= kOwnRows ? g.w_up : g.w;
     return static_cast<const uint8_t*>(base) + size_t(row) * p.k * 2;
   };
-  auto region = [&](int slot) { return smem + size_t(slot) * kStageBytes; };
+  auto region = [&](int slot) { return smem + size_t(slot) * kStage; };
   static_assert(kChunks == 32, "a row's chunks, one a lane");
   auto load_w = [&](int slot, int kt) {
 #pragma unroll
-    for (int r = 0; r < kWeightRows; ++r) {
+    for (int r = 0; r < kLoad; ++r) {
       const uint8_t* src = weight_row(r);
       cp_async16(chunk_at(region(slot), r, lane),
                  src ? src + size_t(kt) * kRowBytes + lane * 16 : nullptr, src != nullptr);
     }
   };
   auto load_a = [&](int slot, int kt) {
-    uint8_t* a_region = region(slot) + kWeightRows * kRowBytes;
+    uint8_t* a_region = region(slot) + kLoad * kRowBytes;
 #pragma unroll
     for (int r = 0; r < kRows; ++r)
       cp_async16(chunk_at(a_region, r, lane),
@@ -122,11 +129,11 @@ __global__ void __launch_bounds__(32) stream_matmul_kernel(const __grid_constant
     }
     cp_async_commit();
     uint8_t* w_region = region(kt % kStages);
-    uint8_t* a_region = w_region + kWeightRows * kRowBytes;
+    uint8_t* a_region = w_region + kLoad * kRowBytes;
 #pragma unroll
     for (int kk = 0; kk < kStageK / 16; ++kk) {
       uint32_t wf[4], af[2];
-      ldmatrix_x4(wf, chunk_at(w_region, lane % 16, 2 * kk + lane / 16));
+      ldmatrix_x4(wf, chunk_at(w_region, lane % kLoad, 2 * kk + lane / 16));
       ldmatrix_x2(af, chunk_at(a_region, lane % 8, 2 * kk + (lane / 8) % 2));
       mma_16816<T>(acc, wf, af[0], af[1]);
     }
@@ -154,14 +161,14 @@ __global__ void __launch_bounds__(32) stream_matmul_kernel(const __grid_constant
       epilogue::store_pair<T>(target, row, c, v0, v1);
     };
     store(col, v, v_next);
-    if (!kSwiGLU) store(col + 8, w, w_next);
+    if (!kSwiGLU && !kEight) store(col + 8, w, w_next);
   }
 }
 
-template <typename T, int kStages, bool kSwiGLU>
+template <typename T, int kStages, bool kSwiGLU, bool kEight>
 void launch(const StreamParams& p, int blocks, cudaStream_t stream) {
-  constexpr size_t smem = size_t(kStageBytes) * kStages;
-  auto kernel = stream_matmul_kernel<T, kStages, kSwiGLU>;
+  constexpr size_t smem = size_t(kStageBytesOf<kEight>) * kStages;
+  auto kernel = stream_matmul_kernel<T, kStages, kSwiGLU, kEight>;
   static PerDeviceOnce configured;
   configured.run(current_device(), [&] {
     HEARTH_CUDA_CHECK(
@@ -172,15 +179,16 @@ void launch(const StreamParams& p, int blocks, cudaStream_t stream) {
 
 }  // namespace
 
-int stream_matmul_warps(const std::array<int, 3>& widths, bool swiglu) {
-  const int own = swiglu ? kWeightRows / 2 : kWeightRows;
+int stream_matmul_warps(const std::array<int, 3>& widths, bool swiglu, bool eight_rows) {
+  const int own = swiglu || eight_rows ? kWeightRows / 2 : kWeightRows;
   int warps = 0;
   for (int n : widths) warps += (n + own - 1) / own;
   return warps;
 }
 
 void stream_matmul(Half type, MatmulEpilogue epilogue, const MatmulArgs& a, int64_t lda,
-                   const std::array<MatmulSegment, 3>& segs, int segments, cudaStream_t stream) {
+                   const std::array<MatmulSegment, 3>& segs, int segments, bool eight_rows,
+                   cudaStream_t stream) {
   static_assert(stream_matmul_fits(kRows, kStageK) && !stream_matmul_fits(kRows + 1, kStageK));
   if (!stream_matmul_fits(a.m, a.k))
     throw std::invalid_argument("stream_matmul: needs m <= 8 and k a multiple of 256");
@@ -195,16 +203,21 @@ void stream_matmul(Half type, MatmulEpilogue epilogue, const MatmulArgs& a, int6
   int blocks = 0;
   for (int s = 0; s < segments; ++s) {
     p.seg[s] = {segs[s].w, swiglu ? a.w_up : nullptr, segs[s].bias, segs[s].out, segs[s].n, blocks};
-    blocks += stream_matmul_warps({segs[s].n, 0, 0}, swiglu);
+    blocks += stream_matmul_warps({segs[s].n, 0, 0}, swiglu, eight_rows && !swiglu);
   }
-  // Six stages: 72 KB a warp, kStreamWarpsPerSm of them in an SM's 227 KB.
+  // Six stages: 72 KB a warp, kStreamWarpsPerSm of them in an SM's 227 KB (eight_rows: 48 KB,
+  // kStreamWarpsPerSmEightRows).
   constexpr int kStages = 6;
   static_assert(kStreamWarpsPerSm * kStageBytes * kStages <= 227 * 1024 &&
                     (kStreamWarpsPerSm + 1) * kStageBytes * kStages > 227 * 1024,
                 "kStreamWarpsPerSm warps fit an SM");
+  static_assert(kStreamWarpsPerSmEightRows * kStageBytesOf<true> * kStages <= 227 * 1024 &&
+                    (kStreamWarpsPerSmEightRows + 1) * kStageBytesOf<true> * kStages > 227 * 1024,
+                "kStreamWarpsPerSmEightRows warps fit an SM");
   HEARTH_DISPATCH_HALF(type, T, {
-    if (swiglu) return launch<T, kStages, true>(p, blocks, stream);
-    return launch<T, kStages, false>(p, blocks, stream);
+    if (swiglu) return launch<T, kStages, true, false>(p, blocks, stream);
+    if (eight_rows) return launch<T, kStages, false, true>(p, blocks, stream);
+    return launch<T, kStages, false, false>(p, blocks, stream);
   });
 }
 

@@ -23,6 +23,8 @@ namespace hearth::kernels {
 constexpr int kStreamStageK = 256;
 // Warps resident on one SM at once: each holds 72 KB of stages.
 constexpr int kStreamWarpsPerSm = 3;
+// With a warp per 8 weight rows (eight_rows): 48 KB of stages each.
+constexpr int kStreamWarpsPerSmEightRows = 4;
 
 // Whether the streaming tile takes a launch: up to 8 rows (the MMA's N), K in whole stages.
 constexpr bool stream_matmul_fits(int m, int k) {
@@ -31,12 +33,14 @@ constexpr bool stream_matmul_fits(int m, int k) {
 
 // out as batch_matmul's epilogues, where stream_matmul_fits(a.m, a.k) (else
 // std::invalid_argument); the segments as matmul_segments gives them (q, k and v: three), each
-// its own run of warps.
+// its own run of warps. eight_rows (ignored for SwiGLU): a warp owns 8 weight rows, so twice the
+// warps, each output the same chain (the MMA's rows 8-15 repeat the 8 and are dropped).
 void stream_matmul(Half type, MatmulEpilogue epilogue, const MatmulArgs& a, int64_t lda,
-                   const std::array<MatmulSegment, 3>& segs, int segments, cudaStream_t stream);
+                   const std::array<MatmulSegment, 3>& segs, int segments, bool eight_rows,
+                   cudaStream_t stream);
 
-// The warps a launch over weights of these widths runs (16 weight rows each; SwiGLU 8 of gate
-// and 8 of up).
-int stream_matmul_warps(const std::array<int, 3>& widths, bool swiglu);
+// The warps a launch over weights of these widths runs (16 weight rows each, eight_rows 8;
+// SwiGLU 8 of gate and 8 of up).
+int stream_matmul_warps(const std::array<int, 3>& widths, bool swiglu, bool eight_rows);
 
 }  // namespace hearth::kernels

@@ -522,10 +522,17 @@ WgmmaTiles choose(int m, const std::array<int, kMaxSegments>& widths, int k, boo
   // and leaves no SM without one: measured at 256-384 warps. Past one round the wide wgmma tiles
   // already stream well and the warps would queue (the 8B's head, 8,016 warps: 0.274 ms a step
   // against 0.258; its gate/up, SwiGLU, 61.3 us against 58.3); below one warp an SM (a TP=4
-  // shard's q/k/v, 96) it is unmeasured, so the wgmma rule keeps both.
-  const int64_t sms = device_sm_count(), warps = stream_matmul_warps(widths, swiglu);
-  if (stream_matmul_fits(m, k) && !swiglu && warps >= sms && warps <= kStreamWarpsPerSm * sms)
-    return WgmmaTiles::M8Stream;
+  // shard's q/k/v, 96) it is unmeasured, so the wgmma rule keeps both. Where a warp per 8
+  // weight rows (twice the warps, four an SM) still fits one round, those stream faster again
+  // (o and down of the 8B, 512 warps: 11.7 -> 10.7 us and 36.4 -> 31.8, cuBLASLt 32.4; serving
+  // one stream 198 -> 201 tok/s, eight 1,516 -> 1,570); past it they queue (q/k/v's 768: 19.1 us
+  // against 13.2).
+  const int64_t sms = device_sm_count(), warps = stream_matmul_warps(widths, swiglu, false);
+  if (stream_matmul_fits(m, k) && !swiglu && warps >= sms && warps <= kStreamWarpsPerSm * sms) {
+    const int64_t eight_row_warps = stream_matmul_warps(widths, false, true);
+    return eight_row_warps <= kStreamWarpsPerSmEightRows * sms ? WgmmaTiles::M8Stream8
+                                                               : WgmmaTiles::M8Stream;
+  }
   const tiling::LaunchShape shape{m, widths, k, swiglu, 4 * kBK, sms};
   switch (tiling::decode_tile(shape)) {
     case tiling::DecodeTile::M16N32DeepFourBoxes:
@@ -640,6 +647,8 @@ const char* wgmma_tiles_name(WgmmaTiles t) {
       return "64x48deep-k256";
     case WgmmaTiles::M8Stream:
       return "8-stream";
+    case WgmmaTiles::M8Stream8:
+      return "8-stream-8";
     case WgmmaTiles::M32N112:
       return "32x112";
     case WgmmaTiles::M64N112:
@@ -704,8 +713,10 @@ WgmmaTiles resolve(WgmmaTiles tiles, bool swiglu, const MatmulArgs& a,
                  tiles == WgmmaTiles::M16N8DeepK256))
     tiles = WgmmaTiles::M16N16DeepK256;
   // The streaming tile past its rows or K.
-  if (tiles == WgmmaTiles::M8Stream && !stream_matmul_fits(a.m, a.k))
+  if ((tiles == WgmmaTiles::M8Stream || tiles == WgmmaTiles::M8Stream8) &&
+      !stream_matmul_fits(a.m, a.k))
     tiles = WgmmaTiles::M16N32Deep;
+  if (tiles == WgmmaTiles::M8Stream8 && swiglu) tiles = WgmmaTiles::M8Stream;
   return tiles;
 }
 
@@ -730,8 +741,9 @@ void wgmma_matmul(Half type, MatmulEpilogue epilogue, const MatmulArgs& a, Wgmma
     p.seg[s].n = segs[s].n;
   }
   tiles = resolve(tiles, swiglu, a, segs, p.segments);
-  if (tiles == WgmmaTiles::M8Stream)
-    return stream_matmul(type, epilogue, a, lda, segs, p.segments, stream);
+  if (tiles == WgmmaTiles::M8Stream || tiles == WgmmaTiles::M8Stream8)
+    return stream_matmul(type, epilogue, a, lda, segs, p.segments, tiles == WgmmaTiles::M8Stream8,
+                         stream);
   p.m = a.m;
   p.k = a.k;
   p.epilogue = epilogue;

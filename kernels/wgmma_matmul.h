@@ -33,7 +33,8 @@ namespace hearth::kernels {
 // (multicast); RegA tiles are their twins with A read into registers (wgmma's register-A form):
 // only the weight tile feeds the tensor cores from shared memory. M8Stream is not a wgmma tile:
 // a warp per 16 weight rows on mma.sync, operands swapped, for up to 8 rows
-// (kernels/stream_matmul.h), listed here so that every tiling test covers it.
+// (kernels/stream_matmul.h), listed here so that every tiling test covers it; M8Stream8 is the
+// same with a warp per 8 weight rows (twice the warps).
 enum class WgmmaTiles {
   Auto,
   M16N32,
@@ -75,7 +76,8 @@ enum class WgmmaTiles {
   M48N48DeepK256RegA,
   M64N32DeepK256RegA,
   M64N48DeepK256RegA,
-  M8Stream
+  M8Stream,
+  M8Stream8
 };
 constexpr WgmmaTiles kAllWgmmaTiles[] = {WgmmaTiles::M16N32DeepK256,
                                          WgmmaTiles::M16N48DeepK256,
@@ -116,7 +118,8 @@ constexpr WgmmaTiles kAllWgmmaTiles[] = {WgmmaTiles::M16N32DeepK256,
                                          WgmmaTiles::M48N48DeepK256RegA,
                                          WgmmaTiles::M64N32DeepK256RegA,
                                          WgmmaTiles::M64N48DeepK256RegA,
-                                         WgmmaTiles::M8Stream};
+                                         WgmmaTiles::M8Stream,
+                                         WgmmaTiles::M8Stream8};
 const char* wgmma_tiles_name(WgmmaTiles t);
 
 // True when the current device can run it (compute capability 9.0, this build has sm_90a code).

@@ -189,9 +189,9 @@ TEST(StreamMatmul, RefusesMoreThanEightRowsOrKOutsideWholeStages) {
   segs[0].n = 16;
   for (const auto& [m, k] : {std::pair{9, 256}, std::pair{8, 320}}) {
     args.m = m, args.k = k;
-    EXPECT_THROW(
-        kernels::stream_matmul(Half::BF16, MatmulEpilogue::StoreF32, args, k, segs, 1, nullptr),
-        std::invalid_argument)
+    EXPECT_THROW(kernels::stream_matmul(Half::BF16, MatmulEpilogue::StoreF32, args, k, segs, 1,
+                                        false, nullptr),
+                 std::invalid_argument)
         << "m " << m << " k " << k;
   }
 }

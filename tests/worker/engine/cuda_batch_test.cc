@@ -247,11 +247,11 @@ TEST_F(CudaBatchEngine, PrefixCacheDoesNotChangeBits) {
 
 // The 8B's widths (hidden 4,096, 32 heads of 128 over 8 KV heads) in two layers with a small
 // vocabulary (~0.4 GB): decode steps of 1-8 rows run q/k/v, o, down and the head on the
-// streaming tile (kernels/stream_matmul.h), which no small test model reaches (its launches are
-// too few warps for the rule). The rule's choice is asserted first, so the test keeps covering
-// the tile as the rule changes; then 12 requests alone and 1, 5 and 12 at once: decodes of 1-8
-// rows on the tile, of 9-12 rows and the prompt chunks on wgmma tiles, the same tokens and
-// logprob bits.
+// streaming tile (kernels/stream_matmul.h; o, down and the head with a warp per 8 weight rows),
+// which no small test model reaches (its launches are too few warps for the rule). The rule's
+// choice is asserted first, so the test keeps covering the tile as the rule changes; then 12
+// requests alone and 1, 5 and 12 at once: decodes of 1-8 rows on the tile, of 9-12 rows and the
+// prompt chunks on wgmma tiles, the same tokens and logprob bits.
 TEST(CudaBatchStreamingTile, WideModelBatchedEqualsAlone) {
   HEARTH_REQUIRE_WGMMA();
   const int hidden = 4096, kv = 1024, intermediate = 4096, vocab = 3000;
@@ -265,13 +265,17 @@ TEST(CudaBatchStreamingTile, WideModelBatchedEqualsAlone) {
     if (qkv) a.more = {{{&weight, nullptr, nullptr, kv}, {&weight, nullptr, nullptr, kv}}};
     return kernels::wgmma_matmul_tiles(kernels::MatmulEpilogue::StoreF32, a);
   };
+  using kernels::WgmmaTiles;
   for (int m : {1, 8}) {
-    EXPECT_EQ(tiles(m, hidden, hidden, true), kernels::WgmmaTiles::M8Stream) << "q/k/v, m " << m;
-    EXPECT_EQ(tiles(m, hidden, hidden), kernels::WgmmaTiles::M8Stream) << "o, m " << m;
-    EXPECT_EQ(tiles(m, hidden, intermediate), kernels::WgmmaTiles::M8Stream) << "down, m " << m;
-    EXPECT_EQ(tiles(m, vocab, hidden), kernels::WgmmaTiles::M8Stream) << "head, m " << m;
+    EXPECT_EQ(tiles(m, hidden, hidden, true), WgmmaTiles::M8Stream) << "q/k/v, m " << m;
+    EXPECT_EQ(tiles(m, hidden, hidden), WgmmaTiles::M8Stream8) << "o, m " << m;
+    EXPECT_EQ(tiles(m, hidden, intermediate), WgmmaTiles::M8Stream8) << "down, m " << m;
+    EXPECT_EQ(tiles(m, vocab, hidden), WgmmaTiles::M8Stream8) << "head, m " << m;
   }
-  EXPECT_NE(tiles(9, hidden, hidden), kernels::WgmmaTiles::M8Stream);
+  for (bool qkv : {false, true}) {
+    const WgmmaTiles nine = tiles(9, hidden, hidden, qkv);
+    EXPECT_TRUE(nine != WgmmaTiles::M8Stream && nine != WgmmaTiles::M8Stream8);
+  }
 
   const json wide = {
       {"hidden_size", hidden}, {"num_attention_heads", 32},         {"num_key_value_heads", 8},

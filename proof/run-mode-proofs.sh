@@ -18,7 +18,10 @@
 # hearth-proof run (so batched, in one worker), which then passes when no run failed and every
 # repeat holds (the profiles themselves differ; python3 reads the report). RUNS entries are a number of workers at once or
 # "batched"; the first is the reference the others are diffed against. MODEL_PRESET runs every
-# suite on that synthetic preset (e.g. llama-3.1-8b) instead of the default model.
+# suite on that synthetic preset (e.g. llama-3.1-8b) instead of the default model; MODEL_SET
+# (space-separated KEY=VALUE, hearth-synth --set) changes its config: MODEL_SET="num_hidden_layers=2
+# vocab_size=4096" gives the 8B's widths, whose launches reach the kernels only its shapes take
+# (the streaming decode tile), in a 0.9 GB model.
 # Writes OUT/<suite>/<profiles>/<mode>-{c1,cN,batched}/ (reports), OUT/<suite>/<profiles>/diff-*/
 # and OUT/SUMMARY-<suites>.md (every verdict line, then a table); exits 0 only if every run
 # passes and every diff finds nothing changed. SUITES=short, SUITES=long, ... split the work
@@ -37,6 +40,7 @@ runs=${RUNS:-1 $conc batched}
 profile_dir=$(cd "$root" && realpath "${PROFILE_DIR:-proof/profiles}")
 long_preset=${LONG_PRESET:-llama-3.2-1b}
 model_preset=${MODEL_PRESET:-}
+model_set=${MODEL_SET:-}
 models=${MODELS:-/tmp/hearth-proof-models}
 timeout=${TIMEOUT:-600}
 mkdir -p "$out"
@@ -48,17 +52,21 @@ for tool in hearth-proof hearth-worker hearth-server hearth-synth; do
   [[ -x $bin/$tool ]] || { echo "run-mode-proofs: $bin/$tool is missing; build it (or set BIN)" >&2; exit 2; }
 done
 
-synth_model() {  # synth_model PRESET: the synthetic model's directory, written once
-  local dir=$models/$1
+synth_model() {  # synth_model PRESET [KEY=VALUE...]: the synthetic model's directory, written once
+  local preset=$1 dir=$models/$1 settings=() kv
+  shift
+  for kv in "$@"; do settings+=(--set "$kv"); dir+="_${kv//[^A-Za-z0-9._-]/-}"; done
   if [[ ! -f $dir/config.json ]]; then
-    echo "run-mode-proofs: writing the synthetic $1 model to $dir" >&2
-    "$bin/hearth-synth" --preset "$1" --tokenizer "$default_model/tokenizer.json" --out "$dir" >&2 || exit 2
+    echo "run-mode-proofs: writing the synthetic $preset model to $dir" >&2
+    "$bin/hearth-synth" --preset "$preset" "${settings[@]}" --tokenizer "$default_model/tokenizer.json" \
+      --out "$dir" >&2 || exit 2
   fi
   echo "$dir"
 }
 # short_*: the model of the short, code and multilingual suites; long_*: the long suite's.
 if [[ -n $model_preset ]]; then
-  short_model=$(synth_model "$model_preset") || exit 2
+  # shellcheck disable=SC2086  # MODEL_SET splits into its settings
+  short_model=$(synth_model "$model_preset" $model_set) || exit 2
   short_name=$model_preset long_model=$short_model long_name=$model_preset
   server_models=(--model "$short_model:$short_name")
 else
@@ -89,7 +97,7 @@ failures=0
 {
   echo "# Mode proofs: served vs single-process, 1 vs $conc workers, batched vs alone"
   echo
-  echo "budget $budget, server backend $backend, modes $modes, runs $runs, profiles from $profile_dir${model_preset:+, every suite on synthetic $model_preset}, $(date -u +%Y-%m-%dT%H:%M:%SZ), $(git -C "$root" rev-parse HEAD)"
+  echo "budget $budget, server backend $backend, modes $modes, runs $runs, profiles from $profile_dir${model_preset:+, every suite on synthetic $model_preset${model_set:+ ($model_set)}}, $(date -u +%Y-%m-%dT%H:%M:%SZ), $(git -C "$root" rev-parse HEAD)"
   echo
 } >"$summary"
 # The table: a row per run or diff, a column per suite and profiles, the verdict word in each.

@@ -45,7 +45,13 @@ int run(int argc, char** argv) {
                  "max_position_embeddings instead of the preset's (e.g. tiny-llama with the "
                  "default model's tokenizer and 4096 positions runs the long proof suite on a CPU)")
       ->check(CLI::Range(1, 1 << 24));
+  std::vector<std::string> settings;
+  app.add_option("--set", settings,
+                 "KEY=VALUE: config.json's KEY replaced, VALUE read as JSON where it parses "
+                 "(repeatable; e.g. --preset llama-3.1-8b --set num_hidden_layers=2 --set "
+                 "vocab_size=4096: the 8B's widths in 0.9 GB)");
   CLI11_PARSE(app, argc, argv);
+  for (const std::string& s : settings) hearth::set_config_key(opt, s);
   if (context > 0) opt.config_overrides["max_position_embeddings"] = context;
   if (!seed.empty()) opt.seed = *hearth::parse_unsigned(seed);
   opt.fp8 = dtype == "fp8";

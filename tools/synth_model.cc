@@ -274,6 +274,16 @@ void write_file(const fs::path& path, const std::string& text) {
 
 namespace hearth {
 
+void set_config_key(SynthOptions& options, const std::string& key_value) {
+  const size_t eq = key_value.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw std::invalid_argument("config setting '" + key_value + "' is not KEY=VALUE");
+  const std::string value = key_value.substr(eq + 1);
+  if (!options.config_overrides.is_object()) options.config_overrides = json::object();
+  options.config_overrides[key_value.substr(0, eq)] =
+      json::accept(value) ? json::parse(value) : json(value);
+}
+
 std::vector<std::string> synth_presets() {
   std::vector<std::string> names;
   for (const auto& [name, _] : presets()) names.push_back(name);

@@ -29,8 +29,14 @@ struct SynthOptions {
   std::string tokenizer_path;
   int threads = 0;                  // 0: one per core
   bool progress = false;            // progress lines on stderr
-  nlohmann::json config_overrides;  // config.json keys to replace (tests use it)
+  nlohmann::json config_overrides;  // config.json keys to replace (set_config_key)
 };
+
+// "KEY=VALUE" into options.config_overrides: VALUE as JSON where it parses (2, true, [1, 2]),
+// else as a string. A preset's widths in fewer layers (num_hidden_layers=2) load in seconds and
+// still run the big model's kernel shapes. Throws std::invalid_argument for an empty KEY or no
+// '='; the values themselves are checked with the rest of the config when the model is written.
+void set_config_key(SynthOptions& options, const std::string& key_value);
 
 struct SynthResult {
   ModelConfig config;

@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "base/key_value_setting.h"
 #include "tools/synth_model.h"
 #include "tools/synth_real_tokenizer.h"
 #include "tools/synth_tokenizer.h"
@@ -275,13 +276,10 @@ void write_file(const fs::path& path, const std::string& text) {
 namespace hearth {
 
 void set_config_key(SynthOptions& options, const std::string& key_value) {
-  const size_t eq = key_value.find('=');
-  if (eq == std::string::npos || eq == 0)
-    throw std::invalid_argument("config setting '" + key_value + "' is not KEY=VALUE");
-  const std::string value = key_value.substr(eq + 1);
+  std::optional<KeyValueSetting> kv = parse_key_value_setting(key_value);
+  if (!kv) throw std::invalid_argument("config setting '" + key_value + "' is not KEY=VALUE");
   if (!options.config_overrides.is_object()) options.config_overrides = json::object();
-  options.config_overrides[key_value.substr(0, eq)] =
-      json::accept(value) ? json::parse(value) : json(value);
+  options.config_overrides[kv->key] = std::move(kv->value);
 }
 
 std::vector<std::string> synth_presets() {

@@ -32,9 +32,10 @@ struct SynthOptions {
   nlohmann::json config_overrides;  // config.json keys to replace (set_config_key)
 };
 
-// "KEY=VALUE" into options.config_overrides: VALUE as JSON where it parses (2, true, [1, 2]),
-// else as a string. A preset's widths in fewer layers (num_hidden_layers=2) load in seconds and
-// still run the big model's kernel shapes. Throws std::invalid_argument for an empty KEY or no
+// "KEY=VALUE" into options.config_overrides (base/key_value_setting.h: VALUE as JSON where it
+// parses, else as a string). A preset's widths in fewer layers (num_hidden_layers=2) load in
+// seconds and still run the big model's kernel shapes. Throws std::invalid_argument for an empty
+// KEY or no
 // '='; the values themselves are checked with the rest of the config when the model is written.
 void set_config_key(SynthOptions& options, const std::string& key_value);
 

@@ -4,9 +4,11 @@
 #include <cstdlib>
 #include <functional>
 #include <map>
+#include <optional>
 #include <stdexcept>
 
 #include "base/json_limits.h"
+#include "base/key_value_setting.h"
 #include "base/read_file.h"
 #include "worker/engine/logprobs.h"
 
@@ -378,13 +380,9 @@ void apply_request_json(RequestSettings& request, const json& obj, const std::st
 }
 
 void apply_profile_setting(Profile& profile, std::string_view setting) {
-  const size_t eq = setting.find('=');
-  if (eq == std::string_view::npos || eq == 0)
-    throw std::runtime_error("--set expects key=value, got '" + std::string(setting) + "'");
-  const std::string_view raw = setting.substr(eq + 1);
-  json value = json::parse(raw, nullptr, false);
-  if (value.is_discarded()) value = std::string(raw);
-  apply_profile_json(profile, json{{std::string(setting.substr(0, eq)), value}}, "--set");
+  const std::optional<KeyValueSetting> kv = parse_key_value_setting(setting);
+  if (!kv) throw std::runtime_error("--set expects key=value, got '" + std::string(setting) + "'");
+  apply_profile_json(profile, json{{kv->key, kv->value}}, "--set");
 }
 
 Profile parse_profile(std::string_view text, const std::string& label) {

@@ -50,7 +50,7 @@ def specs_fp8():
 
 
 def specs_rs():
-    for (t, name), trans, n in itertools.product(TYPES16, (0, 1), [24, 32, 48, 64]):
+    for (t, name), trans, n in itertools.product(TYPES16, (0, 1), [24, 32, 48, 64, 128]):
         yield (f"{t}, {n}, {'true' if trans else 'false'}", n, f"m64n{n}k16.f32.{name}.{name}",
                register_a, "float* d, const uint32_t (&a)[4], uint64_t desc_b, int scale_d",
                f"1, 1, {trans}")

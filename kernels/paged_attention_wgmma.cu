@@ -1,15 +1,16 @@
 // Paged attention for a mixed step on Hopper's warpgroup MMA (sm_90a), batch invariant.
 //
 // The rows, tiles, splits and merges of paged_attention.cu's mma.sync kernel, on wgmma: a block
-// takes an item of up to 128 (query, head) rows of one sequence and kv head. Warpgroup 0 is the
-// producer: its 128 threads copy each 64-key tile of K and V through the block table into a ring
-// of shared-memory stages (cp.async, zero-filled past the sequence's end, 128-byte swizzled as
-// wgmma descriptors read it), each stage completing a `full` mbarrier. Warpgroups 1 and 2 each
-// own 64 rows: S = Q K^T with Q and K from shared memory (m64n64k16, k-steps of 16 in order),
-// the online softmax in registers, then O += P V with P straight from the S registers and V read
-// N-major (imm-trans-b), and the stage is handed back on its `empty` mbarrier. The consumers
-// follow FlashAttention-3's schedule (see the consumer loop): a tile's P V runs under the next
-// tile's softmax, and the two warpgroups take turns issuing wgmmas.
+// takes an item of up to 128 (query, head) rows of one sequence and kv head. Warpgroups 0 and 1
+// each own 64 rows; a producer warp after them copies each 64-key tile of K and V through the
+// block table into a ring of shared-memory stages (cp.async, zero-filled past the sequence's
+// end, 128-byte swizzled as wgmma descriptors read it), each stage completing a `full`
+// mbarrier. The consumers take the tiles in pairs: S = Q K^T of 128 keys is one m64n128k16 per
+// k-step (Q and K from shared memory), then each tile of the pair in turn gets the online
+// softmax in registers and O += P V (m64nDk16, P straight from the S registers, V read N-major
+// by imm-trans-b), and its stage goes back on its `empty` mbarrier. The consumers follow
+// FlashAttention-3's schedule (see the consumer loop): P V runs under the next softmax, and the
+// two warpgroups take turns issuing S.
 //
 // Why the bits are those of a row alone: a thread of a warpgroup holds the same rows and keys of
 // S and O as the thread of the same lane and warp in the mma.sync kernel (the wgmma accumulator
@@ -17,7 +18,10 @@
 // line, on the same values, with the same rounding intrinsics. Each warpgroup walks the tiles
 // up to its own last row's position, exactly as a 64-row item of the mma.sync kernel; tiles past
 // it (for the other warpgroup) are waited for and handed back untouched. Rows past the item's
-// end see no keys and are never stored.
+// end see no keys and are never stored. S of a pair comes from one n128 wgmma where the
+// mma.sync kernel runs two tiles of n8 MMAs: each score is still one dot product summed in
+// k-steps of 16 in order, and the tensor core sums a column alike whatever N
+// (`PagedAttention.WgmmaEqualsMmaSyncBitForBit` holds it to that, memcmp).
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -39,19 +43,30 @@ namespace hearth::kernels::paged {
 namespace {
 
 constexpr int kConsumers = kWgmmaItemRows / 64;
-constexpr int kThreads = 128 * (kConsumers + 1);
+// The producer is a warpgroup after the consumers: setmaxnreg moves registers between whole
+// warpgroups, and each of the SM's four register files holds one warp of each (40 + 2 x 232 of
+// its 512 registers a lane): the consumers hold S of 128 keys, O and P.
+constexpr int kProducerThreads = 128;
+constexpr int kThreads = 128 * kConsumers + kProducerThreads;
 constexpr int kStages = 4;
 
 template <int D>
 struct Layout {
+  static constexpr int kHalfBytes = 64 * 128;             // 64 rows of one 64-column half
   static constexpr int kQBytes = kWgmmaItemRows * D * 2;  // [128 rows x D]
-  static constexpr int kTileBytes = kKeys * D * 2;        // [64 keys x D]
-  static constexpr int kStageBytes = 2 * kTileBytes;      // K then V
-  static constexpr int kStateBytes = 64 * D * 4;          // a warpgroup's merged O (fp32)
-  static constexpr int kStateOffset = kQBytes + kStages * kStageBytes;
+  static constexpr int kTileBytes = kKeys * D * 2;        // a stage's K or V: [64 keys x D]
+  // K: column half h of stage s at kKOffset + (h * kStages + s) * kHalfBytes, so that in each
+  // column half the keys of stages 2i and 2i + 1 are 128 contiguous rows (one n128 operand).
+  static constexpr int kKOffset = kQBytes;
+  static constexpr int kKHalfStride = kStages * kHalfBytes;
+  // V: stage s at kVOffset + s * kTileBytes, its column halves kHalfBytes apart.
+  static constexpr int kVOffset = kKOffset + kStages * kTileBytes;
+  static constexpr int kStateBytes = 64 * D * 4;  // a warpgroup's merged O (fp32)
+  static constexpr int kStateOffset = kVOffset + kStages * kTileBytes;
   static constexpr int kBarrierOffset = kStateOffset + kConsumers * kStateBytes;
   static constexpr size_t kSmemBytes = kBarrierOffset + 2 * 8 * kStages + 1024;
   static_assert(kSmemBytes <= 227 * 1024);
+  static_assert(kStages % 2 == 0 && kTilesPerSplit % 2 == 0, "pairs of stages, pairs of tiles");
 };
 
 // Byte offset of 16-byte chunk c (of D / 8) of row r in a [rows x D] tile kept as D / 64 column
@@ -136,12 +151,12 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(Params p) {
   constexpr int kChunks = D / 8;   // 16-byte chunks per row
   constexpr int kDSteps = D / 16;  // k-steps of S = QK^T
   constexpr int kDTiles = D / 8;   // 8-column groups of O
-  constexpr int kHalf = 64 * 128;  // bytes of a 64-row, 64-column half of a K or V tile
   extern __shared__ uint8_t smem_raw[];
   uint8_t* base =
       reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   uint8_t* q_smem = base;
-  uint8_t* kv_smem = base + L::kQBytes;
+  uint8_t* k_smem = base + L::kKOffset;
+  uint8_t* v_smem = base + L::kVOffset;
   uint64_t* full = reinterpret_cast<uint64_t*>(base + L::kBarrierOffset);
   uint64_t* empty = full + kStages;
   const PagedAttentionArgs& a = p.a;
@@ -163,7 +178,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(Params p) {
   const int t_end = tiles_end(rows_here - 1);
   if (threadIdx.x == 0) {
     for (int i = 0; i < kStages; ++i) {
-      mbar_init(&full[i], 128);
+      mbar_init(&full[i], kProducerThreads);
       mbar_init(&empty[i], consumers);
     }
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -173,7 +188,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(Params p) {
   // (branches on it do not serialise the wgmmas).
   const int wg = __shfl_sync(~0u, int(threadIdx.x / 128), 0), t = threadIdx.x % 128;
 
-  if (wg == 0) {
+  if (wg == kConsumers) {
     // ---- Producer: K and V tiles through the block table ----
     asm volatile("setmaxnreg.dec.sync.aligned.u32 40;");
     const T* kp = static_cast<const T*>(a.k_pool);
@@ -182,23 +197,34 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(Params p) {
     for (int tile = t_begin, it = 0; tile < t_end; ++tile, ++it) {
       const int stage = it % kStages;
       mbar_wait(&empty[stage], ((it / kStages) & 1) ^ 1);
-      uint8_t* ks = kv_smem + stage * L::kStageBytes;
-      uint8_t* vs = ks + L::kTileBytes;
-      // Two threads per key, one table look-up and one address each; at each step the pair
-      // copies two adjacent 16-byte chunks (one 32-byte sector) of K and of V.
-      const int row = t / 2, key = tile * kKeys + row, side = t % 2;
-      const bool ok = key < kv_len;  // past the end: zeros, so that 0 * V is 0
-      int64_t at = 0;
-      if (ok) {
-        const int block = table[key / a.block_size];
-        at = int64_t(block) * a.block_stride +
-             (int64_t(kvh) * a.block_size + key % a.block_size) * D + side * 8;
+      uint8_t* ks = k_smem + stage * L::kHalfBytes;
+      uint8_t* vs = v_smem + stage * L::kTileBytes;
+      // Two threads per key (16 keys at a time), one table look-up and one address each; at
+      // each step the pair copies two adjacent 16-byte chunks (one 32-byte sector) of K and V.
+      constexpr int kKeysAtOnce = kProducerThreads / 2;
+      const int side = t % 2;
+      int64_t at[kKeys / kKeysAtOnce];
+      bool ok[kKeys / kKeysAtOnce];
+#pragma unroll
+      for (int i = 0; i < kKeys / kKeysAtOnce; ++i) {  // the table reads first, all in flight
+        const int key = tile * kKeys + i * kKeysAtOnce + t / 2;
+        ok[i] = key < kv_len;  // past the end: zeros, so that 0 * V is 0
+        at[i] = ok[i] ? int64_t(table[key / a.block_size]) * a.block_stride +
+                            (int64_t(kvh) * a.block_size + key % a.block_size) * D + side * 8
+                      : 0;
       }
 #pragma unroll
-      for (int c = 0; c < kChunks / 2; ++c) {
-        const uint32_t off = tile_offset(kKeys, row, 2 * c + side);
-        cp_async16(ks + off, kp + at + c * 16, ok);
-        cp_async16(vs + off, vp + at + c * 16, ok);
+      for (int i = 0; i < kKeys / kKeysAtOnce; ++i) {
+        const int row = i * kKeysAtOnce + t / 2;
+#pragma unroll
+        for (int c = 0; c < kChunks / 2; ++c) {
+          const int chunk = 2 * c + side;
+          const uint32_t off = tile_offset(kKeys, row, chunk);
+          // K's column halves are kKHalfStride apart (see Layout), V's kHalfBytes as in `off`.
+          cp_async16(ks + off + (chunk / 8) * (L::kKHalfStride - L::kHalfBytes),
+                     kp + at[i] + c * 16, ok[i]);
+          cp_async16(vs + off, vp + at[i] + c * 16, ok[i]);
+        }
       }
       mbar_arrive_on_copies(&full[stage]);
     }
@@ -208,7 +234,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(Params p) {
 
   // ---- Consumers: warpgroup w owns local rows [64 w, 64 w + 64) of the item ----
   asm volatile("setmaxnreg.inc.sync.aligned.u32 232;");
-  const int w = wg - 1;
+  const int w = wg;
   if (w >= consumers) return;
   const int warp = t / 32, lane = t % 32, row0 = 64 * w;
   const int t_mine = tiles_end(min(row0 + 63, rows_here - 1));
@@ -227,13 +253,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(Params p) {
     fence_proxy_async();
     asm volatile("bar.sync %0, 128;" ::"r"(w + 1) : "memory");
   }
-  // Q stays in registers for the whole walk: S's wgmmas then read only K from shared memory.
-  uint32_t qf[kDSteps][4];
-#pragma unroll
-  for (int st = 0; st < kDSteps; ++st)
-    ldmatrix_x4(qf[st], q_smem + tile_offset(kWgmmaItemRows, row0 + warp * 16 + (lane & 15),
-                                             2 * st + (lane >> 4)));
-  // The merged O of earlier splits, in shared memory (registers hold Q, S and this split's O).
+  // The merged O of earlier splits, in shared memory (registers hold S, P and this split's O).
   float* state = reinterpret_cast<float*>(base + L::kStateOffset + w * L::kStateBytes) +
                  warp * (D / 2) * 32 + lane;
 
@@ -243,71 +263,34 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(Params p) {
   const int pos_b = row_b < rows_here ? pos0 + (r0 + row_b) / p.group : -1;
   const float scale_log2 = __fmul_rn(a.scale, 1.4426950408889634f);
 
-  float sc[32];            // S of 64 keys: sc[4 j + e] is the mma.sync kernel's sc[j][e]
+  // Q is read by S's wgmmas from shared memory (registers hold S, O and P): this warpgroup's
+  // 64 rows of each 128-row column half.
+  const uint32_t q_addr = smem_addr(q_smem) + row0 * 128;
+  constexpr int kQHalf = kWgmmaItemRows * 128;
+  float sc[64];            // S of 128 keys: sc[4 j + e] is the mma.sync kernel's sc[j][e] of
+                           // the first 64 (j < 8), then of the next 64 (j - 8)
   float o[D / 2];          // this split's O: o[4 d + e] is its o[d][e]
-  uint32_t pf[4][4] = {};  // P of the tile whose O += P V is still to be issued (A fragments)
+  uint32_t pf[4][4] = {};  // P of the 64 keys whose O += P V is next to be issued (A fragments)
   float m_a = -INFINITY, m_b = -INFINITY, l_a = 0.0f, l_b = 0.0f;  // this split's
   float sm_a = 0.0f, sm_b = 0.0f, sl_a = 0.0f, sl_b = 0.0f;        // merged state's m and l
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
 
-  // O += P V from pf and the V tile of `st`: V read N-major, one 64-column half of the head dim
-  // per wgmma, 16 keys per k-step. The caller fences before and commits after.
+  // O += P V from pf and the V tile of stage `st`: all D columns per wgmma (V N-major, its
+  // column halves kHalfBytes apart), 16 keys per k-step. The caller fences before, commits after.
   auto issue_pv = [&](int st) {
-    const uint32_t v_addr = smem_addr(kv_smem + st * L::kStageBytes) + L::kTileBytes;
+    const uint32_t v_addr = smem_addr(v_smem + st * L::kTileBytes);
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-      for (int h = 0; h < D / 64; ++h)
-        WgmmaRs<T, 64, true>::run(o + 32 * h, pf[kk],
-                                  smem_desc(v_addr + h * kHalf + kk * 16 * 128, kHalf >> 4), 1);
+      WgmmaRs<T, D, true>::run(o, pf[kk], smem_desc(v_addr + kk * 16 * 128, L::kHalfBytes >> 4), 1);
   };
-  // The schedule (FlashAttention-3's), which only moves when independent work is issued; every
-  // value still goes through the same operations in the same order:
-  // - one tile's O += P V is issued together with the next tile's S = Q K^T and runs under
-  //   that tile's softmax (o is rescaled by the new tile's alpha once P V has landed, so o sees
-  //   "times alpha(t), plus P(t) V(t)" tile after tile as before). At a split's end the P V is
-  //   issued and waited for at once (the merge needs it), so nothing crosses a split.
-  // - with two consumer warpgroups, they take turns issuing their wgmmas (named barriers), so
-  //   one's softmax runs while the other's wgmmas hold the tensor cores. Both walk every tile
-  //   to t_end and take one turn per tile, skipped tiles included, so the turns pair up;
-  //   warpgroup 1 hands warpgroup 0 the first turn and keeps its last one.
-  const bool ping_pong = consumers == 2;
-  if (ping_pong && w == 1 && t_begin < t_end) pass_turn(w);
-  bool pv_pending = false;  // pf and pv_stage hold the previous tile's P V
-  int pv_stage = 0;
-
-  for (int tile = t_begin, it = 0; tile < t_end; ++tile, ++it) {
-    const int stage = it % kStages;
-    const bool pass_after = ping_pong && !(w == 1 && tile + 1 == t_end);
-    mbar_wait(&full[stage], (it / kStages) & 1);
-    if (tile >= t_mine) {  // only the other warpgroup's rows see this tile
-      // No P V is pending: the tile before t_mine ended this warpgroup's last split.
-      if (ping_pong) wait_turn(w);
-      if (pass_after) pass_turn(w);
-      if (t == 0) mbar_arrive(&empty[stage]);
-      continue;
-    }
-    fence_proxy_async();
-    const uint32_t k_addr = smem_addr(kv_smem + stage * L::kStageBytes);
-    // S = Q K^T: k-steps of 16 along the head dim, in order; then the previous tile's P V.
-#pragma unroll
-    for (int i = 0; i < 32; ++i) sc[i] = 0.0f;
-    fence_registers(sc);
-    if (ping_pong) wait_turn(w);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kDSteps; ++kk)
-      WgmmaRs<T, 64, false>::run(sc, qf[kk],
-                                 smem_desc(k_addr + (kk / 4) * kHalf + (kk % 4) * 32, 1), 1);
-    wgmma_commit();
-    if (pv_pending) issue_pv(pv_stage);
-    wgmma_commit();  // an empty group when nothing was pending: the waits below stay fixed
-    if (pass_after) pass_turn(w);
-    wgmma_wait<1>();  // S has landed; the P V may still run
-    fence_registers(sc);
-
-    // Causal mask (a row sees keys <= its position), log2 units, running max.
+  auto release = [&](int st) {
+    if (t == 0) mbar_arrive(&empty[st]);
+  };
+  // The online softmax of one 64-key tile `tile` (x: its 32 scores), exactly the mma.sync
+  // kernel's: causal mask (a row sees keys <= its position), log2 units, running max, the
+  // rescale factors of what came before, P in place, the running sums.
+  auto softmax = [&](float* x, int tile, float& alpha_a, float& alpha_b) {
     float max_a = -INFINITY, max_b = -INFINITY;
 #pragma unroll
     for (int j = 0; j < 8; ++j)
@@ -315,8 +298,8 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(Params p) {
       for (int e = 0; e < 4; ++e) {
         const int key = tile * kKeys + j * 8 + 2 * (lane & 3) + (e & 1);
         const float v =
-            key <= (e < 2 ? pos_a : pos_b) ? __fmul_rn(sc[4 * j + e], scale_log2) : -INFINITY;
-        sc[4 * j + e] = v;
+            key <= (e < 2 ? pos_a : pos_b) ? __fmul_rn(x[4 * j + e], scale_log2) : -INFINITY;
+        x[4 * j + e] = v;
         if (e < 2)
           max_a = fmaxf(max_a, v);
         else
@@ -329,29 +312,28 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(Params p) {
     }
     const float new_a = fmaxf(m_a, max_a), new_b = fmaxf(m_b, max_b);
     // A row with nothing visible yet keeps m = -inf; its factors must stay finite.
-    const float alpha_a = new_a == -INFINITY ? 1.0f : exp2f(__fsub_rn(m_a, new_a));
-    const float alpha_b = new_b == -INFINITY ? 1.0f : exp2f(__fsub_rn(m_b, new_b));
+    alpha_a = new_a == -INFINITY ? 1.0f : exp2f(__fsub_rn(m_a, new_a));
+    alpha_b = new_b == -INFINITY ? 1.0f : exp2f(__fsub_rn(m_b, new_b));
     m_a = new_a;
     m_b = new_b;
     float sum_a = 0.0f, sum_b = 0.0f;
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-      float* x = sc + 4 * j;
-      x[0] = m_a == -INFINITY ? 0.0f : exp2f(__fsub_rn(x[0], m_a));
-      x[1] = m_a == -INFINITY ? 0.0f : exp2f(__fsub_rn(x[1], m_a));
-      x[2] = m_b == -INFINITY ? 0.0f : exp2f(__fsub_rn(x[2], m_b));
-      x[3] = m_b == -INFINITY ? 0.0f : exp2f(__fsub_rn(x[3], m_b));
-      sum_a = __fadd_rn(sum_a, __fadd_rn(x[0], x[1]));
-      sum_b = __fadd_rn(sum_b, __fadd_rn(x[2], x[3]));
+      float* y = x + 4 * j;
+      y[0] = m_a == -INFINITY ? 0.0f : exp2f(__fsub_rn(y[0], m_a));
+      y[1] = m_a == -INFINITY ? 0.0f : exp2f(__fsub_rn(y[1], m_a));
+      y[2] = m_b == -INFINITY ? 0.0f : exp2f(__fsub_rn(y[2], m_b));
+      y[3] = m_b == -INFINITY ? 0.0f : exp2f(__fsub_rn(y[3], m_b));
+      sum_a = __fadd_rn(sum_a, __fadd_rn(y[0], y[1]));
+      sum_b = __fadd_rn(sum_b, __fadd_rn(y[2], y[3]));
     }
     l_a = __fmaf_rn(l_a, alpha_a, sum_a);
     l_b = __fmaf_rn(l_b, alpha_b, sum_b);
-    // The previous tile's P V has landed: its stage goes back, o takes this tile's alpha and
-    // pf this tile's P.
-    wgmma_wait<0>();
-    fence_registers(o);
-    fence_registers(pf);
-    if (pv_pending && t == 0) mbar_arrive(&empty[pv_stage]);
+  };
+  // Once the last P V has landed: o takes the new tile's alpha and pf its P (x). P's
+  // accumulators are already the A fragments of O += P V (16 keys per k-step); packed before
+  // any wgmma fence: registers written between wgmmas would make ptxas wait.
+  auto rescale_and_pack = [&](const float* x, float alpha_a, float alpha_b) {
 #pragma unroll
     for (int d = 0; d < kDTiles; ++d) {
       o[4 * d + 0] = __fmul_rn(o[4 * d + 0], alpha_a);
@@ -359,81 +341,158 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(Params p) {
       o[4 * d + 2] = __fmul_rn(o[4 * d + 2], alpha_b);
       o[4 * d + 3] = __fmul_rn(o[4 * d + 3], alpha_b);
     }
-    // P's accumulators are already the A fragments of O += P V (16 keys per k-step). Packed
-    // here, before any wgmma fence: registers written between wgmmas would make ptxas wait.
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
-      pf[kk][0] = pack_half2<T>(sc[8 * kk + 0], sc[8 * kk + 1]);
-      pf[kk][1] = pack_half2<T>(sc[8 * kk + 2], sc[8 * kk + 3]);
-      pf[kk][2] = pack_half2<T>(sc[8 * kk + 4], sc[8 * kk + 5]);
-      pf[kk][3] = pack_half2<T>(sc[8 * kk + 6], sc[8 * kk + 7]);
+      pf[kk][0] = pack_half2<T>(x[8 * kk + 0], x[8 * kk + 1]);
+      pf[kk][1] = pack_half2<T>(x[8 * kk + 2], x[8 * kk + 3]);
+      pf[kk][2] = pack_half2<T>(x[8 * kk + 4], x[8 * kk + 5]);
+      pf[kk][3] = pack_half2<T>(x[8 * kk + 6], x[8 * kk + 7]);
     }
     fence_registers(pf);
     fence_registers(o);
-    if ((tile + 1) % kTilesPerSplit != 0 && tile + 1 != t_mine) {
-      pv_pending = true;  // issued with the next tile's S
-      pv_stage = stage;
+  };
+  // The end of split tile / kTilesPerSplit (its last P V landed): finish its sums over the quad,
+  // then merge it into the state (in order) or publish it as a partial; the next split starts
+  // afresh.
+  auto end_split = [&](int tile) {
+    const int j = tile / kTilesPerSplit;
+#pragma unroll
+    for (int off = 1; off <= 2; off <<= 1) {
+      l_a = __fadd_rn(l_a, __shfl_xor_sync(~0u, l_a, off));
+      l_b = __fadd_rn(l_b, __shfl_xor_sync(~0u, l_b, off));
+    }
+    const bool sees_a = pos_a >= j * kSplit, sees_b = pos_b >= j * kSplit;
+    if (split >= 0) {
+      const int64_t entry_a = (int64_t(j) * rows + r0 + row_a) * a.n_kv_heads + kvh + item.w;
+      const int64_t entry_b = entry_a + 8 * int64_t(a.n_kv_heads);
+      float* pa = p.partials + entry_a * (D + 2);
+      float* pb = p.partials + entry_b * (D + 2);
+#pragma unroll
+      for (int d = 0; d < kDTiles; ++d) {
+        const int col = d * 8 + 2 * (lane & 3);
+        if (sees_a) *reinterpret_cast<float2*>(pa + col) = make_float2(o[4 * d], o[4 * d + 1]);
+        if (sees_b) *reinterpret_cast<float2*>(pb + col) = make_float2(o[4 * d + 2], o[4 * d + 3]);
+      }
+      if ((lane & 3) == 0) {
+        if (sees_a) pa[D] = m_a, pa[D + 1] = l_a;
+        if (sees_b) pb[D] = m_b, pb[D + 1] = l_b;
+      }
+    } else {
+      float ma, aa, ba, mb, ab, bb;
+      merge_factors(sm_a, m_a, ma, aa, ba);
+      merge_factors(sm_b, m_b, mb, ab, bb);
+#pragma unroll
+      for (int i = 0; i < D / 2; ++i) {
+        const bool first_row = (i & 3) < 2;
+        float& st = state[i * 32];
+        if (j == 0)
+          st = o[i];
+        else if (first_row ? sees_a : sees_b)
+          st = first_row ? merge_value(st, aa, o[i], ba) : merge_value(st, ab, o[i], bb);
+      }
+      if (j == 0) {
+        sm_a = m_a, sl_a = l_a, sm_b = m_b, sl_b = l_b;
+      } else {
+        if (sees_a) sl_a = merge_value(sl_a, aa, l_a, ba), sm_a = ma;
+        if (sees_b) sl_b = merge_value(sl_b, ab, l_b, bb), sm_b = mb;
+      }
+    }
+    m_a = m_b = -INFINITY;
+    l_a = l_b = 0.0f;
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
+  };
+
+  // The walk takes the 64-key tiles in pairs (splits hold whole pairs): S = Q K^T of a pair is
+  // one n128 wgmma per k-step (each score is the same dot product in the same k order as an n64
+  // wgmma's), then each tile of the pair goes through the online softmax and O += P V in turn,
+  // so every value still sees the mma.sync kernel's operations in its order. The schedule
+  // (FlashAttention-3's) only moves when independent work is issued:
+  // - a pair's second P V is issued with the next pair's S and runs under its first softmax; the
+  //   first P V runs under the second softmax. o is rescaled by a tile's alpha once the P V
+  //   before has landed. At a split's end the P V is issued and waited for at once (the merge
+  //   needs it), so nothing crosses a split.
+  // - with two consumer warpgroups, they take turns issuing S (named barriers), so one's
+  //   softmax runs while the other's wgmmas hold the tensor cores. Both walk every pair to
+  //   t_end and take one turn per pair, skipped pairs included, so the turns pair up;
+  //   warpgroup 1 hands warpgroup 0 the first turn and keeps its last one.
+  const bool ping_pong = consumers == 2;
+  if (ping_pong && w == 1 && t_begin < t_end) pass_turn(w);
+  bool pv_pending = false;  // pf and pv_stage hold the previous pair's second P V
+  int pv_stage = 0;
+
+  for (int tile = t_begin, it = 0; tile < t_end; tile += 2, it += 2) {
+    const int stage = it % kStages;  // the pair's tiles are in stages `stage` and `stage + 1`
+    const bool has_second = tile + 1 < t_end;
+    const bool pass_after = ping_pong && !(w == 1 && tile + 2 >= t_end);
+    const uint32_t parity = (it / kStages) & 1;
+    mbar_wait(&full[stage], parity);
+    if (has_second) mbar_wait(&full[stage + 1], parity);
+    if (tile >= t_mine) {  // only the other warpgroup's rows see this pair
+      // No P V is pending: the pair before t_mine ended this warpgroup's last split.
+      if (ping_pong) wait_turn(w);
+      if (pass_after) pass_turn(w);
+      release(stage);
+      if (has_second) release(stage + 1);
       continue;
     }
+    const bool second_mine = tile + 1 < t_mine;
+    fence_proxy_async();
+    // S = Q K^T of 128 keys: k-steps of 16 along the head dim, in order. Without a second tile
+    // its half of S reads a stage no copy is writing and is not used.
+    const uint32_t k_addr = smem_addr(k_smem + stage * L::kHalfBytes);
+#pragma unroll
+    for (int i = 0; i < 64; ++i) sc[i] = 0.0f;
+    fence_registers(sc);
+    if (ping_pong) wait_turn(w);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kDSteps; ++kk)
+      Wgmma<T, 128>::run(sc, smem_desc(q_addr + (kk / 4) * kQHalf + (kk % 4) * 32, 1),
+                         smem_desc(k_addr + (kk / 4) * L::kKHalfStride + (kk % 4) * 32, 1), 1);
+    wgmma_commit();
+    if (pv_pending) issue_pv(pv_stage);
+    wgmma_commit();  // an empty group when nothing was pending: the waits below stay fixed
+    if (pass_after) pass_turn(w);
+    wgmma_wait<1>();  // S has landed; the P V may still run
+    fence_registers(sc);
+
+    float alpha_a, alpha_b;
+    softmax(sc, tile, alpha_a, alpha_b);
+    wgmma_wait<0>();  // the previous pair's second P V
+    fence_registers(o);
+    fence_registers(pf);
+    if (pv_pending) release(pv_stage);
+    pv_pending = false;
+    rescale_and_pack(sc, alpha_a, alpha_b);
     wgmma_fence();
     issue_pv(stage);
     wgmma_commit();
+    int last_stage = stage;  // of the split's last P V, when the split ends in this pair
+    if (second_mine) {
+      softmax(sc + 32, tile + 1, alpha_a, alpha_b);  // under the first tile's P V
+      wgmma_wait<0>();
+      fence_registers(o);
+      fence_registers(pf);
+      release(stage);
+      rescale_and_pack(sc + 32, alpha_a, alpha_b);
+      if ((tile + 2) % kTilesPerSplit != 0 && tile + 2 != t_mine) {
+        pv_pending = true;  // issued with the next pair's S
+        pv_stage = stage + 1;
+        continue;
+      }
+      wgmma_fence();
+      issue_pv(stage + 1);
+      wgmma_commit();
+      last_stage = stage + 1;
+    }
+    // The split's last P V (the merge needs it), then the split's end. One call site: the
+    // merge inlined twice costs registers.
     wgmma_wait<0>();
     fence_registers(o);
-    pv_pending = false;
-    if (t == 0) mbar_arrive(&empty[stage]);
-
-    // End of a split: finish its sums over the quad, then merge it into the state (in order)
-    // or publish it as a partial; the next split starts afresh.
-    {
-      const int j = tile / kTilesPerSplit;
-#pragma unroll
-      for (int off = 1; off <= 2; off <<= 1) {
-        l_a = __fadd_rn(l_a, __shfl_xor_sync(~0u, l_a, off));
-        l_b = __fadd_rn(l_b, __shfl_xor_sync(~0u, l_b, off));
-      }
-      const bool sees_a = pos_a >= j * kSplit, sees_b = pos_b >= j * kSplit;
-      if (split >= 0) {
-        const int64_t entry_a = (int64_t(j) * rows + r0 + row_a) * a.n_kv_heads + kvh + item.w;
-        const int64_t entry_b = entry_a + 8 * int64_t(a.n_kv_heads);
-        float* pa = p.partials + entry_a * (D + 2);
-        float* pb = p.partials + entry_b * (D + 2);
-#pragma unroll
-        for (int d = 0; d < kDTiles; ++d) {
-          const int col = d * 8 + 2 * (lane & 3);
-          if (sees_a) *reinterpret_cast<float2*>(pa + col) = make_float2(o[4 * d], o[4 * d + 1]);
-          if (sees_b)
-            *reinterpret_cast<float2*>(pb + col) = make_float2(o[4 * d + 2], o[4 * d + 3]);
-        }
-        if ((lane & 3) == 0) {
-          if (sees_a) pa[D] = m_a, pa[D + 1] = l_a;
-          if (sees_b) pb[D] = m_b, pb[D + 1] = l_b;
-        }
-      } else {
-        float ma, aa, ba, mb, ab, bb;
-        merge_factors(sm_a, m_a, ma, aa, ba);
-        merge_factors(sm_b, m_b, mb, ab, bb);
-#pragma unroll
-        for (int i = 0; i < D / 2; ++i) {
-          const bool first_row = (i & 3) < 2;
-          float& st = state[i * 32];
-          if (j == 0)
-            st = o[i];
-          else if (first_row ? sees_a : sees_b)
-            st = first_row ? merge_value(st, aa, o[i], ba) : merge_value(st, ab, o[i], bb);
-        }
-        if (j == 0) {
-          sm_a = m_a, sl_a = l_a, sm_b = m_b, sl_b = l_b;
-        } else {
-          if (sees_a) sl_a = merge_value(sl_a, aa, l_a, ba), sm_a = ma;
-          if (sees_b) sl_b = merge_value(sl_b, ab, l_b, bb), sm_b = mb;
-        }
-      }
-      m_a = m_b = -INFINITY;
-      l_a = l_b = 0.0f;
-#pragma unroll
-      for (int i = 0; i < D / 2; ++i) o[i] = 0.0f;
-    }
+    release(last_stage);
+    if (!second_mine && has_second) release(stage + 1);  // the other warpgroup's tile
+    end_split(tile);
   }
 
   if (split < 0) {

@@ -2,7 +2,7 @@
 //
 // The rows, tiles, splits and merges of paged_attention.cu's mma.sync kernel, on wgmma: a block
 // takes an item of up to 128 (query, head) rows of one sequence and kv head. Warpgroups 0 and 1
-// each own 64 rows; a producer warp after them copies each 64-key tile of K and V through the
+// each own 64 rows; a producer warpgroup after them copies each 64-key tile of K and V through the
 // block table into a ring of shared-memory stages (cp.async, zero-filled past the sequence's
 // end, 128-byte swizzled as wgmma descriptors read it), each stage completing a `full`
 // mbarrier. The consumers take the tiles in pairs: S = Q K^T of 128 keys is one m64n128k16 per
@@ -199,8 +199,9 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(Params p) {
       mbar_wait(&empty[stage], ((it / kStages) & 1) ^ 1);
       uint8_t* ks = k_smem + stage * L::kHalfBytes;
       uint8_t* vs = v_smem + stage * L::kTileBytes;
-      // Two threads per key (16 keys at a time), one table look-up and one address each; at
-      // each step the pair copies two adjacent 16-byte chunks (one 32-byte sector) of K and V.
+      // Two threads per key (kKeysAtOnce keys a round: the whole tile), one table look-up and
+      // one address each; at each step the pair copies two adjacent 16-byte chunks (one 32-byte
+      // sector) of K and of V.
       constexpr int kKeysAtOnce = kProducerThreads / 2;
       const int side = t % 2;
       int64_t at[kKeys / kKeysAtOnce];

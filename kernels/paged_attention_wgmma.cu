@@ -47,6 +47,7 @@ constexpr int kConsumers = kWgmmaItemRows / 64;
 // warpgroups, and each of the SM's four register files holds one warp of each (40 + 2 x 232 of
 // its 512 registers a lane): the consumers hold S of 128 keys, O and P.
 constexpr int kProducerThreads = 128;
+static_assert(kProducerThreads == 2 * kKeys, "the producer copies a tile with two threads a key");
 constexpr int kThreads = 128 * kConsumers + kProducerThreads;
 constexpr int kStages = 4;
 
@@ -199,33 +200,24 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(Params p) {
       mbar_wait(&empty[stage], ((it / kStages) & 1) ^ 1);
       uint8_t* ks = k_smem + stage * L::kHalfBytes;
       uint8_t* vs = v_smem + stage * L::kTileBytes;
-      // Two threads per key (kKeysAtOnce keys a round: the whole tile), one table look-up and
-      // one address each; at each step the pair copies two adjacent 16-byte chunks (one 32-byte
-      // sector) of K and of V.
-      constexpr int kKeysAtOnce = kProducerThreads / 2;
-      const int side = t % 2;
-      int64_t at[kKeys / kKeysAtOnce];
-      bool ok[kKeys / kKeysAtOnce];
-#pragma unroll
-      for (int i = 0; i < kKeys / kKeysAtOnce; ++i) {  // the table reads first, all in flight
-        const int key = tile * kKeys + i * kKeysAtOnce + t / 2;
-        ok[i] = key < kv_len;  // past the end: zeros, so that 0 * V is 0
-        at[i] = ok[i] ? int64_t(table[key / a.block_size]) * a.block_stride +
-                            (int64_t(kvh) * a.block_size + key % a.block_size) * D + side * 8
-                      : 0;
+      // Two threads per key, one table look-up and one address each; at each step the pair
+      // copies two adjacent 16-byte chunks (one 32-byte sector) of K and of V.
+      const int row = t / 2, key = tile * kKeys + row, side = t % 2;
+      const bool ok = key < kv_len;  // past the end: zeros, so that 0 * V is 0
+      int64_t at = 0;
+      if (ok) {
+        const int block = table[key / a.block_size];
+        at = int64_t(block) * a.block_stride +
+             (int64_t(kvh) * a.block_size + key % a.block_size) * D + side * 8;
       }
 #pragma unroll
-      for (int i = 0; i < kKeys / kKeysAtOnce; ++i) {
-        const int row = i * kKeysAtOnce + t / 2;
-#pragma unroll
-        for (int c = 0; c < kChunks / 2; ++c) {
-          const int chunk = 2 * c + side;
-          const uint32_t off = tile_offset(kKeys, row, chunk);
-          // K's column halves are kKHalfStride apart (see Layout), V's kHalfBytes as in `off`.
-          cp_async16(ks + off + (chunk / 8) * (L::kKHalfStride - L::kHalfBytes),
-                     kp + at[i] + c * 16, ok[i]);
-          cp_async16(vs + off, vp + at[i] + c * 16, ok[i]);
-        }
+      for (int c = 0; c < kChunks / 2; ++c) {
+        const int chunk = 2 * c + side;
+        const uint32_t off = tile_offset(kKeys, row, chunk);
+        // K's column halves are kKHalfStride apart (see Layout), V's kHalfBytes as in `off`.
+        cp_async16(ks + off + (chunk / 8) * (L::kKHalfStride - L::kHalfBytes), kp + at + c * 16,
+                   ok);
+        cp_async16(vs + off, vp + at + c * 16, ok);
       }
       mbar_arrive_on_copies(&full[stage]);
     }

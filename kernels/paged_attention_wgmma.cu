@@ -24,9 +24,11 @@
 // (`PagedAttention.WgmmaEqualsMmaSyncBitForBit` holds it to that, memcmp).
 #include <cuda_runtime.h>
 
+#include <climits>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 #include "kernels/cuda_check.h"
 #include "kernels/device_scope.h"
@@ -153,8 +155,9 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(Params p) {
   constexpr int kDSteps = D / 16;  // k-steps of S = QK^T
   constexpr int kDTiles = D / 8;   // 8-column groups of O
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* base =
-      reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  // 1024-byte aligned (the swizzle's atom) by an offset from smem_raw, so that the compiler
+  // still knows every pointer below is shared memory (LDS / STS, not generic LD / ST).
+  uint8_t* base = smem_raw + ((1024u - (smem_addr(smem_raw) & 1023u)) & 1023u);
   uint8_t* q_smem = base;
   uint8_t* k_smem = base + L::kKOffset;
   uint8_t* v_smem = base + L::kVOffset;
@@ -282,16 +285,20 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(Params p) {
   };
   // The online softmax of one 64-key tile `tile` (x: its 32 scores), exactly the mma.sync
   // kernel's: causal mask (a row sees keys <= its position), log2 units, running max, the
-  // rescale factors of what came before, P in place, the running sums.
-  auto softmax = [&](float* x, int tile, float& alpha_a, float& alpha_b) {
+  // rescale factors of what came before, P in place, the running sums. kWhole: every row of
+  // this warp sees every key of the tile, so no mask and, a key being seen, no row's maximum is
+  // -inf (the same values, fewer instructions; rows past the item's end are never stored).
+  auto softmax = [&](auto whole, float* x, int tile, float& alpha_a, float& alpha_b) {
+    constexpr bool kWhole = decltype(whole)::value;
     float max_a = -INFINITY, max_b = -INFINITY;
 #pragma unroll
     for (int j = 0; j < 8; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int key = tile * kKeys + j * 8 + 2 * (lane & 3) + (e & 1);
-        const float v =
-            key <= (e < 2 ? pos_a : pos_b) ? __fmul_rn(x[4 * j + e], scale_log2) : -INFINITY;
+        const float v = kWhole || key <= (e < 2 ? pos_a : pos_b)
+                            ? __fmul_rn(x[4 * j + e], scale_log2)
+                            : -INFINITY;
         x[4 * j + e] = v;
         if (e < 2)
           max_a = fmaxf(max_a, v);
@@ -305,23 +312,33 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(Params p) {
     }
     const float new_a = fmaxf(m_a, max_a), new_b = fmaxf(m_b, max_b);
     // A row with nothing visible yet keeps m = -inf; its factors must stay finite.
-    alpha_a = new_a == -INFINITY ? 1.0f : exp2f(__fsub_rn(m_a, new_a));
-    alpha_b = new_b == -INFINITY ? 1.0f : exp2f(__fsub_rn(m_b, new_b));
+    alpha_a = !kWhole && new_a == -INFINITY ? 1.0f : exp2f(__fsub_rn(m_a, new_a));
+    alpha_b = !kWhole && new_b == -INFINITY ? 1.0f : exp2f(__fsub_rn(m_b, new_b));
     m_a = new_a;
     m_b = new_b;
+    const bool none_a = !kWhole && m_a == -INFINITY, none_b = !kWhole && m_b == -INFINITY;
     float sum_a = 0.0f, sum_b = 0.0f;
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       float* y = x + 4 * j;
-      y[0] = m_a == -INFINITY ? 0.0f : exp2f(__fsub_rn(y[0], m_a));
-      y[1] = m_a == -INFINITY ? 0.0f : exp2f(__fsub_rn(y[1], m_a));
-      y[2] = m_b == -INFINITY ? 0.0f : exp2f(__fsub_rn(y[2], m_b));
-      y[3] = m_b == -INFINITY ? 0.0f : exp2f(__fsub_rn(y[3], m_b));
+      y[0] = none_a ? 0.0f : exp2f(__fsub_rn(y[0], m_a));
+      y[1] = none_a ? 0.0f : exp2f(__fsub_rn(y[1], m_a));
+      y[2] = none_b ? 0.0f : exp2f(__fsub_rn(y[2], m_b));
+      y[3] = none_b ? 0.0f : exp2f(__fsub_rn(y[3], m_b));
       sum_a = __fadd_rn(sum_a, __fadd_rn(y[0], y[1]));
       sum_b = __fadd_rn(sum_b, __fadd_rn(y[2], y[3]));
     }
     l_a = __fmaf_rn(l_a, alpha_a, sum_a);
     l_b = __fmaf_rn(l_b, alpha_b, sum_b);
+  };
+  // Tiles up to this warp's first row's position are whole for every row of the warp.
+  const int warp_first_pos =
+      __reduce_min_sync(~0u, min(pos_a < 0 ? INT_MAX : pos_a, pos_b < 0 ? INT_MAX : pos_b));
+  auto softmax_tile = [&](float* x, int tile, float& alpha_a, float& alpha_b) {
+    if (tile * kKeys + kKeys - 1 <= warp_first_pos)
+      softmax(std::true_type{}, x, tile, alpha_a, alpha_b);
+    else
+      softmax(std::false_type{}, x, tile, alpha_a, alpha_b);
   };
   // Once the last P V has landed: o takes the new tile's alpha and pf its P (x). P's
   // accumulators are already the A fragments of O += P V (16 keys per k-step); packed before
@@ -374,14 +391,19 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(Params p) {
       float ma, aa, ba, mb, ab, bb;
       merge_factors(sm_a, m_a, ma, aa, ba);
       merge_factors(sm_b, m_b, mb, ab, bb);
+      if (j == 0) {
 #pragma unroll
-      for (int i = 0; i < D / 2; ++i) {
-        const bool first_row = (i & 3) < 2;
-        float& st = state[i * 32];
-        if (j == 0)
-          st = o[i];
-        else if (first_row ? sees_a : sees_b)
-          st = first_row ? merge_value(st, aa, o[i], ba) : merge_value(st, ab, o[i], bb);
+        for (int i = 0; i < D / 2; ++i) state[i * 32] = o[i];
+      } else {
+        // Selects, not branches: a row that does not see split j keeps its state.
+#pragma unroll
+        for (int i = 0; i < D / 2; ++i) {
+          const bool first_row = (i & 3) < 2;
+          const float st = state[i * 32];
+          const float merged =
+              first_row ? merge_value(st, aa, o[i], ba) : merge_value(st, ab, o[i], bb);
+          state[i * 32] = (first_row ? sees_a : sees_b) ? merged : st;
+        }
       }
       if (j == 0) {
         sm_a = m_a, sl_a = l_a, sm_b = m_b, sl_b = l_b;
@@ -451,7 +473,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(Params p) {
     fence_registers(sc);
 
     float alpha_a, alpha_b;
-    softmax(sc, tile, alpha_a, alpha_b);
+    softmax_tile(sc, tile, alpha_a, alpha_b);
     wgmma_wait<0>();  // the previous pair's second P V
     fence_registers(o);
     fence_registers(pf);
@@ -463,7 +485,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(Params p) {
     wgmma_commit();
     int last_stage = stage;  // of the split's last P V, when the split ends in this pair
     if (second_mine) {
-      softmax(sc + 32, tile + 1, alpha_a, alpha_b);  // under the first tile's P V
+      softmax_tile(sc + 32, tile + 1, alpha_a, alpha_b);  // under the first tile's P V
       wgmma_wait<0>();
       fence_registers(o);
       fence_registers(pf);

@@ -290,21 +290,31 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(Params p) {
   // -inf (the same values, fewer instructions; rows past the item's end are never stored).
   auto softmax = [&](auto whole, float* x, int tile, float& alpha_a, float& alpha_b) {
     constexpr bool kWhole = decltype(whole)::value;
-    float max_a = -INFINITY, max_b = -INFINITY;
 #pragma unroll
     for (int j = 0; j < 8; ++j)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int key = tile * kKeys + j * 8 + 2 * (lane & 3) + (e & 1);
-        const float v = kWhole || key <= (e < 2 ? pos_a : pos_b)
-                            ? __fmul_rn(x[4 * j + e], scale_log2)
-                            : -INFINITY;
-        x[4 * j + e] = v;
-        if (e < 2)
-          max_a = fmaxf(max_a, v);
-        else
-          max_b = fmaxf(max_b, v);
+        x[4 * j + e] = kWhole || key <= (e < 2 ? pos_a : pos_b)
+                           ? __fmul_rn(x[4 * j + e], scale_log2)
+                           : -INFINITY;
       }
+    // The row maxima as a tree, not a chain: a maximum is exact in any order (up to the sign
+    // of a zero maximum, which only ever enters exp2 of a difference).
+    float tree_a[8], tree_b[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      tree_a[j] = fmaxf(x[4 * j], x[4 * j + 1]);
+      tree_b[j] = fmaxf(x[4 * j + 2], x[4 * j + 3]);
+    }
+#pragma unroll
+    for (int width = 4; width >= 1; width /= 2)
+#pragma unroll
+      for (int j = 0; j < width; ++j) {
+        tree_a[j] = fmaxf(tree_a[j], tree_a[j + width]);
+        tree_b[j] = fmaxf(tree_b[j], tree_b[j + width]);
+      }
+    float max_a = tree_a[0], max_b = tree_b[0];
 #pragma unroll
     for (int off = 1; off <= 2; off <<= 1) {
       max_a = fmaxf(max_a, __shfl_xor_sync(~0u, max_a, off));

@@ -263,7 +263,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(Params p) {
   // 64 rows of each 128-row column half.
   const uint32_t q_addr = smem_addr(q_smem) + row0 * 128;
   constexpr int kQHalf = kWgmmaItemRows * 128;
-  float sc[64];            // S of 128 keys: sc[4 j + e] is the mma.sync kernel's sc[j][e] of
+  float sc[64] = {};       // S of 128 keys: sc[4 j + e] is the mma.sync kernel's sc[j][e] of
                            // the first 64 (j < 8), then of the next 64 (j - 8)
   float o[D / 2];          // this split's O: o[4 d + e] is its o[d][e]
   uint32_t pf[4][4] = {};  // P of the 64 keys whose O += P V is next to be issued (A fragments)
@@ -354,12 +354,16 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(Params p) {
   // accumulators are already the A fragments of O += P V (16 keys per k-step); packed before
   // any wgmma fence: registers written between wgmmas would make ptxas wait.
   auto rescale_and_pack = [&](const float* x, float alpha_a, float alpha_b) {
+    // x 1.0 is exact, so a warp none of whose rows found a new maximum (most tiles past a
+    // split's first few) skips the rescale.
+    if (__any_sync(~0u, alpha_a != 1.0f || alpha_b != 1.0f)) {
 #pragma unroll
-    for (int d = 0; d < kDTiles; ++d) {
-      o[4 * d + 0] = __fmul_rn(o[4 * d + 0], alpha_a);
-      o[4 * d + 1] = __fmul_rn(o[4 * d + 1], alpha_a);
-      o[4 * d + 2] = __fmul_rn(o[4 * d + 2], alpha_b);
-      o[4 * d + 3] = __fmul_rn(o[4 * d + 3], alpha_b);
+      for (int d = 0; d < kDTiles; ++d) {
+        o[4 * d + 0] = __fmul_rn(o[4 * d + 0], alpha_a);
+        o[4 * d + 1] = __fmul_rn(o[4 * d + 1], alpha_a);
+        o[4 * d + 2] = __fmul_rn(o[4 * d + 2], alpha_b);
+        o[4 * d + 3] = __fmul_rn(o[4 * d + 3], alpha_b);
+      }
     }
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
@@ -465,16 +469,14 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(Params p) {
     fence_proxy_async();
     // S = Q K^T of 128 keys: k-steps of 16 along the head dim, in order. Without a second tile
     // its half of S reads a stage no copy is writing and is not used.
+    // The first k-step overwrites S (scale-d 0) instead of adding to zeros: the same sums.
     const uint32_t k_addr = smem_addr(k_smem + stage * L::kHalfBytes);
-#pragma unroll
-    for (int i = 0; i < 64; ++i) sc[i] = 0.0f;
-    fence_registers(sc);
     if (ping_pong) wait_turn(w);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kDSteps; ++kk)
       Wgmma<T, 128>::run(sc, smem_desc(q_addr + (kk / 4) * kQHalf + (kk % 4) * 32, 1),
-                         smem_desc(k_addr + (kk / 4) * L::kKHalfStride + (kk % 4) * 32, 1), 1);
+                         smem_desc(k_addr + (kk / 4) * L::kKHalfStride + (kk % 4) * 32, 1), kk > 0);
     wgmma_commit();
     if (pv_pending) issue_pv(pv_stage);
     wgmma_commit();  // an empty group when nothing was pending: the waits below stay fixed

@@ -179,6 +179,10 @@ struct PagedAttentionArgs {
   int n_heads = 0, n_kv_heads = 0, head_dim = 0;
   // A bound on first_pos[s] + n_s over the step, known to the host (sizes the grid only).
   int max_kv_len = 0;
+  // Blocks addressable from the pools (every id a block table may hold is below it: own and
+  // foreign blocks, the whole reservation of a leased pool). With it the wgmma kernel reads
+  // whole K/V tiles by TMA within those bounds; 0 (unknown) keeps it on cp.async.
+  int64_t pool_blocks = 0;
   float scale = 1.0f;
   // Splits of one-block sequences spread over blocks (faster for few, long sequences). The
   // result is the same either way; off is for tests.

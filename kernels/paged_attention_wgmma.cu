@@ -3,14 +3,15 @@
 // The rows, tiles, splits and merges of paged_attention.cu's mma.sync kernel, on wgmma: a block
 // takes an item of up to 128 (query, head) rows of one sequence and kv head. Warpgroups 0 and 1
 // each own 64 rows; a producer warpgroup after them copies each 64-key tile of K and V through the
-// block table into a ring of shared-memory stages (cp.async, zero-filled past the sequence's
-// end, 128-byte swizzled as wgmma descriptors read it), each stage completing a `full`
-// mbarrier. The consumers take the tiles in pairs: S = Q K^T of 128 keys is one m64n128k16 per
-// k-step (Q and K from shared memory), then each tile of the pair in turn gets the online
-// softmax in registers and O += P V (m64nDk16, P straight from the S registers, V read N-major
-// by imm-trans-b), and its stage goes back on its `empty` mbarrier. The consumers follow
-// FlashAttention-3's schedule (see the consumer loop): P V runs under the next softmax, and the
-// two warpgroups take turns issuing S.
+// block table into a ring of shared-memory stages, 128-byte swizzled as wgmma descriptors read
+// it, each stage completing a `full` mbarrier: a tile whose keys all exist by TMA, a box of one
+// pool block's rows per column half (when the host could describe the pool to TMA), the tile at
+// the sequence's end by cp.async, zero-filled past it. The consumers take the tiles in pairs: S = Q
+// K^T of 128 keys is one m64n128k16 per k-step (Q and K from shared memory), then each tile of the
+// pair in turn gets the online softmax in registers and O += P V (m64nDk16, P straight from the S
+// registers, V read N-major by imm-trans-b), and its stage goes back on its `empty` mbarrier. The
+// consumers follow FlashAttention-3's schedule (see the consumer loop): P V runs under the next
+// softmax, and the two warpgroups take turns issuing S.
 //
 // Why the bits are those of a row alone: a thread of a warpgroup holds the same rows and keys of
 // S and O as the thread of the same lane and warp in the mma.sync kernel (the wgmma accumulator
@@ -22,6 +23,7 @@
 // mma.sync kernel runs two tiles of n8 MMAs: each score is still one dot product summed in
 // k-steps of 16 in order, and the tensor core sums a column alike whatever N
 // (`PagedAttention.WgmmaEqualsMmaSyncBitForBit` holds it to that, memcmp).
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <climits>
@@ -37,6 +39,8 @@
 #include "kernels/mma.cuh"
 #include "kernels/paged_attention_split.cuh"
 #include "kernels/pdl.cuh"
+#include "kernels/tma_pipeline.cuh"
+#include "kernels/tma_tensor_map.h"
 #include "kernels/wgmma.cuh"
 #include "kernels/wgmma_rs.cuh"
 
@@ -52,6 +56,16 @@ constexpr int kProducerThreads = 128;
 static_assert(kProducerThreads == 2 * kKeys, "the producer copies a tile with two threads a key");
 constexpr int kThreads = 128 * kConsumers + kProducerThreads;
 constexpr int kStages = 4;
+
+// The kernel's parameters: the shared ones and, when `tma`, the K and V pools of the layer as
+// [rows, D] matrices (row = block * rows_per_block + kv head * block_size + offset), read in
+// boxes of 64 columns x block_size rows. Grid constants: TMA takes the maps' addresses.
+struct WgmmaParams {
+  CUtensorMap k_map, v_map;
+  Params base;
+  int tma;             // whole tiles by TMA
+  int rows_per_block;  // block_stride / D
+};
 
 template <int D>
 struct Layout {
@@ -85,20 +99,13 @@ __device__ __forceinline__ uint64_t smem_desc(uint32_t addr, uint32_t lbo_field)
          (uint64_t(1024 >> 4) << 32) | (uint64_t(1) << 62);
 }
 
-__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count)
-               : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
-}
 // The barrier counts one arrival when all of this thread's earlier cp.asyncs have landed.
 __device__ __forceinline__ void mbar_arrive_on_copies(uint64_t* bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(smem_addr(bar))
                : "memory");
 }
-// The spin stays inside the asm: a C++ loop on a per-thread flag would look divergent to ptxas,
-// which then serialises the wgmmas after it.
+// Hides tma_pipeline.cuh's wait: here the spin stays inside the asm, since a C++ loop on a
+// per-thread flag would look divergent to ptxas, which then serialises the wgmmas after it.
 __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
   asm volatile(
       "{\n.reg .pred p;\nwait_%=:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
@@ -109,18 +116,6 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
 // Shared memory written by cp.async (generic proxy) becomes visible to wgmma (async proxy).
 __device__ __forceinline__ void fence_proxy_async() {
   asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
-}
-__device__ __forceinline__ void wgmma_fence() {
-  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
-}
-__device__ __forceinline__ void wgmma_commit() {
-  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-}
-// Waits until at most `Pending` of this thread's committed wgmma groups are still running
-// (groups complete in commit order).
-template <int Pending>
-__device__ __forceinline__ void wgmma_wait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(Pending) : "memory");
 }
 // The compiler may not move reads or writes of these registers across this point (the wgmmas
 // that read or write them run asynchronously, unknown to it).
@@ -148,7 +143,8 @@ __device__ __forceinline__ void pass_turn(int w) {
 }
 
 template <typename T, int D>
-__global__ void __launch_bounds__(kThreads, 1) attention_kernel(Params p) {
+__global__ void __launch_bounds__(kThreads, 1)
+    attention_kernel(const __grid_constant__ WgmmaParams wp) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using L = Layout<D>;
   constexpr int kChunks = D / 8;   // 16-byte chunks per row
@@ -163,6 +159,7 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(Params p) {
   uint8_t* v_smem = base + L::kVOffset;
   uint64_t* full = reinterpret_cast<uint64_t*>(base + L::kBarrierOffset);
   uint64_t* empty = full + kStages;
+  const Params& p = wp.base;
   const PagedAttentionArgs& a = p.a;
   allow_dependents_early();
   wait_for_producer();  // the plan, q and this step's pool rows
@@ -203,6 +200,26 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(Params p) {
       mbar_wait(&empty[stage], ((it / kStages) & 1) ^ 1);
       uint8_t* ks = k_smem + stage * L::kHalfBytes;
       uint8_t* vs = v_smem + stage * L::kTileBytes;
+      if (wp.tma && (tile + 1) * kKeys <= kv_len) {
+        // Every key exists: one box per pool block and column half, issued by one thread a
+        // block after thread 0 has announced the tile's bytes; every thread arrives once.
+        if (t == 0)
+          mbar_expect_tx(&full[stage], 2 * L::kTileBytes);
+        else
+          mbar_arrive(&full[stage]);
+        __syncwarp();
+        if (t < kKeys / a.block_size) {
+          const int first = t * a.block_size;
+          const int y =
+              table[(tile * kKeys + first) / a.block_size] * wp.rows_per_block + kvh * a.block_size;
+#pragma unroll
+          for (int h = 0; h < D / 64; ++h) {
+            tma_load(ks + h * L::kKHalfStride + first * 128, &wp.k_map, h * 64, y, &full[stage]);
+            tma_load(vs + h * L::kHalfBytes + first * 128, &wp.v_map, h * 64, y, &full[stage]);
+          }
+        }
+        continue;
+      }
       // Two threads per key, one table look-up and one address each; at each step the pair
       // copies two adjacent 16-byte chunks (one 32-byte sector) of K and of V.
       const int row = t / 2, key = tile * kKeys + row, side = t % 2;
@@ -540,9 +557,32 @@ __global__ void __launch_bounds__(kThreads, 1) attention_kernel(Params p) {
     }
   }
 #else
-  (void)p;
+  (void)wp;
   __trap();
 #endif
+}
+
+// Whole tiles by TMA when the pools can be described to it: their extent known, a block's rows
+// a whole number of D-wide rows apart, blocks of 8 to 64 keys (a box per block; the swizzle's
+// 8-row groups stay whole), rows addressable by 32-bit coordinates.
+template <int D>
+WgmmaParams params_with_maps(const Params& p, CUtensorMapDataType type) {
+  WgmmaParams wp{};
+  wp.base = p;
+  const PagedAttentionArgs& a = p.a;
+  const int bs = a.block_size;
+  const bool block_fits = bs >= 8 && bs <= kKeys && kKeys % bs == 0;
+  const bool aligned = reinterpret_cast<uintptr_t>(a.k_pool) % 16 == 0 &&
+                       reinterpret_cast<uintptr_t>(a.v_pool) % 16 == 0 && a.block_stride % D == 0;
+  if (a.pool_blocks <= 0 || !block_fits || !aligned) return wp;
+  const int64_t rows_per_block = a.block_stride / D;
+  const int64_t rows = (a.pool_blocks - 1) * rows_per_block + int64_t(a.n_kv_heads) * bs;
+  if (rows > INT32_MAX) return wp;
+  wp.k_map = swizzled_k_major_map(type, 2, a.k_pool, int(rows), D, D, 64, bs, "paged_attention");
+  wp.v_map = swizzled_k_major_map(type, 2, a.v_pool, int(rows), D, D, 64, bs, "paged_attention");
+  wp.tma = 1;
+  wp.rows_per_block = int(rows_per_block);
+  return wp;
 }
 
 template <typename T, int D>
@@ -553,7 +593,10 @@ void launch(const Params& p, int grid, cudaStream_t stream) {
     HEARTH_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            int(Layout<D>::kSmemBytes)));
   });
-  launch_pdl(kernel, dim3(grid, p.a.n_kv_heads), dim3(kThreads), Layout<D>::kSmemBytes, stream, p);
+  const WgmmaParams wp =
+      params_with_maps<D>(p, std::is_same_v<T, __half> ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16
+                                                       : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16);
+  launch_pdl(kernel, dim3(grid, p.a.n_kv_heads), dim3(kThreads), Layout<D>::kSmemBytes, stream, wp);
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // The Hopper (sm_90a) pipeline primitives both TMA-fed wgmma matmuls use (kernels/wgmma_matmul.cu
 // and kernels/fp8_matmul.cu): mbarriers, 2-D TMA tile loads, wgmma fence/commit/wait, and the
-// shared-memory descriptor of a 128-byte-swizzled K-major tile. The prompt-chunk attention keeps
-// its own (its operands come by cp.async, and its barrier wait spins inside the asm).
+// shared-memory descriptor of a 128-byte-swizzled K-major tile. The prompt-chunk attention
+// (kernels/paged_attention_wgmma.cu) uses them too, with its own barrier wait (the spin inside
+// the asm) and descriptors (V is read N-major).
 #pragma once
 
 #include <cuda.h>

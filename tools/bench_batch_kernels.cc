@@ -310,13 +310,23 @@ json bench_attention(const BatchKernelBenchOptions& o, cudaStream_t stream, Time
     a.scale = 1.0f / std::sqrt(float(d)), a.scratch = scratch.get();
     a.scratch_bytes = scratch_bytes, a.out = out.get();
     // Each kernel with its own plan (the item size differs); the default (auto) is one of them.
-    std::vector<std::pair<const char*, kernels::PagedAttentionKernel>> kinds{
-        {"mma.sync", kernels::PagedAttentionKernel::MmaSync},
-        {"mma.sync general", kernels::PagedAttentionKernel::MmaSyncGeneral}};
-    if (kernels::wgmma_matmul_available())
-      kinds.push_back({"wgmma", kernels::PagedAttentionKernel::Wgmma});
-    for (auto [kind, kernel] : kinds) {
+    // The wgmma kernel reads whole tiles by TMA when it knows the pool's extent (as the engine
+    // does), and all by cp.async without it.
+    struct Kind {
+      const char* name;
+      kernels::PagedAttentionKernel kernel;
+      int64_t pool_blocks;
+    };
+    std::vector<Kind> kinds{
+        {"mma.sync", kernels::PagedAttentionKernel::MmaSync, blocks},
+        {"mma.sync general", kernels::PagedAttentionKernel::MmaSyncGeneral, blocks}};
+    if (kernels::wgmma_matmul_available()) {
+      kinds.push_back({"wgmma", kernels::PagedAttentionKernel::Wgmma, blocks});
+      kinds.push_back({"wgmma cp.async", kernels::PagedAttentionKernel::Wgmma, 0});
+    }
+    for (auto [kind, kernel, pool_blocks] : kinds) {
       a.kernel = kernel;
+      a.pool_blocks = pool_blocks;
       const double plan_us = timer.us([&](int) { kernels::paged_attention_plan(a, stream); });
       const double us = timer.us([&](int) { kernels::paged_attention(Half::BF16, a, stream); });
       const double gbps = kv_bytes / us / 1e3, tflops = flops / us / 1e6;

@@ -303,6 +303,9 @@ class PagedFixture {
 
   // The kernel of the following runs (plan and attention alike).
   void use(kernels::PagedAttentionKernel k) { kernel_ = k; }
+  // Whether the runs tell the kernels the pool's extent (as the engine does: the wgmma kernel
+  // then reads whole tiles by TMA) or not (all by cp.async).
+  void tell_pool_extent(bool tell) { tell_extent_ = tell; }
 
   // Runs one step; returns out [tokens][n_heads * head_dim] as 16-bit bits.
   std::vector<uint16_t> run(const std::vector<Seq>& seqs, bool split_kv = true) {
@@ -311,6 +314,7 @@ class PagedFixture {
     a.v_pool = dkv_.get<uint16_t>() + v_at_, a.block_stride = stride_;
     a.block_size = block_size_, a.n_heads = h_.n_heads, a.n_kv_heads = h_.n_kv_heads;
     a.head_dim = h_.head_dim, a.split_kv = split_kv, a.kernel = kernel_;
+    a.pool_blocks = tell_extent_ ? num_blocks_ : 0;
     last_ = PagedStep(seqs);
     return run_paged_step(t_, a, last_);
   }
@@ -373,6 +377,7 @@ class PagedFixture {
   std::vector<int> free_;
   PagedStep last_;
   kernels::PagedAttentionKernel kernel_ = kernels::PagedAttentionKernel::Auto;
+  bool tell_extent_ = true;
 };
 
 // The paged attention kernels this device runs: mma.sync always, wgmma on Hopper (head_dim 64
@@ -594,32 +599,48 @@ TEST(PagedAttention, DecodeRingEdgesKeepTheBits) {
 TEST(PagedAttention, WgmmaEqualsMmaSyncBitForBit) {
   HEARTH_REQUIRE_GPU();
   if (!kernels::wgmma_matmul_available()) GTEST_SKIP() << "no compute-capability 9.0 device";
-  for (auto [t, h] : {std::pair{Half::BF16, Heads{32, 8, 128}},
-                      {Half::F16, Heads{14, 2, 64}},
-                      {Half::F16, Heads{16, 2, 128}},
-                      {Half::BF16, Heads{8, 8, 64}}})
-    for (int block_size : {16, 32}) {
-      PagedFixture f(t, h, block_size, 1500);
-      std::vector<PagedFixture::Seq> seqs;
-      for (auto [first, n] : {std::pair{0, 700},
-                              {1023, 1},
-                              {300, 200},
-                              {2000, 1},
-                              {0, 1},
-                              {511, 1},
-                              {512, 1},
-                              {1500, 77}})
-        seqs.push_back(f.random_seq(first, n));
-      f.use(kernels::PagedAttentionKernel::MmaSync);
-      const std::vector<uint16_t> old_bits = f.run(seqs);
+  // Block sizes from 8 to 64 keys (TMA boxes of one block) and one that is not a power of two
+  // (cp.async only); packed pools and block-major ones of three layers (block_stride).
+  struct Case {
+    Half t;
+    Heads h;
+    int block_size, layers;
+  };
+  for (const Case& c : {Case{Half::BF16, {32, 8, 128}, 16, 0},
+                        {Half::BF16, {32, 8, 128}, 32, 3},
+                        {Half::F16, {14, 2, 64}, 16, 0},
+                        {Half::F16, {14, 2, 64}, 8, 3},
+                        {Half::F16, {16, 2, 128}, 64, 0},
+                        {Half::F16, {16, 2, 128}, 24, 0},
+                        {Half::BF16, {8, 8, 64}, 32, 0},
+                        {Half::BF16, {8, 8, 64}, 16, 2}}) {
+    PagedFixture f(c.t, c.h, c.block_size, 12000 / c.block_size, c.layers);
+    std::vector<PagedFixture::Seq> seqs;
+    for (auto [first, n] : {std::pair{0, 700},
+                            {1023, 1},
+                            {300, 200},
+                            {2000, 1},
+                            {0, 1},
+                            {511, 1},
+                            {512, 1},
+                            {1500, 77},
+                            {640, 64}})
+      seqs.push_back(f.random_seq(first, n));
+    f.use(kernels::PagedAttentionKernel::MmaSync);
+    const std::vector<uint16_t> old_bits = f.run(seqs);
+    for (bool tma : {true, false}) {
       f.use(kernels::PagedAttentionKernel::Wgmma);
+      f.tell_pool_extent(tma);
       const std::vector<uint16_t> new_bits = f.run(seqs);
       ASSERT_EQ(old_bits.size(), new_bits.size());
       size_t same = 0;
       for (size_t i = 0; i < old_bits.size(); ++i) same += old_bits[i] == new_bits[i];
-      EXPECT_EQ(same, old_bits.size()) << name(t) << " heads " << h.n_heads << "/" << h.n_kv_heads
-                                       << " d=" << h.head_dim << " block " << block_size;
+      EXPECT_EQ(same, old_bits.size())
+          << name(c.t) << " heads " << c.h.n_heads << "/" << c.h.n_kv_heads << " d=" << c.h.head_dim
+          << " block " << c.block_size << " layers " << c.layers
+          << (tma ? " (TMA tiles)" : " (cp.async tiles)");
     }
+  }
 }
 
 // Steps of decodes alone run on the mma.sync kernel's decode instantiation (16-row items, three

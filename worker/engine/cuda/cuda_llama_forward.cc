@@ -188,6 +188,7 @@ void CudaLlamaForward::begin(const StepShape& s, const StepInputs& in, const Cud
   at.scratch = attention_scratch_.get(), at.scratch_bytes = attention_scratch_bytes_;
   at.out = att_.get();
   at.k_pool = kv.k(0), at.v_pool = kv.v(0), at.block_stride = kv.block_stride();
+  at.pool_blocks = kv.addressable_blocks();
   at.fp8_kv = kv.fp8(), at.kv_scale_offset = kv.scale_offset();
   kernels::paged_attention_plan(at, st);
   mark(StepPhase::Inputs, st);

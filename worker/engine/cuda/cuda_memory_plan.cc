@@ -77,6 +77,12 @@ KvPoolShape CudaKvPool::shape() const {
   return memory_ ? leased_kv_pool(shape_.block_size, *memory_) : shape_;
 }
 
+int64_t CudaKvPool::addressable_blocks() const {
+  if (!memory_) return shape_.num_blocks;
+  const KvPoolShape s = shape();
+  return std::max<int64_t>(memory_->max_blocks(), int64_t(s.foreign_first) + s.foreign_blocks);
+}
+
 void CudaKvPool::prepare(cudaStream_t stream) {
   if (!memory_) return;
   if (memory_->blocks() == 0) {

@@ -80,6 +80,9 @@ class CudaKvPool {
     return memory_ ? size_t(memory_->bytes()) : size_t(shape_.num_blocks) * block_bytes_;
   }
   size_t block_bytes() const { return block_bytes_; }
+  // Every block id a table may hold is below this: own blocks up to the reservation's size and
+  // foreign ones past it (the range never moves, so captured kernels may rely on it).
+  int64_t addressable_blocks() const;
   // Block 0 of a layer's keys / values; block b is block_stride() values (16-bit, or fp8
   // codes) further.
   void* k(int layer) const { return base_ + size_t(layer) * 2 * part_bytes_; }

@@ -206,6 +206,11 @@ size_t paged_attention_scratch_bytes(int max_tokens, int max_seqs, int max_kv_le
 // the work of the step in the scratch. Every layer's paged_attention then reuses it.
 void paged_attention_plan(const PagedAttentionArgs& args, cudaStream_t stream);
 void paged_attention(Half type, const PagedAttentionArgs& args, cudaStream_t stream);
+// Whether the wgmma kernel reads the whole K/V tiles of these args by TMA (the tile at a
+// sequence's end always by cp.async): the pools' extent known (pool_blocks), blocks of 8 to 64
+// keys dividing 64, 16-byte aligned pools whose block stride is whole rows, rows addressable by
+// 32-bit coordinates, 16-bit KV of head_dim 64 or 128. The launch follows the same rule.
+bool paged_attention_tma_tiles(const PagedAttentionArgs& args);
 
 // ---- Batched sampling ------------------------------------------------------------------------
 // Row r of logits [rows, vocab] is sampled with params[r] under the host sampler's rules

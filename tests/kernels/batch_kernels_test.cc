@@ -309,15 +309,13 @@ class PagedFixture {
 
   // Runs one step; returns out [tokens][n_heads * head_dim] as 16-bit bits.
   std::vector<uint16_t> run(const std::vector<Seq>& seqs, bool split_kv = true) {
-    kernels::PagedAttentionArgs a;
-    a.k_pool = dkv_.get<uint16_t>() + k_at_;
-    a.v_pool = dkv_.get<uint16_t>() + v_at_, a.block_stride = stride_;
-    a.block_size = block_size_, a.n_heads = h_.n_heads, a.n_kv_heads = h_.n_kv_heads;
-    a.head_dim = h_.head_dim, a.split_kv = split_kv, a.kernel = kernel_;
-    a.pool_blocks = tell_extent_ ? num_blocks_ : 0;
+    kernels::PagedAttentionArgs a = pool_args();
+    a.split_kv = split_kv, a.kernel = kernel_;
     last_ = PagedStep(seqs);
     return run_paged_step(t_, a, last_);
   }
+  // Whether the wgmma kernel reads this pool's whole tiles by TMA in the runs.
+  bool tma_tiles() const { return kernels::paged_attention_tma_tiles(pool_args()); }
 
   // The reference of the last run.
   std::vector<float> reference(int num_seqs) const {
@@ -327,6 +325,17 @@ class PagedFixture {
         last_.first.data(), last_.table.data(), num_seqs, last_.max_blocks, block_size_, h_.n_heads,
         h_.n_kv_heads, h_.head_dim, 1.0f / std::sqrt(float(h_.head_dim)), out.data(), stride_);
     return out;
+  }
+
+  // The pool's part of a step's arguments.
+  kernels::PagedAttentionArgs pool_args() const {
+    kernels::PagedAttentionArgs a;
+    a.k_pool = dkv_.get<uint16_t>() + k_at_;
+    a.v_pool = dkv_.get<uint16_t>() + v_at_, a.block_stride = stride_;
+    a.block_size = block_size_, a.n_heads = h_.n_heads, a.n_kv_heads = h_.n_kv_heads;
+    a.head_dim = h_.head_dim;
+    a.pool_blocks = tell_extent_ ? num_blocks_ : 0;
+    return a;
   }
 
   // Fresh blocks from a shuffled free list.
@@ -600,7 +609,7 @@ TEST(PagedAttention, WgmmaEqualsMmaSyncBitForBit) {
   HEARTH_REQUIRE_GPU();
   if (!kernels::wgmma_matmul_available()) GTEST_SKIP() << "no compute-capability 9.0 device";
   // Block sizes from 8 to 64 keys (TMA boxes of one block) and one that is not a power of two
-  // (cp.async only); packed pools and block-major ones of three layers (block_stride).
+  // (cp.async only); packed pools and block-major ones of two and three layers (block_stride).
   struct Case {
     Half t;
     Heads h;
@@ -631,6 +640,8 @@ TEST(PagedAttention, WgmmaEqualsMmaSyncBitForBit) {
     for (bool tma : {true, false}) {
       f.use(kernels::PagedAttentionKernel::Wgmma);
       f.tell_pool_extent(tma);
+      // The path under test is the one taken: TMA tiles wherever the rule allows them.
+      EXPECT_EQ(f.tma_tiles(), tma && c.block_size != 24) << "block " << c.block_size;
       const std::vector<uint16_t> new_bits = f.run(seqs);
       ASSERT_EQ(old_bits.size(), new_bits.size());
       size_t same = 0;
@@ -641,6 +652,36 @@ TEST(PagedAttention, WgmmaEqualsMmaSyncBitForBit) {
           << (tma ? " (TMA tiles)" : " (cp.async tiles)");
     }
   }
+}
+
+// The rule for TMA tiles, on the host (no device needed): every condition refuses alone.
+TEST(PagedAttention, TmaTilesOnlyWherePoolsCanBeDescribed) {
+  kernels::PagedAttentionArgs ok;
+  ok.k_pool = reinterpret_cast<const void*>(uintptr_t(1) << 30);
+  ok.v_pool = reinterpret_cast<const void*>(uintptr_t(3) << 30);
+  ok.n_heads = 32, ok.n_kv_heads = 8, ok.head_dim = 128, ok.block_size = 16;
+  ok.pool_blocks = 1000;
+  EXPECT_TRUE(kernels::paged_attention_tma_tiles(ok));
+  auto refused = [&](auto edit) {
+    kernels::PagedAttentionArgs a = ok;
+    edit(a);
+    return !kernels::paged_attention_tma_tiles(a);
+  };
+  // A block-major pool: every layer's keys and values in a block, read through block_stride.
+  EXPECT_FALSE(refused([](auto& a) { a.block_stride = 2 * 32 * 8 * 16 * 128; }));
+  EXPECT_FALSE(refused([](auto& a) { a.block_size = 8; }));
+  EXPECT_FALSE(refused([](auto& a) { a.block_size = 64; }));
+  EXPECT_FALSE(refused([](auto& a) { a.head_dim = 64; }));
+  EXPECT_TRUE(refused([](auto& a) { a.pool_blocks = 0; }));  // extent unknown
+  EXPECT_TRUE(refused([](auto& a) { a.block_size = 24; }));  // a box would cross tiles
+  EXPECT_TRUE(refused([](auto& a) { a.block_size = 4; }));
+  EXPECT_TRUE(refused([](auto& a) { a.block_size = 128; }));
+  EXPECT_TRUE(refused([](auto& a) { a.head_dim = 96; }));
+  EXPECT_TRUE(refused([](auto& a) { a.fp8_kv = true; }));
+  EXPECT_TRUE(refused([](auto& a) { a.v_pool = static_cast<const char*>(a.v_pool) + 8; }));
+  EXPECT_TRUE(refused([](auto& a) { a.block_stride = 8 * 16 * 128 + 8; }));    // not whole rows
+  EXPECT_TRUE(refused([](auto& a) { a.block_stride = 8 * 16 * 128 - 128; }));  // heads overlap
+  EXPECT_TRUE(refused([](auto& a) { a.pool_blocks = int64_t(1) << 28; }));     // rows past 2^31
 }
 
 // Steps of decodes alone run on the mma.sync kernel's decode instantiation (16-row items, three

@@ -689,13 +689,20 @@ void check(const PagedAttentionArgs& a, const Layout& l) {
          std::to_string(l.partials) + " needed (paged_attention_scratch_bytes)");
 }
 
+// The distance the kernels step from block to block: block_stride, or packed blocks when it is 0
+// (fp8: a block's codes, then their scales).
+int64_t block_stride_of(const PagedAttentionArgs& a) {
+  const int64_t packed = int64_t(a.n_kv_heads) * a.block_size * a.head_dim;
+  return a.block_stride != 0 ? a.block_stride : packed + (a.fp8_kv ? packed / a.head_dim * 4 : 0);
+}
+
 Params params_for(const PagedAttentionArgs& a, const Layout& l) {
   Params p;
   p.a = a;
-  const int64_t packed = int64_t(a.n_kv_heads) * a.block_size * a.head_dim;
   // fp8: a block's scales follow its codes unless placed elsewhere (as paged_kv_write).
-  if (a.fp8_kv && p.a.kv_scale_offset == 0) p.a.kv_scale_offset = packed;
-  if (p.a.block_stride == 0) p.a.block_stride = packed + (a.fp8_kv ? packed / a.head_dim * 4 : 0);
+  if (a.fp8_kv && p.a.kv_scale_offset == 0)
+    p.a.kv_scale_offset = int64_t(a.n_kv_heads) * a.block_size * a.head_dim;
+  p.a.block_stride = block_stride_of(a);
   p.group = a.n_heads / a.n_kv_heads;
   p.q_dim = a.n_heads * a.head_dim;
   char* base = static_cast<char*>(a.scratch);
@@ -821,6 +828,12 @@ void paged_attention(Half type, const PagedAttentionArgs& a, cudaStream_t stream
     dispatch_head_dim(a.head_dim, "paged_attention",
                       [&](auto d) { launch<T, decltype(d)::value>(a, stream); });
   });
+}
+
+bool paged_attention_tma_tiles(const PagedAttentionArgs& a) {
+  PagedAttentionArgs stepped = a;
+  stepped.block_stride = block_stride_of(a);
+  return paged::tma_tiles(stepped);
 }
 
 }  // namespace hearth::kernels

@@ -41,5 +41,7 @@ __device__ __forceinline__ float merge_value(float state, float a, float split, 
 constexpr int kWgmmaItemRows = 128;
 bool wgmma_available();
 void launch_wgmma(Half type, const Params& p, int grid, cudaStream_t stream);
+// paged_attention_tma_tiles for args whose block_stride is the one the kernels step by.
+bool tma_tiles(const PagedAttentionArgs& a);
 
 }  // namespace hearth::kernels::paged

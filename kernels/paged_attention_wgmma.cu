@@ -563,19 +563,20 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 // The rows of a pool as TMA sees them: [rows, head_dim], row = block x rows_per_block + kv head x
-// block_size + offset; rows 0 when TMA cannot describe it (paged_attention_tma_tiles).
+// block_size + offset; rows 0 when TMA cannot describe it (paged_attention_tma_tiles). The
+// args' block_stride is the one the kernels step by (params_for set it).
 struct PoolRows {
   int64_t rows = 0, rows_per_block = 0;
 };
-PoolRows pool_rows(const PagedAttentionArgs& a, int64_t block_stride) {
+PoolRows pool_rows(const PagedAttentionArgs& a) {
   const int bs = a.block_size, d = a.head_dim;
   const bool shape_fits = (d == 64 || d == 128) && !a.fp8_kv && a.n_kv_heads > 0;
   const bool block_fits = bs >= 8 && bs <= kKeys && kKeys % bs == 0;
   const bool aligned = reinterpret_cast<uintptr_t>(a.k_pool) % 16 == 0 &&
-                       reinterpret_cast<uintptr_t>(a.v_pool) % 16 == 0 && block_stride > 0 &&
-                       block_stride % d == 0;
+                       reinterpret_cast<uintptr_t>(a.v_pool) % 16 == 0 && a.block_stride > 0 &&
+                       a.block_stride % d == 0;
   if (a.pool_blocks <= 0 || !shape_fits || !block_fits || !aligned) return {};
-  const int64_t per_block = block_stride / d;
+  const int64_t per_block = a.block_stride / d;
   const int64_t rows = (a.pool_blocks - 1) * per_block + int64_t(a.n_kv_heads) * bs;
   if (per_block < int64_t(a.n_kv_heads) * bs || rows > INT32_MAX) return {};
   return {rows, per_block};
@@ -588,7 +589,7 @@ WgmmaParams params_with_maps(const Params& p, CUtensorMapDataType type) {
   WgmmaParams wp{};
   wp.base = p;
   const PagedAttentionArgs& a = p.a;
-  const PoolRows r = pool_rows(a, a.block_stride);  // params_for set the packed stride
+  const PoolRows r = pool_rows(a);
   if (r.rows == 0) return wp;
   wp.k_map = swizzled_k_major_map(type, 2, a.k_pool, int(r.rows), D, D, 64, a.block_size,
                                   "paged_attention");
@@ -630,6 +631,10 @@ bool wgmma_available() {
   return ok;
 }
 
+bool tma_tiles(const PagedAttentionArgs& a) {
+  return pool_rows(a).rows > 0;
+}
+
 void launch_wgmma(Half type, const Params& p, int grid, cudaStream_t stream) {
   HEARTH_DISPATCH_HALF(type, T, {
     if (p.a.head_dim == 128)
@@ -644,12 +649,3 @@ void launch_wgmma(Half type, const Params& p, int grid, cudaStream_t stream) {
 }
 
 }  // namespace hearth::kernels::paged
-
-namespace hearth::kernels {
-
-bool paged_attention_tma_tiles(const PagedAttentionArgs& a) {
-  const int64_t packed = int64_t(a.n_kv_heads) * a.block_size * a.head_dim;
-  return paged::pool_rows(a, a.block_stride ? a.block_stride : packed).rows > 0;
-}
-
-}  // namespace hearth::kernels

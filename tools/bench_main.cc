@@ -25,6 +25,7 @@
 #include "tools/bench_prefix.h"
 #include "tools/bench_mixed.h"
 #include "tools/bench_serve.h"
+#include "tools/copy_bandwidth.h"
 #include "worker/engine/cuda/cuda_backend.h"
 #include "worker/engine/profile.h"
 
@@ -217,7 +218,7 @@ int run(int argc, char** argv) {
                          layout = "per-tensor";
   std::string label;
   int decode_tokens = 128, repeats = 3;
-  double copy_gbps = 3020, matmul_tflops = 796;
+  double copy_gbps = 0, matmul_tflops = 796;  // copy_gbps 0: measured at start
   std::vector<std::string> settings;
   app.add_option("--model", model_dir, "model directory (not needed with --batch-kernels)");
   app.add_option("--label", label, "model label in the report (default: directory name)");
@@ -233,7 +234,9 @@ int run(int argc, char** argv) {
   app.add_option("--set", settings, "profile key=value (repeatable)");
   const CLI::Validator finite([](std::string& s) { return hearth::finite_number_error(s); },
                               "NUMBER");
-  app.add_option("--copy-gbps", copy_gbps, "decode ceiling: device-to-device copy bandwidth, GB/s")
+  app.add_option("--copy-gbps", copy_gbps,
+                 "decode ceiling: device-to-device copy bandwidth, GB/s (default: measured at "
+                 "start, a 1 GiB copy on this GPU; 3020 is an H100 SXM's)")
       ->check(finite)
       ->check(CLI::PositiveNumber);
   app.add_option("--matmul-tflops", matmul_tflops,
@@ -285,6 +288,12 @@ int run(int argc, char** argv) {
   hearth::bench::PrefixBenchOptions prefix;
   hearth::bench::add_prefix_bench_flags(app, prefix);
   CLI11_PARSE(app, argc, argv);
+  const bool copy_measured = copy_gbps == 0;
+  if (copy_measured) {
+    copy_gbps = hearth::bench::measure_copy_gbps();
+    std::fprintf(stderr, "copy ceiling: %.0f GB/s, measured (a 1 GiB device-to-device copy)\n",
+                 copy_gbps);
+  }
   auto write_json = [&](const json& report) {
     if (json_path.empty()) return;
     FILE* f = std::fopen(json_path.c_str(), "w");
@@ -398,7 +407,10 @@ int run(int argc, char** argv) {
         {"hidden", c.hidden},
         {"vocab", c.vocab}}},
       {"settings", hearth::profile_to_json(profile)},
-      {"ceilings", {{"copy_gbps", copy_gbps}, {"matmul_tflops", matmul_tflops}}},
+      {"ceilings",
+       {{"copy_gbps", copy_gbps},
+        {"copy_gbps_source", copy_measured ? "measured" : "given"},
+        {"matmul_tflops", matmul_tflops}}},
       {"weights",
        {{"layout", layout},
         {"bytes", store->device_bytes()},

@@ -28,6 +28,7 @@
 
 #include "kernels/cuda_check.h"
 #include "tools/bench_stats.h"
+#include "tools/copy_bandwidth.h"
 #include "tools/decode_roofline.h"
 #include "weight-server/model/device_store.h"
 #include "weight-server/model/hf_model.h"
@@ -90,7 +91,7 @@ json machine() {
 
 struct Settings {
   int prompt_tokens = 128, output_tokens = 256;
-  double copy_gbps = 3020;  // one GPU's device-to-device copy bandwidth
+  double copy_gbps = 0;  // one GPU's device-to-device copy bandwidth; 0: measured at start
 };
 
 // One level: `concurrency` requests submitted at once, run to the end.
@@ -185,7 +186,9 @@ int main(int argc, char** argv) {
   app.add_option("--output-tokens", s.output_tokens, "tokens generated per request")
       ->check(CLI::Range(1, 1 << 20));
   app.add_option("--copy-gbps", s.copy_gbps,
-                 "one GPU's copy bandwidth, GB/s, for the roofline (3020: H100 SXM)");
+                 "one GPU's copy bandwidth, GB/s, for the roofline (default: measured at start "
+                 "on the first GPU; 3020 is an H100 SXM's)")
+      ->check(CLI::PositiveNumber);
   app.add_flag("--eager", eager, "also run every degree without decode graphs");
   app.add_flag("--processes", processes,
                "run degrees above 1 as one process per GPU (hearth-tp-follower), graphs "
@@ -201,6 +204,12 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (concurrency.empty() || tps.empty()) throw std::runtime_error("no levels to run");
+    const bool copy_measured = s.copy_gbps == 0;
+    if (copy_measured) {
+      s.copy_gbps = bench::measure_copy_gbps();  // the current device: the first
+      std::fprintf(stderr, "copy ceiling: %.0f GB/s, measured (a 1 GiB device-to-device copy)\n",
+                   s.copy_gbps);
+    }
     Profile profile;
     profile.engine.max_running = *std::max_element(concurrency.begin(), concurrency.end());
     for (const std::string& setting : settings) {
@@ -289,6 +298,7 @@ int main(int argc, char** argv) {
                          {{"prompt_tokens", s.prompt_tokens},
                           {"output_tokens", s.output_tokens},
                           {"copy_gbps", s.copy_gbps},
+                          {"copy_gbps_source", copy_measured ? "measured" : "given"},
                           {"weight_bytes", bench::decode_weight_bytes(c)},
                           {"weights", weights},
                           {"quantize", quantize},

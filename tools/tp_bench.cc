@@ -204,12 +204,6 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   try {
     if (concurrency.empty() || tps.empty()) throw std::runtime_error("no levels to run");
-    const bool copy_measured = s.copy_gbps == 0;
-    if (copy_measured) {
-      s.copy_gbps = bench::measure_copy_gbps();  // the current device: the first
-      std::fprintf(stderr, "copy ceiling: %.0f GB/s, measured (a 1 GiB device-to-device copy)\n",
-                   s.copy_gbps);
-    }
     Profile profile;
     profile.engine.max_running = *std::max_element(concurrency.begin(), concurrency.end());
     for (const std::string& setting : settings) {
@@ -222,6 +216,12 @@ int main(int argc, char** argv) {
     if (quantize == "fp8" && !hf->config().quantization.fp8())
       hf = std::make_shared<HfModel>(quantize_fp8_at_load(*hf, 8));
     const ModelConfig& c = hf->config();
+    const bool copy_measured = s.copy_gbps == 0;  // after the model opened: its errors first
+    if (copy_measured) {
+      s.copy_gbps = bench::measure_copy_gbps();  // the current device: the first
+      std::fprintf(stderr, "copy ceiling: %.0f GB/s, measured (a 1 GiB device-to-device copy)\n",
+                   s.copy_gbps);
+    }
     const std::string weights = c.quantization.fp8() ? "fp8 e4m3 projections (W8A8)" : "16-bit";
     std::string set_text;
     for (const std::string& setting : settings) set_text += " " + setting;

@@ -57,7 +57,6 @@ class Timer {
     cudaEventDestroy(e0_);
     cudaEventDestroy(e1_);
   }
-  // Median over 3 batches of the mean time of body(i), in microseconds; batches last ~20 ms.
   // The host's time to enqueue body(i), in microseconds (the launch, and whatever the host
   // prepares for it), over `calls` calls behind one another on a busy stream; then waits.
   double host_us(const std::function<void(int)>& body, int calls = 100) {
@@ -68,6 +67,7 @@ class Timer {
     HEARTH_CUDA_CHECK(cudaStreamSynchronize(stream_));
     return std::chrono::duration<double, std::micro>(t1 - t0).count() / calls;
   }
+  // Median over 3 batches of the mean time of body(i), in microseconds; batches last ~20 ms.
   double us(const std::function<void(int)>& body) {
     body(0);
     body(1);

@@ -290,14 +290,7 @@ int run(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   // The copy ceiling, measured on first use (the prefix and mixed benches have no roofline).
   const bool copy_measured = copy_gbps == 0;
-  auto copy_ceiling = [&] {
-    if (copy_gbps == 0) {
-      copy_gbps = hearth::bench::measure_copy_gbps();
-      std::fprintf(stderr, "copy ceiling: %.0f GB/s, measured (a 1 GiB device-to-device copy)\n",
-                   copy_gbps);
-    }
-    return copy_gbps;
-  };
+  auto copy_ceiling = [&] { return copy_gbps = hearth::bench::copy_ceiling_gbps(copy_gbps); };
   auto ceilings = [&] {
     return json{{"copy_gbps", copy_gbps},
                 {"copy_gbps_source", copy_measured ? "measured" : "given"},

@@ -11,4 +11,8 @@ namespace hearth::bench {
 // or the memory.
 double measure_copy_gbps(size_t bytes = size_t(1) << 30, int copies = 10);
 
+// The benches' ceiling: `given` when positive (--copy-gbps), else measured here and said so on
+// stderr.
+double copy_ceiling_gbps(double given);
+
 }  // namespace hearth::bench

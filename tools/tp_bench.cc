@@ -217,11 +217,7 @@ int main(int argc, char** argv) {
       hf = std::make_shared<HfModel>(quantize_fp8_at_load(*hf, 8));
     const ModelConfig& c = hf->config();
     const bool copy_measured = s.copy_gbps == 0;  // after the model opened: its errors first
-    if (copy_measured) {
-      s.copy_gbps = bench::measure_copy_gbps();  // the current device: the first
-      std::fprintf(stderr, "copy ceiling: %.0f GB/s, measured (a 1 GiB device-to-device copy)\n",
-                   s.copy_gbps);
-    }
+    s.copy_gbps = bench::copy_ceiling_gbps(s.copy_gbps);  // measured on the current (first) GPU
     const std::string weights = c.quantization.fp8() ? "fp8 e4m3 projections (W8A8)" : "16-bit";
     std::string set_text;
     for (const std::string& setting : settings) set_text += " " + setting;

@@ -5,10 +5,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <map>
 #include <numeric>
+#include <set>
 #include <stdexcept>
 
 #include "kernels/batch_ops.h"
@@ -888,6 +890,35 @@ TEST(BatchSampling, MatchesTheHostSampler) {
         std::memcpy(&v, &got[r].top_bits[i], 4);
         EXPECT_NEAR(v, top[i].logprob, 1e-4) << "row " << r << " top " << i;
       }
+    }
+  }
+}
+
+// Non-finite logits in a row (all NaN, one NaN, one +inf, all -inf) leave its logprob NaN or
+// its token no id, which check_device_sample (the batched backend's check) turns into the host
+// sampler's error; the rows beside it keep their bits.
+TEST(BatchSampling, NonFiniteRowsAreCaughtAndTheirNeighboursKeepTheirBits) {
+  HEARTH_REQUIRE_GPU();
+  for (int vocab : {1000, 128256}) {
+    const int rows = 12;
+    const SampleBatch clean = make_sample_batch(rows, vocab);
+    SampleBatch bad = clean;
+    auto row = [&](int r) { return bad.logits.begin() + ptrdiff_t(r) * vocab; };
+    std::fill(row(1), row(2), NAN);
+    row(4)[vocab / 2] = NAN;
+    row(6)[vocab / 3] = INFINITY;
+    std::fill(row(9), row(10), -INFINITY);
+    const std::set<int> poisoned = {1, 4, 6, 9};
+    const auto want = sample_all(clean, vocab), got = sample_all(bad, vocab);
+    for (int r = 0; r < rows; ++r) {
+      if (!poisoned.contains(r)) {
+        EXPECT_TRUE(got[r] == want[r]) << "vocab " << vocab << " row " << r;
+        continue;
+      }
+      SampledToken s{got[r].token, 0.0f};
+      std::memcpy(&s.logprob, &got[r].logprob_bits, 4);
+      EXPECT_THROW(check_device_sample(s, vocab, 0), NonFiniteLogits)
+          << "vocab " << vocab << " row " << r << ": token " << s.token << " logprob " << s.logprob;
     }
   }
 }

@@ -294,6 +294,19 @@ TEST(CudaBatchStreamingTile, WideModelBatchedEqualsAlone) {
 
 // ---- The backend's checks and the factory ---------------------------------------------------
 
+// A checkpoint whose final norm is NaN: the requests end in the host engine's error (the
+// batched sampler's NaN logprob is checked), where a greedy pick used to come back as id
+// 2^31 - 1 and fail the next step as a token outside the vocabulary.
+TEST(CudaBatch, NonFiniteLogitsEndTheRequestsWithAnErrorSayingSo) {
+  HEARTH_REQUIRE_GPU();
+  const fs::path dir = synth("nan_norm", test::small_gqa_config());
+  test::poison_with_nan(dir, "model.norm.weight");
+  auto hf = std::make_shared<HfModel>(HfModel::open(dir));
+  const EngineOptions o = options(2048, 4, 1024);
+  CudaBatchBackend gpu(DeviceStore::upload(*hf, {}), o, 64);
+  test::expect_non_finite_logits_end_the_requests(gpu, o);
+}
+
 TEST_F(CudaBatchEngine, RefusesBadEntriesNamingThem) {
   HEARTH_REQUIRE_GPU();
   auto b = backend(options(2048, 4, 256));

@@ -48,6 +48,36 @@ inline std::map<std::string, EngineOutcome> run_engine(Backend& backend, const E
   return out;
 }
 
+// For a backend whose model makes every logit NaN: a greedy and a sampled request in one step
+// each end at their first token with an error that names the cause (not a token id from the
+// sampler's search, nor a crash), no token gets out, and every block comes back.
+inline void expect_non_finite_logits_end_the_requests(Backend& backend,
+                                                      const EngineOptions& options = {}) {
+  Engine engine(backend, options, nullptr, {});
+  for (const float temperature : {0.0f, 0.8f}) {
+    Request r;
+    r.id = temperature == 0.0f ? "greedy" : "sampled";
+    r.prompt = {1, 2, 3, 4};
+    r.settings.max_tokens = 4;
+    r.settings.ignore_eos = true;
+    r.settings.sampling.temperature = temperature;
+    engine.submit(r);
+  }
+  std::map<std::string, RequestOutput> finished;
+  while (engine.has_work())
+    for (RequestOutput& out : engine.step()) {
+      EXPECT_TRUE(out.tokens.empty()) << out.id;
+      if (out.finish) finished[out.id] = std::move(out);
+    }
+  ASSERT_EQ(finished.size(), 2u);
+  for (const auto& [id, out] : finished) {
+    EXPECT_EQ(out.finish->reason, FinishReason::Error) << id;
+    EXPECT_NE(out.finish->error.find("not finite"), std::string::npos)
+        << id << ": " << out.finish->error;
+  }
+  EXPECT_EQ(engine.stats().kv_blocks_used, 0);
+}
+
 // Tokens, reasons and the logprobs' bits equal, request by request.
 inline void expect_same_outcomes(const std::map<std::string, EngineOutcome>& got,
                                  const std::map<std::string, EngineOutcome>& want,

@@ -14,6 +14,8 @@
 #include <set>
 
 #include "tests/support/paths.h"
+#include "tests/worker/engine/engine_outcomes.h"
+#include "tests/worker/engine/synth_models.h"
 #include "tools/synth_model.h"
 #include "weight-server/model/host_store.h"
 #include "worker/engine/cpu_backend.h"
@@ -479,6 +481,16 @@ TEST(Engine, ZeroMaxTokensFinishesAtOnceWithLength) {
   EXPECT_EQ(out[0].finish->generated_tokens, 0);
   EXPECT_FALSE(engine.has_work());
   EXPECT_EQ(engine.stats().steps, 0u);  // nothing ran
+}
+
+// A checkpoint whose final norm is NaN makes every logit NaN (engine_outcomes.h says what the
+// requests come to).
+TEST(Engine, NonFiniteLogitsEndTheRequestsWithAnErrorSayingSo) {
+  const fs::path dir = test::synth_dir("engine_nan_norm", test::synth_options("tiny-llama3"));
+  test::poison_with_nan(dir, "model.norm.weight");
+  CpuBackend backend(std::make_shared<HostStore>(std::make_shared<HfModel>(HfModel::open(dir))),
+                     64);
+  test::expect_non_finite_logits_end_the_requests(backend);
 }
 
 // The default model's real text: eos and stop strings as a user sees them, sixteen requests

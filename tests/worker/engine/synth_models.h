@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <utility>
@@ -16,6 +18,7 @@
 #include "tools/synth_model.h"
 #include "weight-server/model/hf_model.h"
 #include "weight-server/model/host_store.h"
+#include "weight-server/model/safetensors.h"
 
 namespace hearth::test {
 
@@ -72,6 +75,32 @@ inline std::shared_ptr<const WeightStore> synth_host_store(const std::string& na
                                                            const SynthOptions& opt) {
   return std::make_shared<HostStore>(
       std::make_shared<HfModel>(HfModel::open(synth_dir(name, opt))));
+}
+
+// Sets every value of tensor `name` in the model's one model.safetensors to NaN, every other
+// byte kept: a checkpoint whose weights overflowed, which opens and loads like any other.
+inline void poison_with_nan(const std::filesystem::path& dir, const std::string& name) {
+  const std::filesystem::path file = dir / "model.safetensors";
+  SafetensorsEntry found;
+  {
+    const SafetensorsFile safetensors = SafetensorsFile::open(file);
+    for (const SafetensorsEntry& e : safetensors.header().tensors)
+      if (e.info.name == name) found = e;
+  }
+  if (found.info.bytes == 0) throw std::runtime_error(file.string() + " holds no " + name);
+  // A quiet NaN of the tensor's type, little-endian.
+  const uint32_t f32 = 0x7FC00000u;
+  const uint16_t half = found.info.dtype == DType::F16 ? 0x7E00 : 0x7FC0;  // F16 : BF16
+  const size_t size = dtype_size(found.info.dtype);
+  if (found.info.dtype != DType::F32 && size != 2)
+    throw std::runtime_error(name + ": poison_with_nan takes 16- and 32-bit tensors");
+  std::vector<char> nan(found.info.bytes);
+  for (size_t i = 0; i < nan.size(); i += size)
+    std::memcpy(&nan[i], size == 4 ? static_cast<const void*>(&f32) : &half, size);
+  std::fstream out(file, std::ios::in | std::ios::out | std::ios::binary);
+  out.seekp(std::streamoff(found.file_offset));
+  out.write(nan.data(), std::streamsize(nan.size()));
+  if (!out) throw std::runtime_error(file.string() + ": cannot rewrite " + name);
 }
 
 }  // namespace hearth::test

@@ -123,6 +123,10 @@ std::vector<SampleResult> CudaSampling::sample(std::span<const SampleRequest> re
 
   std::vector<SampleResult> results(R);
   for (int r = 0; r < R; ++r) {
+    // Non-finite logits leave the kernel's logprob NaN (and, all NaN, no token at all): the
+    // step fails naming them, as the host sampler's does, before any id outside the
+    // vocabulary reaches a request.
+    check_device_sample({out_tokens[r], out_logprobs[r]}, vocab_, requests[r].step);
     results[r].token = out_tokens[r];
     results[r].logprob = out_logprobs[r];
     const int n = std::min(std::clamp(requests[r].top_logprobs, 0, kTop), vocab_);

@@ -7,9 +7,10 @@
 // it, each stage completing a `full` mbarrier: a tile whose keys all exist by TMA, a box of one
 // pool block's rows per column half (when the host could describe the pool to TMA), the tile at
 // the sequence's end by cp.async, zero-filled past it. The consumers take the tiles in pairs: S = Q
-// K^T of 128 keys is one m64n128k16 per k-step (Q and K from shared memory), then each tile of the
-// pair in turn gets the online softmax in registers and O += P V (m64nDk16, P straight from the S
-// registers, V read N-major by imm-trans-b), and its stage goes back on its `empty` mbarrier. The
+// K^T of 128 keys is one m64n128k16 per k-step (Q from registers, loaded once an item; K from
+// shared memory), then each tile of the pair in turn gets the online softmax in registers and
+// O += P V (m64nDk16, P straight from the S registers, V read N-major by imm-trans-b), and its
+// stage goes back on its `empty` mbarrier. The
 // consumers follow FlashAttention-3's schedule (see the consumer loop): P V runs under the next
 // softmax, and the two warpgroups take turns issuing S.
 //
@@ -276,10 +277,15 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int pos_b = row_b < rows_here ? pos0 + (r0 + row_b) / p.group : -1;
   const float scale_log2 = __fmul_rn(a.scale, 1.4426950408889634f);
 
-  // Q is read by S's wgmmas from shared memory (registers hold S, O and P): this warpgroup's
-  // 64 rows of each 128-row column half.
-  const uint32_t q_addr = smem_addr(q_smem) + row0 * 128;
-  constexpr int kQHalf = kWgmmaItemRows * 128;
+  // Q in registers for every S of the item, as the A fragments of its k-steps (each warp's 16
+  // rows, the m16n8k16 A layout): S's wgmmas then read only K from shared memory, which the
+  // other warpgroup's wgmmas and the producer's copies share.
+  uint32_t qf[kDSteps][4];
+#pragma unroll
+  for (int kk = 0; kk < kDSteps; ++kk)
+    ldmatrix_x4(qf[kk], q_smem + tile_offset(kWgmmaItemRows, row0 + warp * 16 + lane % 16,
+                                             2 * kk + lane / 16));
+  fence_registers(qf);
   float sc[64] = {};       // S of 128 keys: sc[4 j + e] is the mma.sync kernel's sc[j][e] of
                            // the first 64 (j < 8), then of the next 64 (j - 8)
   float o[D / 2];          // this split's O: o[4 d + e] is its o[d][e]
@@ -492,8 +498,8 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kDSteps; ++kk)
-      Wgmma<T, 128>::run(sc, smem_desc(q_addr + (kk / 4) * kQHalf + (kk % 4) * 32, 1),
-                         smem_desc(k_addr + (kk / 4) * L::kKHalfStride + (kk % 4) * 32, 1), kk > 0);
+      WgmmaRs<T, 128, false>::run(
+          sc, qf[kk], smem_desc(k_addr + (kk / 4) * L::kKHalfStride + (kk % 4) * 32, 1), kk > 0);
     wgmma_commit();
     if (pv_pending) issue_pv(pv_stage);
     wgmma_commit();  // an empty group when nothing was pending: the waits below stay fixed

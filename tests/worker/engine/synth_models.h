@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <string>
 #include <utility>
@@ -18,6 +19,7 @@
 #include "tools/synth_model.h"
 #include "weight-server/model/hf_model.h"
 #include "weight-server/model/host_store.h"
+#include "weight-server/model/dtype.h"
 #include "weight-server/model/safetensors.h"
 
 namespace hearth::test {
@@ -88,12 +90,13 @@ inline void poison_with_nan(const std::filesystem::path& dir, const std::string&
       if (e.info.name == name) found = e;
   }
   if (found.info.bytes == 0) throw std::runtime_error(file.string() + " holds no " + name);
-  // A quiet NaN of the tensor's type, little-endian.
-  const uint32_t f32 = 0x7FC00000u;
-  const uint16_t half = found.info.dtype == DType::F16 ? 0x7E00 : 0x7FC0;  // F16 : BF16
-  const size_t size = dtype_size(found.info.dtype);
-  if (found.info.dtype != DType::F32 && size != 2)
+  // A quiet NaN of the tensor's type, as the loader's conversions write one.
+  const float f32 = std::numeric_limits<float>::quiet_NaN();
+  const DType t = found.info.dtype;
+  if (t != DType::F32 && t != DType::F16 && t != DType::BF16)
     throw std::runtime_error(name + ": poison_with_nan takes 16- and 32-bit tensors");
+  const uint16_t half = t == DType::F16 ? f32_to_f16(f32) : f32_to_bf16(f32);
+  const size_t size = dtype_size(t);
   std::vector<char> nan(found.info.bytes);
   for (size_t i = 0; i < nan.size(); i += size)
     std::memcpy(&nan[i], size == 4 ? static_cast<const void*>(&f32) : &half, size);

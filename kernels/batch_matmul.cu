@@ -465,8 +465,8 @@ int batch_matmul_k_slices(int n, int k) {
   return s;
 }
 
-size_t batch_matmul_workspace_bytes(int m, int n, int k, MatmulTiles tiles) {
-  if (wgmma_matmul_available()) return 0;  // one K chain per output: nothing to combine
+size_t batch_matmul_workspace_bytes(int m, int n, int k, MatmulTiles tiles, bool swiglu) {
+  if (wgmma_matmul_available()) return wgmma_matmul_workspace_bytes(m, n, k, swiglu);
   return batch_matmul_mma_workspace_bytes(m, n, k, tiles);
 }
 

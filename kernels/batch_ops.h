@@ -98,8 +98,10 @@ int64_t checked_matmul_lda(const char* kernel, MatmulEpilogue epilogue, const Ma
 // zero; the output is ((s0 + s1) + s2) + ... in slice order.
 int batch_matmul_k_slices(int n, int k);
 // On a compute-capability 9.0 GPU batch_matmul runs the wgmma kernel (kernels/wgmma_matmul.h:
-// one K chain per output, no workspace, its own bits); elsewhere the mma.sync kernel below.
-size_t batch_matmul_workspace_bytes(int m, int n, int k, MatmulTiles tiles = MatmulTiles::Auto);
+// its own K slices, wgmma_matmul_k_slices, and its own bits); elsewhere the mma.sync kernel
+// below. The workspace is either's (swiglu: n is the gate's columns, as SwiGLU calls pass it).
+size_t batch_matmul_workspace_bytes(int m, int n, int k, MatmulTiles tiles = MatmulTiles::Auto,
+                                    bool swiglu = false);
 void batch_matmul(Half type, MatmulEpilogue epilogue, const MatmulArgs& args, cudaStream_t stream);
 // The mma.sync kernel on any GPU (benchmarks, and the fallback off Hopper).
 size_t batch_matmul_mma_workspace_bytes(int m, int n, int k, MatmulTiles tiles = MatmulTiles::Auto);

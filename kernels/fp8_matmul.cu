@@ -146,7 +146,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
                    (kt * kSub + j) * kBK, tm * BM, &full[s]);
       };
       produce_stages<kStages, C::kStageBytes>(ring, blockIdx.x, gridDim.x, units, p.tiles_m,
-                                              p.tiles_n, k_tiles, load_w, load_a);
+                                              p.tiles_n, k_tiles, 1, load_w, load_a);
     }
     __syncwarp();
   } else {

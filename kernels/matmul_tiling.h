@@ -20,6 +20,7 @@ struct LaunchShape {
   bool swiglu = false;  // a weight tile of N rows holds N / 2 gate and N / 2 up rows
   int k_per_stage = 0;  // K a four-box stage covers (four boxes need K in whole stages)
   int64_t sms = 0;
+  int k_halves = 1;  // K summed as this many fixed halves (1 or 2: wgmma_matmul_k_slices)
 
   int64_t weight_rows() const {
     int64_t rows = 0;
@@ -137,15 +138,41 @@ struct Candidate {
   double efficiency;
 };
 
-// The fewest rounds of resident tiles, weighted by tile work over its rate.
+// A launch whose K is summed in two fixed halves runs each tile's halves either in one block
+// (the first half's sums set aside while the second's chain runs from zero: one unit a tile) or
+// as two units on two blocks that meet in a workspace: twice the units at half the work each,
+// which fills SMs a launch of few tiles leaves idle, at the cost of the exchange and the second
+// block's addition. The bits are the same either way. kAcrossBlocksCost is that cost as a factor
+// on a unit's work, fitted on the 8B's down (H200, 96-2,048 rows; kernels/notes/wgmma_matmul.md
+// "K halves, in a block or across two"): the measured ratios put it between 1.04 and 1.36.
+constexpr double kAcrossBlocksCost = 1.2;
+
+// What `units_per_tile` units a tile of candidate `c` cost: rounds of resident units, weighted
+// by a unit's work over the tiling's rate.
+template <typename Tiles>
+double rounds_cost(const LaunchShape& s, const Candidate<Tiles>& c, int units_per_tile) {
+  const int64_t units =
+      ceil_div(s.m, c.rows) * ceil_div(s.weight_rows(), c.weight_rows) * units_per_tile;
+  const double rounds = double(ceil_div(units, s.sms * c.per_sm));
+  const double unit_work = double(c.rows) * c.weight_rows * c.per_sm / units_per_tile;
+  return rounds * unit_work / c.efficiency * (units_per_tile > 1 ? kAcrossBlocksCost : 1.0);
+}
+
+// Units a tile of candidate `c` runs as: the launch's K halves (2) where running them on two
+// blocks costs less, else 1.
+template <typename Tiles>
+int units_per_tile(const LaunchShape& s, const Candidate<Tiles>& c) {
+  return s.k_halves > 1 && rounds_cost(s, c, s.k_halves) < rounds_cost(s, c, 1) ? s.k_halves : 1;
+}
+
+// The candidate with the fewest rounds of resident units, weighted by their work over its rate
+// (each at its cheaper units_per_tile).
 template <typename Tiles, size_t N>
 Tiles fewest_rounds(const LaunchShape& s, const Candidate<Tiles> (&candidates)[N]) {
   Tiles best = candidates[N - 1].tiles;
   double best_cost = 1e300;
   for (const Candidate<Tiles>& c : candidates) {
-    const int64_t tiles = ceil_div(s.m, c.rows) * ceil_div(s.weight_rows(), c.weight_rows);
-    const double rounds = double(ceil_div(tiles, s.sms * c.per_sm));
-    const double cost = rounds * c.rows * c.weight_rows * c.per_sm / c.efficiency;
+    const double cost = rounds_cost(s, c, units_per_tile(s, c));
     if (cost < best_cost) best_cost = cost, best = c.tiles;
   }
   return best;

@@ -60,35 +60,47 @@ __device__ __forceinline__ void tile_coords(int unit, int tiles_m, int tiles_n, 
   tn = unit % per_group / group_m;
 }
 
+// Unit `unit` of a launch whose output tiles are each summed from `slices` consecutive K slices
+// (kernels/k_slices.cuh; 1: all of K): the tiles' units are `slices` apart in the walk, so a
+// tile's slices run side by side and meet soon. Its tile coordinates and its slice.
+struct UnitCoords {
+  int tm, tn, slice;
+};
+__device__ __forceinline__ UnitCoords unit_coords(int unit, int tiles_m, int tiles_n, int slices) {
+  UnitCoords c;
+  c.slice = unit % slices;
+  tile_coords(unit / slices, tiles_m, tiles_n, c.tm, c.tn);
+  return c;
+}
+
 // The producer thread: over units first, first + step, ... < units and each unit's k_tiles
-// stages in K order, waits until the consumers hand stage s back, arms its `full` barrier for
-// kStageBytes and calls load_w(s, kt, tn) and load_a(s, kt, tm). The block's first stages'
-// weights are requested before wait_for_producer() (the kernel before does not write them),
-// their A after it.
+// stages of its slice in K order (K tile slice * k_tiles + kt), waits until the consumers hand
+// stage s back, arms its `full` barrier for kStageBytes and calls load_w(s, k_tile, tn) and
+// load_a(s, k_tile, tm). The block's first stages' weights are requested before
+// wait_for_producer() (the kernel before does not write them), their A after it.
 template <int kStages, int kStageBytes, typename LoadW, typename LoadA>
 __device__ __forceinline__ void produce_stages(const StageRing& ring, int first, int step,
                                                int units, int tiles_m, int tiles_n, int k_tiles,
-                                               LoadW&& load_w, LoadA&& load_a) {
-  int tm0 = 0, tn0 = 0;
+                                               int slices, LoadW&& load_w, LoadA&& load_a) {
+  UnitCoords u0{};
   const int pre = first < units ? min(kStages, k_tiles) : 0;
-  if (pre) tile_coords(first, tiles_m, tiles_n, tm0, tn0);
+  if (pre) u0 = unit_coords(first, tiles_m, tiles_n, slices);
   for (int s = 0; s < pre; ++s) {
     mbar_expect_tx(&ring.full[s], kStageBytes);
-    load_w(s, s, tn0);
+    load_w(s, u0.slice * k_tiles + s, u0.tn);
   }
   wait_for_producer();
-  for (int s = 0; s < pre; ++s) load_a(s, s, tm0);
+  for (int s = 0; s < pre; ++s) load_a(s, u0.slice * k_tiles + s, u0.tm);
   int it = 0;
   for (int unit = first; unit < units; unit += step) {
-    int tm, tn;
-    tile_coords(unit, tiles_m, tiles_n, tm, tn);
+    const UnitCoords u = unit_coords(unit, tiles_m, tiles_n, slices);
     for (int kt = 0; kt < k_tiles; ++kt, ++it) {
       if (it < pre) continue;
       const int s = it % kStages;
       mbar_wait(&ring.empty[s], ((it / kStages) & 1) ^ 1);
       mbar_expect_tx(&ring.full[s], kStageBytes);
-      load_w(s, kt, tn);
-      load_a(s, kt, tm);
+      load_w(s, u.slice * k_tiles + kt, u.tn);
+      load_a(s, u.slice * k_tiles + kt, u.tm);
     }
   }
 }

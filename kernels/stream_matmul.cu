@@ -25,6 +25,7 @@
 #include "kernels/mma.cuh"
 #include "kernels/pdl.cuh"
 #include "kernels/per_device_once.h"
+#include "kernels/wgmma_matmul.h"
 
 namespace hearth::kernels {
 
@@ -50,6 +51,7 @@ struct StreamParams {
   StreamSegment seg[3];
   int segments;
   int m, k;
+  int slices;  // K slices (wgmma_matmul_k_slices, 1 or 2), summed in the warp
   MatmulEpilogue epilogue;
 };
 
@@ -77,6 +79,9 @@ __global__ void __launch_bounds__(32) stream_matmul_kernel(const __grid_constant
   constexpr int kOwnRows = kSwiGLU || kEight ? kWeightRows / 2 : kWeightRows;  // its columns
   const int col0 = (int(blockIdx.x) - g.tile0) * kOwnRows;
   const int k_stages = p.k / kStageK;
+  // K halves (wgmma_matmul_k_slices): the first half's sums set aside at its end, the second
+  // half's chain started from zero, the two added at the end, as the wgmma tiles add them.
+  const int second_half = p.slices > 1 ? k_stages / 2 : k_stages;
 
   // Weight row r of the tile: its first byte, or null past n.
   auto weight_row = [&](int r) -> const uint8_t* {
@@ -118,8 +123,12 @@ __global__ void __launch_bounds__(32) stream_matmul_kernel(const __grid_constant
 
   // The next stage's copies go out before this one's MMAs: issued after them (all fragments
   // read first, then the copies, then the chain) the tile ran 1.3-1.6x slower on an H200.
-  float acc[4] = {};
+  float acc[4] = {}, first_half[4] = {};
   for (int kt = 0; kt < k_stages; ++kt) {
+    if (kt == second_half) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) first_half[i] = acc[i], acc[i] = 0.0f;
+    }
     cp_async_wait<kStages - 2>();
     __syncwarp();
     const int next = kt + kStages - 1;  // into the slot stage kt - 1 left, read by now
@@ -137,6 +146,11 @@ __global__ void __launch_bounds__(32) stream_matmul_kernel(const __grid_constant
       ldmatrix_x2(af, chunk_at(a_region, lane % 8, 2 * kk + (lane / 8) % 2));
       mma_16816<T>(acc, wf, af[0], af[1]);
     }
+  }
+
+  if (p.slices > 1) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[i] = __fadd_rn(first_half[i], acc[i]);
   }
 
   // acc: weight rows lane / 4 ({0, 1}) and lane / 4 + 8 ({2, 3}) of rows of A 2 (lane % 4) +
@@ -199,6 +213,7 @@ void stream_matmul(Half type, MatmulEpilogue epilogue, const MatmulArgs& a, int6
   p.segments = segments;
   p.m = a.m;
   p.k = a.k;
+  p.slices = wgmma_matmul_k_slices(a.k);
   p.epilogue = epilogue;
   int blocks = 0;
   for (int s = 0; s < segments; ++s) {

@@ -5,10 +5,12 @@
 // few columns (the 8B's o and down: 4,096) cannot stream faster than its K allows on 64-128
 // consumers; warps of their own fill every SM.
 //
-// The bits are the wgmma tiles': an output is one chain of k16 steps over K in ascending order
-// from zero, and a step sums the same 16 products whichever operand is which and whether wgmma
-// or mma.sync sums them (tests/kernels/wgmma_matmul_test.cc checks it by memcmp against every
-// wgmma tiling: kernels/wgmma_matmul.h lists these as tilings). Part of the sm_90a object.
+// The bits are the wgmma tiles': an output is one chain of k16 steps over each K slice
+// (wgmma_matmul_k_slices) in ascending order from zero, the halves added (in the warp: the first
+// half's sums set aside while the second's chain runs from zero), and a step sums the same 16
+// products whichever operand is which and whether wgmma or mma.sync sums them
+// (tests/kernels/wgmma_matmul_test.cc checks it by memcmp against every wgmma tiling:
+// kernels/wgmma_matmul.h lists these as tilings). Part of the sm_90a object.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -25,6 +25,7 @@
 #include "kernels/per_device_once.h"
 #include "kernels/device_sm_count.h"
 #include "kernels/half_utils.cuh"
+#include "kernels/k_slices.cuh"
 #include "kernels/matmul_epilogue.cuh"
 #include "kernels/matmul_tiling.h"
 #include "kernels/mma.cuh"
@@ -60,7 +61,10 @@ struct Params {
   Segment seg[kMaxSegments];
   int segments;
   int m, k;
-  int tiles_m, tiles_n;  // tiles_n: over all segments
+  int tiles_m, tiles_n;         // tiles_n: over all segments
+  int halves;                   // K's fixed halves (wgmma_matmul_k_slices): 1 or 2
+  int slices;                   // units a tile runs as: 1, or `halves` units meeting in `exchange`
+  k_slices::Exchange exchange;  // where halves meet, or a block sets its first half aside
   MatmulEpilogue epilogue;
 };
 
@@ -110,6 +114,23 @@ __device__ __forceinline__ uint32_t cluster_rank() {
   asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
   return r;
 }
+// The consumer warpgroups of a block (not the producer), on named barrier 1.
+template <int kThreads>
+__device__ __forceinline__ void consumers_sync() {
+  asm volatile("bar.sync 1, %0;" ::"n"(kThreads) : "memory");
+}
+// Whether `v` holds for any consumer thread of the block: a named-barrier reduction.
+template <int kThreads>
+__device__ __forceinline__ bool consumers_any(bool v) {
+  uint32_t r;
+  asm volatile(
+      "{\n .reg .pred p, q;\n setp.ne.u32 p, %1, 0;\n bar.red.or.pred q, 1, %2, p;\n"
+      " selp.u32 %0, 1, 0, q;\n}"
+      : "=r"(r)
+      : "r"(uint32_t(v)), "n"(kThreads)
+      : "memory");
+  return r != 0;
+}
 __device__ __forceinline__ void cluster_sync() {
   asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::
                    : "memory");
@@ -155,10 +176,15 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     __syncthreads();
   allow_dependents_early();
 
-  const int units_m = (p.tiles_m + kCluster - 1) / kCluster, units = units_m * p.tiles_n;
+  // A unit is one output tile's K slice (all of K when p.slices is 1); it sums `chains` of the
+  // K halves itself, one after the other (1: one chain, all of its K).
+  const int units_m = (p.tiles_m + kCluster - 1) / kCluster;
+  const int units = units_m * p.tiles_n * p.slices;
   const int first_unit = blockIdx.x / kCluster, unit_step = gridDim.x / kCluster;
   constexpr int kSub = C::kBoxes;
-  const int k_tiles = (p.k + kBK * kSub - 1) / (kBK * kSub);
+  const int k_tiles = (p.k / p.slices + kBK * kSub - 1) / (kBK * kSub);  // a slice's stages
+  // Clusters sum whole K (resolve hands a halved launch to their one-block twins).
+  const int chains = kCluster > 1 ? 1 : p.halves / p.slices, chain_tiles = k_tiles / chains;
   const int wg = threadIdx.x / 128;
   if (wg == 0) {
     // ---- Producer ----
@@ -195,7 +221,7 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
                    (kt * kSub + j) * kBK, (um * kCluster + rank) * BM, &full[s]);
       };
       produce_stages<kStages, C::kStageBytes>(ring, first_unit, unit_step, units, units_m,
-                                              p.tiles_n, k_tiles, load_w, load_a);
+                                              p.tiles_n, k_tiles, p.slices, load_w, load_a);
     }
     __syncwarp();
   } else {
@@ -206,14 +232,11 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
     float acc[BN / 2];
     int it = 0;
     for (int unit = first_unit; unit < units; unit += unit_step) {
-      int um, tile;
-      tile_coords(unit, units_m, p.tiles_n, um, tile);
-      const int tm = um * kCluster + rank;
+      const UnitCoords u = unit_coords(unit, units_m, p.tiles_n, p.slices);
+      const int tm = u.tm * kCluster + rank, tile = u.tn;
       const Segment& g = segment_of(p, tile);
       const int tn = tile - g.tile0;
       const StoreTarget target{g.out, g.n, p.epilogue};
-#pragma unroll
-      for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
       int prev = 0;
       // One arrival per consumer on every cluster block's `empty`, each from its own lane
       // (lane c to block c), so no one thread issues them one after another.
@@ -269,17 +292,54 @@ __global__ void __launch_bounds__(C::kThreads, C::kMinBlocks)
         prev = s;
         ++it;
       };
+      // Where this thread's sums of a (tile, half) go in the workspace (kernels/k_slices.cuh):
+      // the threads whose 16 rows of the wgmma's 64 are the tile's, each a slot, interleaved.
+      constexpr int kSlots = 2 * BM;       // the threads whose rows are the tile's: 32 per 16 rows
+      constexpr int kStride = 4 * kSlots;  // floats from one of a thread's float4s to the next
+      constexpr int64_t kHalf = int64_t(BM) * BN;  // a (tile, half)'s sums
+      const bool rows_of_tile = cw * 64 + warp * 16 < BM;
+      // (Worked out where used: held across the K loop, it costs the widest tiles a spill.)
+      auto half0 = [&] {
+        return p.exchange.partial + 2 * (int64_t(tm) * p.tiles_n + tile) * kHalf +
+               4 * ((cw * 4 + warp) * 32 + lane);
+      };
+
       uint32_t frag[2][kSteps][4];
-      int kt = 0;
-      for (; kt + 1 < k_tiles; kt += 2) {
-        consume(kt, frag[0]);
-        consume(kt + 1, frag[1]);
-      }
-      if (kt < k_tiles) consume(kt, frag[0]);
-      wgmma_wait<0>();
+      for (int chain = 0; chain < chains; ++chain) {
 #pragma unroll
-      for (int i = 0; i < BN / 2; ++i) fence_register(acc[i]);
-      release(prev);
+        for (int i = 0; i < BN / 2; ++i) acc[i] = 0.0f;
+        int kt = 0;
+        for (; kt + 1 < chain_tiles; kt += 2) {
+          consume(kt, frag[0]);
+          consume(kt + 1, frag[1]);
+        }
+        if (kt < chain_tiles) consume(kt, frag[0]);
+        wgmma_wait<0>();
+#pragma unroll
+        for (int i = 0; i < BN / 2; ++i) fence_register(acc[i]);
+        release(prev);
+        // Both halves in this block: the first's sums wait in the workspace (this thread reads
+        // back what it wrote: no fence) while the second's chain runs from zero.
+        if (chain + 1 < chains && rows_of_tile) k_slices::store<kStride>(half0(), acc);
+      }
+      if (chains > 1 && rows_of_tile) k_slices::add<kStride>(acc, half0());
+
+      // The halves on two blocks: this one's sums go to the exchange, and the tile's second to
+      // finish adds the other's and runs the epilogue. Not in clusters (resolve hands those to
+      // their one-block twins, which sum both halves themselves).
+      if (kCluster == 1 && p.slices > 1) {
+        constexpr int kConsumerThreads = 128 * C::kConsumers;
+        float* const mine = half0() + u.slice * kHalf;
+        const int64_t tile_id = int64_t(tm) * p.tiles_n + tile;
+        if (rows_of_tile) k_slices::store<kStride>(mine, acc);
+        __threadfence();
+        consumers_sync<kConsumerThreads>();
+        const bool second =
+            threadIdx.x == 128 && k_slices::arrive_second(&p.exchange.counters[tile_id]);
+        if (!consumers_any<kConsumerThreads>(second)) continue;
+        __threadfence();
+        if (rows_of_tile) k_slices::add<kStride>(acc, mine + (u.slice ? -kHalf : kHalf));
+      }
 
       // Epilogue: the same arithmetic per element in every tiling.
       const int local0 = cw * 64 + warp * 16 + lane / 4;
@@ -376,7 +436,15 @@ void launch(Half type, const MatmulArgs& a, int64_t lda, const std::array<Matmul
   }
   p.tiles_m = int(ceil_div(a.m, kRows));
   p.tiles_n = tiles_n;
-  const int64_t units = ceil_div(p.tiles_m, kCluster) * p.tiles_n;
+  const int64_t units = ceil_div(p.tiles_m, kCluster) * p.tiles_n * p.slices;
+  if (kCluster > 1 && p.halves > 1)
+    throw std::logic_error("wgmma_matmul: K halves are not summed in clusters");
+  if (p.halves > 1)
+    p.exchange = k_slices::exchange_in(
+        a.workspace, a.workspace_bytes,
+        size_t(ceil_div(p.tiles_m, kCluster) * kCluster) * p.tiles_n,
+        size_t(ceil_div(p.tiles_m, kCluster) * kCluster) * kRows * p.tiles_n * kBN * p.halves,
+        "wgmma_matmul");
   config.gridDim = dim3(unsigned(kCluster * std::min<int64_t>(units, resident)));
   static const bool debug = [&] {
     if (!std::getenv("HEARTH_WGMMA_DEBUG")) return false;
@@ -513,6 +581,14 @@ bool four_boxes(WgmmaTiles t) {
   }
 }
 
+// The prompt-size tilings the rule weighs, with the fraction of the best's rate one full wave of
+// each achieves (H100). Clusters (M256) left out: slower so far.
+constexpr tiling::Candidate<WgmmaTiles> kPromptCandidates[] = {
+    {WgmmaTiles::M64N64, 64, 64, 2, 0.45},     {WgmmaTiles::M64N64Deep, 64, 64, 1, 0.4},
+    {WgmmaTiles::M64N128, 64, 128, 2, 0.7},    {WgmmaTiles::M64N256, 64, 256, 1, 0.85},
+    {WgmmaTiles::M128N64, 128, 64, 1, 0.75},   {WgmmaTiles::M128N128, 128, 128, 1, 0.95},
+    {WgmmaTiles::M128N192, 128, 192, 1, 0.97}, {WgmmaTiles::M128N256, 128, 256, 1, 1.0}};
+
 // Any choice gives the same bits; this one is about speed (kernels/matmul_tiling.h: the rule
 // both wgmma matmuls share). widths: each weight's columns (0 past the last).
 WgmmaTiles choose(int m, const std::array<int, kMaxSegments>& widths, int k, bool swiglu) {
@@ -533,7 +609,7 @@ WgmmaTiles choose(int m, const std::array<int, kMaxSegments>& widths, int k, boo
     return eight_row_warps <= kStreamWarpsPerSmEightRows * sms ? WgmmaTiles::M8Stream8
                                                                : WgmmaTiles::M8Stream;
   }
-  const tiling::LaunchShape shape{m, widths, k, swiglu, 4 * kBK, sms};
+  const tiling::LaunchShape shape{m, widths, k, swiglu, 4 * kBK, sms, wgmma_matmul_k_slices(k)};
   switch (tiling::decode_tile(shape)) {
     case tiling::DecodeTile::M16N32DeepFourBoxes:
       return WgmmaTiles::M16N32DeepK256RegA;
@@ -578,13 +654,20 @@ WgmmaTiles choose(int m, const std::array<int, kMaxSegments>& widths, int k, boo
     case tiling::DecodeTile::Large:
       break;
   }
-  // Clusters (M256) left out: slower so far.
-  static constexpr tiling::Candidate<WgmmaTiles> kCandidates[] = {
-      {WgmmaTiles::M64N64, 64, 64, 2, 0.45},     {WgmmaTiles::M64N64Deep, 64, 64, 1, 0.4},
-      {WgmmaTiles::M64N128, 64, 128, 2, 0.7},    {WgmmaTiles::M64N256, 64, 256, 1, 0.85},
-      {WgmmaTiles::M128N64, 128, 64, 1, 0.75},   {WgmmaTiles::M128N128, 128, 128, 1, 0.95},
-      {WgmmaTiles::M128N192, 128, 192, 1, 0.97}, {WgmmaTiles::M128N256, 128, 256, 1, 1.0}};
-  return tiling::fewest_rounds(shape, kCandidates);
+  return tiling::fewest_rounds(shape, kPromptCandidates);
+}
+
+// Units a tile of `tiles` runs as for this launch: 2 where K is summed in halves and the rule
+// (or `at`) puts them on two blocks; decode tiles and clusters sum both in one.
+int units_per_tile(WgmmaTiles tiles, KHalvesAt at, int m,
+                   const std::array<int, kMaxSegments>& widths, int k, bool swiglu) {
+  const int halves = wgmma_matmul_k_slices(k);
+  if (halves == 1 || at == KHalvesAt::InOneBlock) return 1;
+  if (at == KHalvesAt::OnTwoBlocks) return halves;
+  const tiling::LaunchShape shape{m, widths, k, swiglu, 4 * kBK, device_sm_count(), halves};
+  for (const auto& c : kPromptCandidates)
+    if (c.tiles == tiles) return tiling::units_per_tile(shape, c);
+  return 1;
 }
 
 }  // namespace
@@ -679,6 +762,19 @@ const char* wgmma_tiles_name(WgmmaTiles t) {
   return "?";
 }
 
+int wgmma_matmul_k_slices(int k) {
+  return k >= 12288 && k % (2 * kStreamStageK) == 0 ? 2 : 1;
+}
+
+size_t wgmma_matmul_workspace_bytes(int m, int n, int k, bool swiglu) {
+  const int slices = wgmma_matmul_k_slices(k);
+  if (slices == 1) return 0;
+  // Whole tiles of any tiling: up to 128 rows past m (a cluster's second tile, 128 more), each
+  // of three segments up to a 256-wide tile past its columns (SwiGLU: gate and up columns).
+  const int64_t rows = int64_t(m) + 256, cols = (swiglu ? 2 * int64_t(n) : n) + 3 * 256;
+  return k_slices::kCounterBytes + size_t(rows * cols * slices) * sizeof(float);
+}
+
 bool wgmma_matmul_available() {
   static const bool ok = [] {
     int device = 0, major = 0, minor = 0;
@@ -717,6 +813,9 @@ WgmmaTiles resolve(WgmmaTiles tiles, bool swiglu, const MatmulArgs& a,
       !stream_matmul_fits(a.m, a.k))
     tiles = WgmmaTiles::M16N32Deep;
   if (tiles == WgmmaTiles::M8Stream8 && swiglu) tiles = WgmmaTiles::M8Stream;
+  // Clusters do not sum K halves: their one-block twins do, with the same bits.
+  if (wgmma_matmul_k_slices(a.k) > 1 && tiles == WgmmaTiles::M256N128) tiles = WgmmaTiles::M128N128;
+  if (wgmma_matmul_k_slices(a.k) > 1 && tiles == WgmmaTiles::M256N256) tiles = WgmmaTiles::M128N256;
   return tiles;
 }
 
@@ -729,7 +828,7 @@ WgmmaTiles wgmma_matmul_tiles(MatmulEpilogue epilogue, const MatmulArgs& a, Wgmm
 }
 
 void wgmma_matmul(Half type, MatmulEpilogue epilogue, const MatmulArgs& a, WgmmaTiles tiles,
-                  cudaStream_t stream) {
+                  cudaStream_t stream, KHalvesAt halves_at) {
   const bool swiglu = epilogue == MatmulEpilogue::SwiGLU;
   const int64_t lda = checked_matmul_lda("wgmma_matmul", epilogue, a);
   std::array<MatmulSegment, 3> segs;
@@ -746,6 +845,10 @@ void wgmma_matmul(Half type, MatmulEpilogue epilogue, const MatmulArgs& a, Wgmma
                          stream);
   p.m = a.m;
   p.k = a.k;
+  p.halves = wgmma_matmul_k_slices(a.k);
+  std::array<int, kMaxSegments> widths{};
+  for (int s = 0; s < p.segments; ++s) widths[s] = segs[s].n;
+  p.slices = units_per_tile(tiles, halves_at, a.m, widths, a.k, swiglu);
   p.epilogue = epilogue;
   HEARTH_DISPATCH_HALF(type, T, {
     if (swiglu)

@@ -3,8 +3,10 @@
 // (kernels/batch_ops.h), for 16-bit A and W and fp32 accumulation.
 //
 // Why every tiling gives the same bits: an output element lives in one fp32 accumulator of one
-// thread; it is fed by m64nNk16 steps over K in ascending order from zero, the whole of K in one
-// chain (no split of K at all), so its arithmetic is a function of its A row and W row alone.
+// thread; it is fed by m64nNk16 steps over K in ascending order from zero, one chain per K slice
+// (wgmma_matmul_k_slices: all of K, or two fixed halves where K is long), the halves' sums added
+// once (kernels/k_slices.cuh; an fp32 sum of two is the same either way round), so its
+// arithmetic is a function of its A row and W row alone.
 // Tilings differ only in how many rows (64 per consumer warpgroup) and weight rows (N of the
 // instruction) a block covers; tests/kernels/wgmma_matmul_test.cc checks by memcmp that neither
 // the instruction's N nor the row's place in the 64 rows changes a result, nor swapping the
@@ -124,13 +126,33 @@ const char* wgmma_tiles_name(WgmmaTiles t);
 
 // True when the current device can run it (compute capability 9.0, this build has sm_90a code).
 bool wgmma_matmul_available();
-// args as for batch_matmul; args.tiles and the workspace are not used (no K split: none needed).
+
+// How many consecutive K slices every output is summed from: a function of K alone, so every
+// row count, tiling and segment of a launch sums alike. Two for K of 12,288 or more in whole
+// 512-wide halves (the MLP down projection of 7-70B models: 4,096 outputs over 14,336 at 128
+// rows are 32 128 x 128 tiles, a quarter of an H100's SMs, each walking 224 K stages: as halves
+// on two blocks, 128 units fill them); else 1. Not for K of 4,096: halves there won o 16-35% at
+// 128-256 rows but cost 7-11% from 512 rows and gate/up 10% everywhere (H200, session 22).
+int wgmma_matmul_k_slices(int k);
+// The workspace a launch of up to m rows needs (0 when K is not sliced): a fixed counter region
+// and every tiling's partial sums; n: all segments' columns together; swiglu: n gate and n up
+// columns. Zeroed once when allocated; the kernels leave their counters zeroed.
+size_t wgmma_matmul_workspace_bytes(int m, int n, int k, bool swiglu);
+// Where a tile's two K halves run (the same bits either way; kernels/matmul_tiling.h,
+// units_per_tile): Auto, the rule's choice for the tiling; InOneBlock, one block sums both (the
+// first's sums set aside in the workspace while the second's chain runs from zero); OnTwoBlocks,
+// each half a unit of its own, the two meeting in the workspace. Tests and benchmarks pin it;
+// the streaming tile always sums its halves in the warp, and cluster tilings run as their
+// one-block twins where K is halved.
+enum class KHalvesAt { Auto, InOneBlock, OnTwoBlocks };
+// args as for batch_matmul; args.tiles is not used, the workspace only where K is sliced
+// (wgmma_matmul_workspace_bytes).
 // Requires k % 8 == 0, lda % 8 == 0, 16-byte aligned a and weights. With args.more (q, k and v
 // in one launch) each weight keeps its own run of column tiles, numbered and loaded as in a
 // launch of it alone, and the tiling is chosen for all the columns together: one launch fills
 // the GPU where three narrow ones could not, and every output has the bits of separate calls.
 void wgmma_matmul(Half type, MatmulEpilogue epilogue, const MatmulArgs& args, WgmmaTiles tiles,
-                  cudaStream_t stream);
+                  cudaStream_t stream, KHalvesAt halves_at = KHalvesAt::Auto);
 // The tiling wgmma_matmul runs for these arguments when asked for `tiles` (Auto: the rule's
 // choice for the current device): tests use it to know which kernel a model's launches reach.
 WgmmaTiles wgmma_matmul_tiles(MatmulEpilogue epilogue, const MatmulArgs& args,

@@ -165,7 +165,7 @@ json bench_matmul(const BatchKernelBenchOptions& o, cudaStream_t stream, Timer& 
       // The invariant kernels first: cuBLASLt right before would leave the GPU hotter.
       std::vector<double> family_us;
       for (kernels::MatmulTiles tiles : families) {
-        const size_t ws_bytes = kernels::batch_matmul_workspace_bytes(m, s.n, s.k, tiles);
+        const size_t ws_bytes = kernels::batch_matmul_workspace_bytes(m, s.n, s.k, tiles, s.swiglu);
         DeviceBuffer ws(ws_bytes);
         if (ws_bytes) HEARTH_CUDA_CHECK(cudaMemset(ws.get(), 0, ws_bytes));
         family_us.push_back(timer.us([&](int i) {

@@ -47,7 +47,8 @@ int main(int argc, char** argv) {
   const int max_m = *std::max_element(ms.begin(), ms.end());
   const size_t arena_bytes = size_t(1200) << 20;  // bf16 weights; fp8 use half of it
   DeviceBuffer arena(arena_bytes), a16(size_t(max_m) * 14336 * 2), a8(size_t(max_m) * 14336),
-      a_scales(size_t(max_m) * 4), w_scales(2 * 14336 * 4), out(size_t(max_m) * 28672 * 4);
+      a_scales(size_t(max_m) * 4), w_scales(2 * 14336 * 4), out(size_t(max_m) * 28672 * 4),
+      ws_sliced;
   bench::fill_random_bf16(arena.get(), arena_bytes, 7);
   bench::fill_random_bf16(a16.get(), a16.bytes(), 7);
   const std::vector<float> scales(2 * 14336, 0.02f / 448);
@@ -99,6 +100,12 @@ int main(int argc, char** argv) {
         for (kernels::Fp8Tiles t : kernels::kAllFp8Tiles)
           tilings += std::string(kernels::fp8_tiles_name(t)) + " " +
                      std::to_string(int(fp8_us(t) * 10) / 10.0).substr(0, 6) + "; ";
+      // bf16's long K is summed in slices that meet in a workspace (wgmma_matmul_k_slices).
+      const size_t sliced_bytes = kernels::wgmma_matmul_workspace_bytes(m, s.n, s.k, s.swiglu);
+      if (ws_sliced.bytes() < sliced_bytes) {
+        ws_sliced = DeviceBuffer(sliced_bytes);
+        HEARTH_CUDA_CHECK(cudaMemset(ws_sliced.get(), 0, sliced_bytes));
+      }
       const double bf16_us = time_us(stream, [&](int i) {
         const char* w = static_cast<const char*>(arena.get()) + (i % copies16) * w16;
         kernels::MatmulArgs args;
@@ -106,6 +113,7 @@ int main(int argc, char** argv) {
         args.a_rows_readable = int(a16.bytes() / (size_t(s.k) * 2));
         if (s.swiglu) args.w_up = w + w16 / 2;
         args.out = out.get();
+        args.workspace = ws_sliced.get(), args.workspace_bytes = ws_sliced.bytes();
         kernels::wgmma_matmul(Half::BF16, e, args, kernels::WgmmaTiles::Auto, stream);
       });
       HEARTH_CUDA_CHECK(cudaStreamSynchronize(stream));

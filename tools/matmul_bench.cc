@@ -119,6 +119,11 @@ int main(int argc, char** argv) {
   std::string json_path;
   app.add_option("--ms", ms, "row counts (a,b,...)")->delimiter(',');
   app.add_flag("--all-tiles", all_tiles, "also time every wgmma tiling");
+  std::string halves_at = "auto";
+  app.add_option("--k-halves-at", halves_at,
+                 "where a long K's two halves run (down): auto (the rule), one (one block sums "
+                 "both), two (a block each)")
+      ->check(CLI::IsMember({"auto", "one", "two"}));
   app.add_flag("--qkv-only", qkv_only, "only the q/k/v table: three launches against one");
   app.add_option("--shape", only_shape,
                  "only the shape whose name starts with this (qkv, o, gate, down): short runs, "
@@ -129,6 +134,9 @@ int main(int argc, char** argv) {
                  "also time q/k/v shards of these tensor-parallel sizes (1, 2, 4, 8) by each "
                  "four-box decode tile");
   CLI11_PARSE(app, argc, argv);
+  const kernels::KHalvesAt at = halves_at == "one"   ? kernels::KHalvesAt::InOneBlock
+                                : halves_at == "two" ? kernels::KHalvesAt::OnTwoBlocks
+                                                     : kernels::KHalvesAt::Auto;
   if (!kernels::wgmma_matmul_available()) {
     std::fprintf(stderr, "no compute-capability 9.0 device: wgmma needs sm_90a\n");
     return 1;
@@ -138,7 +146,7 @@ int main(int argc, char** argv) {
   const int max_m = *std::max_element(ms.begin(), ms.end());
   const size_t arena_bytes = size_t(1200) << 20;
   DeviceBuffer arena(arena_bytes), a(size_t(max_m) * 14336 * 2), out(size_t(max_m) * 28672 * 4),
-      ws_old;
+      ws_old, ws_sliced;
   bench::fill_random_bf16(arena.get(), arena_bytes, 7);
   bench::fill_random_bf16(a.get(), a.bytes(), 11);
   kernels::Gemm cublas(Half::BF16);
@@ -161,17 +169,25 @@ int main(int argc, char** argv) {
       const double flops = 2.0 * m * s.n * s.k * mats;
       const kernels::MatmulEpilogue e =
           s.swiglu ? kernels::MatmulEpilogue::SwiGLU : kernels::MatmulEpilogue::StoreHalf;
+      // A long K is summed in slices that meet in a workspace (wgmma_matmul_k_slices).
+      const size_t sliced_bytes = kernels::wgmma_matmul_workspace_bytes(m, s.n, s.k, s.swiglu);
+      if (ws_sliced.bytes() < sliced_bytes) {
+        ws_sliced = DeviceBuffer(sliced_bytes);
+        HEARTH_CUDA_CHECK(cudaMemset(ws_sliced.get(), 0, sliced_bytes));
+      }
       auto args_for = [&](int i) {
         kernels::MatmulArgs args;
         args.a = a.get(), args.w = weight(i), args.m = m, args.n = s.n, args.k = s.k;
         args.a_rows_readable = int(a.bytes() / (size_t(s.k) * 2));
         if (s.swiglu) args.w_up = weight(i) + w_bytes / 2;
         args.out = out.get();
+        args.workspace = ws_sliced.get(), args.workspace_bytes = ws_sliced.bytes();
         return args;
       };
       auto wgmma_us = [&](kernels::WgmmaTiles t) {
-        return time_us(
-            stream, [&](int i) { kernels::wgmma_matmul(Half::BF16, e, args_for(i), t, stream); });
+        return time_us(stream, [&](int i) {
+          kernels::wgmma_matmul(Half::BF16, e, args_for(i), t, stream, at);
+        });
       };
       const double auto_us = wgmma_us(kernels::WgmmaTiles::Auto);
       double best_us = auto_us;

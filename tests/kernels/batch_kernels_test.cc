@@ -57,7 +57,7 @@ bool g_mma = false;
 
 size_t workspace_bytes(int m, int n, int k, MatmulTiles tiles) {
   return g_mma ? kernels::batch_matmul_mma_workspace_bytes(m, n, k, tiles)
-               : kernels::batch_matmul_workspace_bytes(m, n, k, tiles);
+               : kernels::batch_matmul_workspace_bytes(m, n, k, tiles, /*swiglu=*/true);
 }
 
 // Runs one matmul; `out` must already hold the residual for AccumulateF32.

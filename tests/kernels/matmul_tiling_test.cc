@@ -75,5 +75,29 @@ TEST(MatmulTiling, PromptsTakeTheFewestWeightedRounds) {
   EXPECT_EQ(fewest_rounds(shape(128, {4096, 0, 0}, 4096), kCandidates), Tiles::Small);
 }
 
+// K summed in two fixed halves (the 8B's down): where a launch has few tiles, each tile's halves
+// go on two blocks, twice the units filling SMs whole-K tiles leave idle (128 rows: 64 128x64
+// tiles become 128 units); where the tiles already fill the SMs, one block sums both halves and
+// spares the exchange (2,048 rows: 256 128x256 tiles, two rounds either way).
+TEST(MatmulTiling, KHalvesGoOnTwoBlocksWhereTilesLeaveSmsIdle) {
+  enum class Tiles { Deep64x64, Wide128x64, Big128x256 };
+  static constexpr Candidate<Tiles> kCandidates[] = {{Tiles::Deep64x64, 64, 64, 1, 0.4},
+                                                     {Tiles::Wide128x64, 128, 64, 1, 0.75},
+                                                     {Tiles::Big128x256, 128, 256, 1, 1.0}};
+  LaunchShape down = shape(128, {4096, 0, 0}, 14336);
+  EXPECT_EQ(fewest_rounds(down, kCandidates), Tiles::Deep64x64);  // whole K: 128 tiles
+  down.k_halves = 2;
+  EXPECT_EQ(fewest_rounds(down, kCandidates), Tiles::Wide128x64);
+  EXPECT_EQ(units_per_tile(down, kCandidates[1]), 2);
+  EXPECT_EQ(units_per_tile(down, kCandidates[0]), 1);  // 256 units would need two rounds
+  down.m = 2048;
+  EXPECT_EQ(fewest_rounds(down, kCandidates), Tiles::Big128x256);
+  EXPECT_EQ(units_per_tile(down, kCandidates[2]), 1);
+  down.k_halves = 1;
+  EXPECT_EQ(units_per_tile(down, kCandidates[1]), 1);  // no halves, nothing to place
+  down.m = 128;
+  EXPECT_EQ(units_per_tile(down, kCandidates[1]), 1);
+}
+
 }  // namespace
 }  // namespace hearth::kernels::tiling

@@ -29,12 +29,19 @@ CudaMatmuls::CudaMatmuls(const ModelConfig& c, const StepLimits& limits, kernels
   const int T = limits.max_tokens, S = limits.max_step_seqs;
   struct Shape {
     int m, n, k;
+    bool swiglu = false;
   };
-  const Shape shapes[] = {{T, c.q_dim(), c.hidden},      {T, c.kv_dim(), c.hidden},
-                          {T, c.hidden, c.q_dim()},      {T, c.intermediate, c.hidden},
-                          {T, c.hidden, c.intermediate}, {S, c.vocab, c.hidden}};
+  // q, k and v also as one launch (run_qkv), gate and up as SwiGLU.
+  const Shape shapes[] = {{T, c.q_dim(), c.hidden},
+                          {T, c.kv_dim(), c.hidden},
+                          {T, c.q_dim() + 2 * c.kv_dim(), c.hidden},
+                          {T, c.hidden, c.q_dim()},
+                          {T, c.intermediate, c.hidden, true},
+                          {T, c.hidden, c.intermediate},
+                          {S, c.vocab, c.hidden}};
   for (const Shape& s : shapes)
-    ws_bytes_ = std::max(ws_bytes_, kernels::batch_matmul_workspace_bytes(s.m, s.n, s.k));
+    ws_bytes_ = std::max(ws_bytes_, kernels::batch_matmul_workspace_bytes(
+                                        s.m, s.n, s.k, kernels::MatmulTiles::Auto, s.swiglu));
   ws_ = arena.alloc(ws_bytes_);
   if (ws_bytes_) HEARTH_CUDA_CHECK(cudaMemset(ws_.get(), 0, ws_bytes_));
   if (!batch_invariant) {
@@ -112,6 +119,7 @@ void CudaMatmuls::run_qkv(const void* a, const void* wq, const void* wk, const v
   kernels::MatmulArgs args;
   args.a = a, args.w = wq, args.m = m, args.n = q_dim, args.k = hidden, args.out = q;
   args.a_rows_readable = max_tokens_;
+  args.workspace = ws_.get(), args.workspace_bytes = ws_bytes_;
   args.more[0] = {wk, nullptr, k, kv_dim};
   args.more[1] = {wv, nullptr, v, kv_dim};
   kernels::wgmma_matmul(type_, e, args, kernels::WgmmaTiles::Auto, stream);
@@ -178,7 +186,8 @@ void CudaMatmuls::tune(std::span<const TuneJob> jobs, const CudaWeights& weights
   size_t ws_bytes = ws_bytes_;
   for (const TuneJob& j : jobs)
     for (kernels::MatmulTiles t : candidates) {
-      const size_t need = kernels::batch_matmul_workspace_bytes(j.max_m, j.n, j.k, t);
+      const size_t need = kernels::batch_matmul_workspace_bytes(
+          j.max_m, j.n, j.k, t, j.epilogue == MatmulEpilogue::SwiGLU);
       if (need <= kMaxWorkspace) ws_bytes = std::max(ws_bytes, need);
     }
   DeviceBuffer ws(ws_bytes);
@@ -192,7 +201,8 @@ void CudaMatmuls::tune(std::span<const TuneJob> jobs, const CudaWeights& weights
       kernels::MatmulTiles best = kernels::MatmulTiles::Auto;
       float best_ms = 0;
       for (kernels::MatmulTiles t : candidates) {
-        const size_t need = kernels::batch_matmul_workspace_bytes(m, j.n, j.k, t);
+        const size_t need = kernels::batch_matmul_workspace_bytes(
+            m, j.n, j.k, t, j.epilogue == MatmulEpilogue::SwiGLU);
         if (need > ws_bytes) continue;
         kernels::MatmulArgs args;
         args.a = j.a, args.m = m, args.n = j.n, args.k = j.k, args.out = j.out;
@@ -216,7 +226,8 @@ void CudaMatmuls::tune(std::span<const TuneJob> jobs, const CudaWeights& weights
         if (t == kernels::MatmulTiles::Auto || ms < 0.97f * best_ms) best = t, best_ms = ms;
       }
       tiles_[j.shape][band] = best;
-      needed = std::max(needed, kernels::batch_matmul_workspace_bytes(m, j.n, j.k, best));
+      needed = std::max(needed, kernels::batch_matmul_workspace_bytes(
+                                    m, j.n, j.k, best, j.epilogue == MatmulEpilogue::SwiGLU));
     }
   }
   if (needed > ws_bytes_) {

@@ -792,13 +792,17 @@ bool wgmma_matmul_available() {
 
 namespace {
 
+// Each segment's columns (0: none): the tiling is chosen for the whole launch.
+std::array<int, kMaxSegments> widths_of(const std::array<MatmulSegment, 3>& segs, int segments) {
+  std::array<int, kMaxSegments> widths{};
+  for (int s = 0; s < segments; ++s) widths[s] = segs[s].n;
+  return widths;
+}
+
 // The tiling a launch runs: `tiles` (Auto: choose's) where the launch's K and epilogue allow it,
 // else one that does (any tiling gives the same bits).
 WgmmaTiles resolve(WgmmaTiles tiles, bool swiglu, const MatmulArgs& a,
-                   const std::array<MatmulSegment, 3>& segs, int segments) {
-  std::array<int, kMaxSegments> widths{};  // each segment's columns (0: none); the tiling is
-                                           // chosen for the whole launch
-  for (int s = 0; s < segments; ++s) widths[s] = segs[s].n;
+                   const std::array<int, kMaxSegments>& widths) {
   if (tiles == WgmmaTiles::Auto) tiles = choose(a.m, widths, a.k, swiglu);
   // Four boxes a stage need K in whole stages: a box past K in the consumers' loop would be a
   // divergent path (ptxas then serialises every wgmma).
@@ -824,7 +828,7 @@ WgmmaTiles resolve(WgmmaTiles tiles, bool swiglu, const MatmulArgs& a,
 WgmmaTiles wgmma_matmul_tiles(MatmulEpilogue epilogue, const MatmulArgs& a, WgmmaTiles tiles) {
   std::array<MatmulSegment, 3> segs;
   const int segments = matmul_segments(a, segs);
-  return resolve(tiles, epilogue == MatmulEpilogue::SwiGLU, a, segs, segments);
+  return resolve(tiles, epilogue == MatmulEpilogue::SwiGLU, a, widths_of(segs, segments));
 }
 
 void wgmma_matmul(Half type, MatmulEpilogue epilogue, const MatmulArgs& a, WgmmaTiles tiles,
@@ -839,15 +843,14 @@ void wgmma_matmul(Half type, MatmulEpilogue epilogue, const MatmulArgs& a, Wgmma
     p.seg[s].out = segs[s].out;
     p.seg[s].n = segs[s].n;
   }
-  tiles = resolve(tiles, swiglu, a, segs, p.segments);
+  const std::array<int, kMaxSegments> widths = widths_of(segs, p.segments);
+  tiles = resolve(tiles, swiglu, a, widths);
   if (tiles == WgmmaTiles::M8Stream || tiles == WgmmaTiles::M8Stream8)
     return stream_matmul(type, epilogue, a, lda, segs, p.segments, tiles == WgmmaTiles::M8Stream8,
                          stream);
   p.m = a.m;
   p.k = a.k;
   p.halves = wgmma_matmul_k_slices(a.k);
-  std::array<int, kMaxSegments> widths{};
-  for (int s = 0; s < p.segments; ++s) widths[s] = segs[s].n;
   p.slices = units_per_tile(tiles, halves_at, a.m, widths, a.k, swiglu);
   p.epilogue = epilogue;
   HEARTH_DISPATCH_HALF(type, T, {

@@ -101,11 +101,7 @@ int main(int argc, char** argv) {
           tilings += std::string(kernels::fp8_tiles_name(t)) + " " +
                      std::to_string(int(fp8_us(t) * 10) / 10.0).substr(0, 6) + "; ";
       // bf16's long K is summed in slices that meet in a workspace (wgmma_matmul_k_slices).
-      const size_t sliced_bytes = kernels::wgmma_matmul_workspace_bytes(m, s.n, s.k, s.swiglu);
-      if (ws_sliced.bytes() < sliced_bytes) {
-        ws_sliced = DeviceBuffer(sliced_bytes);
-        HEARTH_CUDA_CHECK(cudaMemset(ws_sliced.get(), 0, sliced_bytes));
-      }
+      bench::grow_zeroed(ws_sliced, kernels::wgmma_matmul_workspace_bytes(m, s.n, s.k, s.swiglu));
       const double bf16_us = time_us(stream, [&](int i) {
         const char* w = static_cast<const char*>(arena.get()) + (i % copies16) * w16;
         kernels::MatmulArgs args;

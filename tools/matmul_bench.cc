@@ -170,11 +170,7 @@ int main(int argc, char** argv) {
       const kernels::MatmulEpilogue e =
           s.swiglu ? kernels::MatmulEpilogue::SwiGLU : kernels::MatmulEpilogue::StoreHalf;
       // A long K is summed in slices that meet in a workspace (wgmma_matmul_k_slices).
-      const size_t sliced_bytes = kernels::wgmma_matmul_workspace_bytes(m, s.n, s.k, s.swiglu);
-      if (ws_sliced.bytes() < sliced_bytes) {
-        ws_sliced = DeviceBuffer(sliced_bytes);
-        HEARTH_CUDA_CHECK(cudaMemset(ws_sliced.get(), 0, sliced_bytes));
-      }
+      bench::grow_zeroed(ws_sliced, kernels::wgmma_matmul_workspace_bytes(m, s.n, s.k, s.swiglu));
       auto args_for = [&](int i) {
         kernels::MatmulArgs args;
         args.a = a.get(), args.w = weight(i), args.m = m, args.n = s.n, args.k = s.k;
@@ -200,11 +196,7 @@ int main(int argc, char** argv) {
                         kernels::wgmma_tiles_name(t) + "\": " + std::to_string(us);
           if (us < best_us) best_us = us, best = kernels::wgmma_tiles_name(t);
         }
-      const size_t ws_bytes = kernels::batch_matmul_mma_workspace_bytes(m, s.n, s.k);
-      if (ws_old.bytes() < ws_bytes) {
-        ws_old = DeviceBuffer(ws_bytes);
-        HEARTH_CUDA_CHECK(cudaMemset(ws_old.get(), 0, ws_bytes));
-      }
+      bench::grow_zeroed(ws_old, kernels::batch_matmul_mma_workspace_bytes(m, s.n, s.k));
       const double old_us = time_us(stream, [&](int i) {
         kernels::MatmulArgs args = args_for(i);
         args.workspace = ws_old.get(), args.workspace_bytes = ws_old.bytes();

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "kernels/cuda_check.h"
+#include "kernels/device_buffer.h"
 
 namespace hearth::bench {
 
@@ -24,6 +25,14 @@ inline constexpr MatmulShape kLlama8bShapes[] = {{"qkv", 6144, 4096, false},
                                                  {"o", 4096, 4096, false},
                                                  {"gate+up SwiGLU", 14336, 4096, true},
                                                  {"down", 4096, 14336, false}};
+
+// Grows `ws` to at least `bytes`, zeroed (a matmul workspace: its counters start at zero and the
+// kernels leave them so, so a buffer kept from launch to launch needs no clearing).
+inline void grow_zeroed(DeviceBuffer& ws, size_t bytes) {
+  if (ws.bytes() >= bytes) return;
+  ws = DeviceBuffer(bytes);
+  HEARTH_CUDA_CHECK(cudaMemset(ws.get(), 0, bytes));
+}
 
 // `bytes` of device memory at dst as bf16 values drawn from N(0, 0.02) by `seed`: a pattern of
 // 4 Mi values, repeated.

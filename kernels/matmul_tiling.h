@@ -130,12 +130,14 @@ inline DecodeTile decode_tile(const LaunchShape& s) {
 }
 
 // A prompt-size tiling and what one full wave of it achieves relative to the best (measured
-// with hearth-matmul-bench on an H100).
+// with hearth-matmul-bench). `cluster` blocks of consecutive row tiles share each weight tile
+// (multicast), so row tiles come in whole clusters; clusters sum all of K in one chain.
 template <typename Tiles>
 struct Candidate {
   Tiles tiles;
   int rows, weight_rows, per_sm;
   double efficiency;
+  int cluster = 1;
 };
 
 // A launch whose K is summed in two fixed halves runs each tile's halves either in one block
@@ -151,8 +153,9 @@ constexpr double kAcrossBlocksCost = 1.2;
 // by a unit's work over the tiling's rate.
 template <typename Tiles>
 double rounds_cost(const LaunchShape& s, const Candidate<Tiles>& c, int units_per_tile) {
-  const int64_t units =
-      ceil_div(s.m, c.rows) * ceil_div(s.weight_rows(), c.weight_rows) * units_per_tile;
+  if (c.cluster > 1 && s.k_halves > 1) return 1e300;  // runs as its one-block twin, weighed apart
+  const int64_t row_tiles = ceil_div(ceil_div(s.m, c.rows), c.cluster) * c.cluster;
+  const int64_t units = row_tiles * ceil_div(s.weight_rows(), c.weight_rows) * units_per_tile;
   const double rounds = double(ceil_div(units, s.sms * c.per_sm));
   const double unit_work = double(c.rows) * c.weight_rows * c.per_sm / units_per_tile;
   return rounds * unit_work / c.efficiency * (units_per_tile > 1 ? kAcrossBlocksCost : 1.0);

@@ -31,12 +31,13 @@ namespace hearth::kernels {
 // and 8 fall back to 16 there); M32/M48/M64 N32/N48 DeepK256 are the same four-box tiles for
 // 17-64 rows (one m64 wgmma covers them as it covers 16; 48 rows so that 33-48 rows do not load
 // a 64-row A box mostly past the tensor, which streams slower); M32/M64 N112 are M16N112 for
-// 17-64 rows; M256 are 2-block clusters of 128-row tiles that share their weight tile
-// (multicast); RegA tiles are their twins with A read into registers (wgmma's register-A form):
-// only the weight tile feeds the tensor cores from shared memory. M8Stream is not a wgmma tile:
-// a warp per 16 weight rows on mma.sync, operands swapped, for up to 8 rows
-// (kernels/stream_matmul.h), listed here so that every tiling test covers it; M8Stream8 is the
-// same with a warp per 8 weight rows (twice the warps).
+// 17-64 rows; M128N224 covers the 8B's gate/up (SwiGLU: 112 gate and 112 up rows) in 128
+// column tiles, one per SM at 128 rows instead of 112 of 256; M256 are 2-block clusters of
+// 128-row tiles that share their weight tile (multicast); RegA tiles are their twins with A read
+// into registers (wgmma's register-A form): only the weight tile feeds the tensor cores from shared
+// memory. M8Stream is not a wgmma tile: a warp per 16 weight rows on mma.sync, operands swapped,
+// for up to 8 rows (kernels/stream_matmul.h), listed here so that every tiling test covers it;
+// M8Stream8 is the same with a warp per 8 weight rows (twice the warps).
 enum class WgmmaTiles {
   Auto,
   M16N32,
@@ -66,6 +67,7 @@ enum class WgmmaTiles {
   M128N64,
   M128N128,
   M128N192,
+  M128N224,
   M128N256,
   M256N128,
   M256N256,
@@ -97,6 +99,7 @@ constexpr WgmmaTiles kAllWgmmaTiles[] = {WgmmaTiles::M16N32DeepK256,
                                          WgmmaTiles::M128N64,
                                          WgmmaTiles::M128N128,
                                          WgmmaTiles::M128N192,
+                                         WgmmaTiles::M128N224,
                                          WgmmaTiles::M128N256,
                                          WgmmaTiles::M256N128,
                                          WgmmaTiles::M256N256,

@@ -75,6 +75,26 @@ TEST(MatmulTiling, PromptsTakeTheFewestWeightedRounds) {
   EXPECT_EQ(fewest_rounds(shape(128, {4096, 0, 0}, 4096), kCandidates), Tiles::Small);
 }
 
+// A cluster's blocks take consecutive row tiles, so a launch pays for whole clusters: 384 rows of
+// the 8B's gate/up are three 128-row tiles, four as 2-block clusters (512 units: four rounds
+// against three). At 2,048 rows both are 14 rounds and the cluster's rate decides. It sums K in
+// one chain, so a launch whose K is halved never weighs it (its one-block twin runs instead).
+TEST(MatmulTiling, ClustersArePaidForWholeAndNotWeighedWithKHalves) {
+  enum class Tiles { Big128x256, Cluster2x128x256 };
+  static constexpr Candidate<Tiles> kCandidates[] = {
+      {Tiles::Big128x256, 128, 256, 1, 1.0}, {Tiles::Cluster2x128x256, 128, 256, 1, 1.04, 2}};
+  LaunchShape gate_up = shape(384, {14336, 0, 0}, 4096, true);
+  EXPECT_DOUBLE_EQ(rounds_cost(gate_up, kCandidates[1], 1), 4 * 128 * 256 / 1.04);
+  EXPECT_DOUBLE_EQ(rounds_cost(gate_up, kCandidates[0], 1), 3 * 128 * 256);
+  EXPECT_EQ(fewest_rounds(gate_up, kCandidates), Tiles::Big128x256);
+  gate_up.m = 2048;
+  EXPECT_EQ(fewest_rounds(gate_up, kCandidates), Tiles::Cluster2x128x256);
+  LaunchShape down = shape(2048, {4096, 0, 0}, 14336);
+  down.k_halves = 2;
+  EXPECT_EQ(fewest_rounds(down, kCandidates), Tiles::Big128x256);
+  EXPECT_EQ(units_per_tile(down, kCandidates[1]), 1);
+}
+
 // K summed in two fixed halves (the 8B's down): where a launch has few tiles, each tile's halves
 // go on two blocks, twice the units filling SMs whole-K tiles leave idle (128 rows: 64 128x64
 // tiles become 128 units); where the tiles already fill the SMs, one block sums both halves and

@@ -20,6 +20,7 @@
 #include "tests/gateway/shared_gateway.h"
 #include "tests/gateway/node_client.h"
 #include "tests/gateway/prometheus_text.h"
+#include "tests/support/temp_dir.h"
 
 namespace hearth::test {
 namespace {
@@ -663,7 +664,7 @@ TEST(GatewayWorkers, MetricsReadTheStatsAWorkerPushedWithoutAskingIt) {
 // without traffic two scrapes are the same text, counters included (prefix_cache_queries_total
 // once grew at every scrape); every scrape is valid exposition text.
 TEST(GatewayWorkers, AModelsProfilesAreSummedAndAQuietScrapeMovesNothing) {
-  const std::string profile = ::testing::TempDir() + "/gateway-profile-small.json";
+  const std::string profile = (test::process_scratch_dir() / "gateway-profile-small.json").string();
   std::ofstream(profile) << R"({"max_running": 8})";
   GatewayProcess gw({"--profile", "small=" + profile});
   for (const char* model : {"fortunes", "fortunes:small"})
@@ -697,7 +698,7 @@ TEST(GatewayWorkers, AModelsProfilesAreSummedAndAQuietScrapeMovesNothing) {
 }
 
 TEST(GatewayLimits, AnApiKeyIsRequiredWhenConfigured) {
-  const std::string key_file = ::testing::TempDir() + "/gateway-key";
+  const std::string key_file = (test::process_scratch_dir() / "gateway-key").string();
   std::ofstream(key_file) << "s3cret\n";
   GatewayProcess gw({"--api-key-file", key_file});
   EXPECT_EQ(gw.get("/v1/models").status, 401);

@@ -17,6 +17,7 @@
 
 #include "ipc/child_process.h"
 #include "tests/support/paths.h"
+#include "tests/support/temp_dir.h"
 
 namespace hearth::test {
 
@@ -50,16 +51,15 @@ inline std::vector<std::string> gateway_command(const std::vector<std::string>& 
 class GatewayProcess {
  public:
   // `extra` is appended to the gateway's arguments (limits, profiles, an API key file); the
-  // plain chat template comes first unless a test names its own.
+  // plain chat template comes first unless a test names its own. Its stderr goes to `log`, by
+  // default a file in the process's scratch directory (log_text() reads it for failures).
   explicit GatewayProcess(std::vector<std::string> extra = {},
                           const std::filesystem::path& log = {}) {
     if (!names_flag(extra, "--chat-template"))
       extra.insert(extra.begin(),
                    {"--chat-template", (source_dir() / "gateway/templates/plain.jinja").string()});
     const std::vector<std::string> argv = gateway_command(extra);
-    log_ = log.empty() ? std::filesystem::temp_directory_path() /
-                             ("hearth-gateway-test-" + std::to_string(::getpid()) + "-" +
-                              std::to_string(counter()++) + ".log")
+    log_ = log.empty() ? process_scratch_dir() / ("gateway-" + std::to_string(counter()++) + ".log")
                        : log;
     process_ = std::make_unique<ChildProcess>(
         ChildProcess::spawn(ChildProcess::Options(argv)

@@ -4,7 +4,6 @@
 // tokens and logprobs are those of the same engine on its own pool, decode graphs included
 // (they capture pointers into the range, whose base never moves). Skipped without a GPU.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -18,6 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/support/temp_dir.h"
 #include "tests/support/vmm_kv_server.h"
 #include "worker/leased_kv_memory.h"
 #include "tools/synth_model.h"
@@ -81,8 +81,7 @@ std::vector<Request> requests(int n, int vocab) {
 TEST(CudaLeasedKv, ServedPoolGivesTheTokensOfTheOwnPool) {
   std::string why;
   if (!vmm_gpu_available(&why)) GTEST_SKIP() << why;
-  const fs::path dir =
-      fs::path(testing::TempDir()) / ("cuda_leased_kv_" + std::to_string(getpid()));
+  const fs::path dir = test::process_scratch_dir() / "cuda_leased_kv";
   fs::remove_all(dir);
   SynthOptions synth;
   synth.preset = "tiny-llama3";

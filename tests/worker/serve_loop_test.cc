@@ -5,13 +5,12 @@
 // tests wait on what it recorded, never on a clock.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <condition_variable>
 #include <filesystem>
 #include <map>
 #include <mutex>
 
+#include "tests/support/temp_dir.h"
 #include "tools/synth_model.h"
 #include "weight-server/model/hf_model.h"
 #include "weight-server/model/host_store.h"
@@ -29,8 +28,7 @@ constexpr int kContext = 64;
 
 std::shared_ptr<const WeightStore> synthetic_llama3() {
   static std::shared_ptr<const WeightStore> store = [] {
-    const fs::path dir =
-        fs::path(testing::TempDir()) / ("serve_loop_test_" + std::to_string(getpid()));
+    const fs::path dir = test::process_scratch_dir() / "serve_loop_test";
     fs::remove_all(dir);
     SynthOptions opt;
     opt.preset = "tiny-llama3";

@@ -1,7 +1,6 @@
 // hearth-worker as a user runs it: real process, real model directory, exit codes and output.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/support/paths.h"
+#include "tests/support/temp_dir.h"
 
 namespace hearth {
 namespace {
@@ -31,8 +31,7 @@ std::string slurp(const std::string& path) {
 }
 
 Result worker(const std::string& args) {
-  // Per process: ctest runs each test in its own process, in parallel, in one TempDir.
-  const std::string stem = testing::TempDir() + "/worker_cli_" + std::to_string(getpid());
+  const std::string stem = (test::process_scratch_dir() / "worker_cli").string();
   const std::string out = stem + ".out", err = stem + ".err";
   const std::string cmd =
       std::string(HEARTH_BINARY_DIR) + "/bin/hearth-worker " + args + " > " + out + " 2> " + err;
@@ -72,7 +71,7 @@ TEST(WorkerCli, JsonlStreamsTokensThenASummary) {
 }
 
 TEST(WorkerCli, PromptTokensAreUsedExactlyAndLogitsDumped) {
-  const std::string logits = testing::TempDir() + "/worker_cli_logits.json";
+  const std::string logits = (test::process_scratch_dir() / "worker_cli_logits.json").string();
   Result r =
       worker("--model " + kModel + " --backend cpu --prompt-tokens 0,990,325 --max-tokens 0 " +
              "--format jsonl --dump-logits " + logits);
@@ -94,7 +93,7 @@ TEST(WorkerCli, StopStringsCutTheText) {
 }
 
 TEST(WorkerCli, ProfileFileWithFlagOverrides) {
-  const std::string profile = testing::TempDir() + "/worker_cli_profile.json";
+  const std::string profile = (test::process_scratch_dir() / "worker_cli_profile.json").string();
   std::ofstream(profile) << R"({"temperature": 0, "max_tokens": 3, "ignore_eos": true})";
   Result r = worker("--model " + kModel + " --backend cpu --prompt Hi --format jsonl --profile " +
                     profile + " --max-tokens 2");
@@ -146,8 +145,7 @@ TEST(WorkerCli, BadInputIsAClearErrorAndNonZeroExit) {
 // parser, with the file and the fault named.
 TEST(WorkerCli, ABadTokenizerJsonIsRefusedByTheTokenizer) {
   namespace fs = std::filesystem;
-  const fs::path dir =
-      fs::path(testing::TempDir()) / ("worker_cli_tok_" + std::to_string(getpid()));
+  const fs::path dir = test::process_scratch_dir() / "worker_cli_tok";
   fs::remove_all(dir);
   fs::copy(kModel, dir);
   ::setenv("HEARTH_TOKENIZER_IMAGE_CACHE", (dir / "cache").c_str(), 1);
@@ -176,7 +174,7 @@ TEST(WorkerCli, TheWholeSeedRangeIsAccepted) {
 // --prompt-file FILE and --prompt-file - (stdin) give the prompt's bytes exactly as --prompt
 // does; stdin carries prompts far beyond the 128 KiB a single argument may hold.
 TEST(WorkerCli, PromptFromAFileOrStdin) {
-  const std::string dir = testing::TempDir();
+  const std::string dir = test::process_scratch_dir().string();
   const std::string file = dir + "/worker_cli_prompt.txt";
   std::ofstream(file, std::ios::binary) << "A computer";
   const std::string args = "--model " + kModel +

@@ -9,6 +9,7 @@
 #include "tests/gateway/node_client.h"
 #include "tests/gateway/tool_calls/tool_call_stream.h"
 #include "tests/support/paths.h"
+#include "tests/support/temp_dir.h"
 
 namespace hearth::gateway {
 namespace {
@@ -126,7 +127,8 @@ TEST(OpenAIClient, PutsStreamedToolCallsTogether) {
     sse += gateway::kSseDone;
     fixtures[name] = {{"sse", sse}, {"response", s.response}};
   }
-  const std::string fixture_file = ::testing::TempDir() + "/tool-call-fixtures.json";
+  const std::string fixture_file =
+      (test::process_scratch_dir() / "tool-call-fixtures.json").string();
   std::ofstream(fixture_file) << fixtures.dump();
   const NodeTestRun run =
       run_node_test("tool_calls_stream_test.mjs", {"HEARTH_TOOL_CALL_FIXTURES=" + fixture_file},

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/support/temp_dir.h"
 #include "tools/synth_model.h"
 #include "weight-server/daemon/served_model.h"
 #include "weight-server/model/hf_model.h"
@@ -21,7 +22,7 @@ namespace {
 namespace fs = std::filesystem;
 
 fs::path synth(const std::string& name, bool fp8) {
-  fs::path dir = fs::path(testing::TempDir()) / ("served_fp8_" + name);
+  fs::path dir = test::process_scratch_dir() / ("served_fp8_" + name);
   fs::remove_all(dir);
   SynthOptions opt;
   opt.preset = "tiny-qwen2";  // biases too: they stay 16-bit

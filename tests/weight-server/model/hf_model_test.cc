@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/support/temp_dir.h"
 #include "tests/weight-server/model/rewrite_weights.h"
 #include "tools/synth_model.h"
 #include "weight-server/model/host_store.h"
@@ -21,7 +22,7 @@ namespace fs = std::filesystem;
 using test::rewrite_weights;
 
 fs::path fresh_dir(const std::string& name) {
-  fs::path dir = fs::path(testing::TempDir()) / ("hf_model_" + name);
+  fs::path dir = test::process_scratch_dir() / ("hf_model_" + name);
   fs::remove_all(dir);
   return dir;
 }

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tests/support/safetensors_builder.h"
+#include "tests/support/temp_dir.h"
 #include "tests/weight-server/model/rewrite_weights.h"
 #include "tools/synth_model.h"
 #include "weight-server/model/fp8.h"
@@ -25,7 +26,7 @@ using test::rewrite_weights;
 using json = nlohmann::json;
 
 fs::path synth(const std::string& name, const std::string& preset, bool fp8) {
-  fs::path dir = fs::path(testing::TempDir()) / ("fp8_model_" + name);
+  fs::path dir = test::process_scratch_dir() / ("fp8_model_" + name);
   fs::remove_all(dir);
   SynthOptions opt;
   opt.preset = preset;

@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "tests/support/safetensors_builder.h"
+#include "tests/support/temp_dir.h"
 
 namespace hearth {
 namespace {
@@ -154,7 +155,7 @@ TEST(Safetensors, RefusesShapeOverflow) {
 
 TEST(Safetensors, OpensFilesAndNamesMissingOnes) {
   auto image = valid_safetensors({{"w", "F32", {2}}});
-  const std::string path = testing::TempDir() + "/st_open.safetensors";
+  const std::string path = (test::process_scratch_dir() / "st_open.safetensors").string();
   std::ofstream(path, std::ios::binary)
       .write(reinterpret_cast<const char*>(image.data()), image.size());
   SafetensorsFile f = SafetensorsFile::open(path);
@@ -163,7 +164,7 @@ TEST(Safetensors, OpensFilesAndNamesMissingOnes) {
   EXPECT_THROW(
       {
         try {
-          SafetensorsFile::open(testing::TempDir() + "/does_not_exist.safetensors");
+          SafetensorsFile::open(test::process_scratch_dir() / "does_not_exist.safetensors");
         } catch (const std::runtime_error& e) {
           EXPECT_NE(std::string(e.what()).find("does_not_exist"), std::string::npos);
           throw;

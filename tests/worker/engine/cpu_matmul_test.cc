@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "tests/support/temp_dir.h"
 #include "tools/synth_model.h"
 #include "weight-server/model/fp8.h"
 #include "weight-server/model/fp8_quantize.h"
@@ -118,7 +119,7 @@ TEST(CpuMatmulFp8, MatchesTheW8A8FormulaInDoublePrecision) {
 }
 
 TEST(CpuMatmulFp8, BindWeightsGivesProjectionsTheirScales) {
-  const std::filesystem::path dir = std::filesystem::path(testing::TempDir()) / "cpu_matmul_fp8";
+  const std::filesystem::path dir = test::process_scratch_dir() / "cpu_matmul_fp8";
   std::filesystem::remove_all(dir);
   SynthOptions opt;
   opt.fp8 = true;

@@ -4,8 +4,6 @@
 // refused with a message naming the field while the others finish; the pool ends empty.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -14,6 +12,7 @@
 #include <set>
 
 #include "tests/support/paths.h"
+#include "tests/support/temp_dir.h"
 #include "tests/worker/engine/engine_outcomes.h"
 #include "tests/worker/engine/synth_models.h"
 #include "tools/synth_model.h"
@@ -54,8 +53,7 @@ const Model& default_model() {
 // same code paths as the default model at a fiftieth of the cost, which sanitizer builds need.
 const Model& synthetic_llama3() {
   static const Model m = [] {
-    const fs::path dir =
-        fs::path(testing::TempDir()) / ("engine_test_llama3_" + std::to_string(getpid()));
+    const fs::path dir = test::process_scratch_dir() / "engine_test_llama3";
     fs::remove_all(dir);
     SynthOptions opt;
     opt.preset = "tiny-llama3";
@@ -68,8 +66,7 @@ const Model& synthetic_llama3() {
 // A synthetic model of another architecture (Qwen3: q/k norms, GQA), token ids only.
 std::shared_ptr<const WeightStore> synthetic_qwen3() {
   static std::shared_ptr<const WeightStore> store = [] {
-    const fs::path dir =
-        fs::path(testing::TempDir()) / ("engine_test_qwen3_" + std::to_string(getpid()));
+    const fs::path dir = test::process_scratch_dir() / "engine_test_qwen3";
     fs::remove_all(dir);
     SynthOptions opt;
     opt.preset = "tiny-qwen3";

@@ -5,13 +5,12 @@
 // found; the pool ends with every block free; a full pool evicts before anyone waits.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <cstring>
 #include <filesystem>
 #include <map>
 #include <optional>
 
+#include "tests/support/temp_dir.h"
 #include "tools/synth_model.h"
 #include "weight-server/model/hf_model.h"
 #include "weight-server/sharing/manifest.h"
@@ -27,8 +26,7 @@ namespace {
 namespace fs = std::filesystem;
 
 fs::path synthetic_dir(const std::string& name, uint64_t seed) {
-  const fs::path dir =
-      fs::path(testing::TempDir()) / ("prefix_test_" + name + "_" + std::to_string(getpid()));
+  const fs::path dir = test::process_scratch_dir() / ("prefix_test_" + name);
   fs::remove_all(dir);
   SynthOptions opt;
   opt.preset = "tiny-llama3";

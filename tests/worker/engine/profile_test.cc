@@ -4,6 +4,7 @@
 
 #include <fstream>
 
+#include "tests/support/temp_dir.h"
 #include "worker/engine/request.h"
 
 namespace hearth {
@@ -203,7 +204,7 @@ TEST(Profile, SetTakesJsonValuesElseStrings) {
 }
 
 TEST(Profile, FileErrorsNameTheFile) {
-  const std::string path = testing::TempDir() + "/bad_profile.json";
+  const std::string path = (test::process_scratch_dir() / "bad_profile.json").string();
   std::ofstream(path) << "{ not json";
   try {
     load_profile_file(path);
@@ -211,12 +212,13 @@ TEST(Profile, FileErrorsNameTheFile) {
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("bad_profile.json"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(load_profile_file(testing::TempDir() + "/no_such_profile.json"), std::runtime_error);
+  EXPECT_THROW(load_profile_file((test::process_scratch_dir() / "no_such_profile.json").string()),
+               std::runtime_error);
 }
 
 // Issue 21: a profile starting with NUL read as "unexpected end of input".
 TEST(Profile, ANulByteIsNamedWithItsOffset) {
-  const std::string path = testing::TempDir() + "/nul_profile.json";
+  const std::string path = (test::process_scratch_dir() / "nul_profile.json").string();
   std::ofstream(path, std::ios::binary) << std::string(1, '\0') << R"({"temperature": 0})";
   try {
     load_profile_file(path);
@@ -237,7 +239,7 @@ TEST(Profile, ANulByteIsNamedWithItsOffset) {
 
 // Issue 12: a deeply nested value used to crash the worker while the error message printed it.
 TEST(Profile, DeeplyNestedValuesAreRefusedWithoutRecursing) {
-  const std::string path = testing::TempDir() + "/deep_profile.json";
+  const std::string path = (test::process_scratch_dir() / "deep_profile.json").string();
   std::ofstream(path) << "{\"temperature\": " << std::string(100000, '[')
                       << std::string(100000, ']') << "}";
   try {

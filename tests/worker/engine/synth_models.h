@@ -1,9 +1,8 @@
-// Synthetic models for the engine tests, written fresh by each test process: ctest runs a
-// binary's tests in parallel processes, so a model's directory carries the pid.
+// Synthetic models for the engine tests, written fresh by each test process into its own
+// scratch directory (ctest runs a binary's tests in parallel processes).
 #pragma once
 
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cstring>
 #include <filesystem>
@@ -16,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tests/support/temp_dir.h"
 #include "tools/synth_model.h"
 #include "weight-server/model/hf_model.h"
 #include "weight-server/model/host_store.h"
@@ -63,10 +63,9 @@ inline SynthOptions synth_options(const std::string& preset, nlohmann::json over
   return opt;
 }
 
-// Writes the model `opt` describes to <test temp dir>/<name>_<pid>, replacing what was there.
+// Writes the model `opt` describes to <process scratch dir>/<name>, replacing what was there.
 inline std::filesystem::path synth_dir(const std::string& name, const SynthOptions& opt) {
-  const std::filesystem::path dir =
-      std::filesystem::path(testing::TempDir()) / (name + "_" + std::to_string(getpid()));
+  const std::filesystem::path dir = process_scratch_dir() / name;
   std::filesystem::remove_all(dir);
   write_synthetic_model(dir, opt);
   return dir;

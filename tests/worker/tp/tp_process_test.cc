@@ -18,6 +18,7 @@
 
 #include "ipc/frame.h"
 #include "tests/support/error_of.h"
+#include "tests/support/temp_dir.h"
 #include "tests/weight-server/daemon/server_test_support.h"
 #include "tests/worker/engine/engine_outcomes.h"
 #include "tests/worker/engine/mixed_requests.h"
@@ -258,7 +259,7 @@ TEST(TpProcesses, AFollowerRefusesAGarbageOrWrongVersionHello) {
 }
 
 TEST(TpProcesses, ALeaderRefusesAFollowerThatAnswersGarbage) {
-  const fs::path dir = fs::path(testing::TempDir()) / ("tp_garbage_" + std::to_string(getpid()));
+  const fs::path dir = test::process_scratch_dir() / "tp_garbage";
   fs::create_directories(dir);
   const fs::path liar = dir / "liar.sh";
   std::ofstream(liar) << "#!/bin/sh\nprintf 'not a frame at all' >&0\nsleep 30\n";

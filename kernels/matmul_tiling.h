@@ -6,6 +6,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 
 namespace hearth::kernels::tiling {
 
@@ -153,7 +154,8 @@ constexpr double kAcrossBlocksCost = 1.2;
 // by a unit's work over the tiling's rate.
 template <typename Tiles>
 double rounds_cost(const LaunchShape& s, const Candidate<Tiles>& c, int units_per_tile) {
-  if (c.cluster > 1 && s.k_halves > 1) return 1e300;  // runs as its one-block twin, weighed apart
+  // A cluster sums all of K in one chain: where K is halved its one-block twin runs instead.
+  if (c.cluster > 1 && s.k_halves > 1) return std::numeric_limits<double>::infinity();
   const int64_t row_tiles = ceil_div(ceil_div(s.m, c.rows), c.cluster) * c.cluster;
   const int64_t units = row_tiles * ceil_div(s.weight_rows(), c.weight_rows) * units_per_tile;
   const double rounds = double(ceil_div(units, s.sms * c.per_sm));

@@ -587,9 +587,9 @@ bool four_boxes(WgmmaTiles t) {
 // each achieves. Fitted on the H200 (session 23: every tiling at 80-2,048 rows of the 8B's q/k/v,
 // o, gate/up and down; kernels/notes/wgmma_matmul.md "128x224 tiles and clusters in the rule"):
 // on those measurements the rule's picks cost 0.4% more than the best tiling's in sum (session
-// 22's candidates: 3.3%). The weight-sharing cluster
-// 2x128x256 halves each block's weight reads from L2, which the widest shapes are bound by
-// (gate/up at 1,024-2,048 rows: 5-7% faster than 128x256); 2x128x128 gained too little to keep.
+// 22's candidates: 3.3%). The weight-sharing cluster 2x128x256 halves each block's weight reads
+// from L2, which the widest shapes are bound by (gate/up at 1,024-2,048 rows: 5-7% faster than
+// 128x256; o at 1,024 rows 9% slower, the worst pick left); 2x128x128 gained too little to keep.
 constexpr tiling::Candidate<WgmmaTiles> kPromptCandidates[] = {
     {WgmmaTiles::M64N64, 64, 64, 2, 0.45},     {WgmmaTiles::M64N64Deep, 64, 64, 1, 0.4},
     {WgmmaTiles::M64N128, 64, 128, 2, 0.7},    {WgmmaTiles::M64N256, 64, 256, 1, 0.7},

@@ -38,7 +38,8 @@ def register_a(r):
 # template, and the specializations as (template arguments, N, ptx shape and types, operand
 # builder, parameters, immediates after the predicate).
 def specs_ss():
-    for (t, name), n in itertools.product(TYPES16, [8, 16, 24, 32, 48, 64, 112, 128, 192, 224, 256]):
+    widths = [8, 16, 24, 32, 48, 64, 112, 128, 192, 224, 256]
+    for (t, name), n in itertools.product(TYPES16, widths):
         yield (f"{t}, {n}", n, f"m64n{n}k16.f32.{name}.{name}", shared_ab,
                "float* d, uint64_t desc_a, uint64_t desc_b, int scale_d", "1, 1, 0, 0")
 

@@ -599,7 +599,8 @@ constexpr tiling::Candidate<WgmmaTiles> kPromptCandidates[] = {
 
 // Any choice gives the same bits; this one is about speed (kernels/matmul_tiling.h: the rule
 // both wgmma matmuls share). widths: each weight's columns (0 past the last).
-WgmmaTiles choose(int m, const std::array<int, kMaxSegments>& widths, int k, bool swiglu) {
+WgmmaTiles choose(int m, const std::array<int, kMaxSegments>& widths, int k, bool swiglu,
+                  int64_t sms) {
   // Up to 8 rows, warps of 16 weight rows each stream faster than any one-consumer wgmma tile
   // (H200, 8B, 1 row: q/k/v 13.2 us against 16.7, o 11.6 against 13.6, down 36.1 against 41.8;
   // serving one stream 184 -> 197 tok/s), where one round of resident warps covers the launch
@@ -611,7 +612,7 @@ WgmmaTiles choose(int m, const std::array<int, kMaxSegments>& widths, int k, boo
   // (o and down of the 8B, 512 warps: 11.7 -> 10.7 us and 36.4 -> 31.8, cuBLASLt 32.4; serving
   // one stream 198 -> 201 tok/s, eight 1,516 -> 1,570); past it they queue (q/k/v's 768: 19.1 us
   // against 13.2).
-  const int64_t sms = device_sm_count(), warps = stream_matmul_warps(widths, swiglu, false);
+  const int64_t warps = stream_matmul_warps(widths, swiglu, false);
   if (stream_matmul_fits(m, k) && !swiglu && warps >= sms && warps <= kStreamWarpsPerSm * sms) {
     const int64_t eight_row_warps = stream_matmul_warps(widths, false, true);
     return eight_row_warps <= kStreamWarpsPerSmEightRows * sms ? WgmmaTiles::M8Stream8
@@ -813,7 +814,7 @@ std::array<int, kMaxSegments> widths_of(const std::array<MatmulSegment, 3>& segs
 // else one that does (any tiling gives the same bits).
 WgmmaTiles resolve(WgmmaTiles tiles, bool swiglu, const MatmulArgs& a,
                    const std::array<int, kMaxSegments>& widths) {
-  if (tiles == WgmmaTiles::Auto) tiles = choose(a.m, widths, a.k, swiglu);
+  if (tiles == WgmmaTiles::Auto) tiles = choose(a.m, widths, a.k, swiglu, device_sm_count());
   // Four boxes a stage need K in whole stages: a box past K in the consumers' loop would be a
   // divergent path (ptxas then serialises every wgmma).
   if (four_boxes(tiles) && a.k % (4 * kBK) != 0) tiles = WgmmaTiles::M16N32Deep;
@@ -839,6 +840,10 @@ WgmmaTiles wgmma_matmul_tiles(MatmulEpilogue epilogue, const MatmulArgs& a, Wgmm
   std::array<MatmulSegment, 3> segs;
   const int segments = matmul_segments(a, segs);
   return resolve(tiles, epilogue == MatmulEpilogue::SwiGLU, a, widths_of(segs, segments));
+}
+
+WgmmaTiles wgmma_matmul_rule(int m, const std::array<int, 3>& widths, int k, bool swiglu, int sms) {
+  return choose(m, widths, k, swiglu, sms);
 }
 
 void wgmma_matmul(Half type, MatmulEpilogue epilogue, const MatmulArgs& a, WgmmaTiles tiles,

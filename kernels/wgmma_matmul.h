@@ -15,6 +15,8 @@
 
 #include <cuda_runtime.h>
 
+#include <array>
+
 #include "kernels/batch_ops.h"
 
 namespace hearth::kernels {
@@ -160,5 +162,10 @@ void wgmma_matmul(Half type, MatmulEpilogue epilogue, const MatmulArgs& args, Wg
 // choice for the current device): tests use it to know which kernel a model's launches reach.
 WgmmaTiles wgmma_matmul_tiles(MatmulEpilogue epilogue, const MatmulArgs& args,
                               WgmmaTiles tiles = WgmmaTiles::Auto);
+// The automatic rule's tiling for m rows of A over weights of `widths` columns (0 past the
+// last; SwiGLU: gate's, as many up) and depth k on a GPU of `sms` multiprocessors, before
+// wgmma_matmul_tiles' fixes for K and epilogue. Host arithmetic only, no GPU: tests weigh it
+// against tilings timed on one (tests/kernels/wgmma_tiling_rule_test.cc).
+WgmmaTiles wgmma_matmul_rule(int m, const std::array<int, 3>& widths, int k, bool swiglu, int sms);
 
 }  // namespace hearth::kernels

@@ -587,9 +587,10 @@ bool four_boxes(WgmmaTiles t) {
 // each achieves. Fitted on the H200 (session 23: every tiling at 80-2,048 rows of the 8B's q/k/v,
 // o, gate/up and down; kernels/notes/wgmma_matmul.md "128x224 tiles and clusters in the rule"):
 // on those measurements the rule's picks cost 0.4% more than the best tiling's in sum (session
-// 22's candidates: 3.3%). The weight-sharing cluster 2x128x256 halves each block's weight reads
-// from L2, which the widest shapes are bound by (gate/up at 1,024-2,048 rows: 5-7% faster than
-// 128x256; o at 1,024 rows 9% slower, the worst pick left); 2x128x128 gained too little to keep.
+// 22's candidates: 4.7%; tests/kernels/wgmma_tiling_rule_test.cc). The weight-sharing cluster
+// 2x128x256 halves each block's weight reads from L2, which the widest shapes are bound by
+// (gate/up at 1,024-2,048 rows: 5-7% faster than 128x256; o at 1,024 rows 9% slower, the worst
+// pick left); 2x128x128 gained too little to keep.
 constexpr tiling::Candidate<WgmmaTiles> kPromptCandidates[] = {
     {WgmmaTiles::M64N64, 64, 64, 2, 0.45},     {WgmmaTiles::M64N64Deep, 64, 64, 1, 0.4},
     {WgmmaTiles::M64N128, 64, 128, 2, 0.7},    {WgmmaTiles::M64N256, 64, 256, 1, 0.7},
@@ -597,10 +598,24 @@ constexpr tiling::Candidate<WgmmaTiles> kPromptCandidates[] = {
     {WgmmaTiles::M128N192, 128, 192, 1, 0.97}, {WgmmaTiles::M128N224, 128, 224, 1, 0.985},
     {WgmmaTiles::M128N256, 128, 256, 1, 1.0},  {WgmmaTiles::M256N256, 128, 256, 1, 1.04, 2}};
 
+// Units a tile of `tiles` runs as for this launch: 2 where K is summed in halves and the rule
+// (or `at`) puts them on two blocks; decode tiles and clusters sum both in one.
+int units_per_tile(WgmmaTiles tiles, KHalvesAt at, int m,
+                   const std::array<int, kMaxSegments>& widths, int k, bool swiglu) {
+  const int halves = wgmma_matmul_k_slices(k);
+  if (halves == 1 || at == KHalvesAt::InOneBlock) return 1;
+  if (at == KHalvesAt::OnTwoBlocks) return halves;
+  const tiling::LaunchShape shape{m, widths, k, swiglu, 4 * kBK, device_sm_count(), halves};
+  for (const auto& c : kPromptCandidates)
+    if (c.tiles == tiles) return tiling::units_per_tile(shape, c);
+  return 1;
+}
+
+}  // namespace
+
 // Any choice gives the same bits; this one is about speed (kernels/matmul_tiling.h: the rule
 // both wgmma matmuls share). widths: each weight's columns (0 past the last).
-WgmmaTiles choose(int m, const std::array<int, kMaxSegments>& widths, int k, bool swiglu,
-                  int64_t sms) {
+WgmmaTiles wgmma_matmul_rule(int m, const std::array<int, 3>& widths, int k, bool swiglu, int sms) {
   // Up to 8 rows, warps of 16 weight rows each stream faster than any one-consumer wgmma tile
   // (H200, 8B, 1 row: q/k/v 13.2 us against 16.7, o 11.6 against 13.6, down 36.1 against 41.8;
   // serving one stream 184 -> 197 tok/s), where one round of resident warps covers the launch
@@ -665,21 +680,6 @@ WgmmaTiles choose(int m, const std::array<int, kMaxSegments>& widths, int k, boo
   }
   return tiling::fewest_rounds(shape, kPromptCandidates);
 }
-
-// Units a tile of `tiles` runs as for this launch: 2 where K is summed in halves and the rule
-// (or `at`) puts them on two blocks; decode tiles and clusters sum both in one.
-int units_per_tile(WgmmaTiles tiles, KHalvesAt at, int m,
-                   const std::array<int, kMaxSegments>& widths, int k, bool swiglu) {
-  const int halves = wgmma_matmul_k_slices(k);
-  if (halves == 1 || at == KHalvesAt::InOneBlock) return 1;
-  if (at == KHalvesAt::OnTwoBlocks) return halves;
-  const tiling::LaunchShape shape{m, widths, k, swiglu, 4 * kBK, device_sm_count(), halves};
-  for (const auto& c : kPromptCandidates)
-    if (c.tiles == tiles) return tiling::units_per_tile(shape, c);
-  return 1;
-}
-
-}  // namespace
 
 const char* wgmma_tiles_name(WgmmaTiles t) {
   switch (t) {
@@ -810,11 +810,12 @@ std::array<int, kMaxSegments> widths_of(const std::array<MatmulSegment, 3>& segs
   return widths;
 }
 
-// The tiling a launch runs: `tiles` (Auto: choose's) where the launch's K and epilogue allow it,
-// else one that does (any tiling gives the same bits).
+// The tiling a launch runs: `tiles` (Auto: wgmma_matmul_rule's) where the launch's K and epilogue
+// allow it, else one that does (any tiling gives the same bits).
 WgmmaTiles resolve(WgmmaTiles tiles, bool swiglu, const MatmulArgs& a,
                    const std::array<int, kMaxSegments>& widths) {
-  if (tiles == WgmmaTiles::Auto) tiles = choose(a.m, widths, a.k, swiglu, device_sm_count());
+  if (tiles == WgmmaTiles::Auto)
+    tiles = wgmma_matmul_rule(a.m, widths, a.k, swiglu, device_sm_count());
   // Four boxes a stage need K in whole stages: a box past K in the consumers' loop would be a
   // divergent path (ptxas then serialises every wgmma).
   if (four_boxes(tiles) && a.k % (4 * kBK) != 0) tiles = WgmmaTiles::M16N32Deep;
@@ -840,10 +841,6 @@ WgmmaTiles wgmma_matmul_tiles(MatmulEpilogue epilogue, const MatmulArgs& a, Wgmm
   std::array<MatmulSegment, 3> segs;
   const int segments = matmul_segments(a, segs);
   return resolve(tiles, epilogue == MatmulEpilogue::SwiGLU, a, widths_of(segs, segments));
-}
-
-WgmmaTiles wgmma_matmul_rule(int m, const std::array<int, 3>& widths, int k, bool swiglu, int sms) {
-  return choose(m, widths, k, swiglu, sms);
 }
 
 void wgmma_matmul(Half type, MatmulEpilogue epilogue, const MatmulArgs& a, WgmmaTiles tiles,

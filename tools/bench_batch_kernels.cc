@@ -411,17 +411,21 @@ json bench_sampling(cudaStream_t stream, Timer& timer) {
       const char* name;
       float temperature, top_p;
       int top_k, top_logprobs;
+      float min_p;
     };
-    const Mode modes[] = {
-        {"greedy", 0.0f, 1.0f, 0, 0},        {"top-k 40", 0.8f, 1.0f, 40, 0},
-        {"top-p 0.9", 0.8f, 0.9f, 0, 0},     {"top-k 40, top-p 0.9", 0.8f, 0.9f, 40, 0},
-        {"temperature 1", 1.0f, 1.0f, 0, 0}, {"temperature 1, top_logprobs 5", 1.0f, 1.0f, 0, 5}};
+    const Mode modes[] = {{"greedy", 0.0f, 1.0f, 0, 0, 0.0f},
+                          {"top-k 40", 0.8f, 1.0f, 40, 0, 0.0f},
+                          {"top-p 0.9", 0.8f, 0.9f, 0, 0, 0.0f},
+                          {"top-k 40, top-p 0.9", 0.8f, 0.9f, 40, 0, 0.0f},
+                          {"min-p 0.05", 1.0f, 1.0f, 0, 0, 0.05f},
+                          {"temperature 1", 1.0f, 1.0f, 0, 0, 0.0f},
+                          {"temperature 1, top_logprobs 5", 1.0f, 1.0f, 0, 5, 0.0f}};
     std::printf("\n| sampling | %d rows x %d | us |\n|---|---|---|\n", rows, vocab);
     for (const Mode& m : modes) {
       std::vector<kernels::SampleRowParams> p(rows);
       for (int r = 0; r < rows; ++r)
         p[r].temperature = m.temperature, p[r].top_p = m.top_p, p[r].top_k = m.top_k, p[r].seed = r,
-        p[r].step = 5, p[r].top_logprobs = m.top_logprobs;
+        p[r].step = 5, p[r].top_logprobs = m.top_logprobs, p[r].min_p = m.min_p;
       HEARTH_CUDA_CHECK(cudaMemcpy(params.get(), p.data(), params.bytes(), cudaMemcpyHostToDevice));
       kernels::BatchSampleArgs a;
       a.logits = logits.get<float>(), a.rows = rows, a.vocab = vocab;

@@ -40,6 +40,47 @@ __device__ bool greedy_row(const SampleRowParams& q) {
   return q.temperature <= 0.0f || q.top_k == 1;
 }
 
+// Calls f(i, raw, in) for every token of the row with four loads in flight per thread (16 bytes
+// each where the row's length allows), the same number of calls in every lane of a warp: `in`
+// is false past the row's end, so f may use warp-wide collectives. The histograms and gathers
+// that use it are order-free (integer sums, sets of keys).
+template <typename F>
+__device__ __forceinline__ void for_each_logit_uniform(const float* row, int vocab, F&& f) {
+  constexpr int kStride = kPrepareThreads, kInFlight = 4;
+  if (vocab % 4 == 0) {
+    const float4* row4 = reinterpret_cast<const float4*>(row);
+    const int n4 = vocab / 4;
+    for (int j0 = threadIdx.x; j0 - int(threadIdx.x) < n4; j0 += kInFlight * kStride) {
+      float4 x[kInFlight];
+#pragma unroll
+      for (int u = 0; u < kInFlight; ++u) {
+        const int j = j0 + u * kStride;
+        x[u] = j < n4 ? row4[j] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+#pragma unroll
+      for (int u = 0; u < kInFlight; ++u) {
+        const int j = j0 + u * kStride;
+        const bool in = j < n4;
+        f(4 * j, x[u].x, in);
+        f(4 * j + 1, x[u].y, in);
+        f(4 * j + 2, x[u].z, in);
+        f(4 * j + 3, x[u].w, in);
+      }
+    }
+  } else {
+    for (int i0 = threadIdx.x; i0 - int(threadIdx.x) < vocab; i0 += kInFlight * kStride) {
+      float x[kInFlight];
+#pragma unroll
+      for (int u = 0; u < kInFlight; ++u) {
+        const int i = i0 + u * kStride;
+        x[u] = i < vocab ? row[i] : 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < kInFlight; ++u) f(i0 + u * kStride, x[u], i0 + u * kStride < vocab);
+    }
+  }
+}
+
 // The k-th largest (1-based) of `vocab` distinct 64-bit keys: a most significant digit first
 // radix select over 8-bit digits. Keys are sort_key()s, so the k-th key is one token, and the
 // keys >= it are exactly the first k tokens by (value desc, id asc). Once the digit's bucket
@@ -52,22 +93,24 @@ struct SelectShared {
   uint64_t pool[kSelectPool];
   uint64_t result;
 };
-template <typename Key>
-__device__ uint64_t kth_largest(const Key& key, int vocab, int k, SelectShared& sh) {
+template <typename Adjust>
+__device__ uint64_t kth_largest(const float* row, int vocab, const Adjust& adjust, int k,
+                                SelectShared& sh) {
   const int lane = threadIdx.x & 31;
   uint64_t prefix = 0, mask = 0;
   int remaining = k;
   for (int shift = 56; shift >= 0; shift -= 8) {
     for (int i = threadIdx.x; i < 256; i += kPrepareThreads) sh.hist[i] = 0;
     __syncthreads();
-    for (int i0 = 0; i0 < vocab; i0 += kPrepareThreads) {
-      const int i = i0 + threadIdx.x;
-      const uint64_t u = i < vocab ? key(i) : 0;
-      const int digit = i < vocab && (u & mask) == prefix ? int(u >> shift & 255) : 256;
+    for_each_logit_uniform(row, vocab, [&](int i, float raw, bool in) {
+      const uint64_t u = in ? sort_key(adjust(i, raw), i) : 0;
+      const int digit = in && (u & mask) == prefix ? int(u >> shift & 255) : 256;
+      // Past the first digit most warps hold no key of the bucket.
+      if (__ballot_sync(~0u, digit < 256) == 0) return;
       // Lanes with the same digit add once: logits crowd a few digits.
       const unsigned peers = __match_any_sync(~0u, digit);
       if (digit < 256 && lane == __ffs(peers) - 1) atomicAdd(&sh.hist[digit], __popc(peers));
-    }
+    });
     __syncthreads();
     if (threadIdx.x == 0) {
       unsigned above = 0;
@@ -85,10 +128,11 @@ __device__ uint64_t kth_largest(const Key& key, int vocab, int k, SelectShared& 
     const int in_bucket = int(sh.choice[2]);
     __syncthreads();  // choice is rewritten in the next round
     if (shift > 0 && in_bucket <= kSelectPool) {
-      for (int i = threadIdx.x; i < vocab; i += kPrepareThreads) {
-        const uint64_t u = key(i);
+      for_each_logit_uniform(row, vocab, [&](int i, float raw, bool in) {
+        if (!in) return;
+        const uint64_t u = sort_key(adjust(i, raw), i);
         if ((u & mask) == prefix) sh.pool[atomicAdd(&sh.count, 1)] = u;
-      }
+      });
       __syncthreads();
       // Distinct keys: exactly one has remaining - 1 keys above it.
       for (int j = threadIdx.x; j < in_bucket; j += kPrepareThreads) {
@@ -141,21 +185,21 @@ struct NucleusShared {
   unsigned long long pool_mass[kSelectPool];
   uint64_t result;
 };
-template <typename Value>
-__device__ uint64_t nucleus_least(const Value& value, float top, float temperature, int vocab,
-                                  uint64_t floor, float top_p, NucleusShared& sh) {
+template <typename Adjust>
+__device__ uint64_t nucleus_least(const float* row, int vocab, const Adjust& adjust, float top,
+                                  float temperature, uint64_t floor, float top_p,
+                                  NucleusShared& sh) {
   uint64_t prefix = 0, mask = 0;
   unsigned long long remaining = 0;
   for (int shift = 56; shift >= 0; shift -= 8) {
     for (int i = threadIdx.x; i < 256; i += kPrepareThreads) sh.mass[i] = 0, sh.count[i] = 0;
     __syncthreads();
-    // Whole warps every iteration: the bucket adds are warp-wide.
-    for (int i0 = 0; i0 < vocab; i0 += kPrepareThreads) {
-      const int i = i0 + threadIdx.x;
+    // Whole warps every call: the bucket adds are warp-wide.
+    for_each_logit_uniform(row, vocab, [&](int i, float raw, bool in) {
       int digit = 256;
       unsigned long long w = 0;
-      if (i < vocab) {
-        const float v = value(i);
+      if (in) {
+        const float v = adjust(i, raw);
         const uint64_t u = sort_key(v, i);
         if (u >= floor && (u & mask) == prefix) {
           digit = int(u >> shift & 255);
@@ -163,7 +207,7 @@ __device__ uint64_t nucleus_least(const Value& value, float top, float temperatu
         }
       }
       warp_bucket_add(digit, w, sh.count, sh.mass);
-    }
+    });
     __syncthreads();
     if (threadIdx.x == 0) {
       if (shift == 56) {
@@ -188,14 +232,15 @@ __device__ uint64_t nucleus_least(const Value& value, float top, float temperatu
     const int in_bucket = int(sh.choice[2]);
     if (shift > 0 && in_bucket <= kSelectPool) {
       __syncthreads();  // every thread has read choice
-      for (int i = threadIdx.x; i < vocab; i += kPrepareThreads) {
-        const float v = value(i);
+      for_each_logit_uniform(row, vocab, [&](int i, float raw, bool in) {
+        if (!in) return;
+        const float v = adjust(i, raw);
         const uint64_t u = sort_key(v, i);
-        if (u < floor || (u & mask) != prefix) continue;
+        if (u < floor || (u & mask) != prefix) return;
         const int at = atomicAdd(&sh.n, 1);
         sh.pool[at] = u;
         sh.pool_mass[at] = sampling_rules::nucleus_weight(v, top, temperature);
-      }
+      });
       if (threadIdx.x == 0) sh.result = prefix;
       __syncthreads();
       // The one key with less than `remaining` mass above it and at least that much from it
@@ -233,7 +278,9 @@ __device__ __forceinline__ const sampling_rules::TokenEdit& find_edit(
 
 // Calls f(i, x, n) for tokens i .. i + n - 1 of the row, in a fixed order per thread: i a
 // multiple of 4 and n = 4 (their logits in x) where the row's length is, with 16-byte loads,
-// four in flight per thread; else one token a call (n = 1, its logit in x.x).
+// four in flight per thread; else one token a call (n = 1, its logit in x.x). (Eight in flight,
+// predicated, measured slower for both passes that use it: 91 -> 98 us greedy, 312 -> 432 us
+// with temperature, 256 rows of 128,256 on an H200.)
 template <typename F>
 __device__ __forceinline__ void for_each_logit_group(const float* row, int vocab, F&& f) {
   constexpr int kStride = kPrepareThreads;
@@ -266,6 +313,17 @@ __device__ __forceinline__ void for_each_logit(const float* row, int vocab, F&& 
   });
 }
 
+// Whether a token whose scaled logit is at most `bound` may still reach `best` with the noise
+// of `word`: g = -log(-log u) reaches y only where u >= exp(-exp(-y)). The threshold comes from
+// fast exponentials, so it is taken for a y lower by 0.01 (and a bit of best's magnitude) and
+// then 0.4% lower again: far beyond their errors, the exact noise's (a few ulp) and the rounding
+// of the score's sum, so a token passed over is surely below `best` and never ties it. A NaN
+// bound, or a best of -inf, lets every token through.
+__device__ __forceinline__ bool may_win_with(uint32_t word, float bound, float best) {
+  const float need = best - bound - (0.01f + fabsf(best) * 0x1p-20f);
+  return !(sampling_rules::uniform_of_word(word) < __expf(-__expf(-need)) * 0.996f);
+}
+
 // One block a multiprocessor at least: without it ptxas holds the kernel to 64 registers and
 // spills.
 __global__ void __launch_bounds__(kPrepareThreads, 1) prepare_kernel(Pass p) {
@@ -295,13 +353,17 @@ __global__ void __launch_bounds__(kPrepareThreads, 1) prepare_kernel(Pass p) {
     return sampling_rules::edited_logit(raw, find_edit(edits, n_edits, i), q.penalty, q.frequency,
                                         q.presence);
   };
-  auto value = [&](int i) { return adjust(i, logits[i]); };
   const bool greedy = greedy_row(q), top_p = !greedy && q.top_p < 1.0f;
   const double inv_t = 1.0 / q.temperature;
 
   // Pass 1: the adjusted maximum and the lowest id holding it (the greedy pick), and the raw
-  // maximum for the logprob.
-  float top = -INFINITY, raw_max = -INFINITY;
+  // maximum and mass for the logprob. The mass is summed online against the thread's running
+  // maximum (rescaled when it rises), float terms into a double: one pass over the row, and a
+  // float exp a token instead of a double one. The host sums in another order and precision, so
+  // a logprob agrees with it to a few 1e-7, not in its last bits (no token depends on it).
+  float top = -INFINITY, raw_max = -INFINITY, run_max = -INFINITY;
+  double run_mass = 0.0;
+  bool finite = true;
   int top_id = INT_MAX;
   for_each_logit(logits, p.vocab, [&](int i, float raw) {
     const float v = adjust(i, raw);
@@ -309,68 +371,101 @@ __global__ void __launch_bounds__(kPrepareThreads, 1) prepare_kernel(Pass p) {
       top = v, top_id = i;
     else if (v == top)
       top_id = min(top_id, i);
-    raw_max = fmaxf(raw_max, raw);
+    if (!isfinite(raw)) {  // the logprob is then NaN, which the host checks and reports
+      finite = false;
+    } else if (raw > run_max) {
+      run_mass = run_mass * double(__expf(run_max - raw)) + 1.0;
+      run_max = raw;
+    } else {
+      run_mass += double(__expf(raw - run_max));
+    }
   });
   const float thread_top = top;
   top = block_max_float(top, s);
   const int greedy_id = block_min_int(thread_top == top ? top_id : INT_MAX, s);
-  raw_max = block_max_float(raw_max, s);
+  raw_max = block_max_float(run_max, s);
+  // A thread with no finite logit adds nothing; one with a non-finite logit makes it NaN.
+  const double own_mass = !finite                ? double(NAN)
+                          : run_max == -INFINITY ? 0.0
+                                                 : run_mass * exp(double(run_max) - raw_max);
+  const double raw_mass = block_sum_double(own_mass, s);
 
   // The survivors of top-k (keys >= the k-th key), top-p (keys >= the nucleus' last key,
   // counted among top-k's) and min-p, scored in pass 2.
   const bool pick = !greedy;
   uint64_t least = 0;
-  if (pick && q.top_k > 0 && q.top_k < p.vocab) {
-    auto key = [&](int i) { return sort_key(value(i), i); };
-    least = kth_largest(key, p.vocab, q.top_k, sel);
-  }
-  if (top_p) {
-    least = nucleus_least(value, top, q.temperature, p.vocab, least, q.top_p, nucleus);
-  }
+  if (pick && q.top_k > 0 && q.top_k < p.vocab)
+    least = kth_largest(logits, p.vocab, adjust, q.top_k, sel);
+  if (top_p)
+    least = nucleus_least(logits, p.vocab, adjust, top, q.temperature, least, q.top_p, nucleus);
 
-  // Pass 2: the raw mass (logprob) and the Gumbel argmax over the survivors, four tokens at a
-  // time: one Philox draw gives the noise of all four (sampling_rules::gumbel_draw), drawn once
-  // one of them may still win against the thread's best as it stood before the group. The
-  // pick is the highest score, lowest id among equal ones, in any order.
-  double raw_mass = 0.0;
+  // Pass 2 (sampling rows only): the Gumbel argmax over the survivors, four tokens at a time:
+  // one Philox draw gives the noise of all four (sampling_rules::gumbel_draw). The pick is the
+  // highest score, lowest id among equal ones, in any order, so a token may be passed over
+  // whenever its exact score is surely below the thread's best as it stands (never where it
+  // could tie): first by the largest noise there is, then by its own uniform (may_win_with).
+  // Cheap bounds first, the exact min-p test and score only for the few tokens left.
   float best_score = -INFINITY;
   int best = INT_MAX;
-  for_each_logit_group(logits, p.vocab, [&](int i0, float4 x, int n) {
-    const float raw[4] = {x.x, x.y, x.z, x.w};
-    float scaled[4];
-    bool may_win[4], any = false;
+  if (pick) {
+    // Every thread starts from the top token's score: it survives every filter, so it is a
+    // candidate anyway, and from the start it lets the bounds pass over tokens far below it.
+    if (isfinite(top) && greedy_id < p.vocab) {
+      best = greedy_id;
+      best_score = HEARTH_SR_ADD(sampling_rules::scaled_logit(top, top, q.temperature),
+                                 gumbel_noise(q.seed, q.step, greedy_id));
+    }
+    const float inv_tf = 1.0f / q.temperature;
+    // An upper bound on the exact scaled logit (a rounded quotient) from the cheaper product.
+    auto scaled_bound = [&](float v) {
+      const float approx = HEARTH_SR_SUB(v, top) * inv_tf;
+      return approx + fabsf(approx) * 0x1p-20f;
+    };
+    // Below this bound a token is surely under min-p (the exact test is in double).
+    const float log_min_p = q.min_p > 0.0f ? logf(q.min_p) : -INFINITY;
+    auto surely_under_min_p = [&](float v, float bound) {
+      return v != top && bound + fabsf(bound) * 0x1p-18f < log_min_p - 0.01f;
+    };
+    auto under_min_p = [&](float v) {
+      return q.min_p > 0.0f && v != top && exp((double(v) - top) * inv_t) < double(q.min_p);
+    };
+    for_each_logit_group(logits, p.vocab, [&](int i0, float4 x, int n) {
+      const float raw[4] = {x.x, x.y, x.z, x.w};
+      float v[4], bound[4];
+      bool live[4], any = false;
 #pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      may_win[u] = false, scaled[u] = 0.0f;
-      if (u >= n) continue;
-      // A logit that is not finite makes the logprob NaN, which the host checks and reports.
-      raw_mass += isfinite(raw[u]) ? exp(double(raw[u]) - raw_max) : double(NAN);
-      if (!pick) continue;
-      const int i = i0 + u;
-      const float v = adjust(i, raw[u]);
-      if (least != 0 && sort_key(v, i) < least) continue;
-      if (q.min_p > 0.0f && v != top && exp((double(v) - top) * inv_t) < double(q.min_p)) continue;
-      scaled[u] = sampling_rules::scaled_logit(v, top, q.temperature);
-      // Cannot reach this thread's best even with the largest noise: no noise needed.
-      may_win[u] = !(scaled[u] + sampling_rules::kGumbelBound < best_score);
-      any |= may_win[u];
-    }
-    if (!any) return;
-    if (n < 4) {  // one token: its own draw
-      const float score = HEARTH_SR_ADD(scaled[0], gumbel_noise(q.seed, q.step, i0));
-      if (sampling_rules::beats(score, i0, best_score, best)) best_score = score, best = i0;
-      return;
-    }
-    const Philox4x32 draw = sampling_rules::gumbel_draw(q.seed, q.step, i0 >> 2);
+      for (int u = 0; u < 4; ++u) {
+        live[u] = false, v[u] = 0.0f, bound[u] = 0.0f;
+        if (u >= n) continue;
+        v[u] = adjust(i0 + u, raw[u]);
+        if (least != 0 && sort_key(v[u], i0 + u) < least) continue;  // not in top-k / top-p
+        bound[u] = scaled_bound(v[u]);
+        if (surely_under_min_p(v[u], bound[u])) continue;
+        // A NaN bound stays live: the exact score decides it, as it always did.
+        live[u] = !(bound[u] + sampling_rules::kGumbelBound < best_score);
+        any |= live[u];
+      }
+      if (!any) return;
+      if (n < 4) {  // one token: its own draw
+        if (under_min_p(v[0])) return;
+        const float score = HEARTH_SR_ADD(sampling_rules::scaled_logit(v[0], top, q.temperature),
+                                          gumbel_noise(q.seed, q.step, i0));
+        if (sampling_rules::beats(score, i0, best_score, best)) best_score = score, best = i0;
+        return;
+      }
+      const Philox4x32 draw = sampling_rules::gumbel_draw(q.seed, q.step, i0 >> 2);
 #pragma unroll
-    for (int u = 0; u < 4; ++u) {
-      if (!may_win[u]) continue;
-      const float score = HEARTH_SR_ADD(scaled[u], sampling_rules::gumbel_of_word(draw.v[u]));
-      if (sampling_rules::beats(score, i0 + u, best_score, best)) best_score = score, best = i0 + u;
-    }
-  });
-  raw_mass = block_sum_double(raw_mass, s);
-  if (pick) best = block_best(best_score, best, s);
+      for (int u = 0; u < 4; ++u) {
+        if (!live[u] || !may_win_with(draw.v[u], bound[u], best_score) || under_min_p(v[u]))
+          continue;
+        const float score = HEARTH_SR_ADD(sampling_rules::scaled_logit(v[u], top, q.temperature),
+                                          sampling_rules::gumbel_of_word(draw.v[u]));
+        if (sampling_rules::beats(score, i0 + u, best_score, best))
+          best_score = score, best = i0 + u;
+      }
+    });
+    best = block_best(best_score, best, s);
+  }
   const double log_mass = log(raw_mass);
   auto raw_logprob_of = [&](int token) {
     return float(double(logits[token]) - raw_max - log_mass);
@@ -379,14 +474,15 @@ __global__ void __launch_bounds__(kPrepareThreads, 1) prepare_kernel(Pass p) {
   // top_logprobs: the keys >= the N-th largest raw key, ordered by one thread (N <= 20).
   const int n_top = min(min(q.top_logprobs, kMaxSampleTopLogprobs), p.vocab);
   if (n_top > 0 && p.top_tokens) {
-    auto raw_key = [&](int i) { return sort_key(logits[i], i); };
-    const uint64_t least = kth_largest(raw_key, p.vocab, n_top, sel);
+    auto unadjusted = [](int, float raw) { return raw; };
+    const uint64_t least = kth_largest(logits, p.vocab, unadjusted, n_top, sel);
     if (threadIdx.x == 0) count = 0;
     __syncthreads();
-    for (int i = threadIdx.x; i < p.vocab; i += kPrepareThreads) {
-      const uint64_t k = raw_key(i);
+    for_each_logit_uniform(logits, p.vocab, [&](int i, float raw, bool in) {
+      if (!in) return;
+      const uint64_t k = sort_key(raw, i);
       if (k >= least) top_keys[atomicAdd(&count, 1)] = k;
-    }
+    });
     __syncthreads();
     if (threadIdx.x == 0) {
       for (int a = 1; a < n_top; ++a)

@@ -110,10 +110,14 @@ HEARTH_HOST_DEVICE inline Philox4x32 gumbel_draw(uint64_t seed, uint64_t step, i
   return philox4x32_10(uint32_t(step), uint32_t(step >> 32), uint32_t(group), 1u, uint32_t(seed),
                        uint32_t(seed >> 32));
 }
-// g = -log(-log(u)) for u in (0, 1) from the top 23 bits of one word of a draw.
+// The uniform u in (0, 1) of one word of a draw: (2x + 1) / 2^24 for its top 23 bits x, exact
+// in float, never 0 or 1.
+HEARTH_HOST_DEVICE inline float uniform_of_word(uint32_t word) {
+  return HEARTH_SR_MUL(float(((word >> 9) << 1) | 1u), 1.0f / 16777216.0f);
+}
+// g = -log(-log(u)) for the uniform of one word of a draw.
 HEARTH_HOST_DEVICE inline float gumbel_of_word(uint32_t word) {
-  // (2x + 1) / 2^24 for 23 random bits x: exact in float, never 0 or 1.
-  const float u = HEARTH_SR_MUL(float(((word >> 9) << 1) | 1u), 1.0f / 16777216.0f);
+  const float u = uniform_of_word(word);
   const float e = -det_log(u);  // > 0: u < 1
   return -det_log(e);
 }

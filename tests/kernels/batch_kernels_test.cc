@@ -880,7 +880,7 @@ TEST(BatchSampling, MatchesTheHostSampler) {
           << "vocab " << vocab << " row " << r << " T=" << q.temperature << " k=" << q.top_k
           << " p=" << q.top_p << " min_p=" << q.min_p << " penalty " << q.penalty << " freq "
           << q.frequency << " presence " << q.presence << " bias " << b.host[r].logit_bias.size();
-      // The logprob's sum runs in another (fixed) order than the host's: last bits only.
+      // The device sums the logprob's mass in another (fixed) order and from float terms.
       EXPECT_NEAR(logprob, want.logprob, 1e-4) << "vocab " << vocab << " row " << r;
       const auto top = top_logprobs(row, q.top_logprobs);
       ASSERT_EQ(got[r].top_tokens.size(), top.size());
@@ -991,6 +991,37 @@ TEST(BatchSampling, TopPSelectOverCrowdedAndScatteredDigits) {
   for (int r = 0; r < int(b.params.size()); ++r)
     EXPECT_EQ(got[r].token, host_sample(host, b, vocab, r).token)
         << "kind " << r / 4 << " p=" << b.params[r].top_p << " T=" << b.params[r].temperature;
+}
+
+// The sampler passes over most tokens by bounds (the largest noise there is, then the token's
+// own uniform against the noise it would need) and scores exactly only the rest. Rows made to
+// sit on those bounds' edges: near-ties (spreads of 1e-3), wide spreads, temperatures from
+// 1e-3 to 1e3 and min-p; the host scores every survivor exactly, so any token passed over
+// that should have won shows here.
+TEST(BatchSampling, BoundsNeverPassOverTheWinner) {
+  HEARTH_REQUIRE_GPU();
+  const int vocab = 4096;
+  SampleBatch b;
+  for (float spread : {1e-3f, 0.3f, 3.0f, 40.0f})
+    for (float temperature : {1e-3f, 0.05f, 1.0f, 50.0f, 1e3f})
+      for (float min_p : {0.0f, 0.2f})
+        for (int seed = 0; seed < 3; ++seed) {
+          const auto row = random_floats(vocab, spread);
+          b.logits.insert(b.logits.end(), row.begin(), row.end());
+          kernels::SampleRowParams p;
+          p.temperature = temperature, p.min_p = min_p;
+          p.seed = rng()(), p.step = rng()() % 30;
+          b.params.push_back(p);
+          SamplingParams h;
+          h.temperature = p.temperature, h.min_p = p.min_p, h.seed = p.seed;
+          b.host.push_back(h);
+          b.seen.emplace_back();
+        }
+  const auto got = sample_all(b, vocab);
+  Sampler host;
+  for (int r = 0; r < int(b.params.size()); ++r)
+    EXPECT_EQ(got[r].token, host_sample(host, b, vocab, r).token)
+        << "row " << r << " T=" << b.params[r].temperature << " min_p=" << b.params[r].min_p;
 }
 
 TEST(GatherRows, CopiesTheRequestedRows) {

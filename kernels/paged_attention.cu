@@ -689,10 +689,15 @@ void check(const PagedAttentionArgs& a, const Layout& l) {
          std::to_string(l.partials) + " needed (paged_attention_scratch_bytes)");
 }
 
+// The values of one pool block, all its KV heads (fp8: its codes, their scales after them).
+int64_t values_per_block(const PagedAttentionArgs& a) {
+  return int64_t(a.n_kv_heads) * a.block_size * a.head_dim;
+}
+
 // The distance the kernels step from block to block: block_stride, or packed blocks when it is 0
 // (fp8: a block's codes, then their scales).
 int64_t block_stride_of(const PagedAttentionArgs& a) {
-  const int64_t packed = int64_t(a.n_kv_heads) * a.block_size * a.head_dim;
+  const int64_t packed = values_per_block(a);
   return a.block_stride != 0 ? a.block_stride : packed + (a.fp8_kv ? packed / a.head_dim * 4 : 0);
 }
 
@@ -700,8 +705,7 @@ Params params_for(const PagedAttentionArgs& a, const Layout& l) {
   Params p;
   p.a = a;
   // fp8: a block's scales follow its codes unless placed elsewhere (as paged_kv_write).
-  if (a.fp8_kv && p.a.kv_scale_offset == 0)
-    p.a.kv_scale_offset = int64_t(a.n_kv_heads) * a.block_size * a.head_dim;
+  if (a.fp8_kv && p.a.kv_scale_offset == 0) p.a.kv_scale_offset = values_per_block(a);
   p.a.block_stride = block_stride_of(a);
   p.group = a.n_heads / a.n_kv_heads;
   p.q_dim = a.n_heads * a.head_dim;

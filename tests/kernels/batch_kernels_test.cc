@@ -956,6 +956,18 @@ TEST(BatchSampling, RowAloneEqualsRowAmongOthers) {
     EXPECT_TRUE(sample_rows(b, vocab, {r})[0] == together[r]) << r;
 }
 
+// The settings of a row whose logits were just appended: no edits, a fresh seed and step.
+void add_unedited_row(SampleBatch& b, float temperature, float top_p, float min_p) {
+  kernels::SampleRowParams p;
+  p.temperature = temperature, p.top_p = top_p, p.min_p = min_p;
+  p.seed = rng()(), p.step = rng()() % 30;
+  b.params.push_back(p);
+  SamplingParams h;
+  h.temperature = p.temperature, h.top_p = p.top_p, h.min_p = p.min_p, h.seed = p.seed;
+  b.host.push_back(h);
+  b.seen.emplace_back();
+}
+
 // top-p's select adds its buckets' counts and masses once per distinct digit of a warp (one
 // reduction per group of lanes that share a digit): rows whose keys all share one digit (equal
 // logits: ties by id), few values, a new exponent and sign every lane (a digit per lane or two),
@@ -977,14 +989,7 @@ TEST(BatchSampling, TopPSelectOverCrowdedAndScatteredDigits) {
           v = i % 8 == 0 ? std::ldexp(float(x % 1000), -int(x % 24)) : float(x % 20001) / 4000.0f;
         b.logits.push_back(v);
       }
-      kernels::SampleRowParams p;
-      p.temperature = b.params.size() % 2 ? 0.7f : 1.0f, p.top_p = top_p;
-      p.seed = rng()(), p.step = rng()() % 30;
-      b.params.push_back(p);
-      SamplingParams h;
-      h.temperature = p.temperature, h.top_p = p.top_p, h.seed = p.seed;
-      b.host.push_back(h);
-      b.seen.emplace_back();
+      add_unedited_row(b, b.params.size() % 2 ? 0.7f : 1.0f, top_p, 0.0f);
     }
   const auto got = sample_all(b, vocab);
   Sampler host;
@@ -1008,14 +1013,7 @@ TEST(BatchSampling, BoundsNeverPassOverTheWinner) {
         for (int seed = 0; seed < 3; ++seed) {
           const auto row = random_floats(vocab, spread);
           b.logits.insert(b.logits.end(), row.begin(), row.end());
-          kernels::SampleRowParams p;
-          p.temperature = temperature, p.min_p = min_p;
-          p.seed = rng()(), p.step = rng()() % 30;
-          b.params.push_back(p);
-          SamplingParams h;
-          h.temperature = p.temperature, h.min_p = p.min_p, h.seed = p.seed;
-          b.host.push_back(h);
-          b.seen.emplace_back();
+          add_unedited_row(b, temperature, 1.0f, min_p);
         }
   const auto got = sample_all(b, vocab);
   Sampler host;

@@ -42,8 +42,9 @@ __device__ bool greedy_row(const SampleRowParams& q) {
 
 // Calls f(i, raw, in) for every token of the row with four loads in flight per thread (16 bytes
 // each where the row's length allows), the same number of calls in every lane of a warp: `in`
-// is false past the row's end, so f may use warp-wide collectives. The histograms and gathers
-// that use it are order-free (integer sums, sets of keys).
+// is false past the row's end, so f may use warp-wide collectives (the loops test j0 - threadIdx.x,
+// the same in every lane). The histograms and gathers that use it are order-free (integer sums,
+// sets of keys).
 template <typename F>
 __device__ __forceinline__ void for_each_logit_uniform(const float* row, int vocab, F&& f) {
   constexpr int kStride = kPrepareThreads, kInFlight = 4;

@@ -362,7 +362,7 @@ __global__ void __launch_bounds__(kPrepareThreads, 1) prepare_kernel(Pass p) {
   // maximum (rescaled when it rises), float terms into a double: one pass over the row, and a
   // float exp a token instead of a double one. The host sums in another order and precision, so
   // a logprob agrees with it to a few 1e-7, not in its last bits (no token depends on it).
-  float top = -INFINITY, raw_max = -INFINITY, run_max = -INFINITY;
+  float top = -INFINITY, run_max = -INFINITY;
   double run_mass = 0.0;
   bool finite = true;
   int top_id = INT_MAX;
@@ -384,7 +384,7 @@ __global__ void __launch_bounds__(kPrepareThreads, 1) prepare_kernel(Pass p) {
   const float thread_top = top;
   top = block_max_float(top, s);
   const int greedy_id = block_min_int(thread_top == top ? top_id : INT_MAX, s);
-  raw_max = block_max_float(run_max, s);
+  const float raw_max = block_max_float(run_max, s);
   // A thread with no finite logit adds nothing; one with a non-finite logit makes it NaN.
   const double own_mass = !finite                ? double(NAN)
                           : run_max == -INFINITY ? 0.0

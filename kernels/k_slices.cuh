@@ -10,9 +10,6 @@
 // for the next launch.
 #pragma once
 
-#include <cstddef>
-#include <cstdint>
-
 #include "kernels/k_slices_exchange.h"
 
 namespace hearth::kernels::k_slices {
